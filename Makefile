@@ -1,0 +1,36 @@
+# trainbench: the two README commands.
+#   make run   installs what is missing, builds (Release), runs the main job:
+#              GPUs present: `trainbench check`; no GPU: `trainbench info` (until recipes exist)
+#   make test  installs what is missing, builds, runs the CPU tests (label cpu; CI runs this)
+# Also: make build, make test-gpu (label gpu), make test-multigpu, make clean.
+BUILD ?= build
+BUILD_TYPE ?= Release
+JOBS ?= $(shell nproc)
+TB := $(BUILD)/trainbench
+
+.PHONY: all setup configure build run test test-gpu test-multigpu clean
+all: build
+
+setup:
+	@./scripts/setup.sh
+
+configure: setup
+	@[ -f $(BUILD)/build.ninja ] || cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	@./scripts/main-job.sh $(TB)
+
+test: build
+	@cd $(BUILD) && ctest -L '^cpu$$' --output-on-failure -j $(JOBS)
+
+test-gpu: build
+	@cd $(BUILD) && ctest -L '^gpu$$' --output-on-failure
+
+test-multigpu: build
+	@cd $(BUILD) && ctest -L '^multigpu$$' --output-on-failure
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,41 @@
+# tb.cmake: tb_library() for the src/<layer>/ targets and tb_add_test() for tests.
+# Warnings are errors on our own targets only (TB_WERROR).
+
+function(tb_warnings target)
+  set(cxx_warn -Wall -Wextra -Wpedantic -Wshadow -Wno-unused-parameter)
+  if(TB_WERROR)
+    list(APPEND cxx_warn -Werror)
+  endif()
+  string(REPLACE ";" "," host_warn "${cxx_warn}")
+  set(cuda_warn -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter --Werror=all-warnings)
+  if(NOT TB_WERROR)
+    set(cuda_warn -Xcompiler=-Wall)
+  endif()
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:${cxx_warn}>
+    $<$<COMPILE_LANGUAGE:CUDA>:${cuda_warn} --expt-relaxed-constexpr>)
+endfunction()
+
+# tb_library(<layer> [DEPS targets...]): builds src/<layer>/*.cpp|*.cu (and subfolders) as tb_<layer>.
+function(tb_library layer)
+  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS
+       ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp ${CMAKE_CURRENT_SOURCE_DIR}/*.cu)
+  list(FILTER srcs EXCLUDE REGEX "_test\\.(cpp|cu)$")
+  add_library(tb_${layer} STATIC ${srcs})
+  target_include_directories(tb_${layer} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(tb_${layer} PUBLIC ${ARG_DEPS})
+  set_target_properties(tb_${layer} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+  tb_warnings(tb_${layer})
+endfunction()
+
+# tb_add_test(<source> LABELS cpu|gpu|multigpu DEPS targets...): one gtest binary per test file.
+function(tb_add_test src)
+  cmake_parse_arguments(ARG "" "" "LABELS;DEPS" ${ARGN})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest_main)
+  tb_warnings(${name})
+  gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_MODE PRE_TEST
+                       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+endfunction()

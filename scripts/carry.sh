@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# carry.sh: copies what the GPU machine needs from a build here into carry/ (git-ignored): the
+# trainbench binary and the test binaries. Usage: scripts/carry.sh [build dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+rm -rf carry && mkdir -p carry/tests
+cp "$build/trainbench" carry/
+find "$build/tests" -maxdepth 1 -type f -name '*_test' -exec cp {} carry/tests/ \;
+strip carry/trainbench carry/tests/* 2>/dev/null || true
+du -sh carry

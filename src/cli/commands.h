@@ -1,0 +1,22 @@
+// cli/commands.h: the command table. Each command turns flags into a spec and calls a library.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+namespace tb::cli {
+
+struct Command {
+  std::string_view name, summary;
+  int (*run)(int argc, char** argv);  // argv[0] is "trainbench <name>"
+};
+
+int cmd_info(int argc, char** argv);
+int cmd_check(int argc, char** argv);
+int cmd_micro(int argc, char** argv);
+int cmd_list(int argc, char** argv);
+
+std::span<const Command> commands();
+int dispatch(int argc, char** argv);  // the whole CLI: finds the command, maps errors to exit codes
+
+}  // namespace tb::cli

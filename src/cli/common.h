@@ -1,0 +1,60 @@
+// cli/common.h: what every command shares: exit codes, argv parsing with "did you mean", GPU
+// requirements, and the run's output folder (run.json + results.jsonl).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/record.h"
+#include "recipe/system.h"
+
+namespace tb::cli {
+
+// 0 ok, 1 a case failed (or a check did not pass), 2 usage/configuration error or missing GPUs,
+// 3 fatal device error (the CUDA context was lost).
+enum Exit : int { kOk = 0, kFailed = 1, kUsage = 2, kFatal = 3 };
+
+// Parses argv; on --help prints help and returns 0; on an error prints one line (with the nearest
+// valid flag) and returns 2; returns nullopt when the command should go on.
+std::optional<int> parse(CLI::App& app, int argc, char** argv);
+
+// Options every measuring command has.
+struct CommonOptions {
+  int gpus = 0;                       // first N visible GPUs; 0: all
+  std::vector<int> devices;           // explicit CUDA indices (overrides gpus)
+  std::optional<std::filesystem::path> out;         // results folder; default results/<run id>
+  std::optional<std::filesystem::path> references;  // references folder
+  void add_to(CLI::App& app, bool with_out = true);
+};
+
+// The devices to use, or an exit code after a one-line message: no GPU, or fewer than asked/needed.
+struct Devices {
+  std::vector<int> list;
+  std::optional<int> exit;
+};
+Devices select_devices(std::string_view command, const CommonOptions& opt, int min_gpus = 1);
+
+// The run's folder: run.json written at once (provenance), results.jsonl appended per record.
+struct RunOutput {
+  std::string run_id;
+  std::filesystem::path dir;
+  std::unique_ptr<JsonlSink> sink;
+};
+RunOutput open_run(const CommonOptions& opt, int argc, char** argv);
+void print_results_location(const RunOutput& run);
+
+nlohmann::json library_versions();  // CUDA runtime/driver, cuBLASLt, cuDNN, NCCL as loaded
+
+// The GPU model's reference (datasheet peaks, expectations) for device `dev`, or null with a warning.
+struct Systems {
+  std::vector<recipe::SystemRef> all;
+  const recipe::SystemRef* match = nullptr;
+};
+Systems load_systems_for(const CommonOptions& opt, int dev);
+
+}  // namespace tb::cli

@@ -1,0 +1,76 @@
+// cli/dispatch.cpp: `trainbench <command> ...`: the table, top-level help, "did you mean", and the
+// mapping of errors to exit codes (config 2, fatal device error 3, anything else 1).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/build_info.h"
+#include "core/error.h"
+#include "core/suggest.h"
+
+namespace tb::cli {
+namespace {
+
+constexpr Command kCommands[] = {
+    {"info", "GPUs, links, clocks, power limits, driver and library versions (--json)", cmd_info},
+    {"check", "system check: GEMM, HBM, links, NCCL vs references and sibling GPUs; verdict table", cmd_check},
+    {"micro", "one microbenchmark suite: gemm, membw, nccl, links", cmd_micro},
+    {"list", "the suites (and later recipes) this build knows", cmd_list},
+};
+
+void usage() {
+  std::printf("trainbench %s (%s): measures how well GPU systems train AI models\n\n", build_info().version,
+              build_info().git_describe);
+  std::printf("usage: trainbench <command> [options]     (trainbench <command> --help for its options)\n\n");
+  for (const auto& c : kCommands)
+    std::printf("  %-8.*s %.*s\n", int(c.name.size()), c.name.data(), int(c.summary.size()), c.summary.data());
+  std::printf("\nexit codes: 0 ok, 1 a case failed or a check did not pass, 2 usage error or no GPU, 3 fatal device error\n");
+}
+
+}  // namespace
+
+std::span<const Command> commands() { return kCommands; }
+
+int dispatch(int argc, char** argv) {
+  if (argc < 2 || std::string_view(argv[1]) == "-h" || std::string_view(argv[1]) == "--help" ||
+      std::string_view(argv[1]) == "help") {
+    usage();
+    return argc < 2 ? kUsage : kOk;
+  }
+  const std::string_view name = argv[1];
+  if (name == "--version" || name == "version") {
+    std::printf("trainbench %s (%s, %s, CUDA archs %s)\n", build_info().version, build_info().git_describe,
+                build_info().build_type, build_info().cuda_archs);
+    return kOk;
+  }
+  const Command* cmd = nullptr;
+  std::vector<std::string> names;
+  for (const auto& c : kCommands) {
+    names.emplace_back(c.name);
+    if (c.name == name) cmd = &c;
+  }
+  if (!cmd) {
+    std::fprintf(stderr, "trainbench: unknown command '%.*s'%s; run 'trainbench --help' for the list\n",
+                 int(name.size()), name.data(), did_you_mean(name, names).c_str());
+    return kUsage;
+  }
+  std::string prog = fmt::format("trainbench {}", cmd->name);
+  std::vector<char*> args{prog.data()};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  try {
+    return cmd->run(int(args.size()), args.data());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "trainbench %s: %s\n", std::string(cmd->name).c_str(), e.what());
+    if (e.kind() == Error::Kind::config) return kUsage;
+    return e.fatal() ? kFatal : kFailed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainbench %s: internal error: %s\n", std::string(cmd->name).c_str(), e.what());
+    return kFailed;
+  }
+}
+
+}  // namespace tb::cli

@@ -1,0 +1,20 @@
+// core/provenance.h: what a run was, written once per run to <out>/run.json and joined to every record
+// by the run id: host, CPU, memory, time, argv, build (git describe, type, archs), the environment
+// that changes results (NCCL_*, CUDA_*, UCX_*, OMPI_*/SLURM_* ids, TRAINBENCH_*). Layers that know
+// GPUs and libraries add "gpus", "driver" and "versions" (bench/sysinfo.h).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+
+namespace tb {
+
+std::string make_run_id();  // "20261130T0102Z-<host>-<4 hex>": sortable, unique per run
+std::string hostname();
+nlohmann::json host_provenance(int argc, char** argv, const std::string& run_id);
+nlohmann::json relevant_env();  // {"NCCL_NVLS_ENABLE": "0", ...}
+void write_json_file(const std::filesystem::path& path, const nlohmann::json& j);  // atomically (tmp + rename)
+
+}  // namespace tb

@@ -1,0 +1,94 @@
+// ops/cuda/context.cpp: see context.h.
+#include "ops/cuda/context.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+namespace tb::ops {
+namespace {
+
+// Validates the index and makes the device current; the first member initialiser, so that the stream,
+// the cuBLASLt handle and the workspace that follow are created on this device.
+int select_device(int device) {
+  int count = 0;
+  TB_CHECK(cudaGetDeviceCount(&count));
+  TB_REQUIRE(device >= 0 && device < count,
+             fmt::format("GPU {} does not exist: {} GPU(s) visible (indices 0..{})", device, count, count - 1));
+  TB_CHECK(cudaSetDevice(device));
+  return device;
+}
+
+cudaStream_t make_stream() {
+  cudaStream_t s = nullptr;
+  TB_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+}  // namespace
+
+DeviceBuffer::DeviceBuffer(int device, std::size_t bytes) : device_(device), bytes_(bytes) {
+  TB_CHECK(cudaSetDevice(device));
+  if (bytes) TB_CHECK(cudaMalloc(&p_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() { release(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : device_(o.device_), p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    device_ = o.device_;
+    p_ = std::exchange(o.p_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::release() {
+  if (!p_) return;
+  int current = -1;
+  const bool restore = cudaGetDevice(&current) == cudaSuccess && current != device_;
+  cudaSetDevice(device_);
+  cudaFree(p_);  // errors ignored: nothing useful can be done in a destructor
+  if (restore) cudaSetDevice(current);
+  p_ = nullptr;
+  bytes_ = 0;
+}
+
+DeviceContext::DeviceContext(int device, std::size_t workspace_bytes)
+    : device_(select_device(device)), stream_(make_stream()), workspace_(device, workspace_bytes) {
+  int major = 0, minor = 0, l2 = 0;
+  TB_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
+  TB_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_));
+  TB_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device_));
+  cc_ = major * 10 + minor;
+  l2_bytes_ = std::size_t(l2);
+}
+
+DeviceContext::~DeviceContext() {
+  if (cudaSetDevice(device_) == cudaSuccess) cudaStreamSynchronize(stream_.get());  // errors ignored here
+}
+
+void DeviceContext::activate() const { TB_CHECK(cudaSetDevice(device_)); }
+
+void DeviceContext::synchronize() const {
+  activate();
+  TB_CHECK(cudaStreamSynchronize(stream_.get()));
+}
+
+const GemmPlan& DeviceContext::gemm_plan(const GemmShape& s) {
+  if (auto it = plans_.find(s); it != plans_.end()) return it->second;
+  activate();
+  return plans_.try_emplace(s, lt_.get(), s, workspace_.bytes()).first->second;
+}
+
+void DeviceContext::gemm(const GemmShape& s, void* d, const void* a, const void* b, GemmScales scales) {
+  const GemmPlan& plan = gemm_plan(s);
+  activate();
+  plan.run(d, a, b, workspace(), stream(), scales);
+}
+
+}  // namespace tb::ops

@@ -1,0 +1,77 @@
+// ops/cuda/context.h: what running work on one GPU needs, owned by whoever runs it (no globals):
+// the device index, a non-blocking compute stream, the cuBLASLt handle, a cuBLASLt workspace (64 MiB) and
+// the GEMM plans, planned on first use of a shape and kept (std::map<GemmShape, GemmPlan>; the GEMM
+// microbenchmark and the model go through the same cache). Methods make the device current as needed.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+
+#include "ops/cuda/blas.h"
+#include "ops/cuda/gemm.h"
+
+namespace tb::ops {
+
+// cudaMalloc'ed bytes on one device (256-byte aligned), freed when destroyed.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(int device, std::size_t bytes);  // makes `device` current
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return p_; }
+  template <class T> T* as() const { return static_cast<T*>(p_); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void release();
+  int device_ = -1;
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class DeviceContext {
+ public:
+  static constexpr std::size_t kWorkspaceBytes = std::size_t(64) << 20;
+
+  explicit DeviceContext(int device, std::size_t workspace_bytes = kWorkspaceBytes);  // makes `device` current
+  ~DeviceContext();  // waits for the stream, then frees everything
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  int device() const { return device_; }
+  int compute_capability() const { return cc_; }  // 90 for sm_90 (H100/H200), 89 for Ada
+  std::size_t l2_bytes() const { return l2_bytes_; }
+  cudaStream_t stream() const { return stream_.get(); }
+  cublasLtHandle_t lt() const { return lt_.get(); }
+  Workspace workspace() const { return {workspace_.get(), workspace_.bytes()}; }
+
+  void activate() const;     // cudaSetDevice(device())
+  void synchronize() const;  // waits for the stream
+
+  // The plan for s: planned (device made current) on first use, then cached. Throws as GemmPlan does.
+  const GemmPlan& gemm_plan(const GemmShape& s);
+  // Enqueues D = A·B^T on stream() with the cached plan and this context's workspace.
+  void gemm(const GemmShape& s, void* d, const void* a, const void* b, GemmScales scales = {});
+
+ private:
+  struct StreamDeleter {
+    void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+  };
+  int device_;
+  int cc_ = 0;
+  std::size_t l2_bytes_ = 0;
+  std::unique_ptr<CUstream_st, StreamDeleter> stream_;
+  LtHandle lt_;
+  DeviceBuffer workspace_;
+  std::map<GemmShape, GemmPlan> plans_;  // destroyed first: plans use lt_
+};
+
+}  // namespace tb::ops

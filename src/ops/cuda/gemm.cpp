@@ -1,0 +1,178 @@
+// ops/cuda/gemm.cpp: see gemm.h. Descriptors are built once in the constructor; run() only launches.
+#include "ops/cuda/gemm.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <vector>
+
+namespace tb::ops {
+namespace {
+
+constexpr GemmTypes kTypes[] = {
+    {DType::bf16, DType::bf16, DType::bf16}, {DType::f16, DType::f16, DType::f16},
+    {DType::tf32, DType::tf32, DType::f32},  {DType::f32, DType::f32, DType::f32},
+    {DType::e4m3, DType::e4m3, DType::bf16}, {DType::e4m3, DType::e5m2, DType::bf16},
+    {DType::e5m2, DType::e4m3, DType::bf16},
+};
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    case DType::f32:
+    case DType::tf32: return CUDA_R_32F;
+    case DType::e4m3: return CUDA_R_8F_E4M3;
+    case DType::e5m2: return CUDA_R_8F_E5M2;
+    default: raise_config(fmt::format("GEMM: no cuBLASLt type for {}", dtype_name(t)));
+  }
+}
+
+std::string supported_list() {
+  std::string s;
+  for (const auto& t : kTypes)
+    s += fmt::format("{}{}->{}", s.empty() ? "" : ", ", gemm_types_name(t.a, t.b), dtype_name(t.d));
+  return s;
+}
+
+template <class V>
+void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& value) {
+  TB_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+}
+
+template <class V>
+V algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  V value{};
+  size_t written = 0;
+  TB_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof(value), &written));
+  return value;
+}
+
+bool aligned256(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 256 == 0; }
+
+}  // namespace
+
+std::span<const GemmTypes> gemm_type_combos() { return kTypes; }
+
+std::string gemm_types_name(DType a, DType b) {
+  return a == b ? std::string(dtype_name(a)) : fmt::format("{}x{}", dtype_name(a), dtype_name(b));
+}
+
+std::string describe(const GemmShape& s) {
+  return fmt::format("{}->{} m={} n={} k={}{}", gemm_types_name(s.a, s.b), dtype_name(s.d), s.m, s.n, s.k,
+                     s.fast_accum ? " fast_accum" : "");
+}
+
+void check_gemm_shape(const GemmShape& s) {
+  TB_REQUIRE(s.m >= 1 && s.n >= 1 && s.k >= 1,
+             fmt::format("GEMM {}: every dimension must be at least 1", describe(s)));
+  TB_REQUIRE(!(s.a == DType::e5m2 && s.b == DType::e5m2),
+             "cuBLASLt has no e5m2 x e5m2 GEMM; use e4m3 or e4m3xe5m2");
+  const bool known = std::any_of(std::begin(kTypes), std::end(kTypes),
+                                 [&](const GemmTypes& t) { return t.a == s.a && t.b == s.b && t.d == s.d; });
+  TB_REQUIRE(known, fmt::format("GEMM {}: unsupported types; supported are {}", describe(s), supported_list()));
+  const bool fp8 = is_fp8(s.a);
+  TB_REQUIRE(fp8 || !s.fast_accum,
+             fmt::format("GEMM {}: fast_accum applies to fp8 GEMMs only; turn it off", describe(s)));
+  TB_REQUIRE(!fp8 || (s.k % 16 == 0 && s.n % 16 == 0),
+             fmt::format("GEMM {}: fp8 GEMMs need k and n to be multiples of 16 (FP8 tensor-core kernels need "
+                         "16-byte aligned rows: A and B rows hold k elements, D rows n); pad the shape",
+                         describe(s)));
+}
+
+std::string GemmAlgo::describe() const {
+  return fmt::format("algo {} tile {} stages {} splitK {}", id, tile, stages, splitk);
+}
+
+GemmPlan::GemmPlan(cublasLtHandle_t lt, const GemmShape& s, std::size_t workspace_bytes) : s_(s), lt_(lt) {
+  check_gemm_shape(s);
+  const auto compute = s.a == DType::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  TB_CHECK(cublasLtMatmulDescCreate(desc_.out(), compute, CUDA_R_32F));
+  set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  if (is_fp8(s.a)) set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_FAST_ACCUM, std::int8_t(s.fast_accum ? 1 : 0));
+
+  // Column-major views of our row-major buffers: (rows, cols, leading dimension).
+  TB_CHECK(cublasLtMatrixLayoutCreate(lay_a_.out(), cuda_type(s.b), s.k, s.n, s.k));  // our B [n,k]
+  TB_CHECK(cublasLtMatrixLayoutCreate(lay_b_.out(), cuda_type(s.a), s.k, s.m, s.k));  // our A [m,k]
+  TB_CHECK(cublasLtMatrixLayoutCreate(lay_d_.out(), cuda_type(s.d), s.n, s.m, s.n));  // our D [m,n]
+
+  LtOwned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
+  TB_CHECK(cublasLtMatmulPreferenceCreate(pref.out()));
+  const std::uint64_t max_ws = workspace_bytes;
+  TB_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
+                                                sizeof(max_ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, desc_.get(), lay_a_.get(), lay_b_.get(), lay_d_.get(),
+                                                           lay_d_.get(), pref.get(), 1, &result, &found);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (ok(st) && found == 0))
+    raise_error(Error::Kind::cublas,
+                fmt::format("no cuBLASLt algorithm for {} m={} n={} k={} (-> {}{}, workspace {} MiB, cuBLASLt {}); "
+                            "try another shape or type",
+                            gemm_types_name(s.a, s.b), s.m, s.n, s.k, dtype_name(s.d),
+                            s.fast_accum ? ", fast_accum" : "", workspace_bytes >> 20, cublaslt_version()));
+  TB_CHECK(st);
+
+  algo_ = result.algo;
+  info_.id = algo_attr<std::int32_t>(algo_, CUBLASLT_ALGO_CONFIG_ID);
+  info_.tile = algo_attr<std::uint32_t>(algo_, CUBLASLT_ALGO_CONFIG_TILE_ID);
+  info_.stages = algo_attr<std::uint32_t>(algo_, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+  info_.splitk = algo_attr<std::int32_t>(algo_, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  info_.workspace_bytes = result.workspaceSize;
+}
+
+void GemmPlan::run(void* d, const void* a, const void* b, Workspace ws, cudaStream_t stream, GemmScales scales) const {
+  TB_REQUIRE(aligned256(d) && aligned256(a) && aligned256(b),
+             fmt::format("GEMM {}: d, a and b must be 256-byte aligned device buffers (cudaMalloc'ed), as the "
+                         "algorithm was chosen for",
+                         describe(s_)));
+  TB_REQUIRE(ws.bytes >= info_.workspace_bytes && (ws.ptr || info_.workspace_bytes == 0),
+             fmt::format("GEMM {}: the plan needs {} bytes of workspace, got {}", describe(s_), info_.workspace_bytes,
+                         ws.bytes));
+  if (scales.a != scales_set_.a || scales.b != scales_set_.b) {
+    TB_REQUIRE(is_fp8(s_.a), fmt::format("GEMM {}: per-tensor scales apply to fp8 GEMMs only", describe(s_)));
+    // cuBLAS's A is our B and the other way round.
+    set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(scales.b));
+    set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(scales.a));
+    scales_set_ = scales;
+  }
+  const float alpha = 1.0f, beta = 0.0f;  // beta = 0: C (given as D) is not read
+  TB_CHECK(cublasLtMatmul(lt_, desc_.get(), &alpha, b, lay_a_.get(), a, lay_b_.get(), &beta, d, lay_d_.get(), d,
+                          lay_d_.get(), &algo_, ws.ptr, ws.bytes, stream));
+}
+
+GemmCheck verify_gemm(const GemmShape& s, const void* d, const void* a, const void* b, double a_scale,
+                      double b_scale, std::span<const GemmIndex> elements, cudaStream_t stream) {
+  // Host copies of each needed row, fetched once: A and D rows by i, B rows by j.
+  using Rows = std::map<std::int64_t, std::vector<unsigned char>>;
+  Rows a_rows, b_rows, d_rows;
+  auto fetch = [&](Rows& rows, const void* base, DType t, std::int64_t row, std::int64_t cols) {
+    auto [it, fresh] = rows.try_emplace(row);
+    if (!fresh) return;
+    const std::size_t bytes = std::size_t(cols) * dtype_size(t);
+    it->second.resize(bytes);
+    TB_CHECK(cudaMemcpyAsync(it->second.data(), static_cast<const unsigned char*>(base) + std::size_t(row) * bytes,
+                             bytes, cudaMemcpyDeviceToHost, stream));
+  };
+  for (const auto& e : elements) {
+    TB_REQUIRE(e.i >= 0 && e.i < s.m && e.j >= 0 && e.j < s.n,
+               fmt::format("verify_gemm: element [{},{}] is outside D [{},{}]", e.i, e.j, s.m, s.n));
+    fetch(a_rows, a, s.a, e.i, s.k);
+    fetch(d_rows, d, s.d, e.i, s.n);
+    fetch(b_rows, b, s.b, e.j, s.k);
+  }
+  TB_CHECK(cudaStreamSynchronize(stream));
+
+  GemmCheck check;
+  for (const auto& e : elements) {
+    const DotRef ref = dot_ref(s.a, a_rows[e.i].data(), s.b, b_rows[e.j].data(), s.k, a_scale, b_scale);
+    const double got = load_as_double(s.d, d_rows[e.i].data(), std::size_t(e.j));
+    check.add(e, got, ref.value, gemm_tolerance(s.a, s.b, s.d, s.fast_accum, s.k, ref));
+  }
+  return check;
+}
+
+}  // namespace tb::ops

@@ -1,0 +1,154 @@
+// recipe/system.cpp: loads references/systems/*.toml into SystemRef, validating every key.
+#include "recipe/system.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "recipe/toml_util.h"
+
+namespace tb::recipe {
+namespace {
+
+double number(const std::string& path, const toml::table& t, std::string_view key, bool required) {
+  const toml::node* n = t.get(key);
+  if (!n) {
+    TB_REQUIRE(!required, fmt::format("{}: missing key '{}'", path, key));
+    return 0;
+  }
+  auto v = n->value<double>();
+  TB_REQUIRE(v.has_value(), fmt::format("{}: '{}' must be a number", where(path, *n), key));
+  return *v;
+}
+
+std::string string(const std::string& path, const toml::table& t, std::string_view key, bool required) {
+  const toml::node* n = t.get(key);
+  if (!n) {
+    TB_REQUIRE(!required, fmt::format("{}: missing key '{}'", path, key));
+    return {};
+  }
+  auto v = n->value<std::string>();
+  TB_REQUIRE(v.has_value(), fmt::format("{}: '{}' must be a string", where(path, *n), key));
+  return *v;
+}
+
+const toml::table& subtable(const std::string& path, const toml::table& t, std::string_view key) {
+  const toml::node* n = t.get(key);
+  TB_REQUIRE(n && n->is_table(), fmt::format("{}: missing table [{}]", path, key));
+  return *n->as_table();
+}
+
+}  // namespace
+
+double SystemRef::peak_tflops(std::string_view dtype) const {
+  if (dtype == "bf16") return peak_bf16;
+  if (dtype == "f16") return peak_f16;
+  if (dtype == "tf32") return peak_tf32;
+  if (dtype == "f32") return peak_f32;
+  if (dtype == "e4m3" || dtype == "e5m2" || dtype == "fp8" || dtype.starts_with("e4m3")) return peak_fp8;
+  return 0;
+}
+
+SystemRef load_system(const std::filesystem::path& file) {
+  const std::string path = file.string();
+  const toml::table root = parse_toml_file(path);
+  reject_unknown_keys(path, root, "the file", {"schema", "gpu", "peak_tflops", "check", "expect"});
+  TB_REQUIRE(root["schema"].value<int64_t>() == 1, fmt::format("{}: 'schema = 1' is required", path));
+
+  SystemRef s;
+  s.file = path;
+  const auto& gpu = subtable(path, root, "gpu");
+  reject_unknown_keys(path, gpu, "[gpu]", {"name", "match", "sms", "memory_gib", "hbm_tbps", "nvlink_gbps", "source"});
+  s.name = string(path, gpu, "name", true);
+  if (const auto* m = gpu.get_as<toml::array>("match")) {
+    for (const auto& e : *m) {
+      auto v = e.value<std::string>();
+      TB_REQUIRE(v.has_value(), fmt::format("{}: [gpu] match must be a list of strings", where(path, e)));
+      s.match.push_back(*v);
+    }
+  }
+  TB_REQUIRE(!s.match.empty(), fmt::format("{}: [gpu] needs match = [\"substring of the device name\", ...]", path));
+  s.sms = int(number(path, gpu, "sms", true));
+  s.memory_gib = number(path, gpu, "memory_gib", true);
+  s.hbm_tbps = number(path, gpu, "hbm_tbps", true);
+  s.nvlink_gbps = number(path, gpu, "nvlink_gbps", false);
+
+  const auto& peak = subtable(path, root, "peak_tflops");
+  reject_unknown_keys(path, peak, "[peak_tflops]", {"bf16", "f16", "tf32", "fp8", "f32", "source"});
+  s.peak_bf16 = number(path, peak, "bf16", true);
+  s.peak_f16 = number(path, peak, "f16", true);
+  s.peak_tf32 = number(path, peak, "tf32", true);
+  s.peak_fp8 = number(path, peak, "fp8", true);
+  s.peak_f32 = number(path, peak, "f32", true);
+
+  if (const auto* check = root.get_as<toml::table>("check")) {
+    reject_unknown_keys(path, *check, "[check]", {"outlier_fraction"});
+    s.outlier_fraction = number(path, *check, "outlier_fraction", false);
+    TB_REQUIRE(s.outlier_fraction > 0 && s.outlier_fraction < 1,
+               fmt::format("{}: [check] outlier_fraction must be between 0 and 1", path));
+  }
+
+  if (const auto* expect = root.get("expect")) {
+    const auto* arr = expect->as_array();
+    TB_REQUIRE(arr, fmt::format("{}: 'expect' must be an array of tables ([[expect]])", where(path, *expect)));
+    for (const auto& e : *arr) {
+      const auto* t = e.as_table();
+      TB_REQUIRE(t, fmt::format("{}: each [[expect]] entry must be a table", where(path, e)));
+      reject_unknown_keys(path, *t, "[[expect]]", {"bench", "case", "metric", "min", "gpus", "source"});
+      Expectation x;
+      x.bench = string(path, *t, "bench", true);
+      x.name = string(path, *t, "case", true);
+      x.metric = string(path, *t, "metric", true);
+      x.min = number(path, *t, "min", true);
+      x.gpus = int(number(path, *t, "gpus", false));
+      x.source = string(path, *t, "source", false);
+      s.expect.push_back(std::move(x));
+    }
+  }
+  return s;
+}
+
+std::vector<SystemRef> load_systems(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().extension() == ".toml") files.push_back(e.path());
+  TB_REQUIRE(!ec, fmt::format("cannot read {}: {}", dir.string(), ec.message()));
+  std::sort(files.begin(), files.end());
+  std::vector<SystemRef> out;
+  for (const auto& f : files) out.push_back(load_system(f));
+  return out;
+}
+
+const SystemRef* match_system(const std::vector<SystemRef>& systems, std::string_view device_name) {
+  for (const auto& s : systems)
+    for (const auto& m : s.match)
+      if (device_name.find(m) != std::string_view::npos) return &s;
+  return nullptr;
+}
+
+std::filesystem::path find_references_dir(const std::optional<std::filesystem::path>& explicit_dir) {
+  namespace fs = std::filesystem;
+  if (explicit_dir) {
+    TB_REQUIRE(fs::is_directory(*explicit_dir), fmt::format("references folder {} does not exist", explicit_dir->string()));
+    return *explicit_dir;
+  }
+  if (const char* env = std::getenv("TRAINBENCH_REFERENCES")) {
+    TB_REQUIRE(fs::is_directory(env), fmt::format("TRAINBENCH_REFERENCES={} is not a folder", env));
+    return env;
+  }
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates;
+  if (!ec) candidates = {exe.parent_path() / "../references", exe.parent_path() / "../../references"};
+  candidates.push_back(fs::path(TB_SOURCE_DIR) / "references");
+  for (const auto& c : candidates)
+    if (fs::is_directory(c / "systems")) return fs::weakly_canonical(c);
+  raise_config("cannot find the references folder (references/systems/*.toml): pass --references DIR or set "
+               "TRAINBENCH_REFERENCES");
+}
+
+}  // namespace tb::recipe

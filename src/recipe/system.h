@@ -1,0 +1,47 @@
+// recipe/system.h: references/systems/<gpu>.toml, what a GPU model promises: datasheet peaks (dense
+// TFLOP/s per precision, HBM TB/s) and measured expectations, each a floor on one metric of one case:
+//   [[expect]] bench = "micro.gemm"  case = "bf16/8192x8192x8192"  metric = "tflops"  min = 800
+//   (gpus = 2 restricts it to runs over that many GPUs; source says where the number comes from).
+// Unknown keys are errors with file:line and the nearest valid key.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tb::recipe {
+
+struct Expectation {
+  std::string bench, name, metric;  // name: the record's "case"
+  double min = 0;                   // pass when the measured value >= min
+  int gpus = 0;                     // 0: any GPU count; else only runs over exactly this many GPUs
+  std::string source;
+};
+
+struct SystemRef {
+  std::string file;                  // where it was loaded from
+  std::string name;                  // "H200 SXM"
+  std::vector<std::string> match;    // substrings of the CUDA device name that select this file
+  int sms = 0;
+  double memory_gib = 0;
+  double hbm_tbps = 0;               // datasheet HBM bandwidth, TB/s
+  double nvlink_gbps = 0;            // datasheet NVLink bandwidth per GPU per direction, GB/s
+  double peak_bf16 = 0, peak_f16 = 0, peak_tf32 = 0, peak_fp8 = 0, peak_f32 = 0;  // dense TFLOP/s
+  double outlier_fraction = 0.10;    // a GPU this far below its siblings' median is flagged
+  std::vector<Expectation> expect;
+
+  // Dense peak for a GEMM input type name ("bf16", "f16", "tf32", "f32", "e4m3", "e5m2", "fp8"); 0 if unknown.
+  double peak_tflops(std::string_view dtype) const;
+};
+
+SystemRef load_system(const std::filesystem::path& file);                 // throws Error{config} with file:line
+std::vector<SystemRef> load_systems(const std::filesystem::path& dir);    // every *.toml in dir, sorted
+const SystemRef* match_system(const std::vector<SystemRef>& systems, std::string_view device_name);
+
+// The references folder: `explicit_dir` if given, else $TRAINBENCH_REFERENCES, else the first of
+// <exe>/../references, <exe>/../../references, <source tree>/references that exists.
+std::filesystem::path find_references_dir(const std::optional<std::filesystem::path>& explicit_dir);
+
+}  // namespace tb::recipe
