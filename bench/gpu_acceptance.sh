@@ -2,27 +2,13 @@
 # gpu_acceptance.sh: the foundation's GPU acceptance in one device call (run on the GPU machine from
 # the repository root, with carry/ from scripts/carry.sh): GPU tests, `check` on 1 and all GPUs, the
 # micro suites and their PyTorch peers, bad-input cases. Logs and a results tarball go to $OUT.
-# Usage: bench/gpu_acceptance.sh [quick]   (quick: tests + check only)
+# Usage: bench/gpu_acceptance.sh [quick|lab|full]   (quick: tests + check; lab: + kernel labs; full: everything)
 set -uo pipefail
 OUT=${OUT:-/tmp/tb-out}
 mkdir -p "$OUT"
 TB=carry/trainbench
 mode=${1:-full}
-# Prefer the PyTorch environment's cuDNN and NCCL (newer than the system's, and what we compiled against).
-PYLIBS=$(python3 - <<'PY' 2>/dev/null
-import importlib
-paths = []
-for name in ("nvidia.cudnn", "nvidia.nccl", "nvidia.cublas"):
-    try:
-        m = importlib.import_module(name)
-        paths.append(list(m.__path__)[0] + "/lib")
-    except Exception:
-        pass
-print(":".join(paths))
-PY
-)
-export LD_LIBRARY_PATH="${PYLIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export TRAINBENCH_REFERENCES=$PWD/references
+source bench/gpu_env.sh
 ngpu=$(nvidia-smi -L | wc -l)
 log() { echo; echo "### $*"; }
 
@@ -46,11 +32,17 @@ log() { echo; echo "### $*"; }
   $TB micro membw --sizes 12Q; echo "exit $?"
 } 2>&1 | tee "$OUT/check.log"
 
+if [ "$mode" = lab ] || [ "$mode" = full ]; then
+  { log "membw lab"; carry/membw_lab; } 2>&1 | tee "$OUT/lab.log"
+fi
+
 if [ "$mode" = full ]; then
   {
     log "gemm sweep"; $TB micro gemm --gpus 1 --sizes 4096,8192,16384 --out "$OUT/results/gemm"
+    log "gemm 8192 on every GPU"; $TB micro gemm --sizes 8192 --out "$OUT/results/gemm-all"
     log "gemm model shapes"; $TB micro gemm --gpus 1 --dtype bf16,e4m3 --shapes llama3.1-8b,llama3.1-70b --tp 1,8 --out "$OUT/results/gemm-shapes"
     log "torch peer (gemm, copy)"; python3 bench/peers/torch_micro.py --sizes 4096,8192,16384
+    CUDA_VISIBLE_DEVICES=1 python3 bench/peers/torch_micro.py --sizes 8192 --dtypes bf16,e4m3
     log "membw"; $TB micro membw --gpus 1 --out "$OUT/results/membw"
     log "links"; $TB micro links --out "$OUT/results/links"
     if [ "$ngpu" -ge 2 ]; then

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 rm -rf carry && mkdir -p carry/tests
 cp "$build/trainbench" carry/
+cp "$build/bench/lab/"*_lab carry/ 2>/dev/null || true
 find "$build/tests" -maxdepth 1 -type f -name '*_test' -exec cp {} carry/tests/ \;
 strip carry/trainbench carry/tests/* 2>/dev/null || true
 du -sh carry

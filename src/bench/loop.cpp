@@ -99,17 +99,27 @@ Timing time_streams(const LoopSpec& spec, std::span<const int> devices, std::spa
       ev.push_back(std::make_unique<Events>(n));
       if (spec.hold) flag.hold(streams[d]);
     }
-    for (int i = 0; i < n; ++i) {
-      for (size_t d = 0; d < nd; ++d) {
-        TB_CHECK(cudaSetDevice(devices[d]));
-        flusher.flush(d, streams[d], first + i);
-        TB_CHECK(cudaEventRecord(ev[d]->start[i], streams[d]));
+    try {
+      for (int i = 0; i < n; ++i) {
+        for (size_t d = 0; d < nd; ++d) {
+          TB_CHECK(cudaSetDevice(devices[d]));
+          flusher.flush(d, streams[d], first + i);
+          TB_CHECK(cudaEventRecord(ev[d]->start[i], streams[d]));
+        }
+        body(first + i);
+        for (size_t d = 0; d < nd; ++d) {
+          TB_CHECK(cudaSetDevice(devices[d]));
+          TB_CHECK(cudaEventRecord(ev[d]->stop[i], streams[d]));
+        }
       }
-      body(first + i);
+    } catch (...) {
+      // Let the held streams go and drain them before the flag and events are freed.
+      if (spec.hold) flag.release();
       for (size_t d = 0; d < nd; ++d) {
-        TB_CHECK(cudaSetDevice(devices[d]));
-        TB_CHECK(cudaEventRecord(ev[d]->stop[i], streams[d]));
+        cudaSetDevice(devices[d]);
+        cudaStreamSynchronize(streams[d]);
       }
+      throw;
     }
     if (spec.hold) flag.release();
     sync_all(devices, streams);

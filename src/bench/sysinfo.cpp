@@ -88,6 +88,7 @@ json nvlink_json(const Nvml& nvml, nvmlDevice_t h, const std::vector<std::string
     if (!nvml.DeviceGetNvLinkRemotePciInfo_v2 || nvml.DeviceGetNvLinkRemotePciInfo_v2(h, link, &pci) != NVML_SUCCESS)
       continue;
     const std::string remote = normal_bus_id(pci.busId);
+    if (remote.starts_with("ffffffff")) continue;  // hidden from this VM: no usable address
     const auto gpu = std::find(bus_ids.begin(), bus_ids.end(), remote);  // a visible GPU: its CUDA index
     json peer = gpu != bus_ids.end() ? json(int(gpu - bus_ids.begin())) : json(remote);
     if (std::find(peers.begin(), peers.end(), peer) == peers.end()) peers.push_back(peer);

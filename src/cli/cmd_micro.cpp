@@ -33,10 +33,12 @@ int cmd_micro(int argc, char** argv) {
   app.add_option("--warmup", spec.warmup, "warmup iterations (default: the suite's)")->check(CLI::NonNegativeNumber);
   app.add_option("--iters", spec.iters, "timed iterations (default: the suite's)")->check(CLI::PositiveNumber);
   app.add_flag("--quick", spec.quick, "the reduced size set `check` uses");
-  bool no_verify = false;
+  bool no_verify = false, no_tune = false;
   app.add_flag("--no-verify", no_verify, "skip result verification");
+  app.add_flag("--no-tune", no_tune, "gemm: use the cuBLASLt heuristic's first algorithm, do not time the others");
   if (auto rc = parse(app, argc, argv)) return *rc;
   spec.verify = !no_verify;
+  spec.tune = !no_tune;
 
   const micro::Suite* s = micro::find_suite(suite);
   auto devices = select_devices("micro " + suite, common, s->min_gpus);

@@ -2,7 +2,8 @@
 // MxNxK, plus the named shape sets of micro/gemm_shapes.h at each tp), on each chosen GPU. Per case:
 //   plan once (ops/cuda/gemm.h), random inputs (fill_uniform over [-1, 1]) rotated among enough copies
 //   that the inputs total >= 3x L2 (at most 8), timed with bench::time_stream, then 256 sampled elements
-//   checked against ops/cpu/gemm_ref (tolerance there).
+//   checked against ops/cpu/gemm_ref (tolerance there). Unless spec.tune is off, each algorithm the
+//   cuBLASLt heuristic offers (up to 8) is timed briefly first and the fastest is measured (autotuning).
 //   tflops = 2 m n k / median time;  pct_peak = 100 * tflops / the GPU model's dense peak for the input type.
 // Defaults: dtypes bf16 f16 tf32 e4m3 e4m3xe5m2 (quick: bf16 e4m3); sizes 2048 4096 8192 16384 (quick:
 // 8192), or none when only shape sets are asked for. Record case: "<dtype>/<m>x<n>x<k>" or "<dtype>/<set name>".
@@ -14,7 +15,10 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <memory>
+#include <optional>
 
 #include "bench/loop.h"
 #include "core/error.h"
@@ -117,11 +121,32 @@ std::size_t bytes_of(DType t, std::int64_t rows, std::int64_t cols) {
   return std::size_t(rows) * std::size_t(cols) * dtype_size(t);
 }
 
+// Autotuning: times each algorithm the heuristic offered (a short loop each) and keeps the fastest.
+// A candidate that fails to run is passed over; its first choice stays if none is faster.
+void tune(ops::DeviceContext& dc, ops::GemmPlan& plan, const std::function<void(int)>& body) {
+  if (plan.candidates() < 2) return;
+  bench::LoopSpec probe;
+  probe.warmup = 3;
+  probe.iters = 10;
+  double best = std::numeric_limits<double>::infinity();
+  int best_rank = 0;
+  for (int rank = 0; rank < plan.candidates(); ++rank) {
+    plan.select(rank);
+    try {
+      const double ms = bench::time_stream(probe, dc.device(), dc.stream(), body).summary().median;
+      if (ms < best) best = ms, best_rank = rank;
+    } catch (const Error& e) {
+      if (e.fatal()) throw;
+    }
+  }
+  plan.select(best_rank);
+}
+
 std::string measure(const Context& ctx, ops::DeviceContext& dc, const Case& c, Record& r) {
   const ops::GemmShape& s = c.shape;
   const int dev = dc.device();
   const bool fp8 = is_fp8(s.a);
-  const ops::GemmPlan& plan = dc.gemm_plan(s);
+  ops::GemmPlan& plan = dc.gemm_plan(s);
 
   // Inputs: rotate among copies so that they do not sit in L2 (>= 3x L2 in all, at most kMaxCopies).
   const std::size_t a_bytes = bytes_of(s.a, s.m, s.k), b_bytes = bytes_of(s.b, s.n, s.k);
@@ -135,23 +160,21 @@ std::string measure(const Context& ctx, ops::DeviceContext& dc, const Case& c, R
     ops::fill_uniform(b[i].get(), s.b, std::size_t(s.n * s.k), 2 * i + 2, -1.0f, 1.0f, dc.stream());
   }
   ops::DeviceBuffer d(dev, bytes_of(s.d, s.m, s.n));
-  ops::DeviceBuffer scale_buf;
+  std::optional<ops::DeviceScales> scale_buf;
   ops::GemmScales scales;
-  if (fp8) {
-    scale_buf = ops::DeviceBuffer(dev, sizeof(kScales));
-    TB_CHECK(cudaMemcpyAsync(scale_buf.get(), kScales, sizeof(kScales), cudaMemcpyHostToDevice, dc.stream()));
-    scales = {scale_buf.as<float>(), scale_buf.as<float>() + 1};
-  }
+  if (fp8) scales = scale_buf.emplace(dev, kScales[0], kScales[1], dc.stream()).scales();
 
+  const ops::Workspace ws = dc.workspace();
+  auto body = [&](int iter) {
+    const int i = (iter % copies + copies) % copies;  // warmup iterations are negative
+    plan.run(d.get(), a[i].get(), b[i].get(), ws, dc.stream(), scales);
+  };
+  if (ctx.spec.tune) tune(dc, plan, body);
   bench::LoopSpec loop;
   loop.warmup = ctx.spec.warmup >= 0 ? ctx.spec.warmup : 10;
   loop.iters = ctx.spec.iters > 0 ? ctx.spec.iters : 50;
   loop.min_warmup_ms = 100;
-  const ops::Workspace ws = dc.workspace();
-  const Summary t = bench::time_stream(loop, dev, dc.stream(), [&](int iter) {
-                      const int i = (iter % copies + copies) % copies;  // warmup iterations are negative
-                      plan.run(d.get(), a[i].get(), b[i].get(), ws, dc.stream(), scales);
-                    }).summary();
+  const Summary t = bench::time_stream(loop, dev, dc.stream(), body).summary();
 
   const double tflops = plan.flops() / (t.median * 1e-3) / 1e12;
   const auto& algo = plan.algo();
@@ -169,6 +192,8 @@ std::string measure(const Context& ctx, ops::DeviceContext& dc, const Case& c, R
               {"stages", algo.stages},
               {"splitk", algo.splitk},
               {"workspace_bytes", algo.workspace_bytes},
+              {"heuristic_rank", algo.rank},
+              {"candidates", algo.candidates},
               {"desc", algo.describe()}}}};
   if (fp8) {
     r.data["fast_accum"] = s.fast_accum;

@@ -1,5 +1,5 @@
 // micro/membw_kernels.h: streaming kernels over n floats with 16-byte accesses, 4 in flight per thread.
-//   copy:  b[i] = a[i]              bytes = 2 n 4 (read + write)
+//   copy:  b[i] = a[i]              bytes = 2 n 4 (read + write); cudaMemcpyAsync device to device
 //   read:  sum a[i] (kept alive)    bytes = n 4
 //   write: b[i] = v                 bytes = n 4
 //   triad: c[i] = a[i] + s b[i]     bytes = 3 n 4

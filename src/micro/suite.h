@@ -31,6 +31,7 @@ struct Spec {
   int iters = -1;
   bool quick = false;                // the reduced size set used by `trainbench check`
   bool verify = true;                // check results (GEMM against a reference, NCCL data)
+  bool tune = true;                  // gemm: time the heuristic's candidate algorithms, keep the fastest
 };
 
 // Where a suite's records go: the JSONL sink (flushed per record), a live line on stdout, and memory

@@ -95,6 +95,7 @@ std::vector<VerdictRow> judge(const std::vector<nlohmann::json>& records, const 
     if (status != "ok") {
       row.verdict = Verdict::fail;
       row.note = r.contains("error") ? r["error"].value("msg", "error") : "error";
+      row.note = row.note.substr(0, row.note.find(" in src/"));  // what failed, without the code location
       rows.push_back(row);
       continue;
     }

@@ -6,6 +6,8 @@
 // Also: fill_uniform bit-for-bit against the host recomputation, plan caching, and input validation.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <cuda_runtime_api.h>
 
 #include <memory>
@@ -31,7 +33,8 @@ constexpr float kScales[2] = {0.5f, 4.0f};  // fp8 a_scale, b_scale
 
 // A, B, D (and fp8 scales) of one shape on the device, A and B filled with random values in [-1, 1].
 struct Operands {
-  DeviceBuffer a, b, d, scale_buf;
+  DeviceBuffer a, b, d;
+  std::optional<DeviceScales> scale_buf;
   GemmScales scales;
   double a_scale = 1, b_scale = 1;
 
@@ -43,9 +46,7 @@ struct Operands {
     fill_uniform(b.get(), s.b, std::size_t(s.n * s.k), 12, -1.0f, 1.0f, dc.stream());
     TB_CHECK(cudaMemsetAsync(d.get(), 0xff, d.bytes(), dc.stream()));  // NaN everywhere until written
     if (tb::is_fp8(s.a)) {
-      scale_buf = DeviceBuffer(dc.device(), sizeof(kScales));
-      TB_CHECK(cudaMemcpyAsync(scale_buf.get(), kScales, sizeof(kScales), cudaMemcpyHostToDevice, dc.stream()));
-      scales = {scale_buf.as<float>(), scale_buf.as<float>() + 1};
+      scales = scale_buf.emplace(dc.device(), kScales[0], kScales[1], dc.stream()).scales();
       a_scale = kScales[0];
       b_scale = kScales[1];
     }
@@ -146,6 +147,18 @@ TEST_P(GemmGpu, CorruptedElementFailsTheCheck) {
     const auto elements = sample_elements(s.m, s.n, all_elements(s));
     EXPECT_FALSE(verify_gemm(s, op.d.get(), op.a.get(), op.b.get(), 1.0, 1.0, elements, dc_->stream()).ok());
   }
+}
+
+TEST(GemmGpuScales, UnalignedFp8ScalePointerIsRefused) {
+  if (tb::bench::visible_gpu_count() == 0) GTEST_SKIP() << tb::bench::no_gpu_reason();
+  DeviceContext dc(0);
+  GemmShape s;
+  s.m = s.n = s.k = 64;
+  s.a = s.b = tb::DType::e4m3;
+  s.d = tb::DType::bf16;
+  Operands op(dc, s);
+  GemmScales bad{op.scales.a + 1, op.scales.b};
+  EXPECT_THROW(dc.gemm(s, op.d.get(), op.a.get(), op.b.get(), bad), tb::Error);
 }
 
 TEST_P(GemmGpu, PlansAreCachedPerShape) {

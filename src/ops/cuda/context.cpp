@@ -79,7 +79,14 @@ void DeviceContext::synchronize() const {
   TB_CHECK(cudaStreamSynchronize(stream_.get()));
 }
 
-const GemmPlan& DeviceContext::gemm_plan(const GemmShape& s) {
+DeviceScales::DeviceScales(int device, float a, float b, cudaStream_t stream)
+    : buf_(device, 2 * kSlot * sizeof(float)) {
+  TB_CHECK(cudaMemcpyAsync(buf_.as<float>(), &a, sizeof(float), cudaMemcpyHostToDevice, stream));
+  TB_CHECK(cudaMemcpyAsync(buf_.as<float>() + kSlot, &b, sizeof(float), cudaMemcpyHostToDevice, stream));
+  TB_CHECK(cudaStreamSynchronize(stream));  // the host floats are on this stack frame
+}
+
+GemmPlan& DeviceContext::gemm_plan(const GemmShape& s) {
   if (auto it = plans_.find(s); it != plans_.end()) return it->second;
   activate();
   return plans_.try_emplace(s, lt_.get(), s, workspace_.bytes()).first->second;

@@ -37,6 +37,18 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// Per-tensor fp8 scales a and b on the device, each in its own 256-byte slot: cuBLASLt rejects a scale
+// pointer that is only 4-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED at cublasLtMatmul, seen on H200).
+class DeviceScales {
+ public:
+  DeviceScales(int device, float a, float b, cudaStream_t stream);
+  GemmScales scales() const { return {buf_.as<float>(), buf_.as<float>() + kSlot}; }
+  static constexpr std::size_t kSlot = 64;  // floats: 256 bytes
+
+ private:
+  DeviceBuffer buf_;
+};
+
 class DeviceContext {
  public:
   static constexpr std::size_t kWorkspaceBytes = std::size_t(64) << 20;
@@ -57,7 +69,7 @@ class DeviceContext {
   void synchronize() const;  // waits for the stream
 
   // The plan for s: planned (device made current) on first use, then cached. Throws as GemmPlan does.
-  const GemmPlan& gemm_plan(const GemmShape& s);
+  GemmPlan& gemm_plan(const GemmShape& s);
   // Enqueues D = A·B^T on stream() with the cached plan and this context's workspace.
   void gemm(const GemmShape& s, void* d, const void* a, const void* b, GemmScales scales = {});
 

@@ -99,15 +99,27 @@ GemmPlan::GemmPlan(cublasLtHandle_t lt, const GemmShape& s, std::size_t workspac
   TB_CHECK(cublasLtMatrixLayoutCreate(lay_b_.out(), cuda_type(s.a), s.k, s.m, s.k));  // our A [m,k]
   TB_CHECK(cublasLtMatrixLayoutCreate(lay_d_.out(), cuda_type(s.d), s.n, s.m, s.n));  // our D [m,n]
 
+  if (is_fp8(s.a)) {  // one unit scale, used for both operands until run() is given others
+    float* unit = nullptr;
+    TB_CHECK(cudaMalloc(reinterpret_cast<void**>(&unit), sizeof(float)));
+    unit_scales_ = std::shared_ptr<float>(unit, [](float* p) { cudaFree(p); });
+    const float one = 1.0f;
+    TB_CHECK(cudaMemcpy(unit, &one, sizeof(one), cudaMemcpyHostToDevice));
+    scales_set_ = {unit, unit};
+    set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(unit));
+    set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(unit));
+  }
+
   LtOwned<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
   TB_CHECK(cublasLtMatmulPreferenceCreate(pref.out()));
   const std::uint64_t max_ws = workspace_bytes;
   TB_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
                                                 sizeof(max_ws)));
-  cublasLtMatmulHeuristicResult_t result{};
+  candidates_.resize(kCandidates);
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, desc_.get(), lay_a_.get(), lay_b_.get(), lay_d_.get(),
-                                                           lay_d_.get(), pref.get(), 1, &result, &found);
+                                                           lay_d_.get(), pref.get(), kCandidates, candidates_.data(),
+                                                           &found);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || (ok(st) && found == 0))
     raise_error(Error::Kind::cublas,
                 fmt::format("no cuBLASLt algorithm for {} m={} n={} k={} (-> {}{}, workspace {} MiB, cuBLASLt {}); "
@@ -115,13 +127,23 @@ GemmPlan::GemmPlan(cublasLtHandle_t lt, const GemmShape& s, std::size_t workspac
                             gemm_types_name(s.a, s.b), s.m, s.n, s.k, dtype_name(s.d),
                             s.fast_accum ? ", fast_accum" : "", workspace_bytes >> 20, cublaslt_version()));
   TB_CHECK(st);
+  candidates_.resize(found);
+  select(0);
+}
 
+void GemmPlan::select(int rank) {
+  TB_REQUIRE(rank >= 0 && rank < candidates(),
+             fmt::format("GEMM {}: no algorithm candidate {} (the heuristic offered {})", describe(s_), rank,
+                         candidates()));
+  const auto& result = candidates_[rank];
   algo_ = result.algo;
   info_.id = algo_attr<std::int32_t>(algo_, CUBLASLT_ALGO_CONFIG_ID);
   info_.tile = algo_attr<std::uint32_t>(algo_, CUBLASLT_ALGO_CONFIG_TILE_ID);
   info_.stages = algo_attr<std::uint32_t>(algo_, CUBLASLT_ALGO_CONFIG_STAGES_ID);
   info_.splitk = algo_attr<std::int32_t>(algo_, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
   info_.workspace_bytes = result.workspaceSize;
+  info_.rank = rank;
+  info_.candidates = candidates();
 }
 
 void GemmPlan::run(void* d, const void* a, const void* b, Workspace ws, cudaStream_t stream, GemmScales scales) const {
@@ -132,6 +154,14 @@ void GemmPlan::run(void* d, const void* a, const void* b, Workspace ws, cudaStre
   TB_REQUIRE(ws.bytes >= info_.workspace_bytes && (ws.ptr || info_.workspace_bytes == 0),
              fmt::format("GEMM {}: the plan needs {} bytes of workspace, got {}", describe(s_), info_.workspace_bytes,
                          ws.bytes));
+  if (unit_scales_) {  // fp8: null scales mean the plan's unit scales
+    if (!scales.a) scales.a = unit_scales_.get();
+    if (!scales.b) scales.b = unit_scales_.get();
+    TB_REQUIRE(reinterpret_cast<std::uintptr_t>(scales.a) % 16 == 0 && reinterpret_cast<std::uintptr_t>(scales.b) % 16 == 0,
+               fmt::format("GEMM {}: fp8 scale pointers must be 16-byte aligned (cuBLASLt rejects others); keep each "
+                           "scale in its own allocation or slot (ops::DeviceScales)",
+                           describe(s_)));
+  }
   if (scales.a != scales_set_.a || scales.b != scales_set_.b) {
     TB_REQUIRE(is_fp8(s_.a), fmt::format("GEMM {}: per-tensor scales apply to fp8 GEMMs only", describe(s_)));
     // cuBLAS's A is our B and the other way round.

@@ -14,8 +14,10 @@
 #include <compare>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "ops/cpu/gemm_ref.h"
@@ -44,7 +46,7 @@ struct Workspace {
   void* ptr = nullptr;
   std::size_t bytes = 0;
 };
-struct GemmScales {  // device pointers to one float each; null means 1
+struct GemmScales {  // device pointers to one float each; null means 1 (the plan's own unit scales)
   const float* a = nullptr;
   const float* b = nullptr;
 };
@@ -55,15 +57,23 @@ struct GemmAlgo {
   unsigned tile = 0, stages = 0;  // cublasLtMatmulTile_t, cublasLtMatmulStages_t
   int splitk = 1;
   std::size_t workspace_bytes = 0;
+  int rank = 0;        // its place in the heuristic's list (0: the heuristic's first choice)
+  int candidates = 1;  // how many algorithms the heuristic offered
   std::string describe() const;  // "algo 66 tile 20 stages 36 splitK 1"
 };
 
 class GemmPlan {
  public:
   // Validates the shape, builds the descriptors and asks the heuristic once (for at most workspace_bytes of
-  // workspace). No algorithm: tb::Error{cublas, not fatal} "no cuBLASLt algorithm for e4m3 m=.. n=.. k=..".
+  // workspace) for up to kCandidates algorithms, and uses its first. No algorithm: tb::Error{cublas, not
+  // fatal} "no cuBLASLt algorithm for e4m3 m=.. n=.. k=..". fp8 plans own device unit scales, set before the
+  // heuristic (cuBLASLt picks fp8 kernels for the scale pointers the descriptor holds then).
   // The device whose handle `lt` is must be current.
+  static constexpr int kCandidates = 8;
   GemmPlan(cublasLtHandle_t lt, const GemmShape& s, std::size_t workspace_bytes);
+  // Autotuning: the caller times each candidate (bench/loop.h) and selects the fastest.
+  int candidates() const { return int(candidates_.size()); }
+  void select(int rank);
 
   // d, a, b: device buffers, 256-byte aligned (cudaMalloc) as the heuristic assumed. Enqueues on stream.
   // Not thread-safe: fp8 scale pointers are set on the shared descriptor when they change.
@@ -79,9 +89,11 @@ class GemmPlan {
   cublasLtHandle_t lt_;
   LtOwned<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc_;
   LtOwned<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> lay_a_, lay_b_, lay_d_;  // cuBLAS's A, B, D
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates_;
   cublasLtMatmulAlgo_t algo_{};
   GemmAlgo info_;
-  mutable GemmScales scales_set_;  // the scale pointers the descriptor holds now
+  std::shared_ptr<float> unit_scales_;  // fp8: a device float = 1
+  mutable GemmScales scales_set_;       // the scale pointers the descriptor holds now
 };
 
 // Checks elements of D (device) against ops/cpu/gemm_ref: copies the rows of A, B and D they need to the
