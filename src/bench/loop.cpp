@@ -91,6 +91,8 @@ Timing time_streams(const LoopSpec& spec, std::span<const int> devices, std::spa
   HostFlag flag;
   Timing t;
   t.ms.reserve(spec.iters);
+  Telemetry* tel = spec.telemetry && spec.telemetry->available() ? spec.telemetry : nullptr;
+  if (tel) t.telemetry_from = tel->mark();
   for (int first = 0; first < spec.iters; first += kBatch) {
     const int n = std::min(kBatch, spec.iters - first);
     std::vector<std::unique_ptr<Events>> ev;
@@ -132,6 +134,10 @@ Timing time_streams(const LoopSpec& spec, std::span<const int> devices, std::spa
       }
       t.ms.push_back(worst);
     }
+  }
+  if (tel) {
+    t.telemetry_to = tel->mark();
+    t.marked = true;
   }
   return t;
 }

@@ -6,7 +6,9 @@
 //   hold:   iterations are queued behind a spin kernel that waits on a host flag, then released
 //           together, so CPU launch overhead stays out of the timing (nvbandwidth's idiom);
 //   flush_l2: before each timed iteration, an L2-sized buffer is overwritten (outside the events);
-//           for rotating buffers, body(iter) picks its inputs from `iter`.
+//           for rotating buffers, body(iter) picks its inputs from `iter`;
+//   telemetry: with spec.telemetry, two marks bracket the timed iterations, so power and energy describe
+//           the measured work, not the setup or the warmup.
 // Several devices: body(iter) enqueues on every device's stream; an iteration's time is the max over
 // devices of its event interval (nccl-tests' per-iteration "max across GPUs").
 #pragma once
@@ -17,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "bench/telemetry.h"
 #include "core/stats.h"
 
 namespace tb::bench {
@@ -27,11 +30,14 @@ struct LoopSpec {
   double min_warmup_ms = 0;  // keep warming up until this much GPU time has passed
   bool hold = true;          // queue timed iterations behind a spin kernel
   bool flush_l2 = false;     // overwrite an L2-sized buffer before each timed iteration
+  Telemetry* telemetry = nullptr;  // when available: marks taken just before and after the timed iterations
 };
 
 struct Timing {
   std::vector<double> ms;  // one per timed iteration
   Summary summary() const { return summarize(ms); }
+  bool marked = false;     // telemetry_from/to bracket the timed iterations (warmup, setup excluded)
+  Telemetry::Mark telemetry_from = 0, telemetry_to = 0;
 };
 
 Timing time_stream(const LoopSpec& spec, int device, cudaStream_t stream, const std::function<void(int iter)>& body);

@@ -27,7 +27,7 @@ int cmd_check(int argc, char** argv) {
               systems.match ? systems.match->file.c_str() : "none");
   bench::Telemetry telemetry(spec.devices);
   micro::Output out(run.sink.get(), true);
-  micro::Context ctx{spec, out, systems.match, &telemetry};
+  micro::Context ctx{spec, out, systems.match, &telemetry, std::nullopt};
   const auto result = micro::run_check(ctx);
   std::printf("\n== verdicts ==\n%s", report::render_table(result.rows).c_str());
   std::printf("\ncheck: %s\n", result.failed ? "FAILED (see the rows marked FAIL)" : "passed");

@@ -50,7 +50,7 @@ int cmd_micro(int argc, char** argv) {
   bench::Telemetry telemetry(spec.devices);
   if (!telemetry.available()) log::warn("telemetry off: {}", telemetry.reason());
   micro::Output out(run.sink.get(), true);
-  micro::Context ctx{spec, out, systems.match, &telemetry};
+  micro::Context ctx{spec, out, systems.match, &telemetry, std::nullopt};
   s->run(ctx);
   print_results_location(run);
   return out.any_error() ? kFailed : kOk;

@@ -17,7 +17,7 @@ CheckResult run_check(Context& ctx) {
   auto step = [&](const char* suite_name, Spec spec) {
     std::printf("\n== %s ==\n", suite_name);
     std::fflush(stdout);
-    Context sub{std::move(spec), ctx.out, ctx.system, ctx.telemetry};
+    Context sub{std::move(spec), ctx.out, ctx.system, ctx.telemetry, std::nullopt};
     sub.spec.devices = devices;
     sub.spec.quick = true;
     find_suite(suite_name)->run(sub);

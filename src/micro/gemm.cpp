@@ -142,7 +142,7 @@ void tune(ops::DeviceContext& dc, ops::GemmPlan& plan, const std::function<void(
   plan.select(best_rank);
 }
 
-std::string measure(const Context& ctx, ops::DeviceContext& dc, const Case& c, Record& r) {
+std::string measure(Context& ctx, ops::DeviceContext& dc, const Case& c, Record& r) {
   const ops::GemmShape& s = c.shape;
   const int dev = dc.device();
   const bool fp8 = is_fp8(s.a);
@@ -170,11 +170,9 @@ std::string measure(const Context& ctx, ops::DeviceContext& dc, const Case& c, R
     plan.run(d.get(), a[i].get(), b[i].get(), ws, dc.stream(), scales);
   };
   if (ctx.spec.tune) tune(dc, plan, body);
-  bench::LoopSpec loop;
-  loop.warmup = ctx.spec.warmup >= 0 ? ctx.spec.warmup : 10;
-  loop.iters = ctx.spec.iters > 0 ? ctx.spec.iters : 50;
-  loop.min_warmup_ms = 100;
-  const Summary t = bench::time_stream(loop, dev, dc.stream(), body).summary();
+  const bench::Timing timing = bench::time_stream(loop_spec(ctx, 10, 50, 100), dev, dc.stream(), body);
+  note_timing(ctx, timing);
+  const Summary t = timing.summary();
 
   const double tflops = plan.flops() / (t.median * 1e-3) / 1e12;
   const auto& algo = plan.algo();

@@ -5,7 +5,6 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
-#include "bench/loop.h"
 #include "core/error.h"
 #include "micro/case.h"
 
@@ -27,22 +26,17 @@ struct DeviceMem {
   ~DeviceMem() { cudaFree(p); }
 };
 
-bench::LoopSpec loop_spec(const Spec& spec) {
-  bench::LoopSpec loop;
-  loop.warmup = spec.warmup >= 0 ? spec.warmup : 3;
-  loop.iters = spec.iters > 0 ? spec.iters : 20;
-  return loop;
-}
-
-std::string measure_copy(Record& r, const Spec& spec, int timing_dev, void* dst, const void* src, int dst_dev,
+std::string measure_copy(Record& r, Context& ctx, int timing_dev, void* dst, const void* src, int dst_dev,
                          int src_dev, size_t bytes, bool peer) {
   TB_CHECK(cudaSetDevice(timing_dev));
   cudaStream_t stream;
   TB_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const auto t = bench::time_stream(loop_spec(spec), timing_dev, stream, [&](int) {
+  const auto timing = bench::time_stream(loop_spec(ctx, 3, 20), timing_dev, stream, [&](int) {
     if (peer) TB_CHECK(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, stream));
     else TB_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
-  }).summary();
+  });
+  note_timing(ctx, timing);
+  const auto t = timing.summary();
   TB_CHECK(cudaStreamDestroy(stream));
   const double gbps = double(bytes) / (t.median * 1e-3) / 1e9;
   r.data["bytes"] = bytes;
@@ -77,7 +71,7 @@ void run_links(Context& ctx) {
           run_case(ctx, rec, {dev}, [&](Record& r) {
             DeviceMem d(dev, bytes);
             const bool h2d = kind == "h2d";
-            return fmt::format("{}  gpu{}", measure_copy(r, ctx.spec, dev, h2d ? d.p : host.p, h2d ? host.p : d.p,
+            return fmt::format("{}  gpu{}", measure_copy(r, ctx, dev, h2d ? d.p : host.p, h2d ? host.p : d.p,
                                                          dev, dev, bytes, false), dev);
           });
         }
@@ -108,7 +102,7 @@ void run_links(Context& ctx) {
             r.data["src"] = src;
             r.data["dst"] = dst;
             r.data["peer_access"] = bool(can);
-            return measure_copy(r, ctx.spec, src, d.p, s.p, dst, src, bytes, true);
+            return measure_copy(r, ctx, src, d.p, s.p, dst, src, bytes, true);
           });
         }
     }

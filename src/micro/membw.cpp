@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
-#include "bench/loop.h"
 #include "core/error.h"
 #include "micro/case.h"
 #include "micro/membw_kernels.h"
@@ -66,13 +65,11 @@ void run_membw(Context& ctx) {
               fill_membw(q, n, 1.0f, stream);
             }
           const MemKernel k = kernel_by_name(kname);
-          bench::LoopSpec loop;
-          loop.warmup = ctx.spec.warmup >= 0 ? ctx.spec.warmup : 5;
-          loop.iters = ctx.spec.iters > 0 ? ctx.spec.iters : 30;
-          loop.min_warmup_ms = 50;
-          const auto t = bench::time_stream(loop, dev, stream, [&](int) {
+          const auto timing = bench::time_stream(loop_spec(ctx, 5, 30, 50), dev, stream, [&](int) {
             launch_membw(k, buf.p[0], buf.p[1], buf.p[2], n, sms, stream);
-          }).summary();
+          });
+          note_timing(ctx, timing);
+          const auto t = timing.summary();
           const double moved = membw_bytes(k, n);
           const double tbps = moved / (t.median * 1e-3) / 1e12;
           r.data = {{"kernel", kname},

@@ -154,6 +154,7 @@ std::string measure(Context& ctx, comm::LocalComms& comms, Coll op, DType dtype,
 
   const bench::Timing t = bench::time_streams(loop, comms.devices(), comms.streams(),
                                               [&](int) { enqueue(comms, c, buf.send, buf.recv); });
+  note_timing(ctx, t);
   std::vector<double> us(t.ms.size());
   std::transform(t.ms.begin(), t.ms.end(), us.begin(), [](double ms) { return ms * 1e3; });
   const Summary s = summarize(us);
@@ -209,10 +210,7 @@ void run_nccl(Context& ctx) {
     return;
   }
 
-  bench::LoopSpec loop;
-  loop.warmup = spec.warmup >= 0 ? spec.warmup : 5;
-  loop.iters = spec.iters > 0 ? spec.iters : 20;
-  loop.hold = true;
+  const bench::LoopSpec loop = loop_spec(ctx, 5, 20);
   for (Coll op : ops)
     for (DType dtype : dtypes)
       for (long long size : sizes) {

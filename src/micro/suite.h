@@ -3,8 +3,11 @@
 // it never times itself (bench/loop.h) and never decides pass/fail (report/verdict.h).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -54,6 +57,7 @@ struct Context {
   Output& out;
   const recipe::SystemRef* system = nullptr;  // datasheet peaks of this GPU model; null when unknown
   bench::Telemetry* telemetry = nullptr;      // may be unavailable (no NVML)
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> timed_window;  // set by note_timing (micro/case.h)
 };
 
 struct Suite {

@@ -75,3 +75,21 @@ TEST(LoopMultiGpu, IterationTimeIsTheMaxOverDevices) {
     TB_CHECK(cudaStreamDestroy(streams[d]));
   }
 }
+
+TEST(LoopGpu, TelemetryMarksBracketTheTimedIterations) {
+  if (tb::bench::visible_gpu_count() == 0) GTEST_SKIP() << tb::bench::no_gpu_reason();
+  tb::bench::Telemetry tel({0});
+  if (!tel.available()) GTEST_SKIP() << tel.reason();
+  cudaStream_t s;
+  TB_CHECK(cudaStreamCreate(&s));
+  tb::bench::LoopSpec spec;
+  spec.warmup = 100;  // 100 ms of warmup, outside the window
+  spec.iters = 200;   // 200 ms timed
+  spec.telemetry = &tel;
+  const auto t = tb::bench::time_stream(spec, 0, s, [&](int) { spin_ns<<<1, 1, 0, s>>>(1'000'000); });
+  ASSERT_TRUE(t.marked);
+  const auto sum = tel.summary(0, t.telemetry_from, t.telemetry_to);
+  EXPECT_NEAR(sum.seconds, 0.2, 0.05);  // the window is the timed part, not the warmup
+  EXPECT_GE(sum.samples, 10);
+  TB_CHECK(cudaStreamDestroy(s));
+}
