@@ -1,0 +1,92 @@
+// Tests cli/: the command table, help, "did you mean" for commands and flags, exit codes, info --json,
+// and the one-line "needs a GPU" where there is none.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "bench/sysinfo.h"
+#include "cli/commands.h"
+
+namespace {
+struct Result {
+  int rc;
+  std::string out, err;
+};
+
+Result run(std::vector<std::string> args) {
+  args.insert(args.begin(), "trainbench");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  const int rc = tb::cli::dispatch(int(argv.size()), argv.data());
+  Result r{rc, testing::internal::GetCapturedStdout(), testing::internal::GetCapturedStderr()};
+  return r;
+}
+}  // namespace
+
+TEST(Cli, HelpAndVersion) {
+  auto r = run({"--help"});
+  EXPECT_EQ(r.rc, 0);
+  for (const auto& c : tb::cli::commands()) EXPECT_NE(r.out.find(std::string(c.name)), std::string::npos) << c.name;
+  EXPECT_EQ(run({}).rc, 2);  // no command is a usage error, with the help shown
+  r = run({"--version"});
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("trainbench"), std::string::npos);
+}
+
+TEST(Cli, UnknownCommandSuggestsTheNearest) {
+  auto r = run({"chek"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("unknown command 'chek' (did you mean 'check'?)"), std::string::npos) << r.err;
+  r = run({"zzzzzz"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.err.find("did you mean"), std::string::npos) << r.err;
+}
+
+TEST(Cli, UnknownFlagSuggestsTheNearest) {
+  auto r = run({"micro", "gemm", "--dtpe", "bf16"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("unknown option '--dtpe' (did you mean '--dtype'?)"), std::string::npos) << r.err;
+  r = run({"check", "--gpu", "2"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("did you mean '--gpus'"), std::string::npos) << r.err;
+}
+
+TEST(Cli, BadValuesAreUsageErrors) {
+  EXPECT_EQ(run({"micro", "gemmm"}).rc, 2);                      // unknown suite
+  EXPECT_EQ(run({"micro", "nccl", "--op", "median"}).rc, 2);     // unknown reduction
+  EXPECT_EQ(run({"micro", "gemm", "--gpus", "0"}).rc, 2);        // not a positive count
+  EXPECT_EQ(run({"micro", "gemm", "--iters", "-3"}).rc, 2);
+  EXPECT_EQ(run({"micro", "membw", "--sizes", "12Q"}).rc, 2);    // bad unit (or no GPU): 2 either way
+}
+
+TEST(Cli, ListNamesEverySuite) {
+  auto r = run({"list"});
+  EXPECT_EQ(r.rc, 0);
+  for (const char* s : {"gemm", "membw", "nccl", "links"}) EXPECT_NE(r.out.find(s), std::string::npos) << s;
+}
+
+TEST(Cli, InfoJsonIsOneObjectWithTheGpus) {
+  auto r = run({"info", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j.contains("host"));
+  EXPECT_TRUE(j.contains("versions"));
+  ASSERT_TRUE(j["system"]["gpus"].is_array());
+  EXPECT_EQ(int(j["system"]["gpus"].size()), tb::bench::visible_gpu_count());
+  EXPECT_TRUE(j["build"].contains("git"));
+}
+
+TEST(Cli, CommandsNeedingAGpuSaySoInOneLine) {
+  if (tb::bench::visible_gpu_count() > 0) GTEST_SKIP() << "a GPU is visible";
+  for (std::vector<std::string> args : {std::vector<std::string>{"check"}, {"micro", "gemm"}, {"micro", "nccl"}}) {
+    auto r = run(args);
+    EXPECT_EQ(r.rc, 2) << args[0];
+    EXPECT_NE(r.err.find("needs a GPU: "), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
