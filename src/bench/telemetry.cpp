@@ -24,6 +24,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr double kCounterMinSeconds = 1.0;  // shorter windows: energy = mean power x seconds
 
 // Clocks-event reasons that are slowdowns; gpu_idle, applications_clocks_setting and display_clocks are
 // settings or idleness, not slowdowns, and are never reported.
@@ -231,7 +232,10 @@ TelemetrySummary Telemetry::summary(int device, Mark from, Mark to) const {
   if (sm_n) out.sm_clock_mhz_mean = sm_sum / sm_n;
   if (mem_n) out.mem_clock_mhz_mean = mem_sum / mem_n;
   // The counter where it moved forward; else mean power x time (counter missing or reset in between).
-  out.energy_j = energy_last > energy_first ? energy_last - energy_first : out.power_w_mean * out.seconds;
+  // The energy counter advances in coarse steps (seen on H200: 71 J over an 80 ms window at ~600 W), so
+  // it is trusted only over windows of a second or more; shorter ones integrate the power samples.
+  out.energy_j = energy_last > energy_first && out.seconds >= kCounterMinSeconds ? energy_last - energy_first
+                                                                                 : out.power_w_mean * out.seconds;
   for (const auto& r : kSlowdowns) {
     if (reasons & r.bit) {
       out.throttle_mask |= r.bit;

@@ -1,8 +1,9 @@
 // bench/telemetry.h: NVML sampler. A thread samples power, SM/memory clocks, temperature, throttle
 // reasons and the energy counter of the given CUDA devices every `period`; a case brackets itself
 // with two marks and asks for the summary between them:
-//   power_w_mean = mean of samples, energy_j = energy counter(to) - energy counter(from)
-//   (falls back to power_w_mean x seconds where the counter is missing), throttle = union of the
+//   power_w_mean = mean of samples, energy_j = energy counter(to) - energy counter(from) over windows of
+//   1 s or more (the counter moves in coarse steps), else and where the counter is missing power_w_mean x
+//   seconds; throttle = union of the
 //   reasons seen, minus idle and application-clock settings (not slowdowns).
 // NVML is loaded at run time (dlopen libnvidia-ml.so.1); without it available() is false and
 // reason() says why; nothing throws for a missing NVML.

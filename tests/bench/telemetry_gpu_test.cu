@@ -51,19 +51,19 @@ TEST(TelemetryGpu, BusyKernelDrawsPowerAndEnergy) {
   ASSERT_TRUE(tel.available()) << tel.reason();
   burn_for(1.0);  // leave idle clocks and power behind before measuring
   const auto from = tel.mark();
-  burn_for(0.4);
+  burn_for(1.5);  // over 1 s: energy comes from the counter, checked against power x time below
   const auto to = tel.mark();
   const TelemetrySummary s = tel.summary(0, from, to);
   std::printf("%s\n", to_json(s).dump().c_str());
 
   EXPECT_GE(s.samples, 5);
-  EXPECT_GT(s.seconds, 0.3);
+  EXPECT_GT(s.seconds, 1.4);
   EXPECT_GT(s.power_w_mean, 50);
   EXPECT_LT(s.power_w_mean, 1500);
   EXPECT_GE(s.power_w_max, s.power_w_mean);
   EXPECT_GT(s.energy_j, 0);
   const double expected_j = s.power_w_mean * s.seconds;
-  EXPECT_NEAR(s.energy_j, expected_j, 0.5 * expected_j) << "energy counter vs mean power x time";
+  EXPECT_NEAR(s.energy_j, expected_j, 0.2 * expected_j) << "energy counter vs mean power x time";
   EXPECT_GT(s.sm_clock_mhz_mean, 200);
   EXPECT_LT(s.sm_clock_mhz_mean, 3000);
   EXPECT_LE(s.sm_clock_mhz_min, s.sm_clock_mhz_mean);
