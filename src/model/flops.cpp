@@ -1,0 +1,39 @@
+// model/flops.cpp: the per-token terms of flops.h.
+#include "model/flops.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace tb::model {
+
+std::string_view convention_name(FlopConvention c) { return c == FlopConvention::causal ? "causal" : "full"; }
+
+FlopConvention parse_convention(std::string_view name) {
+  if (name == "causal") return FlopConvention::causal;
+  if (name == "full") return FlopConvention::full;
+  raise_config(fmt::format("unknown FLOP convention '{}': use causal (attention halved) or full", name));
+}
+
+Flops flops_per_token(const ModelConfig& c, FlopConvention conv, int seq) {
+  const double s = seq > 0 ? seq : c.seq;
+  const double h = c.d_model, L = c.layers, d = c.head_dim, A = c.heads, G = c.kv_heads;
+  const double half = conv == FlopConvention::causal ? 0.5 : 1.0;
+  Flops f;
+  f.attention_linear = 6 * L * (h * (A + 2 * G) * d + A * d * h);
+  f.attention_core = 6 * L * 2 * A * d * s * half;
+  f.mlp = 6 * L * h * c.ffn * (c.act == Act::swiglu ? 3 : 2);
+  f.logits = 6.0 * c.vocab * h;
+  return f;
+}
+
+double flops_per_sample(const ModelConfig& c, FlopConvention conv, int seq) {
+  const double s = seq > 0 ? seq : c.seq;
+  return flops_per_token(c, conv, seq).total() * s;
+}
+
+double convert_flops(const ModelConfig& c, double flops, FlopConvention from, FlopConvention to, int seq) {
+  return flops * flops_per_sample(c, to, seq) / flops_per_sample(c, from, seq);
+}
+
+}  // namespace tb::model

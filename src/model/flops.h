@@ -1,0 +1,35 @@
+// model/flops.h: model FLOPs of one training step (forward + backward = 3 x forward, no recompute), the
+// numerator of TFLOP/s per GPU and MFU. Per token, for a dense decoder of L layers, d_model h, query
+// heads A and KV heads G of width d, MLP width ffn, vocabulary V, sequence s:
+//   attention linear  6 · L · (h·(A + 2G)·d + A·d·h)        QKV and output projections
+//   attention core    6 · L · 2·A·d·s · c                    QKᵀ and AV; c = 1/2 (causal) or 1 (full)
+//   mlp               6 · L · h · ffn · (3 swiglu | 2 gelu, sqrelu)
+//   logits            6 · V · h                              LM head (embedding lookups are free)
+// With A·d = h this is the DGXC / NeMo form 12·L·h²·(1 + G/A + s/h·c) + 18·L·h·ffn + 6·V·h, e.g.
+// Llama 3.1 8B at s = 8192: 5.79e10 per token, 4.74e14 per sample (full); 5.15e10 per token (causal).
+// Conventions: `full` (DGXC 24.11–25.05, NeMo ≤ 25.07 for Llama/Nemotron/GPT-3) and `causal`
+// (Megatron-LM ≥ 2025-03, NeMo ≥ 2025-08, Megatron-Bridge). Every record names the one it used.
+#pragma once
+
+#include <string_view>
+
+#include "model/config.h"
+
+namespace tb::model {
+
+enum class FlopConvention { causal, full };
+std::string_view convention_name(FlopConvention c);
+FlopConvention parse_convention(std::string_view name);  // "causal" | "full"; else Error{config}
+
+struct Flops {  // per token, training step (fwd + bwd)
+  double attention_linear = 0, attention_core = 0, mlp = 0, logits = 0;
+  double total() const { return attention_linear + attention_core + mlp + logits; }
+};
+
+// At sequence length `seq` (0: the config's).
+Flops flops_per_token(const ModelConfig& c, FlopConvention conv, int seq = 0);
+double flops_per_sample(const ModelConfig& c, FlopConvention conv, int seq = 0);  // tokens per sample = seq
+// The same step counted in the other convention (to compare with a reference that used it).
+double convert_flops(const ModelConfig& c, double flops, FlopConvention from, FlopConvention to, int seq = 0);
+
+}  // namespace tb::model
