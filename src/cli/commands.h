@@ -15,6 +15,7 @@ int cmd_info(int argc, char** argv);
 int cmd_check(int argc, char** argv);
 int cmd_micro(int argc, char** argv);
 int cmd_list(int argc, char** argv);
+int cmd_train(int argc, char** argv);
 
 std::span<const Command> commands();
 int dispatch(int argc, char** argv);  // the whole CLI: finds the command, maps errors to exit codes

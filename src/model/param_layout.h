@@ -1,0 +1,58 @@
+// model/param_layout.h: where every parameter of the dense decoder lives in the one flat buffer, and how
+// it starts. Backend-neutral: the CPU reference and the CUDA backend share the layout and the initial values.
+//   embed.weight                  [vocab, d_model]
+//   pos_embed.weight              [seq, d_model]                       (pos == learned)
+//   layers.<i>.norm1.weight       [d_model]   (+ .bias for layernorm, layernorm1p)
+//   layers.<i>.attn.qkv.weight    [(heads + 2 kv_heads) * head_dim, d_model]  rows: Q (head-major), K, V
+//   layers.<i>.attn.out.weight    [d_model, heads * head_dim]
+//   layers.<i>.norm2.weight       [d_model]   (+ .bias)
+//   layers.<i>.mlp.fc1.weight     [2 ffn, d_model] for swiglu (rows [0, ffn) gate, [ffn, 2 ffn) up),
+//                                 [ffn, d_model] for gelu and sqrelu
+//   layers.<i>.mlp.fc2.weight     [d_model, ffn]
+//   final_norm.weight             [d_model]   (+ .bias)
+//   lm_head.weight                [vocab, d_model]                     (absent when tied_embeddings: embed.weight)
+// Linear layers have no bias (Llama, Nemotron, Mistral have none; GPT-3's linear biases are left out).
+// Init: value = init_value + init_std * N(0, 1); matrices and embeddings std 0.02, the output projections
+// (attn.out, mlp.fc2) 0.02 / sqrt(2 layers); norm weights 1 (0 for layernorm1p, which stores w - 1); biases 0.
+// Each slot draws from its own std::mt19937_64 seeded from (seed, slot name), so a slot's values do not
+// depend on the slots before it (a proxy with fewer layers starts like the full model) nor on T.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/config.h"
+
+namespace tb::model {
+
+struct Slot {
+  std::string name;
+  std::size_t offset = 0, size = 0;  // in elements of the flat buffer
+  std::vector<std::int64_t> shape;   // [rows, cols] for matrices, [n] for vectors
+  double init_std = 0, init_value = 0;
+};
+
+struct DenseLayout {
+  struct Layer {
+    int norm1_w = -1, norm1_b = -1, qkv = -1, out = -1, norm2_w = -1, norm2_b = -1, fc1 = -1, fc2 = -1;
+  };
+  std::vector<Slot> slots;
+  std::size_t total = 0;  // elements
+  // Indices into slots; -1 when absent (no bias, no learned positions). lm_head == embed when tied.
+  int embed = -1, pos_embed = -1, final_norm_w = -1, final_norm_b = -1, lm_head = -1;
+  std::vector<Layer> layers;
+
+  const Slot& at(std::string_view name) const;  // Error{config} for an unknown name
+};
+
+DenseLayout dense_layout(const ModelConfig& c);
+
+// Fills params (layout.total elements) with the initial values.
+template <class T>
+void init_params(std::span<T> params, const DenseLayout& layout, std::uint64_t seed);
+
+}  // namespace tb::model

@@ -1,0 +1,24 @@
+// ops/cpu/attention.h: causal softmax attention with grouped-query heads (CPU reference).
+//   q: [b, s, H, d], k, v: [b, s, KV, d] (any strides: views into a fused QKV buffer), H % KV == 0;
+//   query head h reads kv head h / (H / KV) (GQA; KV == H is MHA, KV == 1 is MQA).
+//   S[i,j] = q_i . k_j / sqrt(d) for j <= i (causal; j > i masked out)
+//   lse_i  = log sum_{j<=i} exp(S[i,j]),  P[i,j] = exp(S[i,j] - lse_i),  o_i = sum_j P[i,j] v_j
+//   o: [b, s, H, d], lse: [b, H, s] (saved for the backward).
+// Backward (P recomputed from q, k and lse):
+//   dv_j += sum_i P[i,j] do_i;  dP[i,j] = do_i . v_j;  D_i = do_i . o_i;  dS = P * (dP - D_i)
+//   dq_i = sum_j dS[i,j] k_j / sqrt(d);  dk_j += sum_i dS[i,j] q_i / sqrt(d)
+//   (dk, dv sum over the H / KV query heads of a group.) dq, dk, dv are written.
+#pragma once
+
+#include "ops/cpu/common.h"
+
+namespace tb::ops::cpu {
+
+template <class T>
+void attention_forward(TensorView<T> o, TensorView<T> lse, In<T> q, In<T> k, In<T> v);
+
+template <class T>
+void attention_backward(TensorView<T> dq, TensorView<T> dk, TensorView<T> dv, In<T> dout, In<T> q, In<T> k,
+                        In<T> v, In<T> o, In<T> lse);
+
+}  // namespace tb::ops::cpu

@@ -1,0 +1,102 @@
+// train/data.h: training batches, synthetic (seeded) or from a memory-mapped pre-tokenised file.
+//
+// A Batch is `batch` rows of `seq` tokens, row-major; targets[i] is the token that follows tokens[i] (each row
+// is a window of seq + 1 tokens w: tokens = w[0..seq), targets = w[1..seq]).
+//
+// Both sources are counter-based: row k of the stream (k = 0, 1, 2, ... over all next() calls) depends only on
+// (seed, k), so next(8) yields the same rows as next(4) twice (gradient accumulation does not change the data)
+// and two instances with the same seed give the same batches, on any platform (own splitmix64, not <random>).
+// For data parallelism give each rank its own seed (e.g. seed + rank).
+//
+// SyntheticData tasks (V = vocab, S = seq):
+//   random: every token uniform in [0, V), independent. Not learnable: loss floor = ln V. For throughput runs.
+//   copy:   the window repeats a random prefix of h = floor(S / 2) tokens: w[i] = w[i mod h] for i >= h
+//           (w[0..h) uniform). The target at position i is w[i + 1]: unpredictable for i + 1 < h (h - 1
+//           positions, floor ln V each), a copy of the already-seen token w[i + 1 - h] otherwise (floor 0).
+//           Mean loss floor = (h - 1) / S * ln V, e.g. S = 8: 3/8 ln V. Needs S >= 2.
+//
+// TokenFile: tokens back to back, little-endian uint16 or uint32, no header (the nanoGPT / Megatron .bin
+// format). Mapped read-only with mmap and unmapped on destruction. Row k is the window of seq + 1 tokens
+// starting at a position drawn uniformly (from (seed, k)) in [0, n - seq - 1]. The constructor checks that
+// the file exists, is a regular non-empty file, has a size that is a multiple of the token size and holds at
+// least seq + 1 tokens. Tokens are checked on the fly in next() (each drawn token < vocab when vocab > 0,
+// and <= INT32_MAX always); validate(vocab) scans the whole file once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tb::train {
+
+struct Batch {
+  std::vector<std::int32_t> tokens;   // [batch, seq] row-major
+  std::vector<std::int32_t> targets;  // [batch, seq]: the token after each token
+  int batch = 0;
+  int seq = 0;
+};
+
+enum class Task { random, copy };
+std::string_view task_name(Task task);  // "random" | "copy"
+
+class SyntheticData {
+ public:
+  SyntheticData(int vocab, int seq, std::uint64_t seed, Task task);
+
+  Batch next(int batch);      // the next `batch` rows of the stream
+  double loss_floor() const;  // mean cross-entropy (nats per token) of the ideal model, formula above
+
+  int vocab() const { return vocab_; }
+  int seq() const { return seq_; }
+  Task task() const { return task_; }
+  std::int64_t rows_drawn() const { return next_row_; }
+
+ private:
+  int vocab_;
+  int seq_;
+  std::uint64_t seed_;
+  Task task_;
+  std::int64_t next_row_ = 0;
+};
+
+enum class TokenType { uint16, uint32 };
+std::string_view token_type_name(TokenType type);  // "uint16" | "uint32"
+std::size_t token_bytes(TokenType type);           // 2 | 4
+
+class TokenFile {
+ public:
+  // vocab > 0: tokens drawn by next() are checked against it; 0: no vocabulary check.
+  TokenFile(const std::filesystem::path& path, TokenType type, int seq, std::uint64_t seed, int vocab = 0);
+  ~TokenFile();
+  TokenFile(TokenFile&& other) noexcept;
+  TokenFile& operator=(TokenFile&& other) noexcept;
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+
+  Batch next(int batch);
+  void validate(int vocab) const;  // scans every token; throws naming the file, index and value of the first bad one
+
+  std::int64_t size() const { return n_; }  // tokens in the file
+  std::uint32_t at(std::int64_t i) const;   // raw token i (no checks beyond the index)
+  const std::filesystem::path& path() const { return path_; }
+  TokenType type() const { return type_; }
+  int seq() const { return seq_; }
+
+ private:
+  void unmap() noexcept;
+
+  std::filesystem::path path_;
+  TokenType type_;
+  int seq_;
+  std::uint64_t seed_;
+  int vocab_;
+  const std::byte* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::int64_t n_ = 0;
+  std::int64_t next_row_ = 0;
+};
+
+}  // namespace tb::train

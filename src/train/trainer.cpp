@@ -1,0 +1,140 @@
+// train/trainer.cpp: resolve the model, then the loop of trainer.h on the CPU backend.
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <memory>
+#include <variant>
+
+#include "core/error.h"
+#include "model/decoder_cpu.h"
+#include "ops/cpu/adamw.h"
+#include "train/data.h"
+#include "train/schedule.h"
+
+namespace tb::train {
+namespace {
+
+// Synthetic tasks or a token file behind one next(batch).
+class Source {
+ public:
+  Source(const TrainSpec& spec, const model::ModelConfig& m) {
+    if (spec.data == "copy" || spec.data == "random") {
+      auto& s =
+          data_.emplace<SyntheticData>(m.vocab, m.seq, spec.seed, spec.data == "copy" ? Task::copy : Task::random);
+      floor_ = s.loss_floor();
+    } else {
+      TB_REQUIRE(spec.token_type == "uint16" || spec.token_type == "uint32",
+                 fmt::format("--token-type must be uint16 or uint32, not '{}'", spec.token_type));
+      data_.emplace<TokenFile>(spec.data, spec.token_type == "uint16" ? TokenType::uint16 : TokenType::uint32, m.seq,
+                               spec.seed, m.vocab);
+    }
+  }
+  Batch next(int batch) {
+    return std::visit(
+        [&](auto& d) -> Batch {
+          if constexpr (std::is_same_v<std::decay_t<decltype(d)>, std::monostate>)
+            return {};
+          else
+            return d.next(batch);
+        },
+        data_);
+  }
+  double loss_floor() const { return floor_; }
+
+ private:
+  std::variant<std::monostate, SyntheticData, TokenFile> data_;
+  double floor_ = 0;
+};
+
+// Norm gains and biases are not decayed (the usual AdamW practice).
+std::vector<std::uint8_t> decay_mask(std::span<const model::Slot> slots, std::size_t n) {
+  std::vector<std::uint8_t> mask(n, 1);
+  for (const auto& s : slots)
+    if (s.name.find("norm") != std::string::npos || s.name.find("bias") != std::string::npos)
+      std::fill(mask.begin() + std::ptrdiff_t(s.offset), mask.begin() + std::ptrdiff_t(s.offset + s.size), 0);
+  return mask;
+}
+
+}  // namespace
+
+void validate(const TrainSpec& spec) {
+  TB_REQUIRE(spec.micro_batch > 0, "--micro-batch must be at least 1");
+  const int gb = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch;
+  TB_REQUIRE(gb % spec.micro_batch == 0,
+             fmt::format("--global-batch {} must be a multiple of --micro-batch {} (gradient accumulation is "
+                         "global / micro)",
+                         gb, spec.micro_batch));
+  TB_REQUIRE(spec.steps > 0, "--steps must be at least 1");
+  TB_REQUIRE(spec.warmup_steps >= 0 && spec.warmup_steps < spec.steps,
+             fmt::format("--warmup-steps {} must be below --steps {} (some steps must be measured)", spec.warmup_steps,
+                         spec.steps));
+  TB_REQUIRE(spec.device == "cpu" || spec.device == "cuda",
+             fmt::format("--device must be cpu or cuda, not '{}'", spec.device));
+  TB_REQUIRE(spec.lr > 0 && spec.min_lr >= 0 && spec.min_lr <= spec.lr, "--lr must be > 0 and --min-lr in [0, lr]");
+  TB_REQUIRE(spec.clip >= 0, "--clip must be >= 0 (0 turns clipping off)");
+}
+
+model::ModelConfig resolve_model(const TrainSpec& spec) {
+  model::ModelConfig m = model::preset(spec.model);
+  if (spec.layers > 0) m.layers = spec.layers;
+  if (spec.seq > 0) m.seq = spec.seq;
+  m.validate();
+  return m;
+}
+
+TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const StepStats&)>& on_step) {
+  validate(spec);
+  TrainResult res;
+  res.model = resolve_model(spec);
+  const auto& m = res.model;
+  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch;
+  const int accum = global / spec.micro_batch;
+  res.params = model::param_count(m);
+  res.tokens_per_step = double(global) * m.seq;
+  res.flops_per_step = res.tokens_per_step * model::flops_per_token(m, spec.convention).total();
+
+  model::CpuDecoder<float> net(m, spec.seed);
+  Source source(spec, m);
+  res.loss_floor = source.loss_floor();
+  const auto params = net.params();
+  std::vector<float> adam_m(params.size(), 0.f), adam_v(params.size(), 0.f);
+  const auto mask = decay_mask(net.layout(), params.size());
+  const LrSchedule schedule{spec.lr, spec.min_lr, std::min(spec.lr_warmup, spec.steps), spec.steps};
+  ops::cpu::AdamWParams hp;
+  hp.beta1 = spec.beta1, hp.beta2 = spec.beta2, hp.eps = spec.eps, hp.weight_decay = spec.weight_decay;
+
+  std::vector<double> measured;
+  for (int step = 1; step <= spec.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    net.zero_grads();
+    double loss = 0;
+    for (int a = 0; a < accum; ++a) {
+      const Batch b = source.next(spec.micro_batch);
+      loss += net.forward_backward(b.tokens, b.targets, b.batch, b.seq, 1.0 / accum) / accum;
+    }
+    StepStats st;
+    st.step = step;
+    st.loss = loss;
+    st.grad_norm = spec.clip > 0 ? ops::cpu::clip_grad_norm(net.grads(), spec.clip) : ops::cpu::grad_norm(net.grads());
+    TB_REQUIRE(std::isfinite(st.grad_norm), fmt::format("step {}: the gradient norm is not finite (loss {}): lower "
+                                                        "--lr or raise --clip",
+                                                        step, loss));
+    st.lr = schedule.lr(step - 1);
+    hp.lr = st.lr;
+    ops::cpu::adamw_step(params, net.grads(), adam_m, adam_v, hp, step, mask);
+    st.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    st.tokens_per_s = res.tokens_per_step / st.step_s;
+    st.tflops = res.flops_per_step / st.step_s / 1e12;
+    if (step > spec.warmup_steps) measured.push_back(st.step_s);
+    res.steps.push_back(st);
+    if (on_step) on_step(st);
+  }
+  res.step_s = summarize(measured);
+  res.tokens_per_s = res.tokens_per_step / res.step_s.median;
+  res.tflops = res.flops_per_step / res.step_s.median / 1e12;
+  return res;
+}
+
+}  // namespace tb::train

@@ -1,0 +1,216 @@
+// Tests model/decoder_cpu (the dense decoder on the CPU reference ops) on tiny configs of each family
+// variant: llama-like (rmsnorm, swiglu, rope with Llama 3.1 scaling, GQA), gpt-like (layernorm, gelu, learned
+// positions, tied embeddings, MHA) and nemotron-like (layernorm1p, sqrelu, rope, GQA):
+//   - the whole model's gradient in double against central finite differences on ~200 parameters drawn from
+//     every slot (parameters moved off their init first, so norm gains and biases are not at 1 and 0);
+//   - gradient accumulation: two half batches with grad_scale 0.5 == one full batch;
+//   - determinism (same seed, same parameters and loss), float against double, initial loss ~ ln(vocab);
+//   - the layout (contiguous slots, the lead's param_count) and bad inputs raising tb::Error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/decoder_cpu.h"
+
+namespace {
+
+using tb::model::Act;
+using tb::model::CpuDecoder;
+using tb::model::ModelConfig;
+using tb::model::Norm;
+using tb::model::Pos;
+
+ModelConfig tiny(const std::string& family) {
+  ModelConfig c;
+  c.name = "test-" + family;
+  c.family = family;
+  c.layers = 2, c.d_model = 16, c.heads = 4, c.kv_heads = 2, c.head_dim = 4, c.vocab = 37, c.seq = 8;
+  if (family == "llama") {
+    c.ffn = 24;
+    c.norm = Norm::rmsnorm, c.act = Act::swiglu, c.pos = Pos::rope;
+    c.rope_theta = 10000.0;
+    // inv_freq = {1, 0.01}: wavelengths 6.3 (< 1024/4: unchanged) and 628 (between 256 and 1024: smoothed).
+    c.rope_scaling.enabled = true;
+    c.rope_scaling.original_max_position = 1024;
+  } else if (family == "gpt") {
+    c.ffn = 32, c.kv_heads = 4;
+    c.norm = Norm::layernorm, c.act = Act::gelu, c.pos = Pos::learned, c.tied_embeddings = true;
+  } else {
+    c.ffn = 32;
+    c.norm = Norm::layernorm1p, c.act = Act::sqrelu, c.pos = Pos::rope;
+    c.rope_theta = 10000.0;
+  }
+  return c;
+}
+
+struct Batch {
+  std::vector<std::int32_t> tokens, targets;
+};
+
+Batch random_batch(int n, int vocab, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<int> u(0, vocab - 1);
+  Batch b;
+  for (int i = 0; i < n; ++i) b.tokens.push_back(u(g)), b.targets.push_back(u(g));
+  return b;
+}
+
+class Family : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Family, WholeModelGradientMatchesFiniteDifferences) {
+  const ModelConfig cfg = tiny(GetParam());
+  CpuDecoder<double> m(cfg, 7);
+  m.set_lm_head_chunk(5);  // 14 tokens: chunks of 5, 5, 4
+  std::mt19937_64 g(11);
+  std::uniform_real_distribution<double> u(-0.3, 0.3);
+  for (double& p : m.params()) p += u(g);  // off the init: gains not 1, biases not 0
+  const int batch = 2, seq = 7;
+  const Batch b = random_batch(batch * seq, cfg.vocab, 12);
+  m.zero_grads();
+  const double loss = m.forward_backward(b.tokens, b.targets, batch, seq);
+  EXPECT_NEAR(m.forward(b.tokens, b.targets, batch, seq), loss, 1e-14);
+  const std::vector<double> grad(m.grads().begin(), m.grads().end());
+
+  const auto slots = m.layout();
+  const std::size_t per_slot = (200 + slots.size() - 1) / slots.size();
+  const double h = 1e-6;
+  int checked = 0;
+  double worst = 0;
+  for (const auto& s : slots) {
+    std::uniform_int_distribution<std::size_t> pick(0, s.size - 1);
+    for (std::size_t k = 0; k < per_slot; ++k) {
+      const std::size_t i = s.offset + pick(g);
+      double& p = m.params()[i];
+      const double saved = p;
+      p = saved + h;
+      const double lp = m.forward(b.tokens, b.targets, batch, seq);
+      p = saved - h;
+      const double lm = m.forward(b.tokens, b.targets, batch, seq);
+      p = saved;
+      const double num = (lp - lm) / (2 * h);
+      const double err = std::abs(grad[i] - num) / (1e-5 * std::max(std::abs(grad[i]), std::abs(num)) + 1e-9);
+      worst = std::max(worst, err);
+      EXPECT_LE(err, 1.0) << s.name << "[" << i - s.offset << "]: analytic " << grad[i] << " numeric " << num;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 200);
+  RecordProperty("worst_err_over_tol", std::to_string(worst));
+}
+
+TEST_P(Family, TwoHalfMicroBatchesEqualOneFullBatch) {
+  const ModelConfig cfg = tiny(GetParam());
+  CpuDecoder<double> full(cfg, 3), halves(cfg, 3);
+  const int batch = 4, seq = cfg.seq;
+  const Batch b = random_batch(batch * seq, cfg.vocab, 4);
+  full.zero_grads();
+  const double loss = full.forward_backward(b.tokens, b.targets, batch, seq);
+  halves.zero_grads();
+  const std::size_t half = b.tokens.size() / 2;
+  const std::span<const std::int32_t> tok(b.tokens), tgt(b.targets);
+  const double l1 = halves.forward_backward(tok.first(half), tgt.first(half), batch / 2, seq, 0.5);
+  const double l2 = halves.forward_backward(tok.last(half), tgt.last(half), batch / 2, seq, 0.5);
+  EXPECT_NEAR(0.5 * (l1 + l2), loss, 1e-13);
+  const auto gf = full.grads(), gh = halves.grads();
+  double scale = 0;
+  for (double x : gf) scale = std::max(scale, std::abs(x));
+  ASSERT_GT(scale, 0);
+  for (std::size_t i = 0; i < gf.size(); ++i) ASSERT_NEAR(gh[i], gf[i], 1e-12 * scale) << i;
+  // forward_backward accumulates: a second full call doubles the gradient.
+  full.forward_backward(b.tokens, b.targets, batch, seq);
+  for (std::size_t i = 0; i < gf.size(); i += 97) EXPECT_NEAR(full.grads()[i], 2 * gh[i], 1e-12 * scale) << i;
+  full.zero_grads();
+  for (double x : full.grads()) ASSERT_EQ(x, 0.0);
+}
+
+TEST_P(Family, DeterministicAndStartsNearLnVocab) {
+  const ModelConfig cfg = tiny(GetParam());
+  CpuDecoder<double> a(cfg, 42), b(cfg, 42), c(cfg, 43);
+  ASSERT_EQ(a.params().size(), b.params().size());
+  EXPECT_TRUE(std::equal(a.params().begin(), a.params().end(), b.params().begin()));
+  EXPECT_FALSE(std::equal(a.params().begin(), a.params().end(), c.params().begin()));
+  const Batch x = random_batch(3 * cfg.seq, cfg.vocab, 5);
+  const double la = a.forward(x.tokens, x.targets, 3, cfg.seq);
+  EXPECT_EQ(la, b.forward(x.tokens, x.targets, 3, cfg.seq));
+  EXPECT_NEAR(la, std::log(double(cfg.vocab)), 0.1 * std::log(double(cfg.vocab)));
+  // float: the same initial values (drawn in double), and the same loss to float precision.
+  CpuDecoder<float> f(cfg, 42);
+  for (std::size_t i = 0; i < f.params().size(); ++i) ASSERT_EQ(f.params()[i], float(a.params()[i])) << i;
+  EXPECT_NEAR(f.forward(x.tokens, x.targets, 3, cfg.seq), la, 1e-5 * la);
+}
+
+TEST_P(Family, LayoutIsContiguousAndMatchesParamCount) {
+  const ModelConfig cfg = tiny(GetParam());
+  CpuDecoder<float> m(cfg, 1);
+  std::size_t next = 0;
+  std::set<std::string> names;
+  for (const auto& s : m.layout()) {
+    EXPECT_EQ(s.offset, next) << s.name;
+    EXPECT_TRUE(names.insert(s.name).second) << "duplicate " << s.name;
+    next += s.size;
+  }
+  EXPECT_EQ(next, m.params().size());
+  EXPECT_EQ(m.grads().size(), m.params().size());
+  EXPECT_EQ(std::int64_t(m.params().size()), tb::model::param_count(cfg));
+  EXPECT_EQ(names.count("lm_head.weight"), cfg.tied_embeddings ? 0u : 1u);
+  EXPECT_EQ(names.count("pos_embed.weight"), cfg.pos == Pos::learned ? 1u : 0u);
+  EXPECT_EQ(names.count("layers.1.norm2.bias"), cfg.norm == Norm::rmsnorm ? 0u : 1u);
+  const auto qkv = m.param("layers.1.attn.qkv.weight");
+  EXPECT_EQ(qkv.size(), std::size_t((cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim * cfg.d_model));
+  const float w0 = m.param("layers.0.norm1.weight")[0];
+  EXPECT_EQ(w0, cfg.norm == Norm::layernorm1p ? 0.0f : 1.0f);
+  EXPECT_THROW(m.param("layers.9.attn.qkv.weight"), tb::Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt", "nemotron"),
+                         [](const auto& tp) { return tp.param; });
+
+TEST(CpuDecoder, OutputProjectionsAreScaledDown) {
+  const ModelConfig cfg = tiny("llama");
+  CpuDecoder<double> m(cfg, 9);
+  auto rms = [](std::span<double> v) {
+    double s = 0;
+    for (double x : v) s += x * x;
+    return std::sqrt(s / double(v.size()));
+  };
+  EXPECT_NEAR(rms(m.param("layers.0.attn.qkv.weight")), 0.02, 0.003);
+  EXPECT_NEAR(rms(m.param("layers.0.mlp.fc2.weight")), 0.02 / std::sqrt(2.0 * cfg.layers), 0.002);
+  EXPECT_NEAR(rms(m.param("layers.1.attn.out.weight")), 0.02 / std::sqrt(2.0 * cfg.layers), 0.002);
+}
+
+TEST(CpuDecoder, BadInputsRaise) {
+  const ModelConfig cfg = tiny("llama");
+  CpuDecoder<double> m(cfg, 1);
+  Batch b = random_batch(2 * cfg.seq, cfg.vocab, 2);
+  EXPECT_NO_THROW(m.forward(b.tokens, b.targets, 2, cfg.seq));
+  Batch bad = b;
+  bad.tokens[3] = cfg.vocab;
+  EXPECT_THROW(m.forward(bad.tokens, bad.targets, 2, cfg.seq), tb::Error);
+  bad = b;
+  bad.tokens[0] = -1;
+  EXPECT_THROW(m.forward_backward(bad.tokens, bad.targets, 2, cfg.seq), tb::Error);
+  bad = b;
+  bad.targets[5] = cfg.vocab + 3;
+  EXPECT_THROW(m.forward(bad.tokens, bad.targets, 2, cfg.seq), tb::Error);
+  const Batch longer = random_batch(cfg.seq + 1, cfg.vocab, 3);
+  EXPECT_THROW(m.forward(longer.tokens, longer.targets, 1, cfg.seq + 1), tb::Error);  // seq > cfg.seq
+  EXPECT_THROW(m.forward(b.tokens, b.targets, 3, cfg.seq), tb::Error);                // too few tokens
+  EXPECT_THROW(m.forward(b.tokens, b.targets, 0, cfg.seq), tb::Error);
+  try {
+    m.forward(longer.tokens, longer.targets, 1, cfg.seq + 1);
+  } catch (const tb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("seq 9"), std::string::npos) << e.what();
+  }
+  ModelConfig wrong = cfg;
+  wrong.kv_heads = 3;  // does not divide 4 heads
+  EXPECT_THROW(CpuDecoder<double>(wrong, 1), tb::Error);
+}
+
+}  // namespace
