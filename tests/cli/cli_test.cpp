@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -89,4 +91,38 @@ TEST(Cli, CommandsNeedingAGpuSaySoInOneLine) {
     EXPECT_NE(r.err.find("needs a GPU: "), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
+}
+
+TEST(Cli, TrainTinyOnTheCpuWritesARecord) {
+  const auto dir = std::filesystem::temp_directory_path() / "tb_cli_train";
+  std::filesystem::remove_all(dir);
+  auto r = run({"train", "--model", "tiny", "--device", "cpu", "--steps", "4", "--warmup-steps", "1", "--seq", "16",
+                "--micro-batch", "2", "--global-batch", "4", "--out", dir.string()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("step 4/4 | loss "), std::string::npos) << r.out;
+  std::ifstream in(dir / "results.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const auto j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["bench"], "train");
+  EXPECT_EQ(j["status"], "ok");
+  EXPECT_EQ(j["global_batch"], 4);
+  EXPECT_EQ(j["loss"].size(), 4u);
+  EXPECT_EQ(j["step_ms"]["n"], 3);  // 4 steps, 1 not measured
+  EXPECT_EQ(j["flop_convention"], "full");
+  EXPECT_TRUE(std::filesystem::exists(dir / "run.json"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, TrainRejectsBadConfigurationsBeforeWork) {
+  auto r = run({"train", "--model", "tiny", "--device", "cpu", "--micro-batch", "3", "--global-batch", "4"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("multiple of --micro-batch"), std::string::npos) << r.err;
+  r = run({"train", "--model", "tiny", "--device", "cpu", "--steps", "2", "--warmup-steps", "2"});
+  EXPECT_EQ(r.rc, 2);
+  r = run({"train", "--model", "llama3.1-8"});
+  EXPECT_EQ(r.rc, 2);
+  r = run({"train", "--model", "tiny", "--device", "cpu", "--data", "/no/such/tokens.bin"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("/no/such/tokens.bin"), std::string::npos) << r.err;
 }
