@@ -1,6 +1,7 @@
 # deps.cmake: imported targets for the dependencies without a usable CMake package here.
 # toml++ in header-only mode (Debian's package config links a shared library the GPU machines lack);
-# NCCL and cuDNN from the CUDA toolkit; nvml.h from the nvidia-nvml-dev wheel (NVML is dlopen'ed).
+# NCCL and cuDNN from the CUDA toolkit; nvml.h from the nvidia-nvml-dev wheel (NVML is dlopen'ed);
+# cudnn-frontend (header-only) from the nvidia-cudnn-frontend wheel.
 
 find_path(TOMLPP_INCLUDE_DIR toml++/toml.h REQUIRED)
 add_library(tb_dep_tomlpp INTERFACE)
@@ -18,6 +19,15 @@ find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
 add_library(tb_dep_cudnn INTERFACE)
 target_include_directories(tb_dep_cudnn SYSTEM INTERFACE ${CUDNN_INCLUDE_DIR})
 target_link_libraries(tb_dep_cudnn INTERFACE ${CUDNN_LIBRARY})
+
+# Only ops/cuda/attention.cpp includes it (heavy to compile); SYSTEM so its warnings are not ours.
+find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h HINTS ${TB_DEPS_DIR}/include)
+if(NOT CUDNN_FRONTEND_INCLUDE_DIR)
+  message(FATAL_ERROR "cudnn_frontend.h not found: run scripts/setup.sh (installs the nvidia-cudnn-frontend wheel into .deps/python)")
+endif()
+add_library(tb_dep_cudnn_frontend INTERFACE)
+target_include_directories(tb_dep_cudnn_frontend SYSTEM INTERFACE ${CUDNN_FRONTEND_INCLUDE_DIR})
+target_link_libraries(tb_dep_cudnn_frontend INTERFACE tb_dep_cudnn)
 
 find_path(NVML_INCLUDE_DIR nvml.h HINTS ${TB_DEPS_DIR}/nvidia/cu13/include ${CUDAToolkit_INCLUDE_DIRS})
 if(NOT NVML_INCLUDE_DIR)

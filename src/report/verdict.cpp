@@ -150,7 +150,7 @@ bool any_failed(const std::vector<VerdictRow>& rows) {
 }
 
 std::string render_table(const std::vector<VerdictRow>& rows) {
-  std::string out = fmt::format("{:<24} {:<30} {:>4}  {:>18}  {:>12}  {:<7} {}\n", "bench", "case", "gpu", "measured",
+  std::string out = fmt::format("{:<26} {:<30} {:>4}  {:>18}  {:>12}  {:<7} {}\n", "bench", "case", "gpu", "measured",
                                 "expected", "verdict", "note");
   for (const auto& r : rows) {
     const std::string gpu = r.device ? std::to_string(*r.device) : "-";
@@ -158,7 +158,7 @@ std::string render_table(const std::vector<VerdictRow>& rows) {
                                      ? "-"
                                      : fmt::format("{:.4g} {}", r.value, unit_of(r.metric));
     const std::string expected = r.expected_min ? fmt::format(">= {:.4g}", *r.expected_min) : "-";
-    out += fmt::format("{:<24} {:<30} {:>4}  {:>18}  {:>12}  {:<7} {}\n", r.bench, r.name, gpu, measured, expected,
+    out += fmt::format("{:<26} {:<30} {:>4}  {:>18}  {:>12}  {:<7} {}\n", r.bench, r.name, gpu, measured, expected,
                        verdict_name(r.verdict), r.note);
   }
   return out;

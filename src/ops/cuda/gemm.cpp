@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 namespace tb::ops {
@@ -15,7 +16,7 @@ constexpr GemmTypes kTypes[] = {
     {DType::bf16, DType::bf16, DType::bf16}, {DType::f16, DType::f16, DType::f16},
     {DType::tf32, DType::tf32, DType::f32},  {DType::f32, DType::f32, DType::f32},
     {DType::e4m3, DType::e4m3, DType::bf16}, {DType::e4m3, DType::e5m2, DType::bf16},
-    {DType::e5m2, DType::e4m3, DType::bf16},
+    {DType::e5m2, DType::e4m3, DType::bf16}, {DType::bf16, DType::bf16, DType::f32},
 };
 
 cudaDataType_t cuda_type(DType t) {
@@ -60,9 +61,20 @@ std::string gemm_types_name(DType a, DType b) {
   return a == b ? std::string(dtype_name(a)) : fmt::format("{}x{}", dtype_name(a), dtype_name(b));
 }
 
+std::string_view gemm_layout_name(GemmLayout l) {
+  switch (l) {
+    case GemmLayout::abt: return "abt";
+    case GemmLayout::ab: return "ab";
+    case GemmLayout::atb: return "atb";
+  }
+  return "?";
+}
+
 std::string describe(const GemmShape& s) {
-  return fmt::format("{}->{} m={} n={} k={}{}", gemm_types_name(s.a, s.b), dtype_name(s.d), s.m, s.n, s.k,
-                     s.fast_accum ? " fast_accum" : "");
+  return fmt::format("{}->{} m={} n={} k={}{}{}{}{}", gemm_types_name(s.a, s.b), dtype_name(s.d), s.m, s.n, s.k,
+                     s.fast_accum ? " fast_accum" : "", s.layout == GemmLayout::abt ? "" : " ",
+                     s.layout == GemmLayout::abt ? std::string_view() : gemm_layout_name(s.layout),
+                     s.accumulate ? " accumulate" : "");
 }
 
 void check_gemm_shape(const GemmShape& s) {
@@ -76,6 +88,12 @@ void check_gemm_shape(const GemmShape& s) {
   const bool fp8 = is_fp8(s.a);
   TB_REQUIRE(fp8 || !s.fast_accum,
              fmt::format("GEMM {}: fast_accum applies to fp8 GEMMs only; turn it off", describe(s)));
+  TB_REQUIRE(!fp8 || s.layout == GemmLayout::abt,
+             fmt::format("GEMM {}: fp8 GEMMs support the abt layout only (Hopper FP8 tensor cores are TN-only); "
+                         "make transposed fp8 copies of the operands",
+                         describe(s)));
+  TB_REQUIRE(s.layout == GemmLayout::abt || s.layout == GemmLayout::ab || s.layout == GemmLayout::atb,
+             fmt::format("GEMM {}: unknown layout", describe(s)));
   TB_REQUIRE(!fp8 || (s.k % 16 == 0 && s.n % 16 == 0),
              fmt::format("GEMM {}: fp8 GEMMs need k and n to be multiples of 16 (FP8 tensor-core kernels need "
                          "16-byte aligned rows: A and B rows hold k elements, D rows n); pad the shape",
@@ -90,14 +108,23 @@ GemmPlan::GemmPlan(cublasLtHandle_t lt, const GemmShape& s, std::size_t workspac
   check_gemm_shape(s);
   const auto compute = s.a == DType::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   TB_CHECK(cublasLtMatmulDescCreate(desc_.out(), compute, CUDA_R_32F));
-  set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
-  set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  // cuBLAS's A is our B, cuBLAS's B is our A (see gemm.h). Column-major views of our row-major buffers:
+  // (rows, cols, leading dimension).
+  const bool b_nk = s.layout == GemmLayout::abt;  // our B stored [n,k] (else [k,n])
+  const bool a_mk = s.layout != GemmLayout::atb;  // our A stored [m,k] (else [k,m])
+  set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_TRANSA, b_nk ? CUBLAS_OP_T : CUBLAS_OP_N);
+  set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_TRANSB, a_mk ? CUBLAS_OP_N : CUBLAS_OP_T);
   if (is_fp8(s.a)) set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_FAST_ACCUM, std::int8_t(s.fast_accum ? 1 : 0));
 
-  // Column-major views of our row-major buffers: (rows, cols, leading dimension).
-  TB_CHECK(cublasLtMatrixLayoutCreate(lay_a_.out(), cuda_type(s.b), s.k, s.n, s.k));  // our B [n,k]
-  TB_CHECK(cublasLtMatrixLayoutCreate(lay_b_.out(), cuda_type(s.a), s.k, s.m, s.k));  // our A [m,k]
-  TB_CHECK(cublasLtMatrixLayoutCreate(lay_d_.out(), cuda_type(s.d), s.n, s.m, s.n));  // our D [m,n]
+  if (b_nk)
+    TB_CHECK(cublasLtMatrixLayoutCreate(lay_a_.out(), cuda_type(s.b), s.k, s.n, s.k));  // our B [n,k]
+  else
+    TB_CHECK(cublasLtMatrixLayoutCreate(lay_a_.out(), cuda_type(s.b), s.n, s.k, s.n));  // our B [k,n]
+  if (a_mk)
+    TB_CHECK(cublasLtMatrixLayoutCreate(lay_b_.out(), cuda_type(s.a), s.k, s.m, s.k));  // our A [m,k]
+  else
+    TB_CHECK(cublasLtMatrixLayoutCreate(lay_b_.out(), cuda_type(s.a), s.m, s.k, s.m));  // our A [k,m]
+  TB_CHECK(cublasLtMatrixLayoutCreate(lay_d_.out(), cuda_type(s.d), s.n, s.m, s.n));  // our D [m,n] (and C)
 
   if (is_fp8(s.a)) {  // one unit scale, used for both operands until run() is given others
     float* unit = nullptr;
@@ -169,30 +196,41 @@ void GemmPlan::run(void* d, const void* a, const void* b, Workspace ws, cudaStre
     set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(scales.a));
     scales_set_ = scales;
   }
-  const float alpha = 1.0f, beta = 0.0f;  // beta = 0: C (given as D) is not read
+  const float alpha = 1.0f, beta = s_.accumulate ? 1.0f : 0.0f;  // beta = 0: C (given as D) is not read
   TB_CHECK(cublasLtMatmul(lt_, desc_.get(), &alpha, b, lay_a_.get(), a, lay_b_.get(), &beta, d, lay_d_.get(), d,
                           lay_d_.get(), &algo_, ws.ptr, ws.bytes, stream));
 }
 
 GemmCheck verify_gemm(const GemmShape& s, const void* d, const void* a, const void* b, double a_scale,
                       double b_scale, std::span<const GemmIndex> elements, cudaStream_t stream) {
-  // Host copies of each needed row, fetched once: A and D rows by i, B rows by j.
+  TB_REQUIRE(!s.accumulate, fmt::format("verify_gemm: GEMM {}: an accumulating GEMM's D holds C + A·B and C is "
+                                         "gone; verify a non-accumulating run of the same product",
+                                         describe(s)));
+  // Host copies of each needed k-vector, fetched once: row i of A (op(A)), column j of op(B), row i of D.
+  // A k-vector is a row of a [.., k] buffer, or a column (stride `cols` elements) of a [k, cols] one.
   using Rows = std::map<std::int64_t, std::vector<unsigned char>>;
   Rows a_rows, b_rows, d_rows;
-  auto fetch = [&](Rows& rows, const void* base, DType t, std::int64_t row, std::int64_t cols) {
-    auto [it, fresh] = rows.try_emplace(row);
+  auto fetch = [&](Rows& rows, const void* base, DType t, std::int64_t index, std::int64_t len, bool column,
+                   std::int64_t cols) {
+    auto [it, fresh] = rows.try_emplace(index);
     if (!fresh) return;
-    const std::size_t bytes = std::size_t(cols) * dtype_size(t);
-    it->second.resize(bytes);
-    TB_CHECK(cudaMemcpyAsync(it->second.data(), static_cast<const unsigned char*>(base) + std::size_t(row) * bytes,
-                             bytes, cudaMemcpyDeviceToHost, stream));
+    const std::size_t size = dtype_size(t);
+    it->second.resize(std::size_t(len) * size);
+    const auto* src = static_cast<const unsigned char*>(base);
+    if (!column)
+      TB_CHECK(cudaMemcpyAsync(it->second.data(), src + std::size_t(index) * std::size_t(len) * size,
+                               std::size_t(len) * size, cudaMemcpyDeviceToHost, stream));
+    else
+      TB_CHECK(cudaMemcpy2DAsync(it->second.data(), size, src + std::size_t(index) * size, std::size_t(cols) * size,
+                                 size, std::size_t(len), cudaMemcpyDeviceToHost, stream));
   };
+  const bool a_column = s.layout == GemmLayout::atb, b_column = s.layout != GemmLayout::abt;
   for (const auto& e : elements) {
     TB_REQUIRE(e.i >= 0 && e.i < s.m && e.j >= 0 && e.j < s.n,
                fmt::format("verify_gemm: element [{},{}] is outside D [{},{}]", e.i, e.j, s.m, s.n));
-    fetch(a_rows, a, s.a, e.i, s.k);
-    fetch(d_rows, d, s.d, e.i, s.n);
-    fetch(b_rows, b, s.b, e.j, s.k);
+    fetch(a_rows, a, s.a, e.i, s.k, a_column, s.m);
+    fetch(d_rows, d, s.d, e.i, s.n, false, 0);
+    fetch(b_rows, b, s.b, e.j, s.k, b_column, s.n);
   }
   TB_CHECK(cudaStreamSynchronize(stream));
 

@@ -1,11 +1,21 @@
 // ops/cuda/gemm.h: cuBLASLt GEMM, planned once per shape and run many times.
-//   D[m,n] = a_scale * b_scale * A[m,k] · B[n,k]^T     row-major; B in nn.Linear weight layout [out, in];
-//   fp32 accumulate; flops = 2 m n k. Scales apply to fp8 inputs only (per-tensor, device floats).
+//   D[m,n] = a_scale * b_scale * A[m,k] · B[n,k]^T  (+ D when accumulate)   row-major; B in nn.Linear weight
+//   layout [out, in]; fp32 accumulate; flops = 2 m n k. Scales apply to fp8 inputs only (per-tensor, device floats).
+// Other layouts (GemmShape::layout), for backward passes, without copies:
+//   ab:  D[m,n] = A[m,k] · B[k,n]      (dX = dY · W: B is the weight [out=k, in=n] as stored)
+//   atb: D[m,n] = A[k,m]^T · B[k,n]    (dW = dY^T · X: A is dY [tokens=k, out=m], B is X [tokens=k, in=n])
+// accumulate: D += product (beta = 1, C = D in place; cuBLASLt allows C == D with the same layout), e.g. fp32
+// weight gradients summed over chunks and micro-batches.
 // Types (a x b -> d): bf16 -> bf16, f16 -> f16, tf32 -> f32 (f32 storage, CUBLAS_COMPUTE_32F_FAST_TF32),
-// f32 -> f32, e4m3 -> bf16, e4m3 x e5m2 -> bf16, e5m2 x e4m3 -> bf16 (there is no e5m2 x e5m2 GEMM).
+// f32 -> f32, e4m3 -> bf16, e4m3 x e5m2 -> bf16, e5m2 x e4m3 -> bf16 (there is no e5m2 x e5m2 GEMM),
+// bf16 -> f32 (fp32 output, e.g. weight gradients accumulated in fp32).
 // cuBLASLt is column-major, and a row-major [r,c] buffer is a column-major [c,r] one, so we ask for
-// D^T[n,m] = B[n,k] · A^T[k,m]: cuBLAS's "A" is our B with op T, cuBLAS's "B" is our A with op N. This is
-// the "TN" layout Hopper FP8 requires; nothing is copied or transposed.
+// D^T[n,m] = op(B)^T · op(A)^T with cuBLAS's "A" = our B and cuBLAS's "B" = our A:
+//   abt: cuA = B as col-major [k,n] with op T, cuB = A as col-major [k,m] with op N  (the "TN" layout that
+//        Hopper FP8 requires; fp8 GEMMs support abt only)
+//   ab:  cuA = B as col-major [n,k] with op N, cuB = A as col-major [k,m] with op N  ("NN")
+//   atb: cuA = B as col-major [n,k] with op N, cuB = A as col-major [m,k] with op T  ("NT")
+// Nothing is copied or transposed; leading dimensions are the row lengths (dense rows).
 #pragma once
 
 #include <cublasLt.h>
@@ -17,6 +27,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
@@ -25,10 +36,20 @@
 
 namespace tb::ops {
 
+// How A and B are stored (row-major), see the top of this file. abt is the default and the only fp8 layout.
+enum class GemmLayout : std::uint8_t {
+  abt,  // D = A[m,k] · B[n,k]^T
+  ab,   // D = A[m,k] · B[k,n]
+  atb,  // D = A[k,m]^T · B[k,n]
+};
+std::string_view gemm_layout_name(GemmLayout l);  // "abt" "ab" "atb"
+
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;
   DType a = DType::bf16, b = DType::bf16, d = DType::bf16;
   bool fast_accum = false;  // fp8 only: CUBLASLT_MATMUL_DESC_FAST_ACCUM (no periodic promotion to fp32)
+  GemmLayout layout = GemmLayout::abt;
+  bool accumulate = false;  // D += product (beta = 1, C = D) instead of D = product
   auto operator<=>(const GemmShape&) const = default;
 };
 
@@ -37,9 +58,11 @@ struct GemmTypes {
 };
 std::span<const GemmTypes> gemm_type_combos();  // every supported a x b -> d, in the order listed above
 std::string gemm_types_name(DType a, DType b);  // "bf16", "e4m3", "e4m3xe5m2"
-std::string describe(const GemmShape& s);        // "e4m3xe5m2->bf16 m=96 n=160 k=64 fast_accum"
+// "e4m3xe5m2->bf16 m=96 n=160 k=64 fast_accum"; a non-default layout and accumulate are appended
+// ("bf16->f32 m=1000 n=64 k=37 atb accumulate").
+std::string describe(const GemmShape& s);
 // Throws tb::Error{config} saying what is wrong and what to do: unsupported types, bad dimensions, fp8
-// dimensions not multiples of 16, fast_accum on a non-fp8 GEMM.
+// dimensions not multiples of 16, fast_accum on a non-fp8 GEMM, an fp8 GEMM in a layout other than abt.
 void check_gemm_shape(const GemmShape& s);
 
 struct Workspace {
@@ -96,8 +119,10 @@ class GemmPlan {
   mutable GemmScales scales_set_;       // the scale pointers the descriptor holds now
 };
 
-// Checks elements of D (device) against ops/cpu/gemm_ref: copies the rows of A, B and D they need to the
-// host after the stream's work is done. a_scale, b_scale: the values behind GemmScales (1 when none).
+// Checks elements of D (device) against ops/cpu/gemm_ref: copies the rows (for ab / atb: the columns) of A and
+// B and the rows of D they need to the host after the stream's work is done. a_scale, b_scale: the values
+// behind GemmScales (1 when none). Any layout; not for accumulate shapes (D then holds C + A·B, and C is gone):
+// check the product of a non-accumulating run instead.
 GemmCheck verify_gemm(const GemmShape& s, const void* d, const void* a, const void* b, double a_scale,
                       double b_scale, std::span<const GemmIndex> elements, cudaStream_t stream);
 

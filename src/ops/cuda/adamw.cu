@@ -1,0 +1,317 @@
+// ops/cuda/adamw.cu: see adamw.h. Three kernels over the group's chunk table (one block per chunk): the gradient
+// norm partials, a one-block finaliser (norm, clip scale), and the AdamW update (moments, master, bf16 model copy).
+#include "ops/cuda/adamw.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tb::ops {
+namespace {
+
+constexpr int kThreads = 256;          // per chunk block (kAdamWChunk / (4 * kThreads) = 32 iterations)
+constexpr int kFinalThreads = 1024;    // the one-block finaliser
+
+// Messages are built with streams: fmt's compile-time format strings do not compile under nvcc.
+template <class... A>
+std::string str(const A&... a) {
+  std::ostringstream o;
+  (o << ... << a);
+  return o.str();
+}
+
+// Kernel-side records, built on the host at AdamWGroup construction.
+struct TensorRec {
+  float* p;
+  const float* g;
+  void* m;
+  void* v;
+  __nv_bfloat16* w;  // null: no bf16 copy
+  std::int64_t n;
+  int phase;    // element i of every pointer is vector-aligned when (phase + i) % 4 == 0; -1: pointers disagree
+  int phase_g;  // the same for the gradient alone (the norm reads only it)
+  int decay;    // 1: weight decay applies
+  int pad;
+};
+
+struct ChunkRec {
+  std::int32_t tensor;
+  std::int32_t pad;
+  std::int64_t begin, end;  // element range within the tensor
+};
+
+// fp32: 16-byte vectors (4 elements); bf16: 8-byte vectors (4 elements).
+int vec_phase(const void* ptr, std::size_t elem_bytes) {
+  return int((reinterpret_cast<std::uintptr_t>(ptr) / elem_bytes) % 4);
+}
+
+__device__ __forceinline__ float bf16_lo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned u) { return __uint_as_float(u & 0xffff0000u); }
+__device__ __forceinline__ unsigned pack2(float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);  // a in the low half
+  unsigned u;
+  memcpy(&u, &h, sizeof(u));
+  return u;
+}
+
+__device__ __forceinline__ float load1(const float* p) { return *p; }
+__device__ __forceinline__ float load1(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void store1(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store1(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ void load4(const float* p, float (&f)[4]) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+}
+__device__ __forceinline__ void load4(const __nv_bfloat16* p, float (&f)[4]) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  f[0] = bf16_lo(u.x), f[1] = bf16_hi(u.x), f[2] = bf16_lo(u.y), f[3] = bf16_hi(u.y);
+}
+__device__ __forceinline__ void store4(float* p, const float (&f)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
+}
+__device__ __forceinline__ void store4(__nv_bfloat16* p, const float (&f)[4]) {
+  *reinterpret_cast<uint2*>(p) = make_uint2(pack2(f[0], f[1]), pack2(f[2], f[3]));
+}
+
+template <int kN>
+__device__ __forceinline__ double block_sum(double s) {
+  __shared__ double warp_sum[kN / 32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(~0u, s, o);
+  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = s;
+  __syncthreads();
+  s = threadIdx.x < kN / 32 ? warp_sum[threadIdx.x] : 0.0;
+  if (threadIdx.x < 32) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(~0u, s, o);
+  }
+  return s;  // valid in thread 0
+}
+
+// partials[chunk] = sum of g^2 over the chunk, in double.
+__global__ void __launch_bounds__(kThreads)
+    norm_partials_kernel(const TensorRec* __restrict__ tensors, const ChunkRec* __restrict__ chunks,
+                         double* __restrict__ partials) {
+  const ChunkRec ch = chunks[blockIdx.x];
+  const float* g = tensors[ch.tensor].g;
+  const int phase = tensors[ch.tensor].phase_g;
+  const std::int64_t b = ch.begin, e = ch.end;
+  const std::int64_t i0 = min(e, b + (4 - (phase + b) % 4) % 4);
+  const std::int64_t nv = (e - i0) / 4, i1 = i0 + 4 * nv;
+  double s = 0;
+  for (std::int64_t i = b + threadIdx.x; i < i0; i += kThreads) s += double(g[i]) * double(g[i]);
+  for (std::int64_t i = i1 + threadIdx.x; i < e; i += kThreads) s += double(g[i]) * double(g[i]);
+  for (std::int64_t j = threadIdx.x; j < nv; j += kThreads) {
+    float f[4];
+    load4(g + i0 + 4 * j, f);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s += double(f[k]) * double(f[k]);
+  }
+  s = block_sum<kThreads>(s);
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+__device__ __forceinline__ void set_norm(GradNormResult* r, double norm_sq, float max_norm) {
+  const double norm = sqrt(norm_sq);
+  r->norm_sq = norm_sq;
+  r->norm = float(norm);
+  r->clip_scale = isfinite(norm) && norm > double(max_norm) ? float(double(max_norm) / (norm + 1e-6)) : 1.0f;
+}
+
+__global__ void __launch_bounds__(kFinalThreads)
+    norm_final_kernel(const double* __restrict__ partials, std::int64_t n, float max_norm, GradNormResult* out) {
+  double s = 0;
+  for (std::int64_t i = threadIdx.x; i < n; i += kFinalThreads) s += partials[i];
+  s = block_sum<kFinalThreads>(s);
+  if (threadIdx.x == 0) set_norm(out, s, max_norm);
+}
+
+__global__ void clip_kernel(GradNormResult* r, float max_norm) { set_norm(r, r->norm_sq, max_norm); }
+
+struct HostConsts {  // from AdamWConfig, rounded once
+  double beta1, beta2, weight_decay;
+  float b1, one_minus_b1, b2, one_minus_b2, eps;
+};
+
+struct StepConsts {  // per block, from the device scalars
+  float clip, b1, omb1, b2, omb2, eps, lr_wd, step_size, inv_sqrt_bc2;
+  bool valid;
+};
+
+__device__ __forceinline__ void update(float& p, float g, float& m, float& v, const StepConsts& c) {
+  g *= c.clip;
+  m = fmaf(c.b1, m, c.omb1 * g);
+  v = fmaf(c.b2, v, c.omb2 * g * g);
+  const float denom = sqrtf(v) * c.inv_sqrt_bc2 + c.eps;
+  p -= fmaf(c.lr_wd, p, c.step_size * (m / denom));  // the decay uses p before this step
+}
+
+template <class M>
+__global__ void __launch_bounds__(kThreads)
+    adamw_kernel(const TensorRec* __restrict__ tensors, const ChunkRec* __restrict__ chunks,
+                 const AdamWStepScalars* __restrict__ scalars, const GradNormResult* __restrict__ clip, HostConsts hc) {
+  __shared__ StepConsts sc;
+  const ChunkRec ch = chunks[blockIdx.x];
+  const TensorRec t = tensors[ch.tensor];
+  if (threadIdx.x == 0) {
+    const float lr = scalars->lr;
+    const std::int64_t step = scalars->step;
+    const double bc1 = 1.0 - pow(hc.beta1, double(step));
+    const double bc2 = 1.0 - pow(hc.beta2, double(step));
+    sc.valid = step >= 1;
+    sc.clip = clip ? clip->clip_scale : 1.0f;
+    sc.b1 = hc.b1, sc.omb1 = hc.one_minus_b1, sc.b2 = hc.b2, sc.omb2 = hc.one_minus_b2, sc.eps = hc.eps;
+    sc.lr_wd = t.decay ? float(double(lr) * hc.weight_decay) : 0.0f;
+    sc.step_size = float(double(lr) / bc1);
+    sc.inv_sqrt_bc2 = float(1.0 / sqrt(bc2));
+  }
+  __syncthreads();
+  const StepConsts c = sc;
+  if (!c.valid) return;
+  float* p = t.p;
+  const float* g = t.g;
+  M* m = static_cast<M*>(t.m);
+  M* v = static_cast<M*>(t.v);
+  __nv_bfloat16* w = t.w;
+  const auto one = [&](std::int64_t i) {
+    float pi = p[i], mi = load1(m + i), vi = load1(v + i);
+    update(pi, g[i], mi, vi, c);
+    p[i] = pi;
+    store1(m + i, mi);
+    store1(v + i, vi);
+    if (w) w[i] = __float2bfloat16_rn(pi);
+  };
+  const std::int64_t b = ch.begin, e = ch.end;
+  if (t.phase < 0) {  // pointers of different alignment phases: scalar accesses
+    for (std::int64_t i = b + threadIdx.x; i < e; i += kThreads) one(i);
+    return;
+  }
+  const std::int64_t i0 = min(e, b + (4 - (t.phase + b) % 4) % 4);
+  const std::int64_t nv = (e - i0) / 4, i1 = i0 + 4 * nv;
+  for (std::int64_t i = b + threadIdx.x; i < i0; i += kThreads) one(i);
+  for (std::int64_t i = i1 + threadIdx.x; i < e; i += kThreads) one(i);
+  for (std::int64_t j = threadIdx.x; j < nv; j += kThreads) {
+    const std::int64_t i = i0 + 4 * j;
+    float pf[4], gf[4], mf[4], vf[4];
+    load4(p + i, pf);
+    load4(g + i, gf);
+    load4(m + i, mf);
+    load4(v + i, vf);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) update(pf[k], gf[k], mf[k], vf[k], c);
+    store4(p + i, pf);
+    store4(m + i, mf);
+    store4(v + i, vf);
+    if (w) store4(w + i, pf);
+  }
+}
+
+template <class T>
+void upload(DeviceBuffer& buf, int device, const std::vector<T>& host) {
+  buf = DeviceBuffer(device, host.size() * sizeof(T));
+  TB_CHECK(cudaMemcpy(buf.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+
+bool aligned_to(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
+
+}  // namespace
+
+AdamWGroup::AdamWGroup(int device, std::span<const AdamWTensor> tensors, DType moments)
+    : device_(device), moments_(moments) {
+  TB_REQUIRE(!tensors.empty(), "AdamWGroup: no tensors; give at least one parameter tensor");
+  TB_REQUIRE(moments == DType::f32 || moments == DType::bf16,
+             str("AdamWGroup: moments must be f32 or bf16, got ", dtype_name(moments)));
+  TB_REQUIRE(tensors.size() < std::size_t(INT32_MAX), "AdamWGroup: too many tensors");
+  const std::size_t msize = dtype_size(moments);
+  std::vector<TensorRec> recs;
+  std::vector<ChunkRec> chunks;
+  for (std::size_t k = 0; k < tensors.size(); ++k) {
+    const AdamWTensor& t = tensors[k];
+    TB_REQUIRE(t.numel >= 1, str("AdamWGroup: tensor ", k, " has ", t.numel, " elements; give numel >= 1"));
+    TB_REQUIRE(t.master && t.grad && t.exp_avg && t.exp_avg_sq,
+               str("AdamWGroup: tensor ", k,
+                   " needs master, grad, exp_avg and exp_avg_sq device pointers (model may be null)"));
+    TB_REQUIRE(aligned_to(t.master, 4) && aligned_to(t.grad, 4) && aligned_to(t.exp_avg, msize) &&
+                   aligned_to(t.exp_avg_sq, msize) && aligned_to(t.model, 2),
+               str("AdamWGroup: tensor ", k, ": pointers must be aligned to their element size"));
+    TensorRec r{};
+    r.p = t.master;
+    r.g = t.grad;
+    r.m = t.exp_avg;
+    r.v = t.exp_avg_sq;
+    r.w = t.model;
+    r.n = t.numel;
+    r.decay = t.decay ? 1 : 0;
+    r.phase_g = vec_phase(t.grad, 4);
+    r.phase = vec_phase(t.master, 4);
+    const bool same = r.phase == r.phase_g && r.phase == vec_phase(t.exp_avg, msize) &&
+                      r.phase == vec_phase(t.exp_avg_sq, msize) && (!t.model || r.phase == vec_phase(t.model, 2));
+    if (!same) r.phase = -1;
+    recs.push_back(r);
+    for (std::int64_t b = 0; b < t.numel; b += kAdamWChunk)
+      chunks.push_back({std::int32_t(k), 0, b, std::min(t.numel, b + kAdamWChunk)});
+    numel_ += t.numel;
+  }
+  TB_REQUIRE(chunks.size() < std::size_t(INT32_MAX), "AdamWGroup: too many chunks for one launch");
+  tensors_ = int(recs.size());
+  chunks_ = std::int64_t(chunks.size());
+  upload(table_, device, recs);
+  upload(chunk_table_, device, chunks);
+  partials_ = DeviceBuffer(device, chunks.size() * sizeof(double));
+}
+
+void grad_norm(const AdamWGroup& group, float max_norm, GradNormResult* out, cudaStream_t stream) {
+  TB_REQUIRE(max_norm > 0, str("grad_norm: max_norm must be > 0 (+inf: never clip), got ", max_norm));
+  TB_REQUIRE(out != nullptr, "grad_norm: out must be a device pointer to a GradNormResult, got null");
+  TB_CHECK(cudaSetDevice(group.device()));
+  norm_partials_kernel<<<unsigned(group.chunks()), kThreads, 0, stream>>>(
+      static_cast<const TensorRec*>(group.tensor_table()), static_cast<const ChunkRec*>(group.chunk_table()),
+      group.partials());
+  TB_CHECK_LAUNCH();
+  norm_final_kernel<<<1, kFinalThreads, 0, stream>>>(group.partials(), group.chunks(), max_norm, out);
+  TB_CHECK_LAUNCH();
+}
+
+void clip_from_norm_sq(GradNormResult* r, float max_norm, cudaStream_t stream) {
+  TB_REQUIRE(max_norm > 0,
+             str("clip_from_norm_sq: max_norm must be > 0 (+inf: never clip), got ", max_norm));
+  TB_REQUIRE(r != nullptr, "clip_from_norm_sq: r must be a device pointer to a GradNormResult, got null");
+  clip_kernel<<<1, 1, 0, stream>>>(r, max_norm);
+  TB_CHECK_LAUNCH();
+}
+
+void adamw_step(const AdamWGroup& group, const AdamWConfig& cfg, const AdamWStepScalars* scalars,
+                const GradNormResult* clip, cudaStream_t stream) {
+  TB_REQUIRE(cfg.beta1 >= 0 && cfg.beta1 < 1 && cfg.beta2 >= 0 && cfg.beta2 < 1,
+             str("adamw: betas must lie in [0, 1), got beta1 ", cfg.beta1, " beta2 ", cfg.beta2,
+                 "; typical 0.9 and 0.95..0.999"));
+  TB_REQUIRE(cfg.eps > 0, str("adamw: eps must be > 0, got ", cfg.eps, "; typical 1e-8"));
+  TB_REQUIRE(std::isfinite(cfg.weight_decay) && cfg.weight_decay >= 0,
+             str("adamw: weight_decay must be finite and >= 0, got ", cfg.weight_decay, "; typical 0.01..0.1"));
+  TB_REQUIRE(scalars != nullptr, "adamw: scalars must be a device pointer to AdamWStepScalars (lr, step), got null");
+  HostConsts hc{};
+  hc.beta1 = cfg.beta1;
+  hc.beta2 = cfg.beta2;
+  hc.weight_decay = cfg.weight_decay;
+  hc.b1 = float(cfg.beta1);
+  hc.one_minus_b1 = float(1.0 - cfg.beta1);
+  hc.b2 = float(cfg.beta2);
+  hc.one_minus_b2 = float(1.0 - cfg.beta2);
+  hc.eps = float(cfg.eps);
+  TB_CHECK(cudaSetDevice(group.device()));
+  const auto* tensors = static_cast<const TensorRec*>(group.tensor_table());
+  const auto* chunks = static_cast<const ChunkRec*>(group.chunk_table());
+  const auto grid = unsigned(group.chunks());
+  if (group.moments() == DType::bf16)
+    adamw_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(tensors, chunks, scalars, clip, hc);
+  else
+    adamw_kernel<float><<<grid, kThreads, 0, stream>>>(tensors, chunks, scalars, clip, hc);
+  TB_CHECK_LAUNCH();
+}
+
+}  // namespace tb::ops

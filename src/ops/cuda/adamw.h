@@ -1,0 +1,117 @@
+// ops/cuda/adamw.h: fused multi-tensor AdamW on fp32 master weights, global gradient norm and norm clipping, on
+// one GPU. The CPU reference (the spec) is ops/cpu/adamw.h: torch.optim.AdamW (amsgrad and maximize off) and
+// torch.nn.utils.clip_grad_norm_. Per element of every tensor, step t >= 1, in fp32:
+//   g  = grad * clip_scale                                  (clip_scale = 1 without clipping)
+//   m  = b1 m + (1 - b1) g              v = b2 v + (1 - b2) g^2
+//   p  = p (1 - lr wd) - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+//      = p - lr (mhat / (sqrt(vhat) + eps) + wd p)          (the CPU reference's form; bias corrections in double)
+//   model = bf16(p)                                         (the bf16 copy the forward pass reads, same pass)
+// wd = weight_decay for tensors with decay = true, 0 for the others (norm gains, biases).
+// Gradient norm and clipping (clip_grad_norm_ with the CPU reference's convention):
+//   norm_sq = sum over every element of every tensor of grad^2   (each thread and block sums in double; one
+//             partial per chunk, then one block sums the partials in chunk order: deterministic, bit-for-bit
+//             the same on every run)
+//   norm = sqrt(norm_sq);  clip_scale = norm > max_norm ? max_norm / (norm + 1e-6) : 1   (1 when norm is not finite:
+//             gradients are left as they are; the caller decides whether to skip the step)
+// No host round trip: the norm and clip scale stay on the device and the AdamW kernel reads them, so a whole
+// optimizer step can be captured in a CUDA graph. lr and t are also read from the device at run time
+// (AdamWStepScalars), so a replayed graph follows the LR schedule when the caller updates them before each replay
+// (one 16-byte cudaMemcpyAsync from pinned memory, or a schedule kernel inside the graph).
+//
+// Multi-tensor: the tensors are cut into chunks of kAdamWChunk elements; a table of {tensor, begin, end} chunks and
+// the tensors' pointers is built once (AdamWGroup, uploaded at construction) and every launch is one kernel over
+// all chunks, one block per chunk. 16-byte vector accesses where all of a tensor's pointers share their alignment
+// phase (the usual case: every buffer laid out like the parameters), scalar accesses otherwise.
+// Moments are fp32 (default) or bf16 (DType::bf16: half the state memory; m and v are computed in fp32 and rounded
+// to nearest on store).
+//
+// Ideal DRAM bytes per element: AdamW with fp32 moments 16 read (p, g, m, v) + 14 written (p, m, v, bf16 model) = 30
+// (bf16 moments: 22); grad norm 4 read. ~4 FLOPs per element for the norm, ~15 for the update: memory-bound.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/dtype.h"
+#include "ops/cuda/context.h"
+
+namespace tb::ops {
+
+inline constexpr std::int64_t kAdamWChunk = 32768;  // elements per block
+
+// One parameter tensor (device pointers, `numel` elements each). m and v are of the group's moment type.
+struct AdamWTensor {
+  float* master = nullptr;         // fp32 master weights, updated in place
+  const float* grad = nullptr;     // fp32 gradients (read only: clipping is applied on the fly)
+  void* exp_avg = nullptr;         // m, zero before step 1
+  void* exp_avg_sq = nullptr;      // v, zero before step 1
+  __nv_bfloat16* model = nullptr;  // bf16 model weights written from the updated master; null: none
+  std::int64_t numel = 0;
+  bool decay = true;               // false: no weight decay (norm gains, biases)
+};
+
+// Hyperparameters fixed for a run, passed by value to each launch (torch.optim.AdamW's defaults).
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+// Per-step scalars in device memory, read by the AdamW kernel when it runs (graph-capturable).
+struct AdamWStepScalars {
+  float lr = 0;
+  std::int32_t reserved = 0;
+  std::int64_t step = 0;  // 1-based t of the bias correction, including this step
+};
+
+// The gradient norm in device memory, written by grad_norm().
+struct GradNormResult {
+  double norm_sq = 0;      // sum of grad^2 over the group
+  float norm = 0;          // sqrt(norm_sq), before clipping
+  float clip_scale = 1;    // what adamw_step multiplies the gradients by
+};
+
+// The chunk table of a set of tensors, on the device. Build it once (not while capturing a graph: it uploads
+// with cudaMemcpy); the pointers it holds must stay valid while it is used.
+class AdamWGroup {
+ public:
+  // Throws tb::Error{config}: empty list, numel < 1, null master / grad / m / v, misaligned pointers (fp32 must be
+  // 4-byte, bf16 2-byte aligned), moments not f32 or bf16.
+  AdamWGroup(int device, std::span<const AdamWTensor> tensors, DType moments = DType::f32);
+
+  int device() const { return device_; }
+  DType moments() const { return moments_; }
+  int tensors() const { return tensors_; }
+  std::int64_t chunks() const { return chunks_; }
+  std::int64_t numel() const { return numel_; }
+  const void* tensor_table() const { return table_.get(); }  // device: kernel-side tensor records
+  const void* chunk_table() const { return chunk_table_.get(); }
+  double* partials() const { return partials_.as<double>(); }  // device: one norm partial per chunk
+
+ private:
+  int device_;
+  DType moments_;
+  int tensors_ = 0;
+  std::int64_t chunks_ = 0, numel_ = 0;
+  DeviceBuffer table_, chunk_table_, partials_;
+};
+
+// out->norm_sq, norm, clip_scale (device) from the group's gradients; max_norm > 0 (+inf: measure, never clip).
+// Two launches on stream (partials, then one block), no host synchronisation.
+void grad_norm(const AdamWGroup& group, float max_norm, GradNormResult* out, cudaStream_t stream);
+// Recomputes r->norm and r->clip_scale from r->norm_sq (one thread): for norm_sq summed across ranks by the caller
+// (data-parallel shards) after grad_norm() on each rank's own group.
+void clip_from_norm_sq(GradNormResult* r, float max_norm, cudaStream_t stream);
+
+// One AdamW step over every tensor of the group: one launch on stream. scalars: device lr and step (step >= 1;
+// a step < 1 leaves everything unchanged, as the device cannot throw). clip: the grad_norm() result whose
+// clip_scale multiplies the gradients, or null for no clipping.
+void adamw_step(const AdamWGroup& group, const AdamWConfig& cfg, const AdamWStepScalars* scalars,
+                const GradNormResult* clip, cudaStream_t stream);
+
+}  // namespace tb::ops

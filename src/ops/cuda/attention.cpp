@@ -1,0 +1,326 @@
+// ops/cuda/attention.cpp: see attention.h. The only translation unit that includes cudnn-frontend.
+//
+// cuDNN's SDPA tensors are 4-D [batch, heads, seq, head_dim] with arbitrary strides, so each of our
+// [b, s, heads, d] views is described as dims {b, heads, s, d} with strides {batch, head, seq, 1}: a view
+// into the fused QKV buffer is just a base pointer (q at column 0, k at H*d, v at (H+G)*d) and the row
+// stride (H+2G)*d for seq. The softmax statistics (Stats) are fp32 {b, H, s, 1}, i.e. lse [b, H, s].
+#include "ops/cuda/attention.h"
+
+#include <cudnn_frontend.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace fe = cudnn_frontend;
+
+// TB_CHECK on cudnn-frontend calls (cudnn.h says why these live here). Internal linkage; they must be
+// declared directly in tb (not in a nested unnamed namespace) for TB_CHECK's qualified ::tb::ok lookup.
+namespace tb {
+
+static std::string_view frontend_code_name(fe::error_code_t code) {
+  switch (code) {
+    case fe::error_code_t::OK: return "OK";
+    case fe::error_code_t::ATTRIBUTE_NOT_SET: return "ATTRIBUTE_NOT_SET";
+    case fe::error_code_t::SHAPE_DEDUCTION_FAILED: return "SHAPE_DEDUCTION_FAILED";
+    case fe::error_code_t::INVALID_TENSOR_NAME: return "INVALID_TENSOR_NAME";
+    case fe::error_code_t::INVALID_VARIANT_PACK: return "INVALID_VARIANT_PACK";
+    case fe::error_code_t::GRAPH_NOT_SUPPORTED: return "GRAPH_NOT_SUPPORTED";
+    case fe::error_code_t::GRAPH_EXECUTION_PLAN_CREATION_FAILED: return "GRAPH_EXECUTION_PLAN_CREATION_FAILED";
+    case fe::error_code_t::GRAPH_EXECUTION_FAILED: return "GRAPH_EXECUTION_FAILED";
+    case fe::error_code_t::HEURISTIC_QUERY_FAILED: return "HEURISTIC_QUERY_FAILED";
+    case fe::error_code_t::UNSUPPORTED_GRAPH_FORMAT: return "UNSUPPORTED_GRAPH_FORMAT";
+    case fe::error_code_t::CUDA_API_FAILED: return "CUDA_API_FAILED";
+    case fe::error_code_t::CUDNN_BACKEND_API_FAILED: return "CUDNN_BACKEND_API_FAILED";
+    case fe::error_code_t::INVALID_CUDA_DEVICE: return "INVALID_CUDA_DEVICE";
+    case fe::error_code_t::HANDLE_ERROR: return "HANDLE_ERROR";
+    case fe::error_code_t::INVALID_VALUE: return "INVALID_VALUE";
+  }
+  return "UNKNOWN_FRONTEND_ERROR";
+}
+
+static bool ok(const fe::error_t& e) { return e.is_good(); }
+
+[[noreturn]] static void raise(const fe::error_t& e, const char* expr, std::source_location where) {
+  raise_frontend(frontend_code_name(e.code), e.err_msg, e.code == fe::error_code_t::GRAPH_NOT_SUPPORTED, expr,
+                 where);
+}
+
+}  // namespace tb
+
+namespace tb::ops {
+namespace {
+
+using Graph = fe::graph::Graph;
+using TensorAttr = fe::graph::Tensor_attributes;
+using TensorPtr = std::shared_ptr<TensorAttr>;
+
+// Variant-pack uids (fixed, so a graph and the packs built for it always agree).
+enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kStats, kDout, kDq, kDk, kDv };
+
+constexpr std::size_t kAlign = 16;  // bytes: cuDNN's SDPA reads 16-byte vectors
+
+std::vector<std::int64_t> dims(const AttentionShape& s, std::int64_t heads) {
+  return {s.batch, heads, s.seq, s.head_dim};
+}
+std::vector<std::int64_t> strides(const HeadStrides& t) { return {t.batch, t.head, t.seq, 1}; }
+std::vector<std::int64_t> stats_dims(const AttentionShape& s) { return {s.batch, s.heads, s.seq, 1}; }
+std::vector<std::int64_t> stats_strides(const AttentionShape& s) { return {s.heads * s.seq, s.seq, 1, 1}; }
+
+std::shared_ptr<Graph> new_graph() {
+  auto g = std::make_shared<Graph>();
+  g->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
+}
+
+TensorPtr input(Graph& g, const char* name, Uid uid, std::vector<std::int64_t> dim, std::vector<std::int64_t> stride) {
+  return g.tensor(TensorAttr().set_name(name).set_uid(uid).set_dim(std::move(dim)).set_stride(std::move(stride)));
+}
+
+void output(const TensorPtr& t, Uid uid, std::vector<std::int64_t> dim, std::vector<std::int64_t> stride) {
+  t->set_output(true).set_uid(uid).set_dim(std::move(dim)).set_stride(std::move(stride));
+}
+
+float attn_scale(const AttentionShape& s) { return float(1.0 / std::sqrt(double(s.head_dim))); }
+
+// Validate, lower, ask the heuristic (mode A), check support, build the first supported plan.
+void build(Graph& g, cudnnHandle_t handle, std::int64_t& workspace, std::string& engine) {
+  TB_CHECK(g.validate());
+  TB_CHECK(g.build_operation_graph(handle));
+  TB_CHECK(g.create_execution_plans({fe::HeurMode_t::A}));
+  TB_CHECK(g.check_support());
+  TB_CHECK(g.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE));
+  TB_CHECK(g.get_workspace_size(workspace));
+  TB_CHECK(g.get_plan_name(engine));
+}
+
+void require_aligned(const void* p, const char* what) {
+  TB_REQUIRE(p != nullptr && reinterpret_cast<std::uintptr_t>(p) % kAlign == 0,
+             fmt::format("attention: {} must be a device pointer aligned to {} bytes, got {}", what, kAlign, p));
+}
+
+void* mut(const void* p) { return const_cast<void*>(p); }  // the variant pack takes void* for inputs too
+
+}  // namespace
+
+// ---- shapes ------------------------------------------------------------------------------------------
+
+AttentionShape fused_qkv_attention(std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t kv_heads,
+                                   std::int64_t head_dim, bool deterministic) {
+  AttentionShape s;
+  s.batch = batch;
+  s.seq = seq;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  const std::int64_t row = (heads + 2 * kv_heads) * head_dim;
+  s.q = s.k = s.v = HeadStrides{seq * row, row, head_dim};
+  s.o = HeadStrides{seq * heads * head_dim, heads * head_dim, head_dim};
+  s.deterministic = deterministic;
+  return s;
+}
+
+std::size_t fused_qkv_elements(const AttentionShape& s) {
+  return std::size_t(s.batch * s.seq * (s.heads + 2 * s.kv_heads) * s.head_dim);
+}
+
+QkvPointers split_fused_qkv(void* qkv, const AttentionShape& s) {
+  auto* base = static_cast<unsigned char*>(qkv);
+  const std::size_t e = 2;  // bf16 bytes
+  return {base, base + std::size_t(s.heads * s.head_dim) * e,
+          base + std::size_t((s.heads + s.kv_heads) * s.head_dim) * e};
+}
+
+void check_attention_shape(const AttentionShape& s) {
+  const std::string what = "attention " + describe(s);
+  TB_REQUIRE(s.batch >= 1 && s.seq >= 1 && s.heads >= 1 && s.kv_heads >= 1 && s.head_dim >= 1,
+             what + ": batch, seq, heads, kv_heads and head_dim must all be at least 1");
+  TB_REQUIRE(s.heads % s.kv_heads == 0,
+             fmt::format("{}: kv_heads ({}) must divide heads ({}) for grouped-query attention", what, s.kv_heads,
+                         s.heads));
+  TB_REQUIRE(s.head_dim % 8 == 0, fmt::format("{}: head_dim ({}) must be a multiple of 8 (cuDNN SDPA)", what,
+                                              s.head_dim));
+  for (const auto& [name, t] : {std::pair{"q", s.q}, std::pair{"k", s.k}, std::pair{"v", s.v}, std::pair{"o", s.o}})
+    TB_REQUIRE(t.batch > 0 && t.seq > 0 && t.head > 0 && t.batch % 8 == 0 && t.seq % 8 == 0 && t.head % 8 == 0,
+               fmt::format("{}: {} strides (batch {}, seq {}, head {}) must be positive multiples of 8 elements "
+                           "(16-byte aligned rows)",
+                           what, name, t.batch, t.seq, t.head));
+}
+
+std::string describe(const AttentionShape& s) {
+  std::string d = fmt::format("b={} s={} H={} G={} d={}", s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
+  const AttentionShape fused = fused_qkv_attention(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.deterministic);
+  if (s.q == fused.q && s.k == fused.k && s.v == fused.v && s.o == fused.o) {
+    d += " fused-qkv";
+  } else {
+    auto str = [](const HeadStrides& t) { return fmt::format("{}/{}/{}", t.batch, t.seq, t.head); };
+    d += fmt::format(" strides(b/s/h) q {} k {} v {} o {}", str(s.q), str(s.k), str(s.v), str(s.o));
+  }
+  if (s.deterministic) d += " deterministic";
+  return d;
+}
+
+AttentionFlops attention_flops(const AttentionShape& s, bool causal) {
+  const double one = 2.0 * double(s.batch) * double(s.heads) * double(s.seq) * double(s.seq) * double(s.head_dim);
+  const double fwd = 2 * one * (causal ? 0.5 : 1.0);  // Q K^T and P V
+  return {fwd, 2 * fwd, 2.5 * fwd};
+}
+
+// ---- plan --------------------------------------------------------------------------------------------
+
+struct AttentionPlan::Graphs {
+  std::shared_ptr<Graph> fwd, bwd;
+  std::int64_t fwd_ws = 0, bwd_ws = 0;
+  std::string fwd_engine, bwd_engine;
+};
+
+AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_(s), g_(std::make_unique<Graphs>()) {
+  check_attention_shape(s);
+  const char* direction = "forward";
+  try {
+    // Forward: O and Stats (lse) from Q, K, V; causal with the diagonal at the top left (j <= i).
+    g_->fwd = new_graph();
+    Graph& f = *g_->fwd;
+    auto q = input(f, "Q", kQ, dims(s, s.heads), strides(s.q));
+    auto k = input(f, "K", kK, dims(s, s.kv_heads), strides(s.k));
+    auto v = input(f, "V", kV, dims(s, s.kv_heads), strides(s.v));
+    auto fwd_opts = fe::graph::SDPA_attributes()
+                        .set_name("sdpa_forward")
+                        .set_generate_stats(true)
+                        .set_attn_scale(attn_scale(s))
+                        .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                        .set_diagonal_band_right_bound(0);
+    auto [o, stats] = f.sdpa(q, k, v, fwd_opts);
+    output(o, kO, dims(s, s.heads), strides(s.o));
+    output(stats, kStats, stats_dims(s), stats_strides(s));
+    stats->set_data_type(fe::DataType_t::FLOAT);
+    build(f, handle, g_->fwd_ws, g_->fwd_engine);
+
+    // Backward: dQ, dK, dV (written through the same strides as Q, K, V) from Q, K, V, O, dO, Stats.
+    direction = "backward";
+    g_->bwd = new_graph();
+    Graph& b = *g_->bwd;
+    auto bq = input(b, "Q", kQ, dims(s, s.heads), strides(s.q));
+    auto bk = input(b, "K", kK, dims(s, s.kv_heads), strides(s.k));
+    auto bv = input(b, "V", kV, dims(s, s.kv_heads), strides(s.v));
+    auto bo = input(b, "O", kO, dims(s, s.heads), strides(s.o));
+    auto bdo = input(b, "dO", kDout, dims(s, s.heads), strides(s.o));
+    auto bstats = b.tensor(TensorAttr()
+                               .set_name("Stats")
+                               .set_uid(kStats)
+                               .set_dim(stats_dims(s))
+                               .set_stride(stats_strides(s))
+                               .set_data_type(fe::DataType_t::FLOAT));
+    auto bwd_opts = fe::graph::SDPA_backward_attributes()
+                        .set_name("sdpa_backward")
+                        .set_attn_scale(attn_scale(s))
+                        .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                        .set_diagonal_band_right_bound(0)
+                        .set_deterministic_algorithm(s.deterministic);
+    auto [dq, dk, dv] = b.sdpa_backward(bq, bk, bv, bo, bdo, bstats, bwd_opts);
+    output(dq, kDq, dims(s, s.heads), strides(s.q));
+    output(dk, kDk, dims(s, s.kv_heads), strides(s.k));
+    output(dv, kDv, dims(s, s.kv_heads), strides(s.v));
+    build(b, handle, g_->bwd_ws, g_->bwd_engine);
+  } catch (const Error& e) {  // say which shape and direction; keep kind (unsupported / cudnn) and detail
+    throw Error(e.kind(), e.fatal(), fmt::format("attention {} {}: {}", direction, ops::describe(s), e.what()),
+                e.detail());
+  } catch (const std::exception& e) {  // the frontend throws std::runtime_error from a few helpers
+    raise_error(Error::Kind::cudnn,
+                fmt::format("attention {} {}: cudnn-frontend: {}", direction, ops::describe(s), e.what()));
+  }
+}
+
+AttentionPlan::~AttentionPlan() = default;
+AttentionPlan::AttentionPlan(AttentionPlan&&) noexcept = default;
+AttentionPlan& AttentionPlan::operator=(AttentionPlan&&) noexcept = default;
+
+std::size_t AttentionPlan::forward_workspace_bytes() const { return std::size_t(g_->fwd_ws); }
+std::size_t AttentionPlan::backward_workspace_bytes() const { return std::size_t(g_->bwd_ws); }
+std::size_t AttentionPlan::workspace_bytes() const {
+  return std::max(forward_workspace_bytes(), backward_workspace_bytes());
+}
+
+std::string AttentionPlan::describe() const {
+  return fmt::format("attention {} | fwd {} ({} B ws) | bwd {} ({} B ws)", ops::describe(s_), g_->fwd_engine,
+                     g_->fwd_ws, g_->bwd_engine, g_->bwd_ws);
+}
+
+void AttentionPlan::forward(cudnnHandle_t handle, const AttentionForwardArgs& a, Workspace ws,
+                            cudaStream_t stream) const {
+  require_aligned(a.q, "q");
+  require_aligned(a.k, "k");
+  require_aligned(a.v, "v");
+  require_aligned(a.o, "o");
+  require_aligned(a.lse, "lse");
+  TB_REQUIRE(ws.bytes >= forward_workspace_bytes() && (ws.ptr || forward_workspace_bytes() == 0),
+             fmt::format("attention forward {}: needs {} bytes of workspace, got {}", ops::describe(s_),
+                         forward_workspace_bytes(), ws.bytes));
+  std::unordered_map<std::int64_t, void*> pack = {
+      {kQ, mut(a.q)}, {kK, mut(a.k)}, {kV, mut(a.v)}, {kO, a.o}, {kStats, a.lse}};
+  TB_CHECK(cudnnSetStream(handle, stream));
+  TB_CHECK(g_->fwd->execute(handle, pack, ws.ptr));
+}
+
+void AttentionPlan::backward(cudnnHandle_t handle, const AttentionBackwardArgs& a, Workspace ws,
+                             cudaStream_t stream) const {
+  require_aligned(a.q, "q");
+  require_aligned(a.k, "k");
+  require_aligned(a.v, "v");
+  require_aligned(a.o, "o");
+  require_aligned(a.dout, "dout");
+  require_aligned(a.lse, "lse");
+  require_aligned(a.dq, "dq");
+  require_aligned(a.dk, "dk");
+  require_aligned(a.dv, "dv");
+  TB_REQUIRE(ws.bytes >= backward_workspace_bytes() && (ws.ptr || backward_workspace_bytes() == 0),
+             fmt::format("attention backward {}: needs {} bytes of workspace, got {}", ops::describe(s_),
+                         backward_workspace_bytes(), ws.bytes));
+  std::unordered_map<std::int64_t, void*> pack = {
+      {kQ, mut(a.q)},       {kK, mut(a.k)}, {kV, mut(a.v)}, {kO, mut(a.o)}, {kDout, mut(a.dout)},
+      {kStats, mut(a.lse)}, {kDq, a.dq},    {kDk, a.dk},    {kDv, a.dv}};
+  TB_CHECK(cudnnSetStream(handle, stream));
+  TB_CHECK(g_->bwd->execute(handle, pack, ws.ptr));
+}
+
+// ---- per-device cache ----------------------------------------------------------------------------------
+
+CudnnAttention::CudnnAttention(int device) : handle_(device) {}
+
+const AttentionPlan& CudnnAttention::plan(const AttentionShape& s) {
+  if (auto it = plans_.find(s); it != plans_.end()) return it->second;
+  TB_CHECK(cudaSetDevice(device()));
+  const auto it = plans_.try_emplace(s, handle_.get(), s).first;
+  if (it->second.workspace_bytes() > workspace_.bytes()) {
+    constexpr std::size_t kRound = std::size_t(1) << 20;  // whole MiB: fewer regrowths across shapes
+    const std::size_t bytes = (it->second.workspace_bytes() + kRound - 1) / kRound * kRound;
+    try {
+      workspace_ = DeviceBuffer(device(), bytes);  // the old one stays until the new one exists
+    } catch (...) {
+      plans_.erase(it);  // a plan without its workspace must not be cached
+      throw;
+    }
+  }
+  return it->second;
+}
+
+void CudnnAttention::forward(const AttentionShape& s, const AttentionForwardArgs& a, cudaStream_t stream) {
+  const AttentionPlan& p = plan(s);
+  TB_CHECK(cudaSetDevice(device()));
+  p.forward(handle_.get(), a, {workspace_.get(), workspace_.bytes()}, stream);
+}
+
+void CudnnAttention::backward(const AttentionShape& s, const AttentionBackwardArgs& a, cudaStream_t stream) {
+  const AttentionPlan& p = plan(s);
+  TB_CHECK(cudaSetDevice(device()));
+  p.backward(handle_.get(), a, {workspace_.get(), workspace_.bytes()}, stream);
+}
+
+}  // namespace tb::ops

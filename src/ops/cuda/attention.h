@@ -1,0 +1,154 @@
+// ops/cuda/attention.h: causal grouped-query attention forward and backward through cuDNN's fused SDPA
+// (graph API via cudnn-frontend), bf16 in and out, fp32 softmax statistics. The spec is the CPU reference
+// ops/cpu/attention.h:
+//   q: [b, s, H, d], k, v: [b, s, G, d], H % G == 0; query head h reads kv head h / (H / G)
+//   S[i,j] = q_i . k_j / sqrt(d) for j <= i (causal, top-left diagonal; j > i masked out)
+//   lse_i = log sum_{j<=i} exp(S[i,j]) (natural log, fp32 [b, H, s]),  o_i = sum_j exp(S[i,j] - lse_i) v_j
+//   backward: dq, dk, dv from dout, q, k, v, o and lse (P recomputed); dk, dv sum over the H / G query heads
+//   of their group. dq, dk, dv are written (not accumulated).
+// Layout: q, k, v are read in place, through strides, from the fused QKV projection output
+// [b*s, (H + 2G)*d] row-major (per token: the H query heads, then the G key heads, then the G value
+// heads; model/param_layout.h), and dq, dk, dv are written into a gradient buffer of the same layout:
+// no copies, no transposes. o and dout are [b, s, H, d] (contiguous by default). head_dim: 64 and 128 are
+// the tested ones (cuDNN on Hopper takes multiples of 8 up to 256).
+//
+// FLOPs (multiply-add = 2), both conventions of DESIGN.md:
+//   forward   full:   4 b H s^2 d  (Q K^T: 2 b H s^2 d, P V: 2 b H s^2 d)
+//             causal: 2 b H s^2 d  (only the lower triangle: halved; exactly s(s+1)/2 of s^2 scores)
+//   backward  = 2 x forward (dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q), the model/flops.h rule
+//             (fwd + bwd = 3 x fwd); the kernel also recomputes Q K^T, so it does 2.5 x forward
+//             (backward_with_recompute), the FlashAttention benchmarks' count.
+// Llama 3.1 8B layer at s = 8192 (b=1, H=32, d=128): forward 5.50e11 (causal) / 1.10e12 (full).
+//
+// Plans: one AttentionPlan per AttentionShape (dims, strides, determinism) holds the forward and backward
+// cuDNN graphs, built, support-checked and planned once (heuristic mode A, its first supported engine).
+// CudnnAttention is the per-device cache (std::map<AttentionShape, AttentionPlan>) with its cuDNN handle
+// and a workspace grown to the largest plan. Plan every shape before CUDA-graph capture: planning may
+// reallocate the workspace (cudaMalloc) and building compiles kernels.
+#pragma once
+
+#include <cudnn.h>
+#include <cuda_runtime_api.h>
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "ops/cuda/context.h"
+#include "ops/cuda/cudnn.h"
+
+namespace tb::ops {
+
+// Element strides of one [batch, seq, heads, head_dim] bf16 tensor; head_dim is contiguous (stride 1).
+struct HeadStrides {
+  std::int64_t batch = 0, seq = 0, head = 0;
+  auto operator<=>(const HeadStrides&) const = default;
+};
+
+struct AttentionShape {
+  std::int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  HeadStrides q, k, v;  // also the strides of dq, dk, dv
+  HeadStrides o;        // also the strides of dout
+  // Backward without atomic accumulation (bit-reproducible dq from run to run); slower.
+  bool deterministic = false;
+  auto operator<=>(const AttentionShape&) const = default;
+};
+
+// The model's layout: q, k, v views into the fused QKV buffer [b*s, (H + 2G)*d] (row stride (H + 2G)*d,
+// q at column 0, k at H*d, v at (H + G)*d), o and dout contiguous [b, s, H, d].
+AttentionShape fused_qkv_attention(std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t kv_heads,
+                                   std::int64_t head_dim, bool deterministic = false);
+std::size_t fused_qkv_elements(const AttentionShape& s);  // b*s*(H + 2G)*d: one fused QKV (or dQKV) buffer
+
+// q, k, v (or dq, dk, dv) inside a fused bf16 buffer of fused_qkv_attention's layout.
+struct QkvPointers {
+  void* q = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
+};
+QkvPointers split_fused_qkv(void* qkv, const AttentionShape& s);
+
+// Throws Error{config} saying what is wrong: non-positive dims, H % G != 0, head_dim not a multiple of 8,
+// strides that are not positive multiples of 8 elements (16 bytes, cuDNN's alignment).
+void check_attention_shape(const AttentionShape& s);
+std::string describe(const AttentionShape& s);  // "attention b=1 s=8192 H=32 G=8 d=128 fused-qkv"
+
+struct AttentionFlops {
+  double forward = 0, backward = 0, backward_with_recompute = 0;
+};
+// causal = true: the causal convention (Q K^T and P V halved); false: the full convention.
+AttentionFlops attention_flops(const AttentionShape& s, bool causal);
+
+// Device pointers (cudaMalloc'ed, at least 16-byte aligned); q/k/v/o/dout/dq/dk/dv are bf16, lse fp32
+// contiguous [b, H, s].
+struct AttentionForwardArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+};
+struct AttentionBackwardArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;
+  const void* dout = nullptr;
+  const float* lse = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+};
+
+class AttentionPlan {
+ public:
+  // Validates the shape, builds the forward and backward graphs, checks cuDNN supports them and builds
+  // their execution plans. The device whose handle `handle` is must be current. Unsupported by this
+  // cuDNN / GPU: Error{unsupported} with cuDNN's reason; other failures: Error{cudnn}.
+  AttentionPlan(cudnnHandle_t handle, const AttentionShape& s);
+  ~AttentionPlan();
+  AttentionPlan(AttentionPlan&&) noexcept;
+  AttentionPlan& operator=(AttentionPlan&&) noexcept;
+
+  const AttentionShape& shape() const { return s_; }
+  std::size_t forward_workspace_bytes() const;
+  std::size_t backward_workspace_bytes() const;
+  std::size_t workspace_bytes() const;                // the larger of the two
+  std::string describe() const;                       // shape and the engines cuDNN chose (for results)
+
+  // Enqueue on `stream` (set on the handle). ws.bytes must be at least the direction's workspace bytes.
+  void forward(cudnnHandle_t handle, const AttentionForwardArgs& a, Workspace ws, cudaStream_t stream) const;
+  void backward(cudnnHandle_t handle, const AttentionBackwardArgs& a, Workspace ws, cudaStream_t stream) const;
+
+ private:
+  struct Graphs;  // the cudnn-frontend graphs, in attention.cpp only (the frontend is heavy to compile)
+  AttentionShape s_;
+  std::unique_ptr<Graphs> g_;
+};
+
+// The per-device attention state: cuDNN handle, plan cache, workspace. Owned by whoever runs the model
+// (no globals); the device is made current as needed.
+class CudnnAttention {
+ public:
+  explicit CudnnAttention(int device);
+  int device() const { return handle_.device(); }
+  cudnnHandle_t handle() const { return handle_.get(); }
+
+  // The plan for s: built on first use and cached (a failed build is not cached); grows the workspace
+  // to fit it (cudaFree/cudaMalloc: synchronizes the device).
+  const AttentionPlan& plan(const AttentionShape& s);
+  std::size_t workspace_bytes() const { return workspace_.bytes(); }
+
+  void forward(const AttentionShape& s, const AttentionForwardArgs& a, cudaStream_t stream);
+  void backward(const AttentionShape& s, const AttentionBackwardArgs& a, cudaStream_t stream);
+
+ private:
+  CudnnHandle handle_;
+  DeviceBuffer workspace_;
+  std::map<AttentionShape, AttentionPlan> plans_;  // declared last: destroyed before the handle
+};
+
+}  // namespace tb::ops

@@ -1,0 +1,278 @@
+// ops/cuda/cross_entropy.cu: see cross_entropy.h. Three cuBLASLt GEMMs per chunk around one softmax
+// cross-entropy kernel (one block per row: online max/sum in fp32 over 16-byte loads, then softmax - onehot
+// written in place as bf16), and a final one-block mean of the per-token losses.
+#include "ops/cuda/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+
+namespace tb::ops {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kVec = 8;     // bf16 per 16-byte load
+constexpr int kUnroll = 4;  // 16-byte loads in flight per thread before the first use
+constexpr std::size_t kAlign = 256;
+
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+// Messages are built with streams: fmt's compile-time format strings do not compile under nvcc.
+template <class... A>
+std::string str(const A&... a) {
+  std::ostringstream o;
+  (o << ... << a);
+  return o.str();
+}
+
+// Running (max, sum of exp(z - max)) of a set of values; the empty set is (-inf, 0).
+struct MaxSum {
+  float m, s;
+};
+
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return a;  // both empty
+  return {m, a.s * exp2f((a.m - m) * kLog2e) + b.s * exp2f((b.m - m) * kLog2e)};
+}
+
+__device__ __forceinline__ MaxSum add1(MaxSum st, float z) { return merge(st, MaxSum{z, 1.0f}); }
+
+// Eight bf16 in a uint4 (element 2k in the low half of word k).
+__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[kVec]) {
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    f[2 * k] = __uint_as_float(w[k] << 16);
+    f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ unsigned pack2(float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);  // a in the low half
+  unsigned u;
+  memcpy(&u, &h, sizeof(u));
+  return u;
+}
+
+__device__ __forceinline__ MaxSum add8(MaxSum st, const uint4& u) {
+  float f[kVec];
+  unpack8(u, f);
+  float vm = f[0];
+#pragma unroll
+  for (int k = 1; k < kVec; ++k) vm = fmaxf(vm, f[k]);
+  const float m = fmaxf(st.m, vm);
+  if (m == -INFINITY) return st;
+  float s = st.s * exp2f((st.m - m) * kLog2e);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) s += exp2f((f[k] - m) * kLog2e);
+  return {m, s};
+}
+
+__device__ __forceinline__ MaxSum warp_merge(MaxSum st) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) st = merge(st, MaxSum{__shfl_xor_sync(~0u, st.m, o), __shfl_xor_sync(~0u, st.s, o)});
+  return st;
+}
+
+// One block per row of the chunk's logits [rows, vocab] (row-major, bf16). Writes the row's loss to token_loss[row]
+// and, when write_grad, (softmax - onehot) * scale over the row in place.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    softmax_xent_kernel(__nv_bfloat16* __restrict__ logits, std::int64_t vocab,
+                        const std::int32_t* __restrict__ targets, float* __restrict__ token_loss, float scale,
+                        bool write_grad) {
+  constexpr int kWarps = kThreads / 32;
+  __shared__ MaxSum warp_st[kWarps];
+  __shared__ float row_lse;
+  const std::int64_t row = blockIdx.x;
+  const int tid = threadIdx.x;
+  auto* z = reinterpret_cast<unsigned short*>(logits + row * vocab);
+  const std::int32_t target = targets[row];
+  const bool target_ok = target >= 0 && target < vocab;
+
+  // z is 2-byte aligned: `head` scalars reach a 16-byte boundary, then nvec 16-byte vectors, then < 8 scalars.
+  const auto addr = reinterpret_cast<std::uintptr_t>(z);
+  const std::int64_t head = std::min<std::int64_t>(vocab, std::int64_t(((16 - (addr & 15)) & 15) / 2));
+  const std::int64_t nvec = (vocab - head) / kVec;
+  const std::int64_t tail_begin = head + nvec * kVec;
+  auto* zv = reinterpret_cast<uint4*>(z + head);
+  const auto scalar = [&](std::int64_t i) { return __uint_as_float(unsigned(z[i]) << 16); };
+
+  float z_target = 0.f;
+  if (tid == 0 && target_ok) z_target = scalar(target);  // read before any thread overwrites the row
+
+  // Pass 1: max and sum of exp over the row.
+  MaxSum st{-INFINITY, 0.f};
+  if (tid < head) st = add1(st, scalar(tid));
+  if (tid < vocab - tail_begin) st = add1(st, scalar(tail_begin + tid));
+  for (std::int64_t i = tid; i < nvec; i += std::int64_t(kThreads) * kUnroll) {
+    uint4 buf[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i + u * kThreads < nvec) buf[u] = zv[i + u * kThreads];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i + u * kThreads < nvec) st = add8(st, buf[u]);
+  }
+  st = warp_merge(st);
+  if (tid % 32 == 0) warp_st[tid / 32] = st;
+  __syncthreads();
+  if (tid < 32) {
+    st = tid < kWarps ? warp_st[tid] : MaxSum{-INFINITY, 0.f};
+    st = warp_merge(st);
+    if (tid == 0) {
+      const float lse = st.m + logf(st.s);
+      row_lse = lse;
+      token_loss[row] = target_ok ? lse - z_target : __int_as_float(0x7fc00000);  // NaN: bad target
+    }
+  }
+  __syncthreads();
+  if (!write_grad) return;
+
+  // Pass 2: dlogits = (exp(z - lse) - onehot) * scale, over the same elements (now mostly in L2).
+  const float lse2 = row_lse * kLog2e;
+  const auto grad = [&](float zf, std::int64_t i) {
+    const float p = exp2f(fmaf(zf, kLog2e, -lse2));
+    return (p - (i == target ? 1.f : 0.f)) * scale;
+  };
+  const auto store1 = [&](std::int64_t i) {
+    z[i] = __bfloat16_as_ushort(__float2bfloat16_rn(grad(scalar(i), i)));
+  };
+  if (tid < head) store1(tid);
+  if (tid < vocab - tail_begin) store1(tail_begin + tid);
+  for (std::int64_t i = tid; i < nvec; i += std::int64_t(kThreads) * kUnroll) {
+    uint4 buf[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i + u * kThreads < nvec) buf[u] = zv[i + u * kThreads];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t j = i + u * kThreads;
+      if (j >= nvec) continue;
+      float f[kVec];
+      unpack8(buf[u], f);
+      const std::int64_t e = head + j * kVec;  // element index of f[0]
+      uint4 out;
+      out.x = pack2(grad(f[0], e + 0), grad(f[1], e + 1));
+      out.y = pack2(grad(f[2], e + 2), grad(f[3], e + 3));
+      out.z = pack2(grad(f[4], e + 4), grad(f[5], e + 5));
+      out.w = pack2(grad(f[6], e + 6), grad(f[7], e + 7));
+      zv[j] = out;
+    }
+  }
+}
+
+// *out = (1/t) sum token_loss, summed in double by one block in a fixed order (deterministic).
+constexpr int kMeanThreads = 1024;
+__global__ void __launch_bounds__(kMeanThreads)
+    mean_loss_kernel(const float* __restrict__ token_loss, std::int64_t t, float* __restrict__ out) {
+  __shared__ double warp_sum[kMeanThreads / 32];
+  double s = 0;
+  for (std::int64_t i = threadIdx.x; i < t; i += kMeanThreads) s += double(token_loss[i]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(~0u, s, o);
+  if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    s = warp_sum[threadIdx.x];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(~0u, s, o);
+    if (threadIdx.x == 0) *out = float(s / double(t));
+  }
+}
+
+void launch_softmax_xent(__nv_bfloat16* logits, std::int64_t rows, std::int64_t vocab, const std::int32_t* targets,
+                         float* token_loss, float scale, bool write_grad, cudaStream_t stream) {
+  const auto grid = unsigned(rows);
+  if (vocab >= 32768)
+    softmax_xent_kernel<1024><<<grid, 1024, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad);
+  else if (vocab >= 4096)
+    softmax_xent_kernel<512><<<grid, 512, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad);
+  else
+    softmax_xent_kernel<128><<<grid, 128, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad);
+  TB_CHECK_LAUNCH();
+}
+
+bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kAlign == 0; }
+
+template <class T>
+void require_dense(const TensorView<T>& v, std::int64_t rows, std::int64_t cols, const char* what) {
+  TB_REQUIRE(v.rank() == 2 && v.size(0) == rows && v.size(1) == cols && v.is_contiguous(),
+             str("lm_head_cross_entropy: ", what, " must be a contiguous [", rows, ", ", cols, "] view, got ",
+                 v.shape_str(), v.rank() == 2 && !v.is_contiguous() ? " (strided)" : ""));
+  TB_REQUIRE(aligned(v.data()),
+             str("lm_head_cross_entropy: ", what,
+                 " must be 256-byte aligned (cudaMalloc'ed): the cuBLASLt plans assume it"));
+}
+
+}  // namespace
+
+LmHeadCeScratch lm_head_ce_scratch(std::int64_t tokens, std::int64_t vocab, std::int64_t hidden, int chunk) {
+  TB_REQUIRE(tokens >= 1 && vocab >= 1 && hidden >= 1,
+             str("lm_head_cross_entropy: tokens, vocab and hidden must be >= 1, got ", tokens, ", ", vocab, ", ",
+                 hidden));
+  TB_REQUIRE(chunk >= 1, str("lm_head_cross_entropy: chunk must be >= 1 token, got ", chunk));
+  TB_REQUIRE(tokens <= std::int64_t(INT32_MAX) && vocab <= std::int64_t(INT32_MAX),
+             str("lm_head_cross_entropy: tokens ", tokens, " or vocab ", vocab, " exceed 2^31 - 1"));
+  // Rows of h bf16 start 256-byte aligned every q rows.
+  const std::int64_t q = 128 / std::gcd<std::int64_t>(hidden, 128);
+  LmHeadCeScratch s;
+  s.chunk = std::min(tokens, (std::int64_t(std::min<std::int64_t>(chunk, tokens)) + q - 1) / q * q);
+  s.logits_bytes = std::size_t(s.chunk) * std::size_t(vocab) * sizeof(__nv_bfloat16);
+  s.token_loss_offset = round_up(s.logits_bytes, kAlign);
+  s.bytes = round_up(s.token_loss_offset + std::size_t(tokens) * sizeof(float), kAlign);
+  return s;
+}
+
+void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<float> dw,
+                           TensorView<const __nv_bfloat16> x, TensorView<const __nv_bfloat16> w,
+                           const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
+                           Workspace scratch) {
+  TB_REQUIRE(x.rank() == 2 && w.rank() == 2,
+             str("lm_head_cross_entropy: x [t, h] and W [V, h] must be 2-D, got ", x.shape_str(), " and ",
+                 w.shape_str()));
+  const std::int64_t t = x.size(0), h = x.size(1), vocab = w.size(0);
+  TB_REQUIRE(w.size(1) == h, str("lm_head_cross_entropy: x ", x.shape_str(), " and W ", w.shape_str(),
+                                 " disagree on the hidden size (W is [vocab, hidden])"));
+  const LmHeadCeScratch layout = lm_head_ce_scratch(t, vocab, h, chunk);
+  require_dense(x, t, h, "x");
+  require_dense(w, vocab, h, "W");
+  const bool want_dx = dx.data() != nullptr, want_dw = dw.data() != nullptr;
+  if (want_dx) require_dense(dx, t, h, "dx");
+  if (want_dw) require_dense(dw, vocab, h, "dW");
+  TB_REQUIRE(targets != nullptr && loss_out != nullptr,
+             "lm_head_cross_entropy: targets and loss_out must be device pointers, got null");
+  TB_REQUIRE(scratch.ptr != nullptr && aligned(scratch.ptr) && scratch.bytes >= layout.bytes,
+             str("lm_head_cross_entropy: scratch must be ", layout.bytes,
+                 " bytes, 256-byte aligned (lm_head_ce_scratch), got ", scratch.bytes, " bytes at ", scratch.ptr));
+  TB_REQUIRE(std::isfinite(grad_scale),
+             str("lm_head_cross_entropy: grad_scale must be finite, got ", grad_scale));
+
+  auto* logits = static_cast<__nv_bfloat16*>(scratch.ptr);
+  auto* token_loss = reinterpret_cast<float*>(static_cast<unsigned char*>(scratch.ptr) + layout.token_loss_offset);
+  const bool backward = want_dx || want_dw;
+  const float scale = float(double(grad_scale) / double(t));
+  dc.activate();
+  for (std::int64_t r0 = 0; r0 < t; r0 += layout.chunk) {
+    const std::int64_t c = std::min(layout.chunk, t - r0);
+    const __nv_bfloat16* x_c = x.data() + r0 * h;
+    dc.gemm(GemmShape{c, vocab, h, DType::bf16, DType::bf16, DType::bf16}, logits, x_c, w.data());
+    launch_softmax_xent(logits, c, vocab, targets + r0, token_loss + r0, scale, backward, dc.stream());
+    if (want_dx)
+      dc.gemm(GemmShape{c, h, vocab, DType::bf16, DType::bf16, DType::bf16, false, GemmLayout::ab},
+              dx.data() + r0 * h, logits, w.data());
+    if (want_dw)
+      dc.gemm(GemmShape{vocab, h, c, DType::bf16, DType::bf16, DType::f32, false, GemmLayout::atb, true}, dw.data(),
+              logits, x_c);
+  }
+  mean_loss_kernel<<<1, kMeanThreads, 0, dc.stream()>>>(token_loss, t, loss_out);
+  TB_CHECK_LAUNCH();
+}
+
+}  // namespace tb::ops

@@ -1,0 +1,70 @@
+// ops/cuda/cross_entropy.h: the chunked LM head fused with softmax cross-entropy, forward and backward, on one GPU.
+// The CPU reference (the spec) is ops/cpu/cross_entropy.h: lm_head_cross_entropy. x: [t, h], W: [V, h] bf16,
+// targets: [t] int32 in [0, V) (device). Per chunk of c tokens (never the full [t, V] logits at once):
+//   logits_c  = x_c W^T                                   [c, V] bf16, fp32 accumulate   (GEMM abt)
+//   loss_r    = lse(logits_r) - logits_r[target_r],  lse = log sum_v exp    (fp32, online max/sum, one block/row)
+//   dlogits_c = (softmax(logits_c) - onehot(target)) * grad_scale / t       bf16, written over logits_c in place
+//   dx_c      = dlogits_c W                           [c, h] bf16 written     (GEMM ab)
+//   dW       += dlogits_c^T x_c                       [V, h] fp32 accumulated (GEMM atb, beta = 1)
+//   *loss_out = (1/t) sum_r loss_r                    fp32 on the device: the MEAN loss, as the CPU reference returns
+//                                                     (summed in double in a fixed order: deterministic)
+// Empty dx / dW views skip that GEMM (both empty: forward only, dlogits are not written).
+//
+// Decisions:
+// - Logits are bf16 (GEMM output), read into fp32 by the softmax kernel. Their rounding (2^-9 relative) is the
+//   loss's main error: |d loss_r| <= 2^-9 (|logit_target| + max|logit|), mean over tokens far smaller; fp32 logits
+//   would double the scratch and the GEMM's output traffic and still need a separate bf16 dlogits buffer for the
+//   backward GEMMs. PyTorch's bf16 LM head (and Megatron's) also rounds logits to bf16.
+// - The chunk is rounded up to a multiple of 128 / gcd(h, 128) tokens (at most t), so every chunk's x and dx rows
+//   start 256-byte aligned, as the cuBLASLt plans assume. Results do not depend on the chunk beyond fp32
+//   summation order in dW.
+// - Any V >= 1 (not only multiples of 8): the softmax kernel does a scalar head and tail around 16-byte loads;
+//   cuBLASLt runs rows of odd length with slower kernels. Any h >= 1; h % 8 == 0 for the fast GEMM paths.
+// - A target outside [0, V) gives that token a NaN loss (so the mean is NaN, visibly) and a dlogits row without the
+//   one-hot term; it cannot be reported from the device without a host sync.
+//
+// Scratch (caller-owned device bytes, 256-byte aligned; lm_head_ce_scratch() sizes it):
+//   [0, logits_bytes):            logits / dlogits of one chunk, [chunk, V] bf16
+//   [token_loss_offset, +4 t):    per-token losses (fp32), valid after the call (perplexity, masking, tests)
+// GEMMs use the DeviceContext's cuBLASLt workspace and its plan cache (planned on first use of a shape: call once
+// before capturing a CUDA graph). Everything is enqueued on dc.stream(); nothing synchronises with the host.
+//
+// Cost: 6 t V h FLOPs (2 t V h forward only): the three GEMMs. Ideal DRAM bytes beyond the GEMM operands:
+// the softmax kernel reads each chunk's logits twice (the second read mostly from L2) and writes dlogits once:
+// 4 t V bytes ideal (6 t V counted with both reads) plus 4 t for the token losses.
+// Peak memory: scratch = 2 chunk V + 4 t bytes (+ alignment), e.g. 1.05 GB for chunk 4096 at V = 128256.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "ops/cuda/context.h"
+
+namespace tb::ops {
+
+inline constexpr int kLmHeadDefaultChunk = 4096;  // tokens per chunk
+
+struct LmHeadCeScratch {
+  std::int64_t chunk = 0;                // tokens per chunk actually used (rounded as above, at most t)
+  std::size_t logits_bytes = 0;          // [chunk, V] bf16 at offset 0
+  std::size_t token_loss_offset = 0;     // [t] fp32 per-token losses
+  std::size_t bytes = 0;                 // total to allocate
+};
+// The scratch layout for these sizes; throws tb::Error{config} on non-positive sizes or chunk.
+LmHeadCeScratch lm_head_ce_scratch(std::int64_t tokens, std::int64_t vocab, std::int64_t hidden,
+                                   int chunk = kLmHeadDefaultChunk);
+
+// dx: [t, h] bf16 (written) or empty; dW: [V, h] fp32 (accumulated: the caller zeroes it) or empty;
+// x: [t, h] bf16; W: [V, h] bf16; targets: t device int32; loss_out: one device float (the mean loss);
+// grad_scale: multiplies every gradient (e.g. 1 / gradient-accumulation steps, or a loss scale).
+// All views contiguous and 256-byte aligned (cudaMalloc'ed, or offsets that keep that alignment).
+// Throws tb::Error{config} for shape, alignment or scratch-size mistakes, before enqueuing anything.
+void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<float> dw,
+                           TensorView<const __nv_bfloat16> x, TensorView<const __nv_bfloat16> w,
+                           const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
+                           Workspace scratch);
+
+}  // namespace tb::ops

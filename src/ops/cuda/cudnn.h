@@ -1,0 +1,57 @@
+// ops/cuda/cudnn.h: cuDNN status checks for TB_CHECK, cudnn-frontend errors as tb::Error, an owned handle.
+//   TB_CHECK(cudnnSetStream(...)) throws tb::Error{cudnn} with the status name and cuDNN's last error text:
+//   "cudnn error CUDNN_STATUS_BAD_PARAM (...) in ops/cuda/attention.cpp:88 ...".
+// cudnn-frontend (the graph API) returns cudnn_frontend::error_t {code, err_msg} instead of a status. Its
+// headers are heavy and stay in the one translation unit that builds graphs (ops/cuda/attention.cpp),
+// which defines tb::ok / tb::raise overloads for error_t that call raise_frontend() below, so TB_CHECK
+// works on frontend calls there too. GRAPH_NOT_SUPPORTED becomes Error{unsupported} (the case is skipped
+// with the frontend's reason); every other frontend code becomes Error{cudnn}.
+#pragma once
+
+#include <cudnn.h>
+
+#include <source_location>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "core/error.h"
+
+namespace tb {
+
+inline bool ok(cudnnStatus_t status) { return status == CUDNN_STATUS_SUCCESS; }
+// fatal only when an execution failure left a sticky CUDA error behind (the context is gone).
+[[noreturn]] void raise(cudnnStatus_t status, const char* expr, std::source_location where);
+
+// code: the frontend's error code name ("GRAPH_NOT_SUPPORTED"); message: its err_msg.
+[[noreturn]] void raise_frontend(std::string_view code, std::string_view message, bool unsupported, const char* expr,
+                                 std::source_location where);
+
+}  // namespace tb
+
+namespace tb::ops {
+
+// "9.19.0": the cuDNN loaded at run time (cudnnGetVersion = major*10000 + minor*100 + patch in cuDNN 9).
+std::string cudnn_version();
+
+// The cuDNN handle of one device: created with that device made current, destroyed with it.
+// Not thread-safe (cuDNN handles are not): one per device and thread.
+class CudnnHandle {
+ public:
+  explicit CudnnHandle(int device);
+  ~CudnnHandle();
+  CudnnHandle(CudnnHandle&& o) noexcept : device_(o.device_), h_(std::exchange(o.h_, nullptr)) {}
+  CudnnHandle& operator=(CudnnHandle&& o) noexcept;
+  CudnnHandle(const CudnnHandle&) = delete;
+  CudnnHandle& operator=(const CudnnHandle&) = delete;
+
+  cudnnHandle_t get() const { return h_; }
+  int device() const { return device_; }
+
+ private:
+  void release();
+  int device_ = -1;
+  cudnnHandle_t h_ = nullptr;
+};
+
+}  // namespace tb::ops

@@ -1,0 +1,393 @@
+// Tests ops/cuda/adamw (multi-tensor AdamW, grad norm, clipping) against ops/cpu/adamw on one GPU.
+//   Seven tensors of odd sizes (1, 7, 1000, 32773 crossing a chunk boundary, 100003, 3, 65536), packed back to back
+//   so their alignment phases differ, one of them with a gradient of another phase (the scalar path), one without a
+//   bf16 model copy; a weight-decay mask by tensor; 3 steps with a changing lr and new gradients each step, read
+//   from device scalars; clipping off, on (active) and with max_norm = +inf; fp32 and bf16 moments.
+//   fp32 moments: p, m, v within 1e-6 relative (+1e-6 of the tensor's mean magnitude) of the CPU reference; bf16
+//   moments: the reference's m and v rounded to bf16 after each step, all but a few elements exact (a rounding-boundary
+//   flip between fp32 and double arithmetic), all within a few bf16 ulps. The bf16 model copy equals bf16(p) exactly.
+//   Grad norm: norm_sq within 1e-12 of the double reference, bit-identical across runs; the clip scale as
+//   clip_grad_norm_ computes it.
+//   Negative checks: the clipped step against the unclipped reference fails; step 0 changes nothing; bad arguments
+//   throw.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench/sysinfo.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "ops/cpu/adamw.h"
+#include "ops/cuda/adamw.h"
+#include "ops/cuda/context.h"
+#include "ops/cuda/fill.h"
+
+namespace {
+
+using tb::DType;
+using namespace tb::ops;
+
+#define SKIP_WITHOUT_GPU() \
+  if (tb::bench::visible_gpu_count() == 0) GTEST_SKIP() << tb::bench::no_gpu_reason()
+
+const std::vector<std::int64_t> kSizes = {1, 7, 1000, kAdamWChunk + 5, 100003, 3, 65536};
+const std::vector<bool> kDecay = {false, true, true, true, false, true, true};
+constexpr std::size_t kOtherPhaseGrad = 3;  // this tensor's gradient lives at another alignment phase
+constexpr std::size_t kNoModel = 5;         // this tensor has no bf16 model copy
+constexpr double kLr[3] = {1e-3, 2e-3, 5e-4};
+
+enum class Clip { off, on, never };
+
+struct Case {
+  DType moments;
+  Clip clip;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  const char* clip[] = {"no_clip", "clip", "clip_inf"};
+  return std::string(tb::dtype_name(info.param.moments)) + "_moments_" + clip[int(info.param.clip)];
+}
+
+float bf16_round(float x) { return tb::bf16_to_float(tb::float_to_bf16(x)); }
+
+// Element checks |got - ref| <= rel |ref| + abs; counts failures and keeps the worst.
+struct Check {
+  std::string what;
+  std::int64_t samples = 0, failures = 0, worst = -1;
+  double worst_ratio = 0, worst_got = 0, worst_ref = 0;
+  void add(std::int64_t at, double got, double ref, double tol) {
+    ++samples;
+    const double err = std::fabs(got - ref);
+    const double ratio = std::isnan(err) ? std::numeric_limits<double>::infinity() : err / tol;
+    if (!(err <= tol)) ++failures;
+    if (worst < 0 || ratio > worst_ratio) worst_ratio = ratio, worst = at, worst_got = got, worst_ref = ref;
+  }
+  bool ok() const { return samples > 0 && failures == 0; }
+  std::string message() const {
+    std::ostringstream o;
+    o << what << "[" << worst << "] = " << worst_got << " vs reference " << worst_ref << " (" << worst_ratio
+      << "x tol); " << failures << " of " << samples << " out of tolerance";
+    return o.str();
+  }
+};
+
+double mean_abs(std::span<const float> v) {
+  double s = 0;
+  for (float x : v) s += std::fabs(double(x));
+  return s / double(v.size());
+}
+
+// The GPU state: flat buffers (tensor k at offset off[k]) for p, g, m, v and the bf16 model copy.
+struct Optim {
+  std::int64_t n = 0;
+  std::vector<std::int64_t> off;
+  DType moments;
+  DeviceBuffer p, g, g_other, m, v, w, scalars, norm;
+  std::unique_ptr<AdamWGroup> group;
+
+  Optim(DeviceContext& dc, DType mom, const std::vector<float>& p0) : moments(mom) {
+    for (auto s : kSizes) off.push_back(std::exchange(n, n + s));
+    const std::size_t ms = tb::dtype_size(mom);
+    p = DeviceBuffer(dc.device(), std::size_t(n) * 4);
+    g = DeviceBuffer(dc.device(), std::size_t(n) * 4);
+    g_other = DeviceBuffer(dc.device(), std::size_t(kSizes[kOtherPhaseGrad] + 1) * 4);
+    m = DeviceBuffer(dc.device(), std::size_t(n) * ms);
+    v = DeviceBuffer(dc.device(), std::size_t(n) * ms);
+    w = DeviceBuffer(dc.device(), std::size_t(n) * 2);
+    scalars = DeviceBuffer(dc.device(), sizeof(AdamWStepScalars));
+    norm = DeviceBuffer(dc.device(), sizeof(GradNormResult));
+    TB_CHECK(cudaMemcpy(p.get(), p0.data(), std::size_t(n) * 4, cudaMemcpyHostToDevice));
+    TB_CHECK(cudaMemset(m.get(), 0, m.bytes()));
+    TB_CHECK(cudaMemset(v.get(), 0, v.bytes()));
+    TB_CHECK(cudaMemset(w.get(), 0xff, w.bytes()));  // NaN until written
+    std::vector<AdamWTensor> ts;
+    for (std::size_t k = 0; k < kSizes.size(); ++k) {
+      AdamWTensor t;
+      t.master = p.as<float>() + off[k];
+      t.grad = k == kOtherPhaseGrad ? g_other.as<float>() + 1 : g.as<float>() + off[k];
+      t.exp_avg = m.as<unsigned char>() + std::size_t(off[k]) * ms;
+      t.exp_avg_sq = v.as<unsigned char>() + std::size_t(off[k]) * ms;
+      t.model = k == kNoModel ? nullptr : w.as<__nv_bfloat16>() + off[k];
+      t.numel = kSizes[k];
+      t.decay = kDecay[k];
+      ts.push_back(t);
+    }
+    group = std::make_unique<AdamWGroup>(dc.device(), ts, mom);
+  }
+  void set_grads(const std::vector<float>& gh) {
+    TB_CHECK(cudaMemcpy(g.get(), gh.data(), std::size_t(n) * 4, cudaMemcpyHostToDevice));
+    TB_CHECK(cudaMemcpy(g_other.as<float>() + 1, gh.data() + off[kOtherPhaseGrad],
+                        std::size_t(kSizes[kOtherPhaseGrad]) * 4, cudaMemcpyHostToDevice));
+  }
+  void set_scalars(float lr, std::int64_t step) {
+    AdamWStepScalars s;
+    s.lr = lr;
+    s.step = step;
+    TB_CHECK(cudaMemcpy(scalars.get(), &s, sizeof(s), cudaMemcpyHostToDevice));
+  }
+  GradNormResult norm_result() const {
+    GradNormResult r;
+    TB_CHECK(cudaMemcpy(&r, norm.get(), sizeof(r), cudaMemcpyDeviceToHost));
+    return r;
+  }
+  std::vector<float> floats(const DeviceBuffer& b, DType t) const {
+    std::vector<unsigned char> raw(static_cast<std::size_t>(n) * tb::dtype_size(t));
+    TB_CHECK(cudaMemcpy(raw.data(), b.get(), raw.size(), cudaMemcpyDeviceToHost));
+    std::vector<float> f(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = float(tb::load_as_double(t, raw.data(), i));
+    return f;
+  }
+  std::vector<std::uint16_t> model_bits() const {
+    std::vector<std::uint16_t> bits(static_cast<std::size_t>(n));
+    TB_CHECK(cudaMemcpy(bits.data(), w.get(), bits.size() * 2, cudaMemcpyDeviceToHost));
+    return bits;
+  }
+};
+
+std::vector<float> random_vector(std::int64_t n, std::uint64_t seed, float lo, float hi) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = fill_value(seed, std::uint64_t(i), lo, hi);
+  return v;
+}
+
+// Gradients with a different scale per tensor (so the norm is not dominated by the element count alone).
+std::vector<float> grads_for_step(std::int64_t n, const std::vector<std::int64_t>& off, int step) {
+  auto g = random_vector(n, 1000 + std::uint64_t(step), -1.0f, 1.0f);
+  for (std::size_t k = 0; k < kSizes.size(); ++k)
+    for (std::int64_t i = 0; i < kSizes[k]; ++i) g[std::size_t(off[k] + i)] *= float(0.25 * double(k + 1));
+  return g;
+}
+
+// The CPU state (the spec), advanced one step.
+struct CpuState {
+  std::vector<float> p, m, v;
+  std::vector<std::uint8_t> mask;
+  CpuState(const std::vector<float>& p0, const std::vector<std::int64_t>& off)
+      : p(p0), m(p0.size(), 0.0f), v(p0.size(), 0.0f), mask(p0.size()) {
+    for (std::size_t k = 0; k < kSizes.size(); ++k)
+      for (std::int64_t i = 0; i < kSizes[k]; ++i) mask[std::size_t(off[k] + i)] = kDecay[k] ? 1 : 0;
+  }
+  void step(std::vector<float> g, double lr, std::int64_t t, double max_norm, DType moments) {
+    if (max_norm > 0) tb::ops::cpu::clip_grad_norm(std::span<float>(g), max_norm);
+    tb::ops::cpu::AdamWParams hp;
+    hp.lr = lr;
+    tb::ops::cpu::adamw_step(p, g, m, v, hp, t, mask);
+    if (moments == DType::bf16)
+      for (std::size_t i = 0; i < p.size(); ++i) m[i] = bf16_round(m[i]), v[i] = bf16_round(v[i]);
+  }
+};
+
+struct StateChecks {
+  Check p{"p"}, m{"m"}, v{"v"};
+  std::int64_t inexact = 0;  // bf16 moments: elements not bit-equal to the reference's rounding
+  bool ok() const { return p.ok() && m.ok() && v.ok(); }
+};
+
+StateChecks compare(const Optim& o, const CpuState& ref, double lr_max) {
+  StateChecks c;
+  const auto p = o.floats(o.p, DType::f32), m = o.floats(o.m, o.moments), v = o.floats(o.v, o.moments);
+  const bool bf = o.moments == DType::bf16;
+  for (std::size_t k = 0; k < kSizes.size(); ++k) {
+    const auto span = [&](const std::vector<float>& x) {
+      return std::span<const float>(x.data() + o.off[k], std::size_t(kSizes[k]));
+    };
+    const double mp = mean_abs(span(ref.p)), mm = mean_abs(span(ref.m)), mv = mean_abs(span(ref.v));
+    for (std::int64_t i = 0; i < kSizes[k]; ++i) {
+      const std::size_t j = std::size_t(o.off[k] + i);
+      const double p_abs = bf ? 3 * lr_max * 0x1p-5 : 0.0;  // bf16 moments: an ulp flip moves later updates
+      const double mv_rel = bf ? 0x1p-6 : 1e-6;             // a few bf16 ulps
+      c.p.add(std::int64_t(j), p[j], ref.p[j], 1e-6 * std::fabs(ref.p[j]) + 1e-6 * mp + p_abs);
+      c.m.add(std::int64_t(j), m[j], ref.m[j], mv_rel * std::fabs(ref.m[j]) + 1e-6 * mm);
+      c.v.add(std::int64_t(j), v[j], ref.v[j], mv_rel * std::fabs(ref.v[j]) + 1e-6 * mv);
+      if (bf && (m[j] != ref.m[j] || v[j] != ref.v[j])) ++c.inexact;
+    }
+  }
+  return c;
+}
+
+class AdamWGpu : public testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    dc_ = std::make_unique<DeviceContext>(0);
+  }
+  std::unique_ptr<DeviceContext> dc_;
+};
+
+TEST_P(AdamWGpu, ThreeStepsMatchTheCpuReference) {
+  const auto [moments, clip] = GetParam();
+  std::int64_t n = 0;
+  for (auto s : kSizes) n += s;
+  const auto p0 = random_vector(n, 7, -1.0f, 1.0f);
+  Optim o(*dc_, moments, p0);
+  std::vector<std::int64_t> off = o.off;
+  CpuState ref(p0, off);
+  const float max_norm = clip == Clip::never ? std::numeric_limits<float>::infinity() : 100.0f;
+  AdamWConfig cfg;  // torch defaults, as cpu::AdamWParams
+  for (int step = 1; step <= 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const auto g = grads_for_step(n, off, step);
+    o.set_grads(g);
+    o.set_scalars(float(kLr[step - 1]), step);
+    const bool clipping = clip != Clip::off;
+    if (clipping) {
+      grad_norm(*o.group, max_norm, o.norm.as<GradNormResult>(), dc_->stream());
+      TB_CHECK(cudaStreamSynchronize(dc_->stream()));
+      const GradNormResult r = o.norm_result();
+      const double want = tb::ops::cpu::grad_norm(std::span<const float>(g));
+      EXPECT_NEAR(r.norm_sq, want * want, 1e-12 * want * want);
+      EXPECT_NEAR(r.norm, want, 1e-7 * want);
+      const double scale = clip == Clip::on ? double(max_norm) / (want + 1e-6) : 1.0;
+      if (clip == Clip::on) ASSERT_GT(want, double(max_norm)) << "the test means to clip";
+      EXPECT_NEAR(r.clip_scale, scale, 1e-7 * scale);
+      // Deterministic: the same gradients give the same bits.
+      grad_norm(*o.group, max_norm, o.norm.as<GradNormResult>(), dc_->stream());
+      TB_CHECK(cudaStreamSynchronize(dc_->stream()));
+      const GradNormResult r2 = o.norm_result();
+      EXPECT_EQ(std::memcmp(&r, &r2, sizeof(r)), 0);
+    }
+    adamw_step(*o.group, cfg, o.scalars.as<AdamWStepScalars>(), clipping ? o.norm.as<GradNormResult>() : nullptr,
+               dc_->stream());
+    TB_CHECK(cudaStreamSynchronize(dc_->stream()));
+    const CpuState before = ref;
+    ref.step(g, kLr[step - 1], step, clip == Clip::on ? double(max_norm) : 0.0, moments);
+    const StateChecks c = compare(o, ref, kLr[1]);
+    EXPECT_TRUE(c.p.ok()) << c.p.message();
+    EXPECT_TRUE(c.m.ok()) << c.m.message();
+    EXPECT_TRUE(c.v.ok()) << c.v.message();
+    if (moments == DType::bf16) EXPECT_LE(c.inexact, n / 1000) << "bf16 moments differ in more than 0.1% of elements";
+
+    // The bf16 model copy is bf16(p) exactly; the tensor without one is untouched.
+    const auto p = o.floats(o.p, DType::f32);
+    const auto bits = o.model_bits();
+    std::int64_t wrong = 0;
+    for (std::size_t k = 0; k < kSizes.size(); ++k)
+      for (std::int64_t i = 0; i < kSizes[k]; ++i) {
+        const std::size_t j = std::size_t(off[k] + i);
+        wrong += bits[j] != (k == kNoModel ? std::uint16_t(0xffff) : tb::float_to_bf16(p[j]));
+      }
+    EXPECT_EQ(wrong, 0);
+
+    // Negative: had the step used the other clipping choice, the check would fail.
+    if (step == 1 && clip != Clip::never) {
+      CpuState other = before;
+      other.step(g, kLr[0], 1, clip == Clip::on ? 0.0 : 1.0, moments);
+      EXPECT_FALSE(compare(o, other, kLr[1]).ok()) << "the check cannot tell clipped from unclipped";
+    }
+  }
+}
+
+TEST_P(AdamWGpu, StepZeroChangesNothing) {
+  const auto [moments, clip] = GetParam();
+  if (clip != Clip::off) GTEST_SKIP() << "independent of clipping";
+  std::int64_t n = 0;
+  for (auto s : kSizes) n += s;
+  const auto p0 = random_vector(n, 8, -1.0f, 1.0f);
+  Optim o(*dc_, moments, p0);
+  o.set_grads(grads_for_step(n, o.off, 1));
+  o.set_scalars(1e-3f, 0);
+  adamw_step(*o.group, AdamWConfig{}, o.scalars.as<AdamWStepScalars>(), nullptr, dc_->stream());
+  TB_CHECK(cudaStreamSynchronize(dc_->stream()));
+  EXPECT_EQ(o.floats(o.p, DType::f32), p0);
+  const auto m = o.floats(o.m, moments);
+  EXPECT_TRUE(std::all_of(m.begin(), m.end(), [](float x) { return x == 0.0f; }));
+  const auto bits = o.model_bits();
+  EXPECT_TRUE(std::all_of(bits.begin(), bits.end(), [](std::uint16_t b) { return b == 0xffff; }));
+}
+
+INSTANTIATE_TEST_SUITE_P(MomentsAndClipping, AdamWGpu,
+                         testing::Values(Case{DType::f32, Clip::off}, Case{DType::f32, Clip::on},
+                                         Case{DType::f32, Clip::never}, Case{DType::bf16, Clip::off},
+                                         Case{DType::bf16, Clip::on}),
+                         case_name);
+
+TEST(AdamWGpuArgs, BadArgumentsThrow) {
+  SKIP_WITHOUT_GPU();
+  DeviceContext dc(0);
+  std::int64_t n = 0;
+  for (auto s : kSizes) n += s;
+  Optim o(dc, DType::f32, random_vector(n, 9, -1.0f, 1.0f));
+  auto* scalars = o.scalars.as<AdamWStepScalars>();
+  AdamWConfig bad;
+  bad.beta1 = 1.0;
+  EXPECT_THROW(adamw_step(*o.group, bad, scalars, nullptr, dc.stream()), tb::Error);
+  bad = AdamWConfig{};
+  bad.eps = 0;
+  EXPECT_THROW(adamw_step(*o.group, bad, scalars, nullptr, dc.stream()), tb::Error);
+  EXPECT_THROW(adamw_step(*o.group, AdamWConfig{}, nullptr, nullptr, dc.stream()), tb::Error);
+  EXPECT_THROW(grad_norm(*o.group, 0.0f, o.norm.as<GradNormResult>(), dc.stream()), tb::Error);
+  EXPECT_THROW(grad_norm(*o.group, 1.0f, nullptr, dc.stream()), tb::Error);
+  EXPECT_EQ(o.group->tensors(), int(kSizes.size()));
+  EXPECT_EQ(o.group->numel(), n);
+  std::int64_t chunks = 0;
+  for (auto s : kSizes) chunks += (s + kAdamWChunk - 1) / kAdamWChunk;
+  EXPECT_EQ(o.group->chunks(), chunks);
+}
+
+TEST(AdamWGpuArgs, ClipFromNormSqMatchesGradNorm) {
+  SKIP_WITHOUT_GPU();
+  DeviceContext dc(0);
+  std::int64_t n = 0;
+  for (auto s : kSizes) n += s;
+  Optim o(dc, DType::f32, random_vector(n, 10, -1.0f, 1.0f));
+  o.set_grads(grads_for_step(n, o.off, 1));
+  grad_norm(*o.group, 50.0f, o.norm.as<GradNormResult>(), dc.stream());
+  TB_CHECK(cudaStreamSynchronize(dc.stream()));
+  const GradNormResult r = o.norm_result();
+  // As after an all-reduce over two identical ranks: norm_sq doubled.
+  GradNormResult twice = r;
+  twice.norm_sq *= 2;
+  TB_CHECK(cudaMemcpy(o.norm.get(), &twice, sizeof(twice), cudaMemcpyHostToDevice));
+  clip_from_norm_sq(o.norm.as<GradNormResult>(), 50.0f, dc.stream());
+  TB_CHECK(cudaStreamSynchronize(dc.stream()));
+  const GradNormResult c = o.norm_result();
+  const double norm = std::sqrt(2 * r.norm_sq);
+  EXPECT_NEAR(c.norm, norm, 1e-7 * norm);
+  EXPECT_NEAR(c.clip_scale, 50.0 / (norm + 1e-6), 1e-7);
+}
+
+// Host only: the group's checks run before anything is allocated.
+TEST(AdamWGroupArgs, RejectsBadTensorsBeforeAllocating) {
+  auto* fake = reinterpret_cast<float*>(std::uintptr_t(0x10000));
+  AdamWTensor t;
+  t.master = fake;
+  t.grad = fake;
+  t.exp_avg = fake;
+  t.exp_avg_sq = fake;
+  t.numel = 10;
+  const auto message = [](std::span<const AdamWTensor> ts, DType mom) {
+    try {
+      AdamWGroup g(0, ts, mom);
+    } catch (const tb::Error& e) {
+      EXPECT_EQ(e.kind(), tb::Error::Kind::config);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({}, DType::f32).find("no tensors"), std::string::npos);
+  EXPECT_NE(message(std::span(&t, 1), DType::f16).find("f32 or bf16"), std::string::npos);
+  AdamWTensor bad = t;
+  bad.numel = 0;
+  EXPECT_NE(message(std::span(&bad, 1), DType::f32).find("numel"), std::string::npos);
+  bad = t;
+  bad.grad = nullptr;
+  EXPECT_NE(message(std::span(&bad, 1), DType::f32).find("grad"), std::string::npos);
+  bad = t;
+  bad.master = reinterpret_cast<float*>(std::uintptr_t(0x10002));
+  EXPECT_NE(message(std::span(&bad, 1), DType::f32).find("aligned"), std::string::npos);
+}
+
+}  // namespace
