@@ -1,0 +1,211 @@
+// ops/cuda/activation.cu: see activation.h. One thread per 8-element vector of a row; a 2-D block of
+// (vectors of a row) x (rows) so that narrow rows still fill the block, rows strided over grid.y.
+#include "ops/cuda/activation.h"
+
+#include <algorithm>
+#include <string>
+
+#include "ops/cuda/kernel_common.cuh"
+
+namespace tb::ops {
+namespace {
+
+using namespace detail;
+
+constexpr int kThreads = 256;
+
+// sigmoid(v) = 1 / (1 + e), e = exp(-v); also 1 - sigmoid(v) = e / (1 + e) without cancellation.
+struct Sigmoid {
+  float s, one_minus_s;
+  __device__ __forceinline__ explicit Sigmoid(float v) {
+    const float e = __expf(-v);               // inf for v < -88: s = 0, 1 - s = 1
+    s = __fdividef(1.f, 1.f + e);             // 0 when 1 + e > 2^126 (sigmoid < 1e-38 there)
+    one_minus_s = e < 1.f ? e * s : 1.f - s;  // e < 1: s > 1/2 and 1 - s would cancel
+  }
+};
+
+// gelu (tanh form): 0.5 (1 + tanh(u)) = sigmoid(2u), 1 - tanh(u)^2 = 4 sigmoid(2u) (1 - sigmoid(2u)), so
+// y = x sigmoid(2u) and y' = s + 2 x s (1 - s) c (1 + 3 a x^2), accurate for large |x| as well.
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+
+struct Gelu {
+  __device__ __forceinline__ static float f(float x) { return x * Sigmoid(2.f * kGeluC * (x + kGeluA * x * x * x)).s; }
+  __device__ __forceinline__ static float df(float x) {
+    const Sigmoid sg(2.f * kGeluC * (x + kGeluA * x * x * x));
+    return sg.s + 2.f * x * sg.s * sg.one_minus_s * kGeluC * (1.f + 3.f * kGeluA * x * x);
+  }
+};
+struct SqRelu {
+  __device__ __forceinline__ static float f(float x) { return x > 0.f ? x * x : 0.f; }
+  __device__ __forceinline__ static float df(float x) { return x > 0.f ? 2.f * x : 0.f; }
+};
+
+// Thread (vector v of a row, row group) from the 2-D block; returns false past the row's end.
+struct Pos {
+  int v;
+  std::int64_t row0, row_step;
+};
+__device__ __forceinline__ bool pos(int nv, Pos& p) {
+  p.v = int(blockIdx.x * blockDim.x + threadIdx.x);
+  p.row0 = std::int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
+  p.row_step = std::int64_t(gridDim.y) * blockDim.y;
+  return p.v < nv;
+}
+
+template <class Op>
+__global__ void __launch_bounds__(kThreads)
+    map_forward_kernel(bf16* y, std::int64_t ys, const bf16* x, std::int64_t xs, std::int64_t rows, int nv) {
+  Pos p;
+  if (!pos(nv, p)) return;
+  const int col = p.v * kVec;
+  for (std::int64_t r = p.row0; r < rows; r += p.row_step) {
+    float a[8];
+    unpack8(load8(x + r * xs + col), a);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) a[k] = Op::f(a[k]);
+    store8(y + r * ys + col, pack8(a));
+  }
+}
+
+template <class Op>
+__global__ void __launch_bounds__(kThreads)
+    map_backward_kernel(bf16* dx, std::int64_t dxs, const bf16* dy, std::int64_t dys, const bf16* x, std::int64_t xs,
+                        std::int64_t rows, int nv) {
+  Pos p;
+  if (!pos(nv, p)) return;
+  const int col = p.v * kVec;
+  for (std::int64_t r = p.row0; r < rows; r += p.row_step) {
+    float a[8], g[8];
+    unpack8(load8(x + r * xs + col), a);
+    unpack8(load8(dy + r * dys + col), g);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) a[k] = g[k] * Op::df(a[k]);
+    store8(dx + r * dxs + col, pack8(a));
+  }
+}
+
+// nv: vectors of y (f / 8); x holds gate at column c and up at c + f.
+__global__ void __launch_bounds__(kThreads)
+    swiglu_forward_kernel(bf16* y, std::int64_t ys, const bf16* x, std::int64_t xs, std::int64_t rows, int nv) {
+  Pos p;
+  if (!pos(nv, p)) return;
+  const int col = p.v * kVec, f = nv * kVec;
+  for (std::int64_t r = p.row0; r < rows; r += p.row_step) {
+    float g[8], u[8];
+    unpack8(load8(x + r * xs + col), g);
+    unpack8(load8(x + r * xs + f + col), u);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) g[k] = g[k] * Sigmoid(g[k]).s * u[k];
+    store8(y + r * ys + col, pack8(g));
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    swiglu_backward_kernel(bf16* dx, std::int64_t dxs, const bf16* dy, std::int64_t dys, const bf16* x, std::int64_t xs,
+                           std::int64_t rows, int nv) {
+  Pos p;
+  if (!pos(nv, p)) return;
+  const int col = p.v * kVec, f = nv * kVec;
+  for (std::int64_t r = p.row0; r < rows; r += p.row_step) {
+    float g[8], u[8], d[8], dg[8], du[8];
+    unpack8(load8(x + r * xs + col), g);
+    unpack8(load8(x + r * xs + f + col), u);
+    unpack8(load8(dy + r * dys + col), d);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const Sigmoid sg(g[k]);
+      dg[k] = d[k] * u[k] * sg.s * (1.f + g[k] * sg.one_minus_s);
+      du[k] = d[k] * g[k] * sg.s;
+    }
+    store8(dx + r * dxs + col, pack8(dg));
+    store8(dx + r * dxs + f + col, pack8(du));
+  }
+}
+
+// Block (min(256, nv rounded up to 32) vectors) x (256 / that rows); grid.y capped, rows strided.
+struct Launch {
+  dim3 grid, block;
+};
+Launch plan(std::int64_t rows, int nv) {
+  const int bx = int(std::min<std::int64_t>(kThreads, ceil_div(nv, 32) * 32));
+  const int by = kThreads / bx;
+  const std::int64_t gy = std::min<std::int64_t>(ceil_div(rows, by), 65535);
+  return {dim3(unsigned(ceil_div(nv, bx)), unsigned(gy)), dim3(unsigned(bx), unsigned(by))};
+}
+
+template <class Op>
+void map_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream, const std::string& what) {
+  TB_REQUIRE(x.rank() == 2, what + ": x must be [t, n], got " + x.shape_str());
+  const std::int64_t rows = x.size(0), n = x.size(1);
+  require_rows16(x, rows, n, what + ": x");
+  require_rows16(y, rows, n, what + ": y");
+  if (rows == 0 || n == 0) return;
+  const Launch l = plan(rows, int(n / kVec));
+  map_forward_kernel<Op>
+      <<<l.grid, l.block, 0, stream>>>(y.data(), y.stride(0), x.data(), x.stride(0), rows, int(n / kVec));
+  TB_CHECK_LAUNCH();
+}
+
+template <class Op>
+void map_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream,
+                  const std::string& what) {
+  TB_REQUIRE(x.rank() == 2, what + ": x must be [t, n], got " + x.shape_str());
+  const std::int64_t rows = x.size(0), n = x.size(1);
+  require_rows16(x, rows, n, what + ": x");
+  require_rows16(dy, rows, n, what + ": dy");
+  require_rows16(dx, rows, n, what + ": dx");
+  if (rows == 0 || n == 0) return;
+  const Launch l = plan(rows, int(n / kVec));
+  map_backward_kernel<Op><<<l.grid, l.block, 0, stream>>>(dx.data(), dx.stride(0), dy.data(), dy.stride(0), x.data(),
+                                                          x.stride(0), rows, int(n / kVec));
+  TB_CHECK_LAUNCH();
+}
+
+std::int64_t swiglu_width(const TensorView<const bf16>& x, const std::string& what) {
+  TB_REQUIRE(x.rank() == 2 && x.size(1) % 16 == 0,
+             what + ": x must be [t, 2f] (gate then up) with f a multiple of 8, got " + x.shape_str());
+  return x.size(1) / 2;
+}
+
+}  // namespace
+
+void swiglu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream) {
+  const std::int64_t f = swiglu_width(x, "swiglu_forward");
+  const std::int64_t rows = x.size(0);
+  require_rows16(x, rows, 2 * f, "swiglu_forward: x");
+  require_rows16(y, rows, f, "swiglu_forward: y");
+  if (rows == 0 || f == 0) return;
+  const Launch l = plan(rows, int(f / kVec));
+  swiglu_forward_kernel<<<l.grid, l.block, 0, stream>>>(y.data(), y.stride(0), x.data(), x.stride(0), rows,
+                                                        int(f / kVec));
+  TB_CHECK_LAUNCH();
+}
+
+void swiglu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream) {
+  const std::int64_t f = swiglu_width(x, "swiglu_backward");
+  const std::int64_t rows = x.size(0);
+  require_rows16(x, rows, 2 * f, "swiglu_backward: x");
+  require_rows16(dy, rows, f, "swiglu_backward: dy");
+  require_rows16(dx, rows, 2 * f, "swiglu_backward: dx");
+  if (rows == 0 || f == 0) return;
+  const Launch l = plan(rows, int(f / kVec));
+  swiglu_backward_kernel<<<l.grid, l.block, 0, stream>>>(dx.data(), dx.stride(0), dy.data(), dy.stride(0), x.data(),
+                                                         x.stride(0), rows, int(f / kVec));
+  TB_CHECK_LAUNCH();
+}
+
+void gelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream) {
+  map_forward<Gelu>(y, x, stream, "gelu_forward");
+}
+void gelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream) {
+  map_backward<Gelu>(dx, dy, x, stream, "gelu_backward");
+}
+void sqrelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream) {
+  map_forward<SqRelu>(y, x, stream, "sqrelu_forward");
+}
+void sqrelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream) {
+  map_backward<SqRelu>(dx, dy, x, stream, "sqrelu_backward");
+}
+
+}  // namespace tb::ops

@@ -1,0 +1,36 @@
+// ops/cuda/activation.h: the MLP activations on the GPU, elementwise over rows, bf16 in and out, fp32 math.
+// Semantics are those of ops/cpu/activation.h (the reference these kernels are tested against):
+//   swiglu:  x: [t, 2f] = [gate | up] (the fused fc1 output, gate in columns [0, f)), y: [t, f]
+//            y = silu(g) * u,  silu(g) = g * sigmoid(g)
+//            dg = dy * u * sigmoid(g) * (1 + g * (1 - sigmoid(g))),  du = dy * silu(g);  dx = [dg | du]: [t, 2f]
+//   gelu:    tanh form: y = 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi); dx = dy * gelu'(x)
+//   sqrelu:  y = max(x, 0)^2;  dx = dy * 2 max(x, 0)
+// dx is written (activation gradients are never accumulated). Views are 2-D with contiguous rows (a row stride
+// that is a multiple of 8 is allowed, e.g. a column slice of a wider buffer); widths are multiples of 8 (swiglu:
+// f a multiple of 8, so 2f of 16). Transcendentals use the fast exp (__expf; tanh(u) = 1 - 2 / (exp(2u) + 1)),
+// whose error (~1e-7 relative) is far below bf16's 2^-9.
+//
+// Ideal DRAM bytes per call (n = elements of y in the forward):
+//   swiglu_forward: 6n (read 2n, write n, bf16)         swiglu_backward: 10n (read dy n and x 2n, write dx 2n)
+//   gelu / sqrelu forward: 4n (read x, write y)         backward: 6n (read dy, x; write dx)
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include "core/tensor.h"
+
+namespace tb::ops {
+
+using bf16 = __nv_bfloat16;
+
+void swiglu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream);
+void swiglu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream);
+
+void gelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream);
+void gelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream);
+
+void sqrelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream);
+void sqrelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream);
+
+}  // namespace tb::ops

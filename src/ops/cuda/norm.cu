@@ -1,0 +1,407 @@
+// ops/cuda/norm.cu: see norm.h. One block per row in the forward (the row stays in registers between the
+// statistics and the output); a persistent grid in the backward, each block striding over rows and keeping its
+// dw/db partial sums in registers (thread t owns the same columns in every row), then a small kernel that sums
+// the [blocks, dim] partials in a fixed order into dw/db.
+#include "ops/cuda/norm.h"
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "ops/cuda/kernel_common.cuh"
+
+namespace tb::ops {
+namespace {
+
+using namespace detail;
+
+constexpr int kMaxThreads = 512;
+constexpr int kMaxDim = 8 * 8 * kMaxThreads;  // 8 vectors of 8 per thread: 32768
+constexpr int kRms = int(NormKind::rmsnorm), kLayer1p = int(NormKind::layernorm1p);
+
+struct FwdArgs {
+  bf16* y;
+  std::int64_t y_stride;
+  bf16* r;  // null: r not stored (plain norm)
+  std::int64_t r_stride;
+  const bf16* x;
+  std::int64_t x_stride;
+  const bf16* res;  // null: r = x
+  std::int64_t res_stride;
+  const bf16* w;
+  const bf16* b;  // null: no bias
+  float* mean;    // null: not written
+  float* rstd;
+  int dim;
+  int kind;
+  float eps;
+};
+
+struct BwdArgs {
+  bf16* dx;  // null: not written
+  std::int64_t dx_stride;
+  const bf16* dy;
+  std::int64_t dy_stride;
+  const bf16* x;
+  std::int64_t x_stride;
+  const bf16* dres;  // null: no residual gradient to add
+  std::int64_t dres_stride;
+  const bf16* w;
+  const float* mean;  // null for rmsnorm
+  const float* rstd;
+  float* partial;  // [2, gridDim.x, dim]: dw partials, then db partials; null: neither wanted
+  std::int64_t rows;
+  int dim;
+  int kind;
+  bool want_dw, want_db;
+};
+
+__device__ __forceinline__ void weight8(const bf16* w, int col, int kind, float (&f)[8]) {
+  unpack8(load8(w + col), f);
+  if (kind == kLayer1p) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[k] += 1.f;
+  }
+}
+
+template <int V>
+__global__ void __launch_bounds__(kMaxThreads) norm_forward_kernel(const FwdArgs a) {
+  __shared__ float smem[32];
+  const std::int64_t row = blockIdx.x;
+  const int T = int(blockDim.x);
+  float v[V][8];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int col = (j * T + int(threadIdx.x)) * kVec;
+    if (col < a.dim) {
+      const uint4 xv = load8(a.x + row * a.x_stride + col);
+      unpack8(xv, v[j]);
+      if (a.res) {
+        float rv[8];
+        unpack8(load8(a.res + row * a.res_stride + col), rv);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[j][k] += rv[k];
+        const uint4 packed = pack8(v[j]);
+        unpack8(packed, v[j]);  // normalise the stored (bf16) r
+        if (a.r) store8(a.r + row * a.r_stride + col, packed);
+      } else if (a.r) {
+        store8(a.r + row * a.r_stride + col, xv);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[j][k] = 0.f;
+    }
+  }
+  float mu = 0.f;
+  if (a.kind != kRms) {
+    float s[1] = {0.f};
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) s[0] += v[j][k];
+    block_sum(s, smem);
+    mu = s[0] / float(a.dim);
+  }
+  float ss[1] = {0.f};
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    if ((j * T + int(threadIdx.x)) * kVec >= a.dim) continue;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) ss[0] += (v[j][k] - mu) * (v[j][k] - mu);
+  }
+  block_sum(ss, smem);
+  const float rs = rsqrtf(ss[0] / float(a.dim) + a.eps);
+  if (threadIdx.x == 0) {
+    a.rstd[row] = rs;
+    if (a.mean) a.mean[row] = mu;
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int col = (j * T + int(threadIdx.x)) * kVec;
+    if (col >= a.dim) continue;
+    float w[8], out[8];
+    weight8(a.w, col, a.kind, w);
+    float b[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (a.b) unpack8(load8(a.b + col), b);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) out[k] = (v[j][k] - mu) * rs * w[k] + b[k];
+    store8(a.y + row * a.y_stride + col, pack8(out));
+  }
+}
+
+template <int V>
+__global__ void __launch_bounds__(kMaxThreads) norm_backward_kernel(const BwdArgs a) {
+  __shared__ float smem[2 * 32];
+  const int T = int(blockDim.x);
+  float dw_acc[V][8], db_acc[V][8];
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) dw_acc[j][k] = db_acc[j][k] = 0.f;
+
+  for (std::int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    uint4 dyv[V], xv[V], dresv[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int col = (j * T + int(threadIdx.x)) * kVec;
+      dyv[j] = make_uint4(0, 0, 0, 0);
+      xv[j] = dyv[j];
+      dresv[j] = dyv[j];
+      if (col < a.dim) {
+        dyv[j] = load8(a.dy + row * a.dy_stride + col);
+        xv[j] = load8(a.x + row * a.x_stride + col);
+        if (a.dres && a.dx) dresv[j] = load8(a.dres + row * a.dres_stride + col);
+      }
+    }
+    const float mu = a.kind == kRms ? 0.f : a.mean[row];
+    const float rs = a.rstd[row];
+    float sums[2] = {0.f, 0.f};  // sum of g, sum of g * xh
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int col = (j * T + int(threadIdx.x)) * kVec;
+      if (col >= a.dim) continue;
+      float dy[8], x[8], w[8];
+      unpack8(dyv[j], dy);
+      unpack8(xv[j], x);
+      weight8(a.w, col, a.kind, w);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float xh = (x[k] - mu) * rs;
+        const float g = dy[k] * w[k];
+        sums[0] += g;
+        sums[1] += g * xh;
+        dw_acc[j][k] += dy[k] * xh;
+        db_acc[j][k] += dy[k];
+      }
+    }
+    block_sum(sums, smem);
+    if (!a.dx) continue;
+    const float mean_g = a.kind == kRms ? 0.f : sums[0] / float(a.dim);
+    const float mean_gxh = sums[1] / float(a.dim);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int col = (j * T + int(threadIdx.x)) * kVec;
+      if (col >= a.dim) continue;
+      float dy[8], x[8], w[8], dres[8], out[8];
+      unpack8(dyv[j], dy);
+      unpack8(xv[j], x);
+      unpack8(dresv[j], dres);  // zeros without dr_next
+      weight8(a.w, col, a.kind, w);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float xh = (x[k] - mu) * rs;
+        out[k] = rs * (dy[k] * w[k] - mean_g - xh * mean_gxh) + dres[k];
+      }
+      store8(a.dx + row * a.dx_stride + col, pack8(out));
+    }
+  }
+  if (!a.partial) return;
+  float* pdw = a.partial + std::int64_t(blockIdx.x) * a.dim;
+  float* pdb = a.partial + (std::int64_t(gridDim.x) + blockIdx.x) * a.dim;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int col = (j * T + int(threadIdx.x)) * kVec;
+    if (col >= a.dim) continue;
+    if (a.want_dw) {
+      reinterpret_cast<float4*>(pdw + col)[0] = make_float4(dw_acc[j][0], dw_acc[j][1], dw_acc[j][2], dw_acc[j][3]);
+      reinterpret_cast<float4*>(pdw + col)[1] = make_float4(dw_acc[j][4], dw_acc[j][5], dw_acc[j][6], dw_acc[j][7]);
+    }
+    if (a.want_db) {
+      reinterpret_cast<float4*>(pdb + col)[0] = make_float4(db_acc[j][0], db_acc[j][1], db_acc[j][2], db_acc[j][3]);
+      reinterpret_cast<float4*>(pdb + col)[1] = make_float4(db_acc[j][4], db_acc[j][5], db_acc[j][6], db_acc[j][7]);
+    }
+  }
+}
+
+// out[c] += sum over blocks p (in order of p mod 16, then the 16 slices in order) of partial[p, c].
+// grid (ceil(dim / 32), 2): y = 0 reduces the dw partials into dw, y = 1 the db partials into db.
+constexpr int kReduceSlices = 16;
+__global__ void __launch_bounds__(32 * kReduceSlices)
+    reduce_partials_kernel(float* dw, float* db, const float* partial, int blocks, int dim) {
+  __shared__ float sh[kReduceSlices][33];
+  float* out = blockIdx.y == 0 ? dw : db;
+  if (!out) return;  // uniform over the block
+  const float* p = partial + std::int64_t(blockIdx.y) * blocks * dim;
+  const int col = int(blockIdx.x) * 32 + int(threadIdx.x);
+  float s = 0.f;
+  if (col < dim) {
+#pragma unroll 4
+    for (int b = int(threadIdx.y); b < blocks; b += kReduceSlices) s += p[std::int64_t(b) * dim + col];
+  }
+  sh[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < dim) {
+    float t = 0.f;
+#pragma unroll
+    for (int i = 0; i < kReduceSlices; ++i) t += sh[i][threadIdx.x];
+    out[col] += t;
+  }
+}
+
+// Vectors per thread V (a power of two, the smallest that keeps the block at most kMaxThreads) and the block size.
+struct RowPlan {
+  int vecs, threads;
+};
+
+RowPlan plan_rows(std::int64_t dim, const std::string& what) {
+  TB_REQUIRE(dim > 0 && dim % kVec == 0 && dim <= kMaxDim,
+             what + ": dim must be a positive multiple of 8 (16-byte accesses) and at most " + std::to_string(kMaxDim) +
+                 ", got " + std::to_string(dim));
+  const int nvec = int(dim / kVec);
+  int v = 1;
+  while (ceil_div(nvec, v) > kMaxThreads) v *= 2;
+  return {v, int(ceil_div(ceil_div(nvec, v), 32) * 32)};
+}
+
+template <class F>
+void dispatch_vecs(int vecs, F&& f) {
+  switch (vecs) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    default:
+      return f(std::integral_constant<int, 8>{});
+  }
+}
+
+// Blocks of the persistent backward grid: as many as can be resident at once, at most one per row.
+int backward_blocks(std::int64_t rows, const RowPlan& plan) {
+  int per_sm = 0;
+  dispatch_vecs(plan.vecs, [&](auto v) {
+    TB_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_backward_kernel<decltype(v)::value>,
+                                                           plan.threads, 0));
+  });
+  return int(std::min<std::int64_t>(rows, std::int64_t(std::max(per_sm, 1)) * sm_count()));
+}
+
+void check_params(NormKind kind, std::int64_t dim, const TensorView<const bf16>& w, const TensorView<const bf16>& b,
+                  const std::string& what) {
+  require_vec(w, dim, true, what + ": w");
+  if (kind == NormKind::rmsnorm)
+    TB_REQUIRE(b.data() == nullptr, what + ": rmsnorm has no bias (b must be an empty view)");
+  else if (b.data())
+    require_vec(b, dim, true, what + ": b");
+}
+
+void forward(NormKind kind, TensorView<bf16> y, TensorView<bf16> r, TensorView<float> mean, TensorView<float> rstd,
+             TensorView<const bf16> x, TensorView<const bf16> residual_in, TensorView<const bf16> w,
+             TensorView<const bf16> b, float eps, cudaStream_t stream, const std::string& what) {
+  TB_REQUIRE(x.rank() == 2, what + ": x must be [rows, dim], got " + x.shape_str());
+  const std::int64_t rows = x.size(0), dim = x.size(1);
+  const RowPlan plan = plan_rows(dim, what);
+  require_rows16(x, rows, dim, what + ": x");
+  require_rows16(y, rows, dim, what + ": y");
+  if (r.data()) require_rows16(r, rows, dim, what + ": r");
+  if (residual_in.data()) require_rows16(residual_in, rows, dim, what + ": residual_in");
+  check_params(kind, dim, w, b, what);
+  require_vec(rstd, rows, false, what + ": rstd");
+  if (kind != NormKind::rmsnorm || mean.data()) require_vec(mean, rows, false, what + ": mean");
+  TB_REQUIRE(eps >= 0.f, what + ": eps must be >= 0");
+  if (rows == 0) return;
+  const FwdArgs a{y.data(),
+                  y.stride(0),
+                  r.data(),
+                  r.data() ? r.stride(0) : 0,
+                  x.data(),
+                  x.stride(0),
+                  residual_in.data(),
+                  residual_in.data() ? residual_in.stride(0) : 0,
+                  w.data(),
+                  b.data(),
+                  kind == NormKind::rmsnorm ? nullptr : mean.data(),
+                  rstd.data(),
+                  int(dim),
+                  int(kind),
+                  eps};
+  TB_REQUIRE(rows <= 0x7fffffff, what + ": at most 2^31 - 1 rows");
+  dispatch_vecs(plan.vecs, [&](auto v) {
+    norm_forward_kernel<decltype(v)::value><<<unsigned(rows), plan.threads, 0, stream>>>(a);
+  });
+  TB_CHECK_LAUNCH();
+}
+
+void backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorView<float> db, TensorView<const bf16> dy,
+              TensorView<const bf16> dres, TensorView<const bf16> x, TensorView<const bf16> w,
+              TensorView<const float> mean, TensorView<const float> rstd, cudaStream_t stream, Workspace workspace,
+              const std::string& what) {
+  TB_REQUIRE(x.rank() == 2, what + ": the normalised input must be [rows, dim], got " + x.shape_str());
+  const std::int64_t rows = x.size(0), dim = x.size(1);
+  const RowPlan plan = plan_rows(dim, what);
+  require_rows16(x, rows, dim, what + ": x");
+  require_rows16(dy, rows, dim, what + ": dy");
+  if (dx.data()) require_rows16(dx, rows, dim, what + ": dx");
+  if (dres.data()) require_rows16(dres, rows, dim, what + ": dr_next");
+  require_vec(w, dim, true, what + ": w");
+  require_vec(rstd, rows, false, what + ": rstd");
+  if (kind != NormKind::rmsnorm) require_vec(mean, rows, false, what + ": mean");
+  if (dw.data()) require_vec(dw, dim, true, what + ": dw");
+  if (kind == NormKind::rmsnorm)
+    TB_REQUIRE(db.data() == nullptr, what + ": rmsnorm has no bias (db must be an empty view)");
+  else if (db.data())
+    require_vec(db, dim, true, what + ": db");
+  const bool want_dw = dw.data() != nullptr, want_db = db.data() != nullptr;
+  if (rows == 0 || (!dx.data() && !want_dw && !want_db)) return;
+
+  const int blocks = backward_blocks(rows, plan);
+  const std::size_t partial_bytes =
+      (want_dw || want_db) ? std::size_t(2) * std::size_t(blocks) * std::size_t(dim) * sizeof(float) : 0;
+  ScratchBuffer scratch(workspace, partial_bytes, stream, what);
+  const BwdArgs a{dx.data(),   dx.data() ? dx.stride(0) : 0,
+                  dy.data(),   dy.stride(0),
+                  x.data(),    x.stride(0),
+                  dres.data(), dres.data() ? dres.stride(0) : 0,
+                  w.data(),    kind == NormKind::rmsnorm ? nullptr : mean.data(),
+                  rstd.data(), partial_bytes ? scratch.as<float>() : nullptr,
+                  rows,        int(dim),
+                  int(kind),   want_dw,
+                  want_db};
+  dispatch_vecs(plan.vecs, [&](auto v) {
+    norm_backward_kernel<decltype(v)::value><<<unsigned(blocks), plan.threads, 0, stream>>>(a);
+  });
+  TB_CHECK_LAUNCH();
+  if (!partial_bytes) return;
+  reduce_partials_kernel<<<dim3(unsigned(ceil_div(dim, 32)), 2), dim3(32, kReduceSlices), 0, stream>>>(
+      dw.data(), db.data(), scratch.as<float>(), blocks, int(dim));
+  TB_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void norm_forward(NormKind kind, TensorView<bf16> y, TensorView<float> mean, TensorView<float> rstd,
+                  TensorView<const bf16> x, TensorView<const bf16> w, TensorView<const bf16> b, float eps,
+                  cudaStream_t stream) {
+  forward(kind, y, {}, mean, rstd, x, {}, w, b, eps, stream, "norm_forward");
+}
+
+void add_norm_forward(NormKind kind, TensorView<bf16> y, TensorView<bf16> r, TensorView<float> mean,
+                      TensorView<float> rstd, TensorView<const bf16> x, TensorView<const bf16> residual_in,
+                      TensorView<const bf16> w, TensorView<const bf16> b, float eps, cudaStream_t stream) {
+  TB_REQUIRE(r.data() != nullptr, "add_norm_forward: r (the next residual) is required");
+  forward(kind, y, r, mean, rstd, x, residual_in, w, b, eps, stream, "add_norm_forward");
+}
+
+std::size_t norm_backward_workspace_bytes(std::int64_t rows, std::int64_t dim) {
+  if (rows <= 0) return 0;
+  const RowPlan plan = plan_rows(dim, "norm_backward_workspace_bytes");
+  return std::size_t(2) * std::size_t(backward_blocks(rows, plan)) * std::size_t(dim) * sizeof(float);
+}
+
+void norm_backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorView<float> db,
+                   TensorView<const bf16> dy, TensorView<const bf16> x, TensorView<const bf16> w,
+                   TensorView<const float> mean, TensorView<const float> rstd, cudaStream_t stream,
+                   Workspace workspace) {
+  backward(kind, dx, dw, db, dy, {}, x, w, mean, rstd, stream, workspace, "norm_backward");
+}
+
+void add_norm_backward(NormKind kind, TensorView<bf16> dr, TensorView<float> dw, TensorView<float> db,
+                       TensorView<const bf16> dy, TensorView<const bf16> dr_next, TensorView<const bf16> r,
+                       TensorView<const bf16> w, TensorView<const float> mean, TensorView<const float> rstd,
+                       cudaStream_t stream, Workspace workspace) {
+  TB_REQUIRE(dr.data() != nullptr, "add_norm_backward: dr is required");
+  backward(kind, dr, dw, db, dy, dr_next, r, w, mean, rstd, stream, workspace, "add_norm_backward");
+}
+
+}  // namespace tb::ops

@@ -1,0 +1,693 @@
+// Tests ops/cuda/{norm,activation,rope,embedding} on one GPU against the CPU reference (ops/cpu/*.h) run in
+// double on the SAME bf16-rounded inputs (the device inputs are copied back and decoded):
+//   norms: rmsnorm / layernorm / layernorm1p, plain, fused with the residual, fused without residual_in; forward
+//     (y, r, mean, rstd) and backward (dr with and without dr_next, dw/db accumulated onto random values), with a
+//     caller's workspace and with stream-ordered scratch; only-dw (dx empty) backward;
+//   activations: swiglu / gelu / sqrelu forward and backward, also on views with padded rows;
+//   rope: GQA on the Q+K part of a fused QKV buffer (V untouched bit for bit), Llama 3.1 scaling, forward and
+//     backward, a long sequence;
+//   embeddings: forward (exact gather, NaN rows for out-of-range tokens), backward (repeated tokens, one token
+//     crossing many chunks, invalid tokens skipped; bitwise identical when repeated), learned positions.
+// Shapes include 1 row, a prime row count, dim 8 and 8192 x 4096. Outputs are poisoned first (0xFF bytes: NaN), so
+// an unwritten element fails. Tolerances: bf16 outputs |got - ref| <= 2^-7 |ref| + 1e-3 rms(ref); fp32 statistics
+// 1e-4 relative; fp32 gradients 1e-3 relative + 1e-3 rms(ref) (rope adds the fp32-angle term, see there).
+// Every check is shown to be able to fail: one corrupted element (on the host copy, and once on the device) is
+// found. Skips cleanly without a GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/sysinfo.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "ops/cpu/activation.h"
+#include "ops/cpu/embedding.h"
+#include "ops/cpu/norm.h"
+#include "ops/cpu/rope.h"
+#include "ops/cuda/activation.h"
+#include "ops/cuda/embedding.h"
+#include "ops/cuda/fill.h"
+#include "ops/cuda/norm.h"
+#include "ops/cuda/rope.h"
+
+namespace {
+
+namespace cpu = tb::ops::cpu;
+namespace gpu = tb::ops;
+using tb::TensorView;
+using bf16 = __nv_bfloat16;
+using Vec = std::vector<double>;
+using NormKind = tb::ops::cpu::NormKind;
+
+#define SKIP_WITHOUT_GPU() \
+  if (tb::bench::visible_gpu_count() == 0) GTEST_SKIP() << tb::bench::no_gpu_reason()
+
+// ---- device arrays ----
+
+template <class T>
+class Dev {
+ public:
+  explicit Dev(std::size_t n) : n_(n) {
+    if (n_) TB_CHECK(cudaMalloc(&p_, n_ * sizeof(T)));
+  }
+  ~Dev() { cudaFree(p_); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  T* get() const { return p_; }
+  std::size_t size() const { return n_; }
+  void poison() { TB_CHECK(cudaMemset(p_, 0xff, n_ * sizeof(T))); }  // bf16 / fp32 NaN
+  TensorView<T> view(std::initializer_list<std::int64_t> shape) const { return TensorView<T>(p_, shape); }
+  TensorView<T> view2(std::int64_t rows, std::int64_t cols, std::int64_t stride) const {
+    return TensorView<T>(p_, tb::Shape{rows, cols, 0, 0}, tb::Shape{stride, 1, 0, 0}, 2);
+  }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+Vec decode(const Dev<bf16>& d) {
+  TB_CHECK(cudaDeviceSynchronize());
+  std::vector<std::uint16_t> bits(d.size());
+  TB_CHECK(cudaMemcpy(bits.data(), d.get(), d.size() * 2, cudaMemcpyDeviceToHost));
+  Vec v(d.size());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = tb::bf16_to_float(bits[i]);
+  return v;
+}
+Vec decode(const Dev<float>& d) {
+  TB_CHECK(cudaDeviceSynchronize());
+  std::vector<float> f(d.size());
+  TB_CHECK(cudaMemcpy(f.data(), d.get(), d.size() * 4, cudaMemcpyDeviceToHost));
+  return Vec(f.begin(), f.end());
+}
+std::vector<std::uint16_t> raw(const Dev<bf16>& d) {
+  TB_CHECK(cudaDeviceSynchronize());
+  std::vector<std::uint16_t> bits(d.size());
+  TB_CHECK(cudaMemcpy(bits.data(), d.get(), d.size() * 2, cudaMemcpyDeviceToHost));
+  return bits;
+}
+
+void fill(Dev<bf16>& d, std::uint64_t seed, float lo, float hi) {
+  tb::ops::fill_uniform(d.get(), tb::DType::bf16, d.size(), seed, lo, hi, nullptr);
+}
+void fill(Dev<float>& d, std::uint64_t seed, float lo, float hi) {
+  tb::ops::fill_uniform(d.get(), tb::DType::f32, d.size(), seed, lo, hi, nullptr);
+}
+
+std::size_t sz(std::int64_t v) { return std::size_t(v); }
+
+TensorView<double> hv(Vec& v, std::initializer_list<std::int64_t> shape) { return TensorView<double>(v.data(), shape); }
+TensorView<const double> hc(const Vec& v, std::initializer_list<std::int64_t> shape) {
+  return TensorView<const double>(v.data(), shape);
+}
+
+// ---- checks ----
+
+double rms(const Vec& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return v.empty() ? 0.0 : std::sqrt(s / double(v.size()));
+}
+
+struct Check {
+  std::int64_t bad = 0, first = -1;
+  double got = 0, want = 0, tol = 0;
+  bool ok() const { return bad == 0; }
+  std::string message(const std::string& what) const {
+    std::ostringstream o;
+    o << what << ": " << bad << " element(s) out of tolerance; first at " << first << ": got " << got << ", want "
+      << want << " (tolerance " << tol << ")";
+    return o.str();
+  }
+};
+
+// |got - want| <= rel |want| + abs for every element; NaN never passes.
+Check compare(const Vec& got, const Vec& want, double rel, double abs) {
+  Check c;
+  if (got.size() != want.size()) {
+    c.bad = -1;
+    return c;
+  }
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double tol = rel * std::abs(want[i]) + abs;
+    if (!(std::abs(got[i] - want[i]) <= tol)) {
+      if (c.bad++ == 0) c.first = std::int64_t(i), c.got = got[i], c.want = want[i], c.tol = tol;
+    }
+  }
+  return c;
+}
+
+constexpr double kBf16Rel = 0x1p-7;
+Check check_bf16(const Vec& got, const Vec& want) { return compare(got, want, kBf16Rel, 1e-3 * rms(want) + 1e-7); }
+Check check_grad32(const Vec& got, const Vec& want) { return compare(got, want, 1e-3, 1e-3 * rms(want) + 1e-9); }
+
+#define EXPECT_CHECK(expr, what)              \
+  do {                                        \
+    const Check c_ = (expr);                  \
+    EXPECT_TRUE(c_.ok()) << c_.message(what); \
+  } while (0)
+
+// The check can fail: the element with the largest |want| moved by 4x its tolerance must be the one failure.
+void expect_catches_corruption(Vec got, const Vec& want, double rel, double abs, const std::string& what) {
+  ASSERT_FALSE(want.empty());
+  const std::size_t i = std::size_t(
+      std::max_element(want.begin(), want.end(), [](double a, double b) { return std::abs(a) < std::abs(b); }) -
+      want.begin());
+  got[i] = want[i] + 4 * (rel * std::abs(want[i]) + abs);
+  const Check c = compare(got, want, rel, abs);
+  EXPECT_EQ(c.bad, 1) << what << ": a corrupted element was not caught";
+  EXPECT_EQ(c.first, std::int64_t(i)) << what;
+}
+void expect_catches_corruption_bf16(const Vec& got, const Vec& want, const std::string& what) {
+  expect_catches_corruption(got, want, kBf16Rel, 1e-3 * rms(want) + 1e-7, what);
+}
+
+// Rows [rows, cols] out of a buffer with row stride `stride` (padded rows), contiguous.
+Vec rows_of(const Vec& v, std::int64_t rows, std::int64_t cols, std::int64_t stride) {
+  Vec out(sz(rows * cols));
+  for (std::int64_t r = 0; r < rows; ++r) std::copy_n(v.begin() + r * stride, cols, out.begin() + r * cols);
+  return out;
+}
+
+// ======================= norms =======================
+
+enum class NormForm { plain, fused, fused_no_residual };
+
+struct NormCase {
+  NormKind kind;
+  std::int64_t rows, dim;
+  NormForm form;
+  bool bias;           // layernorms only
+  bool dr_next;        // fused only
+  bool own_workspace;  // pass a Workspace sized by norm_backward_workspace_bytes
+};
+
+std::string name(const NormCase& c) {
+  const char* kinds[] = {"rmsnorm", "layernorm", "layernorm1p"};
+  const char* forms[] = {"plain", "fused", "fused_no_residual"};
+  std::ostringstream o;
+  o << kinds[int(c.kind)] << " " << forms[int(c.form)] << " [" << c.rows << ", " << c.dim << "]"
+    << (c.bias ? " bias" : "") << (c.dr_next ? " dr_next" : "") << (c.own_workspace ? " workspace" : "");
+  return o.str();
+}
+
+void run_norm_case(const NormCase& c, std::uint64_t seed) {
+  SCOPED_TRACE(name(c));
+  const std::int64_t rows = c.rows, dim = c.dim;
+  const std::size_t e = std::size_t(rows * dim);
+  const bool ln = c.kind != NormKind::rmsnorm, has_b = ln && c.bias;
+  const bool fused = c.form != NormForm::plain, has_res = c.form == NormForm::fused;
+  const bool has_drn = c.form == NormForm::fused && c.dr_next;
+  const float eps = 1e-5f;
+
+  Dev<bf16> x(e), res(has_res ? e : 0), w(sz(dim)), b(has_b ? sz(dim) : 0);
+  fill(x, seed, -2.f, 2.f);
+  if (has_res) fill(res, seed + 1, -2.f, 2.f);
+  if (c.kind == NormKind::layernorm1p)
+    fill(w, seed + 2, -0.5f, 0.5f);  // stored as w - 1
+  else
+    fill(w, seed + 2, 0.5f, 1.5f);
+  if (has_b) fill(b, seed + 3, -0.5f, 0.5f);
+  Dev<bf16> y(e), r(fused ? e : 0);
+  Dev<float> mean(sz(rows)), rstd(sz(rows));
+  y.poison();
+  if (fused) r.poison();
+  mean.poison();
+  rstd.poison();
+  const TensorView<float> mean_v = ln ? mean.view({rows}) : TensorView<float>{};
+  const TensorView<const bf16> b_v = has_b ? TensorView<const bf16>(b.view({dim})) : TensorView<const bf16>{};
+  if (fused)
+    gpu::add_norm_forward(c.kind, y.view({rows, dim}), r.view({rows, dim}), mean_v, rstd.view({rows}),
+                          x.view({rows, dim}),
+                          has_res ? TensorView<const bf16>(res.view({rows, dim})) : TensorView<const bf16>{},
+                          w.view({dim}), b_v, eps, nullptr);
+  else
+    gpu::norm_forward(c.kind, y.view({rows, dim}), mean_v, rstd.view({rows}), x.view({rows, dim}), w.view({dim}), b_v,
+                      eps, nullptr);
+
+  const Vec hx = decode(x), hw = decode(w), hb = has_b ? decode(b) : Vec{};
+  // r: x + residual_in (or x), then the reference normalises the GPU's bf16 r, as the backward will.
+  Vec hr = hx;
+  if (fused) {
+    Vec want_r = hx;
+    if (has_res) {
+      const Vec hres = decode(res);
+      for (std::size_t i = 0; i < e; ++i) want_r[i] += hres[i];
+    }
+    hr = decode(r);
+    EXPECT_CHECK(check_bf16(hr, want_r), "r");
+  }
+  Vec want_y(e), want_mean(sz(rows)), want_rstd(sz(rows));
+  cpu::norm_forward<double>(c.kind, hv(want_y, {rows, dim}), ln ? hv(want_mean, {rows}) : TensorView<double>{},
+                            hv(want_rstd, {rows}), hc(hr, {rows, dim}), hc(hw, {dim}),
+                            has_b ? hc(hb, {dim}) : TensorView<const double>{}, double(eps));
+  const Vec got_y = decode(y), got_rstd = decode(rstd), got_mean = decode(mean);
+  EXPECT_CHECK(check_bf16(got_y, want_y), "y");
+  EXPECT_CHECK(compare(got_rstd, want_rstd, 1e-4, 0), "rstd");
+  if (ln) EXPECT_CHECK(compare(got_mean, want_mean, 1e-4, 1e-5), "mean");
+  expect_catches_corruption_bf16(got_y, want_y, "y");
+
+  // ---- backward ----
+  Dev<bf16> dy(e), drn(has_drn ? e : 0), dx(e);
+  Dev<float> dw(sz(dim)), db(has_b ? sz(dim) : 0);
+  fill(dy, seed + 4, -1.f, 1.f);
+  if (has_drn) fill(drn, seed + 5, -1.f, 1.f);
+  fill(dw, seed + 6, -1.f, 1.f);  // accumulated onto
+  if (has_b) fill(db, seed + 7, -1.f, 1.f);
+  dx.poison();
+  const Vec dw0 = decode(dw), db0 = has_b ? decode(db) : Vec{};
+  const std::size_t ws_bytes = gpu::norm_backward_workspace_bytes(rows, dim);
+  Dev<unsigned char> ws(c.own_workspace ? ws_bytes : 0);
+  const tb::ops::Workspace workspace = c.own_workspace ? tb::ops::Workspace{ws.get(), ws_bytes} : tb::ops::Workspace{};
+  const TensorView<const float> mean_c = ln ? TensorView<const float>(mean.view({rows})) : TensorView<const float>{};
+  const TensorView<float> db_v = has_b ? db.view({dim}) : TensorView<float>{};
+  if (fused)
+    gpu::add_norm_backward(c.kind, dx.view({rows, dim}), dw.view({dim}), db_v, dy.view({rows, dim}),
+                           has_drn ? TensorView<const bf16>(drn.view({rows, dim})) : TensorView<const bf16>{},
+                           r.view({rows, dim}), w.view({dim}), mean_c, rstd.view({rows}), nullptr, workspace);
+  else
+    gpu::norm_backward(c.kind, dx.view({rows, dim}), dw.view({dim}), db_v, dy.view({rows, dim}), x.view({rows, dim}),
+                       w.view({dim}), mean_c, rstd.view({rows}), nullptr, workspace);
+
+  const Vec hdy = decode(dy), hdrn = has_drn ? decode(drn) : Vec{};
+  Vec want_dx(e), want_dw = dw0, want_db = db0;
+  cpu::add_norm_backward<double>(
+      c.kind, hv(want_dx, {rows, dim}), hv(want_dw, {dim}), has_b ? hv(want_db, {dim}) : TensorView<double>{},
+      hc(hdy, {rows, dim}), has_drn ? hc(hdrn, {rows, dim}) : TensorView<const double>{}, hc(hr, {rows, dim}),
+      hc(hw, {dim}), ln ? hc(got_mean, {rows}) : TensorView<const double>{}, hc(got_rstd, {rows}));
+  const Vec got_dx = decode(dx), got_dw = decode(dw);
+  EXPECT_CHECK(check_bf16(got_dx, want_dx), "dx");
+  EXPECT_CHECK(check_grad32(got_dw, want_dw), "dw");
+  if (has_b) EXPECT_CHECK(check_grad32(decode(db), want_db), "db");
+  expect_catches_corruption_bf16(got_dx, want_dx, "dx");
+  expect_catches_corruption(got_dw, want_dw, 1e-3, 1e-3 * rms(want_dw), "dw");
+}
+
+TEST(CudaNorm, MatchesReferenceOnEdgeAndModelShapes) {
+  SKIP_WITHOUT_GPU();
+  struct Shape2 {
+    std::int64_t rows, dim;
+  };
+  // 1 row, dim 8, a prime row count, a width that leaves idle threads (1000 = 125 vectors), 4/8 vectors per thread.
+  const Shape2 shapes[] = {{1, 8}, {97, 8}, {61, 1000}, {13, 4096}, {7, 16384}, {5, 18432}, {1, 32768}};
+  std::uint64_t seed = 100;
+  for (NormKind kind : {NormKind::rmsnorm, NormKind::layernorm, NormKind::layernorm1p})
+    for (const Shape2& s : shapes) {
+      run_norm_case({kind, s.rows, s.dim, NormForm::fused, true, true, false}, seed += 10);
+      run_norm_case({kind, s.rows, s.dim, NormForm::plain, true, false, true}, seed += 10);
+    }
+}
+
+TEST(CudaNorm, FusedVariants) {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 1000;
+  for (NormKind kind : {NormKind::rmsnorm, NormKind::layernorm, NormKind::layernorm1p}) {
+    run_norm_case({kind, 37, 520, NormForm::fused, true, false, true}, seed += 10);               // no dr_next
+    run_norm_case({kind, 37, 520, NormForm::fused_no_residual, true, false, false}, seed += 10);  // r = x
+    run_norm_case({kind, 37, 520, NormForm::fused, false, true, false}, seed += 10);              // no bias
+  }
+}
+
+TEST(CudaNorm, LargeShape) {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 2000;
+  for (NormKind kind : {NormKind::rmsnorm, NormKind::layernorm, NormKind::layernorm1p})
+    run_norm_case({kind, 8192, 4096, NormForm::fused, true, true, kind == NormKind::layernorm}, seed += 10);
+}
+
+// dx empty: only the parameter gradients (frozen-input case); layernorm without db.
+TEST(CudaNorm, ParameterGradientsOnly) {
+  SKIP_WITHOUT_GPU();
+  const std::int64_t rows = 300, dim = 256;
+  Dev<bf16> x(rows * dim), w(dim), b(dim), y(rows * dim), dy(rows * dim);
+  Dev<float> mean(rows), rstd(rows), dw(dim);
+  fill(x, 1, -2, 2);
+  fill(w, 2, 0.5f, 1.5f);
+  fill(b, 3, -1, 1);
+  fill(dy, 4, -1, 1);
+  fill(dw, 5, -1, 1);
+  gpu::norm_forward(NormKind::layernorm, y.view({rows, dim}), mean.view({rows}), rstd.view({rows}), x.view({rows, dim}),
+                    w.view({dim}), b.view({dim}), 1e-5f, nullptr);
+  const Vec dw0 = decode(dw);
+  gpu::norm_backward(NormKind::layernorm, {}, dw.view({dim}), {}, dy.view({rows, dim}), x.view({rows, dim}),
+                     w.view({dim}), mean.view({rows}), rstd.view({rows}), nullptr);
+  Vec want_dw = dw0;
+  const Vec hx = decode(x), hw = decode(w), hdy = decode(dy), hmean = decode(mean), hrstd = decode(rstd);
+  cpu::norm_backward<double>(NormKind::layernorm, {}, hv(want_dw, {dim}), {}, hc(hdy, {rows, dim}), hc(hx, {rows, dim}),
+                             hc(hw, {dim}), hc(hmean, {rows}), hc(hrstd, {rows}));
+  EXPECT_CHECK(check_grad32(decode(dw), want_dw), "dw");
+}
+
+// Repeated calls give bitwise identical results (no atomics); a corrupted device element is caught.
+TEST(CudaNorm, DeterministicAndDeviceCorruptionIsCaught) {
+  SKIP_WITHOUT_GPU();
+  const std::int64_t rows = 1031, dim = 2048;
+  Dev<bf16> x(rows * dim), w(dim), b(dim), y(rows * dim), dy(rows * dim), dx(rows * dim);
+  Dev<float> mean(rows), rstd(rows), dw1(dim), db1(dim), dw2(dim), db2(dim);
+  fill(x, 11, -2, 2);
+  fill(w, 12, -0.5f, 0.5f);
+  fill(b, 13, -1, 1);
+  fill(dy, 14, -1, 1);
+  for (Dev<float>* g : {&dw1, &db1, &dw2, &db2}) TB_CHECK(cudaMemset(g->get(), 0, dim * 4));
+  gpu::norm_forward(NormKind::layernorm1p, y.view({rows, dim}), mean.view({rows}), rstd.view({rows}),
+                    x.view({rows, dim}), w.view({dim}), b.view({dim}), 1e-5f, nullptr);
+  gpu::norm_backward(NormKind::layernorm1p, dx.view({rows, dim}), dw1.view({dim}), db1.view({dim}),
+                     dy.view({rows, dim}), x.view({rows, dim}), w.view({dim}), mean.view({rows}), rstd.view({rows}),
+                     nullptr);
+  gpu::norm_backward(NormKind::layernorm1p, dx.view({rows, dim}), dw2.view({dim}), db2.view({dim}),
+                     dy.view({rows, dim}), x.view({rows, dim}), w.view({dim}), mean.view({rows}), rstd.view({rows}),
+                     nullptr);
+  EXPECT_EQ(decode(dw1), decode(dw2));
+  EXPECT_EQ(decode(db1), decode(db2));
+
+  const Vec hx = decode(x), hw = decode(w), hb = decode(b);
+  Vec want_y(rows * dim), want_mean(rows), want_rstd(rows);
+  cpu::norm_forward<double>(NormKind::layernorm1p, hv(want_y, {rows, dim}), hv(want_mean, {rows}),
+                            hv(want_rstd, {rows}), hc(hx, {rows, dim}), hc(hw, {dim}), hc(hb, {dim}), 1e-5);
+  ASSERT_TRUE(check_bf16(decode(y), want_y).ok());
+  const std::int64_t i = 517 * dim + 33;
+  const std::uint16_t bad = tb::float_to_bf16(float(want_y[std::size_t(i)] + 0.25));
+  TB_CHECK(cudaMemcpy(y.get() + i, &bad, 2, cudaMemcpyHostToDevice));
+  const Check c = check_bf16(decode(y), want_y);
+  EXPECT_EQ(c.bad, 1);
+  EXPECT_EQ(c.first, i);
+}
+
+TEST(CudaNorm, RejectsBadShapes) {
+  SKIP_WITHOUT_GPU();
+  Dev<bf16> x(64 * 24), y(64 * 24), w(24), b(24);
+  Dev<float> mean(64), rstd(64);
+  // dim 12: not a multiple of 8
+  EXPECT_THROW(gpu::norm_forward(NormKind::rmsnorm, y.view({4, 12}), {}, rstd.view({4}), x.view({4, 12}), w.view({12}),
+                                 {}, 1e-5f, nullptr),
+               tb::Error);
+  // rmsnorm with a bias
+  EXPECT_THROW(gpu::norm_forward(NormKind::rmsnorm, y.view({4, 16}), {}, rstd.view({4}), x.view({4, 16}), w.view({16}),
+                                 b.view({16}), 1e-5f, nullptr),
+               tb::Error);
+  // layernorm without mean
+  EXPECT_THROW(gpu::norm_forward(NormKind::layernorm, y.view({4, 16}), {}, rstd.view({4}), x.view({4, 16}),
+                                 w.view({16}), {}, 1e-5f, nullptr),
+               tb::Error);
+  // w of the wrong length
+  EXPECT_THROW(gpu::norm_forward(NormKind::rmsnorm, y.view({4, 16}), {}, rstd.view({4}), x.view({4, 16}), w.view({8}),
+                                 {}, 1e-5f, nullptr),
+               tb::Error);
+  // workspace too small
+  Dev<unsigned char> ws(16);
+  EXPECT_THROW(gpu::norm_backward(NormKind::rmsnorm, y.view({4, 16}), mean.view({16}), {}, x.view({4, 16}),
+                                  x.view({4, 16}), w.view({16}), {}, rstd.view({4}), nullptr, {ws.get(), 16}),
+               tb::Error);
+  try {
+    gpu::norm_forward(NormKind::rmsnorm, y.view({4, 12}), {}, rstd.view({4}), x.view({4, 12}), w.view({12}), {}, 1e-5f,
+                      nullptr);
+    ADD_FAILURE() << "dim 12 was accepted";
+  } catch (const tb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 8"), std::string::npos) << e.what();
+  }
+}
+
+// ======================= activations =======================
+
+enum class Act { swiglu, gelu, sqrelu };
+
+// n: width of y (swiglu: x is [rows, 2n]); pad: extra elements per row of every buffer (strided rows).
+void run_act_case(Act act, std::int64_t rows, std::int64_t n, std::int64_t pad, std::uint64_t seed) {
+  const char* names[] = {"swiglu", "gelu", "sqrelu"};
+  SCOPED_TRACE(std::string(names[int(act)]) + " [" + std::to_string(rows) + ", " + std::to_string(n) + "] pad " +
+               std::to_string(pad));
+  const std::int64_t xn = act == Act::swiglu ? 2 * n : n;
+  const std::int64_t xs = xn + pad, ys = n + pad;
+  Dev<bf16> x(sz(rows * xs)), y(sz(rows * ys)), dy(sz(rows * ys)), dx(sz(rows * xs));
+  const float range = act == Act::sqrelu ? 2.f : 4.f;
+  fill(x, seed, -range, range);
+  fill(dy, seed + 1, -1.f, 1.f);
+  y.poison();
+  dx.poison();
+  const auto xv = x.view2(rows, xn, xs), dxv = dx.view2(rows, xn, xs);
+  const auto yv = y.view2(rows, n, ys), dyv = dy.view2(rows, n, ys);
+  switch (act) {
+    case Act::swiglu:
+      gpu::swiglu_forward(yv, xv, nullptr);
+      gpu::swiglu_backward(dxv, dyv, xv, nullptr);
+      break;
+    case Act::gelu:
+      gpu::gelu_forward(yv, xv, nullptr);
+      gpu::gelu_backward(dxv, dyv, xv, nullptr);
+      break;
+    case Act::sqrelu:
+      gpu::sqrelu_forward(yv, xv, nullptr);
+      gpu::sqrelu_backward(dxv, dyv, xv, nullptr);
+      break;
+  }
+  const Vec hx = rows_of(decode(x), rows, xn, xs), hdy = rows_of(decode(dy), rows, n, ys);
+  Vec want_y(sz(rows * n)), want_dx(sz(rows * xn));
+  const auto hxv = hc(hx, {rows, xn}), hdyv = hc(hdy, {rows, n});
+  const auto wy = hv(want_y, {rows, n}), wdx = hv(want_dx, {rows, xn});
+  switch (act) {
+    case Act::swiglu:
+      cpu::swiglu_forward<double>(wy, hxv);
+      cpu::swiglu_backward<double>(wdx, hdyv, hxv);
+      break;
+    case Act::gelu:
+      cpu::gelu_forward<double>(wy, hxv);
+      cpu::gelu_backward<double>(wdx, hdyv, hxv);
+      break;
+    case Act::sqrelu:
+      cpu::sqrelu_forward<double>(wy, hxv);
+      cpu::sqrelu_backward<double>(wdx, hdyv, hxv);
+      break;
+  }
+  const Vec got_y = rows_of(decode(y), rows, n, ys), got_dx = rows_of(decode(dx), rows, xn, xs);
+  EXPECT_CHECK(check_bf16(got_y, want_y), "y");
+  EXPECT_CHECK(check_bf16(got_dx, want_dx), "dx");
+  expect_catches_corruption_bf16(got_y, want_y, "y");
+  expect_catches_corruption_bf16(got_dx, want_dx, "dx");
+  if (pad > 0) {  // the padding between rows is never written
+    const auto bits = raw(y);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t i = n; i < ys; ++i) ASSERT_EQ(bits[std::size_t(r * ys + i)], 0xffff) << "row " << r;
+  }
+}
+
+TEST(CudaActivation, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 3000;
+  for (Act act : {Act::swiglu, Act::gelu, Act::sqrelu}) {
+    run_act_case(act, 1, 8, 0, seed += 10);
+    run_act_case(act, 97, 8, 0, seed += 10);
+    run_act_case(act, 61, 72, 0, seed += 10);
+    run_act_case(act, 13, 2056, 0, seed += 10);
+    run_act_case(act, 29, 136, 8, seed += 10);  // padded rows
+    run_act_case(act, 8192, act == Act::swiglu ? 2048 : 4096, 0, seed += 10);
+  }
+}
+
+TEST(CudaActivation, RejectsBadShapes) {
+  SKIP_WITHOUT_GPU();
+  Dev<bf16> x(1024), y(1024);
+  EXPECT_THROW(gpu::swiglu_forward(y.view({4, 12}), x.view({4, 24}), nullptr), tb::Error);  // f = 12
+  EXPECT_THROW(gpu::swiglu_forward(y.view({4, 16}), x.view({4, 16}), nullptr), tb::Error);  // y not [t, f]
+  EXPECT_THROW(gpu::gelu_forward(y.view({4, 12}), x.view({4, 12}), nullptr), tb::Error);    // width 12
+  EXPECT_THROW(gpu::gelu_forward(y.view({4, 16}), x.view({5, 16}), nullptr), tb::Error);    // rows differ
+  EXPECT_THROW(
+      gpu::sqrelu_backward(y.view({4, 16}), x.view({4, 16}), TensorView<const bf16>(x.get() + 1, {4, 16}), nullptr),
+      tb::Error);  // misaligned
+}
+
+// ======================= rope =======================
+
+// Q and K heads of a fused QKV buffer [B*S, (H + 2G) d] in one call; V must stay bit for bit.
+void run_rope_case(std::int64_t B, std::int64_t S, std::int64_t H, std::int64_t G, std::int64_t d, bool scaled,
+                   std::uint64_t seed) {
+  SCOPED_TRACE("rope B=" + std::to_string(B) + " S=" + std::to_string(S) + " H=" + std::to_string(H) +
+               " G=" + std::to_string(G) + " d=" + std::to_string(d) + (scaled ? " llama3.1-scaled" : ""));
+  const std::int64_t width = (H + 2 * G) * d, tokens = B * S;
+  cpu::RopeScaling scaling;  // Llama 3.1: factor 8, low 1, high 4, original 8192
+  const std::vector<double> inv = cpu::rope_inv_freq(int(d), 500000.0, scaled ? &scaling : nullptr);
+  Dev<float> dinv(sz(d / 2));
+  gpu::upload_rope_inv_freq(dinv.view({d / 2}), inv, nullptr);
+  Dev<bf16> qkv(sz(tokens * width));
+  fill(qkv, seed, -1.f, 1.f);
+  const tb::Shape shape{B, S, H + G, d}, strides{S * width, width, d, 1};
+  const TensorView<bf16> qk(qkv.get(), shape, strides, 4);
+  const auto before_bits = raw(qkv);
+  const Vec before = decode(qkv);
+
+  // Angles in fp32: |error| <= p * inv_freq * 2^-23 <= S * 2^-23 rad, times |x1| + |x2| <= 2.
+  const double abs_tol = double(S) * 0x1p-22 + 1e-6;
+  auto check = [&](const Vec& got, const Vec& want, const char* what) {
+    EXPECT_CHECK(compare(got, want, kBf16Rel, abs_tol), what);
+    expect_catches_corruption(got, want, kBf16Rel, abs_tol, what);
+  };
+  auto v_untouched = [&](const char* what) {
+    const auto bits = raw(qkv);
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (std::int64_t i = (H + G) * d; i < width; ++i)
+        ASSERT_EQ(bits[std::size_t(t * width + i)], before_bits[std::size_t(t * width + i)]) << what << " token " << t;
+  };
+
+  gpu::rope_forward(qk, dinv.view({d / 2}), nullptr);
+  const Vec fwd = decode(qkv);
+  Vec want = before;
+  cpu::rope_forward<double>(TensorView<double>(want.data(), shape, strides, 4), inv);
+  check(fwd, want, "rope_forward");
+  v_untouched("rope_forward");
+
+  gpu::rope_backward(qk, dinv.view({d / 2}), nullptr);
+  const Vec bwd = decode(qkv);
+  Vec want_b = fwd;
+  cpu::rope_backward<double>(TensorView<double>(want_b.data(), shape, strides, 4), inv);
+  check(bwd, want_b, "rope_backward");
+  v_untouched("rope_backward");
+}
+
+TEST(CudaRope, GqaOnFusedQkvMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  run_rope_case(1, 1, 1, 0, 16, false, 4001);      // one token, one head, the smallest head_dim
+  run_rope_case(2, 37, 4, 2, 64, false, 4002);     // GQA, prime sequence length
+  run_rope_case(3, 5, 3, 1, 256, true, 4003);      // wide heads, odd head counts
+  run_rope_case(2, 129, 12, 12, 128, true, 4004);  // MHA
+  run_rope_case(1, 8192, 32, 8, 128, true, 4005);  // Llama 3.1 8B shapes
+}
+
+TEST(CudaRope, RejectsBadShapes) {
+  SKIP_WITHOUT_GPU();
+  Dev<bf16> x(4096);
+  Dev<float> f(64);
+  EXPECT_THROW(gpu::rope_forward(x.view({1, 4, 2, 24}), f.view({12}), nullptr), tb::Error);  // d = 24
+  EXPECT_THROW(gpu::rope_forward(x.view({1, 4, 2, 32}), f.view({8}), nullptr), tb::Error);   // inv_freq length
+  EXPECT_THROW(gpu::rope_forward(x.view({4, 2, 32}), f.view({16}), nullptr), tb::Error);     // rank 3
+  const TensorView<bf16> odd(x.get(), tb::Shape{1, 4, 2, 32}, tb::Shape{256, 68, 34, 1}, 4);
+  EXPECT_THROW(gpu::rope_forward(odd, f.view({16}), nullptr), tb::Error);  // head stride not a multiple of 8
+}
+
+// ======================= embeddings =======================
+
+// Tokens drawn from [0, pool); with hot: about half of them are token 7 (one token across many chunks); bad:
+// a few out-of-range tokens (NaN rows forward, skipped backward).
+void run_embedding_case(std::int64_t n, std::int64_t vocab, std::int64_t d, std::int64_t pool, bool hot, bool bad,
+                        bool own_workspace, std::uint64_t seed) {
+  SCOPED_TRACE("embedding n=" + std::to_string(n) + " V=" + std::to_string(vocab) + " d=" + std::to_string(d) +
+               " pool=" + std::to_string(pool) + (hot ? " hot" : "") + (bad ? " bad" : "") +
+               (own_workspace ? " workspace" : ""));
+  std::mt19937_64 rng(seed);
+  std::vector<std::int32_t> tok(sz(n));
+  for (auto& t : tok) t = std::int32_t(std::uniform_int_distribution<std::int64_t>(0, pool - 1)(rng));
+  if (hot)
+    for (std::size_t i = 0; i < tok.size(); ++i)
+      if (rng() % 2) tok[i] = 7;
+  if (bad) {
+    tok[0] = -1;
+    tok[std::size_t(n / 2)] = std::int32_t(vocab);
+  }
+  Dev<std::int32_t> dtok(sz(n));
+  TB_CHECK(cudaMemcpy(dtok.get(), tok.data(), tok.size() * 4, cudaMemcpyHostToDevice));
+  Dev<bf16> table(sz(vocab * d)), y(sz(n * d)), dy(sz(n * d));
+  Dev<float> de(sz(vocab * d)), de2(sz(vocab * d));
+  fill(table, seed + 1, -1.f, 1.f);
+  fill(dy, seed + 2, -1.f, 1.f);
+  fill(de, seed + 3, -1.f, 1.f);
+  TB_CHECK(cudaMemcpy(de2.get(), de.get(), de.size() * 4, cudaMemcpyDeviceToDevice));
+  y.poison();
+
+  gpu::embedding_forward(y.view({n, d}), table.view({vocab, d}), dtok.view({n}), nullptr);
+  const auto ybits = raw(y), tbits = raw(table);
+  for (std::int64_t t = 0; t < n; ++t) {
+    const bool valid = tok[std::size_t(t)] >= 0 && tok[std::size_t(t)] < vocab;
+    for (std::int64_t i = 0; i < d; ++i) {
+      const std::uint16_t got = ybits[std::size_t(t * d + i)];
+      if (valid)
+        ASSERT_EQ(got, tbits[std::size_t(tok[std::size_t(t)] * d + i)]) << "y[" << t << ", " << i << "]";
+      else
+        ASSERT_TRUE(std::isnan(tb::bf16_to_float(got))) << "out-of-range token " << tok[std::size_t(t)] << " at " << t;
+    }
+  }
+
+  const Vec de0 = decode(de);
+  const std::size_t ws_bytes = gpu::embedding_backward_workspace_bytes(n, vocab, d);
+  Dev<unsigned char> ws(own_workspace ? ws_bytes : 0);
+  const tb::ops::Workspace workspace = own_workspace ? tb::ops::Workspace{ws.get(), ws_bytes} : tb::ops::Workspace{};
+  gpu::embedding_backward(de.view({vocab, d}), dy.view({n, d}), dtok.view({n}), nullptr, workspace);
+  gpu::embedding_backward(de2.view({vocab, d}), dy.view({n, d}), dtok.view({n}), nullptr, workspace);
+
+  // Reference on the valid tokens only (the CPU reference rejects out-of-range tokens).
+  const Vec hdy = decode(dy);
+  std::vector<std::int32_t> valid_tok;
+  Vec valid_dy;
+  for (std::int64_t t = 0; t < n; ++t) {
+    if (tok[std::size_t(t)] < 0 || tok[std::size_t(t)] >= vocab) continue;
+    valid_tok.push_back(tok[std::size_t(t)]);
+    valid_dy.insert(valid_dy.end(), hdy.begin() + t * d, hdy.begin() + (t + 1) * d);
+  }
+  Vec want = de0;
+  cpu::embedding_backward<double>(hv(want, {vocab, d}), hc(valid_dy, {std::int64_t(valid_tok.size()), d}), valid_tok);
+  const Vec got = decode(de);
+  EXPECT_CHECK(check_grad32(got, want), "dE");
+  expect_catches_corruption(got, want, 1e-3, 1e-3 * rms(want), "dE");
+  EXPECT_EQ(got, decode(de2)) << "two identical backward calls differ: not deterministic";
+}
+
+TEST(CudaEmbedding, MatchesReference) {
+  SKIP_WITHOUT_GPU();
+  run_embedding_case(1, 16, 8, 16, false, false, false, 5001);
+  run_embedding_case(97, 1000, 72, 50, false, false, true, 5002);       // repeats within and across chunks
+  run_embedding_case(97, 1000, 72, 1000, false, true, false, 5003);     // out-of-range tokens
+  run_embedding_case(4099, 3001, 136, 3001, true, false, false, 5004);  // one token spanning ~32 chunks
+  run_embedding_case(200, 5, 2056, 5, false, false, true, 5005);        // tiny vocabulary: long runs everywhere
+  run_embedding_case(8192, 4096, 4096, 4096, true, false, false, 5006);
+}
+
+TEST(CudaEmbedding, PositionsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    std::int64_t batch, seq, max_seq, d;
+  };
+  for (const Case& c : {Case{1, 1, 1, 8}, Case{3, 37, 40, 72}, Case{2, 2048, 2048, 4096}}) {
+    SCOPED_TRACE("positions batch=" + std::to_string(c.batch) + " seq=" + std::to_string(c.seq) +
+                 " d=" + std::to_string(c.d));
+    const std::int64_t n = c.batch * c.seq, d = c.d;
+    Dev<bf16> y(sz(n * d)), p(sz(c.max_seq * d)), dy(sz(n * d));
+    Dev<float> dp(sz(c.max_seq * d));
+    fill(y, 6001, -1.f, 1.f);
+    fill(p, 6002, -1.f, 1.f);
+    fill(dy, 6003, -1.f, 1.f);
+    fill(dp, 6004, -1.f, 1.f);
+    Vec want_y = decode(y), want_dp = decode(dp);
+    const Vec hp = decode(p), hdy = decode(dy);
+    gpu::position_embedding_add(y.view({n, d}), p.view({c.max_seq, d}), int(c.seq), nullptr);
+    gpu::position_embedding_backward(dp.view({c.max_seq, d}), dy.view({n, d}), int(c.seq), nullptr);
+    cpu::position_embedding_add<double>(hv(want_y, {n, d}), hc(hp, {c.max_seq, d}), int(c.seq));
+    cpu::position_embedding_backward<double>(hv(want_dp, {c.max_seq, d}), hc(hdy, {n, d}), int(c.seq));
+    const Vec got_y = decode(y), got_dp = decode(dp);
+    EXPECT_CHECK(check_bf16(got_y, want_y), "y");
+    EXPECT_CHECK(check_grad32(got_dp, want_dp), "dP");
+    expect_catches_corruption_bf16(got_y, want_y, "y");
+    expect_catches_corruption(got_dp, want_dp, 1e-3, 1e-3 * rms(want_dp), "dP");
+  }
+}
+
+TEST(CudaEmbedding, RejectsBadShapes) {
+  SKIP_WITHOUT_GPU();
+  Dev<bf16> table(64 * 16), y(8 * 16);
+  Dev<float> de(64 * 16);
+  Dev<std::int32_t> tok(8);
+  EXPECT_THROW(gpu::embedding_forward(y.view({8, 12}), table.view({64, 12}), tok.view({8}), nullptr), tb::Error);
+  EXPECT_THROW(gpu::embedding_forward(y.view({7, 16}), table.view({64, 16}), tok.view({8}), nullptr), tb::Error);
+  EXPECT_THROW(gpu::embedding_backward(de.view({64, 16}), y.view({4, 16}), tok.view({8}), nullptr), tb::Error);
+  EXPECT_THROW(gpu::position_embedding_add(y.view({8, 16}), table.view({64, 16}), 3, nullptr), tb::Error);  // 3 !| 8
+  EXPECT_THROW(gpu::position_embedding_add(y.view({8, 16}), table.view({4, 16}), 8, nullptr), tb::Error);   // seq > 4
+}
+
+}  // namespace
