@@ -123,16 +123,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Block (min(256, nv rounded up to 32) vectors) x (256 / that rows); grid.y capped, rows strided.
-struct Launch {
-  dim3 grid, block;
-};
-Launch plan(std::int64_t rows, int nv) {
-  const int bx = int(std::min<std::int64_t>(kThreads, ceil_div(nv, 32) * 32));
-  const int by = kThreads / bx;
-  const std::int64_t gy = std::min<std::int64_t>(ceil_div(rows, by), 65535);
-  return {dim3(unsigned(ceil_div(nv, bx)), unsigned(gy)), dim3(unsigned(bx), unsigned(by))};
-}
 
 template <class Op>
 void map_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream, const std::string& what) {
@@ -141,7 +131,7 @@ void map_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stre
   require_rows16(x, rows, n, what + ": x");
   require_rows16(y, rows, n, what + ": y");
   if (rows == 0 || n == 0) return;
-  const Launch l = plan(rows, int(n / kVec));
+  const RowLaunch l = row_launch(rows, int(n / kVec), kThreads);
   map_forward_kernel<Op>
       <<<l.grid, l.block, 0, stream>>>(y.data(), y.stride(0), x.data(), x.stride(0), rows, int(n / kVec));
   TB_CHECK_LAUNCH();
@@ -156,7 +146,7 @@ void map_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<con
   require_rows16(dy, rows, n, what + ": dy");
   require_rows16(dx, rows, n, what + ": dx");
   if (rows == 0 || n == 0) return;
-  const Launch l = plan(rows, int(n / kVec));
+  const RowLaunch l = row_launch(rows, int(n / kVec), kThreads);
   map_backward_kernel<Op><<<l.grid, l.block, 0, stream>>>(dx.data(), dx.stride(0), dy.data(), dy.stride(0), x.data(),
                                                           x.stride(0), rows, int(n / kVec));
   TB_CHECK_LAUNCH();
@@ -176,7 +166,7 @@ void swiglu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t s
   require_rows16(x, rows, 2 * f, "swiglu_forward: x");
   require_rows16(y, rows, f, "swiglu_forward: y");
   if (rows == 0 || f == 0) return;
-  const Launch l = plan(rows, int(f / kVec));
+  const RowLaunch l = row_launch(rows, int(f / kVec), kThreads);
   swiglu_forward_kernel<<<l.grid, l.block, 0, stream>>>(y.data(), y.stride(0), x.data(), x.stride(0), rows,
                                                         int(f / kVec));
   TB_CHECK_LAUNCH();
@@ -189,7 +179,7 @@ void swiglu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<
   require_rows16(dy, rows, f, "swiglu_backward: dy");
   require_rows16(dx, rows, 2 * f, "swiglu_backward: dx");
   if (rows == 0 || f == 0) return;
-  const Launch l = plan(rows, int(f / kVec));
+  const RowLaunch l = row_launch(rows, int(f / kVec), kThreads);
   swiglu_backward_kernel<<<l.grid, l.block, 0, stream>>>(dx.data(), dx.stride(0), dy.data(), dy.stride(0), x.data(),
                                                          x.stride(0), rows, int(f / kVec));
   TB_CHECK_LAUNCH();

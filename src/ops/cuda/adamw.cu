@@ -9,20 +9,15 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cuda/kernel_common.cuh"
 
 namespace tb::ops {
 namespace {
+using detail::str;
 
 constexpr int kThreads = 256;          // per chunk block (kAdamWChunk / (4 * kThreads) = 32 iterations)
 constexpr int kFinalThreads = 1024;    // the one-block finaliser
 
-// Messages are built with streams: fmt's compile-time format strings do not compile under nvcc.
-template <class... A>
-std::string str(const A&... a) {
-  std::ostringstream o;
-  (o << ... << a);
-  return o.str();
-}
 
 // Kernel-side records, built on the host at AdamWGroup construction.
 struct TensorRec {

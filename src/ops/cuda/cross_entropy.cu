@@ -11,24 +11,18 @@
 #include <string>
 
 #include "core/error.h"
+#include "ops/cuda/kernel_common.cuh"
 
 namespace tb::ops {
 namespace {
+using namespace detail;
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kVec = 8;     // bf16 per 16-byte load
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread before the first use
 constexpr std::size_t kAlign = 256;
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
-// Messages are built with streams: fmt's compile-time format strings do not compile under nvcc.
-template <class... A>
-std::string str(const A&... a) {
-  std::ostringstream o;
-  (o << ... << a);
-  return o.str();
-}
 
 // Running (max, sum of exp(z - max)) of a set of values; the empty set is (-inf, 0).
 struct MaxSum {
@@ -42,23 +36,6 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
 }
 
 __device__ __forceinline__ MaxSum add1(MaxSum st, float z) { return merge(st, MaxSum{z, 1.0f}); }
-
-// Eight bf16 in a uint4 (element 2k in the low half of word k).
-__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[kVec]) {
-  const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    f[2 * k] = __uint_as_float(w[k] << 16);
-    f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-  }
-}
-
-__device__ __forceinline__ unsigned pack2(float a, float b) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);  // a in the low half
-  unsigned u;
-  memcpy(&u, &h, sizeof(u));
-  return u;
-}
 
 __device__ __forceinline__ MaxSum add8(MaxSum st, const uint4& u) {
   float f[kVec];

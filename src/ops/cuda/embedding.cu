@@ -25,16 +25,6 @@ using namespace detail;
 constexpr int kThreads = 256;
 constexpr int kChunk = 64;  // sorted positions per block in the backward
 
-// 2-D block: min(256, vectors rounded up to 32) threads along a row, the rest along rows; grid.y capped.
-struct Launch {
-  dim3 grid, block;
-};
-Launch plan(std::int64_t rows, int nv) {
-  const int bx = int(std::min<std::int64_t>(kThreads, ceil_div(nv, 32) * 32));
-  const int by = kThreads / bx;
-  const std::int64_t gy = std::min<std::int64_t>(ceil_div(rows, by), 65535);
-  return {dim3(unsigned(ceil_div(nv, bx)), unsigned(gy)), dim3(unsigned(bx), unsigned(by))};
-}
 
 __device__ __forceinline__ void add8(float* p, const float (&a)[8]) {
   float4* q = reinterpret_cast<float4*>(p);
@@ -214,7 +204,7 @@ void embedding_forward(TensorView<bf16> y, TensorView<const bf16> table, TensorV
   require_rows16(y, n, d, what + ": y");
   TB_REQUIRE(vocab < (std::int64_t(1) << 31), what + ": at most 2^31 - 1 rows in the table");
   if (n == 0 || d == 0) return;
-  const Launch l = plan(n, int(d / kVec));
+  const RowLaunch l = row_launch(n, int(d / kVec), kThreads);
   embedding_forward_kernel<<<l.grid, l.block, 0, stream>>>(y.data(), y.stride(0), table.data(), table.stride(0),
                                                            tokens.data(), n, int(vocab), int(d / kVec));
   TB_CHECK_LAUNCH();
@@ -273,7 +263,7 @@ void position_embedding_add(TensorView<bf16> y, TensorView<const bf16> pos_table
   require_rows16(y, rows, d, what + ": y");
   require_rows16(pos_table, pos_table.size(0), d, what + ": table");
   if (rows == 0 || d == 0) return;
-  const Launch l = plan(rows, int(d / kVec));
+  const RowLaunch l = row_launch(rows, int(d / kVec), kThreads);
   position_add_kernel<<<l.grid, l.block, 0, stream>>>(y.data(), y.stride(0), pos_table.data(), pos_table.stride(0),
                                                       rows, seq, int(d / kVec));
   TB_CHECK_LAUNCH();
@@ -293,7 +283,7 @@ void position_embedding_backward(TensorView<float> dpos_table, TensorView<const 
   require_rows16(dy, rows, d, what + ": dy");
   require_rows16(dpos_table, dpos_table.size(0), d, what + ": dtable");
   if (rows == 0 || d == 0) return;
-  const Launch l = plan(seq, int(d / kVec));
+  const RowLaunch l = row_launch(seq, int(d / kVec), kThreads);
   position_backward_kernel<<<l.grid, l.block, 0, stream>>>(dpos_table.data(), dpos_table.stride(0), dy.data(),
                                                            dy.stride(0), rows / seq, seq, int(d / kVec));
   TB_CHECK_LAUNCH();

@@ -2,7 +2,7 @@
 // defines: bf16; kVec (8 bf16 = one 16-byte access); load/store of 8 bf16 as one uint4 with fp32 unpacking;
 //          warp_sum / block_sum (fp32, identical result in every thread, so row statistics agree everywhere);
 //          host checks for views (2-D bf16 rows that allow 16-byte accesses, 1-D fp32 vectors), ceil_div,
-//          sm_count, and ScratchBuffer (a caller's Workspace, or stream-ordered memory when none was given).
+//          row_launch, str (stream-built messages), sm_count, and ScratchBuffer (a caller's Workspace, or stream-ordered memory when none was given).
 // Column layout used by the row kernels: thread t of a T-thread block owns the 8-column vectors
 // c = t, t + T, ..., t + (V-1) T of a row (V compile-time), so a warp's accesses are 512 contiguous bytes.
 #pragma once
@@ -12,7 +12,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -80,6 +82,27 @@ __device__ __forceinline__ void block_sum(float (&v)[N], float* smem) {
 // ---- host side ----
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Launch shape of the 2-D row kernels: min(threads, vectors rounded up to 32) threads along a row of nv
+// 8-bf16 vectors, the rest of the block along rows; grid.y capped at 65535 (kernels stride over rows).
+struct RowLaunch {
+  dim3 grid, block;
+};
+inline RowLaunch row_launch(std::int64_t rows, int nv, int threads) {
+  const int bx = int(std::min<std::int64_t>(threads, ceil_div(nv, 32) * 32));
+  const int by = threads / bx;
+  const std::int64_t gy = std::min<std::int64_t>(ceil_div(rows, by), 65535);
+  return {dim3(unsigned(ceil_div(nv, bx)), unsigned(gy)), dim3(unsigned(bx), unsigned(by))};
+}
+
+// Error messages in .cu files are built with streams (fmt's compile-time format strings do not compile
+// under nvcc).
+template <class... A>
+std::string str(const A&... a) {
+  std::ostringstream o;
+  (o << ... << a);
+  return o.str();
+}
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
