@@ -37,7 +37,7 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--steps", spec.steps, "optimizer steps")->capture_default_str();
   app.add_option("--warmup-steps", spec.warmup_steps, "steps not measured")->capture_default_str();
   app.add_option("--device", spec.device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
-  app.add_option("--data", spec.data, "copy | random (synthetic) or a token file")->capture_default_str();
+  app.add_option("--data", spec.data, "markov | copy | random (synthetic tasks) or a token file")->capture_default_str();
   app.add_option("--token-type", spec.token_type, "token file element type: uint16 | uint32")->capture_default_str();
   app.add_option("--lr", spec.lr, "peak learning rate")->capture_default_str();
   app.add_option("--min-lr", spec.min_lr, "final learning rate")->capture_default_str();

@@ -21,6 +21,8 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "TokenFile reads little-endian tokens in place");
 
+constexpr int kMarkovFanout = 4;  // successors per token in the markov task
+
 std::uint64_t mix64(std::uint64_t z) {  // splitmix64's finaliser
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -68,7 +70,14 @@ void store_row(Batch& b, int r, const std::vector<std::int32_t>& window) {
 
 }  // namespace
 
-std::string_view task_name(Task task) { return task == Task::random ? "random" : "copy"; }
+std::string_view task_name(Task task) {
+  switch (task) {
+    case Task::random: return "random";
+    case Task::copy: return "copy";
+    case Task::markov: return "markov";
+  }
+  return "?";
+}
 
 SyntheticData::SyntheticData(int vocab, int seq, std::uint64_t seed, Task task)
     : vocab_(vocab), seq_(seq), seed_(seed), task_(task) {
@@ -77,6 +86,8 @@ SyntheticData::SyntheticData(int vocab, int seq, std::uint64_t seed, Task task)
   TB_REQUIRE(
       task != Task::copy || seq >= 2,
       fmt::format("synthetic data: the copy task needs seq >= 2 (a prefix of seq/2 tokens repeated), got {}", seq));
+  TB_REQUIRE(task != Task::markov || vocab >= kMarkovFanout,
+             fmt::format("synthetic data: the markov task needs vocab >= {}, got {}", kMarkovFanout, vocab));
 }
 
 Batch SyntheticData::next(int batch) {
@@ -84,9 +95,17 @@ Batch SyntheticData::next(int batch) {
   Batch b = make_batch(batch, seq_);
   std::vector<std::int32_t> w(std::size_t(seq_) + 1);
   const std::size_t h = task_ == Task::copy ? std::size_t(seq_ / 2) : w.size();
+  const auto v = std::uint64_t(vocab_);
   for (int r = 0; r < batch; ++r) {
     RowRng rng(seed_, next_row_++);
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = i < h ? std::int32_t(rng.below(std::uint64_t(vocab_))) : w[i % h];
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      if (task_ == Task::markov && i > 0) {  // one of the K successors of the previous token
+        const std::uint64_t base = mix64(seed_ ^ 0xA5A5A5A5u ^ std::uint64_t(w[i - 1])) % v;
+        w[i] = std::int32_t((base + rng.below(kMarkovFanout)) % v);
+      } else {
+        w[i] = i < h ? std::int32_t(rng.below(v)) : w[i % h];
+      }
+    }
     store_row(b, r, w);
   }
   return b;
@@ -95,6 +114,7 @@ Batch SyntheticData::next(int batch) {
 double SyntheticData::loss_floor() const {
   const double ln_v = std::log(double(vocab_));
   if (task_ == Task::random) return ln_v;
+  if (task_ == Task::markov) return std::log(double(kMarkovFanout));
   const int h = seq_ / 2;
   return double(h - 1) / double(seq_) * ln_v;
 }

@@ -13,7 +13,11 @@
 //   copy:   the window repeats a random prefix of h = floor(S / 2) tokens: w[i] = w[i mod h] for i >= h
 //           (w[0..h) uniform). The target at position i is w[i + 1]: unpredictable for i + 1 < h (h - 1
 //           positions, floor ln V each), a copy of the already-seen token w[i + 1 - h] otherwise (floor 0).
-//           Mean loss floor = (h - 1) / S * ln V, e.g. S = 8: 3/8 ln V. Needs S >= 2.
+//           Mean loss floor = (h - 1) / S * ln V, e.g. S = 8: 3/8 ln V. Needs S >= 2. Learnable only through
+//           an induction mechanism (attend h tokens back): slow to learn for small models.
+//   markov: a fixed random chain: token v is followed by one of the K = 4 tokens (base(v) + j) mod V,
+//           j uniform, base(v) a seeded hash of v (w[0] uniform). Every target has entropy ln 4 given its
+//           predecessor: loss floor = ln 4. Learnable within a few hundred steps (the demo task). Needs V >= 4.
 //
 // TokenFile: tokens back to back, little-endian uint16 or uint32, no header (the nanoGPT / Megatron .bin
 // format). Mapped read-only with mmap and unmapped on destruction. Row k is the window of seq + 1 tokens
@@ -39,8 +43,8 @@ struct Batch {
   int seq = 0;
 };
 
-enum class Task { random, copy };
-std::string_view task_name(Task task);  // "random" | "copy"
+enum class Task { random, copy, markov };
+std::string_view task_name(Task task);  // "random" | "copy" | "markov"
 
 class SyntheticData {
  public:

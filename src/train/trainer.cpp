@@ -20,10 +20,9 @@ namespace {
 class Source {
  public:
   Source(const TrainSpec& spec, const model::ModelConfig& m) {
-    if (spec.data == "copy" || spec.data == "random") {
-      auto& s =
-          data_.emplace<SyntheticData>(m.vocab, m.seq, spec.seed, spec.data == "copy" ? Task::copy : Task::random);
-      floor_ = s.loss_floor();
+    if (spec.data == "copy" || spec.data == "random" || spec.data == "markov") {
+      const Task task = spec.data == "copy" ? Task::copy : spec.data == "random" ? Task::random : Task::markov;
+      floor_ = data_.emplace<SyntheticData>(m.vocab, m.seq, spec.seed, task).loss_floor();
     } else {
       TB_REQUIRE(spec.token_type == "uint16" || spec.token_type == "uint32",
                  fmt::format("--token-type must be uint16 or uint32, not '{}'", spec.token_type));

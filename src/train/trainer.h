@@ -25,7 +25,7 @@ struct TrainSpec {
   int steps = 30;                     // optimizer steps
   int warmup_steps = 3;               // not measured
   std::string device = "cuda";        // cuda | cpu
-  std::string data = "copy";          // copy | random (synthetic) or the path of a token file
+  std::string data = "markov";        // markov | copy | random (synthetic) or the path of a token file
   std::string token_type = "uint16";  // token file element: uint16 | uint32
   double lr = 3e-3, min_lr = 3e-4;    // peak and final learning rate (linear warmup, cosine decay)
   int lr_warmup = 10;

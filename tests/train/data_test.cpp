@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -229,4 +231,32 @@ TEST_F(TokenFileTest, OutOfVocabularyTokens) {
   TokenFile big(write("big.bin", std::vector<std::uint32_t>{1, 0x80000000u, 2}), TokenType::uint32, 2, 0);
   msg = error_of([&] { big.next(1); });
   EXPECT_NE(msg.find("INT32_MAX"), std::string::npos) << msg;
+}
+
+TEST(SyntheticMarkov, EveryTokenHasAtMostFourConsecutiveSuccessors) {
+  tb::train::SyntheticData d(64, 32, 7, tb::train::Task::markov);
+  EXPECT_NEAR(d.loss_floor(), std::log(4.0), 1e-12);
+  std::map<int, std::set<int>> succ;
+  for (int step = 0; step < 50; ++step) {
+    const auto b = d.next(8);
+    for (std::size_t i = 0; i < b.tokens.size(); ++i) succ[b.tokens[i]].insert(b.targets[i]);
+  }
+  EXPECT_GT(succ.size(), 50u);  // most tokens were seen
+  for (const auto& [tok, s] : succ) {
+    ASSERT_LE(s.size(), 4u) << "token " << tok;
+    // consecutive modulo the vocabulary: some element starts a run covering all of them within 4
+    bool run = false;
+    for (int start : s) {
+      bool all = true;
+      for (int t : s) all = all && ((t - start + 64) % 64) < 4;
+      run = run || all;
+    }
+    EXPECT_TRUE(run) << "token " << tok;
+  }
+  tb::train::SyntheticData again(64, 32, 7, tb::train::Task::markov), other(64, 32, 8, tb::train::Task::markov);
+  const auto a = again.next(4), c = other.next(4);
+  tb::train::SyntheticData first(64, 32, 7, tb::train::Task::markov);
+  EXPECT_EQ(first.next(4).targets, a.targets);
+  EXPECT_NE(c.targets, a.targets);
+  EXPECT_THROW(tb::train::SyntheticData(3, 8, 1, tb::train::Task::markov), tb::Error);
 }
