@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # carry.sh: copies what the GPU machine needs from a build here into carry/ (git-ignored): the
-# trainbench binary and the test binaries. Usage: scripts/carry.sh [build dir]
+# trainbench binary, the labs and the GPU test binaries (CPU tests run here). Usage: scripts/carry.sh [build dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 rm -rf carry && mkdir -p carry/tests
 cp "$build/trainbench" carry/
 cp "$build/bench/lab/"*_lab carry/ 2>/dev/null || true
-find "$build/tests" -maxdepth 1 -type f -name '*_test' -exec cp {} carry/tests/ \;
+find "$build/tests" -maxdepth 1 -type f \( -name '*_gpu_test' -o -name '*_multigpu_test' \) -exec cp {} carry/tests/ \;
 strip carry/trainbench carry/tests/* 2>/dev/null || true
 du -sh carry

@@ -1,5 +1,5 @@
-// cli/cmd_train.cpp: `trainbench train`: one model, real training steps, per-step log lines, a summary
-// and one "train" record (train/trainer.h). The CUDA backend is not built yet: --device cuda says so.
+// cli/cmd_train.cpp: `trainbench train`: one model, real training steps, per-step log lines, a summary and one
+// "train" record (train/trainer.h). MFU = TFLOP/s / the GPU's dense peak of the run's precision (references/systems).
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -14,10 +14,30 @@
 namespace tb::cli {
 namespace {
 
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
 double peak_rss_gib() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return double(u.ru_maxrss) / (1024.0 * 1024.0);  // ru_maxrss is in KiB on Linux
+}
+
+nlohmann::json ops_json(const train::TrainResult& res) {
+  auto a = nlohmann::json::array();
+  for (const auto& o : res.ops) a.push_back({{"op", o.op}, {"ms", o.seconds * 1e3}, {"calls", o.calls}});
+  return a;
+}
+
+void print_ops(const train::TrainResult& res) {
+  double sum = 0;
+  for (const auto& o : res.ops) sum += o.seconds;
+  if (sum <= 0) return;
+  std::printf("\nGPU time by op (one eager step, CUDA events between ops):\n");
+  for (const auto& o : res.ops)
+    std::printf("  %-26s %9.2f ms  %5.1f%%  (%d calls)\n", o.op.c_str(), o.seconds * 1e3, 100.0 * o.seconds / sum,
+                o.calls);
+  std::printf("  %-26s %9.2f ms  (graph-replayed step, GPU events: %.2f ms; host wall: %.2f ms)\n", "sum", sum * 1e3,
+              res.gpu_step_s.median * 1e3, res.step_s.median * 1e3);
 }
 
 }  // namespace
@@ -37,10 +57,22 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--steps", spec.steps, "optimizer steps")->capture_default_str();
   app.add_option("--warmup-steps", spec.warmup_steps, "steps not measured")->capture_default_str();
   app.add_option("--device", spec.device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
+  app.add_option("--gpu", spec.gpu, "CUDA device index (--device cuda)")->capture_default_str();
+  app.add_option("--recompute", spec.recompute, "activation recomputation: none | selective | full")
+      ->check(CLI::IsMember({"none", "selective", "full"}))
+      ->capture_default_str();
+  app.add_option("--moments", spec.moments, "AdamW moment precision: f32 | bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  app.add_flag("!--no-graph", spec.graph, "do not capture the step as a CUDA graph");
+  app.add_flag("--autotune", spec.autotune, "time cuBLASLt's candidates for every GEMM shape after step 1");
+  app.add_flag("!--no-op-profile", spec.op_profile, "skip the extra eager step that times each op");
+  app.add_flag("--deterministic", spec.deterministic, "deterministic attention backward (repeatable, slower)");
   app.add_option("--data", spec.data, "markov | copy | random (synthetic tasks) or a token file")->capture_default_str();
   app.add_option("--token-type", spec.token_type, "token file element type: uint16 | uint32")->capture_default_str();
-  app.add_option("--lr", spec.lr, "peak learning rate")->capture_default_str();
-  app.add_option("--min-lr", spec.min_lr, "final learning rate")->capture_default_str();
+  app.add_option("--lr", spec.lr, "peak learning rate (default: 3e-3 under 100M parameters, else 3e-4)");
+  app.add_option("--min-lr", spec.min_lr, "final learning rate (default: lr / 10)");
+  app.add_option("--clip", spec.clip, "gradient norm clipping (0: off)")->capture_default_str();
   app.add_option("--seed", spec.seed, "seed of the initial weights and the data")->capture_default_str();
   std::string convention = "full";
   app.add_option("--flops", convention, "FLOP convention: full | causal")->check(CLI::IsMember({"full", "causal"}))
@@ -49,31 +81,40 @@ int cmd_train(int argc, char** argv) {
   spec.convention = model::parse_convention(convention);
   train::validate(spec);
   const model::ModelConfig m = train::resolve_model(spec);  // bad shapes fail before any work
-
-  if (spec.device == "cuda") {
-    if (bench::visible_gpu_count() == 0) {
-      std::fprintf(stderr, "trainbench train: needs a GPU: %s (or use --device cpu)\n", bench::no_gpu_reason().c_str());
-      return kUsage;
-    }
-    std::fprintf(stderr, "trainbench train: the CUDA training backend is not built yet; use --device cpu\n");
+  const bool cuda = spec.device == "cuda";
+  if (cuda && bench::visible_gpu_count() == 0) {
+    std::fprintf(stderr, "trainbench train: needs a GPU: %s (or use --device cpu)\n", bench::no_gpu_reason().c_str());
     return kUsage;
   }
 
   auto run = open_run(common, argc, argv);
   const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch;
-  std::printf("train %s on cpu: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps\n",
-              m.name.c_str(), m.layers, m.d_model, m.seq, fmt::format("{:.3g}", double(model::param_count(m))).c_str(),
-              spec.micro_batch, global, spec.steps);
-  const auto res = train::train_cpu(spec, [&](const train::StepStats& s) {
-    std::printf("step %d/%d | loss %.4f | lr %.2e | grad_norm %.3f | step_s %.3f | tokens/s %.0f | TFLOP/s/GPU %.4f | "
+  std::printf("train %s on %s: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps%s\n",
+              m.name.c_str(), cuda ? fmt::format("GPU {}", spec.gpu).c_str() : "cpu", m.layers, m.d_model, m.seq,
+              fmt::format("{:.3g}", double(model::param_count(m))).c_str(), spec.micro_batch, global, spec.steps,
+              cuda ? fmt::format(", recompute {}, moments {}", spec.recompute, spec.moments).c_str() : "");
+  std::fflush(stdout);
+  auto on_step = [&](const train::StepStats& s) {
+    std::printf("step %d/%d | loss %.4f | lr %.2e | grad_norm %.3f | step_s %.4f | tokens/s %.0f | TFLOP/s/GPU %.1f | "
                 "mem %.2f GiB\n",
-                s.step, spec.steps, s.loss, s.lr, s.grad_norm, s.step_s, s.tokens_per_s, s.tflops, peak_rss_gib());
+                s.step, spec.steps, s.loss, s.lr, s.grad_norm, s.step_s, s.tokens_per_s, s.tflops,
+                cuda ? s.mem_gib : peak_rss_gib());
     std::fflush(stdout);
-  });
+  };
+  const auto res = cuda ? train::train_cuda(spec, on_step) : train::train_cpu(spec, on_step);
+
+  double peak = 0;
+  if (cuda) {
+    const Systems sys = load_systems_for(common, spec.gpu);
+    if (sys.match) peak = sys.match->peak_tflops("bf16");
+  }
+  const double mfu = peak > 0 ? res.tflops / peak : 0;
+  const char* precision = cuda ? "bf16" : "fp32";
 
   Record r;
   r.bench = "train";
-  r.name = fmt::format("{}/L{}/s{}/mb{}/gb{}/cpu", m.name, m.layers, m.seq, spec.micro_batch, global);
+  r.name = fmt::format("{}/L{}/s{}/mb{}/gb{}/{}", m.name, m.layers, m.seq, spec.micro_batch, global,
+                       cuda ? std::string(precision) : "cpu");
   auto losses = nlohmann::json::array();
   for (const auto& s : res.steps) losses.push_back(s.loss);
   r.data = {{"model", m.name},
@@ -81,8 +122,8 @@ int cmd_train(int argc, char** argv) {
             {"seq", m.seq},
             {"micro_batch", spec.micro_batch},
             {"global_batch", global},
-            {"device", "cpu"},
-            {"precision", "fp32"},
+            {"device", cuda ? "cuda" : "cpu"},
+            {"precision", precision},
             {"params", res.params},
             {"steps", spec.steps},
             {"warmup_steps", spec.warmup_steps},
@@ -94,15 +135,43 @@ int cmd_train(int argc, char** argv) {
             {"loss", losses},
             {"loss_first", res.steps.front().loss},
             {"loss_last", res.steps.back().loss},
-            {"peak_rss_gib", peak_rss_gib()},
             {"data", spec.data}};
   if (res.loss_floor > 0) r.data["loss_floor"] = res.loss_floor;
+  if (cuda) {
+    r.data["gpu"] = res.device_name;
+    r.data["recompute"] = spec.recompute;
+    r.data["moments"] = spec.moments;
+    r.data["graph"] = res.graph;
+    r.data["gemm_plans"] = res.gemm_plans;
+    r.data["gemm_retuned"] = res.gemm_retuned;
+    r.data["gpu_step_ms"] = to_json(scaled(res.gpu_step_s, 1e3));
+    r.data["peak_tflops"] = peak;
+    if (mfu > 0) r.data["mfu"] = mfu;
+    r.data["peak_alloc_gib"] = res.peak_alloc_bytes / kGiB;
+    r.data["device_used_gib"] = res.device_used_bytes / kGiB;
+    r.data["estimate_gib"] = res.estimate.total() / kGiB;
+    r.data["power_w"] = res.power_w;
+    r.data["energy_j_per_token"] = res.energy_j_per_token;
+    r.data["ops"] = ops_json(res);
+  } else {
+    r.data["peak_rss_gib"] = peak_rss_gib();
+  }
   run.sink->write(r);
-  std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps | tokens/s %.0f | TFLOP/s %.4f | "
-              "loss %.4f -> %.4f%s\n",
-              res.step_s.median, res.step_s.p10, res.step_s.p90, res.step_s.n, res.tokens_per_s, res.tflops,
-              res.steps.front().loss, res.steps.back().loss,
+
+  std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps | tokens/s %.0f | TFLOP/s/GPU %.1f",
+              res.step_s.median, res.step_s.p10, res.step_s.p90, res.step_s.n, res.tokens_per_s, res.tflops);
+  if (mfu > 0) std::printf(" | MFU %.1f%% of %.0f", 100 * mfu, peak);
+  std::printf("\n         loss %.4f -> %.4f%s\n", res.steps.front().loss, res.steps.back().loss,
               res.loss_floor > 0 ? fmt::format(" (task floor {:.4f})", res.loss_floor).c_str() : "");
+  if (cuda) {
+    std::printf("         memory: peak %.2f GiB allocated by trainbench (estimate %.2f), %.2f GiB in use on the GPU | "
+                "graph: %s | GEMM shapes %d (%d retuned)\n",
+                res.peak_alloc_bytes / kGiB, res.estimate.total() / kGiB, res.device_used_bytes / kGiB,
+                res.graph.c_str(), res.gemm_plans, res.gemm_retuned);
+    if (res.power_w > 0)
+      std::printf("         power %.0f W mean | energy %.3f J/token\n", res.power_w, res.energy_j_per_token);
+    print_ops(res);
+  }
   print_results_location(run);
   return kOk;
 }

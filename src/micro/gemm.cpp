@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 
+#include "bench/gemm_tune.h"
 #include "bench/loop.h"
 #include "core/error.h"
 #include "micro/case.h"
@@ -121,27 +122,6 @@ std::size_t bytes_of(DType t, std::int64_t rows, std::int64_t cols) {
   return std::size_t(rows) * std::size_t(cols) * dtype_size(t);
 }
 
-// Autotuning: times each algorithm the heuristic offered (a short loop each) and keeps the fastest.
-// A candidate that fails to run is passed over; its first choice stays if none is faster.
-void tune(ops::DeviceContext& dc, ops::GemmPlan& plan, const std::function<void(int)>& body) {
-  if (plan.candidates() < 2) return;
-  bench::LoopSpec probe;
-  probe.warmup = 3;
-  probe.iters = 10;
-  double best = std::numeric_limits<double>::infinity();
-  int best_rank = 0;
-  for (int rank = 0; rank < plan.candidates(); ++rank) {
-    plan.select(rank);
-    try {
-      const double ms = bench::time_stream(probe, dc.device(), dc.stream(), body).summary().median;
-      if (ms < best) best = ms, best_rank = rank;
-    } catch (const Error& e) {
-      if (e.fatal()) throw;
-    }
-  }
-  plan.select(best_rank);
-}
-
 std::string measure(Context& ctx, ops::DeviceContext& dc, const Case& c, Record& r) {
   const ops::GemmShape& s = c.shape;
   const int dev = dc.device();
@@ -169,7 +149,7 @@ std::string measure(Context& ctx, ops::DeviceContext& dc, const Case& c, Record&
     const int i = (iter % copies + copies) % copies;  // warmup iterations are negative
     plan.run(d.get(), a[i].get(), b[i].get(), ws, dc.stream(), scales);
   };
-  if (ctx.spec.tune) tune(dc, plan, body);
+  if (ctx.spec.tune) bench::tune_plan(dc, plan, body);
   const bench::Timing timing = bench::time_stream(loop_spec(ctx, 10, 50, 100), dev, dc.stream(), body);
   note_timing(ctx, timing);
   const Summary t = timing.summary();

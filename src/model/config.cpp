@@ -57,6 +57,10 @@ std::vector<ModelConfig> make_presets() {
   tiny.rope_theta = 10000.0;
   tiny.rope_scaling.enabled = false;
   p.push_back(tiny);
+  ModelConfig small = llama("small", 4, 256, 768, 4, 2, 512, 256);  // for quick GPU runs and tests (CUDA-aligned)
+  small.rope_theta = 10000.0;
+  small.rope_scaling.enabled = false;
+  p.push_back(small);
   return p;
 }
 

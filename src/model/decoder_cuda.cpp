@@ -50,14 +50,6 @@ ops::GemmShape gemm_shape(std::int64_t m, std::int64_t n, std::int64_t k, ops::G
   return s;
 }
 
-template <class T>
-TensorView<T> mat(const ops::DeviceBuffer& b, std::int64_t rows, std::int64_t cols) {
-  return TensorView<T>(b.as<T>(), {rows, cols});
-}
-template <class T>
-TensorView<T> vec(const ops::DeviceBuffer& b, std::int64_t n) {
-  return TensorView<T>(b.as<T>(), {n});
-}
 
 // The view of slot `index` inside a flat device buffer (empty for an absent slot, index -1).
 template <class T>
@@ -77,8 +69,8 @@ void check_ids(const std::int32_t* ids, std::int64_t n, int vocab, const char* w
 
 }  // namespace
 
-CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg)
-    : dc_(dc), cfg_(cfg), layout_(model::dense_layout(cfg)) {
+CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompute recompute, bool deterministic)
+    : dc_(dc), cfg_(cfg), layout_(model::dense_layout(cfg)), recompute_(recompute), deterministic_(deterministic) {
   cfg_.validate();
   for (const Slot& s : layout_.slots)
     TB_REQUIRE(s.offset % kSlotAlignElements == 0,
@@ -98,7 +90,7 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg)
     const std::vector<double> inv =
         ops::cpu::rope_inv_freq(cfg_.head_dim, cfg_.rope_theta, cfg_.rope_scaling.enabled ? &s : nullptr);
     inv_freq_ = ops::DeviceBuffer(dc_.device(), inv.size() * sizeof(float));
-    ops::upload_rope_inv_freq(vec<float>(inv_freq_, std::int64_t(inv.size())), inv, dc_.stream());
+    ops::upload_rope_inv_freq(TensorView<float>(inv_freq_.as<float>(), {std::int64_t(inv.size())}), inv, dc_.stream());
   }
   attention_ = std::make_unique<ops::CudnnAttention>(dc_.device());
   dc_.synchronize();
@@ -146,33 +138,122 @@ void CudaDecoder::zero_grads() {
   TB_CHECK(cudaMemsetAsync(grads_.get(), 0, layout_.total * sizeof(float), dc_.stream()));
 }
 
-void CudaDecoder::ensure_buffers(int batch, int seq) {
-  if (batch == batch_ && seq == seq_) return;
-  dc_.synchronize();  // the old buffers may still be in use
-  const ModelConfig& c = cfg_;
+std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompute rc, std::byte* base,
+                              std::vector<LayerActs>* acts, Scratch* S) {
   const std::size_t n = std::size_t(batch) * std::size_t(seq);
   const std::size_t d = std::size_t(c.d_model), qd = std::size_t(c.q_dim());
   const std::size_t width = qd + 2 * std::size_t(c.kv_dim());
   const std::size_t ffn = std::size_t(c.ffn), fc1_rows = c.act == Act::swiglu ? 2 * ffn : ffn;
-  const int dev = dc_.device();
-  auto bf = [&](std::size_t elems) { return ops::DeviceBuffer(dev, elems * sizeof(bf16)); };
-  auto f32 = [&](std::size_t elems) { return ops::DeviceBuffer(dev, elems * sizeof(float)); };
-  auto i32 = [&](std::size_t elems) { return ops::DeviceBuffer(dev, elems * sizeof(std::int32_t)); };
+  std::size_t used = 0;
+  auto take_bytes = [&](std::size_t bytes) -> void* {
+    used = (used + 255) / 256 * 256;
+    void* p = base ? static_cast<void*>(base + used) : nullptr;
+    used += bytes;
+    return p;
+  };
+  auto bf = [&](std::size_t elems) { return static_cast<bf16*>(take_bytes(elems * sizeof(bf16))); };
+  auto f32 = [&](std::size_t elems) { return static_cast<float*>(take_bytes(elems * sizeof(float))); };
 
-  acts_.clear();
-  acts_.resize(std::size_t(c.layers));
-  for (LayerActs& A : acts_) {
-    A.r1 = bf(n * d), A.mean1 = f32(n), A.rstd1 = f32(n), A.y1 = bf(n * d), A.qkv = bf(n * width);
-    A.o = bf(n * qd), A.lse = f32(n * std::size_t(c.heads));
-    A.r2 = bf(n * d), A.mean2 = f32(n), A.rstd2 = f32(n), A.y2 = bf(n * d), A.h = bf(n * fc1_rows), A.g = bf(n * ffn);
-  }
-  tokens_ = i32(n), targets_ = i32(n);
-  x0_ = bf(n * d), m_ = bf(n * d), rf_ = bf(n * d), meanf_ = f32(n), rstdf_ = f32(n), yf_ = bf(n * d), loss_ = f32(1);
-  ce_scratch_ = ops::DeviceBuffer(dev, ops::lm_head_ce_scratch(std::int64_t(n), c.vocab, c.d_model).bytes);
-  dyf_ = bf(n * d), dnext_ = bf(n * d), dr2_ = bf(n * d), dy_ = bf(n * d);
-  dg_ = bf(n * ffn), dh_ = bf(n * fc1_rows), dout_ = bf(n * qd), dqkv_ = bf(n * width);
+  // What every layer keeps (see the header), then the shared copy of the rest.
+  const bool sel = rc == Recompute::selective, full = rc == Recompute::full;
+  LayerActs shared{};
+  std::vector<LayerActs> layers(std::size_t(c.layers));
+  auto field = [&](auto LayerActs::*member, std::size_t elems, bool per_layer, auto alloc) {
+    if (per_layer)
+      for (LayerActs& A : layers) A.*member = alloc(elems);
+    else
+      shared.*member = alloc(elems);
+  };
+  field(&LayerActs::r1, n * d, true, bf);
+  field(&LayerActs::mean1, n, !full, f32);
+  field(&LayerActs::rstd1, n, !full, f32);
+  field(&LayerActs::y1, n * d, !sel && !full, bf);
+  field(&LayerActs::qkv, n * width, !full, bf);
+  field(&LayerActs::o, n * qd, !sel && !full, bf);
+  field(&LayerActs::lse, n * std::size_t(c.heads), !sel && !full, f32);
+  field(&LayerActs::r2, n * d, !full, bf);
+  field(&LayerActs::mean2, n, !full, f32);
+  field(&LayerActs::rstd2, n, !full, f32);
+  field(&LayerActs::y2, n * d, !sel && !full, bf);
+  field(&LayerActs::h, n * fc1_rows, !full, bf);
+  field(&LayerActs::g, n * ffn, !sel && !full, bf);
+  auto fill_shared = [&](auto LayerActs::*member) {
+    for (LayerActs& A : layers)
+      if (!(A.*member)) A.*member = shared.*member;
+  };
+  fill_shared(&LayerActs::r1), fill_shared(&LayerActs::mean1), fill_shared(&LayerActs::rstd1);
+  fill_shared(&LayerActs::y1), fill_shared(&LayerActs::qkv), fill_shared(&LayerActs::o), fill_shared(&LayerActs::lse);
+  fill_shared(&LayerActs::r2), fill_shared(&LayerActs::mean2), fill_shared(&LayerActs::rstd2);
+  fill_shared(&LayerActs::y2), fill_shared(&LayerActs::h), fill_shared(&LayerActs::g);
+
+  Scratch s{};
+  s.tokens = static_cast<std::int32_t*>(take_bytes(n * sizeof(std::int32_t)));
+  s.targets = static_cast<std::int32_t*>(take_bytes(n * sizeof(std::int32_t)));
+  s.x0 = bf(n * d), s.m = bf(n * d), s.rf = bf(n * d), s.yf = bf(n * d);
+  s.meanf = f32(n), s.rstdf = f32(n), s.loss = f32(1);
+  s.dyf = bf(n * d), s.dnext = bf(n * d), s.dr2 = bf(n * d), s.dy = bf(n * d);
+  s.dg = bf(n * ffn), s.dh = bf(n * fc1_rows), s.dout = bf(n * qd), s.dqkv = bf(n * width);
+  s.ce_bytes = ops::lm_head_ce_scratch(std::int64_t(n), c.vocab, c.d_model).bytes;
+  s.ce = take_bytes(s.ce_bytes);
+  s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(n), c.d_model);
+  s.norm_ws = take_bytes(s.norm_ws_bytes);
+  s.embed_ws_bytes = ops::embedding_backward_workspace_bytes(std::int64_t(n), c.vocab, c.d_model);
+  s.embed_ws = take_bytes(s.embed_ws_bytes);
+  if (acts) *acts = std::move(layers);
+  if (S) *S = s;
+  return (used + 255) / 256 * 256;
+}
+
+std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute) {
+  return carve(cfg, batch, seq, recompute, nullptr, nullptr, nullptr);
+}
+
+std::size_t CudaDecoder::attention_workspace_bytes() const { return attention_->workspace_bytes(); }
+
+void CudaDecoder::prepare(int batch, int seq) {
+  const ModelConfig& c = cfg_;
+  TB_REQUIRE(batch >= 1 && seq >= 1, "CUDA decoder: batch and seq must be >= 1, got batch " + std::to_string(batch) +
+                                         " seq " + std::to_string(seq));
+  TB_REQUIRE(seq <= c.seq, "CUDA decoder: seq " + std::to_string(seq) + " is longer than the model's " +
+                               std::to_string(c.seq) + " positions");
+  if (batch == batch_ && seq == seq_) return;
+  dc_.activate();
+  dc_.synchronize();  // the old arena may still be in use
+  arena_ = ops::DeviceBuffer();
+  const std::size_t bytes = carve(c, batch, seq, recompute_, nullptr, nullptr, nullptr);
+  arena_ = ops::DeviceBuffer(dc_.device(), bytes);
+  carve(c, batch, seq, recompute_, static_cast<std::byte*>(arena_.get()), &acts_, &s_);
+  attention_->plan(attention_shape(batch, seq));  // may grow its workspace
   batch_ = batch;
   seq_ = seq;
+}
+
+ops::AttentionShape CudaDecoder::attention_shape(int batch, int seq) const {
+  return ops::fused_qkv_attention(batch, seq, cfg_.heads, cfg_.kv_heads, cfg_.head_dim, deterministic_);
+}
+
+TensorView<const bf16> CudaDecoder::P(int slot) const {
+  return TensorView<const bf16>(slot_view(params_.as<bf16>(), layout_, slot));
+}
+TensorView<float> CudaDecoder::G(int slot) const { return slot_view(grads_.as<float>(), layout_, slot); }
+
+TensorView<bf16> CudaDecoder::qk_view(bf16* fused_qkv, int batch, int seq) const {
+  const std::int64_t hd = cfg_.head_dim, width = cfg_.q_dim() + 2 * std::int64_t(cfg_.kv_dim());
+  return TensorView<bf16>(fused_qkv, Shape{batch, seq, cfg_.heads + cfg_.kv_heads, hd},
+                          Shape{seq * width, width, hd, 1}, 4);
+}
+
+TensorView<const float> CudaDecoder::inv_freq() const {
+  if (cfg_.pos != Pos::rope) return {};
+  return TensorView<const float>(inv_freq_.as<float>(), {cfg_.head_dim / 2});
+}
+
+void CudaDecoder::activation_forward(TensorView<bf16> g, TensorView<const bf16> h) {
+  switch (cfg_.act) {
+    case Act::swiglu: ops::swiglu_forward(g, h, dc_.stream()); break;
+    case Act::gelu: ops::gelu_forward(g, h, dc_.stream()); break;
+    case Act::sqrelu: ops::sqrelu_forward(g, h, dc_.stream()); break;
+  }
 }
 
 // y[rows, out] = x[rows, in] W[out, in]^T
@@ -185,120 +266,173 @@ void CudaDecoder::linear_forward(bf16* y, const bf16* x, int w_slot, std::int64_
 void CudaDecoder::linear_backward(bf16* dx, int w_slot, const bf16* dy, const bf16* x, std::int64_t rows) {
   const Slot& w = layout_.slots[std::size_t(w_slot)];
   const std::int64_t out = w.shape[0], in = w.shape[1];
-  if (dx) dc_.gemm(gemm_shape(rows, in, out, ops::GemmLayout::ab), dx, dy, params_.as<bf16>() + w.offset);
+  if (dx) {
+    dc_.gemm(gemm_shape(rows, in, out, ops::GemmLayout::ab), dx, dy, params_.as<bf16>() + w.offset);
+    mark("gemm dgrad");
+  }
   dc_.gemm(gemm_shape(out, in, rows, ops::GemmLayout::atb), grads_.as<float>() + w.offset, dy, x);
+  mark("gemm wgrad");
 }
 
 double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std::int32_t* host_targets, int batch,
                                      int seq, double grad_scale) {
-  const ModelConfig& c = cfg_;
-  TB_REQUIRE(batch >= 1 && seq >= 1, "CUDA decoder: batch and seq must be >= 1, got batch " + std::to_string(batch) +
-                                         " seq " + std::to_string(seq));
-  TB_REQUIRE(seq <= c.seq, "CUDA decoder: seq " + std::to_string(seq) + " is longer than the model's " +
-                               std::to_string(c.seq) + " positions");
+  prepare(batch, seq);
   const std::int64_t n = std::int64_t(batch) * seq;
-  check_ids(host_tokens, n, c.vocab, "token");
-  check_ids(host_targets, n, c.vocab, "target");
-  dc_.activate();
-  ensure_buffers(batch, seq);
+  check_ids(host_tokens, n, cfg_.vocab, "token");
+  check_ids(host_targets, n, cfg_.vocab, "target");
   cudaStream_t st = dc_.stream();
-  TB_CHECK(cudaMemcpyAsync(tokens_.get(), host_tokens, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
-  TB_CHECK(cudaMemcpyAsync(targets_.get(), host_targets, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice,
-                           st));
-
-  const NormKind nk = norm_kind(c.norm);
-  const float eps = float(c.norm_eps);
-  const std::int64_t d = c.d_model, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim(), width = qd + 2 * kvd;
-  const std::int64_t ffn = c.ffn, fc1_rows = c.act == Act::swiglu ? 2 * ffn : ffn;
-  auto P = [&](int index) { return TensorView<const bf16>(slot_view(params_.as<bf16>(), layout_, index)); };
-  auto G = [&](int index) { return slot_view(grads_.as<float>(), layout_, index); };
-  const ops::AttentionShape as = ops::fused_qkv_attention(batch, seq, c.heads, c.kv_heads, hd);
-  // Q and K heads of a fused [n, width] buffer: one strided view that skips V (ops/cuda/rope.h).
-  auto qk_view = [&](const ops::DeviceBuffer& b) {
-    return TensorView<bf16>(b.as<bf16>(), Shape{batch, seq, c.heads + c.kv_heads, hd}, Shape{seq * width, width, hd, 1},
-                            4);
-  };
-  const TensorView<const float> inv_freq =
-      c.pos == Pos::rope ? TensorView<const float>(inv_freq_.as<float>(), {hd / 2}) : TensorView<const float>();
-  const TensorView<const std::int32_t> tokens(tokens_.as<std::int32_t>(), {n});
-
-  // ---- Forward.
-  ops::embedding_forward(mat<bf16>(x0_, n, d), P(layout_.embed), tokens, st);
-  if (c.pos == Pos::learned) ops::position_embedding_add(mat<bf16>(x0_, n, d), P(layout_.pos_embed), seq, st);
-  TensorView<const bf16> x = mat<bf16>(x0_, n, d), resid;
-  for (int l = 0; l < c.layers; ++l) {
-    const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
-    LayerActs& A = acts_[std::size_t(l)];
-    ops::add_norm_forward(nk, mat<bf16>(A.y1, n, d), mat<bf16>(A.r1, n, d), vec<float>(A.mean1, n),
-                          vec<float>(A.rstd1, n), x, resid, P(L.norm1_w), P(L.norm1_b), eps, st);
-    linear_forward(A.qkv.as<bf16>(), A.y1.as<bf16>(), L.qkv, n);
-    if (c.pos == Pos::rope) ops::rope_forward(qk_view(A.qkv), inv_freq, st);
-    const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv.get(), as);
-    attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o.get(), A.lse.as<float>()}, st);
-    linear_forward(m_.as<bf16>(), A.o.as<bf16>(), L.out, n);  // the attention output lands in m (free until the MLP)
-    ops::add_norm_forward(nk, mat<bf16>(A.y2, n, d), mat<bf16>(A.r2, n, d), vec<float>(A.mean2, n),
-                          vec<float>(A.rstd2, n), mat<bf16>(m_, n, d), mat<bf16>(A.r1, n, d), P(L.norm2_w),
-                          P(L.norm2_b), eps, st);
-    linear_forward(A.h.as<bf16>(), A.y2.as<bf16>(), L.fc1, n);
-    const TensorView<bf16> g = mat<bf16>(A.g, n, ffn);
-    const TensorView<const bf16> h = mat<bf16>(A.h, n, fc1_rows);
-    switch (c.act) {
-      case Act::swiglu: ops::swiglu_forward(g, h, st); break;
-      case Act::gelu: ops::gelu_forward(g, h, st); break;
-      case Act::sqrelu: ops::sqrelu_forward(g, h, st); break;
-    }
-    linear_forward(m_.as<bf16>(), A.g.as<bf16>(), L.fc2, n);
-    x = mat<bf16>(m_, n, d);
-    resid = mat<bf16>(A.r2, n, d);
-  }
-  ops::add_norm_forward(nk, mat<bf16>(yf_, n, d), mat<bf16>(rf_, n, d), vec<float>(meanf_, n), vec<float>(rstdf_, n),
-                        x, resid, P(layout_.final_norm_w), P(layout_.final_norm_b), eps, st);
-
-  // ---- LM head + cross-entropy (forward and its backward in one call: dyf, dWlm).
-  ops::lm_head_cross_entropy(dc_, mat<bf16>(dyf_, n, d), G(layout_.lm_head),
-                             mat<bf16>(yf_, n, d), P(layout_.lm_head), targets_.as<std::int32_t>(),
-                             ops::kLmHeadDefaultChunk, float(grad_scale), loss_.as<float>(),
-                             {ce_scratch_.get(), ce_scratch_.bytes()});
-
-  // ---- Backward.
-  ops::add_norm_backward(nk, mat<bf16>(dnext_, n, d), G(layout_.final_norm_w), G(layout_.final_norm_b),
-                         mat<bf16>(dyf_, n, d), {}, mat<bf16>(rf_, n, d), P(layout_.final_norm_w),
-                         vec<float>(meanf_, n), vec<float>(rstdf_, n), st);
-  for (int l = c.layers - 1; l >= 0; --l) {
-    const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
-    LayerActs& A = acts_[std::size_t(l)];
-    // MLP
-    linear_backward(dg_.as<bf16>(), L.fc2, dnext_.as<bf16>(), A.g.as<bf16>(), n);
-    const TensorView<bf16> dh = mat<bf16>(dh_, n, fc1_rows);
-    const TensorView<const bf16> dg = mat<bf16>(dg_, n, ffn), h = mat<bf16>(A.h, n, fc1_rows);
-    switch (c.act) {
-      case Act::swiglu: ops::swiglu_backward(dh, dg, h, st); break;
-      case Act::gelu: ops::gelu_backward(dh, dg, h, st); break;
-      case Act::sqrelu: ops::sqrelu_backward(dh, dg, h, st); break;
-    }
-    linear_backward(dy_.as<bf16>(), L.fc1, dh_.as<bf16>(), A.y2.as<bf16>(), n);
-    ops::add_norm_backward(nk, mat<bf16>(dr2_, n, d), G(L.norm2_w), G(L.norm2_b), mat<bf16>(dy_, n, d),
-                           mat<bf16>(dnext_, n, d), mat<bf16>(A.r2, n, d), P(L.norm2_w), vec<float>(A.mean2, n),
-                           vec<float>(A.rstd2, n), st);
-    // attention
-    linear_backward(dout_.as<bf16>(), L.out, dr2_.as<bf16>(), A.o.as<bf16>(), n);
-    const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv.get(), as);
-    const ops::QkvPointers dqkv = ops::split_fused_qkv(dqkv_.get(), as);
-    attention_->backward(as, {qkv.q, qkv.k, qkv.v, A.o.get(), dout_.get(), A.lse.as<float>(), dqkv.q, dqkv.k, dqkv.v},
-                         st);
-    if (c.pos == Pos::rope) ops::rope_backward(qk_view(dqkv_), inv_freq, st);
-    linear_backward(dy_.as<bf16>(), L.qkv, dqkv_.as<bf16>(), A.y1.as<bf16>(), n);
-    ops::add_norm_backward(nk, mat<bf16>(dnext_, n, d), G(L.norm1_w), G(L.norm1_b), mat<bf16>(dy_, n, d),
-                           mat<bf16>(dr2_, n, d), mat<bf16>(A.r1, n, d), P(L.norm1_w), vec<float>(A.mean1, n),
-                           vec<float>(A.rstd1, n), st);
-  }
-  ops::embedding_backward(G(layout_.embed), mat<bf16>(dnext_, n, d), tokens, st);
-  if (c.pos == Pos::learned) ops::position_embedding_backward(G(layout_.pos_embed), mat<bf16>(dnext_, n, d), seq, st);
-
+  TB_CHECK(cudaMemcpyAsync(s_.tokens, host_tokens, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
+  TB_CHECK(
+      cudaMemcpyAsync(s_.targets, host_targets, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
+  forward_backward_device(s_.tokens, s_.targets, batch, seq, grad_scale, s_.loss);
   float loss = 0;
-  TB_CHECK(cudaMemcpyAsync(&loss, loss_.get(), sizeof(float), cudaMemcpyDeviceToHost, st));
+  TB_CHECK(cudaMemcpyAsync(&loss, s_.loss, sizeof(float), cudaMemcpyDeviceToHost, st));
   dc_.synchronize();
   return double(loss);
+}
+
+void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, const LayerActs& A, int batch, int seq,
+                                bool to_fc1_act) {
+  const ModelConfig& c = cfg_;
+  const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
+  cudaStream_t st = dc_.stream();
+  const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model, ffn = c.ffn;
+  const std::int64_t fc1_rows = c.act == Act::swiglu ? 2 * ffn : ffn;
+  const NormKind nk = norm_kind(c.norm);
+  const float eps = float(c.norm_eps);
+  const ops::AttentionShape as = attention_shape(batch, seq);
+  const TensorView<const bf16> resid = resid_in ? TensorView<const bf16>(resid_in, {n, d}) : TensorView<const bf16>();
+
+  ops::add_norm_forward(nk, {A.y1, {n, d}}, {A.r1, {n, d}}, {A.mean1, {n}}, {A.rstd1, {n}}, {x_in, {n, d}}, resid,
+                        P(L.norm1_w), P(L.norm1_b), eps, st);
+  mark("norm fwd");
+  linear_forward(A.qkv, A.y1, L.qkv, n);
+  mark("gemm fwd");
+  if (c.pos == Pos::rope) {
+    ops::rope_forward(qk_view(A.qkv, batch, seq), inv_freq(), st);
+    mark("rope fwd");
+  }
+  const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
+  attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o, A.lse}, st);
+  mark("attention fwd");
+  linear_forward(s_.m, A.o, L.out, n);  // the attention output lands in m (free until the MLP)
+  mark("gemm fwd");
+  ops::add_norm_forward(nk, {A.y2, {n, d}}, {A.r2, {n, d}}, {A.mean2, {n}}, {A.rstd2, {n}}, {s_.m, {n, d}},
+                        {A.r1, {n, d}}, P(L.norm2_w), P(L.norm2_b), eps, st);
+  mark("norm fwd");
+  linear_forward(A.h, A.y2, L.fc1, n);
+  mark("gemm fwd");
+  activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}});
+  mark("activation fwd");
+  if (to_fc1_act) return;
+  linear_forward(s_.m, A.g, L.fc2, n);
+  mark("gemm fwd");
+}
+
+void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) {
+  const ModelConfig& c = cfg_;
+  const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
+  cudaStream_t st = dc_.stream();
+  const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model, ffn = c.ffn;
+  const std::int64_t fc1_rows = c.act == Act::swiglu ? 2 * ffn : ffn;
+  const NormKind nk = norm_kind(c.norm);
+  const float eps = float(c.norm_eps);
+  const ops::AttentionShape as = attention_shape(batch, seq);
+  const ops::Workspace norm_ws{s_.norm_ws, s_.norm_ws_bytes};
+  const bool sel = recompute_ == Recompute::selective;
+
+  if (recompute_ == Recompute::full) {  // the whole forward again, from the saved layer input
+    layer_forward(l, A.r1, nullptr, A, batch, seq, true);
+    mark("recompute");
+  }
+  // MLP
+  if (sel) {
+    ops::norm_forward(nk, {A.y2, {n, d}}, {A.mean2, {n}}, {A.rstd2, {n}}, {A.r2, {n, d}}, P(L.norm2_w), P(L.norm2_b),
+                      eps, st);
+    activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}});
+    mark("recompute");
+  }
+  linear_backward(s_.dg, L.fc2, s_.dnext, A.g, n);
+  const TensorView<bf16> dh(s_.dh, {n, fc1_rows});
+  const TensorView<const bf16> dg(s_.dg, {n, ffn}), h(A.h, {n, fc1_rows});
+  switch (c.act) {
+    case Act::swiglu: ops::swiglu_backward(dh, dg, h, st); break;
+    case Act::gelu: ops::gelu_backward(dh, dg, h, st); break;
+    case Act::sqrelu: ops::sqrelu_backward(dh, dg, h, st); break;
+  }
+  mark("activation bwd");
+  linear_backward(s_.dy, L.fc1, s_.dh, A.y2, n);
+  ops::add_norm_backward(nk, {s_.dr2, {n, d}}, G(L.norm2_w), G(L.norm2_b), {s_.dy, {n, d}}, {s_.dnext, {n, d}},
+                         {A.r2, {n, d}}, P(L.norm2_w), {A.mean2, {n}}, {A.rstd2, {n}}, st, norm_ws);
+  mark("norm bwd");
+  // attention
+  const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
+  if (sel) {
+    attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o, A.lse}, st);
+    mark("recompute");
+  }
+  linear_backward(s_.dout, L.out, s_.dr2, A.o, n);
+  const ops::QkvPointers dqkv = ops::split_fused_qkv(s_.dqkv, as);
+  attention_->backward(as, {qkv.q, qkv.k, qkv.v, A.o, s_.dout, A.lse, dqkv.q, dqkv.k, dqkv.v}, st);
+  mark("attention bwd");
+  if (c.pos == Pos::rope) {
+    ops::rope_backward(qk_view(s_.dqkv, batch, seq), inv_freq(), st);
+    mark("rope bwd");
+  }
+  if (sel) {
+    ops::norm_forward(nk, {A.y1, {n, d}}, {A.mean1, {n}}, {A.rstd1, {n}}, {A.r1, {n, d}}, P(L.norm1_w), P(L.norm1_b),
+                      eps, st);
+    mark("recompute");
+  }
+  linear_backward(s_.dy, L.qkv, s_.dqkv, A.y1, n);
+  ops::add_norm_backward(nk, {s_.dnext, {n, d}}, G(L.norm1_w), G(L.norm1_b), {s_.dy, {n, d}}, {s_.dr2, {n, d}},
+                         {A.r1, {n, d}}, P(L.norm1_w), {A.mean1, {n}}, {A.rstd1, {n}}, st, norm_ws);
+  mark("norm bwd");
+}
+
+void CudaDecoder::forward_backward_device(const std::int32_t* tokens_in, const std::int32_t* targets, int batch,
+                                          int seq, double grad_scale, float* loss_out) {
+  const ModelConfig& c = cfg_;
+  TB_REQUIRE(batch == batch_ && seq == seq_,
+             "CUDA decoder: forward_backward_device(batch " + std::to_string(batch) + ", seq " + std::to_string(seq) +
+                 ") without prepare() for those sizes");
+  dc_.activate();
+  cudaStream_t st = dc_.stream();
+  const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model;
+  const NormKind nk = norm_kind(c.norm);
+  const float eps = float(c.norm_eps);
+  const TensorView<const std::int32_t> tokens(tokens_in, {n});
+
+  // ---- Forward.
+  ops::embedding_forward({s_.x0, {n, d}}, P(layout_.embed), tokens, st);
+  if (c.pos == Pos::learned) ops::position_embedding_add({s_.x0, {n, d}}, P(layout_.pos_embed), seq, st);
+  mark("embedding fwd");
+  const bf16* x = s_.x0;
+  const bf16* resid = nullptr;
+  for (int l = 0; l < c.layers; ++l) {
+    const LayerActs& A = acts_[std::size_t(l)];
+    layer_forward(l, x, resid, A, batch, seq, false);
+    x = s_.m;
+    resid = A.r2;
+  }
+  ops::add_norm_forward(nk, {s_.yf, {n, d}}, {s_.rf, {n, d}}, {s_.meanf, {n}}, {s_.rstdf, {n}}, {x, {n, d}},
+                        {resid, {n, d}}, P(layout_.final_norm_w), P(layout_.final_norm_b), eps, st);
+  mark("norm fwd");
+
+  // ---- LM head + cross-entropy (forward and its backward in one call: dyf, dWlm).
+  ops::lm_head_cross_entropy(dc_, {s_.dyf, {n, d}}, G(layout_.lm_head), {s_.yf, {n, d}}, P(layout_.lm_head), targets,
+                             ops::kLmHeadDefaultChunk, float(grad_scale), loss_out, {s_.ce, s_.ce_bytes});
+  mark("lm head + cross-entropy");
+
+  // ---- Backward.
+  ops::add_norm_backward(nk, {s_.dnext, {n, d}}, G(layout_.final_norm_w), G(layout_.final_norm_b), {s_.dyf, {n, d}},
+                         {}, {s_.rf, {n, d}}, P(layout_.final_norm_w), {s_.meanf, {n}}, {s_.rstdf, {n}}, st,
+                         {s_.norm_ws, s_.norm_ws_bytes});
+  mark("norm bwd");
+  for (int l = c.layers - 1; l >= 0; --l) layer_backward(l, acts_[std::size_t(l)], batch, seq);
+  ops::embedding_backward(G(layout_.embed), {s_.dnext, {n, d}}, tokens, st, {s_.embed_ws, s_.embed_ws_bytes});
+  if (c.pos == Pos::learned) ops::position_embedding_backward(G(layout_.pos_embed), {s_.dnext, {n, d}}, seq, st);
+  mark("embedding bwd");
 }
 
 }  // namespace tb::model

@@ -1,5 +1,5 @@
 // model/decoder_cuda.h: the dense decoder family (model/decoder_cpu.h is the spec) on one GPU through the
-// ops/cuda kernels: bf16 weights and activations, fp32 weight gradients, no recomputation, no CUDA graphs yet.
+// ops/cuda kernels: bf16 weights and activations, fp32 weight gradients, optional activation recomputation.
 // Data flow (n = batch * seq tokens, [rows, cols] row-major bf16 unless marked f32; ops in namespace tb::ops):
 //   forward
 //     x0 = embedding_forward(E, tokens) (+ position_embedding_add(P))          [n, d]
@@ -24,19 +24,31 @@
 //     dE += embedding_backward(dnext, tokens)  (+ dP += position_embedding_backward(dnext))
 // Parameters: ONE bf16 device buffer in model/param_layout.h's DenseLayout (the CPU decoder's), gradients ONE
 // fp32 device buffer of the same layout. forward_backward ACCUMULATES grad_scale * dloss/dparams (the caller
-// zeroes, as with CpuDecoder). Activations live in plainly allocated device buffers, (re)allocated when the token
-// count changes (an arena comes later). Every slot must start 256-byte aligned in the bf16 buffer (offsets
-// multiples of 128 elements: the cuBLASLt plans, norm and CE kernels assume it); the constructor refuses a config
-// whose layout breaks that, saying which slot.
+// zeroes, as with CpuDecoder). Every slot must start 256-byte aligned in the bf16 buffer (offsets multiples of 128
+// elements: the cuBLASLt plans, norm and CE kernels assume it); the constructor refuses a config whose layout
+// breaks that, saying which slot.
+// Activations: ONE device arena per (batch, seq), carved into 256-byte aligned pieces by the same code that sizes
+// it (activation_bytes()). What each layer keeps for its backward depends on the recompute mode:
+//   none:       r1 mean1 rstd1 y1 qkv o lse r2 mean2 rstd2 y2 h g          (per token: (7d + 2 kv + 2 or 3 ffn) bf16)
+//   selective:  r1 mean1 rstd1 qkv r2 mean2 rstd2 h  — the attention core (o, lse: one more attention forward per
+//               layer), the norm outputs y1, y2 and the activation output g are recomputed in the backward
+//   full:       r1 only — the whole layer's forward is recomputed in the backward (one more forward per layer)
+// The rest lives in one shared copy (the layer being computed). The backward's gradient buffers are shared too.
+// Graph capture: forward_backward_device enqueues only (no allocation, host sync or host read once prepare()
+// ran for that batch and seq and one call planned the GEMMs), so a caller can capture it in a CUDA graph.
 #pragma once
 
 #include <cuda_bf16.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
+#include "core/tensor.h"
 #include "model/config.h"
 #include "model/param_layout.h"
 #include "ops/cuda/attention.h"
@@ -48,7 +60,11 @@ class CudaDecoder {
  public:
   using bf16 = __nv_bfloat16;
 
-  CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg);
+  enum class Recompute { none, selective, full };
+
+  // deterministic: cuDNN's deterministic attention backward (bitwise repeatable runs; slower).
+  CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompute recompute = Recompute::none,
+              bool deterministic = false);
   ~CudaDecoder();
   CudaDecoder(const CudaDecoder&) = delete;
   CudaDecoder& operator=(const CudaDecoder&) = delete;
@@ -70,13 +86,51 @@ class CudaDecoder {
   double forward_backward(const std::int32_t* host_tokens, const std::int32_t* host_targets, int batch, int seq,
                           double grad_scale = 1.0);
 
+  // Sizes the activation arena and plans attention for (batch, seq); allocates (synchronizing) when they change.
+  void prepare(int batch, int seq);
+  // Enqueues one micro-batch on dc's stream: tokens, targets device [batch, seq] (unchecked: an id outside the
+  // vocabulary gives a NaN loss); *loss_out (device) = the mean cross-entropy. prepare(batch, seq) first.
+  void forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
+                               double grad_scale, float* loss_out);
+
+  // Device bytes of the activation arena (and backward scratch) for these sizes, without allocating.
+  static std::size_t activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute);
+  std::size_t activation_bytes() const { return arena_.bytes(); }
+  std::size_t attention_workspace_bytes() const;
+
+  // Called after each op is enqueued with its name ("gemm fwd", "attention bwd", ...): bench/op_profile.h's
+  // OpProfiler::mark records an event there. Empty: no calls.
+  std::function<void(std::string_view)> on_op;
+
  private:
-  struct LayerActs {  // saved for the backward
-    ops::DeviceBuffer r1, mean1, rstd1, y1, qkv, o, lse, r2, mean2, rstd2, y2, h, g;
+  struct LayerActs {  // device pointers into the arena: per layer, or the shared copy (see above)
+    bf16 *r1, *y1, *qkv, *o, *r2, *y2, *h, *g;
+    float *mean1, *rstd1, *lse, *mean2, *rstd2;
   };
-  void ensure_buffers(int batch, int seq);
+  struct Scratch {  // shared by all layers
+    std::int32_t *tokens, *targets;
+    bf16 *x0, *m, *rf, *yf, *dyf, *dnext, *dr2, *dy, *dg, *dh, *dout, *dqkv;
+    float *meanf, *rstdf, *loss;
+    void *ce, *norm_ws, *embed_ws;
+    std::size_t ce_bytes, norm_ws_bytes, embed_ws_bytes;
+  };
+  // Carves (or, with base null, only sizes) the arena for batch x seq tokens; returns the bytes.
+  static std::size_t carve(const ModelConfig& c, int batch, int seq, Recompute rc, std::byte* base,
+                           std::vector<LayerActs>* acts, Scratch* scratch);
+  void mark(std::string_view op) {
+    if (on_op) on_op(op);
+  }
+  TensorView<const bf16> P(int slot) const;  // a parameter slot (empty for -1: absent)
+  TensorView<float> G(int slot) const;       // its gradient
+  TensorView<bf16> qk_view(bf16* fused_qkv, int batch, int seq) const;  // Q and K heads, skipping V
+  TensorView<const float> inv_freq() const;  // empty unless pos == rope
+  void activation_forward(TensorView<bf16> g, TensorView<const bf16> h);
   void linear_forward(bf16* y, const bf16* x, int w_slot, std::int64_t rows);
   void linear_backward(bf16* dx, int w_slot, const bf16* dy, const bf16* x, std::int64_t rows);
+  // The layer's forward from x (+ resid) into A; fc2's output into scratch m unless `to_fc1_act` (recompute).
+  void layer_forward(int l, const bf16* x, const bf16* resid, const LayerActs& A, int batch, int seq,
+                     bool to_fc1_act);
+  void layer_backward(int l, const LayerActs& A, int batch, int seq);
 
   ops::DeviceContext& dc_;
   ModelConfig cfg_;
@@ -85,11 +139,15 @@ class CudaDecoder {
   ops::DeviceBuffer inv_freq_;        // [head_dim / 2] fp32 (pos == rope)
   std::unique_ptr<ops::CudnnAttention> attention_;
 
+  Recompute recompute_;
+  bool deterministic_;
+  ops::AttentionShape attention_shape(int batch, int seq) const;
+
   // Activations and gradient scratch for batch_ x seq_ tokens.
   int batch_ = 0, seq_ = 0;
+  ops::DeviceBuffer arena_;
   std::vector<LayerActs> acts_;
-  ops::DeviceBuffer tokens_, targets_, x0_, m_, rf_, meanf_, rstdf_, yf_, loss_, ce_scratch_;
-  ops::DeviceBuffer dyf_, dnext_, dr2_, dy_, dg_, dh_, dout_, dqkv_;
+  Scratch s_{};
 };
 
 }  // namespace tb::model

@@ -250,4 +250,21 @@ void TokenFile::validate(int vocab) const {
   }
 }
 
+DataSource::DataSource(const std::string& data, const std::string& token_type, int vocab, int seq,
+                       std::uint64_t seed) {
+  if (data == "copy" || data == "random" || data == "markov") {
+    const Task task = data == "copy" ? Task::copy : data == "random" ? Task::random : Task::markov;
+    floor_ = data_.emplace<SyntheticData>(vocab, seq, seed, task).loss_floor();
+  } else {
+    TB_REQUIRE(token_type == "uint16" || token_type == "uint32",
+               fmt::format("--token-type must be uint16 or uint32, not '{}'", token_type));
+    data_.emplace<TokenFile>(data, token_type == "uint16" ? TokenType::uint16 : TokenType::uint32, seq, seed, vocab);
+  }
+}
+
+Batch DataSource::next(int batch) {
+  if (auto* s = std::get_if<SyntheticData>(&data_)) return s->next(batch);
+  return std::get<TokenFile>(data_).next(batch);
+}
+
 }  // namespace tb::train

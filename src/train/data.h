@@ -32,6 +32,8 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <string>
+#include <variant>
 #include <vector>
 
 namespace tb::train {
@@ -101,6 +103,19 @@ class TokenFile {
   std::size_t bytes_ = 0;
   std::int64_t n_ = 0;
   std::int64_t next_row_ = 0;
+};
+
+// The --data argument behind one next(batch): "markov", "copy", "random" (synthetic tasks) or the path of a token
+// file of `token_type` ("uint16" | "uint32"). loss_floor(): the synthetic task's (0 for a token file).
+class DataSource {
+ public:
+  DataSource(const std::string& data, const std::string& token_type, int vocab, int seq, std::uint64_t seed);
+  Batch next(int batch);
+  double loss_floor() const { return floor_; }
+
+ private:
+  std::variant<std::monostate, SyntheticData, TokenFile> data_;
+  double floor_ = 0;
 };
 
 }  // namespace tb::train

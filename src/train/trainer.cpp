@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <memory>
-#include <variant>
 
 #include "core/error.h"
 #include "model/decoder_cpu.h"
@@ -16,47 +15,18 @@
 namespace tb::train {
 namespace {
 
-// Synthetic tasks or a token file behind one next(batch).
-class Source {
- public:
-  Source(const TrainSpec& spec, const model::ModelConfig& m) {
-    if (spec.data == "copy" || spec.data == "random" || spec.data == "markov") {
-      const Task task = spec.data == "copy" ? Task::copy : spec.data == "random" ? Task::random : Task::markov;
-      floor_ = data_.emplace<SyntheticData>(m.vocab, m.seq, spec.seed, task).loss_floor();
-    } else {
-      TB_REQUIRE(spec.token_type == "uint16" || spec.token_type == "uint32",
-                 fmt::format("--token-type must be uint16 or uint32, not '{}'", spec.token_type));
-      data_.emplace<TokenFile>(spec.data, spec.token_type == "uint16" ? TokenType::uint16 : TokenType::uint32, m.seq,
-                               spec.seed, m.vocab);
-    }
-  }
-  Batch next(int batch) {
-    return std::visit(
-        [&](auto& d) -> Batch {
-          if constexpr (std::is_same_v<std::decay_t<decltype(d)>, std::monostate>)
-            return {};
-          else
-            return d.next(batch);
-        },
-        data_);
-  }
-  double loss_floor() const { return floor_; }
-
- private:
-  std::variant<std::monostate, SyntheticData, TokenFile> data_;
-  double floor_ = 0;
-};
-
-// Norm gains and biases are not decayed (the usual AdamW practice).
 std::vector<std::uint8_t> decay_mask(std::span<const model::Slot> slots, std::size_t n) {
   std::vector<std::uint8_t> mask(n, 1);
   for (const auto& s : slots)
-    if (s.name.find("norm") != std::string::npos || s.name.find("bias") != std::string::npos)
-      std::fill(mask.begin() + std::ptrdiff_t(s.offset), mask.begin() + std::ptrdiff_t(s.offset + s.size), 0);
+    if (!decays(s)) std::fill(mask.begin() + std::ptrdiff_t(s.offset), mask.begin() + std::ptrdiff_t(s.offset + s.size), 0);
   return mask;
 }
 
 }  // namespace
+
+bool decays(const model::Slot& s) {
+  return s.name.find("norm") == std::string::npos && s.name.find("bias") == std::string::npos;
+}
 
 void validate(const TrainSpec& spec) {
   TB_REQUIRE(spec.micro_batch > 0, "--micro-batch must be at least 1");
@@ -71,8 +41,19 @@ void validate(const TrainSpec& spec) {
                          spec.steps));
   TB_REQUIRE(spec.device == "cpu" || spec.device == "cuda",
              fmt::format("--device must be cpu or cuda, not '{}'", spec.device));
-  TB_REQUIRE(spec.lr > 0 && spec.min_lr >= 0 && spec.min_lr <= spec.lr, "--lr must be > 0 and --min-lr in [0, lr]");
+  TB_REQUIRE(spec.lr >= 0 && (spec.min_lr == -1 || spec.min_lr >= 0) && (spec.lr == 0 || spec.min_lr <= spec.lr),
+             "--lr must be > 0 and --min-lr in [0, lr]");
   TB_REQUIRE(spec.clip >= 0, "--clip must be >= 0 (0 turns clipping off)");
+  TB_REQUIRE(spec.recompute == "none" || spec.recompute == "selective" || spec.recompute == "full",
+             fmt::format("--recompute must be none, selective or full, not '{}'", spec.recompute));
+  TB_REQUIRE(spec.moments == "f32" || spec.moments == "bf16",
+             fmt::format("--moments must be f32 or bf16, not '{}'", spec.moments));
+  TB_REQUIRE(spec.gpu >= 0, "--gpu must be a device index >= 0");
+}
+
+LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m) {
+  const double lr = spec.lr > 0 ? spec.lr : model::param_count(m) < 100'000'000 ? 3e-3 : 3e-4;
+  return LrSchedule{lr, spec.min_lr >= 0 ? spec.min_lr : lr / 10, std::min(spec.lr_warmup, spec.steps), spec.steps};
 }
 
 model::ModelConfig resolve_model(const TrainSpec& spec) {
@@ -95,12 +76,12 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
   res.flops_per_step = res.tokens_per_step * model::flops_per_token(m, spec.convention).total();
 
   model::CpuDecoder<float> net(m, spec.seed);
-  Source source(spec, m);
+  DataSource source(spec.data, spec.token_type, m.vocab, m.seq, spec.seed);
   res.loss_floor = source.loss_floor();
   const auto params = net.params();
   std::vector<float> adam_m(params.size(), 0.f), adam_v(params.size(), 0.f);
   const auto mask = decay_mask(net.layout(), params.size());
-  const LrSchedule schedule{spec.lr, spec.min_lr, std::min(spec.lr_warmup, spec.steps), spec.steps};
+  const LrSchedule schedule = lr_schedule(spec, m);
   ops::cpu::AdamWParams hp;
   hp.beta1 = spec.beta1, hp.beta2 = spec.beta2, hp.eps = spec.eps, hp.weight_decay = spec.weight_decay;
 

@@ -4,6 +4,11 @@
 //   tokens per step = global_batch x seq;  model FLOPs per step = tokens x flops_per_token (model/flops.h)
 // Steps after the first `warmup_steps` are the measured ones (step time median/p10/p90).
 // CPU backend (--device cpu): the reference ops in fp32, timed with the host clock around each step.
+// CUDA backend (--device cuda, train/trainer_cuda.cpp): bf16 model weights and activations, fp32 gradients, fp32
+// master weights, AdamW moments fp32 (or bf16); the whole step (H2D of the step's tokens, zeroing, micro-batches,
+// grad norm, clipping, AdamW) is one CUDA graph after the first eager step. step_s is the host wall time from
+// launch to completion of each step (the GPU runs one step at a time; data for the next step is prepared
+// outside the timed window).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +19,8 @@
 #include "core/stats.h"
 #include "model/config.h"
 #include "model/flops.h"
+#include "model/param_layout.h"
+#include "train/schedule.h"
 
 namespace tb::train {
 
@@ -27,16 +34,42 @@ struct TrainSpec {
   std::string device = "cuda";        // cuda | cpu
   std::string data = "markov";        // markov | copy | random (synthetic) or the path of a token file
   std::string token_type = "uint16";  // token file element: uint16 | uint32
-  double lr = 3e-3, min_lr = 3e-4;    // peak and final learning rate (linear warmup, cosine decay)
+  double lr = 0, min_lr = -1;         // peak and final learning rate (linear warmup, cosine decay); 0 and -1: the
+                                      // defaults, lr_schedule() below
   int lr_warmup = 10;
   double weight_decay = 0.1, clip = 1.0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   std::uint64_t seed = 1234;
   model::FlopConvention convention = model::FlopConvention::full;
+  // CUDA backend only:
+  int gpu = 0;                        // device index
+  std::string recompute = "none";     // none | selective | full (model/decoder_cuda.h)
+  std::string moments = "f32";        // AdamW moments: f32 | bf16
+  bool graph = true;                  // capture the step as a CUDA graph
+  bool autotune = false;              // time the cuBLASLt candidates of every GEMM shape after step 1 (measured on
+                                      // an H200: isolated timings on random operands chose algorithms 3% slower in
+                                      // the model, so the heuristic's first choice is the default)
+  bool op_profile = true;             // one extra eager step with events between ops (the breakdown by op)
+  bool deterministic = false;         // deterministic attention backward: bitwise repeatable losses (slower)
+};
+
+// Device memory a CUDA run needs, before anything is allocated (bytes).
+struct MemoryEstimate {
+  double weights = 0, grads = 0, master = 0, moments = 0;  // bf16 2P, fp32 4P, fp32 4P, 8P (bf16 moments: 4P)
+  double activations = 0;                                  // the decoder's arena for one micro-batch
+  double workspaces = 0;                                   // cuBLASLt + an allowance for cuDNN attention
+  double total() const { return weights + grads + master + moments + activations + workspaces; }
 };
 
 struct StepStats {
   int step = 0;  // 1-based
   double loss = 0, lr = 0, grad_norm = 0, step_s = 0, tokens_per_s = 0, tflops = 0;
+  double mem_gib = 0;  // peak memory so far (CPU: process RSS; CUDA: trainbench's device allocations)
+};
+
+struct OpShare {  // GPU time of one op kind in the profiled step (bench/op_profile.h)
+  std::string op;
+  double seconds = 0;
+  int calls = 0;
 };
 
 struct TrainResult {
@@ -47,7 +80,23 @@ struct TrainResult {
   double tokens_per_s = 0, tflops = 0;  // from the median step time
   double loss_floor = 0;                // the synthetic task's (0: unknown, e.g. a token file)
   std::int64_t params = 0;
+  // CUDA backend:
+  std::string device_name;
+  std::string graph = "off";             // "captured", "off", or why capture failed
+  int gemm_plans = 0, gemm_retuned = 0;  // GEMM shapes planned; how many autotuning moved off the heuristic's pick
+  Summary gpu_step_s;                    // CUDA-event time of the measured steps
+  MemoryEstimate estimate;
+  double peak_alloc_bytes = 0;           // trainbench's own device allocations, high-water mark
+  double device_used_bytes = 0;          // cudaMemGetInfo used after the first step (context and libraries included)
+  double power_w = 0, energy_j = 0;      // NVML over the measured steps (0: not available)
+  double energy_j_per_token = 0;
+  std::vector<OpShare> ops;              // breakdown of one eager step; empty without op_profile
 };
+
+// The LR schedule of a run: spec.lr, or 3e-3 for models under 100M parameters (tiny, small: they learn their task
+// in a few hundred steps) and 3e-4 above (stable for the large presets' short benchmark runs); min_lr: spec.min_lr,
+// or lr / 10; warmup min(lr_warmup, steps) steps, cosine to the last step.
+LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m);
 
 // The preset with the spec's overrides, validated; batch sizes checked. Raises Error{config}.
 model::ModelConfig resolve_model(const TrainSpec& spec);
@@ -55,5 +104,16 @@ void validate(const TrainSpec& spec);
 
 // Trains on the CPU backend; on_step is called after every step (log lines, records).
 TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const StepStats&)>& on_step);
+
+// The CUDA backend's memory needs for this spec; fit_advice() is "" when it fits in `free_bytes`, else a message
+// with the estimate and the knobs that would make it fit (recompute, micro-batch, layers, moments).
+MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& m);
+std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, double free_bytes);
+
+// Trains on one GPU (spec.gpu). Raises Error{config} before allocating when the model does not fit.
+TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const StepStats&)>& on_step);
+
+// Whether AdamW decays this parameter (norm gains and biases are not decayed, the usual practice).
+bool decays(const model::Slot& s);
 
 }  // namespace tb::train

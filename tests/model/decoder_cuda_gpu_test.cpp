@@ -167,6 +167,50 @@ TEST(CudaDecoder, NemotronLikeMatchesCpu) {
   compare_with_cpu(config("nemotron", 256, 64));
 }
 
+// Recomputation changes what is kept, not what is computed: selective and full give the loss and gradients of
+// none (to attention's run-to-run noise: cuDNN's default backward accumulates dQ with atomics; deterministic here,
+// so equal bit for bit), and keep less: full < selective < none activation bytes.
+void compare_recompute(const ModelConfig& cfg) {
+  tb::ops::DeviceContext dc(0);
+  std::mt19937_64 rng(5);
+  std::vector<float> host(tb::model::dense_layout(cfg).total);
+  CpuDecoder<float> init(cfg, 77);
+  for (std::size_t i = 0; i < host.size(); ++i) host[i] = init.params()[i];
+  std::vector<std::int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
+  std::uniform_int_distribution<int> u(0, cfg.vocab - 1);
+  for (auto& t : tokens) t = u(rng);
+  for (auto& t : targets) t = u(rng);
+  std::vector<float> ref;
+  double ref_loss = 0;
+  std::size_t bytes_prev = 0;
+  for (auto rc : {CudaDecoder::Recompute::none, CudaDecoder::Recompute::selective, CudaDecoder::Recompute::full}) {
+    CudaDecoder gpu(dc, cfg, rc, /*deterministic=*/true);
+    gpu.load_params(host);
+    gpu.zero_grads();
+    const double loss = gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
+    const std::vector<float> g = gpu.grads_to_host();
+    const std::size_t bytes = gpu.activation_bytes();
+    EXPECT_EQ(bytes, CudaDecoder::activation_bytes(cfg, kBatch, kSeq, rc));
+    if (rc == CudaDecoder::Recompute::none) {
+      ref = g, ref_loss = loss;
+    } else {
+      EXPECT_EQ(loss, ref_loss) << cfg.name << " recompute " << int(rc);
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < g.size(); ++i) differ += g[i] != ref[i];
+      EXPECT_EQ(differ, 0u) << cfg.name << " recompute " << int(rc) << ": gradients differ from no recompute";
+      EXPECT_LT(bytes, bytes_prev) << "recompute " << int(rc) << " should keep fewer activations";
+    }
+    bytes_prev = bytes;
+  }
+}
+
+TEST(CudaDecoder, RecomputeGivesTheSameGradients) {
+  SKIP_WITHOUT_GPU();
+  compare_recompute(config("llama", 256, 64));
+  compare_recompute(config("gpt", 256, 64));
+  compare_recompute(config("nemotron", 256, 64));
+}
+
 TEST(CudaDecoder, RefusesMisalignedLayout) {
   SKIP_WITHOUT_GPU();
   tb::ops::DeviceContext dc(0);

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <utility>
 
 namespace tb::ops {
@@ -25,11 +26,32 @@ cudaStream_t make_stream() {
   return s;
 }
 
+std::atomic<std::size_t> g_live{0}, g_peak{0};
+
 }  // namespace
+
+DeviceMemoryStats device_memory_stats() { return {g_live.load(), g_peak.load()}; }
+void reset_device_memory_peak() { g_peak.store(g_live.load()); }
 
 DeviceBuffer::DeviceBuffer(int device, std::size_t bytes) : device_(device), bytes_(bytes) {
   TB_CHECK(cudaSetDevice(device));
-  if (bytes) TB_CHECK(cudaMalloc(&p_, bytes));
+  if (bytes) {
+    const cudaError_t e = cudaMalloc(&p_, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      std::size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      raise_error(Error::Kind::cuda, fmt::format("out of memory on GPU {}: could not allocate {:.2f} GiB ({:.2f} GiB free of {:.2f}); "
+                               "use a smaller model, batch or sequence, or more activation recomputation",
+                               device, double(bytes) / (1 << 30), double(free) / (1 << 30),
+                               double(total) / (1 << 30)));
+    }
+    TB_CHECK(e);
+    const std::size_t live = g_live += bytes;
+    std::size_t peak = g_peak.load();
+    while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
+    }
+  }
 }
 
 DeviceBuffer::~DeviceBuffer() { release(); }
@@ -53,6 +75,7 @@ void DeviceBuffer::release() {
   const bool restore = cudaGetDevice(&current) == cudaSuccess && current != device_;
   cudaSetDevice(device_);
   cudaFree(p_);  // errors ignored: nothing useful can be done in a destructor
+  g_live -= bytes_;
   if (restore) cudaSetDevice(current);
   p_ = nullptr;
   bytes_ = 0;

@@ -15,7 +15,16 @@
 
 namespace tb::ops {
 
-// cudaMalloc'ed bytes on one device (256-byte aligned), freed when destroyed.
+// Bytes held by live DeviceBuffers of this process (all devices) and their high-water mark: what trainbench
+// itself allocated, without the CUDA context or the libraries' own allocations.
+struct DeviceMemoryStats {
+  std::size_t live = 0, peak = 0;
+};
+DeviceMemoryStats device_memory_stats();
+void reset_device_memory_peak();  // peak = live
+
+// cudaMalloc'ed bytes on one device (256-byte aligned), freed when destroyed. Out of memory raises
+// Error{cuda} saying how much was asked and how much is free.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -70,6 +79,10 @@ class DeviceContext {
 
   // The plan for s: planned (device made current) on first use, then cached. Throws as GemmPlan does.
   GemmPlan& gemm_plan(const GemmShape& s);
+  template <class F>
+  void for_each_plan(F&& f) {  // every cached plan (autotuning)
+    for (auto& [shape, plan] : plans_) f(plan);
+  }
   // Enqueues D = A·B^T on stream() with the cached plan and this context's workspace.
   void gemm(const GemmShape& s, void* d, const void* a, const void* b, GemmScales scales = {});
 

@@ -67,7 +67,40 @@ void launch(void* dst, std::size_t n, std::uint64_t seed, float lo, float hi, cu
   TB_CHECK_LAUNCH();
 }
 
+__global__ void fill_normal_kernel(float* __restrict__ dst, std::size_t n, std::uint64_t seed, float mean,
+                                   float std) {
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = fmaf(std, normal_value(seed, i), mean);
+}
+
+__global__ void cast_kernel(unsigned short* __restrict__ dst, const float* __restrict__ src, std::size_t n) {
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+}
+
+unsigned grid_for(std::size_t n) { return unsigned(std::clamp<std::size_t>((n + 255) / 256, 1, 8192)); }
+
 }  // namespace
+
+void fill_normal(float* dst, std::size_t n, std::uint64_t seed, float mean, float std, cudaStream_t stream) {
+  if (n == 0) return;
+  TB_REQUIRE(dst && reinterpret_cast<std::uintptr_t>(dst) % 4 == 0, "fill_normal: dst must be a 4-byte aligned "
+                                                                     "device pointer");
+  TB_REQUIRE(std >= 0 && std::isfinite(mean) && std::isfinite(std), "fill_normal: needs a finite mean and std >= 0");
+  fill_normal_kernel<<<grid_for(n), 256, 0, stream>>>(dst, n, seed, mean, std);
+  TB_CHECK_LAUNCH();
+}
+
+void cast_f32_to_bf16(void* dst, const float* src, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  TB_REQUIRE(dst && src && reinterpret_cast<std::uintptr_t>(dst) % 4 == 0 &&
+                 reinterpret_cast<std::uintptr_t>(src) % 4 == 0,
+             "cast_f32_to_bf16: dst and src must be 4-byte aligned device pointers");
+  cast_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<unsigned short*>(dst), src, n);
+  TB_CHECK_LAUNCH();
+}
 
 void fill_uniform(void* dst, DType t, std::size_t n, std::uint64_t seed, float lo, float hi, cudaStream_t stream) {
   if (n == 0) return;

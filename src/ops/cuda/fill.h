@@ -1,4 +1,5 @@
-// ops/cuda/fill.h: random inputs (never zeros; random inputs are the rule in this project).
+// ops/cuda/fill.h: random inputs (never zeros; random inputs are the rule in this project), normal draws for
+// model initialisation, and the fp32 -> bf16 cast that makes the model copy of fp32 master weights.
 //   x[i] = fma(hi - lo, u_i, lo),  u_i = top 24 bits of splitmix64(splitmix64(seed) + i * 0x9E3779B97F4A7C15) * 2^-24
 // u_i is in [0, 1); x[i] is stored in the buffer's type with round-to-nearest-even (fp8: saturating to
 // the finite range). Counter-based: element i depends only on (seed, i), never on the launch shape or
@@ -36,8 +37,22 @@ TB_HOST_DEVICE inline float fill_value(std::uint64_t seed, std::uint64_t i, floa
   return fmaf(hi - lo, u, lo);
 }
 
+// A standard normal draw for element i (Box-Muller on the uniforms of 2i and 2i+1, first in (0, 1]):
+//   z_i = sqrt(-2 ln(1 - u_2i)) cos(2 pi u_2i+1)
+TB_HOST_DEVICE inline float normal_value(std::uint64_t seed, std::uint64_t i) {
+  const float u1 = 1.0f - fill_value(seed, 2 * i, 0.0f, 1.0f);
+  const float u2 = fill_value(seed, 2 * i + 1, 0.0f, 1.0f);
+  return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795865f * u2);
+}
+
 // n elements of type t at dst (device, 16-byte aligned), uniform in [lo, hi]; lo < hi, both finite in t.
 // Floating types only (f64 f32 tf32 f16 bf16 e4m3 e5m2; tf32 is stored as f32, unrounded).
 void fill_uniform(void* dst, DType t, std::size_t n, std::uint64_t seed, float lo, float hi, cudaStream_t stream);
+
+// n fp32 values at dst (device, 4-byte aligned): mean + std * normal_value(seed, i) (model initialisation).
+void fill_normal(float* dst, std::size_t n, std::uint64_t seed, float mean, float std, cudaStream_t stream);
+
+// dst[i] = bf16(src[i]) rounded to nearest even, n elements (device pointers, 4-byte aligned).
+void cast_f32_to_bf16(void* dst, const float* src, std::size_t n, cudaStream_t stream);
 
 }  // namespace tb::ops

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""torch_train.py: the PyTorch peer of `trainbench train`, run in the same device call: the same dense
+decoder (Llama 3.1 family; pre-norm, no biases, untied embeddings) trained in PyTorch's usual fast form:
+torch.compile, cuDNN SDPA (causal, native GQA), fused AdamW, foreach grad clipping.
+  x = E[tokens];  per layer: h = x + Wo·attn(rope(q), rope(k), v) with q,k,v = Wqkv·rmsnorm1(x),
+                  x = h + W2·(silu(gate) * up) with gate,up = W1·rmsnorm2(h);  loss = CE(W_lm·rmsnorm(x))
+--state bf16: parameters, gradients and AdamW moments bf16.  --state fp32: fp32 parameters (master weights)
+and moments, bf16 compute under torch.autocast (the usual AMP form; the same optimizer state as ours).
+FLOPs per token (the `full` convention of model/flops.h, no causal halving):
+  6·N_matmul + 12·L·s·H·hd,  N_matmul = L·(d·(H+2G)·hd + H·hd·d + 3·ffn·d) + V·d (LM head; no embedding)
+Timing: CUDA events around each step (synchronized, so steps don't overlap); median/p10/p90 over the
+steps after --warmup. Progress on stderr, one JSON line on stdout.
+"""
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+PRESETS = {  # d_model, query heads, kv heads, head_dim, ffn, vocab, layers
+    "llama3.1-8b": dict(d=4096, heads=32, kv=8, hd=128, ffn=14336, vocab=128256, layers=32),
+    "llama3.1-70b": dict(d=8192, heads=64, kv=8, hd=128, ffn=28672, vocab=128256, layers=80),
+    "tiny": dict(d=128, heads=4, kv=2, hd=32, ffn=256, vocab=512, layers=2),
+}
+ROPE_THETA, EPS = 500000.0, 1e-5
+
+
+def rope_inv_freq(hd, factor=8.0, low=1.0, high=4.0, orig=8192):
+    """theta^(-2i/hd) with Llama 3.1's apply_scaling: wavelengths shorter than orig/high are kept, longer than
+    orig/low slowed by `factor`, and the band in between interpolated smoothly."""
+    f = ROPE_THETA ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    wavelen = 2 * math.pi / f
+    smooth = (orig / wavelen - low) / (high - low)
+    mid = (1 - smooth) * f / factor + smooth * f
+    return torch.where(wavelen < orig / high, f, torch.where(wavelen > orig / low, f / factor, mid))
+
+
+def rope(x, cos, sin):
+    """Rotate-half convention (as ops/cpu/rope.h): for i < hd/2 the pair (x_i, x_{i+hd/2}) at position p is
+    rotated by p·inv_freq[i]. x: [B, S, heads, hd]; cos, sin: [S, 1, hd] (the hd/2 angles repeated twice)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class Block(nn.Module):
+    def __init__(self, c, dtype):
+        super().__init__()
+        self.H, self.G, self.hd, self.gqa = c["heads"], c["kv"], c["hd"], True
+        self.norm1, self.norm2 = (nn.RMSNorm(c["d"], eps=EPS, dtype=dtype) for _ in range(2))
+        linear = lambda n_in, n_out: nn.Linear(n_in, n_out, bias=False, dtype=dtype)  # weight [n_out, n_in]
+        self.qkv = linear(c["d"], (c["heads"] + 2 * c["kv"]) * c["hd"])  # rows: Q heads, K heads, V heads
+        self.out = linear(c["heads"] * c["hd"], c["d"])
+        self.fc1 = linear(c["d"], 2 * c["ffn"])  # rows [0, ffn) gate, [ffn, 2 ffn) up
+        self.fc2 = linear(c["ffn"], c["d"])
+
+    def forward(self, x, cos, sin):
+        B, S, _ = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(B, S, -1, self.hd).split([self.H, self.G, self.G], dim=2)
+        o = attend(rope(q, cos, sin).transpose(1, 2), rope(k, cos, sin).transpose(1, 2), v.transpose(1, 2), self.gqa)
+        h = x + self.out(o.transpose(1, 2).reshape(B, S, -1))
+        gate, up = self.fc1(self.norm2(h)).chunk(2, dim=-1)
+        return h + self.fc2(F.silu(gate) * up)
+
+
+def attend(q, k, v, gqa):  # [B, heads, S, hd]; gqa False: K/V heads repeated (for a backend without GQA)
+    if not gqa:
+        k, v = (t.repeat_interleave(q.size(1) // t.size(1), dim=1) for t in (k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+
+
+class Decoder(nn.Module):
+    def __init__(self, c, seq, dtype):  # dtype: the parameters'; compute (and the rope tables) is bf16
+        super().__init__()
+        self.embed = nn.Embedding(c["vocab"], c["d"], dtype=dtype)
+        self.blocks = nn.ModuleList(Block(c, dtype) for _ in range(c["layers"]))
+        self.norm = nn.RMSNorm(c["d"], eps=EPS, dtype=dtype)
+        self.lm_head = nn.Linear(c["d"], c["vocab"], bias=False, dtype=dtype)  # untied
+        angles = torch.outer(torch.arange(seq, dtype=torch.float64), rope_inv_freq(c["hd"])).repeat(1, 2)[:, None]
+        self.register_buffer("cos", angles.cos().to(torch.bfloat16), persistent=False)
+        self.register_buffer("sin", angles.sin().to(torch.bfloat16), persistent=False)
+
+    def forward(self, tokens, targets):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, self.cos, self.sin)
+        logits = self.lm_head(self.norm(x))  # bf16; the loss in fp32 (Inductor may fuse the upcast into CE)
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+def init_(model, layers):  # normal(0, 0.02), output projections 0.02/sqrt(2L), norm gains 1
+    for name, p in model.named_parameters():
+        if p.dim() == 1:
+            nn.init.ones_(p)
+        else:
+            std = 0.02 / math.sqrt(2 * layers) if name.endswith(("out.weight", "fc2.weight")) else 0.02
+            nn.init.normal_(p, 0.0, std)
+
+
+def pick_sdpa(c, seq, dev):
+    """The first backend that runs a causal forward + backward at these shapes: cuDNN, then Flash, then
+    memory-efficient; native GQA first, repeated K/V heads second. On the CPU: the math backend."""
+    if dev.type == "cpu":
+        return SDPBackend.MATH, True
+    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+        for gqa in (True, False):
+            try:
+                q, k, v = (torch.randn(1, h, seq, c["hd"], device=dev, dtype=torch.bfloat16, requires_grad=True)
+                           for h in (c["heads"], c["kv"], c["kv"]))
+                with sdpa_kernel([backend]):
+                    attend(q, k, v, gqa).sum().backward()
+                torch.cuda.synchronize()
+                return backend, gqa
+            except RuntimeError as e:
+                print(f"# note: sdpa {backend.name} gqa={gqa} unavailable: {str(e).splitlines()[0]}", file=sys.stderr)
+    sys.exit("torch_train: no fused SDPA backend runs at these shapes")
+
+
+def quantile(xs, q):  # linear interpolation between order statistics (numpy's default, as core/stats.h)
+    xs = sorted(xs)
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (pos - lo)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="llama3.1-8b", choices=PRESETS)
+    ap.add_argument("--layers", type=int, help="override the preset's layer count")
+    ap.add_argument("--seq", type=int, default=8192)
+    ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=20, help="measured steps")
+    ap.add_argument("--warmup", type=int, default=5, help="unmeasured steps before them")
+    ap.add_argument("--state", default="bf16", choices=["bf16", "fp32"])
+    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="default: on for cuda")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: smoke tests only")
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args()
+    if args.steps < 1 or args.warmup < 0 or args.seq < 2 or args.micro_batch < 1:
+        ap.error("need --steps >= 1, --warmup >= 0, --seq >= 2, --micro-batch >= 1")
+    dev = torch.device(args.device)
+    cuda = dev.type == "cuda"
+    args.compile = cuda if args.compile is None else args.compile
+    c = dict(PRESETS[args.model], layers=args.layers or PRESETS[args.model]["layers"])
+    L, d, H, G, hd, ffn, V = (c[k] for k in ("layers", "d", "heads", "kv", "hd", "ffn", "vocab"))
+    s, B = args.seq, args.micro_batch
+
+    backend, gqa = pick_sdpa(c, s, dev)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()  # the probe's buffers are gone; the peak below is the run's
+    torch.manual_seed(args.seed)
+    with torch.device(dev):  # built in place in the state's dtype: no transient fp32 copy in the memory peak
+        model = Decoder(c, s, torch.bfloat16 if args.state == "bf16" else torch.float32)
+    init_(model, L)
+    for block in model.blocks:
+        block.gqa = gqa
+    params = list(model.parameters())
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],  # norm gains
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=cuda)
+    # Whole model compiled, not block by block: one graph lets Inductor fuse across block boundaries
+    # (residual add + RMSNorm) and around the LM head and loss; the price is a longer first step (the L blocks
+    # are traced unrolled), which is reported as compile_s and kept out of the measured steps by --warmup.
+    fwd = torch.compile(model) if args.compile else model
+
+    def train_step(tokens, targets):
+        with sdpa_kernel([backend]), torch.autocast(dev.type, torch.bfloat16, enabled=args.state == "fp32"):
+            loss = fwd(tokens, targets)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach(), norm
+
+    n = args.warmup + args.steps  # random tokens and targets, drawn on the device before the loop
+    gen = torch.Generator(dev).manual_seed(args.seed)
+    tokens = torch.randint(V, (n, B, s), generator=gen, device=dev)
+    targets = torch.randint(V, (n, B, s), generator=gen, device=dev)
+    print(f"# torch {torch.__version__}: {args.model} L{L} seq {s} micro-batch {B} state {args.state} "
+          f"compile {args.compile} sdpa {backend.name} gqa {'native' if gqa else 'repeated'}", file=sys.stderr)
+    times, losses = [], []
+    for i in range(n):
+        if cuda:
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            loss, norm = train_step(tokens[i], targets[i])
+            stop.record()
+            torch.cuda.synchronize()
+            sec = start.elapsed_time(stop) / 1e3
+        else:
+            t0 = time.perf_counter()
+            loss, norm = train_step(tokens[i], targets[i])
+            sec = time.perf_counter() - t0
+        times.append(sec)
+        losses.append(loss.item())
+        tag = "warmup" if i < args.warmup else "step"
+        print(f"{tag} {i + 1}/{n} | loss {losses[-1]:.4f} | grad_norm {norm.item():.3f} | {sec * 1e3:.1f} ms",
+              file=sys.stderr, flush=True)
+
+    measured = times[args.warmup:]
+    median = quantile(measured, 0.5)
+    n_matmul = L * (d * (H + 2 * G) * hd + H * hd * d + 3 * ffn * d) + V * d
+    flops_per_token = 6 * n_matmul + 12 * L * s * H * hd
+    gib = lambda x: x / 2**30
+    print(json.dumps({
+        "peer": "torch", "bench": "train", "case": f"{args.model}/L{L}/s{s}/mb{B}/gb{B}/{dev.type}",
+        "model": args.model, "layers": L, "seq": s, "micro_batch": B, "global_batch": B, "device": dev.type,
+        "state": args.state, "compile": args.compile, "sdpa": backend.name, "gqa": "native" if gqa else "repeated",
+        "params": sum(p.numel() for p in params), "steps": args.steps, "warmup_steps": args.warmup,
+        "step_s": {"median": median, "p10": quantile(measured, 0.1), "p90": quantile(measured, 0.9),
+                   "n": len(measured)},
+        "tokens_per_s": B * s / median, "flops_per_token": flops_per_token, "flops_per_step": flops_per_token * B * s,
+        "flop_convention": "full", "tflops": flops_per_token * B * s / median / 1e12,
+        "compile_s": times[0], "loss": losses, "loss_first": losses[0], "loss_last": losses[-1],
+        "max_memory_allocated_gib": gib(torch.cuda.max_memory_allocated()) if cuda else None,
+        "max_memory_reserved_gib": gib(torch.cuda.max_memory_reserved()) if cuda else None,
+        "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+        "gpu": torch.cuda.get_device_name() if cuda else None, "options": vars(args),
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()

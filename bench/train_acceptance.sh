@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# train_acceptance.sh: the training engine's GPU acceptance in one device call (run on the GPU machine from the
+# repository root, with carry/ from scripts/carry.sh): the training GPU tests, then trainbench and its PyTorch peer
+# (bench/peers/torch_train.py) on the same GPU, one after the other, at the shapes. Logs and JSONL to $OUT.
+# Usage: bench/train_acceptance.sh [tests|8b|70b|recompute|all]...  (default: tests 8b)
+#   8b:        Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: trainbench (fp32 master + moments), torch bf16
+#              state, torch fp32 state (AMP)
+#   70b:       Llama 3.1 70B shapes, 2 layers, the same three
+#   recompute: trainbench 8B L8 with --recompute selective and full, and --moments bf16
+set -uo pipefail
+OUT=${OUT:-/tmp/tb-out}
+mkdir -p "$OUT"
+TB=carry/trainbench
+source bench/gpu_env.sh
+modes=${*:-tests 8b}
+STEPS=${STEPS:-20}
+WARM=${WARM:-5}
+log() { echo; echo "### $*"; }
+
+ours() {  # ours NAME ARGS...: one trainbench train run, results in $OUT/results/NAME
+  local name=$1; shift
+  log "trainbench $name: $*"
+  $TB train --steps $((STEPS + WARM)) --warmup-steps "$WARM" --out "$OUT/results/$name" "$@"; echo "exit $?"
+}
+peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to $OUT/peers.jsonl
+  local name=$1; shift
+  log "torch $name: $*"
+  python3 bench/peers/torch_train.py --steps "$STEPS" --warmup "$WARM" "$@" > "$OUT/peer-$name.json"
+  echo "exit $?"; cat "$OUT/peer-$name.json" >> "$OUT/peers.jsonl"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('torch', sys.argv[2], 'tokens/s %.0f' % d['tokens_per_s'], 'TFLOP/s %.1f' % d['tflops'], 'peak alloc %.2f GiB' % d['max_memory_allocated_gib'], 'reserved %.2f GiB' % d['max_memory_reserved_gib'], 'sdpa', d['sdpa'])" "$OUT/peer-$name.json" "$name"
+}
+
+{
+  log "machine"; nvidia-smi -L; nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
+  for mode in $modes; do
+    case $mode in
+      tests)
+        for t in ${TESTS:-fill decoder_cuda trainer_cuda adamw cross_entropy}; do
+          echo "-- $t"; carry/tests/${t}_gpu_test --gtest_brief=1 || echo "FAILED: $t"
+        done ;;
+      8b)
+        ours 8b-L8 --model llama3.1-8b --layers 8 --seq 8192
+        peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16
+        peer 8b-L8-fp32 --model llama3.1-8b --layers 8 --seq 8192 --state fp32 ;;
+      70b)
+        ours 70b-L2 --model llama3.1-70b --layers 2 --seq 8192
+        peer 70b-L2-bf16 --model llama3.1-70b --layers 2 --seq 8192 --state bf16
+        peer 70b-L2-fp32 --model llama3.1-70b --layers 2 --seq 8192 --state fp32 ;;
+      recompute)
+        ours 8b-L8-selective --model llama3.1-8b --layers 8 --seq 8192 --recompute selective --no-op-profile
+        ours 8b-L8-full --model llama3.1-8b --layers 8 --seq 8192 --recompute full --no-op-profile
+        ours 8b-L8-bf16-moments --model llama3.1-8b --layers 8 --seq 8192 --moments bf16 --no-op-profile ;;
+      *) echo "unknown mode $mode" ;;
+    esac
+  done
+} 2>&1 | tee -a "$OUT/train.log"
+tar czf "$OUT/results.tgz" -C "$OUT" results 2>/dev/null
+rm -rf "$OUT/results"

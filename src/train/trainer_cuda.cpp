@@ -1,0 +1,349 @@
+// train/trainer_cuda.cpp: the training loop of trainer.h on one GPU. Per optimizer step, all on one stream:
+//   H2D: tokens and targets of the step's `accum` micro-batches, lr and t     (from pinned host memory)
+//   grads = 0;  for each micro-batch a: loss[a] = forward_backward(tokens[a], grad_scale 1/accum)
+//   norm, clip = grad_norm(grads, max_norm);  AdamW(master, m, v -> bf16 weights) with clip, lr, t
+//   D2H: loss[0..accum), norm                                                  (into pinned host memory)
+// Step 1 runs eagerly (plans every GEMM and attention shape); then (with spec.autotune) every GEMM shape is autotuned
+// (bench/gemm_tune.h) and the same enqueue is captured once as a CUDA graph and replayed, the host writing the next step's inputs into the pinned buffers between replays. Each step
+// is timed by the host clock (launch to completion) and by CUDA events around it.
+// Memory: weights bf16 2P + gradients fp32 4P + master fp32 4P + moments 8P (bf16: 4P) + the activation arena
+// + workspaces, estimated and checked against the GPU's free memory before anything is allocated.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "bench/gemm_tune.h"
+#include "bench/op_profile.h"
+#include "bench/telemetry.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "model/decoder_cuda.h"
+#include "ops/cuda/adamw.h"
+#include "ops/cuda/context.h"
+#include "ops/cuda/fill.h"
+#include "train/data.h"
+#include "train/schedule.h"
+#include "train/trainer.h"
+
+namespace tb::train {
+namespace {
+
+using Recompute = model::CudaDecoder::Recompute;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kAttentionWorkspaceAllowance = 512.0 * 1024 * 1024;  // cuDNN's bwd needs ~257 MiB at 8B, s 8192
+
+Recompute parse_recompute(const std::string& s) {
+  if (s == "selective") return Recompute::selective;
+  if (s == "full") return Recompute::full;
+  return Recompute::none;
+}
+
+std::uint64_t slot_seed(std::uint64_t seed, const std::string& name) {
+  std::uint64_t h = ops::splitmix64(seed);
+  for (char ch : name) h = ops::splitmix64(h ^ std::uint64_t(static_cast<unsigned char>(ch)));
+  return h;
+}
+
+// A pinned host array (the source or destination of the graph's memcpy nodes: its address must not change).
+template <class T>
+class Pinned {
+ public:
+  explicit Pinned(std::size_t n) : n_(n) { TB_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p_), n * sizeof(T))); }
+  ~Pinned() { cudaFreeHost(p_); }
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  T* get() const { return p_; }
+  T& operator[](std::size_t i) const { return p_[i]; }
+  std::size_t bytes() const { return n_ * sizeof(T); }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_;
+};
+
+struct GraphExec {
+  cudaGraphExec_t exec = nullptr;
+  ~GraphExec() {
+    if (exec) cudaGraphExecDestroy(exec);
+  }
+};
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& m) {
+  const double P = double(model::dense_layout(m).total);
+  MemoryEstimate e;
+  e.weights = 2 * P;
+  e.grads = 4 * P;
+  e.master = 4 * P;
+  e.moments = (spec.moments == "bf16" ? 4 : 8) * P;
+  e.activations =
+      double(model::CudaDecoder::activation_bytes(m, spec.micro_batch, m.seq, parse_recompute(spec.recompute)));
+  e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) + kAttentionWorkspaceAllowance;
+  return e;
+}
+
+std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, double free_bytes) {
+  const MemoryEstimate e = estimate_memory(spec, m);
+  if (e.total() <= free_bytes) return "";
+  std::string msg = fmt::format(
+      "{} with {} layers, seq {}, micro-batch {} needs about {:.1f} GiB on the GPU (weights {:.1f}, gradients {:.1f}, "
+      "master weights {:.1f}, AdamW moments {:.1f}, activations {:.1f} with --recompute {}, workspaces {:.1f}); "
+      "{:.1f} GiB are free.",
+      m.name, m.layers, m.seq, spec.micro_batch, e.total() / kGiB, e.weights / kGiB, e.grads / kGiB,
+      e.master / kGiB, e.moments / kGiB, e.activations / kGiB, spec.recompute, e.workspaces / kGiB, free_bytes / kGiB);
+  std::vector<std::string> knobs;
+  auto try_knob = [&](TrainSpec alt, const model::ModelConfig& am, const std::string& what) {
+    const double t = estimate_memory(alt, am).total();
+    if (t <= free_bytes) knobs.push_back(fmt::format("{} ({:.1f} GiB)", what, t / kGiB));
+  };
+  for (const char* rc : {"selective", "full"})
+    if (spec.recompute != rc) {
+      TrainSpec alt = spec;
+      alt.recompute = rc;
+      try_knob(alt, m, fmt::format("--recompute {}", rc));
+    }
+  if (spec.micro_batch > 1) {
+    TrainSpec alt = spec;
+    alt.micro_batch = 1;
+    try_knob(alt, m, "--micro-batch 1 (with --global-batch for accumulation)");
+  }
+  if (spec.moments != "bf16") {
+    TrainSpec alt = spec;
+    alt.moments = "bf16";
+    try_knob(alt, m, "--moments bf16");
+  }
+  for (int layers = m.layers - 1; layers >= 1; --layers) {
+    model::ModelConfig am = m;
+    am.layers = layers;
+    if (estimate_memory(spec, am).total() <= free_bytes) {
+      knobs.push_back(fmt::format("--layers {} or fewer (a proxy of the model)", layers));
+      break;
+    }
+  }
+  msg += knobs.empty() ? " Nothing on one GPU makes it fit: it needs a parallel layout over several GPUs."
+                       : " Any of these would fit: " + fmt::format("{}", fmt::join(knobs, "; ")) + ".";
+  return msg;
+}
+
+TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const StepStats&)>& on_step) {
+  validate(spec);
+  TrainResult res;
+  res.model = resolve_model(spec);
+  const model::ModelConfig& m = res.model;
+  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch;
+  const int accum = global / spec.micro_batch;
+  const int mb = spec.micro_batch, seq = m.seq;
+  const std::size_t n = std::size_t(mb) * std::size_t(seq);
+  res.params = model::param_count(m);
+  res.tokens_per_step = double(global) * seq;
+  res.flops_per_step = res.tokens_per_step * model::flops_per_token(m, spec.convention).total();
+  res.estimate = estimate_memory(spec, m);
+
+  // ---- Fit check before any allocation.
+  TB_CHECK(cudaSetDevice(spec.gpu));
+  std::size_t free_b = 0, total_b = 0;
+  TB_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (std::string advice = fit_advice(spec, m, double(free_b)); !advice.empty()) raise_config(advice);
+  cudaDeviceProp prop{};
+  TB_CHECK(cudaGetDeviceProperties(&prop, spec.gpu));
+  res.device_name = prop.name;
+
+  ops::reset_device_memory_peak();
+  ops::DeviceContext dc(spec.gpu);
+  cudaStream_t st = dc.stream();
+  model::CudaDecoder net(dc, m, parse_recompute(spec.recompute), spec.deterministic);
+  const model::DenseLayout& layout = net.dense_layout();
+  const std::size_t P = layout.total;
+  const bool bf16_moments = spec.moments == "bf16";
+  const std::size_t moment_bytes = bf16_moments ? 2 : 4;
+
+  // ---- Master weights (fp32, initialised on the device slot by slot), moments, the bf16 model copy.
+  ops::DeviceBuffer master(dc.device(), P * sizeof(float));
+  ops::DeviceBuffer moments(dc.device(), 2 * P * moment_bytes);
+  TB_CHECK(cudaMemsetAsync(moments.get(), 0, moments.bytes(), st));
+  for (const model::Slot& s : layout.slots)
+    ops::fill_normal(master.as<float>() + s.offset, s.size, slot_seed(spec.seed, s.name), float(s.init_value),
+                     float(s.init_std), st);
+  ops::cast_f32_to_bf16(net.params_device(), master.as<float>(), P, st);
+
+  std::vector<ops::AdamWTensor> tensors;
+  auto* m_base = static_cast<std::byte*>(moments.get());
+  for (const model::Slot& s : layout.slots) {
+    ops::AdamWTensor t;
+    t.master = master.as<float>() + s.offset;
+    t.grad = net.grads_device() + s.offset;
+    t.exp_avg = m_base + s.offset * moment_bytes;
+    t.exp_avg_sq = m_base + (P + s.offset) * moment_bytes;
+    t.model = net.params_device() + s.offset;
+    t.numel = std::int64_t(s.size);
+    t.decay = decays(s);
+    tensors.push_back(t);
+  }
+  const ops::AdamWGroup group(dc.device(), tensors, bf16_moments ? DType::bf16 : DType::f32);
+  ops::AdamWConfig hp;
+  hp.beta1 = spec.beta1, hp.beta2 = spec.beta2, hp.eps = spec.eps, hp.weight_decay = spec.weight_decay;
+  const float max_norm = spec.clip > 0 ? float(spec.clip) : std::numeric_limits<float>::infinity();
+
+  // ---- Step inputs and outputs: pinned host memory <-> device.
+  net.prepare(mb, seq);
+  Pinned<std::int32_t> h_tokens(std::size_t(accum) * n), h_targets(std::size_t(accum) * n);
+  Pinned<ops::AdamWStepScalars> h_scalars(1);
+  Pinned<float> h_losses{std::size_t(accum)};
+  Pinned<ops::GradNormResult> h_norm(1);
+  ops::DeviceBuffer d_tokens(dc.device(), h_tokens.bytes()), d_targets(dc.device(), h_targets.bytes());
+  ops::DeviceBuffer d_scalars(dc.device(), sizeof(ops::AdamWStepScalars));
+  ops::DeviceBuffer d_losses(dc.device(), h_losses.bytes()), d_norm(dc.device(), sizeof(ops::GradNormResult));
+
+  bench::OpProfiler profiler(st);
+  bool profiling = false;
+  auto mark = [&](std::string_view op) {
+    if (profiling) profiler.mark(op);
+  };
+  net.on_op = mark;
+  auto enqueue_step = [&] {
+    TB_CHECK(cudaMemcpyAsync(d_tokens.get(), h_tokens.get(), h_tokens.bytes(), cudaMemcpyHostToDevice, st));
+    TB_CHECK(cudaMemcpyAsync(d_targets.get(), h_targets.get(), h_targets.bytes(), cudaMemcpyHostToDevice, st));
+    TB_CHECK(cudaMemcpyAsync(d_scalars.get(), h_scalars.get(), h_scalars.bytes(), cudaMemcpyHostToDevice, st));
+    TB_CHECK(cudaMemsetAsync(net.grads_device(), 0, P * sizeof(float), st));
+    mark("inputs + zero grads");
+    for (int a = 0; a < accum; ++a)
+      net.forward_backward_device(d_tokens.as<std::int32_t>() + std::size_t(a) * n,
+                                  d_targets.as<std::int32_t>() + std::size_t(a) * n, mb, seq, 1.0 / accum,
+                                  d_losses.as<float>() + a);
+    auto* norm = d_norm.as<ops::GradNormResult>();
+    ops::grad_norm(group, max_norm, norm, st);
+    ops::adamw_step(group, hp, d_scalars.as<ops::AdamWStepScalars>(), spec.clip > 0 ? norm : nullptr, st);
+    mark("grad norm + AdamW");
+    TB_CHECK(cudaMemcpyAsync(h_losses.get(), d_losses.get(), h_losses.bytes(), cudaMemcpyDeviceToHost, st));
+    TB_CHECK(cudaMemcpyAsync(h_norm.get(), d_norm.get(), h_norm.bytes(), cudaMemcpyDeviceToHost, st));
+  };
+
+  DataSource source(spec.data, spec.token_type, m.vocab, seq, spec.seed);
+  res.loss_floor = source.loss_floor();
+  const LrSchedule schedule = lr_schedule(spec, m);
+  auto load_inputs = [&](int step) {  // step 1-based
+    for (int a = 0; a < accum; ++a) {
+      const Batch b = source.next(mb);
+      std::copy(b.tokens.begin(), b.tokens.end(), h_tokens.get() + std::size_t(a) * n);
+      std::copy(b.targets.begin(), b.targets.end(), h_targets.get() + std::size_t(a) * n);
+    }
+    h_scalars[0].lr = float(schedule.lr(step - 1));
+    h_scalars[0].step = step;
+  };
+
+  GraphExec graph;
+  auto capture = [&]() -> std::string {
+    cudaGraph_t g = nullptr;
+    TB_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue_step();
+    } catch (const Error& e) {
+      cudaStreamEndCapture(st, &g);
+      if (g) cudaGraphDestroy(g);
+      cudaGetLastError();
+      return std::string("capture failed: ") + e.what();
+    }
+    const cudaError_t end = cudaStreamEndCapture(st, &g);
+    if (end != cudaSuccess || !g) {
+      cudaGetLastError();
+      return std::string("capture failed: ") + cudaGetErrorString(end);
+    }
+    const cudaError_t inst = cudaGraphInstantiate(&graph.exec, g, 0);
+    cudaGraphDestroy(g);
+    if (inst != cudaSuccess) {
+      cudaGetLastError();
+      graph.exec = nullptr;
+      return std::string("instantiation failed: ") + cudaGetErrorString(inst);
+    }
+    return "captured";
+  };
+
+  cudaEvent_t ev0 = nullptr, ev1 = nullptr;
+  TB_CHECK(cudaEventCreate(&ev0));
+  TB_CHECK(cudaEventCreate(&ev1));
+  bench::Telemetry telemetry({dc.device()});
+  bench::Telemetry::Mark tm_from = 0;
+  std::vector<double> measured, measured_gpu;
+  dc.synchronize();
+  for (int step = 1; step <= spec.steps; ++step) {
+    load_inputs(step);
+    if (step == spec.warmup_steps + 1) tm_from = telemetry.mark();
+    const auto t0 = std::chrono::steady_clock::now();
+    TB_CHECK(cudaEventRecord(ev0, st));
+    if (graph.exec)
+      TB_CHECK(cudaGraphLaunch(graph.exec, st));
+    else
+      enqueue_step();
+    TB_CHECK(cudaEventRecord(ev1, st));
+    TB_CHECK(cudaStreamSynchronize(st));
+    StepStats s;
+    s.step = step;
+    s.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    float gpu_ms = 0;
+    TB_CHECK(cudaEventElapsedTime(&gpu_ms, ev0, ev1));
+    for (int a = 0; a < accum; ++a) s.loss += double(h_losses[std::size_t(a)]) / accum;
+    s.grad_norm = h_norm[0].norm;
+    s.lr = h_scalars[0].lr;
+    s.tokens_per_s = res.tokens_per_step / s.step_s;
+    s.tflops = res.flops_per_step / s.step_s / 1e12;
+    s.mem_gib = double(ops::device_memory_stats().peak) / kGiB;
+    TB_REQUIRE(std::isfinite(s.loss) && std::isfinite(s.grad_norm),
+               fmt::format("step {}: the loss ({}) or the gradient norm ({}) is not finite: lower --lr or check the "
+                           "data (token ids must be below the vocabulary, {})",
+                           step, s.loss, s.grad_norm, m.vocab));
+    if (step == 1) {
+      std::size_t fr = 0, tot = 0;
+      TB_CHECK(cudaMemGetInfo(&fr, &tot));
+      res.device_used_bytes = double(tot - fr);
+      dc.for_each_plan([&](ops::GemmPlan&) { ++res.gemm_plans; });
+      if (spec.autotune) {
+        res.gemm_retuned = bench::tune_all_plans(dc);
+        ops::reset_device_memory_peak();  // its scratch operands are gone: not part of a training step
+      }
+      res.graph = spec.graph ? capture() : "off";
+      if (res.graph != "captured" && spec.graph)
+        log::warn("train: running without a CUDA graph ({}); step times include launch overhead", res.graph);
+    }
+    if (step > spec.warmup_steps) {
+      measured.push_back(s.step_s);
+      measured_gpu.push_back(double(gpu_ms) * 1e-3);
+    }
+    res.steps.push_back(s);
+    if (on_step) on_step(s);
+  }
+  const bench::Telemetry::Mark tm_to = telemetry.mark();
+  res.step_s = summarize(measured);
+  res.gpu_step_s = summarize(measured_gpu);
+  res.tokens_per_s = res.tokens_per_step / res.step_s.median;
+  res.tflops = res.flops_per_step / res.step_s.median / 1e12;
+  res.peak_alloc_bytes = double(ops::device_memory_stats().peak);
+  if (telemetry.available()) {
+    const bench::TelemetrySummary ts = telemetry.summary(dc.device(), tm_from, tm_to);
+    res.power_w = ts.power_w_mean;
+    res.energy_j = ts.energy_j;
+    res.energy_j_per_token = ts.energy_j / (res.tokens_per_step * double(measured.size()));
+  }
+
+  // ---- One more step, eager, with an event after every op: the breakdown.
+  if (spec.op_profile) {
+    load_inputs(spec.steps + 1);
+    profiling = true;
+    profiler.begin();
+    enqueue_step();
+    for (const bench::OpTime& t : profiler.finish()) res.ops.push_back({t.op, t.seconds, t.calls});
+    profiling = false;
+  }
+  cudaEventDestroy(ev0);
+  cudaEventDestroy(ev1);
+  return res;
+}
+
+}  // namespace tb::train
