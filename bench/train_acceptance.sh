@@ -3,10 +3,11 @@
 # repository root, with carry/ from scripts/carry.sh): the training GPU tests, then trainbench and its PyTorch peer
 # (bench/peers/torch_train.py) on the same GPU, one after the other, at the shapes. Logs and JSONL to $OUT.
 # Usage: bench/train_acceptance.sh [tests|8b|70b|recompute|all]...  (default: tests 8b)
-#   8b:        Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: trainbench (fp32 master + moments), torch bf16
+#   8b:        Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: trainbench (fp32 master + moments; recompute
+#              none and selective), torch bf16
 #              state, torch fp32 state (AMP)
 #   70b:       Llama 3.1 70B shapes, 2 layers, the same three
-#   recompute: trainbench 8B L8 with --recompute selective and full, and --moments bf16
+#   recompute: trainbench 8B L8 with --recompute full, --moments bf16, --master f32
 set -uo pipefail
 OUT=${OUT:-/tmp/tb-out}
 mkdir -p "$OUT"
@@ -40,6 +41,7 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
         done ;;
       8b)
         ours 8b-L8 --model llama3.1-8b --layers 8 --seq 8192
+        ours 8b-L8-selective --model llama3.1-8b --layers 8 --seq 8192 --recompute selective
         peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16
         peer 8b-L8-fp32 --model llama3.1-8b --layers 8 --seq 8192 --state fp32 ;;
       70b)
@@ -47,9 +49,9 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
         peer 70b-L2-bf16 --model llama3.1-70b --layers 2 --seq 8192 --state bf16
         peer 70b-L2-fp32 --model llama3.1-70b --layers 2 --seq 8192 --state fp32 ;;
       recompute)
-        ours 8b-L8-selective --model llama3.1-8b --layers 8 --seq 8192 --recompute selective --no-op-profile
         ours 8b-L8-full --model llama3.1-8b --layers 8 --seq 8192 --recompute full --no-op-profile
-        ours 8b-L8-bf16-moments --model llama3.1-8b --layers 8 --seq 8192 --moments bf16 --no-op-profile ;;
+        ours 8b-L8-bf16-moments --model llama3.1-8b --layers 8 --seq 8192 --moments bf16 --no-op-profile
+        ours 8b-L8-f32-master --model llama3.1-8b --layers 8 --seq 8192 --master f32 --no-op-profile ;;
       *) echo "unknown mode $mode" ;;
     esac
   done

@@ -64,6 +64,9 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--moments", spec.moments, "AdamW moment precision: f32 | bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
+  app.add_option("--master", spec.master, "fp32 master weights: split (bf16 weight + 16-bit residual, exact) | f32")
+      ->check(CLI::IsMember({"split", "f32"}))
+      ->capture_default_str();
   app.add_flag("!--no-graph", spec.graph, "do not capture the step as a CUDA graph");
   app.add_flag("--autotune", spec.autotune, "time cuBLASLt's candidates for every GEMM shape after step 1");
   app.add_flag("!--no-op-profile", spec.op_profile, "skip the extra eager step that times each op");
@@ -92,7 +95,8 @@ int cmd_train(int argc, char** argv) {
   std::printf("train %s on %s: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps%s\n",
               m.name.c_str(), cuda ? fmt::format("GPU {}", spec.gpu).c_str() : "cpu", m.layers, m.d_model, m.seq,
               fmt::format("{:.3g}", double(model::param_count(m))).c_str(), spec.micro_batch, global, spec.steps,
-              cuda ? fmt::format(", recompute {}, moments {}", spec.recompute, spec.moments).c_str() : "");
+              cuda ? fmt::format(", recompute {}, master {}, moments {}", spec.recompute, spec.master, spec.moments).c_str()
+                   : "");
   std::fflush(stdout);
   auto on_step = [&](const train::StepStats& s) {
     std::printf("step %d/%d | loss %.4f | lr %.2e | grad_norm %.3f | step_s %.4f | tokens/s %.0f | TFLOP/s/GPU %.1f | "
@@ -141,6 +145,7 @@ int cmd_train(int argc, char** argv) {
     r.data["gpu"] = res.device_name;
     r.data["recompute"] = spec.recompute;
     r.data["moments"] = spec.moments;
+    r.data["master"] = spec.master;
     r.data["graph"] = res.graph;
     r.data["gemm_plans"] = res.gemm_plans;
     r.data["gemm_retuned"] = res.gemm_retuned;

@@ -35,8 +35,9 @@ NormKind norm_kind(Norm n) {
 
 constexpr std::size_t kSlotAlignElements = 128;  // 256 bytes of bf16 (512 of fp32)
 
-// A GEMM shape in one of the three layouts; the weight gradient (atb) is fp32 and accumulated.
-ops::GemmShape gemm_shape(std::int64_t m, std::int64_t n, std::int64_t k, ops::GemmLayout layout) {
+// A GEMM shape in one of the three layouts; the weight gradient (atb) is fp32, accumulated unless `overwrite`.
+ops::GemmShape gemm_shape(std::int64_t m, std::int64_t n, std::int64_t k, ops::GemmLayout layout,
+                          bool overwrite = false) {
   ops::GemmShape s;
   s.m = m;
   s.n = n;
@@ -45,7 +46,7 @@ ops::GemmShape gemm_shape(std::int64_t m, std::int64_t n, std::int64_t k, ops::G
   s.layout = layout;
   if (layout == ops::GemmLayout::atb) {
     s.d = DType::f32;
-    s.accumulate = true;
+    s.accumulate = !overwrite;
   }
   return s;
 }
@@ -133,6 +134,18 @@ std::vector<float> CudaDecoder::grads_to_host() {
   return out;
 }
 
+void CudaDecoder::zero_grads_for_overwrite() {
+  dc_.activate();
+  std::vector<bool> linear(layout_.slots.size(), false);
+  for (const DenseLayout::Layer& L : layout_.layers)
+    for (int i : {L.qkv, L.out, L.fc1, L.fc2}) linear[std::size_t(i)] = true;
+  for (std::size_t i = 0; i < layout_.slots.size(); ++i)
+    if (!linear[i])
+      TB_CHECK(cudaMemsetAsync(grads_.as<float>() + layout_.slots[i].offset, 0,
+                               layout_.slots[i].size * sizeof(float), dc_.stream()));
+  overwrite_linear_grads_ = true;
+}
+
 void CudaDecoder::zero_grads() {
   dc_.activate();
   TB_CHECK(cudaMemsetAsync(grads_.get(), 0, layout_.total * sizeof(float), dc_.stream()));
@@ -169,8 +182,8 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompu
   field(&LayerActs::rstd1, n, !full, f32);
   field(&LayerActs::y1, n * d, !sel && !full, bf);
   field(&LayerActs::qkv, n * width, !full, bf);
-  field(&LayerActs::o, n * qd, !sel && !full, bf);
-  field(&LayerActs::lse, n * std::size_t(c.heads), !sel && !full, f32);
+  field(&LayerActs::o, n * qd, !full, bf);
+  field(&LayerActs::lse, n * std::size_t(c.heads), !full, f32);
   field(&LayerActs::r2, n * d, !full, bf);
   field(&LayerActs::mean2, n, !full, f32);
   field(&LayerActs::rstd2, n, !full, f32);
@@ -192,7 +205,7 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompu
   s.x0 = bf(n * d), s.m = bf(n * d), s.rf = bf(n * d), s.yf = bf(n * d);
   s.meanf = f32(n), s.rstdf = f32(n), s.loss = f32(1);
   s.dyf = bf(n * d), s.dnext = bf(n * d), s.dr2 = bf(n * d), s.dy = bf(n * d);
-  s.dg = bf(n * ffn), s.dh = bf(n * fc1_rows), s.dout = bf(n * qd), s.dqkv = bf(n * width);
+  s.dout = bf(n * qd), s.dqkv = bf(n * width);  // dg and dh live in g and h (see layer_backward)
   s.ce_bytes = ops::lm_head_ce_scratch(std::int64_t(n), c.vocab, c.d_model).bytes;
   s.ce = take_bytes(s.ce_bytes);
   s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(n), c.d_model);
@@ -262,16 +275,17 @@ void CudaDecoder::linear_forward(bf16* y, const bf16* x, int w_slot, std::int64_
   dc_.gemm(gemm_shape(rows, w.shape[0], w.shape[1], ops::GemmLayout::abt), y, x, params_.as<bf16>() + w.offset);
 }
 
-// dx[rows, in] = dy[rows, out] W[out, in] (skipped when dx is null);  dW[out, in] += dy^T x (fp32)
+// dW[out, in] += dy^T x (fp32), then dx[rows, in] = dy[rows, out] W[out, in] (skipped when dx is null): dx may alias x
 void CudaDecoder::linear_backward(bf16* dx, int w_slot, const bf16* dy, const bf16* x, std::int64_t rows) {
   const Slot& w = layout_.slots[std::size_t(w_slot)];
   const std::int64_t out = w.shape[0], in = w.shape[1];
+  dc_.gemm(gemm_shape(out, in, rows, ops::GemmLayout::atb, overwrite_linear_grads_), grads_.as<float>() + w.offset, dy,
+           x);
+  mark("gemm wgrad");
   if (dx) {
     dc_.gemm(gemm_shape(rows, in, out, ops::GemmLayout::ab), dx, dy, params_.as<bf16>() + w.offset);
     mark("gemm dgrad");
   }
-  dc_.gemm(gemm_shape(out, in, rows, ops::GemmLayout::atb), grads_.as<float>() + w.offset, dy, x);
-  mark("gemm wgrad");
 }
 
 double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std::int32_t* host_targets, int batch,
@@ -352,25 +366,23 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
     activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}});
     mark("recompute");
   }
-  linear_backward(s_.dg, L.fc2, s_.dnext, A.g, n);
-  const TensorView<bf16> dh(s_.dh, {n, fc1_rows});
-  const TensorView<const bf16> dg(s_.dg, {n, ffn}), h(A.h, {n, fc1_rows});
+  // In place: dg over g (fc2's weight gradient reads g first), dh over h (the activation backward reads each element
+  // before writing it); neither is needed afterwards.
+  linear_backward(A.g, L.fc2, s_.dnext, A.g, n);
+  const TensorView<bf16> dh(A.h, {n, fc1_rows});
+  const TensorView<const bf16> dg(A.g, {n, ffn}), h(A.h, {n, fc1_rows});
   switch (c.act) {
     case Act::swiglu: ops::swiglu_backward(dh, dg, h, st); break;
     case Act::gelu: ops::gelu_backward(dh, dg, h, st); break;
     case Act::sqrelu: ops::sqrelu_backward(dh, dg, h, st); break;
   }
   mark("activation bwd");
-  linear_backward(s_.dy, L.fc1, s_.dh, A.y2, n);
+  linear_backward(s_.dy, L.fc1, A.h, A.y2, n);
   ops::add_norm_backward(nk, {s_.dr2, {n, d}}, G(L.norm2_w), G(L.norm2_b), {s_.dy, {n, d}}, {s_.dnext, {n, d}},
                          {A.r2, {n, d}}, P(L.norm2_w), {A.mean2, {n}}, {A.rstd2, {n}}, st, norm_ws);
   mark("norm bwd");
   // attention
   const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
-  if (sel) {
-    attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o, A.lse}, st);
-    mark("recompute");
-  }
   linear_backward(s_.dout, L.out, s_.dr2, A.o, n);
   const ops::QkvPointers dqkv = ops::split_fused_qkv(s_.dqkv, as);
   attention_->backward(as, {qkv.q, qkv.k, qkv.v, A.o, s_.dout, A.lse, dqkv.q, dqkv.k, dqkv.v}, st);
@@ -433,6 +445,7 @@ void CudaDecoder::forward_backward_device(const std::int32_t* tokens_in, const s
   ops::embedding_backward(G(layout_.embed), {s_.dnext, {n, d}}, tokens, st, {s_.embed_ws, s_.embed_ws_bytes});
   if (c.pos == Pos::learned) ops::position_embedding_backward(G(layout_.pos_embed), {s_.dnext, {n, d}}, seq, st);
   mark("embedding bwd");
+  overwrite_linear_grads_ = false;
 }
 
 }  // namespace tb::model

@@ -30,10 +30,12 @@
 // Activations: ONE device arena per (batch, seq), carved into 256-byte aligned pieces by the same code that sizes
 // it (activation_bytes()). What each layer keeps for its backward depends on the recompute mode:
 //   none:       r1 mean1 rstd1 y1 qkv o lse r2 mean2 rstd2 y2 h g          (per token: (7d + 2 kv + 2 or 3 ffn) bf16)
-//   selective:  r1 mean1 rstd1 qkv r2 mean2 rstd2 h  — the attention core (o, lse: one more attention forward per
-//               layer), the norm outputs y1, y2 and the activation output g are recomputed in the backward
+//   selective:  r1 mean1 rstd1 qkv o lse r2 mean2 rstd2 h  — the norm outputs y1, y2 and the activation output g
+//               are recomputed in the backward (elementwise: ~1% more time). The attention core (the [s, s]
+//               probabilities) is never stored in any mode: cuDNN's fused attention recomputes it in its backward.
 //   full:       r1 only — the whole layer's forward is recomputed in the backward (one more forward per layer)
-// The rest lives in one shared copy (the layer being computed). The backward's gradient buffers are shared too.
+// The rest lives in one shared copy (the layer being computed). The backward's gradient buffers are shared too;
+// the MLP's dg and dh overwrite g and h in place.
 // Graph capture: forward_backward_device enqueues only (no allocation, host sync or host read once prepare()
 // ran for that batch and seq and one call planned the GEMMs), so a caller can capture it in a CUDA graph.
 #pragma once
@@ -77,6 +79,11 @@ class CudaDecoder {
   std::vector<float> params_to_host();  // the bf16 parameters, widened
   std::vector<float> grads_to_host();   // the fp32 gradients
   void zero_grads();
+  // Zeroes only the gradients that kernels accumulate into (embeddings, norms, the LM head) and makes the next
+  // forward_backward WRITE the linear layers' weight gradients (GEMM beta = 0) instead of adding to them: the
+  // start of an optimizer step without a memset of every gradient (saves 4P bytes of writes and the GEMMs' reads
+  // of the old values). Later calls accumulate as usual.
+  void zero_grads_for_overwrite();
 
   bf16* params_device() const { return params_.as<bf16>(); }
   float* grads_device() const { return grads_.as<float>(); }
@@ -109,7 +116,7 @@ class CudaDecoder {
   };
   struct Scratch {  // shared by all layers
     std::int32_t *tokens, *targets;
-    bf16 *x0, *m, *rf, *yf, *dyf, *dnext, *dr2, *dy, *dg, *dh, *dout, *dqkv;
+    bf16 *x0, *m, *rf, *yf, *dyf, *dnext, *dr2, *dy, *dout, *dqkv;
     float *meanf, *rstdf, *loss;
     void *ce, *norm_ws, *embed_ws;
     std::size_t ce_bytes, norm_ws_bytes, embed_ws_bytes;
@@ -140,6 +147,7 @@ class CudaDecoder {
   std::unique_ptr<ops::CudnnAttention> attention_;
 
   Recompute recompute_;
+  bool overwrite_linear_grads_ = false;  // set by zero_grads_for_overwrite() for the next forward_backward
   bool deterministic_;
   ops::AttentionShape attention_shape(int batch, int seq) const;
 

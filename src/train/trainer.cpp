@@ -48,6 +48,8 @@ void validate(const TrainSpec& spec) {
              fmt::format("--recompute must be none, selective or full, not '{}'", spec.recompute));
   TB_REQUIRE(spec.moments == "f32" || spec.moments == "bf16",
              fmt::format("--moments must be f32 or bf16, not '{}'", spec.moments));
+  TB_REQUIRE(spec.master == "split" || spec.master == "f32",
+             fmt::format("--master must be split or f32, not '{}'", spec.master));
   TB_REQUIRE(spec.gpu >= 0, "--gpu must be a device index >= 0");
 }
 

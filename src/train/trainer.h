@@ -44,6 +44,8 @@ struct TrainSpec {
   int gpu = 0;                        // device index
   std::string recompute = "none";     // none | selective | full (model/decoder_cuda.h)
   std::string moments = "f32";        // AdamW moments: f32 | bf16
+  std::string master = "split";       // fp32 master weights as split (bf16 model weight + 16-bit residual: exact,
+                                      // ops/cuda/master_split.h) or f32 (a separate fp32 copy)
   bool graph = true;                  // capture the step as a CUDA graph
   bool autotune = false;              // time the cuBLASLt candidates of every GEMM shape after step 1 (measured on
                                       // an H200: isolated timings on random operands chose algorithms 3% slower in
@@ -54,7 +56,7 @@ struct TrainSpec {
 
 // Device memory a CUDA run needs, before anything is allocated (bytes).
 struct MemoryEstimate {
-  double weights = 0, grads = 0, master = 0, moments = 0;  // bf16 2P, fp32 4P, fp32 4P, 8P (bf16 moments: 4P)
+  double weights = 0, grads = 0, master = 0, moments = 0;  // bf16 2P, fp32 4P, 2P split (4P f32), 8P (bf16: 4P)
   double activations = 0;                                  // the decoder's arena for one micro-batch
   double workspaces = 0;                                   // cuBLASLt + an allowance for cuDNN attention
   double total() const { return weights + grads + master + moments + activations + workspaces; }

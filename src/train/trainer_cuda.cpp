@@ -1,12 +1,13 @@
 // train/trainer_cuda.cpp: the training loop of trainer.h on one GPU. Per optimizer step, all on one stream:
 //   H2D: tokens and targets of the step's `accum` micro-batches, lr and t     (from pinned host memory)
-//   grads = 0;  for each micro-batch a: loss[a] = forward_backward(tokens[a], grad_scale 1/accum)
+//   grads = 0 (the linear layers' by their first GEMM writing, beta 0);  for each micro-batch a: loss[a] = forward_backward(tokens[a], grad_scale 1/accum)
 //   norm, clip = grad_norm(grads, max_norm);  AdamW(master, m, v -> bf16 weights) with clip, lr, t
 //   D2H: loss[0..accum), norm                                                  (into pinned host memory)
 // Step 1 runs eagerly (plans every GEMM and attention shape); then (with spec.autotune) every GEMM shape is autotuned
 // (bench/gemm_tune.h) and the same enqueue is captured once as a CUDA graph and replayed, the host writing the next step's inputs into the pinned buffers between replays. Each step
 // is timed by the host clock (launch to completion) and by CUDA events around it.
-// Memory: weights bf16 2P + gradients fp32 4P + master fp32 4P + moments 8P (bf16: 4P) + the activation arena
+// Memory: weights bf16 2P + gradients fp32 4P + master 2P (split: the residual halves; f32: 4P) + moments 8P
+// (bf16: 4P) + the activation arena
 // + workspaces, estimated and checked against the GPU's free memory before anything is allocated.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -82,7 +83,7 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
   MemoryEstimate e;
   e.weights = 2 * P;
   e.grads = 4 * P;
-  e.master = 4 * P;
+  e.master = (spec.master == "split" ? 2 : 4) * P;
   e.moments = (spec.moments == "bf16" ? 4 : 8) * P;
   e.activations =
       double(model::CudaDecoder::activation_bytes(m, spec.micro_batch, m.seq, parse_recompute(spec.recompute)));
@@ -165,20 +166,33 @@ TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const Ste
   const bool bf16_moments = spec.moments == "bf16";
   const std::size_t moment_bytes = bf16_moments ? 2 : 4;
 
-  // ---- Master weights (fp32, initialised on the device slot by slot), moments, the bf16 model copy.
-  ops::DeviceBuffer master(dc.device(), P * sizeof(float));
+  // ---- Master weights (fp32, initialised on the device slot by slot), moments, the bf16 model copy. Split master:
+  // the model weights are the master's high half and `master` holds the 16-bit residuals.
+  const bool split = spec.master == "split";
+  ops::DeviceBuffer master(dc.device(), P * (split ? sizeof(std::int16_t) : sizeof(float)));
   ops::DeviceBuffer moments(dc.device(), 2 * P * moment_bytes);
   TB_CHECK(cudaMemsetAsync(moments.get(), 0, moments.bytes(), st));
-  for (const model::Slot& s : layout.slots)
-    ops::fill_normal(master.as<float>() + s.offset, s.size, slot_seed(spec.seed, s.name), float(s.init_value),
-                     float(s.init_std), st);
-  ops::cast_f32_to_bf16(net.params_device(), master.as<float>(), P, st);
+  {
+    std::size_t largest = 0;
+    for (const model::Slot& s : layout.slots) largest = std::max(largest, s.size);
+    ops::DeviceBuffer init(dc.device(), (split ? largest : 0) * sizeof(float));
+    for (const model::Slot& s : layout.slots) {
+      float* dst = split ? init.as<float>() : master.as<float>() + s.offset;
+      ops::fill_normal(dst, s.size, slot_seed(spec.seed, s.name), float(s.init_value), float(s.init_std), st);
+      if (split) ops::master_split(dst, net.params_device() + s.offset, master.as<std::int16_t>() + s.offset, s.size, st);
+    }
+    if (!split) ops::cast_f32_to_bf16(net.params_device(), master.as<float>(), P, st);
+    dc.synchronize();  // init is freed here
+  }
 
   std::vector<ops::AdamWTensor> tensors;
   auto* m_base = static_cast<std::byte*>(moments.get());
   for (const model::Slot& s : layout.slots) {
     ops::AdamWTensor t;
-    t.master = master.as<float>() + s.offset;
+    if (split)
+      t.master_lo = master.as<std::int16_t>() + s.offset;
+    else
+      t.master = master.as<float>() + s.offset;
     t.grad = net.grads_device() + s.offset;
     t.exp_avg = m_base + s.offset * moment_bytes;
     t.exp_avg_sq = m_base + (P + s.offset) * moment_bytes;
@@ -212,7 +226,7 @@ TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const Ste
     TB_CHECK(cudaMemcpyAsync(d_tokens.get(), h_tokens.get(), h_tokens.bytes(), cudaMemcpyHostToDevice, st));
     TB_CHECK(cudaMemcpyAsync(d_targets.get(), h_targets.get(), h_targets.bytes(), cudaMemcpyHostToDevice, st));
     TB_CHECK(cudaMemcpyAsync(d_scalars.get(), h_scalars.get(), h_scalars.bytes(), cudaMemcpyHostToDevice, st));
-    TB_CHECK(cudaMemsetAsync(net.grads_device(), 0, P * sizeof(float), st));
+    net.zero_grads_for_overwrite();
     mark("inputs + zero grads");
     for (int a = 0; a < accum; ++a)
       net.forward_backward_device(d_tokens.as<std::int32_t>() + std::size_t(a) * n,

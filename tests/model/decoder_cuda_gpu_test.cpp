@@ -211,6 +211,35 @@ TEST(CudaDecoder, RecomputeGivesTheSameGradients) {
   compare_recompute(config("nemotron", 256, 64));
 }
 
+// zero_grads_for_overwrite + forward_backward gives the gradients of zero_grads + forward_backward, whatever the
+// gradient buffer held before (here: two accumulated calls), to fp32 summation order (the beta = 0 GEMM plans may
+// pick other algorithms than the accumulating ones); a slot left unzeroed would be off by 100%.
+TEST(CudaDecoder, OverwriteStartEqualsZeroedStart) {
+  SKIP_WITHOUT_GPU();
+  for (const char* family : {"llama", "gpt"}) {
+    const ModelConfig cfg = config(family, 256, 64);
+    tb::ops::DeviceContext dc(0);
+    CpuDecoder<float> init(cfg, 3);
+    std::vector<float> host(init.params().begin(), init.params().end());
+    std::mt19937_64 rng(8);
+    std::vector<std::int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
+    std::uniform_int_distribution<int> u(0, cfg.vocab - 1);
+    for (auto& t : tokens) t = u(rng);
+    for (auto& t : targets) t = u(rng);
+    CudaDecoder gpu(dc, cfg, CudaDecoder::Recompute::none, /*deterministic=*/true);
+    gpu.load_params(host);
+    gpu.zero_grads();
+    gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
+    const std::vector<float> want = gpu.grads_to_host();
+    gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);  // the buffer now holds 2x
+    gpu.zero_grads_for_overwrite();
+    gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
+    const std::vector<float> got = gpu.grads_to_host();
+    std::vector<double> w(want.begin(), want.end()), g(got.begin(), got.end());
+    EXPECT_LT(rel_l2(w, g), 1e-4) << family;
+  }
+}
+
 TEST(CudaDecoder, RefusesMisalignedLayout) {
   SKIP_WITHOUT_GPU();
   tb::ops::DeviceContext dc(0);

@@ -34,6 +34,7 @@
 #include "ops/cuda/adamw.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/fill.h"
+#include "ops/cuda/master_split.h"
 
 namespace {
 
@@ -388,6 +389,73 @@ TEST(AdamWGroupArgs, RejectsBadTensorsBeforeAllocating) {
   bad = t;
   bad.master = reinterpret_cast<float*>(std::uintptr_t(0x10002));
   EXPECT_NE(message(std::span(&bad, 1), DType::f32).find("aligned"), std::string::npos);
+}
+
+// Split master (master_lo): the same updates bit for bit as the fp32 master, over 5 clipped steps on two tensors
+// (one starting at an odd element, so the scalar path runs too); the model half is the master rounded to nearest.
+TEST(AdamWSplitMaster, BitIdenticalToTheFp32Master) {
+  SKIP_WITHOUT_GPU();
+  DeviceContext dc(0);
+  cudaStream_t st = dc.stream();
+  const std::int64_t n0 = 100003, n1 = kAdamWChunk + 7, off1 = n0 + 1, total = off1 + n1;  // tensor 1 misaligned
+  DeviceBuffer master(0, total * 4), model_a(0, total * 2), lo(0, total * 2), model_b(0, total * 2), grad(0, total * 4);
+  DeviceBuffer mom_a(0, 2 * total * 4), mom_b(0, 2 * total * 4), joined(0, total * 4), scalars(0, sizeof(AdamWStepScalars));
+  DeviceBuffer norm_a(0, sizeof(GradNormResult)), norm_b(0, sizeof(GradNormResult));
+  fill_normal(master.as<float>(), std::size_t(total), 11, 0.0f, 0.02f, st);
+  master_split(master.as<float>(), model_b.as<__nv_bfloat16>(), lo.as<std::int16_t>(), std::size_t(total), st);
+  cudaMemsetAsync(mom_a.get(), 0, mom_a.bytes(), st);
+  cudaMemsetAsync(mom_b.get(), 0, mom_b.bytes(), st);
+  auto tensors = [&](bool split) {
+    std::vector<AdamWTensor> t(2);
+    const std::int64_t offs[2] = {0, off1}, ns[2] = {n0, n1};
+    float* m = (split ? mom_b : mom_a).as<float>();
+    for (int k = 0; k < 2; ++k) {
+      t[k].grad = grad.as<float>() + offs[k];
+      t[k].exp_avg = m + offs[k];
+      t[k].exp_avg_sq = m + total + offs[k];
+      t[k].numel = ns[k];
+      t[k].decay = k == 0;
+      if (split) {
+        t[k].model = model_b.as<__nv_bfloat16>() + offs[k];
+        t[k].master_lo = lo.as<std::int16_t>() + offs[k];
+      } else {
+        t[k].model = model_a.as<__nv_bfloat16>() + offs[k];
+        t[k].master = master.as<float>() + offs[k];
+      }
+    }
+    return t;
+  };
+  const auto ta = tensors(false), tb_ = tensors(true);
+  const AdamWGroup a(0, ta), b(0, tb_);
+  AdamWConfig cfg;
+  cfg.weight_decay = 0.1;
+  for (int step = 1; step <= 5; ++step) {
+    fill_uniform(grad.get(), DType::f32, std::size_t(total), 100 + step, -0.01f, 0.01f, st);
+    const AdamWStepScalars sc{float(kLr[step % 3]), 0, step};
+    cudaMemcpyAsync(scalars.get(), &sc, sizeof sc, cudaMemcpyHostToDevice, st);
+    grad_norm(a, 1.0f, norm_a.as<GradNormResult>(), st);
+    adamw_step(a, cfg, scalars.as<AdamWStepScalars>(), norm_a.as<GradNormResult>(), st);
+    grad_norm(b, 1.0f, norm_b.as<GradNormResult>(), st);
+    adamw_step(b, cfg, scalars.as<AdamWStepScalars>(), norm_b.as<GradNormResult>(), st);
+    dc.synchronize();  // sc is on this stack frame
+  }
+  master_join(joined.as<float>(), model_b.as<__nv_bfloat16>(), lo.as<std::int16_t>(), std::size_t(total), st);
+  std::vector<std::uint32_t> want(total), got(total);
+  std::vector<std::uint16_t> hi(total);
+  cudaMemcpyAsync(want.data(), master.get(), total * 4, cudaMemcpyDeviceToHost, st);
+  cudaMemcpyAsync(got.data(), joined.get(), total * 4, cudaMemcpyDeviceToHost, st);
+  cudaMemcpyAsync(hi.data(), model_b.get(), total * 2, cudaMemcpyDeviceToHost, st);
+  dc.synchronize();
+  std::int64_t differ = 0, hi_wrong = 0;
+  for (std::int64_t i = 0; i < total; ++i) {
+    if (i == n0) continue;  // the gap between the tensors
+    differ += want[i] != got[i];
+    float p;
+    std::memcpy(&p, &want[i], 4);
+    hi_wrong += hi[i] != split_master(p).hi;
+  }
+  EXPECT_EQ(differ, 0) << "split-master updates differ from fp32-master ones";
+  EXPECT_EQ(hi_wrong, 0) << "model halves are not the master rounded to nearest";
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 //            dg = dy * u * sigmoid(g) * (1 + g * (1 - sigmoid(g))),  du = dy * silu(g);  dx = [dg | du]: [t, 2f]
 //   gelu:    tanh form: y = 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi); dx = dy * gelu'(x)
 //   sqrelu:  y = max(x, 0)^2;  dx = dy * 2 max(x, 0)
-// dx is written (activation gradients are never accumulated). Views are 2-D with contiguous rows (a row stride
+// dx is written (activation gradients are never accumulated); dx may alias x (each thread reads its elements of x
+// before writing the same positions of dx). Views are 2-D with contiguous rows (a row stride
 // that is a multiple of 8 is allowed, e.g. a column slice of a wider buffer); widths are multiples of 8 (swiglu:
 // f a multiple of 8, so 2f of 16). Transcendentals use the fast exp (__expf; tanh(u) = 1 - 2 / (exp(2u) + 1)),
 // whose error (~1e-7 relative) is far below bf16's 2^-9.

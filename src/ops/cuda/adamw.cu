@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "ops/cuda/kernel_common.cuh"
+#include "ops/cuda/master_split.h"
 
 namespace tb::ops {
 namespace {
@@ -26,6 +27,7 @@ struct TensorRec {
   void* m;
   void* v;
   __nv_bfloat16* w;  // null: no bf16 copy
+  std::int16_t* lo;  // split master (master_split.h): the master is (w, lo), p is null
   std::int64_t n;
   int phase;    // element i of every pointer is vector-aligned when (phase + i) % 4 == 0; -1: pointers disagree
   int phase_g;  // the same for the gradient alone (the norm reads only it)
@@ -173,13 +175,20 @@ __global__ void __launch_bounds__(kThreads)
   M* m = static_cast<M*>(t.m);
   M* v = static_cast<M*>(t.v);
   __nv_bfloat16* w = t.w;
+  std::int16_t* lo = t.lo;
+  auto* wbits = reinterpret_cast<std::uint16_t*>(w);
   const auto one = [&](std::int64_t i) {
-    float pi = p[i], mi = load1(m + i), vi = load1(v + i);
+    float pi = lo ? join_master(wbits[i], lo[i]) : p[i], mi = load1(m + i), vi = load1(v + i);
     update(pi, g[i], mi, vi, c);
-    p[i] = pi;
+    if (lo) {
+      const MasterHalves h = split_master(pi);
+      wbits[i] = h.hi, lo[i] = h.lo;
+    } else {
+      p[i] = pi;
+      if (w) w[i] = __float2bfloat16_rn(pi);
+    }
     store1(m + i, mi);
     store1(v + i, vi);
-    if (w) w[i] = __float2bfloat16_rn(pi);
   };
   const std::int64_t b = ch.begin, e = ch.end;
   if (t.phase < 0) {  // pointers of different alignment phases: scalar accesses
@@ -193,18 +202,56 @@ __global__ void __launch_bounds__(kThreads)
   for (std::int64_t j = threadIdx.x; j < nv; j += kThreads) {
     const std::int64_t i = i0 + 4 * j;
     float pf[4], gf[4], mf[4], vf[4];
-    load4(p + i, pf);
+    union Pack4 {
+      uint2 u;
+      std::uint16_t h[4];
+      std::int16_t s[4];
+    } hi, lo4;
+    if (lo) {
+      hi.u = *reinterpret_cast<const uint2*>(wbits + i);
+      lo4.u = *reinterpret_cast<const uint2*>(lo + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) pf[k] = join_master(hi.h[k], lo4.s[k]);
+    } else {
+      load4(p + i, pf);
+    }
     load4(g + i, gf);
     load4(m + i, mf);
     load4(v + i, vf);
 #pragma unroll
     for (int k = 0; k < 4; ++k) update(pf[k], gf[k], mf[k], vf[k], c);
-    store4(p + i, pf);
+    if (lo) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const MasterHalves h = split_master(pf[k]);
+        hi.h[k] = h.hi, lo4.s[k] = h.lo;
+      }
+      *reinterpret_cast<uint2*>(wbits + i) = hi.u;
+      *reinterpret_cast<uint2*>(lo + i) = lo4.u;
+    } else {
+      store4(p + i, pf);
+      if (w) store4(w + i, pf);
+    }
     store4(m + i, mf);
     store4(v + i, vf);
-    if (w) store4(w + i, pf);
   }
 }
+
+__global__ void split_kernel(const float* __restrict__ src, std::uint16_t* __restrict__ hi, std::int16_t* __restrict__ lo,
+                             std::size_t n) {
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    const MasterHalves h = split_master(src[i]);
+    hi[i] = h.hi, lo[i] = h.lo;
+  }
+}
+
+__global__ void join_kernel(float* __restrict__ dst, const std::uint16_t* __restrict__ hi,
+                            const std::int16_t* __restrict__ lo, std::size_t n) {
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+    dst[i] = join_master(hi[i], lo[i]);
+}
+
+unsigned grid_for(std::size_t n) { return unsigned(std::min<std::size_t>((n + 255) / 256, 8192)); }
 
 template <class T>
 void upload(DeviceBuffer& buf, int device, const std::vector<T>& host) {
@@ -228,11 +275,13 @@ AdamWGroup::AdamWGroup(int device, std::span<const AdamWTensor> tensors, DType m
   for (std::size_t k = 0; k < tensors.size(); ++k) {
     const AdamWTensor& t = tensors[k];
     TB_REQUIRE(t.numel >= 1, str("AdamWGroup: tensor ", k, " has ", t.numel, " elements; give numel >= 1"));
-    TB_REQUIRE(t.master && t.grad && t.exp_avg && t.exp_avg_sq,
+    TB_REQUIRE((t.master || (t.master_lo && t.model)) && t.grad && t.exp_avg && t.exp_avg_sq,
                str("AdamWGroup: tensor ", k,
-                   " needs master, grad, exp_avg and exp_avg_sq device pointers (model may be null)"));
+                   " needs master (or master_lo and model), grad, exp_avg and exp_avg_sq device pointers"));
+    TB_REQUIRE(!(t.master && t.master_lo),
+               str("AdamWGroup: tensor ", k, ": give master (fp32) or master_lo (split master), not both"));
     TB_REQUIRE(aligned_to(t.master, 4) && aligned_to(t.grad, 4) && aligned_to(t.exp_avg, msize) &&
-                   aligned_to(t.exp_avg_sq, msize) && aligned_to(t.model, 2),
+                   aligned_to(t.exp_avg_sq, msize) && aligned_to(t.model, 2) && aligned_to(t.master_lo, 2),
                str("AdamWGroup: tensor ", k, ": pointers must be aligned to their element size"));
     TensorRec r{};
     r.p = t.master;
@@ -240,12 +289,14 @@ AdamWGroup::AdamWGroup(int device, std::span<const AdamWTensor> tensors, DType m
     r.m = t.exp_avg;
     r.v = t.exp_avg_sq;
     r.w = t.model;
+    r.lo = t.master_lo;
     r.n = t.numel;
     r.decay = t.decay ? 1 : 0;
     r.phase_g = vec_phase(t.grad, 4);
-    r.phase = vec_phase(t.master, 4);
+    r.phase = t.master ? vec_phase(t.master, 4) : vec_phase(t.master_lo, 2);
     const bool same = r.phase == r.phase_g && r.phase == vec_phase(t.exp_avg, msize) &&
-                      r.phase == vec_phase(t.exp_avg_sq, msize) && (!t.model || r.phase == vec_phase(t.model, 2));
+                      r.phase == vec_phase(t.exp_avg_sq, msize) && (!t.model || r.phase == vec_phase(t.model, 2)) &&
+                      (!t.master_lo || r.phase == vec_phase(t.master_lo, 2));
     if (!same) r.phase = -1;
     recs.push_back(r);
     for (std::int64_t b = 0; b < t.numel; b += kAdamWChunk)
@@ -258,6 +309,20 @@ AdamWGroup::AdamWGroup(int device, std::span<const AdamWTensor> tensors, DType m
   upload(table_, device, recs);
   upload(chunk_table_, device, chunks);
   partials_ = DeviceBuffer(device, chunks.size() * sizeof(double));
+}
+
+void master_split(const float* src, __nv_bfloat16* hi, std::int16_t* lo, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  TB_REQUIRE(src && hi && lo, "master_split: src, hi and lo must be device pointers");
+  split_kernel<<<grid_for(n), 256, 0, stream>>>(src, reinterpret_cast<std::uint16_t*>(hi), lo, n);
+  TB_CHECK_LAUNCH();
+}
+
+void master_join(float* dst, const __nv_bfloat16* hi, const std::int16_t* lo, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  TB_REQUIRE(dst && hi && lo, "master_join: dst, hi and lo must be device pointers");
+  join_kernel<<<grid_for(n), 256, 0, stream>>>(dst, reinterpret_cast<const std::uint16_t*>(hi), lo, n);
+  TB_CHECK_LAUNCH();
 }
 
 void grad_norm(const AdamWGroup& group, float max_norm, GradNormResult* out, cudaStream_t stream) {

@@ -25,8 +25,11 @@
 // Moments are fp32 (default) or bf16 (DType::bf16: half the state memory; m and v are computed in fp32 and rounded
 // to nearest on store).
 //
+// Split master (AdamWTensor::master_lo, ops/cuda/master_split.h): the same fp32 master stored as the bf16 model weight
+// plus a 16-bit residual; every update is bit-identical to the fp32-master one (the join is exact), and the model
+// weight is the master rounded to nearest (ties away from zero instead of to even).
 // Ideal DRAM bytes per element: AdamW with fp32 moments 16 read (p, g, m, v) + 14 written (p, m, v, bf16 model) = 30
-// (bf16 moments: 22); grad norm 4 read. ~4 FLOPs per element for the norm, ~15 for the update: memory-bound.
+// (split master: 16 read + 12 written = 28; bf16 moments: 8 fewer); grad norm 4 read. ~4 FLOPs per element for the norm, ~15 for the update: memory-bound.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -45,7 +48,9 @@ inline constexpr std::int64_t kAdamWChunk = 32768;  // elements per block
 
 // One parameter tensor (device pointers, `numel` elements each). m and v are of the group's moment type.
 struct AdamWTensor {
-  float* master = nullptr;         // fp32 master weights, updated in place
+  float* master = nullptr;         // fp32 master weights, updated in place (null with master_lo)
+  std::int16_t* master_lo = nullptr;  // split master (ops/cuda/master_split.h): the fp32 master is (model, master_lo),
+                                      // exactly; model then holds its round-to-nearest bf16 half
   const float* grad = nullptr;     // fp32 gradients (read only: clipping is applied on the fly)
   void* exp_avg = nullptr;         // m, zero before step 1
   void* exp_avg_sq = nullptr;      // v, zero before step 1
@@ -100,6 +105,10 @@ class AdamWGroup {
   std::int64_t chunks_ = 0, numel_ = 0;
   DeviceBuffer table_, chunk_table_, partials_;
 };
+
+// Split master conversions, n elements (device pointers): src fp32 -> (hi, lo), and back.
+void master_split(const float* src, __nv_bfloat16* hi, std::int16_t* lo, std::size_t n, cudaStream_t stream);
+void master_join(float* dst, const __nv_bfloat16* hi, const std::int16_t* lo, std::size_t n, cudaStream_t stream);
 
 // out->norm_sq, norm, clip_scale (device) from the group's gradients; max_norm > 0 (+inf: measure, never clip).
 // Two launches on stream (partials, then one block), no host synchronisation.
