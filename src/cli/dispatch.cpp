@@ -20,7 +20,7 @@ constexpr Command kCommands[] = {
     {"check", "system check: GEMM, HBM, links, NCCL vs references and sibling GPUs; verdict table", cmd_check},
     {"micro", "one microbenchmark suite: gemm, membw, nccl, links", cmd_micro},
     {"train", "train a model preset for a few steps: step time, tokens/s, TFLOP/s, loss (--device cpu for now)", cmd_train},
-    {"list", "the suites (and later recipes) this build knows", cmd_list},
+    {"list", "the micro suites, recipes and reference rows this build knows", cmd_list},
 };
 
 void usage() {

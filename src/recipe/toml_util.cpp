@@ -1,4 +1,4 @@
-// recipe/toml_util.cpp: toml++ parse errors and unknown keys as "file:line:col: message".
+// recipe/toml_util.cpp: toml++ parse errors and unknown keys as "file:line:col: message"; typed getters.
 #include "recipe/toml_util.h"
 
 #include <fmt/format.h>
@@ -24,7 +24,7 @@ std::string where(const std::string& path, const toml::node& node) {
 }
 
 void reject_unknown_keys(const std::string& path, const toml::table& t, std::string_view table_name,
-                         std::initializer_list<std::string_view> allowed) {
+                         std::span<const std::string_view> allowed) {
   const std::vector<std::string> names(allowed.begin(), allowed.end());
   for (const auto& [key, node] : t) {
     const std::string k(key.str());
@@ -33,6 +33,59 @@ void reject_unknown_keys(const std::string& path, const toml::table& t, std::str
     if (!known)
       raise_config(fmt::format("{}: unknown key '{}' in {}{}", where(path, node), k, table_name, did_you_mean(k, names)));
   }
+}
+
+void reject_unknown_keys(const std::string& path, const toml::table& t, std::string_view table_name,
+                         std::initializer_list<std::string_view> allowed) {
+  reject_unknown_keys(path, t, table_name, std::span<const std::string_view>(allowed.begin(), allowed.size()));
+}
+
+std::optional<std::int64_t> get_int(const std::string& path, const toml::table& t, std::string_view key) {
+  const toml::node* n = t.get(key);
+  if (!n) return std::nullopt;
+  TB_REQUIRE(n->is_integer(), fmt::format("{}: '{}' must be an integer", where(path, *n), key));
+  return n->value<std::int64_t>();
+}
+
+std::optional<double> get_number(const std::string& path, const toml::table& t, std::string_view key) {
+  const toml::node* n = t.get(key);
+  if (!n) return std::nullopt;
+  TB_REQUIRE(n->is_number(), fmt::format("{}: '{}' must be a number", where(path, *n), key));
+  return n->value<double>();
+}
+
+std::optional<std::string> get_string(const std::string& path, const toml::table& t, std::string_view key) {
+  const toml::node* n = t.get(key);
+  if (!n) return std::nullopt;
+  TB_REQUIRE(n->is_string(), fmt::format("{}: '{}' must be a string", where(path, *n), key));
+  return n->value<std::string>();
+}
+
+std::optional<bool> get_bool(const std::string& path, const toml::table& t, std::string_view key) {
+  const toml::node* n = t.get(key);
+  if (!n) return std::nullopt;
+  TB_REQUIRE(n->is_boolean(), fmt::format("{}: '{}' must be true or false", where(path, *n), key));
+  return n->value<bool>();
+}
+
+std::optional<std::vector<std::string>> get_strings(const std::string& path, const toml::table& t,
+                                                    std::string_view key) {
+  const toml::node* n = t.get(key);
+  if (!n) return std::nullopt;
+  if (n->is_string()) return std::vector<std::string>{*n->value<std::string>()};
+  const auto* arr = n->as_array();
+  TB_REQUIRE(arr, fmt::format("{}: '{}' must be a string or a list of strings", where(path, *n), key));
+  std::vector<std::string> out;
+  for (const auto& e : *arr) {
+    TB_REQUIRE(e.is_string(), fmt::format("{}: '{}' must be a list of strings", where(path, e), key));
+    out.push_back(*e.value<std::string>());
+  }
+  return out;
+}
+
+std::string where_key(const std::string& path, const toml::table& t, std::string_view key) {
+  const toml::node* n = t.get(key);
+  return where(path, n ? *n : static_cast<const toml::node&>(t));
 }
 
 }  // namespace tb::recipe
