@@ -2,12 +2,14 @@
 # train_acceptance.sh: the training engine's GPU acceptance in one device call (run on the GPU machine from the
 # repository root, with carry/ from scripts/carry.sh): the training GPU tests, then trainbench and its PyTorch peer
 # (bench/peers/torch_train.py) on the same GPU, one after the other, at the shapes. Logs and JSONL to $OUT.
-# Usage: bench/train_acceptance.sh [tests|8b|70b|recompute|all]...  (default: tests 8b)
+# Usage: bench/train_acceptance.sh [tests|8b|70b|recompute|recipes]...  (default: tests 8b)
 #   8b:        Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: trainbench (fp32 master + moments; recompute
 #              none and selective), torch bf16
 #              state, torch fp32 state (AMP)
 #   70b:       Llama 3.1 70B shapes, 2 layers, the same three
 #   recompute: trainbench 8B L8 with --recompute full, --moments bf16, --master f32
+#   recipes:   the README's main job (check + the default recipe), `trainbench run` of the Llama 3.1 8B, 70B and
+#              405B recipes (proxies on one GPU) and `trainbench compare` over them
 set -uo pipefail
 OUT=${OUT:-/tmp/tb-out}
 mkdir -p "$OUT"
@@ -52,6 +54,12 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
         ours 8b-L8-full --model llama3.1-8b --layers 8 --seq 8192 --recompute full --no-op-profile
         ours 8b-L8-bf16-moments --model llama3.1-8b --layers 8 --seq 8192 --moments bf16 --no-op-profile
         ours 8b-L8-f32-master --model llama3.1-8b --layers 8 --seq 8192 --master f32 --no-op-profile ;;
+      recipes)
+        log "main job"; bash scripts/main-job.sh $TB; echo "exit $?"
+        for r in llama3.1-8b llama3.1-70b llama3.1-405b nemotron4-15b gpt3-175b; do
+          log "run $r"; $TB run $r --out "$OUT/results/run-$r"; echo "exit $?"
+        done
+        log "compare"; $TB compare "$OUT"/results/run-*; echo "exit $?" ;;
       *) echo "unknown mode $mode" ;;
     esac
   done

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "bench/sysinfo.h"
+#include "core/interrupt.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "model/flops.h"
@@ -105,6 +106,7 @@ int cmd_train(int argc, char** argv) {
                 cuda ? s.mem_gib : peak_rss_gib());
     std::fflush(stdout);
   };
+  install_interrupt_handler();
   const auto res = cuda ? train::train_cuda(spec, on_step) : train::train_cpu(spec, on_step);
 
   double peak = 0;
@@ -161,8 +163,10 @@ int cmd_train(int argc, char** argv) {
   } else {
     r.data["peak_rss_gib"] = peak_rss_gib();
   }
+  if (res.interrupted) r.status = Status::interrupted;
   run.sink->write(r);
 
+  if (res.interrupted) std::printf("\ninterrupted after %zu of %d steps\n", res.steps.size(), spec.steps);
   std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps | tokens/s %.0f | TFLOP/s/GPU %.1f",
               res.step_s.median, res.step_s.p10, res.step_s.p90, res.step_s.n, res.tokens_per_s, res.tflops);
   if (mfu > 0) std::printf(" | MFU %.1f%% of %.0f", 100 * mfu, peak);
@@ -178,7 +182,7 @@ int cmd_train(int argc, char** argv) {
     print_ops(res);
   }
   print_results_location(run);
-  return kOk;
+  return res.interrupted ? kFailed : kOk;
 }
 
 }  // namespace tb::cli

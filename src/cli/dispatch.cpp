@@ -19,7 +19,9 @@ constexpr Command kCommands[] = {
     {"info", "GPUs, links, clocks, power limits, driver and library versions (--json)", cmd_info},
     {"check", "system check: GEMM, HBM, links, NCCL vs references and sibling GPUs; verdict table", cmd_check},
     {"micro", "one microbenchmark suite: gemm, membw, nccl, links", cmd_micro},
-    {"train", "train a model preset for a few steps: step time, tokens/s, TFLOP/s, loss (--device cpu for now)", cmd_train},
+    {"run", "run a recipe (a proxy of its per-GPU layout) and compare it with the published reference", cmd_run},
+    {"compare", "compare run results with the published references; exit 1 when any is below", cmd_compare},
+    {"train", "train a model preset for a few steps: step time, tokens/s, TFLOP/s, MFU, memory, loss", cmd_train},
     {"list", "the micro suites, recipes and reference rows this build knows", cmd_list},
 };
 

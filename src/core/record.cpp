@@ -12,6 +12,7 @@ std::string_view status_name(Status s) {
     case Status::ok: return "ok";
     case Status::error: return "error";
     case Status::skipped: return "skipped";
+    case Status::interrupted: return "interrupted";
   }
   return "error";
 }
@@ -66,7 +67,7 @@ std::string check_record(const nlohmann::json& j) {
       return "status 'error' needs error {kind, msg}";
   } else if (status == "skipped") {
     if (!j.contains("reason") || !j["reason"].is_string()) return "status 'skipped' needs a 'reason'";
-  } else if (status != "ok") {
+  } else if (status != "ok" && status != "interrupted") {
     return fmt::format("unknown status '{}'", status);
   }
   if (j.contains("device") && !j["device"].is_number_integer()) return "'device' must be an integer";

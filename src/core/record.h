@@ -1,6 +1,7 @@
 // core/record.h: result records, one JSON object per measured case, appended to results.jsonl and
 // flushed as soon as known (a crash loses nothing already measured). Schema "trainbench.result.v1":
-//   required: schema, run, bench, case, world, status ("ok" | "error" | "skipped")
+//   required: schema, run, bench, case, world, status ("ok" | "error" | "skipped" | "interrupted": stopped by
+//             Ctrl-C or SIGTERM, the data covers what finished)
 //   status error:   error {kind, fatal, msg}        status skipped: reason
 //   optional:       device (GPU index), metrics with units in key names (time_us, busbw_gbps, ...),
 //                   telemetry {power_w_mean, energy_j, sm_clock_mhz_{min,mean}, temp_c_max, throttle}
@@ -20,7 +21,7 @@ namespace tb {
 class Error;
 inline constexpr std::string_view kResultSchema = "trainbench.result.v1";
 
-enum class Status { ok, error, skipped };
+enum class Status { ok, error, skipped, interrupted };
 std::string_view status_name(Status s);
 
 struct Record {

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "model/decoder_cpu.h"
 #include "ops/cpu/adamw.h"
 #include "train/data.h"
@@ -59,7 +60,7 @@ LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m) {
 }
 
 model::ModelConfig resolve_model(const TrainSpec& spec) {
-  model::ModelConfig m = model::preset(spec.model);
+  model::ModelConfig m = spec.model_config ? *spec.model_config : model::preset(spec.model);
   if (spec.layers > 0) m.layers = spec.layers;
   if (spec.seq > 0) m.seq = spec.seq;
   m.validate();
@@ -87,7 +88,7 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
   ops::cpu::AdamWParams hp;
   hp.beta1 = spec.beta1, hp.beta2 = spec.beta2, hp.eps = spec.eps, hp.weight_decay = spec.weight_decay;
 
-  std::vector<double> measured;
+  std::vector<double> measured, measured_opt;
   for (int step = 1; step <= spec.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     net.zero_grads();
@@ -99,6 +100,7 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     StepStats st;
     st.step = step;
     st.loss = loss;
+    const auto t_opt = std::chrono::steady_clock::now();
     st.grad_norm = spec.clip > 0 ? ops::cpu::clip_grad_norm(net.grads(), spec.clip) : ops::cpu::grad_norm(net.grads());
     TB_REQUIRE(std::isfinite(st.grad_norm), fmt::format("step {}: the gradient norm is not finite (loss {}): lower "
                                                         "--lr or raise --clip",
@@ -106,14 +108,22 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     st.lr = schedule.lr(step - 1);
     hp.lr = st.lr;
     ops::cpu::adamw_step(params, net.grads(), adam_m, adam_v, hp, step, mask);
-    st.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto t1 = std::chrono::steady_clock::now();
+    st.step_s = std::chrono::duration<double>(t1 - t0).count();
+    if (step > spec.warmup_steps) measured_opt.push_back(std::chrono::duration<double>(t1 - t_opt).count());
     st.tokens_per_s = res.tokens_per_step / st.step_s;
     st.tflops = res.flops_per_step / st.step_s / 1e12;
     if (step > spec.warmup_steps) measured.push_back(st.step_s);
     res.steps.push_back(st);
     if (on_step) on_step(st);
+    if (interrupted()) {
+      res.interrupted = true;
+      break;
+    }
   }
+  if (measured.empty()) measured.push_back(res.steps.back().step_s);  // interrupted during warmup
   res.step_s = summarize(measured);
+  if (!measured_opt.empty()) res.optimizer_s = summarize(measured_opt).median;
   res.tokens_per_s = res.tokens_per_step / res.step_s.median;
   res.tflops = res.flops_per_step / res.step_s.median / 1e12;
   return res;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ namespace tb::train {
 
 struct TrainSpec {
   std::string model = "tiny";         // a preset of model/config.h
+  std::optional<model::ModelConfig> model_config;  // instead of the preset (a recipe's shard); layers/seq still apply
   int layers = 0, seq = 0;            // 0: the preset's
   int micro_batch = 1;                // sequences per micro-batch
   int global_batch = 0;               // sequences per optimizer step; 0: micro_batch (no accumulation)
@@ -82,6 +84,9 @@ struct TrainResult {
   double tokens_per_s = 0, tflops = 0;  // from the median step time
   double loss_floor = 0;                // the synthetic task's (0: unknown, e.g. a token file)
   std::int64_t params = 0;
+  double optimizer_s = 0;               // per step: grad norm + clipping + AdamW (CPU: host clock median; CUDA: the
+                                        // profiled step's, 0 without op_profile)
+  bool interrupted = false;             // stopped by Ctrl-C / SIGTERM (core/interrupt.h): steps holds what finished
   // CUDA backend:
   std::string device_name;
   std::string graph = "off";             // "captured", "off", or why capture failed

@@ -24,6 +24,7 @@
 #include "bench/op_profile.h"
 #include "bench/telemetry.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/log.h"
 #include "model/decoder_cuda.h"
 #include "ops/cuda/adamw.h"
@@ -332,7 +333,12 @@ TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const Ste
     }
     res.steps.push_back(s);
     if (on_step) on_step(s);
+    if (interrupted()) {
+      res.interrupted = true;
+      break;
+    }
   }
+  if (measured.empty()) measured.push_back(res.steps.back().step_s), measured_gpu.push_back(res.steps.back().step_s);
   const bench::Telemetry::Mark tm_to = telemetry.mark();
   res.step_s = summarize(measured);
   res.gpu_step_s = summarize(measured_gpu);
@@ -347,12 +353,15 @@ TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const Ste
   }
 
   // ---- One more step, eager, with an event after every op: the breakdown.
-  if (spec.op_profile) {
+  if (spec.op_profile && !res.interrupted) {
     load_inputs(spec.steps + 1);
     profiling = true;
     profiler.begin();
     enqueue_step();
-    for (const bench::OpTime& t : profiler.finish()) res.ops.push_back({t.op, t.seconds, t.calls});
+    for (const bench::OpTime& t : profiler.finish()) {
+      res.ops.push_back({t.op, t.seconds, t.calls});
+      if (t.op == "grad norm + AdamW") res.optimizer_s = t.seconds;
+    }
     profiling = false;
   }
   cudaEventDestroy(ev0);

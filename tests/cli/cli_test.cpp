@@ -126,3 +126,46 @@ TEST(Cli, TrainRejectsBadConfigurationsBeforeWork) {
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("/no/such/tokens.bin"), std::string::npos) << r.err;
 }
+
+TEST(Cli, RunTinyOnTheCpuThenCompare) {
+  const auto dir = std::filesystem::temp_directory_path() / "tb_cli_run";
+  std::filesystem::remove_all(dir);
+  auto r = run({"run", "tiny", "--device", "cpu", "--steps", "3", "--warmup-steps", "1", "--out", dir.string()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("ours, CPU"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CPU measured"), std::string::npos) << r.out;
+  std::ifstream in(dir / "results.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const auto j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["bench"], "run");
+  EXPECT_EQ(j["status"], "ok");
+  EXPECT_GT(j["extrapolated"]["tokens_per_s_per_gpu"].get<double>(), 0);
+  EXPECT_EQ(j["comparison"]["reference_gpu"], "CPU");
+  // compare: exit 0 unless a verdict is below; a reference far above ours makes it below (exit 1).
+  auto c = run({"compare", dir.string()});
+  EXPECT_TRUE(c.rc == 0 || c.rc == 1) << c.err;
+  const auto refs = std::filesystem::temp_directory_path() / "tb_cli_refs";
+  std::filesystem::create_directories(refs);
+  std::ofstream(refs / "fast.toml") << "schema = 1\nsummary = \"x\"\nsource = \"test\"\n[[group]]\nrecipe = \"tiny\"\n"
+                                       "gpu = \"CPU\"\nrelease = \"t\"\nsource = \"test\"\n"
+                                       "rows = [ { gpus = 1, precision = \"fp32\", tokens_per_s = 1e12 } ]\n";
+  c = run({"compare", dir.string(), "--references", refs.string()});
+  EXPECT_EQ(c.rc, 1) << c.out << c.err;
+  EXPECT_NE(c.out.find("below"), std::string::npos) << c.out;
+  c = run({"compare", "/no/such/results"});
+  EXPECT_EQ(c.rc, 2);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(refs);
+}
+
+TEST(Cli, RunRefusesBeforeWork) {
+  auto r = run({"run", "grok1-314b", "--device", "cpu"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("needs moe"), std::string::npos) << r.err;
+  r = run({"run", "tiny", "--device", "cpu", "--set", "layer=3"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("did you mean 'layers'"), std::string::npos) << r.err;
+  r = run({"run", "lama3.1-8b", "--device", "cpu"});
+  EXPECT_EQ(r.rc, 2);
+}

@@ -1,0 +1,66 @@
+// cli/cmd_compare.cpp: `trainbench compare RESULTS...`: every "run" record of the given results (files or folders
+// holding results.jsonl) against the published references (report/compare.h); exit 1 when any is below.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "recipe/reference.h"
+#include "recipe/system.h"
+#include "report/compare.h"
+
+namespace tb::cli {
+namespace {
+
+std::vector<nlohmann::json> read_runs(const std::filesystem::path& p) {
+  const std::filesystem::path file = std::filesystem::is_directory(p) ? p / "results.jsonl" : p;
+  std::ifstream in(file);
+  TB_REQUIRE(in.good(), fmt::format("compare: cannot read {} (give results.jsonl files or the folders holding them)",
+                                    file.string()));
+  std::vector<nlohmann::json> out;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      raise_config(fmt::format("{}:{}: not JSON: {}", file.string(), n, e.what()));
+    }
+    if (j.value("bench", "") == "run" && j.value("status", "") == "ok") out.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace
+
+int cmd_compare(int argc, char** argv) {
+  CLI::App app{"compare run results with the published references (exit 1 when any is below)", "trainbench compare"};
+  std::vector<std::filesystem::path> inputs;
+  std::optional<std::filesystem::path> references;
+  std::string ref_gpu;
+  app.add_option("results", inputs, "results.jsonl files or folders holding one")->required();
+  app.add_option("--references", references, "references folder (default: next to the binary)");
+  app.add_option("--reference-gpu", ref_gpu, "GPU model of the reference (default: H100; CPU for CPU runs)");
+  if (auto rc = parse(app, argc, argv)) return *rc;
+  const auto rows = recipe::load_reference_dir(recipe::find_references_dir(references));
+  std::vector<report::Comparison> cs;
+  for (const auto& in : inputs)
+    for (const auto& j : read_runs(in)) {
+      const std::string gpu = !ref_gpu.empty() ? ref_gpu : j.value("backend", "cuda") == "cpu" ? "CPU" : "H100";
+      cs.push_back(report::compare_run(j, rows, gpu));
+    }
+  if (cs.empty()) {
+    std::fprintf(stderr, "trainbench compare: no finished `run` records in the given results\n");
+    return kUsage;
+  }
+  std::printf("%s", report::render_comparisons(cs).c_str());
+  bool below = false;
+  for (const auto& c : cs) below = below || c.verdict == report::RefVerdict::below;
+  return below ? kFailed : kOk;
+}
+
+}  // namespace tb::cli

@@ -1,0 +1,200 @@
+// cli/cmd_run.cpp: `trainbench run <recipe>`: the recipe's reference run (recipe/plan.h), as a proxy on one device
+// where its layout spans GPUs: one short training run per layer count, the extrapolation to the full layout's
+// per-GPU step, one "run" record, and the comparison with the published reference (report/compare.h).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdio>
+
+#include "bench/sysinfo.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/interrupt.h"
+#include "core/stats.h"
+#include "recipe/convention.h"
+#include "recipe/plan.h"
+#include "recipe/reference.h"
+#include "report/compare.h"
+#include "train/trainer.h"
+
+namespace tb::cli {
+namespace {
+
+std::map<std::string, std::string> parse_sets(const std::vector<std::string>& sets) {
+  std::map<std::string, std::string> out;
+  for (const std::string& s : sets) {
+    const auto eq = s.find('=');
+    TB_REQUIRE(eq != std::string::npos && eq > 0 && eq + 1 < s.size(),
+               fmt::format("--set {}: expected key=value, e.g. --set layers=4", s));
+    out[s.substr(0, eq)] = s.substr(eq + 1);
+  }
+  return out;
+}
+
+nlohmann::json layout_json(const recipe::Layout& l) {
+  return {{"gpus", l.gpus},        {"tp", l.tp},     {"pp", l.pp},     {"cp", l.cp},
+          {"vp", l.vp},            {"dp", l.dp},     {"micro_batch", l.micro_batch},
+          {"global_batch", l.global_batch},          {"layers", l.layers}, {"seq", l.seq},
+          {"where", l.where}};
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  CLI::App app{"run a recipe: its model trained in its per-GPU layout, compared with the published reference",
+               "trainbench run"};
+  std::string name;
+  CommonOptions common;
+  common.add_to(app);
+  std::optional<std::filesystem::path> recipes_dir;
+  std::string precision, release, device = "cuda", ref_gpu;
+  int steps = 10, warmup = 3, ref_gpus = 0;
+  std::vector<std::string> sets;
+  std::vector<int> points;
+  app.add_option("recipe", name, "a recipe of `trainbench list recipes` (default: the default recipe; tiny without GPU)");
+  app.add_option("--precision", precision, "bf16 | fp8 (GPU), fp32 (CPU); default: bf16 on a GPU, fp32 on the CPU");
+  app.add_option("--ref-gpus", ref_gpus, "the reference run to stand for, by its GPU count (default: the smallest)");
+  app.add_option("--release", release, "the reference release whose layouts to use (default: the recipe's)");
+  app.add_option("--reference-gpu", ref_gpu, "GPU model of the reference to compare with (default: H100; CPU on cpu)");
+  app.add_option("--set", sets, "override the layout: layers, seq, micro_batch, global_batch, tp, pp, cp, vp (key=value)");
+  app.add_option("--points", points, "layer counts to measure (default: 1,2 or 2,4)")->delimiter(',');
+  app.add_option("--steps", steps, "measured steps per point")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--warmup-steps", warmup, "unmeasured steps per point")->capture_default_str();
+  app.add_option("--device", device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
+  app.add_option("--recipes", recipes_dir, "recipes folder (default: next to the binary, or $TRAINBENCH_RECIPES)");
+  if (auto rc = parse(app, argc, argv)) return *rc;
+
+  const auto recipes = recipe::load_recipes(recipe::find_recipes_dir(recipes_dir));
+  const bool have_gpu = bench::visible_gpu_count() > 0;
+  if (device == "cuda" && !have_gpu) {
+    if (!name.empty() && name != "tiny") {
+      std::fprintf(stderr, "trainbench run: %s needs a GPU: %s (`trainbench run tiny --device cpu` runs without one)\n",
+                   name.c_str(), bench::no_gpu_reason().c_str());
+      return kUsage;
+    }
+    std::printf("no GPU here (%s): running the `tiny` recipe on the CPU\n", bench::no_gpu_reason().c_str());
+    device = "cpu", name = "tiny";
+  }
+  const bool cuda = device == "cuda";
+  if (name.empty()) name = recipe::default_recipe(recipes).name;
+  const recipe::Recipe& r = recipe::find_recipe(recipes, name);
+  if (precision.empty()) precision = cuda ? "bf16" : "fp32";
+  TB_REQUIRE(precision != "fp8", "trainbench run: FP8 training is not built yet (it comes with the FP8 issue); use "
+                                 "--precision bf16");
+  TB_REQUIRE(cuda ? precision == "bf16" : precision == "fp32",
+             fmt::format("trainbench run: the {} backend trains in {}, not {}", device, cuda ? "bf16" : "fp32", precision));
+  if (ref_gpu.empty()) ref_gpu = cuda ? "H100" : "CPU";
+
+  recipe::RunOptions opt;
+  opt.ref_gpus = ref_gpus, opt.precision = precision, opt.release = release, opt.sets = parse_sets(sets);
+  opt.points = points;
+  const recipe::RunPlan plan = recipe::plan_run(r, opt);  // every recipe and layout error before any work
+  const auto ref_rows = recipe::load_reference_dir(recipe::find_references_dir(common.references));
+
+  int gpu = 0;
+  if (cuda) {
+    auto devices = select_devices("run", common);
+    if (devices.exit) return *devices.exit;
+    gpu = devices.list.front();
+    if (devices.list.size() > 1)
+      std::printf("note: multi-GPU training comes with the parallel issue; %zu GPUs visible, the proxy runs on GPU %d\n",
+                  devices.list.size(), gpu);
+  }
+  install_interrupt_handler();
+  auto run = open_run(common, argc, argv);
+  const recipe::Layout& L = plan.layout;
+  std::printf("run %s (%s): reference run %d GPUs, tp %d pp %d cp %d vp %d dp %d, micro-batch %d, global batch %d, "
+              "%d layers, seq %d (%s)\n",
+              r.name.c_str(), precision.c_str(), L.gpus, L.tp, L.pp, L.cp, L.vp, L.dp, L.micro_batch, L.global_batch,
+              L.layers, L.seq, L.where.c_str());
+  for (const std::string& d : plan.differences) std::printf("  proxy: %s\n", d.c_str());
+  std::fflush(stdout);
+
+  std::vector<recipe::PointTiming> timings;
+  auto points_json = nlohmann::json::array();
+  std::string device_name = cuda ? "" : "CPU";
+  bool stopped = false;
+  for (int layers : plan.points) {
+    train::TrainSpec spec;
+    spec.model_config = plan.shard;
+    spec.model_config->layers = layers;
+    spec.model = plan.shard.name;
+    spec.micro_batch = L.micro_batch;
+    spec.global_batch = L.micro_batch;  // one micro-batch per step; the layout's accumulation is extrapolated
+    spec.steps = steps + warmup;
+    spec.warmup_steps = warmup;
+    spec.device = device;
+    spec.gpu = gpu;
+    spec.op_profile = cuda;  // the optimizer's share of the step
+    std::printf("point: %d layer%s ...", layers, layers > 1 ? "s" : "");
+    std::fflush(stdout);
+    const train::TrainResult res = cuda ? train::train_cuda(spec, nullptr) : train::train_cpu(spec, nullptr);
+    if (cuda) device_name = res.device_name;
+    const double step = res.step_s.median, opt_s = std::min(res.optimizer_s, step);
+    std::printf(" step %.4f s (optimizer %.4f s) | tokens/s %.0f | TFLOP/s %.1f | loss %.3f -> %.3f%s\n", step, opt_s,
+                res.tokens_per_s, res.tflops, res.steps.front().loss, res.steps.back().loss,
+                res.interrupted ? " | interrupted" : "");
+    std::fflush(stdout);
+    points_json.push_back({{"layers", layers},
+                           {"step_ms", to_json(scaled(res.step_s, 1e3))},
+                           {"optimizer_ms", opt_s * 1e3},
+                           {"tokens_per_s", res.tokens_per_s},
+                           {"peak_alloc_gib", res.peak_alloc_bytes / double(1 << 30)},
+                           {"graph", res.graph}});
+    timings.push_back({layers, step - opt_s, opt_s});
+    if (res.interrupted) {
+      stopped = true;
+      break;
+    }
+  }
+
+  Record rec;
+  rec.bench = "run";
+  rec.name = fmt::format("{}/{}/{}gpus", r.name, precision, L.gpus);
+  rec.world = 1;
+  if (cuda) rec.device = gpu;
+  double peak = 0;
+  if (cuda) {
+    const Systems sys = load_systems_for(common, gpu);
+    if (sys.match) peak = sys.match->peak_tflops(precision);
+  }
+  auto fpt = nlohmann::json::object();
+  for (auto c : {recipe::Convention::full, recipe::Convention::causal, recipe::Convention::full_mha,
+                 recipe::Convention::linear})
+    if (recipe::can_count_flops(r)) fpt[std::string(recipe::convention_name(c))] = recipe::flops_per_token(r, L, c);
+  rec.data = {{"recipe", r.name},           {"precision", precision},          {"release", r.release},
+              {"layout", layout_json(L)},   {"proxy", plan.proxy},             {"differences", plan.differences},
+              {"gpu", device_name},         {"peak_tflops", peak},             {"points", points_json},
+              {"flops_per_token", fpt},     {"backend", device}};
+  std::vector<report::Comparison> cmp;
+  if (stopped || timings.size() < plan.points.size()) {
+    rec.status = Status::interrupted;
+    run.sink->write(rec);
+    std::printf("\ninterrupted: %zu of %zu points measured; no extrapolation\n", timings.size(), plan.points.size());
+    print_results_location(run);
+    return kFailed;
+  }
+  const recipe::Extrapolation x = recipe::extrapolate(plan, timings);
+  rec.data["extrapolated"] = {{"microbatch_s", x.microbatch_s},   {"optimizer_s", x.optimizer_s},
+                              {"step_s", x.step_s},               {"grad_accum", x.grad_accum},
+                              {"tokens_per_s_per_gpu", x.tokens_per_s_per_gpu},
+                              {"fit", {{"f0_s", x.f0}, {"f1_s", x.f1}, {"o0_s", x.o0}, {"o1_s", x.o1}}}};
+  if (fpt.contains("full")) {
+    rec.data["tflops_per_gpu"] = x.tokens_per_s_per_gpu * fpt["full"].get<double>() / 1e12;
+    if (peak > 0) rec.data["mfu"] = rec.data["tflops_per_gpu"].get<double>() / peak;
+  }
+  const report::Comparison c = report::compare_run(to_json(rec, run.run_id), ref_rows, ref_gpu);
+  rec.data["comparison"] = {{"reference_gpu", ref_gpu},       {"reference_release", c.ref_release},
+                            {"reference_where", c.ref_where}, {"ratio", c.ratio},
+                            {"verdict", report::ref_verdict_name(c.verdict)}};
+  run.sink->write(rec);
+  std::printf("\n%s per GPU: step %.3f s (%d micro-batches x %.4f s + optimizer %.4f s), %.0f tokens/s per GPU\n\n",
+              plan.proxy ? "extrapolated to the reference layout" : "measured", x.step_s, x.grad_accum, x.microbatch_s,
+              x.optimizer_s, x.tokens_per_s_per_gpu);
+  std::printf("%s", report::render_comparisons({c}).c_str());
+  print_results_location(run);
+  return kOk;
+}
+
+}  // namespace tb::cli

@@ -1,0 +1,142 @@
+// recipe/plan.cpp: see plan.h.
+#include "recipe/plan.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "core/error.h"
+#include "core/suggest.h"
+
+namespace tb::recipe {
+namespace {
+
+int parse_int(const std::string& key, const std::string& v) {
+  int x = 0;
+  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  TB_REQUIRE(ec == std::errc() && p == v.data() + v.size() && x > 0,
+             fmt::format("--set {}={}: needs a positive integer", key, v));
+  return x;
+}
+
+void apply_sets(Layout& l, model::ModelConfig& m, const std::map<std::string, std::string>& sets) {
+  static const std::vector<std::string> keys = {"layers", "seq", "micro_batch", "global_batch", "tp", "pp", "cp", "vp"};
+  for (const auto& [k, v] : sets) {
+    if (std::find(keys.begin(), keys.end(), k) == keys.end())
+      raise_config(fmt::format("--set {}: unknown key{}; keys: layers, seq, micro_batch, global_batch, tp, pp, cp, vp", k,
+                               did_you_mean(k, keys)));
+    const int x = parse_int(k, v);
+    if (k == "layers") l.layers = x;
+    if (k == "seq") l.seq = x, m.seq = x;
+    if (k == "micro_batch") l.micro_batch = x;
+    if (k == "global_batch") l.global_batch = x;
+    if (k == "tp") l.tp = x;
+    if (k == "pp") l.pp = x;
+    if (k == "cp") l.cp = x;
+    if (k == "vp") l.vp = x;
+  }
+}
+
+}  // namespace
+
+RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
+  TB_REQUIRE(r.runnable(), fmt::format("recipe '{}' needs {} (not built yet); `trainbench list recipes` shows what runs",
+                                       r.name, fmt::join(r.needs, ", ")));
+  RunPlan p;
+  p.recipe = r.name;
+  p.precision = opt.precision.empty() ? r.precisions.front() : opt.precision;
+  TB_REQUIRE(std::find(r.precisions.begin(), r.precisions.end(), p.precision) != r.precisions.end(),
+             fmt::format("recipe '{}' has no {} runs; its precisions: {}", r.name, p.precision,
+                         fmt::join(r.precisions, ", ")));
+  LayoutQuery q(opt.ref_gpus, p.precision, opt.release, opt.gpu_model);
+  if (q.gpus == 0) {
+    const std::vector<int> counts = layout_gpu_counts(r, q);
+    TB_REQUIRE(!counts.empty(), fmt::format("recipe '{}' lists no layout for {}", r.name, p.precision));
+    q.gpus = counts.front();
+  }
+  p.layout = layout_for(r, q);
+  model::ModelConfig m = r.model;
+  if (p.layout.seq > 0) m.seq = p.layout.seq;
+  if (p.layout.layers <= 0) p.layout.layers = m.layers;
+  if (p.layout.seq <= 0) p.layout.seq = m.seq;
+  const bool set_layers = opt.sets.count("layers") > 0;
+  apply_sets(p.layout, m, opt.sets);
+  if (!opt.sets.empty()) {
+    p.layout.dp = 0;
+    p.layout.where = "--set on " + p.layout.where;
+    validate_layout(r, p.layout);
+    std::string sets;
+    for (const auto& [k, v] : opt.sets) sets += fmt::format("{}{}={}", sets.empty() ? "" : " ", k, v);
+    p.differences.push_back("--set " + sets);
+  }
+  m.layers = p.layout.layers;
+  m.seq = p.layout.seq;
+  p.layers = p.layout.layers;
+  if (set_layers || p.layout.proxy) p.differences.push_back(fmt::format("{} of the model's {} layers", p.layers, r.model.layers));
+
+  const Layout& l = p.layout;
+  p.shard = m;
+  p.shard.heads = m.heads / l.tp;
+  p.shard.kv_heads = std::max(1, m.kv_heads / l.tp);
+  p.shard.ffn = m.ffn / l.tp;
+  p.shard.vocab = (m.vocab + l.tp - 1) / l.tp;
+  const int stage_layers = std::max(1, p.layers / l.pp);
+  p.shard.layers = stage_layers;
+  p.shard.validate();
+  const bool one_device = l.gpus == 1 && l.tp == 1 && l.pp == 1 && l.cp == 1;
+  p.proxy = !one_device;
+  if (opt.points.empty()) {
+    if (one_device)
+      p.points = {p.layers};
+    else
+      p.points = stage_layers >= 4 ? std::vector<int>{2, 4} : std::vector<int>{1, 2};
+  } else {
+    p.points = opt.points;
+    std::sort(p.points.begin(), p.points.end());
+    p.points.erase(std::unique(p.points.begin(), p.points.end()), p.points.end());
+  }
+  if (p.proxy) {
+    p.differences.push_back(fmt::format("one device runs the per-GPU shard of {} GPUs (tp {}, pp {}, cp {}, dp {}): "
+                                        "heads {}/{}, ffn {}, vocab {}",
+                                        l.gpus, l.tp, l.pp, l.cp, l.dp, p.shard.heads, p.shard.kv_heads, p.shard.ffn,
+                                        p.shard.vocab));
+    p.differences.push_back(fmt::format("layers measured at {} and extrapolated to the stage's {}",
+                                        fmt::join(p.points, ", "), stage_layers));
+    p.differences.push_back("no communication, no pipeline bubble (trainbench project adds them)");
+  }
+  return p;
+}
+
+Extrapolation extrapolate(const RunPlan& plan, std::span<const PointTiming> pts) {
+  TB_REQUIRE(!pts.empty(), "extrapolate: no measured points");
+  Extrapolation e;
+  const Layout& l = plan.layout;
+  if (pts.size() == 1) {
+    TB_REQUIRE(pts[0].layers == plan.shard.layers,
+               fmt::format("extrapolate: one point at {} layers cannot be extrapolated to {}; measure two layer counts",
+                           pts[0].layers, plan.shard.layers));
+    e.f0 = pts[0].fb_s, e.o0 = pts[0].opt_s;
+  } else {  // least squares of fb and opt against layers
+    double n = 0, sx = 0, sxx = 0, sf = 0, sxf = 0, so = 0, sxo = 0;
+    for (const PointTiming& t : pts) {
+      n += 1, sx += t.layers, sxx += double(t.layers) * t.layers;
+      sf += t.fb_s, sxf += t.layers * t.fb_s, so += t.opt_s, sxo += t.layers * t.opt_s;
+    }
+    const double den = n * sxx - sx * sx;
+    TB_REQUIRE(den > 0, "extrapolate: the points need at least two different layer counts");
+    e.f1 = (n * sxf - sx * sf) / den, e.f0 = (sf - e.f1 * sx) / n;
+    e.o1 = (n * sxo - sx * so) / den, e.o0 = (so - e.o1 * sx) / n;
+  }
+  const double L = double(plan.layers);
+  const int dp = l.dp > 0 ? l.dp : l.gpus / (l.tp * l.pp * l.cp);
+  e.grad_accum = l.global_batch / (l.micro_batch * dp);
+  e.microbatch_s = (e.f0 + e.f1 * L) / double(l.pp * l.cp);
+  e.optimizer_s = (e.o0 + e.o1 * L) / double(l.pp * dp * l.cp);
+  e.step_s = e.grad_accum * e.microbatch_s + e.optimizer_s;
+  e.tokens_per_s_per_gpu = double(l.global_batch) * l.seq / (e.step_s * l.gpus);
+  return e;
+}
+
+}  // namespace tb::recipe

@@ -1,0 +1,67 @@
+// recipe/plan.h: from a recipe to what `trainbench run` measures, and from those measurements to the full run's
+// per-GPU figures. trainbench trains on one device today (multi-GPU layouts come with the parallel issue), so a
+// recipe whose reference layout spans several GPUs runs as a PROXY: the per-GPU shard of that layout on one
+// device, i.e. the model with heads / tp, kv_heads / tp (at least 1), ffn / tp and vocab / tp (Megatron's
+// column/row-parallel and vocab-parallel shards), d_model and head_dim unchanged, the full sequence, the layout's
+// micro-batch, and few layers: each point of `points` is a short training run with global batch = micro-batch.
+// From the points (layers L_i; forward+backward time fb_i and optimizer time opt_i per step), least squares:
+//   fb(L) = F0 + F1 L,  opt(L) = O0 + O1 L        (F0, O0: embedding, final norm, LM head + loss; F1, O1: a layer)
+// and the full run's per-GPU step, communication and pipeline bubble NOT included (the projection adds them):
+//   t_mb  = (F0 + F1 L) / (pp cp)                 one micro-batch through the GPU's stage, its 1/cp of the tokens
+//   t_opt = (O0 + O1 L) / (pp dp cp)              distributed optimizer: the stage's parameters sharded over dp cp
+//   step  = GA t_mb + t_opt,  GA = global_batch / (micro_batch dp)
+//   tokens/s per GPU = global_batch seq / (step gpus)
+// L = the layout's layers (a reference proxy's own). Balanced stages are assumed (F0 spread over the pp stages;
+// in the reference the first and last stages carry it, or NeMo counts it as layers). A recipe whose layout is one
+// device (tp = pp = cp = dp = 1, e.g. `tiny`) measures the model itself: one point at its own layers.
+#pragma once
+
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "recipe/recipe.h"
+
+namespace tb::recipe {
+
+struct RunOptions {
+  int ref_gpus = 0;                          // the reference layout's GPU count; 0: the smallest listed
+  std::string precision;                     // "": the recipe's first
+  std::string release;                       // "": the recipe's
+  std::string gpu_model;                     // "": layouts naming no GPU model (the reference H100 ones)
+  std::map<std::string, std::string> sets;   // --set key=value: layers seq micro_batch global_batch tp pp cp vp
+  std::vector<int> points;                   // layer counts to measure; empty: chosen by plan_run
+};
+
+struct RunPlan {
+  std::string recipe;
+  std::string precision;
+  Layout layout;                        // the reference run this one stands for
+  model::ModelConfig shard;             // the per-GPU shard (layers: the full stage count, layout.layers / pp)
+  int layers = 0;                       // the run's layers (layout.layers)
+  bool proxy = false;                   // anything but the reference run itself on the same GPU count
+  std::vector<int> points;              // layer counts to run, ascending
+  std::vector<std::string> differences; // what differs from the reference run, one phrase each
+};
+
+// Validates the recipe (runnable, precision listed), resolves the layout and the --set overrides (validated as
+// layouts are: Error{config} saying which key), derives the shard and the points.
+RunPlan plan_run(const Recipe& r, const RunOptions& opt);
+
+struct PointTiming {
+  int layers = 0;
+  double fb_s = 0, opt_s = 0;  // per step: forward+backward of one micro-batch; optimizer (norm + AdamW)
+};
+
+struct Extrapolation {
+  double f0 = 0, f1 = 0, o0 = 0, o1 = 0;  // the fits (seconds; per layer for f1, o1)
+  double microbatch_s = 0, optimizer_s = 0, step_s = 0;
+  int grad_accum = 0;
+  double tokens_per_s_per_gpu = 0;
+};
+// Needs two points of different layer counts, or one point at the run's own layers (used as it is: F1 = O1 = 0).
+Extrapolation extrapolate(const RunPlan& plan, std::span<const PointTiming> points);
+
+}  // namespace tb::recipe

@@ -1,0 +1,107 @@
+// report/compare.cpp: see compare.h.
+#include "report/compare.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace tb::report {
+
+std::string_view ref_verdict_name(RefVerdict v) {
+  switch (v) {
+    case RefVerdict::meets: return "meets";
+    case RefVerdict::below: return "below";
+    case RefVerdict::above: return "above";
+    case RefVerdict::none: return "no reference";
+  }
+  return "?";
+}
+
+RefVerdict ref_verdict_for(double ratio) {
+  if (ratio < 0.95) return RefVerdict::below;
+  if (ratio > 1.05) return RefVerdict::above;
+  return RefVerdict::meets;
+}
+
+Comparison compare_run(const nlohmann::json& rec, const std::vector<recipe::ReferenceRow>& rows,
+                       const std::string& ref_gpu) {
+  TB_REQUIRE(rec.value("bench", "") == "run", "compare: not a `run` record (bench '" + rec.value("bench", "") + "')");
+  Comparison c;
+  c.recipe = rec.at("recipe").get<std::string>();
+  c.precision = rec.at("precision").get<std::string>();
+  c.gpu = rec.value("gpu", "");
+  c.release = rec.value("release", "");
+  c.gpus = rec.at("layout").at("gpus").get<int>();
+  c.proxy = rec.value("proxy", false);
+  if (c.proxy) c.caveat = "proxy: extrapolated per-GPU compute, no communication or pipeline bubble";
+  const auto& x = rec.at("extrapolated");
+  c.tokens_per_gpu = x.at("tokens_per_s_per_gpu").get<double>();
+  c.step_s = x.at("step_s").get<double>();
+  c.ref_gpu = ref_gpu;
+  const recipe::ReferenceRow* row = recipe::find_reference(rows, {c.recipe, c.gpus, c.precision, ref_gpu, c.release});
+  if (!row) row = recipe::find_reference(rows, {c.recipe, c.gpus, c.precision, ref_gpu});  // the newest release
+  if (!row) {
+    const auto& fpt = rec.value("flops_per_token", nlohmann::json::object());
+    if (fpt.contains("full")) {
+      c.convention = "full";
+      c.tflops = c.tokens_per_gpu * fpt["full"].get<double>() / 1e12;
+      const double peak = rec.value("peak_tflops", 0.0);
+      if (peak > 0) c.mfu = c.tflops / peak;
+    }
+    const auto counts = recipe::reference_gpu_counts(rows, {c.recipe, 0, c.precision, ref_gpu});
+    c.why_none = counts.empty() ? fmt::format("no {} {} reference for {}", ref_gpu, c.precision, c.recipe)
+                                : fmt::format("{} {} references exist for {} GPUs", ref_gpu, c.precision,
+                                              fmt::join(counts, ", "));
+    return c;
+  }
+  c.ref_release = row->release();
+  c.ref_where = row->where;
+  c.ref_step_s = row->step_s;
+  c.ref_tokens_per_gpu = row->tokens_per_s > 0 ? row->tokens_per_s_per_gpu() : 0;
+  c.ref_tflops = row->published_tflops_per_gpu();
+  c.ref_mfu = row->mfu_pct / 100;
+  c.convention = row->convention ? std::string(recipe::convention_name(*row->convention)) : "full";
+  const auto& fpt = rec.value("flops_per_token", nlohmann::json::object());
+  if (fpt.contains(c.convention)) c.tflops = c.tokens_per_gpu * fpt[c.convention].get<double>() / 1e12;
+  const double peak = rec.value("peak_tflops", 0.0);
+  if (peak > 0) c.mfu = c.tflops / peak;
+  if (c.ref_tokens_per_gpu > 0)
+    c.ratio = c.tokens_per_gpu / c.ref_tokens_per_gpu;
+  else if (c.ref_step_s > 0)
+    c.ratio = c.ref_step_s / c.step_s;
+  if (c.ratio > 0) c.verdict = ref_verdict_for(c.ratio);
+  return c;
+}
+
+std::string render_comparisons(const std::vector<Comparison>& cs) {
+  constexpr auto kRow = "{:<16} {:<5} {:>5}  {:<22} {:>10} {:>9} {:>8} {:>6} {:>6}  {}\n";
+  std::string out = fmt::format(kRow, "recipe", "prec", "GPUs", "", "tok/s/GPU", "step s", "TFLOP/s", "MFU", "ratio",
+                                "verdict");
+  auto num = [](double v, const char* f) { return v > 0 ? fmt::format(fmt::runtime(f), v) : std::string("-"); };
+  auto tf = [&](double v) { return v >= 1 || v <= 0 ? num(v, "{:.1f}") : num(v, "{:.2g}"); };
+  for (const Comparison& c : cs) {
+    out += fmt::format(kRow, c.recipe, c.precision, c.gpus, fmt::format("ours, {}", c.gpu), num(c.tokens_per_gpu, "{:.0f}"),
+                       num(c.step_s, "{:.3f}"), tf(c.tflops), num(100 * c.mfu, "{:.1f}%"), "",
+                       c.proxy ? "[proxy]" : "");
+    if (c.verdict == RefVerdict::none) {
+      out += fmt::format(kRow, "", "", "", "reference", "-", "-", "-", "-", "-", c.why_none);
+      continue;
+    }
+    out += fmt::format(kRow, "", "", "", fmt::format("{} {}", c.ref_gpu, c.ref_release), num(c.ref_tokens_per_gpu, "{:.0f}"),
+                       num(c.ref_step_s, "{:.3f}"), tf(c.ref_tflops), num(100 * c.ref_mfu, "{:.1f}%"),
+                       num(c.ratio, "{:.2f}"), ref_verdict_name(c.verdict));
+  }
+  bool proxy = false;
+  std::string conv;
+  for (const Comparison& c : cs) proxy = proxy || c.proxy, conv = c.convention.empty() ? conv : c.convention;
+  out += fmt::format("ratio: tokens/s per GPU, ours / reference; meets 0.95-1.05; TFLOP/s in the reference's FLOP "
+                     "convention{}.\n",
+                     conv.empty() ? "" : " (" + conv + ")");
+  if (proxy)
+    out += "[proxy]: one device ran the per-GPU shard; figures extrapolated to the full layout without "
+           "communication or pipeline bubble.\n";
+  return out;
+}
+
+}  // namespace tb::report

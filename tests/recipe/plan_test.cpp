@@ -1,0 +1,104 @@
+// Tests recipe/plan: proxies of the real recipes have the per-GPU shard shapes of their reference layouts
+// (heads, kv heads, ffn and vocab divided by tp; d_model, head_dim, sequence unchanged); the points; --set
+// overrides (validated like layouts); refusals (needs, precision); and the extrapolation arithmetic on timings
+// made from known F0, F1, O0, O1 (recovered exactly, and the step and tokens/s per GPU by the formula).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "recipe/plan.h"
+
+namespace {
+
+namespace tr = tb::recipe;
+
+const std::vector<tr::Recipe>& recipes() {
+  static const auto r = tr::load_recipes(tr::find_recipes_dir(std::nullopt));
+  return r;
+}
+
+TEST(Plan, Llama8bProxyIsTheFullWidthModelAtCp2) {
+  const auto p = tr::plan_run(tr::find_recipe(recipes(), "llama3.1-8b"), {});
+  EXPECT_EQ(p.layout.gpus, 8);
+  EXPECT_EQ(p.layout.cp, 2);
+  EXPECT_TRUE(p.proxy);
+  EXPECT_EQ(p.shard.heads, 32);
+  EXPECT_EQ(p.shard.kv_heads, 8);
+  EXPECT_EQ(p.shard.ffn, 14336);
+  EXPECT_EQ(p.shard.vocab, 128256);
+  EXPECT_EQ(p.shard.seq, 8192);
+  EXPECT_EQ(p.shard.layers, 32);
+  EXPECT_EQ(p.points, (std::vector<int>{2, 4}));
+  EXPECT_EQ(p.precision, "bf16");
+}
+
+TEST(Plan, Llama70bShardDividesByTp) {
+  const auto& r = tr::find_recipe(recipes(), "llama3.1-70b");
+  const auto p = tr::plan_run(r, {});
+  const int tp = p.layout.tp;
+  ASSERT_GT(tp, 1);
+  EXPECT_EQ(p.shard.heads, r.model.heads / tp);
+  EXPECT_EQ(p.shard.kv_heads, std::max(1, r.model.kv_heads / tp));
+  EXPECT_EQ(p.shard.ffn, r.model.ffn / tp);
+  EXPECT_EQ(p.shard.vocab, (r.model.vocab + tp - 1) / tp);
+  EXPECT_EQ(p.shard.d_model, r.model.d_model);
+  EXPECT_EQ(p.shard.head_dim, r.model.head_dim);
+  EXPECT_EQ(p.shard.layers, p.layers / p.layout.pp);
+}
+
+TEST(Plan, SetOverridesAreValidatedLikeLayouts) {
+  const auto& r = tr::find_recipe(recipes(), "llama3.1-8b");
+  tr::RunOptions o;
+  o.sets = {{"layers", "8"}, {"global_batch", "64"}};
+  const auto p = tr::plan_run(r, o);
+  EXPECT_EQ(p.layers, 8);
+  EXPECT_EQ(p.layout.global_batch, 64);
+  o.sets = {{"tp", "3"}};
+  EXPECT_THROW(tr::plan_run(r, o), tb::Error);  // 32 heads are not divisible by 3; 8 GPUs not by 3*2
+  o.sets = {{"tpp", "2"}};
+  try {
+    tr::plan_run(r, o);
+    ADD_FAILURE();
+  } catch (const tb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'tp'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Plan, RefusesWhatCannotRun) {
+  EXPECT_THROW(tr::plan_run(tr::find_recipe(recipes(), "grok1-314b"), {}), tb::Error);  // needs moe
+  tr::RunOptions o;
+  o.precision = "fp32";
+  EXPECT_THROW(tr::plan_run(tr::find_recipe(recipes(), "llama3.1-8b"), o), tb::Error);
+}
+
+TEST(Plan, TinyIsOneDeviceMeasuredAsItIs) {
+  const auto p = tr::plan_run(tr::find_recipe(recipes(), "tiny"), {});
+  EXPECT_FALSE(p.proxy);
+  EXPECT_EQ(p.points, (std::vector<int>{2}));
+  const tr::PointTiming t{2, 0.02, 0.001};
+  const auto x = tr::extrapolate(p, std::span(&t, 1));
+  EXPECT_EQ(x.grad_accum, 2);  // global 4 / (micro 2 x dp 1)
+  EXPECT_DOUBLE_EQ(x.step_s, 2 * 0.02 + 0.001);
+  EXPECT_DOUBLE_EQ(x.tokens_per_s_per_gpu, 4.0 * 64 / x.step_s);
+}
+
+TEST(Plan, ExtrapolationRecoversTheLinearModel) {
+  const auto p = tr::plan_run(tr::find_recipe(recipes(), "llama3.1-8b"), {});
+  const double F0 = 0.05, F1 = 0.02, O0 = 0.004, O1 = 0.003;
+  std::vector<tr::PointTiming> pts;
+  for (int l : {2, 4, 6}) pts.push_back({l, F0 + F1 * l, O0 + O1 * l});
+  const auto x = tr::extrapolate(p, pts);
+  EXPECT_NEAR(x.f0, F0, 1e-12);
+  EXPECT_NEAR(x.f1, F1, 1e-12);
+  EXPECT_NEAR(x.o0, O0, 1e-12);
+  EXPECT_NEAR(x.o1, O1, 1e-12);
+  const auto& l = p.layout;  // 8 GPUs, tp 1 pp 1 cp 2 -> dp 4, micro 1, global 128 -> GA 32
+  EXPECT_EQ(x.grad_accum, 32);
+  const double mb = (F0 + F1 * 32) / 2, opt = (O0 + O1 * 32) / (4 * 2);
+  EXPECT_NEAR(x.step_s, 32 * mb + opt, 1e-12);
+  EXPECT_NEAR(x.tokens_per_s_per_gpu, double(l.global_batch) * l.seq / (x.step_s * l.gpus), 1e-9);
+  EXPECT_THROW(tr::extrapolate(p, std::span(pts.data(), 1)), tb::Error);  // one point, not the whole run
+}
+
+}  // namespace

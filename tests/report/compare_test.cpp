@@ -1,0 +1,57 @@
+// Tests report/compare: verdict thresholds; a run record against the published Llama 3.1 8B 8-GPU BF16 row
+// (ratio of tokens/s per GPU, TFLOP/s in the reference's convention from the record's FLOPs per token, MFU against
+// our peak); a record without a matching reference lists the GPU counts that exist.
+#include <gtest/gtest.h>
+
+#include "recipe/reference.h"
+#include "recipe/system.h"
+#include "report/compare.h"
+
+namespace {
+
+namespace tr = tb::recipe;
+namespace rp = tb::report;
+
+TEST(Compare, VerdictThresholds) {
+  EXPECT_EQ(rp::ref_verdict_for(0.949), rp::RefVerdict::below);
+  EXPECT_EQ(rp::ref_verdict_for(0.95), rp::RefVerdict::meets);
+  EXPECT_EQ(rp::ref_verdict_for(1.05), rp::RefVerdict::meets);
+  EXPECT_EQ(rp::ref_verdict_for(1.051), rp::RefVerdict::above);
+}
+
+nlohmann::json record(double tokens_per_gpu, int gpus) {
+  return {{"bench", "run"},
+          {"recipe", "llama3.1-8b"},
+          {"precision", "bf16"},
+          {"release", "24.11.1"},
+          {"gpu", "NVIDIA H200"},
+          {"proxy", true},
+          {"peak_tflops", 989.0},
+          {"layout", {{"gpus", gpus}}},
+          {"flops_per_token", {{"full", 4.74e14 / 8192}, {"causal", 4.0e14 / 8192}}},
+          {"extrapolated", {{"tokens_per_s_per_gpu", tokens_per_gpu}, {"step_s", 1.0}}}};
+}
+
+TEST(Compare, AgainstThePublished8GpuRow) {
+  const auto rows = tr::load_reference_dir(tr::find_references_dir(std::nullopt));
+  const rp::Comparison c = rp::compare_run(record(10152.75 * 1.1, 8), rows, "H100");  // 24.11.1: 81222 / 8 per GPU
+  ASSERT_NE(c.verdict, rp::RefVerdict::none) << c.why_none;
+  EXPECT_EQ(c.ref_release, "24.11.1");
+  EXPECT_NEAR(c.ref_tokens_per_gpu, 81222.0 / 8, 1e-9);
+  EXPECT_NEAR(c.ratio, 1.1, 1e-9);
+  EXPECT_EQ(c.verdict, rp::RefVerdict::above);
+  EXPECT_EQ(c.convention, "full");
+  EXPECT_NEAR(c.tflops, 10152.75 * 1.1 * 4.74e14 / 8192 / 1e12, 1e-6);
+  EXPECT_NEAR(c.mfu, c.tflops / 989.0, 1e-12);
+  EXPECT_NEAR(c.ref_mfu, 0.5937, 1e-12);
+  EXPECT_NE(rp::render_comparisons({c}).find("above"), std::string::npos);
+}
+
+TEST(Compare, MissingReferenceListsWhatExists) {
+  const auto rows = tr::load_reference_dir(tr::find_references_dir(std::nullopt));
+  const rp::Comparison c = rp::compare_run(record(1000, 12), rows, "H100");
+  EXPECT_EQ(c.verdict, rp::RefVerdict::none);
+  EXPECT_NE(c.why_none.find("8, 16"), std::string::npos) << c.why_none;
+}
+
+}  // namespace
