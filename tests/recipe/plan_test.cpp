@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "recipe/plan.h"
@@ -99,6 +100,24 @@ TEST(Plan, ExtrapolationRecoversTheLinearModel) {
   EXPECT_NEAR(x.step_s, 32 * mb + opt, 1e-12);
   EXPECT_NEAR(x.tokens_per_s_per_gpu, double(l.global_batch) * l.seq / (x.step_s * l.gpus), 1e-9);
   EXPECT_THROW(tr::extrapolate(p, std::span(pts.data(), 1)), tb::Error);  // one point, not the whole run
+}
+
+TEST(Plan, EveryRunnableRecipePlansAValidShard) {
+  for (const auto& r : recipes()) {
+    if (!r.runnable()) continue;
+    for (const auto& prec : r.precisions) {
+      if (prec == "fp8") continue;
+      tr::RunOptions o;
+      o.precision = prec;
+      const auto p = tr::plan_run(r, o);
+      std::printf("%-20s %-4s ref %4d GPUs tp%d pp%d cp%d vp%d dp%d: shard L%d heads %d/%d ffn %d vocab %d, points %d..%d\n",
+                  r.name.c_str(), prec.c_str(), p.layout.gpus, p.layout.tp, p.layout.pp, p.layout.cp, p.layout.vp,
+                  p.layout.dp, p.shard.layers, p.shard.heads, p.shard.kv_heads, p.shard.ffn, p.shard.vocab,
+                  p.points.front(), p.points.back());
+      EXPECT_GE(p.points.size(), 1u) << r.name;
+      EXPECT_LE(p.points.back(), std::max(p.shard.layers, 2)) << r.name;
+    }
+  }
 }
 
 }  // namespace
