@@ -127,12 +127,18 @@ int cmd_run(int argc, char** argv) {
     spec.device = device;
     spec.gpu = gpu;
     spec.op_profile = cuda;  // the optimizer's share of the step
-    std::printf("point: %d layer%s ...", layers, layers > 1 ? "s" : "");
+    std::printf("point: %d layer%s\n", layers, layers > 1 ? "s" : "");
     std::fflush(stdout);
-    const train::TrainResult res = cuda ? train::train_cuda(spec, nullptr) : train::train_cpu(spec, nullptr);
+    auto on_step = [&](const train::StepStats& s) {
+      std::printf("  step %d/%d | loss %.4f | step_s %.4f | tokens/s %.0f | TFLOP/s/GPU %.1f | mem %.2f GiB\n", s.step,
+                  spec.steps, s.loss, s.step_s, s.tokens_per_s, s.tflops, s.mem_gib);
+      std::fflush(stdout);
+    };
+    const train::TrainResult res = cuda ? train::train_cuda(spec, on_step) : train::train_cpu(spec, on_step);
     if (cuda) device_name = res.device_name;
     const double step = res.step_s.median, opt_s = std::min(res.optimizer_s, step);
-    std::printf(" step %.4f s (optimizer %.4f s) | tokens/s %.0f | TFLOP/s %.1f | loss %.3f -> %.3f%s\n", step, opt_s,
+    std::printf("  point %d: step %.4f s median (optimizer %.4f s) | tokens/s %.0f | TFLOP/s %.1f | loss %.3f -> %.3f%s\n",
+                layers, step, opt_s,
                 res.tokens_per_s, res.tflops, res.steps.front().loss, res.steps.back().loss,
                 res.interrupted ? " | interrupted" : "");
     std::fflush(stdout);

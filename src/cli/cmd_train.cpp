@@ -102,8 +102,7 @@ int cmd_train(int argc, char** argv) {
   auto on_step = [&](const train::StepStats& s) {
     std::printf("step %d/%d | loss %.4f | lr %.2e | grad_norm %.3f | step_s %.4f | tokens/s %.0f | TFLOP/s/GPU %.1f | "
                 "mem %.2f GiB\n",
-                s.step, spec.steps, s.loss, s.lr, s.grad_norm, s.step_s, s.tokens_per_s, s.tflops,
-                cuda ? s.mem_gib : peak_rss_gib());
+                s.step, spec.steps, s.loss, s.lr, s.grad_norm, s.step_s, s.tokens_per_s, s.tflops, s.mem_gib);
     std::fflush(stdout);
   };
   install_interrupt_handler();

@@ -2,6 +2,7 @@
 #include "train/trainer.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <memory>
@@ -112,6 +113,9 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     st.step_s = std::chrono::duration<double>(t1 - t0).count();
     if (step > spec.warmup_steps) measured_opt.push_back(std::chrono::duration<double>(t1 - t_opt).count());
     st.tokens_per_s = res.tokens_per_step / st.step_s;
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    st.mem_gib = double(u.ru_maxrss) / (1024.0 * 1024.0);  // peak RSS; ru_maxrss is in KiB on Linux
     st.tflops = res.flops_per_step / st.step_s / 1e12;
     if (step > spec.warmup_steps) measured.push_back(st.step_s);
     res.steps.push_back(st);

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "train/trainer.h"
 
 namespace {
@@ -54,4 +56,16 @@ TEST(TrainerCpu, BadSpecsFailBeforeWork) {
   s = tiny(5);
   s.warmup_steps = 5;
   EXPECT_THROW(tb::train::train_cpu(s, nullptr), tb::Error);
+}
+
+TEST(TrainerCpu, StopsAfterTheCurrentStepOnInterrupt) {
+  tb::install_interrupt_handler();
+  tb::clear_interrupt();
+  const auto res = tb::train::train_cpu(tiny(20), [](const tb::train::StepStats& s) {
+    if (s.step == 3) std::raise(SIGINT);  // as Ctrl-C would
+  });
+  tb::clear_interrupt();
+  EXPECT_TRUE(res.interrupted);
+  EXPECT_EQ(res.steps.size(), 3u);  // the steps that finished, no more
+  EXPECT_GT(res.tokens_per_s, 0);
 }
