@@ -8,6 +8,9 @@
 #              state, torch fp32 state (AMP)
 #   70b:       Llama 3.1 70B shapes, 2 layers, the same three
 #   recompute: trainbench 8B L8 with --recompute full, --moments bf16, --master f32
+#   fp8:       8B L8 and 70B L2 in BF16 and FP8 (current, delayed) with the torch BF16 peer at 8B; accuracy: the
+#              `small` preset 500 steps in BF16 / FP8 current / FP8 delayed on the markov task and on real text
+#              (carry/text-bytes.u16 from bench/make_text_tokens.py)
 #   recipes:   the README's main job (check + the default recipe), `trainbench run` of the Llama 3.1 8B, 70B and
 #              405B recipes (proxies on one GPU) and `trainbench compare` over them
 set -uo pipefail
@@ -54,6 +57,20 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
         ours 8b-L8-full --model llama3.1-8b --layers 8 --seq 8192 --recompute full --no-op-profile
         ours 8b-L8-bf16-moments --model llama3.1-8b --layers 8 --seq 8192 --moments bf16 --no-op-profile
         ours 8b-L8-f32-master --model llama3.1-8b --layers 8 --seq 8192 --master f32 --no-op-profile ;;
+      fp8)
+        ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile
+        ours 8b-L8-fp8 --model llama3.1-8b --layers 8 --seq 8192 --precision fp8
+        ours 8b-L8-fp8-delayed --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --fp8-recipe delayed --no-op-profile
+        ours 70b-L2-bf16 --model llama3.1-70b --layers 2 --seq 8192 --no-op-profile
+        ours 70b-L2-fp8 --model llama3.1-70b --layers 2 --seq 8192 --precision fp8 --no-op-profile
+        peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16
+        for data in markov carry/text-bytes.u16; do
+          for p in "bf16" "fp8" "fp8 --fp8-recipe delayed"; do
+            log "accuracy $data $p"
+            $TB train --model small --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
+              --out "$OUT/results/acc-$(basename $data)-${p// /_}" | grep -E "^step (1|100|200|300|400|500)/|summary|loss "
+          done
+        done ;;
       recipes)
         log "main job"; bash scripts/main-job.sh $TB; echo "exit $?"
         for r in llama3.1-8b llama3.1-70b llama3.1-405b nemotron4-15b gpt3-175b; do

@@ -68,6 +68,18 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--master", spec.master, "fp32 master weights: split (bf16 weight + 16-bit residual, exact) | f32")
       ->check(CLI::IsMember({"split", "f32"}))
       ->capture_default_str();
+  app.add_option("--precision", spec.precision, "bf16 | fp8 (FP8 linear layers, --device cuda)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
+  app.add_option("--fp8-recipe", spec.fp8_recipe, "FP8 scaling: current | delayed")
+      ->check(CLI::IsMember({"current", "delayed"}))
+      ->capture_default_str();
+  app.add_option("--fp8-history", spec.fp8_history, "delayed scaling: amax history length")->capture_default_str();
+  app.add_option("--fp8-amax", spec.fp8_amax, "delayed scaling: max | most_recent")
+      ->check(CLI::IsMember({"max", "most_recent"}))
+      ->capture_default_str();
+  app.add_option("--fp8-margin", spec.fp8_margin, "FP8 scale margin: scale = max / amax / 2^margin")
+      ->capture_default_str();
   app.add_flag("!--no-graph", spec.graph, "do not capture the step as a CUDA graph");
   app.add_flag("--autotune", spec.autotune, "time cuBLASLt's candidates for every GEMM shape after step 1");
   app.add_flag("!--no-op-profile", spec.op_profile, "skip the extra eager step that times each op");
@@ -96,7 +108,10 @@ int cmd_train(int argc, char** argv) {
   std::printf("train %s on %s: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps%s\n",
               m.name.c_str(), cuda ? fmt::format("GPU {}", spec.gpu).c_str() : "cpu", m.layers, m.d_model, m.seq,
               fmt::format("{:.3g}", double(model::param_count(m))).c_str(), spec.micro_batch, global, spec.steps,
-              cuda ? fmt::format(", recompute {}, master {}, moments {}", spec.recompute, spec.master, spec.moments).c_str()
+              cuda ? fmt::format(", {}{}, recompute {}, master {}, moments {}", spec.precision,
+                                 spec.precision == "fp8" ? " (" + spec.fp8_recipe + " scaling)" : "", spec.recompute,
+                                 spec.master, spec.moments)
+                         .c_str()
                    : "");
   std::fflush(stdout);
   auto on_step = [&](const train::StepStats& s) {
@@ -111,15 +126,15 @@ int cmd_train(int argc, char** argv) {
   double peak = 0;
   if (cuda) {
     const Systems sys = load_systems_for(common, spec.gpu);
-    if (sys.match) peak = sys.match->peak_tflops("bf16");
+    if (sys.match) peak = sys.match->peak_tflops(spec.precision);
   }
   const double mfu = peak > 0 ? res.tflops / peak : 0;
-  const char* precision = cuda ? "bf16" : "fp32";
+  const std::string precision = cuda ? spec.precision : "fp32";
 
   Record r;
   r.bench = "train";
   r.name = fmt::format("{}/L{}/s{}/mb{}/gb{}/{}", m.name, m.layers, m.seq, spec.micro_batch, global,
-                       cuda ? std::string(precision) : "cpu");
+                       cuda ? precision : "cpu");
   auto losses = nlohmann::json::array();
   for (const auto& s : res.steps) losses.push_back(s.loss);
   r.data = {{"model", m.name},
@@ -147,6 +162,9 @@ int cmd_train(int argc, char** argv) {
     r.data["recompute"] = spec.recompute;
     r.data["moments"] = spec.moments;
     r.data["master"] = spec.master;
+    if (spec.precision == "fp8")
+      r.data["fp8"] = {{"recipe", spec.fp8_recipe}, {"history", spec.fp8_history}, {"amax", spec.fp8_amax},
+                       {"margin", spec.fp8_margin}};
     r.data["graph"] = res.graph;
     r.data["gemm_plans"] = res.gemm_plans;
     r.data["gemm_retuned"] = res.gemm_retuned;

@@ -70,8 +70,10 @@ void check_ids(const std::int32_t* ids, std::int64_t n, int vocab, const char* w
 
 }  // namespace
 
-CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompute recompute, bool deterministic)
-    : dc_(dc), cfg_(cfg), layout_(model::dense_layout(cfg)), recompute_(recompute), deterministic_(deterministic) {
+CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompute recompute, bool deterministic,
+                         Fp8Options fp8)
+    : dc_(dc), cfg_(cfg), layout_(model::dense_layout(cfg)), recompute_(recompute), fp8_(fp8),
+      deterministic_(deterministic) {
   cfg_.validate();
   for (const Slot& s : layout_.slots)
     TB_REQUIRE(s.offset % kSlotAlignElements == 0,
@@ -94,7 +96,74 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
     ops::upload_rope_inv_freq(TensorView<float>(inv_freq_.as<float>(), {std::int64_t(inv.size())}), inv, dc_.stream());
   }
   attention_ = std::make_unique<ops::CudnnAttention>(dc_.device());
+  if (fp8_.enabled) {
+    TB_REQUIRE(cfg_.d_model % 16 == 0 && cfg_.ffn % 16 == 0 && cfg_.q_dim() % 16 == 0,
+               "CUDA decoder: FP8 GEMMs need d_model, ffn and heads x head_dim to be multiples of 16");
+    std::size_t bytes = 0;
+    for (int l = 0; l < cfg_.layers; ++l)
+      for (int k = 0; k < 4; ++k) {
+        fp8_w_offset_.push_back(bytes);
+        bytes += 2 * ((layout_.slots[std::size_t(linear_slot(l, k))].size + 255) / 256 * 256);
+      }
+    fp8_weights_ = ops::DeviceBuffer(dc_.device(), bytes);
+    const int h = fp8_.delayed ? fp8_.history : 1;
+    fp8_fwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 8 * cfg_.layers, h, dc_.stream());
+    fp8_bwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 4 * cfg_.layers, h, dc_.stream());
+  }
   dc_.synchronize();
+}
+
+std::size_t CudaDecoder::fp8_weight_bytes(const ModelConfig& cfg) {
+  const DenseLayout L = model::dense_layout(cfg);
+  std::size_t bytes = 0;
+  for (const DenseLayout::Layer& layer : L.layers)
+    for (int i : {layer.qkv, layer.out, layer.fc1, layer.fc2}) bytes += 2 * ((L.slots[std::size_t(i)].size + 255) / 256 * 256);
+  return bytes;
+}
+
+int CudaDecoder::linear_slot(int l, int k) const {
+  const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
+  return k == 0 ? L.qkv : k == 1 ? L.out : k == 2 ? L.fc1 : L.fc2;
+}
+
+// Casts x [rows, cols] to FP8 (E4M3 forward, E5M2 backward) into q and/or qt with the scale of slot scale_index:
+// current scaling measures amax first; delayed uses the slot's scale and records amax.
+void CudaDecoder::fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, int scale_index, bool fwd,
+                                 std::uint8_t* q, std::uint8_t* qt) {
+  cudaStream_t st = dc_.stream();
+  const ops::Fp8Meta m = (fwd ? fp8_fwd_ : fp8_bwd_)->meta(scale_index);
+  ops::Fp8CastArgs a;
+  a.x = x, a.rows = rows, a.cols = cols, a.q = q, a.qt = qt, a.type = fwd ? DType::e4m3 : DType::e5m2;
+  a.scale = m.scale, a.scale_inv = m.scale_inv, a.margin = fp8_.margin;
+  if (fp8_.delayed) {
+    a.amax_out = m.amax;
+  } else {
+    TB_CHECK(cudaMemsetAsync(m.amax, 0, sizeof(float), st));
+    ops::fp8_amax(x, std::size_t(rows) * std::size_t(cols), m.amax, st);
+    a.amax_in = m.amax;
+  }
+  ops::fp8_cast(a, st);
+}
+
+void CudaDecoder::fp8_begin_step() {
+  if (!fp8_.enabled) return;
+  dc_.activate();
+  for (int l = 0; l < cfg_.layers; ++l)
+    for (int k = 0; k < 4; ++k) {
+      const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
+      auto* base = fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(l * 4 + k)];
+      const std::size_t padded = (w.size + 255) / 256 * 256;
+      fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], 2 * (l * 4 + k) + 1, true, base,
+                     base + padded);
+    }
+  mark("fp8 weight casts");
+}
+
+void CudaDecoder::fp8_end_step() {
+  if (!fp8_.enabled || !fp8_.delayed) return;
+  const auto algo = fp8_.most_recent ? ops::AmaxAlgo::most_recent : ops::AmaxAlgo::max;
+  ops::fp8_update_scales(*fp8_fwd_, DType::e4m3, algo, fp8_.margin, dc_.stream());
+  ops::fp8_update_scales(*fp8_bwd_, DType::e5m2, algo, fp8_.margin, dc_.stream());
 }
 
 CudaDecoder::~CudaDecoder() {
@@ -151,7 +220,7 @@ void CudaDecoder::zero_grads() {
   TB_CHECK(cudaMemsetAsync(grads_.get(), 0, layout_.total * sizeof(float), dc_.stream()));
 }
 
-std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompute rc, std::byte* base,
+std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompute rc, bool fp8, std::byte* base,
                               std::vector<LayerActs>* acts, Scratch* S) {
   const std::size_t n = std::size_t(batch) * std::size_t(seq);
   const std::size_t d = std::size_t(c.d_model), qd = std::size_t(c.q_dim());
@@ -180,16 +249,28 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompu
   field(&LayerActs::r1, n * d, true, bf);
   field(&LayerActs::mean1, n, !full, f32);
   field(&LayerActs::rstd1, n, !full, f32);
-  field(&LayerActs::y1, n * d, !sel && !full, bf);
+  field(&LayerActs::y1, n * d, !sel && !full && !fp8, bf);  // FP8: the weight gradients read X^T instead
   field(&LayerActs::qkv, n * width, !full, bf);
   field(&LayerActs::o, n * qd, !full, bf);
   field(&LayerActs::lse, n * std::size_t(c.heads), !full, f32);
   field(&LayerActs::r2, n * d, !full, bf);
   field(&LayerActs::mean2, n, !full, f32);
   field(&LayerActs::rstd2, n, !full, f32);
-  field(&LayerActs::y2, n * d, !sel && !full, bf);
+  field(&LayerActs::y2, n * d, !sel && !full && !fp8, bf);
   field(&LayerActs::h, n * fc1_rows, !full, bf);
-  field(&LayerActs::g, n * ffn, !sel && !full, bf);
+  field(&LayerActs::g, n * ffn, !sel && !full && !fp8, bf);
+  auto u8 = [&](std::size_t elems) { return static_cast<std::uint8_t*>(take_bytes(elems)); };
+  if (fp8) {
+    const std::size_t xt_cols[4] = {d, qd, d, ffn};  // the inputs of qkv, out, fc1, fc2
+    for (int k = 0; k < 4; ++k) {
+      if (full)
+        shared.xt[k] = u8(n * xt_cols[k]);
+      else
+        for (LayerActs& A : layers) A.xt[k] = u8(n * xt_cols[k]);
+      for (LayerActs& A : layers)
+        if (full) A.xt[k] = shared.xt[k];
+    }
+  }
   auto fill_shared = [&](auto LayerActs::*member) {
     for (LayerActs& A : layers)
       if (!(A.*member)) A.*member = shared.*member;
@@ -212,13 +293,17 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompu
   s.norm_ws = take_bytes(s.norm_ws_bytes);
   s.embed_ws_bytes = ops::embedding_backward_workspace_bytes(std::int64_t(n), c.vocab, c.d_model);
   s.embed_ws = take_bytes(s.embed_ws_bytes);
+  if (fp8) {
+    const std::size_t widest_in = std::max({d, qd, ffn}), widest_out = std::max({width, d, fc1_rows});
+    s.xq = u8(n * widest_in), s.dyq = u8(n * widest_out), s.dyqt = u8(n * widest_out);
+  }
   if (acts) *acts = std::move(layers);
   if (S) *S = s;
   return (used + 255) / 256 * 256;
 }
 
-std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute) {
-  return carve(cfg, batch, seq, recompute, nullptr, nullptr, nullptr);
+std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute, bool fp8) {
+  return carve(cfg, batch, seq, recompute, fp8, nullptr, nullptr, nullptr);
 }
 
 std::size_t CudaDecoder::attention_workspace_bytes() const { return attention_->workspace_bytes(); }
@@ -233,9 +318,9 @@ void CudaDecoder::prepare(int batch, int seq) {
   dc_.activate();
   dc_.synchronize();  // the old arena may still be in use
   arena_ = ops::DeviceBuffer();
-  const std::size_t bytes = carve(c, batch, seq, recompute_, nullptr, nullptr, nullptr);
+  const std::size_t bytes = carve(c, batch, seq, recompute_, fp8_.enabled, nullptr, nullptr, nullptr);
   arena_ = ops::DeviceBuffer(dc_.device(), bytes);
-  carve(c, batch, seq, recompute_, static_cast<std::byte*>(arena_.get()), &acts_, &s_);
+  carve(c, batch, seq, recompute_, fp8_.enabled, static_cast<std::byte*>(arena_.get()), &acts_, &s_);
   attention_->plan(attention_shape(batch, seq));  // may grow its workspace
   batch_ = batch;
   seq_ = seq;
@@ -269,40 +354,59 @@ void CudaDecoder::activation_forward(TensorView<bf16> g, TensorView<const bf16> 
   }
 }
 
-// y[rows, out] = x[rows, in] W[out, in]^T
-void CudaDecoder::linear_forward(bf16* y, const bf16* x, int w_slot, std::int64_t rows) {
-  const Slot& w = layout_.slots[std::size_t(w_slot)];
-  dc_.gemm(gemm_shape(rows, w.shape[0], w.shape[1], ops::GemmLayout::abt), y, x, params_.as<bf16>() + w.offset);
+// y[rows, out] = x[rows, in] W[out, in]^T.  FP8: xq = fp8(x) (and X^T saved for the weight gradient), then
+// y = (xq s_x^-1)(Wq s_w^-1)^T with fast accumulation.
+void CudaDecoder::linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows) {
+  const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
+  const std::int64_t out = w.shape[0], in = w.shape[1];
+  if (!fp8_.enabled) {
+    dc_.gemm(gemm_shape(rows, out, in, ops::GemmLayout::abt), y, x, params_.as<bf16>() + w.offset);
+    mark("gemm fwd");
+    return;
+  }
+  const int i = l * 4 + k;
+  fp8_cast_input(x, rows, in, 2 * i, true, s_.xq, A.xt[k]);
+  mark("fp8 casts");
+  ops::GemmShape g;
+  g.m = rows, g.n = out, g.k = in, g.a = g.b = DType::e4m3, g.d = DType::bf16, g.fast_accum = true;
+  dc_.gemm(g, y, s_.xq, fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)],
+           {fp8_fwd_->meta(2 * i).scale_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
+  mark("gemm fwd");
 }
 
-// dW[out, in] += dy^T x (fp32), then dx[rows, in] = dy[rows, out] W[out, in] (skipped when dx is null): dx may alias x
-void CudaDecoder::linear_backward(bf16* dx, int w_slot, const bf16* dy, const bf16* x, std::int64_t rows) {
-  const Slot& w = layout_.slots[std::size_t(w_slot)];
+// dW[out, in] += dy^T x (fp32), then dx[rows, in] = dy[rows, out] W[out, in] (skipped when dx is null): dx may
+// alias x.  FP8: dyq, dyq^T = fp8_e5m2(dy); dW += (dyq^T)(X^T)^T; dx = dyq (W^T)^T, W^T from fp8_begin_step.
+void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A,
+                                  std::int64_t rows) {
+  const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
   const std::int64_t out = w.shape[0], in = w.shape[1];
-  dc_.gemm(gemm_shape(out, in, rows, ops::GemmLayout::atb, overwrite_linear_grads_), grads_.as<float>() + w.offset, dy,
-           x);
+  if (!fp8_.enabled) {
+    dc_.gemm(gemm_shape(out, in, rows, ops::GemmLayout::atb, overwrite_linear_grads_), grads_.as<float>() + w.offset,
+             dy, x);
+    mark("gemm wgrad");
+    if (dx) {
+      dc_.gemm(gemm_shape(rows, in, out, ops::GemmLayout::ab), dx, dy, params_.as<bf16>() + w.offset);
+      mark("gemm dgrad");
+    }
+    return;
+  }
+  const int i = l * 4 + k;
+  fp8_cast_input(dy, rows, out, i, false, s_.dyq, s_.dyqt);
+  mark("fp8 casts");
+  const float* dy_inv = fp8_bwd_->meta(i).scale_inv;
+  ops::GemmShape gw;
+  gw.m = out, gw.n = in, gw.k = rows, gw.a = DType::e5m2, gw.b = DType::e4m3, gw.d = DType::f32;
+  gw.accumulate = !overwrite_linear_grads_;
+  dc_.gemm(gw, grads_.as<float>() + w.offset, s_.dyqt, A.xt[k], {dy_inv, fp8_fwd_->meta(2 * i).scale_inv});
   mark("gemm wgrad");
   if (dx) {
-    dc_.gemm(gemm_shape(rows, in, out, ops::GemmLayout::ab), dx, dy, params_.as<bf16>() + w.offset);
+    const std::size_t padded = (w.size + 255) / 256 * 256;
+    ops::GemmShape gd;
+    gd.m = rows, gd.n = in, gd.k = out, gd.a = DType::e5m2, gd.b = DType::e4m3, gd.d = DType::bf16;
+    dc_.gemm(gd, dx, s_.dyq, fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)] + padded,
+             {dy_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
     mark("gemm dgrad");
   }
-}
-
-double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std::int32_t* host_targets, int batch,
-                                     int seq, double grad_scale) {
-  prepare(batch, seq);
-  const std::int64_t n = std::int64_t(batch) * seq;
-  check_ids(host_tokens, n, cfg_.vocab, "token");
-  check_ids(host_targets, n, cfg_.vocab, "target");
-  cudaStream_t st = dc_.stream();
-  TB_CHECK(cudaMemcpyAsync(s_.tokens, host_tokens, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
-  TB_CHECK(
-      cudaMemcpyAsync(s_.targets, host_targets, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
-  forward_backward_device(s_.tokens, s_.targets, batch, seq, grad_scale, s_.loss);
-  float loss = 0;
-  TB_CHECK(cudaMemcpyAsync(&loss, s_.loss, sizeof(float), cudaMemcpyDeviceToHost, st));
-  dc_.synchronize();
-  return double(loss);
 }
 
 void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, const LayerActs& A, int batch, int seq,
@@ -320,8 +424,7 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
   ops::add_norm_forward(nk, {A.y1, {n, d}}, {A.r1, {n, d}}, {A.mean1, {n}}, {A.rstd1, {n}}, {x_in, {n, d}}, resid,
                         P(L.norm1_w), P(L.norm1_b), eps, st);
   mark("norm fwd");
-  linear_forward(A.qkv, A.y1, L.qkv, n);
-  mark("gemm fwd");
+  linear_forward(A.qkv, A.y1, l, 0, A, n);
   if (c.pos == Pos::rope) {
     ops::rope_forward(qk_view(A.qkv, batch, seq), inv_freq(), st);
     mark("rope fwd");
@@ -329,18 +432,15 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
   const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
   attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o, A.lse}, st);
   mark("attention fwd");
-  linear_forward(s_.m, A.o, L.out, n);  // the attention output lands in m (free until the MLP)
-  mark("gemm fwd");
+  linear_forward(s_.m, A.o, l, 1, A, n);  // the attention output lands in m (free until the MLP)
   ops::add_norm_forward(nk, {A.y2, {n, d}}, {A.r2, {n, d}}, {A.mean2, {n}}, {A.rstd2, {n}}, {s_.m, {n, d}},
                         {A.r1, {n, d}}, P(L.norm2_w), P(L.norm2_b), eps, st);
   mark("norm fwd");
-  linear_forward(A.h, A.y2, L.fc1, n);
-  mark("gemm fwd");
+  linear_forward(A.h, A.y2, l, 2, A, n);
   activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}});
   mark("activation fwd");
   if (to_fc1_act) return;
-  linear_forward(s_.m, A.g, L.fc2, n);
-  mark("gemm fwd");
+  linear_forward(s_.m, A.g, l, 3, A, n);
 }
 
 void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) {
@@ -353,7 +453,7 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
   const float eps = float(c.norm_eps);
   const ops::AttentionShape as = attention_shape(batch, seq);
   const ops::Workspace norm_ws{s_.norm_ws, s_.norm_ws_bytes};
-  const bool sel = recompute_ == Recompute::selective;
+  const bool sel = recompute_ == Recompute::selective && !fp8_.enabled;  // FP8 saves X^T: nothing to recompute
 
   if (recompute_ == Recompute::full) {  // the whole forward again, from the saved layer input
     layer_forward(l, A.r1, nullptr, A, batch, seq, true);
@@ -368,7 +468,7 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
   }
   // In place: dg over g (fc2's weight gradient reads g first), dh over h (the activation backward reads each element
   // before writing it); neither is needed afterwards.
-  linear_backward(A.g, L.fc2, s_.dnext, A.g, n);
+  linear_backward(A.g, l, 3, s_.dnext, A.g, A, n);
   const TensorView<bf16> dh(A.h, {n, fc1_rows});
   const TensorView<const bf16> dg(A.g, {n, ffn}), h(A.h, {n, fc1_rows});
   switch (c.act) {
@@ -377,13 +477,13 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
     case Act::sqrelu: ops::sqrelu_backward(dh, dg, h, st); break;
   }
   mark("activation bwd");
-  linear_backward(s_.dy, L.fc1, A.h, A.y2, n);
+  linear_backward(s_.dy, l, 2, A.h, A.y2, A, n);
   ops::add_norm_backward(nk, {s_.dr2, {n, d}}, G(L.norm2_w), G(L.norm2_b), {s_.dy, {n, d}}, {s_.dnext, {n, d}},
                          {A.r2, {n, d}}, P(L.norm2_w), {A.mean2, {n}}, {A.rstd2, {n}}, st, norm_ws);
   mark("norm bwd");
   // attention
   const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
-  linear_backward(s_.dout, L.out, s_.dr2, A.o, n);
+  linear_backward(s_.dout, l, 1, s_.dr2, A.o, A, n);
   const ops::QkvPointers dqkv = ops::split_fused_qkv(s_.dqkv, as);
   attention_->backward(as, {qkv.q, qkv.k, qkv.v, A.o, s_.dout, A.lse, dqkv.q, dqkv.k, dqkv.v}, st);
   mark("attention bwd");
@@ -396,7 +496,7 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
                       eps, st);
     mark("recompute");
   }
-  linear_backward(s_.dy, L.qkv, s_.dqkv, A.y1, n);
+  linear_backward(s_.dy, l, 0, s_.dqkv, A.y1, A, n);
   ops::add_norm_backward(nk, {s_.dnext, {n, d}}, G(L.norm1_w), G(L.norm1_b), {s_.dy, {n, d}}, {s_.dr2, {n, d}},
                          {A.r1, {n, d}}, P(L.norm1_w), {A.mean1, {n}}, {A.rstd1, {n}}, st, norm_ws);
   mark("norm bwd");

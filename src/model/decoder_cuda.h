@@ -55,8 +55,23 @@
 #include "model/param_layout.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/context.h"
+#include "ops/cuda/fp8.h"
 
 namespace tb::model {
+
+// FP8 linear layers (ops/cuda/fp8.h): every projection and MLP GEMM in FP8 — forward E4M3 x E4M3 with fast
+// accumulation, dgrad E5M2 (dY) x E4M3 (W^T), wgrad E5M2 (dY^T) x E4M3 (X^T) into fp32 — with per-tensor scales:
+// current (each tensor's own amax, one extra read of it) or delayed (the max, or most recent, of the last
+// `history` step amaxes, recorded by the casts; fp8_end_step() rolls the histories). The weights' FP8 copies
+// (W and W^T) are made by fp8_begin_step(), once per optimizer step. Attention, norms, the LM head and the loss
+// stay in BF16. Saved for the backward: the inputs' transposed FP8 copies (X^T) instead of the BF16 inputs.
+struct Fp8Options {
+  bool enabled = false;
+  bool delayed = false;
+  int history = 16;
+  bool most_recent = false;  // delayed: amax of the last step only (else the max over the history)
+  int margin = 0;
+};
 
 class CudaDecoder {
  public:
@@ -64,9 +79,10 @@ class CudaDecoder {
 
   enum class Recompute { none, selective, full };
 
+
   // deterministic: cuDNN's deterministic attention backward (bitwise repeatable runs; slower).
   CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompute recompute = Recompute::none,
-              bool deterministic = false);
+              bool deterministic = false, Fp8Options fp8 = {});
   ~CudaDecoder();
   CudaDecoder(const CudaDecoder&) = delete;
   CudaDecoder& operator=(const CudaDecoder&) = delete;
@@ -93,6 +109,13 @@ class CudaDecoder {
   double forward_backward(const std::int32_t* host_tokens, const std::int32_t* host_targets, int batch, int seq,
                           double grad_scale = 1.0);
 
+  // FP8 only (no-ops otherwise): cast the weights to their FP8 copies (call after every weight update, before the
+  // forward: the start of an optimizer step); roll the delayed-scaling histories (call after the step's last
+  // micro-batch).
+  void fp8_begin_step();
+  void fp8_end_step();
+  bool fp8() const { return fp8_.enabled; }
+
   // Sizes the activation arena and plans attention for (batch, seq); allocates (synchronizing) when they change.
   void prepare(int batch, int seq);
   // Enqueues one micro-batch on dc's stream: tokens, targets device [batch, seq] (unchecked: an id outside the
@@ -101,7 +124,9 @@ class CudaDecoder {
                                double grad_scale, float* loss_out);
 
   // Device bytes of the activation arena (and backward scratch) for these sizes, without allocating.
-  static std::size_t activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute);
+  static std::size_t activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
+                                      bool fp8 = false);
+  static std::size_t fp8_weight_bytes(const ModelConfig& cfg);  // the W and W^T FP8 copies
   std::size_t activation_bytes() const { return arena_.bytes(); }
   std::size_t attention_workspace_bytes() const;
 
@@ -113,16 +138,18 @@ class CudaDecoder {
   struct LayerActs {  // device pointers into the arena: per layer, or the shared copy (see above)
     bf16 *r1, *y1, *qkv, *o, *r2, *y2, *h, *g;
     float *mean1, *rstd1, *lse, *mean2, *rstd2;
+    std::uint8_t* xt[4];  // FP8: the inputs of qkv, out, fc1, fc2 transposed (X^T, E4M3) for the weight gradients
   };
   struct Scratch {  // shared by all layers
     std::int32_t *tokens, *targets;
     bf16 *x0, *m, *rf, *yf, *dyf, *dnext, *dr2, *dy, *dout, *dqkv;
     float *meanf, *rstdf, *loss;
     void *ce, *norm_ws, *embed_ws;
+    std::uint8_t *xq, *dyq, *dyqt;  // FP8 scratch: a linear's input, its output gradient and that transposed
     std::size_t ce_bytes, norm_ws_bytes, embed_ws_bytes;
   };
   // Carves (or, with base null, only sizes) the arena for batch x seq tokens; returns the bytes.
-  static std::size_t carve(const ModelConfig& c, int batch, int seq, Recompute rc, std::byte* base,
+  static std::size_t carve(const ModelConfig& c, int batch, int seq, Recompute rc, bool fp8, std::byte* base,
                            std::vector<LayerActs>* acts, Scratch* scratch);
   void mark(std::string_view op) {
     if (on_op) on_op(op);
@@ -132,8 +159,12 @@ class CudaDecoder {
   TensorView<bf16> qk_view(bf16* fused_qkv, int batch, int seq) const;  // Q and K heads, skipping V
   TensorView<const float> inv_freq() const;  // empty unless pos == rope
   void activation_forward(TensorView<bf16> g, TensorView<const bf16> h);
-  void linear_forward(bf16* y, const bf16* x, int w_slot, std::int64_t rows);
-  void linear_backward(bf16* dx, int w_slot, const bf16* dy, const bf16* x, std::int64_t rows);
+  // Linear k (0 qkv, 1 out, 2 fc1, 3 fc2) of layer l; FP8 when enabled (x^T saved into A.xt[k]).
+  void linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows);
+  void linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A, std::int64_t rows);
+  int linear_slot(int l, int k) const;
+  void fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, int scale_index, bool fwd, std::uint8_t* q,
+                      std::uint8_t* qt);
   // The layer's forward from x (+ resid) into A; fc2's output into scratch m unless `to_fc1_act` (recompute).
   void layer_forward(int l, const bf16* x, const bf16* resid, const LayerActs& A, int batch, int seq,
                      bool to_fc1_act);
@@ -147,6 +178,10 @@ class CudaDecoder {
   std::unique_ptr<ops::CudnnAttention> attention_;
 
   Recompute recompute_;
+  Fp8Options fp8_;
+  ops::DeviceBuffer fp8_weights_;                       // per linear slot: W (E4M3) then W^T
+  std::vector<std::size_t> fp8_w_offset_;               // per linear index l * 4 + k: W's byte offset (W^T after it)
+  std::unique_ptr<ops::Fp8Scales> fp8_fwd_, fp8_bwd_;   // fwd: x at 2i, W at 2i + 1 (E4M3); bwd: dy at i (E5M2)
   bool overwrite_linear_grads_ = false;  // set by zero_grads_for_overwrite() for the next forward_backward
   bool deterministic_;
   ops::AttentionShape attention_shape(int batch, int seq) const;

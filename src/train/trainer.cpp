@@ -52,6 +52,15 @@ void validate(const TrainSpec& spec) {
              fmt::format("--moments must be f32 or bf16, not '{}'", spec.moments));
   TB_REQUIRE(spec.master == "split" || spec.master == "f32",
              fmt::format("--master must be split or f32, not '{}'", spec.master));
+  TB_REQUIRE(spec.precision == "bf16" || spec.precision == "fp8",
+             fmt::format("--precision must be bf16 or fp8, not '{}'", spec.precision));
+  TB_REQUIRE(spec.precision == "bf16" || spec.device == "cuda", "--precision fp8 needs --device cuda");
+  TB_REQUIRE(spec.fp8_recipe == "current" || spec.fp8_recipe == "delayed",
+             fmt::format("--fp8-recipe must be current or delayed, not '{}'", spec.fp8_recipe));
+  TB_REQUIRE(spec.fp8_amax == "max" || spec.fp8_amax == "most_recent",
+             fmt::format("--fp8-amax must be max or most_recent, not '{}'", spec.fp8_amax));
+  TB_REQUIRE(spec.fp8_history >= 1 && spec.fp8_history <= 1024, "--fp8-history must be in [1, 1024]");
+  TB_REQUIRE(spec.fp8_margin >= 0 && spec.fp8_margin < 32, "--fp8-margin must be in [0, 32)");
   TB_REQUIRE(spec.gpu >= 0, "--gpu must be a device index >= 0");
 }
 

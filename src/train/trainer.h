@@ -54,14 +54,20 @@ struct TrainSpec {
                                       // the model, so the heuristic's first choice is the default)
   bool op_profile = true;             // one extra eager step with events between ops (the breakdown by op)
   bool deterministic = false;         // deterministic attention backward: bitwise repeatable losses (slower)
+  std::string precision = "bf16";     // bf16 | fp8 (the linear layers' GEMMs, model/decoder_cuda.h Fp8Options)
+  std::string fp8_recipe = "current"; // current | delayed
+  int fp8_history = 16;               // delayed: amax history length
+  std::string fp8_amax = "max";       // delayed: max | most_recent
+  int fp8_margin = 0;                 // scale = fp8_max / amax / 2^margin
 };
 
 // Device memory a CUDA run needs, before anything is allocated (bytes).
 struct MemoryEstimate {
   double weights = 0, grads = 0, master = 0, moments = 0;  // bf16 2P, fp32 4P, 2P split (4P f32), 8P (bf16: 4P)
   double activations = 0;                                  // the decoder's arena for one micro-batch
+  double fp8_weights = 0;                                  // FP8: the W and W^T copies (1 + 1 bytes per weight)
   double workspaces = 0;                                   // cuBLASLt + an allowance for cuDNN attention
-  double total() const { return weights + grads + master + moments + activations + workspaces; }
+  double total() const { return weights + grads + master + moments + activations + fp8_weights + workspaces; }
 };
 
 struct StepStats {

@@ -86,8 +86,10 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
   e.grads = 4 * P;
   e.master = (spec.master == "split" ? 2 : 4) * P;
   e.moments = (spec.moments == "bf16" ? 4 : 8) * P;
-  e.activations =
-      double(model::CudaDecoder::activation_bytes(m, spec.micro_batch, m.seq, parse_recompute(spec.recompute)));
+  const bool fp8 = spec.precision == "fp8";
+  e.activations = double(
+      model::CudaDecoder::activation_bytes(m, spec.micro_batch, m.seq, parse_recompute(spec.recompute), fp8));
+  e.fp8_weights = fp8 ? double(model::CudaDecoder::fp8_weight_bytes(m)) : 0.0;
   e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) + kAttentionWorkspaceAllowance;
   return e;
 }
@@ -161,7 +163,13 @@ TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const Ste
   ops::reset_device_memory_peak();
   ops::DeviceContext dc(spec.gpu);
   cudaStream_t st = dc.stream();
-  model::CudaDecoder net(dc, m, parse_recompute(spec.recompute), spec.deterministic);
+  model::Fp8Options fp8;
+  fp8.enabled = spec.precision == "fp8";
+  fp8.delayed = spec.fp8_recipe == "delayed";
+  fp8.history = spec.fp8_history;
+  fp8.most_recent = spec.fp8_amax == "most_recent";
+  fp8.margin = spec.fp8_margin;
+  model::CudaDecoder net(dc, m, parse_recompute(spec.recompute), spec.deterministic, fp8);
   const model::DenseLayout& layout = net.dense_layout();
   const std::size_t P = layout.total;
   const bool bf16_moments = spec.moments == "bf16";
@@ -229,10 +237,12 @@ TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const Ste
     TB_CHECK(cudaMemcpyAsync(d_scalars.get(), h_scalars.get(), h_scalars.bytes(), cudaMemcpyHostToDevice, st));
     net.zero_grads_for_overwrite();
     mark("inputs + zero grads");
+    net.fp8_begin_step();  // FP8 copies of the weights AdamW just wrote
     for (int a = 0; a < accum; ++a)
       net.forward_backward_device(d_tokens.as<std::int32_t>() + std::size_t(a) * n,
                                   d_targets.as<std::int32_t>() + std::size_t(a) * n, mb, seq, 1.0 / accum,
                                   d_losses.as<float>() + a);
+    net.fp8_end_step();
     auto* norm = d_norm.as<ops::GradNormResult>();
     ops::grad_norm(group, max_norm, norm, st);
     ops::adamw_step(group, hp, d_scalars.as<ops::AdamWStepScalars>(), spec.clip > 0 ? norm : nullptr, st);

@@ -72,8 +72,10 @@ double rel_l2(const std::vector<double>& ref, const std::vector<double>& got) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-// Runs one forward_backward on both decoders with the same bf16-rounded parameters and compares.
-void compare_with_cpu(const ModelConfig& cfg) {
+// Runs one forward_backward on both decoders with the same bf16-rounded parameters and compares. fp8: the CUDA
+// decoder's linear layers in FP8 (current or delayed scaling), with FP8 tolerances.
+void compare_with_cpu(const ModelConfig& cfg, tb::model::Fp8Options fp8 = {}) {
+  const double loss_rel = fp8.enabled ? 3e-2 : kLossRel, grad_rel = fp8.enabled ? 0.25 : kGradRelL2;
   CpuDecoder<double> cpu(cfg, 1234);
   // Move every parameter off its init: vectors (norm gains, biases) by N(0, 0.1), matrices scaled up to std ~0.05
   // so attention is not uniform; then round to bf16 so both backends see exactly the same values.
@@ -98,13 +100,18 @@ void compare_with_cpu(const ModelConfig& cfg) {
   const double loss_cpu = cpu.forward_backward(tokens, targets, kBatch, kSeq);
 
   tb::ops::DeviceContext dc(0);
-  CudaDecoder gpu(dc, cfg);
+  CudaDecoder gpu(dc, cfg, CudaDecoder::Recompute::none, false, fp8);
   gpu.load_params(host);
   gpu.zero_grads();
+  if (fp8.delayed) {  // delayed scaling starts from scale 1: one call fills the amax history first
+    gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
+    gpu.zero_grads();
+  }
   const double loss_gpu = gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
-  std::printf("%s: loss cpu %.6f gpu %.6f (rel %.2e)\n", cfg.name.c_str(), loss_cpu, loss_gpu,
+  std::printf("%s%s: loss cpu %.6f gpu %.6f (rel %.2e)\n", cfg.name.c_str(),
+              fp8.enabled ? (fp8.delayed ? " fp8 delayed" : " fp8 current") : "", loss_cpu, loss_gpu,
               std::abs(loss_gpu - loss_cpu) / std::abs(loss_cpu));
-  EXPECT_NEAR(loss_gpu, loss_cpu, kLossRel * std::abs(loss_cpu));
+  EXPECT_NEAR(loss_gpu, loss_cpu, loss_rel * std::abs(loss_cpu));
 
   const std::vector<float> g = gpu.grads_to_host();
   ASSERT_EQ(g.size(), cpu.grads().size());
@@ -121,9 +128,10 @@ void compare_with_cpu(const ModelConfig& cfg) {
     const double err = rel_l2(ref, got);
     std::printf("  %-28s rel L2 %.3e  |ref| %.3e\n", s.name.c_str(), err, std::sqrt(ref_norm));
     EXPECT_TRUE(finite) << s.name;
-    EXPECT_LT(err, kGradRelL2) << s.name;
+    EXPECT_LT(err, grad_rel) << s.name;
   }
 
+  if (fp8.delayed) return;  // the scales move between calls: accumulation is checked with current scaling
   // Accumulation: a second call without zero_grads adds the same gradients again.
   const double loss2 = gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
   EXPECT_NEAR(loss2, loss_gpu, 1e-6 * std::abs(loss_gpu));
@@ -238,6 +246,17 @@ TEST(CudaDecoder, OverwriteStartEqualsZeroedStart) {
     std::vector<double> w(want.begin(), want.end()), g(got.begin(), got.end());
     EXPECT_LT(rel_l2(w, g), 1e-4) << family;
   }
+}
+
+TEST(CudaDecoder, Fp8MatchesCpuWithinFp8Error) {
+  SKIP_WITHOUT_GPU();
+  tb::model::Fp8Options current;
+  current.enabled = true;
+  tb::model::Fp8Options delayed = current;
+  delayed.delayed = true;
+  compare_with_cpu(config("llama", 256, 64), current);
+  compare_with_cpu(config("nemotron", 256, 64), current);
+  compare_with_cpu(config("llama", 256, 64), delayed);
 }
 
 TEST(CudaDecoder, RefusesMisalignedLayout) {

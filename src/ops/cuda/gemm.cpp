@@ -17,6 +17,7 @@ constexpr GemmTypes kTypes[] = {
     {DType::tf32, DType::tf32, DType::f32},  {DType::f32, DType::f32, DType::f32},
     {DType::e4m3, DType::e4m3, DType::bf16}, {DType::e4m3, DType::e5m2, DType::bf16},
     {DType::e5m2, DType::e4m3, DType::bf16}, {DType::bf16, DType::bf16, DType::f32},
+    {DType::e4m3, DType::e4m3, DType::f32},  {DType::e5m2, DType::e4m3, DType::f32},
 };
 
 cudaDataType_t cuda_type(DType t) {

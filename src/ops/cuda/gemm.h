@@ -8,7 +8,8 @@
 // weight gradients summed over chunks and micro-batches.
 // Types (a x b -> d): bf16 -> bf16, f16 -> f16, tf32 -> f32 (f32 storage, CUBLAS_COMPUTE_32F_FAST_TF32),
 // f32 -> f32, e4m3 -> bf16, e4m3 x e5m2 -> bf16, e5m2 x e4m3 -> bf16 (there is no e5m2 x e5m2 GEMM),
-// bf16 -> f32 (fp32 output, e.g. weight gradients accumulated in fp32).
+// bf16 -> f32 (fp32 output, e.g. weight gradients accumulated in fp32), e4m3 -> f32 and e5m2 x e4m3 -> f32 (FP8
+// weight gradients: dW = dY^T X with transposed fp8 copies, accumulated in fp32).
 // cuBLASLt is column-major, and a row-major [r,c] buffer is a column-major [c,r] one, so we ask for
 // D^T[n,m] = op(B)^T · op(A)^T with cuBLAS's "A" = our B and cuBLAS's "B" = our A:
 //   abt: cuA = B as col-major [k,n] with op T, cuB = A as col-major [k,m] with op N  (the "TN" layout that

@@ -1,0 +1,191 @@
+// Tests ops/cuda/fp8 against the host conversions of core/dtype (bit-exact): amax of random and crafted tensors
+// (zeros, denormals, NaN propagates); current-scaling casts to e4m3 and e5m2, plain and with the transpose, on shapes
+// that are and are not multiples of the 32 x 32 tile, with scale = fp8_max / amax written back; saturation when a
+// delayed scale overflows the format; the amax recorded during a delayed cast; the delayed-scaling update (history
+// roll, max / most_recent, margin).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "bench/sysinfo.h"
+#include "core/dtype.h"
+#include "ops/cuda/context.h"
+#include "ops/cuda/fp8.h"
+
+namespace {
+
+using tb::DType;
+using namespace tb::ops;
+
+#define SKIP_WITHOUT_GPU() \
+  if (tb::bench::visible_gpu_count() == 0) GTEST_SKIP() << tb::bench::no_gpu_reason()
+
+std::vector<std::uint16_t> random_bf16(std::size_t n, float amp, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, amp);
+  std::vector<std::uint16_t> v(n);
+  for (auto& x : v) x = tb::float_to_bf16(nd(rng));
+  return v;
+}
+
+std::uint8_t host_fp8(float v, DType t) { return t == DType::e4m3 ? tb::float_to_e4m3(v, true) : tb::float_to_e5m2(v, true); }
+
+struct Dev {
+  DeviceContext dc{0};
+  template <class T>
+  DeviceBuffer up(const std::vector<T>& h) {
+    DeviceBuffer b(0, std::max<std::size_t>(h.size() * sizeof(T), 16));
+    cudaMemcpyAsync(b.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, dc.stream());
+    dc.synchronize();
+    return b;
+  }
+  template <class T>
+  std::vector<T> down(const DeviceBuffer& b, std::size_t n) {
+    std::vector<T> h(n);
+    cudaMemcpyAsync(h.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost, dc.stream());
+    dc.synchronize();
+    return h;
+  }
+};
+
+float host_amax(const std::vector<std::uint16_t>& x) {
+  float m = 0;
+  for (auto b : x) {
+    const float f = tb::bf16_to_float(b);
+    if (std::isnan(f)) return f;
+    m = std::max(m, std::fabs(f));
+  }
+  return m;
+}
+
+TEST(Fp8, AmaxOfRandomAndCraftedTensors) {
+  SKIP_WITHOUT_GPU();
+  Dev d;
+  Fp8Scales sc(0, 1, 1, d.dc.stream());
+  const Fp8Meta m = sc.meta(0);
+  for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(1000003)}) {
+    auto x = random_bf16(n, 3.0f, unsigned(n));
+    if (n > 100) x[n / 2] = tb::float_to_bf16(-1234.5f);  // the max is negative
+    auto buf = d.up(x);
+    cudaMemsetAsync(m.amax, 0, 4, d.dc.stream());
+    fp8_amax(buf.as<__nv_bfloat16>(), n, m.amax, d.dc.stream());
+    float got = 0;
+    cudaMemcpy(&got, m.amax, 4, cudaMemcpyDeviceToHost);
+    EXPECT_EQ(got, host_amax(x)) << n;
+  }
+  std::vector<std::uint16_t> zeros(4096, 0), denorm(4096, 0x0001), with_nan = random_bf16(4096, 1.0f, 9);
+  with_nan[100] = 0x7fc0;
+  for (const auto* v : {&zeros, &denorm, &with_nan}) {
+    auto buf = d.up(*v);
+    cudaMemsetAsync(m.amax, 0, 4, d.dc.stream());
+    fp8_amax(buf.as<__nv_bfloat16>(), v->size(), m.amax, d.dc.stream());
+    float got = 0;
+    cudaMemcpy(&got, m.amax, 4, cudaMemcpyDeviceToHost);
+    if (v == &with_nan)
+      EXPECT_TRUE(std::isnan(got));
+    else
+      EXPECT_EQ(got, host_amax(*v));
+  }
+}
+
+void check_cast(DType t, std::int64_t rows, std::int64_t cols, bool transpose) {
+  Dev d;
+  Fp8Scales sc(0, 1, 1, d.dc.stream());
+  const Fp8Meta m = sc.meta(0);
+  const std::size_t n = std::size_t(rows * cols);
+  auto x = random_bf16(n, 5.0f, unsigned(rows * 31 + cols));
+  x[0] = 0;            // zero
+  x[1 % n] = 0x0001;   // a bf16 denormal: underflows in fp8 after scaling?
+  auto xb = d.up(x);
+  DeviceBuffer q(0, n + 16), qt(0, n + 16);
+  cudaMemsetAsync(m.amax, 0, 4, d.dc.stream());
+  fp8_amax(xb.as<__nv_bfloat16>(), n, m.amax, d.dc.stream());
+  Fp8CastArgs a;
+  a.x = xb.as<__nv_bfloat16>(), a.rows = rows, a.cols = cols, a.type = t;
+  a.q = q.get(), a.qt = transpose ? qt.get() : nullptr;
+  a.amax_in = m.amax, a.scale = m.scale, a.scale_inv = m.scale_inv;
+  fp8_cast(a, d.dc.stream());
+  const auto gq = d.down<std::uint8_t>(q, n), gqt = d.down<std::uint8_t>(qt, n);
+  float scale = 0, scale_inv = 0;
+  cudaMemcpy(&scale, m.scale, 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(&scale_inv, m.scale_inv, 4, cudaMemcpyDeviceToHost);
+  const float want_scale = fp8_scale_for(host_amax(x), fp8_max(t), 0);
+  ASSERT_EQ(scale, want_scale);
+  ASSERT_EQ(scale_inv, 1.0f / want_scale);
+  std::size_t bad = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const std::uint8_t want = host_fp8(tb::bf16_to_float(x[std::size_t(r * cols + c)]) * want_scale, t);
+      bad += gq[std::size_t(r * cols + c)] != want;
+      if (transpose) bad += gqt[std::size_t(c * rows + r)] != want;
+    }
+  EXPECT_EQ(bad, 0u) << dtype_name(t) << " " << rows << "x" << cols << (transpose ? " transpose" : "");
+}
+
+TEST(Fp8, CurrentScalingCastsAreBitExact) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : {DType::e4m3, DType::e5m2}) {
+    check_cast(t, 256, 512, true);
+    check_cast(t, 33, 50, true);  // edge tiles
+    check_cast(t, 7, 9, false);   // scalar tail
+    check_cast(t, 1024, 4096, false);
+  }
+}
+
+TEST(Fp8, DelayedCastSaturatesAndRecordsAmax) {
+  SKIP_WITHOUT_GPU();
+  Dev d;
+  Fp8Scales sc(0, 2, 4, d.dc.stream());
+  const Fp8Meta m = sc.meta(1);
+  auto x = random_bf16(64 * 64, 10.0f, 5);
+  x[7] = 0x7fc0;  // NaN stays NaN
+  auto xb = d.up(x);
+  const float big = 1000.0f;  // way too large: most values saturate to +-448
+  cudaMemcpy(m.scale, &big, 4, cudaMemcpyHostToDevice);
+  cudaMemsetAsync(m.amax, 0, 4, d.dc.stream());
+  DeviceBuffer q(0, x.size());
+  Fp8CastArgs a;
+  a.x = xb.as<__nv_bfloat16>(), a.rows = 64, a.cols = 64, a.type = DType::e4m3, a.q = q.get();
+  a.scale = m.scale, a.scale_inv = m.scale_inv, a.amax_out = m.amax;
+  fp8_cast(a, d.dc.stream());
+  const auto gq = d.down<std::uint8_t>(q, x.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) bad += gq[i] != host_fp8(tb::bf16_to_float(x[i]) * big, DType::e4m3);
+  EXPECT_EQ(bad, 0u);
+  float amax = 0, inv = 0;
+  cudaMemcpy(&amax, m.amax, 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(&inv, m.scale_inv, 4, cudaMemcpyDeviceToHost);
+  EXPECT_TRUE(std::isnan(amax));  // the NaN is recorded
+  EXPECT_EQ(inv, 1.0f / big);
+}
+
+TEST(Fp8, DelayedUpdateRollsTheHistory) {
+  SKIP_WITHOUT_GPU();
+  Dev d;
+  Fp8Scales sc(0, 3, 3, d.dc.stream());
+  const float amaxes[3][3] = {{2.0f, 8.0f, 4.0f}, {1.0f, 0.5f, 0.25f}, {0.0f, 0.0f, 0.0f}};  // per step, per tensor
+  for (int step = 0; step < 3; ++step) {
+    for (int t = 0; t < 3; ++t) cudaMemcpy(sc.meta(t).amax, &amaxes[step][t], 4, cudaMemcpyHostToDevice);
+    fp8_update_scales(sc, DType::e4m3, AmaxAlgo::max, 1, d.dc.stream());
+  }
+  d.dc.synchronize();
+  auto read = [](const float* p) {
+    float v = 0;
+    cudaMemcpy(&v, p, 4, cudaMemcpyDeviceToHost);
+    return v;
+  };
+  // tensor 0: history [0, 1, 2] -> max 2; tensor 1: [0, 0.5, 8] -> 8; tensor 2: all zeros -> scale unchanged (1)
+  EXPECT_EQ(read(sc.meta(0).scale), fp8_scale_for(2.0f, 448.0f, 1));
+  EXPECT_EQ(read(sc.meta(1).scale), fp8_scale_for(8.0f, 448.0f, 1));
+  EXPECT_EQ(read(sc.meta(2).scale), 1.0f);
+  EXPECT_EQ(read(sc.meta(0).history + 2), 2.0f);
+  EXPECT_EQ(read(sc.meta(0).amax), 0.0f);
+  fp8_update_scales(sc, DType::e4m3, AmaxAlgo::most_recent, 0, d.dc.stream());  // amax 0 now: unchanged
+  EXPECT_EQ(read(sc.meta(1).scale), fp8_scale_for(8.0f, 448.0f, 1));
+}
+
+}  // namespace
