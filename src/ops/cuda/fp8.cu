@@ -1,7 +1,8 @@
 // ops/cuda/fp8.cu: see fp8.h. amax: grid-stride max of |x| with 16-byte loads, a block reduction and one atomicMax
 // per block (non-negative floats order like their bit patterns, so an integer atomicMax works; NaN's pattern is above
-// inf's, so NaN propagates). Cast: without the transpose, grid-stride over 8-element vectors; with it, 32 x 32 tiles
-// through shared memory (q written row by row, qt from the transposed tile).
+// inf's, so NaN propagates). Cast: without the transpose, grid-stride over 8-element vectors; with it, 64 x 64 tiles
+// with 16-byte loads and 8-byte stores when the shape allows (multiples of 64), else 32 x 32 tiles with byte
+// accesses, through shared memory (q written row by row, qt from the transposed tile).
 #include "ops/cuda/fp8.h"
 
 #include <cuda_fp8.h>
@@ -164,6 +165,65 @@ __global__ void __launch_bounds__(kTile* kRowsPerPass) cast_transpose_kernel(Cas
   }
 }
 
+// 64 x 64 tiles, 256 threads, rows and cols multiples of 64: 16-byte loads of x (8 bf16), 8-byte stores of q and
+// of qt (8 consecutive rows of one column, gathered from the tile in shared memory).
+constexpr int kBig = 64;
+template <__nv_fp8_interpretation_t Kind>
+__global__ void __launch_bounds__(256) cast_transpose64_kernel(CastParams p) {
+  __shared__ std::uint8_t tile[kBig][kBig + 8];
+  __shared__ float warp_max[8];
+  __shared__ int any_nan;
+  const float s = block_scale(p);
+  const std::int64_t r0 = std::int64_t(blockIdx.y) * kBig, c0 = std::int64_t(blockIdx.x) * kBig;
+  const int t = threadIdx.x;
+  if (t == 0) any_nan = 0;
+  float m = 0.0f;
+  bool nan = false;
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {  // 512 vectors of 8: row = v / 8, column group = v % 8
+    const int v = pass * 256 + t, r = v / 8, cg = (v % 8) * 8;
+    const std::int64_t row = r0 + r;
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p.x + row * p.cols + c0 + cg));
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+    union {
+      uint2 v2;
+      std::uint8_t b[8];
+    } out;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(h[k]);
+      m = fmaxf(m, fmaxf(abs_or_nan(f.x, nan), abs_or_nan(f.y, nan)));
+      out.b[2 * k] = to_fp8<Kind>(f.x * s);
+      out.b[2 * k + 1] = to_fp8<Kind>(f.y * s);
+    }
+    if (p.q) *reinterpret_cast<uint2*>(p.q + row * p.cols + c0 + cg) = out.v2;
+    *reinterpret_cast<uint2*>(&tile[r][cg]) = out.v2;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {  // qt row c (a column of the tile), 8 rows of x per store
+    const int v = pass * 256 + t, c = v / 8, rg = (v % 8) * 8;
+    union {
+      uint2 v2;
+      std::uint8_t b[8];
+    } out;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) out.b[k] = tile[rg + k][c];
+    *reinterpret_cast<uint2*>(p.qt + (c0 + c) * p.rows + r0 + rg) = out.v2;
+  }
+  if (p.amax_out) {
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
+    if (nan) atomicOr(&any_nan, 1);
+    if (t % 32 == 0) warp_max[t / 32] = m;
+    __syncthreads();
+    if (t == 0) {
+      float bm = 0.0f;
+      for (int w = 0; w < 8; ++w) bm = fmaxf(bm, warp_max[w]);
+      atomic_max_nonneg(p.amax_out, any_nan ? __int_as_float(0x7fc00000) : bm);
+    }
+  }
+}
+
 __global__ void update_kernel(float* base, std::size_t stride, int n, int h, float max_finite, int algo, int margin) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= n) return;
@@ -233,7 +293,15 @@ void fp8_cast(const Fp8CastArgs& a, cudaStream_t stream) {
   CastParams p{a.x, a.rows, a.cols, static_cast<std::uint8_t*>(a.q), static_cast<std::uint8_t*>(a.qt), a.amax_in,
                a.scale, a.scale_inv, a.amax_out, fp8_max(a.type), a.margin};
   const bool e4 = a.type == DType::e4m3;
-  if (a.qt) {
+  const bool aligned = reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(a.q) % 8 == 0 && reinterpret_cast<std::uintptr_t>(a.qt) % 8 == 0;
+  if (a.qt && a.rows % kBig == 0 && a.cols % kBig == 0 && aligned && a.rows / kBig < 65536) {
+    const dim3 grid(unsigned(a.cols / kBig), unsigned(a.rows / kBig));
+    if (e4)
+      cast_transpose64_kernel<__NV_E4M3><<<grid, 256, 0, stream>>>(p);
+    else
+      cast_transpose64_kernel<__NV_E5M2><<<grid, 256, 0, stream>>>(p);
+  } else if (a.qt) {
     const dim3 grid(unsigned((a.cols + kTile - 1) / kTile), unsigned((a.rows + kTile - 1) / kTile));
     TB_REQUIRE(grid.y < 65536, what + ": too many rows for one launch");
     const dim3 block(kTile, kRowsPerPass);
