@@ -409,6 +409,25 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
   }
 }
 
+double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std::int32_t* host_targets, int batch,
+                                     int seq, double grad_scale) {
+  prepare(batch, seq);
+  const std::int64_t n = std::int64_t(batch) * seq;
+  check_ids(host_tokens, n, cfg_.vocab, "token");
+  check_ids(host_targets, n, cfg_.vocab, "target");
+  cudaStream_t st = dc_.stream();
+  TB_CHECK(cudaMemcpyAsync(s_.tokens, host_tokens, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
+  TB_CHECK(
+      cudaMemcpyAsync(s_.targets, host_targets, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
+  fp8_begin_step();
+  forward_backward_device(s_.tokens, s_.targets, batch, seq, grad_scale, s_.loss);
+  fp8_end_step();
+  float loss = 0;
+  TB_CHECK(cudaMemcpyAsync(&loss, s_.loss, sizeof(float), cudaMemcpyDeviceToHost, st));
+  dc_.synchronize();
+  return double(loss);
+}
+
 void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, const LayerActs& A, int batch, int seq,
                                 bool to_fc1_act) {
   const ModelConfig& c = cfg_;
