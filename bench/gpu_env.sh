@@ -13,4 +13,4 @@ print(":".join(paths))
 PY
 )
 export LD_LIBRARY_PATH="${PYLIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export TRAINBENCH_REFERENCES=$PWD/references
+export TRAINBENCH_REFERENCES=${TRAINBENCH_REFERENCES:-$PWD/references}

@@ -23,5 +23,5 @@ for f in files:
     if len(data) >= args.max_bytes:
         break
 data = data[: args.max_bytes]
-array.array("H", data).tofile(open(args.out, "wb"))
+array.array("H", list(data)).tofile(open(args.out, "wb"))  # one uint16 token per byte
 print(f"{args.out}: {len(data)} tokens (bytes) from {len(files)} files")

@@ -68,7 +68,7 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
           for p in "bf16" "fp8" "fp8 --fp8-recipe delayed"; do
             log "accuracy $data $p"
             $TB train --model small --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
-              --out "$OUT/results/acc-$(basename $data)-${p// /_}" | grep -E "^step (1|100|200|300|400|500)/|summary|loss "
+              --out "$OUT/results/acc-$(basename $data)-${p// /_}" | grep -E "^step (1|100|200|300|400|500)/|^summary|^ +loss"
           done
         done ;;
       recipes)

@@ -11,6 +11,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "core/log.h"
 #include "core/stats.h"
 #include "recipe/convention.h"
 #include "recipe/plan.h"
@@ -162,8 +163,12 @@ int cmd_run(int argc, char** argv) {
   if (cuda) rec.device = gpu;
   double peak = 0;
   if (cuda) {
-    const Systems sys = load_systems_for(common, gpu);
-    if (sys.match) peak = sys.match->peak_tflops(precision);
+    try {  // the measurements are done: a bad references file costs the MFU, not the run
+      const Systems sys = load_systems_for(common, gpu);
+      if (sys.match) peak = sys.match->peak_tflops(precision);
+    } catch (const Error& e) {
+      log::warn("no MFU: {}", e.what());
+    }
   }
   auto fpt = nlohmann::json::object();
   for (auto c : {recipe::Convention::full, recipe::Convention::causal, recipe::Convention::full_mha,

@@ -7,6 +7,8 @@
 
 #include "bench/sysinfo.h"
 #include "core/interrupt.h"
+#include "core/log.h"
+#include "core/error.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "model/flops.h"
@@ -125,8 +127,12 @@ int cmd_train(int argc, char** argv) {
 
   double peak = 0;
   if (cuda) {
-    const Systems sys = load_systems_for(common, spec.gpu);
-    if (sys.match) peak = sys.match->peak_tflops(spec.precision);
+    try {  // the measurements are done: a bad references file costs the MFU, not the run
+      const Systems sys = load_systems_for(common, spec.gpu);
+      if (sys.match) peak = sys.match->peak_tflops(spec.precision);
+    } catch (const Error& e) {
+      log::warn("no MFU: {}", e.what());
+    }
   }
   const double mfu = peak > 0 ? res.tflops / peak : 0;
   const std::string precision = cuda ? spec.precision : "fp32";
