@@ -9,6 +9,7 @@ DEBIAN_PACKAGES=(
   cmake ninja-build g++ ccache git python3-pip
   libgtest-dev libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libopenmpi-dev openmpi-bin
+  python3-yaml slurm-wlm munge    # launch tests: manifests read back; a one-node Slurm (tests/launch/slurm_local.sh)
 )
 # name==version, installed with --no-deps into .deps/python (header-only C/C++ wheels and test tools)
 PYPI_PACKAGES=(
@@ -36,6 +37,22 @@ for spec in "${PYPI_PACKAGES[@]}"; do
   python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --upgrade --target "$prefix" "$spec"
   touch "$stamp"
 done
+
+# kubernetes-validate (the Kubernetes OpenAPI schemas) and its dependencies, pinned, into .deps/kubeval: the
+# launch tests validate rendered manifests with it (tests/launch/k8s_check.py).
+KUBEVAL_PACKAGES=(
+  kubernetes-validate==1.37.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0
+  rpds-py==2026.9.1 attrs==26.1.0 importlib-resources==7.1.0 packaging==26.4 typing-extensions==4.16.0 PyYAML==6.0.4
+)
+kubeval=.deps/kubeval
+stamp="$kubeval/.installed-$(echo "${KUBEVAL_PACKAGES[*]}" | md5sum | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  echo "setup: installing kubernetes-validate from PyPI into $kubeval"
+  rm -rf "$kubeval"
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target "$kubeval" \
+    "${KUBEVAL_PACKAGES[@]}"
+  touch "$stamp"
+fi
 
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || {
   echo "setup: the CUDA toolkit (nvcc) is not installed; install CUDA 13 with cuBLASLt, cuDNN 9 and NCCL" >&2

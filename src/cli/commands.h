@@ -18,6 +18,8 @@ int cmd_list(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
+int cmd_slurm(int argc, char** argv);
+int cmd_k8s(int argc, char** argv);
 
 std::span<const Command> commands();
 int dispatch(int argc, char** argv);  // the whole CLI: finds the command, maps errors to exit codes

@@ -1,0 +1,147 @@
+// Integration test with a real Slurm on this host (tests/launch/slurm_local.sh: munged, slurmctld, slurmd from
+// Debian's slurm-wlm, CPUs as the resource): `trainbench slurm run tiny --device cpu --nodes 1` with 2 tasks,
+// `collect --wait` returns both tasks' records; a job whose tasks fail (a bad flag) is reported FAILED with its exit
+// code and log, not lost. Skips (with the reason) only where slurmd cannot run here. About 5-15 s.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace tb::cli {
+int cmd_slurm(int argc, char** argv);  // cli/commands.h
+}
+
+namespace {
+namespace fs = std::filesystem;
+
+struct Shell {
+  int rc;
+  std::string out;
+};
+Shell sh(const std::string& cmd) {
+  Shell o{0, ""};
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  for (size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) o.out.append(buf, n);
+  const int st = p ? ::pclose(p) : -1;
+  o.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return o;
+}
+
+// The trainbench binary the jobs run: $TRAINBENCH_BIN, else next to the tests folder of the build.
+fs::path trainbench_binary() {
+  if (const char* b = std::getenv("TRAINBENCH_BIN")) return b;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && fs::exists(self.parent_path().parent_path() / "trainbench"))
+    return self.parent_path().parent_path() / "trainbench";
+  return fs::absolute("build/trainbench");
+}
+
+int slurm(std::vector<std::string> args) {
+  args.insert(args.begin(), "trainbench slurm");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  std::fflush(stdout);
+  const int rc = tb::cli::cmd_slurm(int(argv.size()), argv.data());
+  std::fflush(stdout);
+  return rc;
+}
+
+std::vector<nlohmann::json> read_jsonl(const fs::path& f) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(f);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.push_back(nlohmann::json::parse(l));
+  return out;
+}
+
+class SlurmCluster : public testing::Test {
+ protected:
+  // Short: the munge socket path must fit a sockaddr_un.
+  fs::path dir = fs::path("/tmp") / ("tbslurm-" + std::to_string(::getpid()));
+  std::string script = fs::absolute("tests/launch/slurm_local.sh").string();
+  bool started = false;
+
+  void SetUp() override {
+    fs::remove_all(dir);
+    const Shell s = sh("bash " + script + " start " + dir.string());
+    if (s.rc == 77) GTEST_SKIP() << "this machine cannot run slurmd: " << s.out;
+    started = true;
+    ASSERT_EQ(s.rc, 0) << "starting Slurm failed:\n" << s.out;
+    ::setenv("SLURM_CONF", (dir / "slurm.conf").c_str(), 1);
+  }
+  void TearDown() override {
+    if (started) sh("bash " + script + " stop " + dir.string());
+    ::unsetenv("SLURM_CONF");
+    if (!HasFailure())
+      fs::remove_all(dir);
+    else
+      std::printf("kept %s (logs in log/, submissions in ok/ and bad/)\n", dir.c_str());
+  }
+};
+
+TEST_F(SlurmCluster, RunTwoCpuTasksCollectRecordsAndReportAFailedJob) {
+  const fs::path tb = trainbench_binary();
+  ASSERT_TRUE(fs::exists(tb)) << tb << " is not built (cmake --build build --target trainbench)";
+  const std::vector<std::string> common{"tiny", "--device", "cpu",      "--nodes",      "1",        "--tasks-per-node",
+                                        "2",    "--time",   "00:05:00", "--trainbench", tb.string()};
+  auto args = [&](std::string sub, fs::path out, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a{std::move(sub)};
+    a.insert(a.end(), common.begin(), common.end());
+    a.insert(a.end(), {"--out", out.string()});
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  ASSERT_EQ(slurm(args("run", dir / "ok")), 0);
+  ASSERT_EQ(slurm(args("run", dir / "bad", {"--", "--steps", "0"})), 0);  // submits; the tasks will reject --steps 0
+
+  // Both tasks' records, tagged with the job and the task.
+  EXPECT_EQ(slurm({"collect", (dir / "ok").string(), "--wait", "120"}), 0)
+      << sh("tail -30 " + (dir / "log/slurmd.log").string()).out;
+  const auto records = read_jsonl(dir / "ok/results.jsonl");
+  ASSERT_EQ(records.size(), 2u) << sh("cat " + (dir / "ok/logs/*.out").string()).out;
+  std::set<int> tasks;
+  for (const auto& r : records) {
+    EXPECT_EQ(r["bench"], "run");
+    EXPECT_EQ(r["status"], "ok");
+    EXPECT_TRUE(r.contains("slurm_job"));
+    tasks.insert(r["slurm_task"].get<int>());
+  }
+  EXPECT_EQ(tasks, (std::set<int>{0, 1}));
+  std::ifstream sf(dir / "ok/summary.json");
+  const auto ok = nlohmann::json::parse(sf);
+  ASSERT_EQ(ok["jobs"].size(), 1u);
+  EXPECT_EQ(ok["jobs"][0]["state"], "COMPLETED");
+  EXPECT_EQ(ok["jobs"][0]["records"], 2);
+
+  // The failing job: FAILED with trainbench's usage exit code (2) and its log's last lines; an error record.
+  EXPECT_EQ(slurm({"collect", (dir / "bad").string(), "--wait", "120"}), 1);
+  std::ifstream bf(dir / "bad/summary.json");
+  const auto bad = nlohmann::json::parse(bf);
+  ASSERT_EQ(bad["jobs"].size(), 1u);
+  const auto& job = bad["jobs"][0];
+  EXPECT_EQ(job["state"], "FAILED") << job.dump(2);
+  EXPECT_EQ(job["exit_code"], 2) << job.dump(2);
+  EXPECT_EQ(job["records"], 0);
+  std::string tail;
+  for (const auto& l : job["log_tail"]) tail += l.get<std::string>() + "\n";
+  EXPECT_NE(tail.find("--steps"), std::string::npos) << tail;
+  const auto bad_records = read_jsonl(dir / "bad/results.jsonl");
+  ASSERT_EQ(bad_records.size(), 1u);
+  EXPECT_EQ(bad_records[0]["status"], "error");
+  EXPECT_EQ(bad_records[0]["slurm_state"], "FAILED");
+
+  // status agrees, and says so in its exit code.
+  EXPECT_EQ(slurm({"status", (dir / "ok").string()}), 0);
+  EXPECT_EQ(slurm({"status", (dir / "bad").string()}), 1);
+}
+
+}  // namespace
