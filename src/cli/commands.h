@@ -18,6 +18,7 @@ int cmd_list(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
+int cmd_project(int argc, char** argv);
 int cmd_slurm(int argc, char** argv);
 int cmd_k8s(int argc, char** argv);
 

@@ -22,6 +22,8 @@ constexpr Command kCommands[] = {
     {"run", "run a recipe (a proxy of its per-GPU layout) and compare it with the published reference", cmd_run},
     {"compare", "compare run results with the published references; exit 1 when any is below", cmd_compare},
     {"train", "train a model preset for a few steps: step time, tokens/s, TFLOP/s, MFU, memory, loss", cmd_train},
+    {"project", "project a recipe to N GPUs: measured per-GPU work + modelled network (--validate: vs the references)",
+     cmd_project},
     {"slurm", "launch a recipe, sweep, scale series or check on Slurm; status and collect its jobs' records", cmd_slurm},
     {"k8s", "render a Kubernetes manifest (indexed Job + headless Service, or MPIJob) for a recipe", cmd_k8s},
     {"list", "the micro suites, recipes and reference rows this build knows", cmd_list},

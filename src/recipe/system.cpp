@@ -55,7 +55,8 @@ double SystemRef::peak_tflops(std::string_view dtype) const {
 SystemRef load_system(const std::filesystem::path& file) {
   const std::string path = file.string();
   const toml::table root = parse_toml_file(path);
-  reject_unknown_keys(path, root, "the file", {"schema", "gpu", "peak_tflops", "check", "expect"});
+  reject_unknown_keys(path, root, "the file",
+                      {"schema", "gpu", "peak_tflops", "check", "expect", "network", "compute", "projection"});
   TB_REQUIRE(root["schema"].value<int64_t>() == 1, fmt::format("{}: 'schema = 1' is required", path));
 
   SystemRef s;
@@ -89,6 +90,60 @@ SystemRef load_system(const std::filesystem::path& file) {
     s.outlier_fraction = number(path, *check, "outlier_fraction", false);
     TB_REQUIRE(s.outlier_fraction > 0 && s.outlier_fraction < 1,
                fmt::format("{}: [check] outlier_fraction must be between 0 and 1", path));
+  }
+
+  if (const auto* net = root.get_as<toml::table>("network")) {
+    reject_unknown_keys(path, *net, "[network]",
+                        {"description", "nvlink_domain_gpus", "nvlink_busbw_gbps", "nvlink_latency_us", "scaleout_gbps",
+                         "scaleout_efficiency", "scaleout_latency_us", "source"});
+    NetworkRef& n = s.network;
+    n.present = true;
+    n.description = string(path, *net, "description", false);
+    n.nvlink_domain_gpus = int(number(path, *net, "nvlink_domain_gpus", true));
+    TB_REQUIRE(n.nvlink_domain_gpus >= 1, fmt::format("{}: [network] nvlink_domain_gpus must be at least 1", path));
+    const auto* bw = net->get_as<toml::table>("nvlink_busbw_gbps");
+    TB_REQUIRE(bw, fmt::format("{}: [network] needs nvlink_busbw_gbps = {{ all_reduce = .., all_gather = .., "
+                               "reduce_scatter = .., sendrecv = .. }}",
+                               path));
+    reject_unknown_keys(path, *bw, "[network] nvlink_busbw_gbps", {"all_reduce", "all_gather", "reduce_scatter", "sendrecv"});
+    n.nvlink_all_reduce_gbps = number(path, *bw, "all_reduce", true);
+    n.nvlink_all_gather_gbps = number(path, *bw, "all_gather", true);
+    n.nvlink_reduce_scatter_gbps = number(path, *bw, "reduce_scatter", true);
+    n.nvlink_sendrecv_gbps = number(path, *bw, "sendrecv", true);
+    n.nvlink_latency_us = number(path, *net, "nvlink_latency_us", false);
+    n.scaleout_gbps = number(path, *net, "scaleout_gbps", true);
+    if (net->get("scaleout_efficiency")) n.scaleout_efficiency = number(path, *net, "scaleout_efficiency", true);
+    n.scaleout_latency_us = number(path, *net, "scaleout_latency_us", false);
+    n.source = string(path, *net, "source", false);
+    for (double v : {n.nvlink_all_reduce_gbps, n.nvlink_all_gather_gbps, n.nvlink_reduce_scatter_gbps,
+                     n.nvlink_sendrecv_gbps, n.scaleout_gbps})
+      TB_REQUIRE(v > 0, fmt::format("{}: [network] bandwidths must be positive (GB/s)", path));
+    TB_REQUIRE(n.scaleout_efficiency > 0 && n.scaleout_efficiency <= 1,
+               fmt::format("{}: [network] scaleout_efficiency must be in (0, 1]", path));
+    TB_REQUIRE(n.nvlink_latency_us >= 0 && n.scaleout_latency_us >= 0,
+               fmt::format("{}: [network] latencies must not be negative", path));
+  }
+
+  if (const auto* comp = root.get_as<toml::table>("compute")) {
+    reject_unknown_keys(path, *comp, "[compute]", {"gemm_bf16_tflops", "membw_tbps", "source"});
+    s.compute.present = true;
+    s.compute.gemm_bf16_tflops = number(path, *comp, "gemm_bf16_tflops", true);
+    s.compute.membw_tbps = number(path, *comp, "membw_tbps", true);
+    s.compute.source = string(path, *comp, "source", false);
+    TB_REQUIRE(s.compute.gemm_bf16_tflops > 0 && s.compute.membw_tbps > 0,
+               fmt::format("{}: [compute] rates must be positive", path));
+  }
+
+  if (const auto* proj = root.get_as<toml::table>("projection")) {
+    reject_unknown_keys(path, *proj, "[projection]", {"reference_efficiency", "overlap_cost", "source"});
+    s.projection.present = true;
+    s.projection.reference_efficiency = number(path, *proj, "reference_efficiency", true);
+    s.projection.overlap_cost = number(path, *proj, "overlap_cost", true);
+    s.projection.source = string(path, *proj, "source", false);
+    TB_REQUIRE(s.projection.reference_efficiency > 0 && s.projection.reference_efficiency <= 2,
+               fmt::format("{}: [projection] reference_efficiency must be in (0, 2]", path));
+    TB_REQUIRE(s.projection.overlap_cost >= 0 && s.projection.overlap_cost <= 1,
+               fmt::format("{}: [projection] overlap_cost must be in [0, 1]", path));
   }
 
   if (const auto* expect = root.get("expect")) {

@@ -2,6 +2,12 @@
 // TFLOP/s per precision, HBM TB/s) and measured expectations, each a floor on one metric of one case:
 //   [[expect]] bench = "micro.gemm"  case = "bf16/8192x8192x8192"  metric = "tflops"  min = 800
 //   (gpus = 2 restricts it to runs over that many GPUs; source says where the number comes from).
+// Optional, for `trainbench project` (docs/PROJECTION.md):
+//   [network]     the cluster around the GPU: GPUs per NVLink domain, achievable NVLink bus bandwidth per
+//                 collective (nccl-tests busbw, GB/s) and latency per ring step, scale-out bandwidth per GPU
+//                 (GB/s per direction, line rate) with its achievable fraction and latency per ring step
+//   [compute]     achievable rates of the GPU: large bf16 GEMM (TFLOP/s), device memory (TB/s)
+//   [projection]  the calibration of the projection against the software the references ran (few, global)
 // Unknown keys are errors with file:line and the nearest valid key.
 #pragma once
 
@@ -20,6 +26,36 @@ struct Expectation {
   std::string source;
 };
 
+// [network]: what projects communication onto this system (all bandwidths GB/s = 1e9 bytes/s).
+struct NetworkRef {
+  bool present = false;
+  std::string description;
+  int nvlink_domain_gpus = 0;          // GPUs joined by NVLink (NVSwitch): the node of a DGX
+  double nvlink_all_reduce_gbps = 0, nvlink_all_gather_gbps = 0, nvlink_reduce_scatter_gbps = 0,
+         nvlink_sendrecv_gbps = 0;     // achievable bus bandwidth (nccl-tests busbw) inside the domain
+  double nvlink_latency_us = 0;        // per ring step
+  double scaleout_gbps = 0;            // per GPU per direction, line rate (8 x 400 Gb/s per 8-GPU node: 50)
+  double scaleout_efficiency = 1.0;    // achievable fraction of the line rate (bus bandwidth / line rate)
+  double scaleout_latency_us = 0;      // per ring step
+  std::string source;
+};
+
+// [compute]: achievable rates, the terms of the compute-rate correction between two GPU models.
+struct ComputeRef {
+  bool present = false;
+  double gemm_bf16_tflops = 0;         // large bf16 GEMM
+  double membw_tbps = 0;               // device memory, bytes read + written
+  std::string source;
+};
+
+// [projection]: calibration constants of `trainbench project` (docs/PROJECTION.md says how they were fit).
+struct ProjectionRef {
+  bool present = false;
+  double reference_efficiency = 1.0;   // per-GPU compute rate of the reference software / trainbench's, same GPU
+  double overlap_cost = 0.0;           // fraction of an overlapped collective's time that still slows the step
+  std::string source;
+};
+
 struct SystemRef {
   std::string file;                  // where it was loaded from
   std::string name;                  // "H200 SXM"
@@ -31,6 +67,9 @@ struct SystemRef {
   double peak_bf16 = 0, peak_f16 = 0, peak_tf32 = 0, peak_fp8 = 0, peak_f32 = 0;  // dense TFLOP/s
   double outlier_fraction = 0.10;    // a GPU this far below its siblings' median is flagged
   std::vector<Expectation> expect;
+  NetworkRef network;
+  ComputeRef compute;
+  ProjectionRef projection;
 
   // Dense peak for a GEMM input type name ("bf16", "f16", "tf32", "f32", "e4m3", "e5m2", "fp8"); 0 if unknown.
   double peak_tflops(std::string_view dtype) const;

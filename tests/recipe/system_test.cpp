@@ -106,3 +106,42 @@ TEST(Systems, MissingAndMistypedValues) {
 TEST(Systems, MissingReferencesFolderIsAConfigError) {
   EXPECT_THROW(tb::recipe::find_references_dir(std::filesystem::path("/no/such/dir")), tb::Error);
 }
+
+TEST(Systems, NetworkComputeAndProjectionSections) {
+  const auto dir = tb::recipe::find_references_dir(std::nullopt) / "systems";
+  const auto systems = tb::recipe::load_systems(dir);
+  const auto* h100 = tb::recipe::match_system(systems, "NVIDIA H100 80GB HBM3");
+  ASSERT_NE(h100, nullptr);
+  EXPECT_TRUE(h100->network.present);
+  EXPECT_EQ(h100->network.nvlink_domain_gpus, 8);
+  EXPECT_DOUBLE_EQ(h100->network.scaleout_gbps, 50);  // 400 Gb/s per GPU (EOS: 8 x 400 Gb/s per node)
+  EXPECT_GT(h100->network.nvlink_all_reduce_gbps, 0);
+  EXPECT_TRUE(h100->compute.present);
+  EXPECT_TRUE(h100->projection.present);
+  EXPECT_FALSE(tb::recipe::load_system(write_tmp("min2.toml", kMinimal)).network.present);  // optional
+
+  const std::string net = std::string(kMinimal) +
+                          "[network]\nnvlink_domain_gpus = 8\nnvlink_busbw_gbps = { all_reduce = 300, all_gather = 250, "
+                          "reduce_scatter = 250, sendrecv = 350 }\nscaleout_gbps = 50\nscaleout_efficiency = 0.9\n"
+                          "[compute]\ngemm_bf16_tflops = 700\nmembw_tbps = 3\n[projection]\nreference_efficiency = 0.9\n"
+                          "overlap_cost = 0.2\n";
+  const auto s = tb::recipe::load_system(write_tmp("net.toml", net));
+  EXPECT_DOUBLE_EQ(s.network.nvlink_reduce_scatter_gbps, 250);
+  EXPECT_DOUBLE_EQ(s.network.scaleout_efficiency, 0.9);
+  EXPECT_DOUBLE_EQ(s.network.scaleout_latency_us, 0);
+  EXPECT_DOUBLE_EQ(s.compute.membw_tbps, 3);
+  EXPECT_DOUBLE_EQ(s.projection.overlap_cost, 0.2);
+
+  std::string typo = net;
+  typo.replace(typo.find("scaleout_gbps"), 13, "scaleout_gpbs");
+  EXPECT_NE(error_of(write_tmp("nettypo.toml", typo)).find("did you mean 'scaleout_gbps'"), std::string::npos);
+  std::string bad = net;
+  bad.replace(bad.find("scaleout_efficiency = 0.9"), 25, "scaleout_efficiency = 1.5");
+  EXPECT_NE(error_of(write_tmp("neteff.toml", bad)).find("scaleout_efficiency must be in (0, 1]"), std::string::npos);
+  std::string nobw = net;
+  nobw.erase(nobw.find("nvlink_busbw_gbps"), nobw.find("scaleout_gbps") - nobw.find("nvlink_busbw_gbps"));
+  EXPECT_NE(error_of(write_tmp("netbw.toml", nobw)).find("needs nvlink_busbw_gbps"), std::string::npos);
+  std::string coll = net;
+  coll.replace(coll.find("sendrecv = 350"), 14, "send_recv = 350");
+  EXPECT_NE(error_of(write_tmp("netcoll.toml", coll)).find("did you mean 'sendrecv'"), std::string::npos);
+}

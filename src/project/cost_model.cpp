@@ -1,0 +1,116 @@
+// project/cost_model.cpp: see cost_model.h.
+#include "project/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tb::project {
+namespace {
+
+struct ShardDims {
+  double h, d, heads, kv, ffn, vocab, mlp_gemms, act_bytes;
+};
+
+ShardDims dims(const model::ModelConfig& m, int tp) {
+  TB_REQUIRE(tp >= 1, "cost model: tp must be positive");
+  ShardDims s;
+  s.h = m.d_model, s.d = m.head_dim;
+  s.heads = double(m.heads) / tp;
+  s.kv = std::max(1.0, double(m.kv_heads) / tp);
+  s.ffn = double(m.ffn) / tp;
+  s.vocab = std::ceil(double(m.vocab) / tp);
+  const bool gated = m.act == model::Act::swiglu;
+  s.mlp_gemms = gated ? 3 : 2;
+  s.act_bytes = gated ? 8 : 5;
+  return s;
+}
+
+constexpr double kAttnRatioDefault = 0.8;  // R_attn / R_gemm with a single sample (cost_model.h)
+
+}  // namespace
+
+Work layer_work(const model::ModelConfig& m, int tp, int micro_batch, int seq) {
+  const ShardDims s = dims(m, tp);
+  const double b = micro_batch, t = double(seq);
+  Work w;
+  w.gemm_flops = 6 * b * t * s.h * ((s.heads + 2 * s.kv) * s.d + s.heads * s.d + s.mlp_gemms * s.ffn);
+  w.attn_flops = 7 * b * t * t * s.heads * s.d;
+  w.mem_bytes = 2 * b * t * (16 * s.h + s.act_bytes * s.ffn + 6 * (s.heads + 2 * s.kv) * s.d);
+  return w;
+}
+
+Work head_work(const model::ModelConfig& m, int tp, int micro_batch, int seq) {
+  const ShardDims s = dims(m, tp);
+  const double b = micro_batch, t = double(seq);
+  Work w;
+  w.gemm_flops = 6 * b * t * s.h * s.vocab;
+  w.mem_bytes = 16 * b * t * s.vocab + 16 * b * t * s.h;
+  return w;
+}
+
+double layer_params(const model::ModelConfig& m, int tp) {
+  const ShardDims s = dims(m, tp);
+  return s.h * (s.heads + 2 * s.kv) * s.d + s.heads * s.d * s.h + s.mlp_gemms * s.h * s.ffn + 2 * s.h;
+}
+
+double embedding_params(const model::ModelConfig& m, int tp) { return dims(m, tp).vocab * m.d_model; }
+
+double Rates::mem_time_s(const Work& w) const { return mem_tbps > 0 ? w.mem_bytes / (mem_tbps * 1e12) : 0; }
+
+double Rates::time_s(const Work& w) const {
+  double t = mem_time_s(w);
+  if (w.gemm_flops > 0) t += w.gemm_flops / (gemm_tflops * 1e12);
+  if (w.attn_flops > 0) t += w.attn_flops / (attn_tflops * 1e12);
+  return t;
+}
+
+Rates fit_rates(std::span<const LayerSample> samples, double mem_tbps) {
+  TB_REQUIRE(!samples.empty(), "cost model: no measured layer to fit the rates to");
+  TB_REQUIRE(mem_tbps > 0, "cost model: the memory rate must be positive");
+  Rates r;
+  r.mem_tbps = mem_tbps;
+  // y_i = (t_i − mem_i) / t_i = x·g_i/t_i + z·a_i/t_i, x = 1/R_gemm, z = 1/R_attn (seconds per FLOP).
+  double sgg = 0, sga = 0, saa = 0, sgy = 0, say = 0;
+  for (const LayerSample& s : samples) {
+    TB_REQUIRE(s.seconds > 0, "cost model: a measured layer time must be positive");
+    const double g = s.work.gemm_flops / s.seconds, a = s.work.attn_flops / s.seconds;
+    const double y = (s.seconds - r.mem_time_s(s.work)) / s.seconds;
+    sgg += g * g, sga += g * a, saa += a * a, sgy += g * y, say += a * y;
+  }
+  const double det = sgg * saa - sga * sga;
+  double x = 0, z = 0;
+  if (samples.size() >= 2 && det > 1e-12 * sgg * saa) {
+    x = (sgy * saa - say * sga) / det;
+    z = (say * sgg - sgy * sga) / det;
+  }
+  if (!(x > 0 && z > 0)) {  // one sample, or an ill-posed fit: one scale with R_attn = 0.8 R_gemm
+    double num = 0, den = 0;
+    for (const LayerSample& s : samples) {
+      const double u = (s.work.gemm_flops + s.work.attn_flops / kAttnRatioDefault) / s.seconds;
+      num += u * (s.seconds - r.mem_time_s(s.work)) / s.seconds, den += u * u;
+    }
+    TB_REQUIRE(den > 0 && num > 0, "cost model: the measured layer times leave no time for the GEMMs");
+    x = num / den, z = x / kAttnRatioDefault;
+  }
+  r.gemm_tflops = 1e-12 / x;
+  r.attn_tflops = 1e-12 / z;
+  return r;
+}
+
+std::vector<double> leave_one_out_errors(std::span<const LayerSample> samples, double mem_tbps) {
+  std::vector<double> out;
+  if (samples.size() < 3) return out;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    std::vector<LayerSample> rest;
+    for (std::size_t j = 0; j < samples.size(); ++j)
+      if (j != i) rest.push_back(samples[j]);
+    const Rates r = fit_rates(rest, mem_tbps);
+    out.push_back(r.time_s(samples[i].work) / samples[i].seconds - 1);
+  }
+  return out;
+}
+
+}  // namespace tb::project

@@ -1,0 +1,110 @@
+// project/measurement.cpp: see measurement.h.
+#include "project/measurement.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tb::project {
+namespace {
+
+std::vector<std::filesystem::path> files_of(const std::filesystem::path& p) {
+  namespace fs = std::filesystem;
+  TB_REQUIRE(fs::exists(p), fmt::format("--from {}: no such file or folder (give the results folder of `trainbench run "
+                                        "<recipe>`, or its results.jsonl)",
+                                        p.string()));
+  if (!fs::is_directory(p)) return {p};
+  if (fs::exists(p / "results.jsonl")) return {p / "results.jsonl"};
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(p))
+    if (e.path().extension() == ".jsonl") out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  TB_REQUIRE(!out.empty(), fmt::format("--from {}: the folder holds no results.jsonl and no *.jsonl", p.string()));
+  return out;
+}
+
+double fit_value(const nlohmann::json& fit, const char* key, const std::string& where) {
+  TB_REQUIRE(fit.contains(key) && fit[key].is_number(),
+             fmt::format("{}: run record without extrapolated.fit.{} (made by an older trainbench?)", where, key));
+  return fit[key].get<double>();
+}
+
+Measurement run_of(const nlohmann::json& j, const std::string& where) {
+  Measurement m;
+  m.where = where;
+  m.recipe = j.value("recipe", "");
+  m.precision = j.value("precision", "");
+  m.release = j.value("release", "");
+  m.gpu = j.value("gpu", "");
+  TB_REQUIRE(!m.recipe.empty() && !m.precision.empty(),
+             fmt::format("{}: run record without recipe or precision", where));
+  TB_REQUIRE(j.contains("layout") && j["layout"].is_object(), fmt::format("{}: run record without its layout", where));
+  const auto& l = j["layout"];
+  recipe::Layout& L = m.layout;
+  L.where = l.value("where", "");
+  L.gpus = l.value("gpus", 1), L.tp = l.value("tp", 1), L.pp = l.value("pp", 1), L.cp = l.value("cp", 1);
+  L.vp = l.value("vp", 1), L.dp = l.value("dp", 1), L.micro_batch = l.value("micro_batch", 1);
+  L.global_batch = l.value("global_batch", 1), L.layers = l.value("layers", 0), L.seq = l.value("seq", 0);
+  TB_REQUIRE(L.tp >= 1 && L.cp >= 1 && L.micro_batch >= 1 && L.layers >= 1 && L.seq >= 1,
+             fmt::format("{}: run record with an incomplete layout", where));
+  TB_REQUIRE(j.contains("extrapolated") && j["extrapolated"].contains("fit"),
+             fmt::format("{}: run record without extrapolated.fit (made by an older trainbench?)", where));
+  const auto& fit = j["extrapolated"]["fit"];
+  m.f0_s = fit_value(fit, "f0_s", where), m.f1_s = fit_value(fit, "f1_s", where);
+  m.o0_s = fit_value(fit, "o0_s", where), m.o1_s = fit_value(fit, "o1_s", where);
+  TB_REQUIRE(m.f1_s > 0, fmt::format("{}: the fit's per-layer time f1_s is not positive: measure two layer counts "
+                                     "(`trainbench run` does by default)",
+                                     where));
+  return m;
+}
+
+}  // namespace
+
+Inputs load_inputs(std::span<const std::filesystem::path> paths) {
+  Inputs in;
+  std::map<std::string, std::pair<double, double>> nccl;  // op -> (bytes, busbw) at the largest size
+  for (const auto& p : paths)
+    for (const auto& file : files_of(p)) {
+      std::ifstream f(file);
+      TB_REQUIRE(f.good(), fmt::format("--from: cannot read {}", file.string()));
+      in.files.push_back(file.string());
+      std::string line;
+      for (int n = 1; std::getline(f, line); ++n) {
+        if (line.empty()) continue;
+        const std::string where = fmt::format("{}:{}", file.string(), n);
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(line);
+        } catch (const std::exception& e) {
+          raise_config(fmt::format("{}: not JSON: {}", where, e.what()));
+        }
+        if (j.value("status", "") != "ok") continue;
+        const std::string bench = j.value("bench", "");
+        if (bench == "run") {
+          in.runs.push_back(run_of(j, where));
+        } else if (bench.starts_with("micro.nccl.") && j.value("world", 1) >= 2 && j.contains("busbw_gbps")) {
+          const std::string op = bench.substr(std::string("micro.nccl.").size());
+          const double bytes = j.value("bytes", 0.0), bw = j["busbw_gbps"].get<double>();
+          auto& best = nccl[op];
+          if (bytes >= best.first) best = {bytes, bw};
+          in.nvlink.gpus = std::max(in.nvlink.gpus, j.value("world", 1));
+          in.nvlink.where = file.string();
+        }
+      }
+    }
+  auto take = [&](const char* op, double& dst) {
+    if (auto it = nccl.find(op); it != nccl.end()) dst = it->second.second;
+  };
+  take("all_reduce", in.nvlink.all_reduce);
+  take("all_gather", in.nvlink.all_gather);
+  take("reduce_scatter", in.nvlink.reduce_scatter);
+  take("sendrecv", in.nvlink.sendrecv);
+  return in;
+}
+
+}  // namespace tb::project

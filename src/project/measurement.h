@@ -1,0 +1,43 @@
+// project/measurement.h: the measured inputs of a projection, read from trainbench results (`--from`): files
+// (JSONL, one record a line) or folders (their results.jsonl, else every *.jsonl in them).
+//   bench "run" (trainbench run <recipe>): the per-GPU proxy of one reference layout (recipe/plan.h) with its fits
+//     fb(L) = F0 + F1·L (forward + backward of one micro-batch, seconds) and opt(L) = O0 + O1·L (optimizer per
+//     step), the shard it measured (the layout's tp, cp, micro-batch, sequence) and the GPU it ran on;
+//   bench "micro.nccl.<op>" over 2+ GPUs (trainbench micro nccl, check): the NVLink bus bandwidth of all_reduce,
+//     all_gather, reduce_scatter, sendrecv at the largest size measured (overrides the system file's).
+// Records with another bench, or not "ok", are skipped.
+#pragma once
+
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "recipe/recipe.h"
+
+namespace tb::project {
+
+struct Measurement {
+  std::string where;  // file:line
+  std::string recipe, precision, release, gpu;
+  recipe::Layout layout;  // the reference layout it stood for (gpus, tp, pp, cp, vp, dp, batches, layers, seq)
+  double f0_s = 0, f1_s = 0, o0_s = 0, o1_s = 0;
+};
+
+struct NvlinkBusbw {  // GB/s; 0 where not measured
+  double all_reduce = 0, all_gather = 0, reduce_scatter = 0, sendrecv = 0;
+  int gpus = 0;
+  std::string where;
+  bool any() const { return all_reduce > 0 || all_gather > 0 || reduce_scatter > 0 || sendrecv > 0; }
+};
+
+struct Inputs {
+  std::vector<Measurement> runs;
+  NvlinkBusbw nvlink;
+  std::vector<std::string> files;  // what was read
+};
+
+// Error{config} for a path that cannot be read, a line that is not JSON, a run record without its fits.
+Inputs load_inputs(std::span<const std::filesystem::path> paths);
+
+}  // namespace tb::project

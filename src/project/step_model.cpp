@@ -1,0 +1,286 @@
+// project/step_model.cpp: see step_model.h.
+#include "project/step_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "project/overlap.h"
+
+namespace tb::project {
+namespace {
+
+const recipe::Recipe* find_by_name(const std::vector<recipe::Recipe>& recipes, const std::string& name) {
+  for (const auto& r : recipes)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+model::ModelConfig model_of(const recipe::Recipe& r, const recipe::Layout& l) {
+  model::ModelConfig m = r.model;
+  if (l.layers > 0) m.layers = l.layers;
+  if (l.seq > 0) m.seq = l.seq;
+  return m;
+}
+
+const recipe::SystemRef* system_for_gpu(const std::vector<recipe::SystemRef>& systems, const std::string& gpu) {
+  return gpu.empty() ? nullptr : recipe::match_system(systems, gpu);
+}
+
+// Target time / measuring-GPU time of a piece of work: its GEMM/attention part scales with the GEMM rates,
+// its memory-bound part with the memory rates.
+double hardware_factor(const Context& ctx, const Work& w) {
+  const double t = ctx.rates.time_s(w);
+  if (t <= 0) return 1;
+  const double mu = ctx.rates.mem_time_s(w) / t;
+  return (1 - mu) * ctx.source_gemm_tflops / ctx.target_gemm_tflops +
+         mu * ctx.source_membw_tbps / ctx.target_membw_tbps;
+}
+
+double gemm_share(const Context& ctx, const Work& w) {
+  const double t = ctx.rates.time_s(w);
+  return t > 0 ? w.gemm_flops / (ctx.rates.gemm_tflops * 1e12) / t : 0;
+}
+
+double attn_share(const Context& ctx, const Work& w) {
+  const double t = ctx.rates.time_s(w);
+  return t > 0 && w.attn_flops > 0 ? w.attn_flops / (ctx.rates.attn_tflops * 1e12) / t : 0;
+}
+
+}  // namespace
+
+std::string_view anchor_kind_name(AnchorKind k) {
+  switch (k) {
+    case AnchorKind::same_shard:
+      return "this recipe, this shard";
+    case AnchorKind::same_recipe:
+      return "this recipe, another shard";
+    case AnchorKind::same_model:
+      return "the same model";
+    case AnchorKind::same_family:
+      return "the same model family";
+    case AnchorKind::other:
+      return "another model";
+  }
+  return "?";
+}
+
+Context make_context(const std::vector<recipe::Recipe>& recipes, const Inputs& in,
+                     const std::vector<recipe::SystemRef>& systems, const recipe::SystemRef& target) {
+  TB_REQUIRE(!in.runs.empty(),
+             "the --from results hold no finished `run` record: measure the recipe's per-GPU proxy "
+             "first (`trainbench run <recipe>`), then pass its results folder to --from");
+  Context ctx;
+  ctx.recipes = &recipes;
+  ctx.runs = in.runs;
+  // The measuring GPU: every run record must name one GPU model with a system file that has [compute].
+  const recipe::SystemRef* source = nullptr;
+  for (const Measurement& m : in.runs) {
+    const recipe::SystemRef* s = system_for_gpu(systems, m.gpu);
+    TB_REQUIRE(s, fmt::format("{}: the record's GPU '{}' matches no references/systems file: the projection needs its "
+                              "[compute] rates to correct for the target GPU",
+                              m.where, m.gpu));
+    TB_REQUIRE(!source || s == source,
+               fmt::format("{}: measured on {} while another record was measured on {}: give one GPU model's results",
+                           m.where, s->name, source->name));
+    source = s;
+  }
+  TB_REQUIRE(source->compute.present, fmt::format("{}: no [compute] section (gemm_bf16_tflops, membw_tbps): the "
+                                                  "projection needs the measuring GPU's rates",
+                                                  source->file));
+  TB_REQUIRE(target.compute.present, fmt::format("{}: no [compute] section (gemm_bf16_tflops, membw_tbps): the "
+                                                 "projection needs the target GPU's rates",
+                                                 target.file));
+  ctx.source_name = source->name, ctx.target_name = target.name;
+  ctx.source_gemm_tflops = source->compute.gemm_bf16_tflops, ctx.source_membw_tbps = source->compute.membw_tbps;
+  ctx.target_gemm_tflops = target.compute.gemm_bf16_tflops, ctx.target_membw_tbps = target.compute.membw_tbps;
+  ctx.target = &target;
+
+  ctx.net = network_of(target);
+  ctx.net_source = target.file;
+  if (in.nvlink.any()) {
+    if (in.nvlink.all_reduce > 0) ctx.net.nvlink.all_reduce_gbps = in.nvlink.all_reduce;
+    if (in.nvlink.all_gather > 0) ctx.net.nvlink.all_gather_gbps = in.nvlink.all_gather;
+    if (in.nvlink.reduce_scatter > 0) ctx.net.nvlink.reduce_scatter_gbps = in.nvlink.reduce_scatter;
+    if (in.nvlink.sendrecv > 0) ctx.net.nvlink.send_recv_gbps = in.nvlink.sendrecv;
+    ctx.net_source = fmt::format("measured on {} GPUs ({}), the rest {}", in.nvlink.gpus, in.nvlink.where, target.file);
+  }
+  if (target.projection.present) {
+    ctx.cal = {target.projection.reference_efficiency, target.projection.overlap_cost};
+    ctx.cal_source = target.file;
+  } else {
+    ctx.cal_source = "none (no [projection] in " + target.file + "): efficiency 1, overlap cost 0";
+  }
+
+  // The cost model: one layer sample per measured recipe and shard.
+  for (const Measurement& m : in.runs) {
+    const recipe::Recipe* r = find_by_name(recipes, m.recipe);
+    TB_REQUIRE(r, fmt::format("{}: unknown recipe '{}'", m.where, m.recipe));
+    const model::ModelConfig mc = model_of(*r, m.layout);
+    ctx.samples.push_back({layer_work(mc, m.layout.tp, m.layout.micro_batch, m.layout.seq), m.f1_s});
+  }
+  ctx.rates = fit_rates(ctx.samples, ctx.source_membw_tbps);
+  return ctx;
+}
+
+const Measurement* choose_anchor(const recipe::Recipe& r, std::string_view precision, const recipe::Layout& l,
+                                 const Context& ctx, AnchorKind* kind) {
+  const Measurement* best = nullptr;
+  int best_score = -1;
+  double best_dist = 0;
+  AnchorKind best_kind = AnchorKind::other;
+  for (const Measurement& m : ctx.runs) {
+    if (m.precision != precision) continue;
+    const recipe::Recipe* mr = find_by_name(*ctx.recipes, m.recipe);
+    if (!mr) continue;
+    const bool same_shard =
+        m.layout.tp == l.tp && m.layout.cp == l.cp && m.layout.micro_batch == l.micro_batch && m.layout.seq == l.seq;
+    AnchorKind k = AnchorKind::other;
+    if (mr->name == r.name)
+      k = same_shard ? AnchorKind::same_shard : AnchorKind::same_recipe;
+    else if (mr->preset == r.preset && !r.shape_overridden && !mr->shape_overridden)
+      k = AnchorKind::same_model;
+    else if (mr->model.family == r.model.family)
+      k = AnchorKind::same_family;
+    const int score = 4 - int(k);
+    const double dist = std::abs(std::log(double(mr->model.d_model) / r.model.d_model)) + (same_shard ? 0 : 0.01);
+    if (score > best_score || (score == best_score && dist < best_dist))
+      best = &m, best_score = score, best_dist = dist, best_kind = k;
+  }
+  if (kind) *kind = best_kind;
+  return best;
+}
+
+Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::string_view precision,
+                   const Context& ctx, recipe::Convention convention) {
+  TB_REQUIRE(r.experts == 0,
+             fmt::format("recipe '{}' is a mixture of experts: the projection does not model the expert "
+                         "all-to-all yet",
+                         r.name));
+  recipe::Layout l = layout;
+  if (l.layers <= 0) l.layers = r.model.layers;
+  if (l.seq <= 0) l.seq = r.model.seq;
+  Projection p;
+  p.recipe = r.name, p.precision = std::string(precision), p.layout = l, p.convention = convention;
+  p.anchor = choose_anchor(r, precision, l, ctx, &p.anchor_kind);
+  TB_REQUIRE(p.anchor,
+             fmt::format("no {} measurement to project {} from: run `trainbench run {} --precision {}` on one "
+                         "GPU and pass its results to --from",
+                         precision, r.name, r.name, precision));
+  const Measurement& a = *p.anchor;
+  const recipe::Recipe& ar = *find_by_name(*ctx.recipes, a.recipe);
+  const model::ModelConfig m = model_of(r, l), am = model_of(ar, a.layout);
+  const int tp = l.tp, pp = l.pp, cp = l.cp, vp = std::max(1, l.vp), mb = l.micro_batch, seq = l.seq;
+  const int dp = l.dp > 0 ? l.dp : l.gpus / (tp * pp * cp);
+  TB_REQUIRE(dp >= 1 && mb >= 1 && l.global_batch % (mb * dp) == 0,
+             fmt::format("{}: global batch {} is not a multiple of micro-batch × dp = {} × {}", l.where, l.global_batch,
+                         mb, dp));
+  p.grad_accum = l.global_batch / (mb * dp);
+  const double ga = p.grad_accum, eff = ctx.cal.reference_efficiency, c = ctx.cal.overlap_cost;
+
+  // Per-GPU compute on the target GPU with the reference software.
+  const Work lw = layer_work(m, tp, mb, seq), hw = head_work(m, tp, mb, seq);
+  const Work alw = layer_work(am, a.layout.tp, a.layout.micro_batch, a.layout.seq);
+  const Work ahw = head_work(am, a.layout.tp, a.layout.micro_batch, a.layout.seq);
+  p.layer_scale = ctx.rates.time_s(lw) / ctx.rates.time_s(alw);
+  p.head_scale = ctx.rates.time_s(hw) / ctx.rates.time_s(ahw);
+  p.hardware_factor = hardware_factor(ctx, lw);
+  p.layer_s = a.f1_s * p.layer_scale * p.hardware_factor / eff;
+  const double head_src = a.f0_s > 0 ? a.f0_s * p.head_scale : ctx.rates.time_s(hw);  // a bad fit: the cost model alone
+  p.head_s = head_src * hardware_factor(ctx, hw) / eff;
+
+  // Pipeline ranks: compute, TP and CP per micro-batch.
+  p.stages = stage_layers(l.layers, pp, l.pp_counts_embedding);
+  const Network& net = ctx.net;
+  const double act_bytes = double(mb) * (double(seq) / cp) * m.d_model * 2;
+  const int tp_local = std::min(tp, net.domain_gpus);
+  const double tp_ag = tp > 1 ? group_time_s(Coll::all_gather, act_bytes, tp, tp_local, net) : 0;
+  const double tp_rs = tp > 1 ? group_time_s(Coll::reduce_scatter, act_bytes, tp, tp_local, net) : 0;
+  const double kv_bytes = 2.0 * mb * (double(seq) / cp) * std::max(1.0, double(m.kv_heads) / tp) * m.head_dim * 2;
+  const bool cp_inside = tp * cp <= net.domain_gpus;
+  const double cp_send = cp > 1 ? ring_time_s(Coll::send_recv, kv_bytes, 2,
+                                              cp_inside ? net.nvlink.send_recv_gbps : net.scaleout.send_recv_gbps,
+                                              cp_inside ? net.nvlink.latency_us : net.scaleout.latency_us)
+                                : 0;
+  const double layer_gemm = gemm_share(ctx, lw), layer_attn = attn_share(ctx, lw), head_gemm = gemm_share(ctx, hw);
+  struct Rank {
+    double compute, tp, tp_exp, cp, cp_exp, total;
+  };
+  auto rank = [&](double layers, bool head) {
+    Rank k{};
+    k.compute = (layers * p.layer_s + (head ? p.head_s : 0)) / cp;
+    k.tp = layers * (6 * tp_ag + 4 * tp_rs) + (head ? 2 * tp_ag + 2 * tp_rs : 0);
+    k.tp_exp = exposed_s(k.tp, (layers * p.layer_s * layer_gemm + (head ? p.head_s * head_gemm : 0)) / cp, c);
+    k.cp = layers * 3 * (cp - 1) * cp_send;
+    k.cp_exp = exposed_s(k.cp, layers * p.layer_s * layer_attn / cp, c);
+    k.total = k.compute + k.tp_exp + k.cp_exp;
+    return k;
+  };
+  Rank slow = rank(p.stages.last, true);
+  if (pp > 1)
+    for (const Rank& k : {rank(p.stages.first, false), rank(p.stages.middle, false)})
+      if (k.total > slow.total) slow = k;
+  p.microbatch_s = slow.total;
+  p.compute_s = ga * slow.compute;
+  p.tp_comm_s = ga * slow.tp, p.tp_exposed_s = ga * slow.tp_exp;
+  p.cp_comm_s = ga * slow.cp, p.cp_exposed_s = ga * slow.cp_exp;
+  p.bubble_s = bubble_time_s(pp, vp, p.microbatch_s);
+
+  // Pipeline send/recv.
+  if (pp > 1) {
+    const double bytes = l.sequence_parallel || tp > 1 ? act_bytes / tp : act_bytes;
+    const bool cross = tp * cp * dp >= net.domain_gpus;
+    const double t =
+        ring_time_s(Coll::send_recv, bytes, 2, cross ? net.scaleout.send_recv_gbps : net.nvlink.send_recv_gbps,
+                    cross ? net.scaleout.latency_us : net.nvlink.latency_us);
+    p.pp_comm_s = ga * 2 * vp * t + 2 * (pp - 1) * t;
+    p.pp_exposed_s = exposed_s(ga * 2 * vp * t, ga * p.microbatch_s, c) + 2 * (pp - 1) * t;
+  }
+
+  // Data parallel: gradient reduce-scatter, parameter all-gather over dp·cp ranks.
+  const int n = dp * cp;
+  if (n > 1) {
+    const double lp = layer_params(m, tp), ep = embedding_params(m, tp);
+    double params = 0;
+    if (pp == 1) {
+      params = l.layers * lp + (m.tied_embeddings ? 1 : 2) * ep;
+    } else {
+      params = std::max({p.stages.first * lp + ep, p.stages.middle * lp, p.stages.last * lp + ep});
+    }
+    int local = tp >= net.domain_gpus ? 1 : std::min(n, net.domain_gpus / tp);
+    local = std::gcd(n, std::max(1, local));
+    const double bucket = std::max(40e6, 1e6 * n);
+    const double buckets = std::ceil(params / bucket);
+    const double bytes = 2 * params / buckets;  // bf16 gradients, bf16 parameters
+    p.dp_reduce_scatter_s = buckets * group_time_s(Coll::reduce_scatter, bytes, n, local, net);
+    p.dp_all_gather_s = buckets * group_time_s(Coll::all_gather, bytes, n, local, net);
+    // Windows: the last micro-batch's backward (⅔ t_mb) and the first one's forward (⅓ t_mb), stretched by the
+    // pipeline's cooldown and warmup: chunks finish their last backward (and need their parameters for the
+    // first forward) one after another, each chunk pass 1/vp of a micro-batch.
+    // The last bucket's reduce-scatter starts when the backward has ended, and the first forward waits for the
+    // first bucket's all-gather: one bucket of each is never hidden.
+    const double chunks = pipeline_ramp_chunks(pp, vp);
+    const double rs_bucket = p.dp_reduce_scatter_s / buckets, ag_bucket = p.dp_all_gather_s / buckets;
+    p.dp_exposed_s = rs_bucket +
+                     exposed_s(p.dp_reduce_scatter_s - rs_bucket, p.microbatch_s * 2 / 3 * (1 + chunks / vp), c) +
+                     ag_bucket + exposed_s(p.dp_all_gather_s - ag_bucket, p.microbatch_s / 3 * (1 + chunks / vp), c);
+  }
+
+  // Optimizer (distributed over dp·cp; memory-bound).
+  const double o1 = a.o1_s * layer_params(m, tp) / layer_params(am, a.layout.tp);
+  const double o0 = a.o0_s * embedding_params(m, tp) / embedding_params(am, a.layout.tp);
+  p.optimizer_s =
+      std::max(0.0, o0 + o1 * l.layers) / (double(pp) * dp * cp) * ctx.source_membw_tbps / ctx.target_membw_tbps / eff;
+
+  p.step_s = ga * p.microbatch_s + p.bubble_s + p.pp_exposed_s + p.dp_exposed_s + p.optimizer_s;
+  p.tokens_per_s_per_gpu = double(l.global_batch) * seq / (p.step_s * l.gpus);
+  p.tflops_per_gpu = recipe::tflops_per_gpu(p.tokens_per_s_per_gpu, recipe::flops_per_token(r, l, convention));
+  const double peak = ctx.target->peak_tflops(precision == "fp8" ? "fp8" : precision);
+  p.mfu = peak > 0 ? p.tflops_per_gpu / peak : 0;
+  return p;
+}
+
+}  // namespace tb::project

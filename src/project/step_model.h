@@ -1,0 +1,103 @@
+// project/step_model.h: one training step of a recipe's layout on N GPUs of a target system, from a measured
+// per-GPU proxy (project/measurement.h) and a modelled network (project/collective.h). docs/PROJECTION.md.
+// Per micro-batch on a pipeline rank holding n_k layers (pipeline.h; the last rank also the head):
+//   layer_s = F1 · T(layer')/T(layer) · h(layer') / e        head_s = F0 · T(head')/T(head) · h(head') / e
+//     F1, F0: the anchor measurement (the same recipe, else the same model, else the same family); T: the
+//     cost model (cost_model.h) of the target shard (') and the measured one; h = the hardware factor,
+//     target time / measuring-GPU time = (1−μ)·G_src/G_tgt + μ·B_src/B_tgt with μ the memory-bound share
+//     and G, B the GEMM and memory rates of [compute]; e = [projection] reference_efficiency
+//   compute_k = (n_k·layer_s + [last] head_s) / cp
+//   TP (tp > 1, sequence parallel): per layer 6 all-gathers + 4 reduce-scatters of A = b·(s/cp)·h·2 bytes over
+//     tp (forward AG, RS before/after attention and MLP; backward the transposes and the re-gathered input
+//     for the weight gradients), +2 AG +2 RS for embedding and LM head; window = the rank's GEMM time
+//   CP (cp > 1): per layer 3(cp−1) sends of the local K,V (2·b·(s/cp)·kv_heads/tp·d·2 bytes; ring attention,
+//     forward KV, backward KV and dKV); window = the rank's attention time; NVLink when tp·cp ≤ domain
+//   rank_k = compute_k + exposed(TP) + exposed(CP);  t_mb = max_k rank_k (the slowest rank sets the pace)
+// Per step (GA = global_batch / (micro_batch·dp) micro-batches per pipeline):
+//   compute + exposed TP/CP = GA · t_mb;   bubble = (pp−1)/vp · t_mb
+//   PP send/recv: 2·vp sends of A/tp (sequence-parallel scatter) per micro-batch, exposed at the overlap cost,
+//     plus the 2(pp−1) sends of the pipeline's fill and drain; across nodes when tp·cp·dp ≥ domain
+//   DP (distributed optimizer, Megatron ranks ordered tp, cp, dp, pp): bf16 gradient reduce-scatter and bf16
+//     parameter all-gather of the rank's parameters over dp·cp ranks, hierarchical (domain/tp of them per
+//     NVLink domain), in buckets of max(40M, 1M·dp·cp) parameters (each bucket pays the latency);
+//     the reduce-scatter overlaps the last micro-batch's backward, ⅔ t_mb·(1 + r/vp), the all-gather the first
+//     forward, ⅓ t_mb·(1 + r/vp), where r = the pipeline's warmup/cooldown chunk passes (pipeline.h): the chunks
+//     finish their gradients, and need their parameters, one after another; the last bucket's reduce-scatter and
+//     the first bucket's all-gather are always exposed
+//   optimizer = (O0' + O1'·L)/(pp·dp·cp) · B_src/B_tgt / e   (O scaled by the parameters per GPU; memory-bound)
+//   step = GA·t_mb + bubble + exposed PP + exposed DP + optimizer
+//   exposed(t, window) = max(0, t − window) + c·min(t, window)     (overlap.h; c = [projection] overlap_cost)
+// tokens/s per GPU = global_batch·seq / (step·gpus); TFLOP/s per GPU in a FLOP convention (recipe/convention.h);
+// MFU against the target's dense peak of the precision.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "project/collective.h"
+#include "project/cost_model.h"
+#include "project/measurement.h"
+#include "project/pipeline.h"
+#include "recipe/convention.h"
+#include "recipe/recipe.h"
+#include "recipe/system.h"
+
+namespace tb::project {
+
+struct Calibration {
+  double reference_efficiency = 1.0;  // reference software's per-GPU compute rate / trainbench's (same GPU)
+  double overlap_cost = 0.0;          // overlap.h
+};
+
+struct Context {
+  const std::vector<recipe::Recipe>* recipes = nullptr;
+  std::vector<Measurement> runs;         // the measured proxies
+  std::vector<LayerSample> samples;      // their layers, for the cost model
+  Rates rates;                           // the cost model on the measuring GPU
+  std::string source_name, target_name;  // the measuring GPU's and the target's system names
+  double source_gemm_tflops = 0, source_membw_tbps = 0, target_gemm_tflops = 0, target_membw_tbps = 0;
+  const recipe::SystemRef* target = nullptr;
+  Network net;
+  std::string net_source;  // where the NVLink bandwidths come from
+  Calibration cal;
+  std::string cal_source;
+};
+
+// The measuring GPU's system (by the records' GPU name), the target's network (NVLink bandwidths measured in
+// `in` override the file's), the cost model fitted on the measured layers, the target's calibration.
+Context make_context(const std::vector<recipe::Recipe>& recipes, const Inputs& in,
+                     const std::vector<recipe::SystemRef>& systems, const recipe::SystemRef& target);
+
+enum class AnchorKind { same_shard, same_recipe, same_model, same_family, other };
+std::string_view anchor_kind_name(AnchorKind k);
+
+// The measurement that carries the per-GPU compute to this recipe's layout (null when none of the precision).
+const Measurement* choose_anchor(const recipe::Recipe& r, std::string_view precision, const recipe::Layout& l,
+                                 const Context& ctx, AnchorKind* kind = nullptr);
+
+struct Projection {
+  std::string recipe, precision;
+  recipe::Layout layout;
+  int grad_accum = 0;
+  const Measurement* anchor = nullptr;
+  AnchorKind anchor_kind = AnchorKind::other;
+  double layer_scale = 1, head_scale = 1;  // cost model T(target shard) / T(measured shard)
+  double hardware_factor = 1;              // layer time on the target GPU / on the measuring GPU
+  double layer_s = 0, head_s = 0;          // target GPU, reference software, one micro-batch, full sequence
+  StageLayers stages;
+  // Per step, seconds.
+  double microbatch_s = 0;  // the slowest rank's micro-batch (compute + exposed TP and CP)
+  double compute_s = 0, bubble_s = 0;
+  double tp_comm_s = 0, tp_exposed_s = 0, cp_comm_s = 0, cp_exposed_s = 0, pp_comm_s = 0, pp_exposed_s = 0;
+  double dp_reduce_scatter_s = 0, dp_all_gather_s = 0, dp_exposed_s = 0;
+  double optimizer_s = 0, step_s = 0;
+  double tokens_per_s_per_gpu = 0, tflops_per_gpu = 0, mfu = 0;
+  recipe::Convention convention = recipe::Convention::full;
+};
+
+// Error{config} when no measurement of the precision exists or the layout does not fit the model.
+Projection project(const recipe::Recipe& r, const recipe::Layout& l, std::string_view precision, const Context& ctx,
+                   recipe::Convention convention);
+
+}  // namespace tb::project

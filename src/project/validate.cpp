@@ -1,0 +1,288 @@
+// project/validate.cpp: see validate.h.
+#include "project/validate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "core/stats.h"
+
+namespace tb::project {
+namespace {
+
+const recipe::Recipe* find_by_name(const std::vector<recipe::Recipe>& recipes, const std::string& name) {
+  for (const auto& r : recipes)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+std::string layout_text(const recipe::Layout& l, int ga) {
+  std::string s = fmt::format("tp{} pp{} cp{}", l.tp, l.pp, l.cp);
+  if (l.vp > 1) s += fmt::format(" vp{}", l.vp);
+  s += fmt::format(" dp{} mb{} GA{}", l.dp, l.micro_batch, ga);
+  if (l.proxy) s += fmt::format(" ({}L proxy)", l.layers);
+  return s;
+}
+
+std::vector<Point> run_cases(const std::vector<Case>& cases, const Context& ctx) {
+  std::vector<Point> out;
+  out.reserve(cases.size());
+  for (const Case& c : cases) {
+    Point p{c, project(*c.recipe, c.layout, c.row->precision, ctx, c.convention), 0};
+    p.error = p.p.tokens_per_s_per_gpu / c.published - 1;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<double> abs_errors(const std::vector<Point>& pts) {
+  std::vector<double> e;
+  for (const Point& p : pts) e.push_back(std::abs(p.error));
+  return e;
+}
+
+}  // namespace
+
+ErrorStats error_stats(const std::vector<double>& errors) {
+  ErrorStats s;
+  s.n = int(errors.size());
+  if (errors.empty()) return s;
+  std::vector<double> a;
+  for (double e : errors) a.push_back(std::abs(e));
+  s.median = quantile(a, 0.5);
+  s.max = *std::max_element(a.begin(), a.end());
+  double sum = 0;
+  for (double e : a) sum += e;
+  s.mean = sum / a.size();
+  return s;
+}
+
+std::vector<Case> reference_cases(const std::vector<recipe::Recipe>& recipes,
+                                  const std::vector<recipe::ReferenceRow>& rows, const Context& ctx,
+                                  std::vector<Skip>* skipped) {
+  std::vector<Case> out;
+  auto skip = [&](const recipe::ReferenceRow& row, std::string why) {
+    if (skipped) skipped->push_back({&row, std::move(why)});
+  };
+  for (const recipe::ReferenceRow& row : rows) {
+    if (row.gpu.empty() || ctx.target_name.find(row.gpu) == std::string::npos) continue;  // another GPU model
+    const recipe::Recipe* r = find_by_name(recipes, row.recipe);
+    if (!r) {
+      skip(row, "unknown recipe");
+      continue;
+    }
+    if (!recipe::can_count_flops(*r)) {
+      skip(row, "the model's FLOPs cannot be counted yet (mla, mamba)");
+      continue;
+    }
+    if (!r->reference_parallelism.empty()) {
+      skip(row, "the reference shards with FSDP (reference_parallelism), not a Megatron layout");
+      continue;
+    }
+    if (r->experts > 0 || r->task != "pretrain") {
+      skip(row,
+           r->experts > 0 ? "mixture of experts (not modelled: expert all-to-all)" : "fine-tuning (" + r->task + ")");
+      continue;
+    }
+    Case c;
+    c.row = &row, c.recipe = r, c.release = row.release();
+    try {
+      c.layout = recipe::layout_for(*r, recipe::LayoutQuery(row.gpus, row.precision, c.release));
+    } catch (const Error& e) {
+      skip(row, std::string("no layout: ") + e.what());
+      continue;
+    }
+    if (c.layout.layers <= 0) c.layout.layers = r->model.layers;
+    if (c.layout.seq <= 0) c.layout.seq = r->model.seq;
+    if (row.tokens_per_s > 0)
+      c.published = row.tokens_per_s_per_gpu();
+    else if (row.step_s > 0)
+      c.published = double(c.layout.global_batch) * c.layout.seq / row.step_s / row.gpus;
+    if (c.published <= 0) {
+      skip(row, "neither tokens/s nor step time published");
+      continue;
+    }
+    AnchorKind kind;
+    const Measurement* a = choose_anchor(*r, row.precision, c.layout, ctx, &kind);
+    if (!a) {
+      skip(row, fmt::format("no {} measurement", row.precision));
+      continue;
+    }
+    if (kind == AnchorKind::other) {
+      skip(row, fmt::format("no {} measurement of this model or its family", row.precision));
+      continue;
+    }
+    c.primary = a->release.empty() || recipe::compare_releases(c.release, a->release) >= 0;
+    c.convention = row.convention.value_or(recipe::Convention::full);
+    out.push_back(std::move(c));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Case& x, const Case& y) {
+    if (x.recipe->name != y.recipe->name) return x.recipe->name < y.recipe->name;
+    if (x.release != y.release) return recipe::compare_releases(x.release, y.release) < 0;
+    return x.row->gpus < y.row->gpus;
+  });
+  return out;
+}
+
+Validation validate(const std::vector<Case>& cases, const Context& ctx) {
+  Validation v;
+  v.points = run_cases(cases, ctx);
+  std::vector<double> prim, old, all;
+  for (const Point& p : v.points) {
+    (p.c.primary ? prim : old).push_back(p.error);
+    all.push_back(p.error);
+  }
+  v.primary = error_stats(prim), v.older = error_stats(old), v.all = error_stats(all);
+  // Weak scaling per recipe × release over the full-size runs.
+  std::map<std::pair<std::string, std::string>, std::vector<const Point*>> groups;
+  for (const Point& p : v.points)
+    if (!p.c.layout.proxy) groups[{p.c.recipe->name, p.c.release}].push_back(&p);
+  for (auto& [key, pts] : groups) {
+    if (pts.size() < 2) continue;
+    std::sort(pts.begin(), pts.end(), [](const Point* a, const Point* b) { return a->c.row->gpus < b->c.row->gpus; });
+    const Point& lo = *pts.front();
+    const Point& hi = *pts.back();
+    ScalingCheck s;
+    s.recipe = key.first, s.release = key.second, s.primary = lo.c.primary;
+    s.from_gpus = lo.c.row->gpus, s.to_gpus = hi.c.row->gpus;
+    s.published = hi.c.published / lo.c.published;
+    s.predicted = hi.p.tokens_per_s_per_gpu / lo.p.tokens_per_s_per_gpu;
+    v.scaling.push_back(s);
+  }
+  return v;
+}
+
+std::string render_validation(const Validation& v) {
+  std::string s = fmt::format("{:<15} {:<9} {:>5}  {:<34} {:>10} {:>10} {:>7}  {}\n", "recipe", "release", "GPUs",
+                              "layout", "published", "predicted", "error", "per-GPU compute from");
+  for (const Point& p : v.points)
+    s += fmt::format(
+        "{:<15} {:<9} {:>5}  {:<34} {:>10.1f} {:>10.1f} {:>+6.1f}%  {}{}\n", p.c.recipe->name, p.c.release,
+        p.c.row->gpus, layout_text(p.c.layout, p.p.grad_accum), p.c.published, p.p.tokens_per_s_per_gpu, 100 * p.error,
+        p.p.anchor->recipe,
+        p.p.anchor_kind == AnchorKind::same_shard ? "" : fmt::format(" ({})", anchor_kind_name(p.p.anchor_kind)));
+  s += "(tokens/s per GPU; error = predicted / published - 1)\n\nper recipe and release:\n";
+  std::map<std::pair<std::string, std::string>, std::vector<const Point*>> by;
+  for (const Point& p : v.points) by[{p.c.recipe->name, p.c.release}].push_back(&p);
+  for (const auto& [key, pts] : by) {
+    std::vector<double> e;
+    std::string list;
+    for (const Point* p : pts) {
+      e.push_back(p->error);
+      list += fmt::format("{}{} {:+.1f}%", list.empty() ? "" : ", ", p->c.row->gpus, 100 * p->error);
+    }
+    const ErrorStats st = error_stats(e);
+    s += fmt::format("  {:<15} {:<9} {}: median |error| {:.1f}%, max {:.1f}%{}\n", key.first, key.second, list,
+                     100 * st.median, 100 * st.max, pts.front()->c.primary ? "" : " (older release)");
+  }
+  s += "\nweak scaling, tokens/s per GPU at the largest / at the smallest full-size GPU count:\n";
+  for (const ScalingCheck& c : v.scaling)
+    s += fmt::format("  {:<15} {:<9} {:>4} -> {:>4} GPUs: published {:5.1f}%, predicted {:5.1f}%, {:+.1f} points{}\n",
+                     c.recipe, c.release, c.from_gpus, c.to_gpus, 100 * c.published, 100 * c.predicted, c.points(),
+                     c.primary ? "" : " (older release)");
+  s += fmt::format(
+      "\nprimary rows (the measured layouts' release and newer): {} rows, median |error| {:.1f}%, max {:.1f}%\n",
+      v.primary.n, 100 * v.primary.median, 100 * v.primary.max);
+  if (v.older.n > 0)
+    s += fmt::format(
+        "older releases (other software, some other layouts):  {} rows, median |error| {:.1f}%, max {:.1f}%\n",
+        v.older.n, 100 * v.older.median, 100 * v.older.max);
+  s += fmt::format("all rows: {}, median |error| {:.1f}%, max {:.1f}%\n", v.all.n, 100 * v.all.median, 100 * v.all.max);
+  if (!v.skipped.empty()) {
+    std::map<std::string, int> why;
+    for (const Skip& k : v.skipped) {
+      std::string reason = k.reason;
+      if (reason.starts_with("no layout")) reason = "no layout for the row";
+      ++why[reason];
+    }
+    s += fmt::format("skipped {} rows of this GPU model:", v.skipped.size());
+    for (const auto& [reason, n] : why) s += fmt::format(" {} ({}),", reason, n);
+    s.back() = '\n';
+  }
+  return s;
+}
+
+Fit fit_calibration(const std::vector<Case>& cases, const Context& base) {
+  TB_REQUIRE(!cases.empty(), "calibration: no rows to fit to");
+  Fit best;
+  best.stats.mean = 1e9;
+  Context ctx = base;
+  for (int i = 0; i <= 80; ++i)
+    for (int j = 0; j <= 20; ++j) {
+      ctx.cal = {0.70 + 0.005 * i, 0.05 * j};
+      const ErrorStats st = error_stats(abs_errors(run_cases(cases, ctx)));
+      if (st.mean < best.stats.mean - 1e-12) best = {ctx.cal, st};
+    }
+  return best;
+}
+
+CrossValidation cross_validate(const std::vector<Case>& cases, const Context& ctx) {
+  std::vector<Case> prim;
+  std::vector<std::string> recipes;
+  for (const Case& c : cases)
+    if (c.primary) {
+      prim.push_back(c);
+      if (std::find(recipes.begin(), recipes.end(), c.recipe->name) == recipes.end()) recipes.push_back(c.recipe->name);
+    }
+  TB_REQUIRE(prim.size() >= 4 && recipes.size() >= 2, "cross-validation needs primary rows of two recipes or more");
+  CrossValidation cv;
+  cv.all = fit_calibration(prim, ctx);
+  auto split = [&](std::string name, const std::vector<Case>& train, const std::vector<Case>& test) {
+    Split sp;
+    sp.trained_on = std::move(name);
+    sp.fit = fit_calibration(train, ctx);
+    Context c = ctx;
+    c.cal = sp.fit.cal;
+    sp.held_out = error_stats(abs_errors(run_cases(test, c)));
+    cv.splits.push_back(std::move(sp));
+  };
+  const int n = int(recipes.size()), half = n / 2;
+  for (unsigned mask = 0; mask < (1u << n); ++mask) {
+    if (__builtin_popcount(mask) != half) continue;  // every half (and, for an even count, its complement)
+    std::vector<Case> train, test;
+    std::string names;
+    for (const Case& c : prim) {
+      const int i = int(std::find(recipes.begin(), recipes.end(), c.recipe->name) - recipes.begin());
+      ((mask >> i) & 1u ? train : test).push_back(c);
+    }
+    for (int i = 0; i < n; ++i)
+      if ((mask >> i) & 1u) names += (names.empty() ? "" : ", ") + recipes[i];
+    split(names, train, test);
+  }
+  for (int parity = 0; parity < 2; ++parity) {
+    std::vector<Case> train, test;
+    for (std::size_t i = 0; i < prim.size(); ++i) (int(i % 2) == parity ? train : test).push_back(prim[i]);
+    split(parity == 0 ? "even rows" : "odd rows", train, test);
+  }
+  std::vector<double> medians;
+  for (const Split& sp : cv.splits) {
+    medians.push_back(sp.held_out.median);
+    cv.worst_median = std::max(cv.worst_median, sp.held_out.median);
+    cv.worst_max = std::max(cv.worst_max, sp.held_out.max);
+  }
+  cv.median_of_medians = quantile(medians, 0.5);
+  return cv;
+}
+
+std::string render_cross_validation(const CrossValidation& cv) {
+  std::string s = fmt::format(
+      "fit on all {} primary rows: reference_efficiency {:.3f}, overlap_cost {:.2f} (mean |error| "
+      "{:.1f}%, median {:.1f}%, max {:.1f}%)\n",
+      cv.all.stats.n, cv.all.cal.reference_efficiency, cv.all.cal.overlap_cost, 100 * cv.all.stats.mean,
+      100 * cv.all.stats.median, 100 * cv.all.stats.max);
+  s += "cross-validation, fit on the recipes (or rows) listed, error on the primary rows left out:\n";
+  for (const Split& sp : cv.splits)
+    s += fmt::format("  {:<50} e {:.3f} c {:.2f} -> held out: median {:.1f}%, max {:.1f}%\n", sp.trained_on,
+                     sp.fit.cal.reference_efficiency, sp.fit.cal.overlap_cost, 100 * sp.held_out.median,
+                     100 * sp.held_out.max);
+  s += fmt::format(
+      "held-out error over the {} splits: median of medians {:.1f}%, worst median {:.1f}%, worst max {:.1f}%\n",
+      cv.splits.size(), 100 * cv.median_of_medians, 100 * cv.worst_median, 100 * cv.worst_max);
+  return s;
+}
+
+}  // namespace tb::project

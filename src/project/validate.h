@@ -1,0 +1,93 @@
+// project/validate.h: the projection of every published reference row it can project (a measurement of the
+// recipe's precision, or of the same model or family; the row's GPU model is the target's), against the
+// published tokens/s per GPU:
+//   error = predicted / published − 1        (published: tokens_per_s / gpus, else global_batch·seq / step_s / gpus)
+// Rows of the anchor measurement's release or newer are "primary" (the software generation whose layouts were
+// measured); older releases are reported apart. Weak-scaling efficiency per recipe × release, from the smallest
+// to the largest full-size (non-proxy) GPU count listed: tokens/s per GPU at the largest / at the smallest,
+// published and predicted; their difference in points.
+// Calibration: the two [projection] constants by grid search (reference_efficiency 0.70–1.10 step 0.005,
+// overlap_cost 0–1 step 0.05) minimizing the mean |error| over a set of rows; cross-validation fits on half of
+// the recipes (every split of the primary recipes in two halves) or on every other row, and reports the error on
+// the rows left out.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "project/step_model.h"
+#include "recipe/reference.h"
+
+namespace tb::project {
+
+struct Case {  // one reference row, ready to project
+  const recipe::ReferenceRow* row = nullptr;
+  const recipe::Recipe* recipe = nullptr;
+  recipe::Layout layout;
+  std::string release;
+  double published = 0;  // tokens/s per GPU
+  bool primary = false;
+  recipe::Convention convention = recipe::Convention::full;
+};
+
+struct Skip {
+  const recipe::ReferenceRow* row = nullptr;
+  std::string reason;
+};
+
+struct Point {
+  Case c;
+  Projection p;
+  double error = 0;  // predicted / published − 1
+};
+
+struct ScalingCheck {
+  std::string recipe, release;
+  bool primary = false;
+  int from_gpus = 0, to_gpus = 0;
+  double published = 0, predicted = 0;  // efficiency (fraction)
+  double points() const { return 100 * (predicted - published); }
+};
+
+struct ErrorStats {
+  int n = 0;
+  double median = 0, max = 0, mean = 0;  // of |error|
+};
+ErrorStats error_stats(const std::vector<double>& errors);
+
+struct Validation {
+  std::vector<Point> points;
+  std::vector<Skip> skipped;
+  std::vector<ScalingCheck> scaling;
+  ErrorStats primary, older, all;
+};
+
+// The cases: every row whose GPU model is named in the target's name, sorted by recipe, release, GPUs.
+std::vector<Case> reference_cases(const std::vector<recipe::Recipe>& recipes,
+                                  const std::vector<recipe::ReferenceRow>& rows, const Context& ctx,
+                                  std::vector<Skip>* skipped);
+Validation validate(const std::vector<Case>& cases, const Context& ctx);
+
+std::string render_validation(const Validation& v);
+
+struct Fit {
+  Calibration cal;
+  ErrorStats stats;  // on the rows it was fit to
+};
+// Best constants for these cases (mean |error|), the other fields of ctx unchanged.
+Fit fit_calibration(const std::vector<Case>& cases, const Context& ctx);
+struct Split {
+  std::string trained_on;  // the recipes fit to, or "even rows" / "odd rows"
+  Fit fit;
+  ErrorStats held_out;  // on the primary rows left out
+};
+struct CrossValidation {
+  Fit all;  // on every primary row
+  std::vector<Split> splits;
+  double median_of_medians = 0, worst_median = 0, worst_max = 0;
+};
+// Fit on subsets of the primary cases (every half of the recipes; even and odd rows), test on the rest.
+CrossValidation cross_validate(const std::vector<Case>& cases, const Context& ctx);
+std::string render_cross_validation(const CrossValidation& cv);
+
+}  // namespace tb::project

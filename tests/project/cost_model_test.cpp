@@ -1,0 +1,105 @@
+// Tests project/cost_model: the work of a layer on a shard (hand-computed for Llama 3.1 8B), the scaling
+// between shards, the fit of the rates (recovered from synthetic samples; one sample), and the fit on the
+// shipped H200 proxies with its leave-one-out error.
+#include "project/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "project/measurement.h"
+#include "recipe/recipe.h"
+#include "recipe/system.h"
+
+using namespace tb::project;
+using tb::model::preset;
+
+TEST(CostModel, Llama8BLayerByHand) {
+  const auto& m = preset("llama3.1-8b");
+  const Work w = layer_work(m, 1, 1, 8192);
+  // 6·s·h·[(A + 2G)·d + A·d + 3·ffn] = 6·8192·4096·(48·128 + 32·128 + 3·14336)
+  EXPECT_DOUBLE_EQ(w.gemm_flops, 6.0 * 8192 * 4096 * (48 * 128 + 32 * 128 + 3 * 14336));
+  EXPECT_DOUBLE_EQ(w.attn_flops, 7.0 * 8192 * 8192 * 32 * 128);  // causal forward 2·s²·A·d, backward 2.5×
+  EXPECT_DOUBLE_EQ(w.mem_bytes, 2.0 * 8192 * (16 * 4096 + 8 * 14336 + 6 * 48 * 128));
+  // the layer's GEMMs are the model FLOPs of its projections and MLP (model/flops.h, per token × tokens)
+  EXPECT_NEAR(w.gemm_flops / 8192, 6.0 * (4096.0 * 48 * 128 + 32 * 128 * 4096 + 3.0 * 4096 * 14336), 1);
+  const Work h = head_work(m, 1, 1, 8192);
+  EXPECT_DOUBLE_EQ(h.gemm_flops, 6.0 * 8192 * 4096 * 128256);
+  EXPECT_DOUBLE_EQ(layer_params(m, 1), 4096.0 * 48 * 128 + 32.0 * 128 * 4096 + 3.0 * 4096 * 14336 + 2 * 4096);
+}
+
+TEST(CostModel, ScalingBetweenShards) {
+  const auto& m = preset("llama3.1-70b");
+  const Work t4 = layer_work(m, 4, 1, 8192), t8 = layer_work(m, 8, 1, 8192), t4b2 = layer_work(m, 4, 2, 8192);
+  EXPECT_DOUBLE_EQ(t8.gemm_flops / t4.gemm_flops, 0.5);  // heads, kv heads and ffn all halve
+  EXPECT_DOUBLE_EQ(t8.attn_flops / t4.attn_flops, 0.5);
+  EXPECT_DOUBLE_EQ(t4b2.gemm_flops / t4.gemm_flops, 2.0);  // twice the sequences per micro-batch
+  const Work s4k = layer_work(m, 4, 1, 4096);
+  EXPECT_DOUBLE_EQ(s4k.gemm_flops / t4.gemm_flops, 0.5);   // GEMMs linear in the sequence
+  EXPECT_DOUBLE_EQ(s4k.attn_flops / t4.attn_flops, 0.25);  // attention quadratic
+  // KV heads do not shard below one per rank (Nemotron-4 340B: 8 KV heads, tp 8 and 16 hold one each)
+  const auto& n = preset("nemotron4-340b");
+  const Work n8 = layer_work(n, 8, 1, 4096), n16 = layer_work(n, 16, 1, 4096);
+  EXPECT_GT(n16.gemm_flops / n8.gemm_flops, 0.5);
+  // a carried time: t' = t · T(w')/T(w); GEMM-bound work scales by its FLOPs, memory-bound parts by bytes
+  Rates r{700, 560, 4.25};
+  const double ratio = r.time_s(t8) / r.time_s(t4);
+  EXPECT_NEAR(ratio, 0.5, 0.03);
+  EXPECT_LT(r.mem_time_s(t4) / r.time_s(t4), 0.1);  // the elementwise share of a 70B layer is small
+}
+
+TEST(CostModel, FitRecoversTheRates) {
+  const Rates truth{650, 480, 4.0};
+  std::vector<LayerSample> samples;
+  for (const char* name : {"llama3.1-8b", "llama3.1-70b", "nemotron4-15b", "gpt3-175b"})
+    for (int tp : {1, 4}) {
+      const auto& m = preset(name);
+      const Work w = layer_work(m, tp, 1, m.seq);
+      samples.push_back({w, truth.time_s(w)});
+    }
+  const Rates fit = fit_rates(samples, 4.0);
+  EXPECT_NEAR(fit.gemm_tflops, 650, 1e-6);
+  EXPECT_NEAR(fit.attn_tflops, 480, 1e-6);
+  for (double e : leave_one_out_errors(samples, 4.0)) EXPECT_NEAR(e, 0, 1e-9);
+  // one sample: R_attn = 0.8 R_gemm, and the sample itself is reproduced
+  const Rates one = fit_rates(std::span(samples).first(1), 4.0);
+  EXPECT_NEAR(one.attn_tflops / one.gemm_tflops, 0.8, 1e-12);
+  EXPECT_NEAR(one.time_s(samples[0].work), samples[0].seconds, 1e-12);
+  EXPECT_THROW(fit_rates({}, 4.0), tb::Error);
+}
+
+TEST(CostModel, ShippedProxiesFitWithinTenPercentLeaveOneOut) {
+  namespace fs = std::filesystem;
+  const auto recipes = tb::recipe::load_recipes(tb::recipe::find_recipes_dir(std::nullopt));
+  const fs::path from =
+      tb::recipe::find_references_dir(std::nullopt).parent_path() / "bench/results/2026-11-30-h200-recipes";
+  const std::vector<fs::path> paths{from};
+  const Inputs in = load_inputs(paths);
+  ASSERT_EQ(in.runs.size(), 5u);
+  std::vector<LayerSample> samples;
+  std::vector<std::string> names;
+  for (const Measurement& m : in.runs) {
+    const auto& r = tb::recipe::find_recipe(recipes, m.recipe);
+    tb::model::ModelConfig mc = r.model;
+    samples.push_back({layer_work(mc, m.layout.tp, m.layout.micro_batch, m.layout.seq), m.f1_s});
+    names.push_back(m.recipe);
+  }
+  const Rates r = fit_rates(samples, 4.25);
+  std::printf("fit on the H200 proxies: GEMM %.0f TFLOP/s, attention %.0f TFLOP/s, memory 4.25 TB/s\n", r.gemm_tflops,
+              r.attn_tflops);
+  const auto loo = leave_one_out_errors(samples, 4.25);
+  ASSERT_EQ(loo.size(), samples.size());
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const double flop_rate = (samples[i].work.gemm_flops + samples[i].work.attn_flops) / samples[i].seconds / 1e12;
+    std::printf("  %-15s F1 %6.2f ms  fit %+5.1f%%  leave-one-out %+5.1f%%  (GEMM+attention %.0f TFLOP/s)\n",
+                names[i].c_str(), 1e3 * samples[i].seconds, 100 * (r.time_s(samples[i].work) / samples[i].seconds - 1),
+                100 * loo[i], flop_rate);
+    EXPECT_LT(std::abs(loo[i]), 0.10) << names[i];
+  }
+  EXPECT_GT(r.gemm_tflops, 550);
+  EXPECT_LT(r.gemm_tflops, 850);
+}

@@ -1,0 +1,102 @@
+// Tests cli/cmd_project (`trainbench project`), called directly: the message without a measurement, the
+// projection's report and JSON, --system by name, --validate's exit code, and the errors.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tb::cli {
+int cmd_project(int argc, char** argv);  // cli/cmd_project.cpp (the dispatch table lists it as "project")
+}
+
+namespace {
+struct Result {
+  int rc;
+  std::string out, err;
+};
+
+Result project(std::vector<std::string> args) {
+  args.insert(args.begin(), "trainbench project");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  int rc = -1;
+  try {
+    rc = tb::cli::cmd_project(int(argv.size()), argv.data());
+  } catch (...) {
+    testing::internal::GetCapturedStdout();
+    testing::internal::GetCapturedStderr();
+    throw;
+  }
+  return {rc, testing::internal::GetCapturedStdout(), testing::internal::GetCapturedStderr()};
+}
+
+const std::string kFrom = "bench/results/2026-11-30-h200-recipes";  // tests run in the source tree
+}  // namespace
+
+TEST(ProjectCli, WithoutAMeasurementSaysHowToGetOne) {
+  const auto r = project({"llama3.1-70b", "--gpus", "1024"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("trainbench run llama3.1-70b"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--from bench/results/2026-11-30-h200-recipes"), std::string::npos) << r.err;
+  EXPECT_EQ(project({"llama3.1-70b"}).rc, 2);  // no --gpus
+  EXPECT_EQ(project({}).rc, 2);
+}
+
+TEST(ProjectCli, ReportHasTheBreakdownSensitivityAndConfidence) {
+  const auto r = project({"llama3.1-70b", "--gpus", "1024", "--from", kFrom});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const char* s : {"step time", "compute", "TP communication exposed", "CP communication exposed",
+                        "pipeline bubble", "DP communication exposed", "tokens/s per GPU", "TFLOP/s per GPU", "MFU",
+                        "sensitivity", "scale-out bandwidth -20%", "how sure", "published (25.04.02"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
+TEST(ProjectCli, JsonNearThePublishedReference) {
+  const auto r = project({"llama3.1-405b", "--gpus", "2048", "--from", kFrom, "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["layout"]["tp"], 8);
+  EXPECT_EQ(j["layout"]["pp"], 8);
+  EXPECT_EQ(j["flop_convention"], "full");
+  const double tok = j["tokens_per_s_per_gpu"];
+  EXPECT_NEAR(tok / (422175.0 / 2048), 1, 0.15);  // v25.04.02 H100: 422,175 tokens/s on 2048 GPUs
+  double sum = 0;
+  for (const auto& [k, v] : j["breakdown_s"].items()) sum += v.get<double>();
+  EXPECT_NEAR(sum, j["step_s"].get<double>(), 1e-9);
+  // trainbench's own kernels (efficiency 1) project faster than the reference software
+  const auto own = nlohmann::json::parse(
+      project({"llama3.1-405b", "--gpus", "2048", "--from", kFrom, "--json", "--efficiency", "1"}).out);
+  EXPECT_GT(own["tokens_per_s_per_gpu"].get<double>(), tok);
+}
+
+TEST(ProjectCli, SystemByNameAndUnknownSystem) {
+  const auto r = project({"llama3.1-8b", "--gpus", "64", "--from", kFrom, "--system", "h200", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["system"], "H200 SXM");
+  try {
+    project({"llama3.1-8b", "--gpus", "64", "--from", kFrom, "--system", "h10"});
+    FAIL() << "expected an error";
+  } catch (const tb::Error& e) {
+    EXPECT_EQ(e.kind(), tb::Error::Kind::config);
+    EXPECT_NE(std::string(e.what()).find("did you mean 'h100'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(project({"llama3.1-8b", "--gpus", "64", "--from", "/no/such/results"}), tb::Error);
+  EXPECT_THROW(project({"llama3.1-8b", "--gpus", "64", "--from", kFrom, "--precision", "fp8"}), tb::Error);
+  EXPECT_THROW(project({"llama3.1-8b", "--gpus", "7", "--from", kFrom}), tb::Error);  // no layout for 7 GPUs
+}
+
+TEST(ProjectCli, ValidatePassesTheAcceptanceAndFailsATighterOne) {
+  auto r = project({"--validate", "--from", kFrom});
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("acceptance (primary rows)"), std::string::npos);
+  r = project({"--validate", "--from", kFrom, "--max-error", "1"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("NO"), std::string::npos);
+  r = project({"--validate", "--from", kFrom, "--system", "h200"});  // no H200 reference rows are published
+  EXPECT_EQ(r.rc, 2);
+}

@@ -1,0 +1,213 @@
+// Tests project/step_model: the step assembled from its terms on a synthetic measurement (hardware factor 1,
+// known network), the overlap rules at overlap cost 0 and 1, the choice of the measurement that anchors a
+// recipe, the compute-rate correction, and NVLink bandwidths measured on 2 GPUs overriding the system file's.
+#include "project/step_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "recipe/recipe.h"
+#include "recipe/system.h"
+
+using namespace tb::project;
+namespace fs = std::filesystem;
+
+namespace {
+const std::vector<tb::recipe::Recipe>& recipes() {
+  static const auto r = tb::recipe::load_recipes(tb::recipe::find_recipes_dir(std::nullopt));
+  return r;
+}
+
+Measurement measured(const std::string& recipe, int tp, int cp, int mb, int seq, double f1 = 0.02, double f0 = 0.02) {
+  Measurement m;
+  m.where = "synthetic:1", m.recipe = recipe, m.precision = "bf16", m.release = "25.04.02", m.gpu = "X";
+  m.layout.tp = tp, m.layout.cp = cp, m.layout.micro_batch = mb, m.layout.seq = seq, m.layout.layers = 8;
+  m.f1_s = f1, m.f0_s = f0, m.o0_s = 0.004, m.o1_s = 0.0015;
+  return m;
+}
+
+tb::recipe::SystemRef target_system() {
+  tb::recipe::SystemRef s;
+  s.name = "X100", s.file = "x100.toml", s.peak_bf16 = 1000;
+  return s;
+}
+
+Context context(std::vector<Measurement> runs, double overlap_cost) {
+  static const tb::recipe::SystemRef target = target_system();
+  Context c;
+  c.recipes = &recipes();
+  c.runs = std::move(runs);
+  c.rates = {700, 500, 4.0};
+  c.source_gemm_tflops = c.target_gemm_tflops = 800;
+  c.source_membw_tbps = c.target_membw_tbps = 4.0;
+  c.target = &target;
+  c.net.domain_gpus = 8;
+  c.net.nvlink = {300, 250, 250, 350, 0};
+  c.net.scaleout = {45, 45, 45, 45, 0};
+  c.cal = {1.0, overlap_cost};
+  return c;
+}
+
+tb::recipe::Layout layout70b(int gpus) {
+  const auto& r = tb::recipe::find_recipe(recipes(), "llama3.1-70b");
+  auto l = tb::recipe::layout_for(r, tb::recipe::LayoutQuery(gpus, "bf16", "25.04.02"));
+  if (l.layers <= 0) l.layers = r.model.layers;
+  if (l.seq <= 0) l.seq = r.model.seq;
+  return l;
+}
+}  // namespace
+
+TEST(StepModel, AssemblesTheStepFromItsTerms) {
+  const auto& r = tb::recipe::find_recipe(recipes(), "llama3.1-70b");
+  const auto l = layout70b(64);  // tp4 pp4 cp2 vp5 dp2, GBS 128: GA 64
+  for (double c : {0.0, 1.0}) {
+    const Context ctx = context({measured("llama3.1-70b", 4, 2, 1, 8192)}, c);
+    const Projection p = project(r, l, "bf16", ctx, tb::recipe::Convention::full);
+    EXPECT_EQ(p.grad_accum, 64);
+    EXPECT_EQ(p.anchor_kind, AnchorKind::same_shard);
+    EXPECT_DOUBLE_EQ(p.layer_scale, 1);
+    EXPECT_DOUBLE_EQ(p.hardware_factor, 1);
+    EXPECT_DOUBLE_EQ(p.layer_s, 0.02);
+    // the last rank holds 20 layers and the head; cp 2 halves each micro-batch
+    EXPECT_NEAR(p.compute_s, 64 * (20 * 0.02 + 0.02) / 2, 1e-12);
+    EXPECT_NEAR(p.bubble_s, 3.0 / 5 * p.microbatch_s, 1e-12);
+    EXPECT_NEAR(p.microbatch_s * 64, p.compute_s + p.tp_exposed_s + p.cp_exposed_s, 1e-9);
+    if (c == 0) {  // perfect overlap: TP and CP fit their windows, nothing shows
+      EXPECT_EQ(p.tp_exposed_s, 0);
+      EXPECT_EQ(p.cp_exposed_s, 0);
+    } else {  // no overlap: all of it shows
+      EXPECT_NEAR(p.tp_exposed_s, p.tp_comm_s, 1e-12);
+      EXPECT_NEAR(p.cp_exposed_s, p.cp_comm_s, 1e-12);
+      EXPECT_NEAR(p.dp_exposed_s, p.dp_reduce_scatter_s + p.dp_all_gather_s, 1e-12);
+    }
+    // TP: per layer 6 all-gathers + 4 reduce-scatters of b·(s/cp)·h·2 bytes over 4 NVLink ranks (+ 2 + 2 for the head)
+    const double A = 1.0 * 4096 * 8192 * 2;
+    const double per = 6 * 0.75 * A / 250e9 + 4 * 0.75 * A / 250e9;
+    EXPECT_NEAR(p.tp_comm_s, 64 * (20 * per + 2 * 0.75 * A / 250e9 + 2 * 0.75 * A / 250e9), 1e-9);
+    const double step =
+        p.compute_s + p.tp_exposed_s + p.cp_exposed_s + p.bubble_s + p.pp_exposed_s + p.dp_exposed_s + p.optimizer_s;
+    EXPECT_NEAR(p.step_s, step, 1e-9);
+    EXPECT_NEAR(p.tokens_per_s_per_gpu, 128.0 * 8192 / (p.step_s * 64), 1e-9);
+    EXPECT_NEAR(p.mfu, p.tflops_per_gpu / 1000, 1e-12);
+  }
+}
+
+TEST(StepModel, DataParallelOverlapWindows) {
+  const auto& r = tb::recipe::find_recipe(recipes(), "llama3.1-70b");
+  const Context ctx = context({measured("llama3.1-70b", 4, 2, 1, 8192)}, 0.0);
+  const Projection p = project(r, layout70b(2048), "bf16", ctx, tb::recipe::Convention::full);
+  // the reduce-scatter hides under the last backward (2/3 t_mb), the all-gather under the first forward (1/3),
+  // each stretched by the interleaved pipeline's cooldown / warmup: (pp-1)·2 + (vp-1)·pp = 22 chunk passes of 1/5
+  const double ramp = 1 + (3 * 2 + 4 * 4) / 5.0;
+  EXPECT_DOUBLE_EQ(pipeline_ramp_chunks(4, 5), 22);
+  // one bucket of each (the last to reduce, the first to gather) is never hidden; buckets of max(40M, 1M·dp·cp)
+  const double buckets = std::ceil((20 * layer_params(r.model, 4) + embedding_params(r.model, 4)) / 128e6);
+  const double rs1 = p.dp_reduce_scatter_s / buckets, ag1 = p.dp_all_gather_s / buckets;
+  const double expect = rs1 + std::max(0.0, p.dp_reduce_scatter_s - rs1 - p.microbatch_s * 2 / 3 * ramp) + ag1 +
+                        std::max(0.0, p.dp_all_gather_s - ag1 - p.microbatch_s / 3 * ramp);
+  EXPECT_NEAR(p.dp_exposed_s, expect, 1e-12);
+  EXPECT_GT(p.dp_exposed_s, 0);
+  // more data-parallel ranks across the network: the collectives grow; the distributed optimizer's share shrinks
+  const Projection small = project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full);
+  EXPECT_GT(p.dp_reduce_scatter_s, small.dp_reduce_scatter_s);
+  EXPECT_LT(p.optimizer_s, small.optimizer_s);
+  EXPECT_GE(p.step_s - p.optimizer_s, small.step_s - small.optimizer_s);
+  // without a pipeline the windows are one micro-batch's backward and forward
+  const auto& r8 = tb::recipe::find_recipe(recipes(), "llama3.1-8b");
+  auto l8 = tb::recipe::layout_for(r8, tb::recipe::LayoutQuery(128, "bf16", "25.04.02"));
+  if (l8.layers <= 0) l8.layers = r8.model.layers;
+  if (l8.seq <= 0) l8.seq = r8.model.seq;
+  const Context ctx8 = context({measured("llama3.1-8b", 1, 2, 1, 8192)}, 0.0);
+  const Projection q = project(r8, l8, "bf16", ctx8, tb::recipe::Convention::full);
+  const double b8 = std::ceil((32 * layer_params(r8.model, 1) + 2 * embedding_params(r8.model, 1)) / 128e6);
+  EXPECT_NEAR(q.dp_exposed_s,
+              q.dp_reduce_scatter_s / b8 + q.dp_all_gather_s / b8 +
+                  std::max(0.0, q.dp_reduce_scatter_s * (1 - 1 / b8) - q.microbatch_s * 2 / 3) +
+                  std::max(0.0, q.dp_all_gather_s * (1 - 1 / b8) - q.microbatch_s / 3),
+              1e-12);
+}
+
+TEST(StepModel, AnchorPrefersThisRecipeThenModelThenFamily) {
+  const auto& n340 = tb::recipe::find_recipe(recipes(), "nemotron4-340b");
+  const auto& l8b = tb::recipe::find_recipe(recipes(), "llama3.1-8b");
+  const Context ctx = context({measured("llama3.1-70b", 4, 2, 1, 8192), measured("nemotron4-15b", 2, 1, 2, 4096),
+                               measured("llama3.1-8b", 1, 2, 1, 8192)},
+                              0.2);
+  AnchorKind kind;
+  tb::recipe::Layout l;
+  l.tp = 8, l.cp = 1, l.micro_batch = 1, l.seq = 4096;
+  EXPECT_EQ(choose_anchor(n340, "bf16", l, ctx, &kind)->recipe, "nemotron4-15b");
+  EXPECT_EQ(kind, AnchorKind::same_family);
+  l.tp = 1, l.cp = 2, l.seq = 8192;
+  EXPECT_EQ(choose_anchor(l8b, "bf16", l, ctx, &kind)->recipe, "llama3.1-8b");
+  EXPECT_EQ(kind, AnchorKind::same_shard);
+  l.cp = 1;
+  choose_anchor(l8b, "bf16", l, ctx, &kind);
+  EXPECT_EQ(kind, AnchorKind::same_recipe);
+  EXPECT_EQ(choose_anchor(l8b, "fp8", l, ctx), nullptr);  // no FP8 measurement
+  EXPECT_THROW(project(l8b, layout70b(64), "fp8", ctx, tb::recipe::Convention::full), tb::Error);
+}
+
+TEST(StepModel, AnotherShardScalesByTheCostModel) {
+  const auto& r = tb::recipe::find_recipe(recipes(), "nemotron4-15b");
+  const Context ctx = context({measured("nemotron4-15b", 2, 1, 2, 4096, 0.015, 0.06)}, 0.2);
+  auto l = tb::recipe::layout_for(r, tb::recipe::LayoutQuery(16, "bf16", "24.11.1"));  // tp4, micro-batch 4
+  if (l.layers <= 0) l.layers = r.model.layers;
+  if (l.seq <= 0) l.seq = r.model.seq;
+  const Projection p = project(r, l, "bf16", ctx, tb::recipe::Convention::full);
+  EXPECT_EQ(p.anchor_kind, AnchorKind::same_recipe);
+  const Work from = layer_work(r.model, 2, 2, 4096), to = layer_work(r.model, 4, 4, 4096);
+  EXPECT_NEAR(p.layer_scale, ctx.rates.time_s(to) / ctx.rates.time_s(from), 1e-12);
+  EXPECT_NEAR(p.layer_s, 0.015 * p.layer_scale, 1e-12);
+  EXPECT_NEAR(p.layer_scale, 1.0, 0.05);  // tp ×2 and micro-batch ×2: about the same work per GPU
+}
+
+TEST(StepModel, ComputeRateCorrection) {
+  const auto& r = tb::recipe::find_recipe(recipes(), "llama3.1-70b");
+  Context ctx = context({measured("llama3.1-70b", 4, 2, 1, 8192)}, 0.2);
+  const double base = project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full).layer_s;
+  ctx.target_membw_tbps = 2.0;  // half the memory rate: only the memory-bound share slows
+  const Projection slow_mem = project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full);
+  const double mu =
+      ctx.rates.mem_time_s(layer_work(r.model, 4, 1, 8192)) / ctx.rates.time_s(layer_work(r.model, 4, 1, 8192));
+  EXPECT_NEAR(slow_mem.layer_s / base, 1 + mu, 1e-12);
+  ctx.target_membw_tbps = 4.0, ctx.target_gemm_tflops = 400;  // half the GEMM rate: the rest slows 2×
+  EXPECT_NEAR(project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full).layer_s / base, 2 - mu, 1e-12);
+  ctx.target_gemm_tflops = 800, ctx.cal.reference_efficiency = 0.8;
+  EXPECT_NEAR(project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full).layer_s / base, 1 / 0.8, 1e-12);
+}
+
+TEST(StepModel, NvlinkMeasuredOnTwoGpusOverridesTheSystemFile) {
+  const fs::path dir = fs::temp_directory_path() / "tb_step_model_test";
+  fs::create_directories(dir);
+  const fs::path src = tb::recipe::find_references_dir(std::nullopt).parent_path() /
+                       "bench/results/2026-11-30-h200-recipes/run-llama3.1-70b.jsonl";
+  std::ofstream(dir / "results.jsonl")
+      << std::ifstream(src).rdbuf()
+      << R"({"schema":"trainbench.result.v1","run":"x","bench":"micro.nccl.all_gather","case":"f32/1GiB","world":2,"status":"ok","bytes":1073741824,"busbw_gbps":135.0})"
+      << "\n"
+      << R"({"schema":"trainbench.result.v1","run":"x","bench":"micro.nccl.all_gather","case":"f32/64MiB","world":2,"status":"ok","bytes":67108864,"busbw_gbps":99.0})"
+      << "\n";
+  const std::vector<fs::path> paths{dir};
+  const Inputs in = load_inputs(paths);
+  EXPECT_EQ(in.runs.size(), 1u);
+  EXPECT_DOUBLE_EQ(in.nvlink.all_gather, 135.0);  // the largest size
+  EXPECT_EQ(in.nvlink.gpus, 2);
+  const auto refs = tb::recipe::find_references_dir(std::nullopt);
+  const auto systems = tb::recipe::load_systems(refs / "systems");
+  const auto& h100 = *tb::recipe::match_system(systems, "H100 SXM");
+  const Context measured_ctx = make_context(recipes(), in, systems, h100);
+  EXPECT_DOUBLE_EQ(measured_ctx.net.nvlink.all_gather_gbps, 135.0);
+  EXPECT_DOUBLE_EQ(measured_ctx.net.nvlink.reduce_scatter_gbps, h100.network.nvlink_reduce_scatter_gbps);
+  EXPECT_EQ(measured_ctx.source_name, "H200 SXM");
+  const std::vector<fs::path> only{src};
+  const Context declared = make_context(recipes(), load_inputs(only), systems, h100);
+  const auto& r = tb::recipe::find_recipe(recipes(), "llama3.1-70b");
+  const auto l = layout70b(512);
+  EXPECT_GT(project(r, l, "bf16", measured_ctx, tb::recipe::Convention::full).tp_comm_s,
+            1.5 * project(r, l, "bf16", declared, tb::recipe::Convention::full).tp_comm_s);
+}
