@@ -11,6 +11,7 @@
 #   fp8:       8B L8 and 70B L2 in BF16 and FP8 (current, delayed) with the torch BF16 peer at 8B; accuracy: the
 #              `small` preset 500 steps in BF16 / FP8 current / FP8 delayed on the markov task and on real text
 #              (carry/text-bytes.u16 from bench/make_text_tokens.py)
+#   fp8acc:    the accuracy runs over seeds 1, 2, 3;  fp8run: `trainbench run` of 8B and 70B in BF16 and FP8 + compare
 #   recipes:   the README's main job (check + the default recipe), `trainbench run` of the Llama 3.1 8B, 70B and
 #              405B recipes (proxies on one GPU) and `trainbench compare` over them
 set -uo pipefail
@@ -71,6 +72,20 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
               --out "$OUT/results/acc-$(basename $data)-${p// /_}" | grep -E "^step (1|100|200|300|400|500)/|^summary|^ +loss"
           done
         done ;;
+      fp8acc)  # the accuracy comparison over three seeds; the JSONL keeps every loss
+        for seed in 1 2 3; do
+          for data in markov carry/text-bytes.u16; do
+            for p in "bf16" "fp8" "fp8 --fp8-recipe delayed"; do
+              $TB train --model small --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
+                --seed $seed --out "$OUT/results/acc-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
+            done
+          done
+        done ;;
+      fp8run)
+        for r in llama3.1-8b llama3.1-70b; do
+          for p in bf16 fp8; do log "run $r $p"; $TB run $r --precision $p --out "$OUT/results/run-$r-$p"; done
+        done
+        log "compare"; $TB compare "$OUT"/results/run-*; echo "exit $?" ;;
       recipes)
         log "main job"; bash scripts/main-job.sh $TB; echo "exit $?"
         for r in llama3.1-8b llama3.1-70b llama3.1-405b nemotron4-15b gpt3-175b; do

@@ -62,6 +62,13 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--points", points, "layer counts to measure (default: 1,2 or 2,4)")->delimiter(',');
   app.add_option("--steps", steps, "measured steps per point")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--warmup-steps", warmup, "unmeasured steps per point")->capture_default_str();
+  std::string recompute = "none", fp8_recipe = "current";
+  app.add_option("--recompute", recompute, "activation recomputation: none | selective | full")
+      ->check(CLI::IsMember({"none", "selective", "full"}))
+      ->capture_default_str();
+  app.add_option("--fp8-recipe", fp8_recipe, "FP8 scaling: current | delayed")
+      ->check(CLI::IsMember({"current", "delayed"}))
+      ->capture_default_str();
   app.add_option("--device", device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
   app.add_option("--recipes", recipes_dir, "recipes folder (default: next to the binary, or $TRAINBENCH_RECIPES)");
   if (auto rc = parse(app, argc, argv)) return *rc;
@@ -81,10 +88,9 @@ int cmd_run(int argc, char** argv) {
   if (name.empty()) name = recipe::default_recipe(recipes).name;
   const recipe::Recipe& r = recipe::find_recipe(recipes, name);
   if (precision.empty()) precision = cuda ? "bf16" : "fp32";
-  TB_REQUIRE(precision != "fp8", "trainbench run: FP8 training is not built yet (it comes with the FP8 issue); use "
-                                 "--precision bf16");
-  TB_REQUIRE(cuda ? precision == "bf16" : precision == "fp32",
-             fmt::format("trainbench run: the {} backend trains in {}, not {}", device, cuda ? "bf16" : "fp32", precision));
+  TB_REQUIRE(cuda ? (precision == "bf16" || precision == "fp8") : precision == "fp32",
+             fmt::format("trainbench run: the {} backend trains in {}, not {}", device, cuda ? "bf16 or fp8" : "fp32",
+                         precision));
   if (ref_gpu.empty()) ref_gpu = cuda ? "H100" : "CPU";
 
   recipe::RunOptions opt;
@@ -128,6 +134,8 @@ int cmd_run(int argc, char** argv) {
     spec.device = device;
     spec.gpu = gpu;
     spec.op_profile = cuda;  // the optimizer's share of the step
+    spec.recompute = recompute;
+    if (cuda) spec.precision = precision, spec.fp8_recipe = fp8_recipe;
     std::printf("point: %d layer%s\n", layers, layers > 1 ? "s" : "");
     std::fflush(stdout);
     auto on_step = [&](const train::StepStats& s) {
@@ -177,7 +185,8 @@ int cmd_run(int argc, char** argv) {
   rec.data = {{"recipe", r.name},           {"precision", precision},          {"release", r.release},
               {"layout", layout_json(L)},   {"proxy", plan.proxy},             {"differences", plan.differences},
               {"gpu", device_name},         {"peak_tflops", peak},             {"points", points_json},
-              {"flops_per_token", fpt},     {"backend", device}};
+              {"flops_per_token", fpt},     {"backend", device},          {"recompute", recompute}};
+  if (precision == "fp8") rec.data["fp8_recipe"] = fp8_recipe;
   std::vector<report::Comparison> cmp;
   if (stopped || timings.size() < plan.points.size()) {
     rec.status = Status::interrupted;
