@@ -2,6 +2,7 @@
 // [lora], and [[layout]] tables (with their `runs`) flattened to one Layout per run. Layout checks and
 // lookup are in layout.cpp.
 #include "recipe/recipe.h"
+#include "recipe/system.h"
 
 #include <fmt/format.h>
 
@@ -305,23 +306,7 @@ const Recipe& default_recipe(const std::vector<Recipe>& recipes) {
 }
 
 std::filesystem::path find_recipes_dir(const std::optional<std::filesystem::path>& explicit_dir) {
-  namespace fs = std::filesystem;
-  if (explicit_dir) {
-    TB_REQUIRE(fs::is_directory(*explicit_dir), fmt::format("recipes folder {} does not exist", explicit_dir->string()));
-    return *explicit_dir;
-  }
-  if (const char* env = std::getenv("TRAINBENCH_RECIPES")) {
-    TB_REQUIRE(fs::is_directory(env), fmt::format("TRAINBENCH_RECIPES={} is not a folder", env));
-    return env;
-  }
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates;
-  if (!ec) candidates = {exe.parent_path() / "../recipes", exe.parent_path() / "../../recipes"};
-  candidates.push_back(fs::path(TB_SOURCE_DIR) / "recipes");
-  for (const auto& c : candidates)
-    if (fs::is_directory(c)) return fs::weakly_canonical(c);
-  raise_config("cannot find the recipes folder (recipes/*.toml): pass --recipes DIR or set TRAINBENCH_RECIPES");
+  return find_data_dir("recipes", "TRAINBENCH_RECIPES", "--recipes", explicit_dir, ".");
 }
 
 }  // namespace tb::recipe

@@ -185,25 +185,29 @@ const SystemRef* match_system(const std::vector<SystemRef>& systems, std::string
   return nullptr;
 }
 
-std::filesystem::path find_references_dir(const std::optional<std::filesystem::path>& explicit_dir) {
+std::filesystem::path find_data_dir(std::string_view name, std::string_view env_var, std::string_view flag,
+                                    const std::optional<std::filesystem::path>& explicit_dir, std::string_view marker) {
   namespace fs = std::filesystem;
   if (explicit_dir) {
-    TB_REQUIRE(fs::is_directory(*explicit_dir), fmt::format("references folder {} does not exist", explicit_dir->string()));
+    TB_REQUIRE(fs::is_directory(*explicit_dir), fmt::format("{} folder {} does not exist", name, explicit_dir->string()));
     return *explicit_dir;
   }
-  if (const char* env = std::getenv("TRAINBENCH_REFERENCES")) {
-    TB_REQUIRE(fs::is_directory(env), fmt::format("TRAINBENCH_REFERENCES={} is not a folder", env));
+  if (const char* env = std::getenv(std::string(env_var).c_str())) {
+    TB_REQUIRE(fs::is_directory(env), fmt::format("{}={} is not a folder", env_var, env));
     return env;
   }
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   std::vector<fs::path> candidates;
-  if (!ec) candidates = {exe.parent_path() / "../references", exe.parent_path() / "../../references"};
-  candidates.push_back(fs::path(TB_SOURCE_DIR) / "references");
+  if (!ec) candidates = {exe.parent_path() / ".." / name, exe.parent_path() / "../.." / name};
+  candidates.push_back(fs::path(TB_SOURCE_DIR) / name);
   for (const auto& c : candidates)
-    if (fs::is_directory(c / "systems")) return fs::weakly_canonical(c);
-  raise_config("cannot find the references folder (references/systems/*.toml): pass --references DIR or set "
-               "TRAINBENCH_REFERENCES");
+    if (fs::is_directory(c / marker)) return fs::weakly_canonical(c);
+  raise_config(fmt::format("cannot find the {} folder: pass {} DIR or set {}", name, flag, env_var));
+}
+
+std::filesystem::path find_references_dir(const std::optional<std::filesystem::path>& explicit_dir) {
+  return find_data_dir("references", "TRAINBENCH_REFERENCES", "--references", explicit_dir, "systems");
 }
 
 }  // namespace tb::recipe

@@ -82,5 +82,10 @@ const SystemRef* match_system(const std::vector<SystemRef>& systems, std::string
 // The references folder: `explicit_dir` if given, else $TRAINBENCH_REFERENCES, else the first of
 // <exe>/../references, <exe>/../../references, <source tree>/references that exists.
 std::filesystem::path find_references_dir(const std::optional<std::filesystem::path>& explicit_dir);
+// The data folder `name` (references, recipes): explicit_dir, else $env_var, else the first of <exe>/../name,
+// <exe>/../../name, <source tree>/name that holds `marker` (a subfolder, or "." for any). Error{config} naming the
+// flag and the variable when none exists.
+std::filesystem::path find_data_dir(std::string_view name, std::string_view env_var, std::string_view flag,
+                                    const std::optional<std::filesystem::path>& explicit_dir, std::string_view marker);
 
 }  // namespace tb::recipe

@@ -10,24 +10,11 @@
 #include <vector>
 
 #include "bench/sysinfo.h"
+#include "../support/cli_run.h"
 #include "cli/commands.h"
 
 namespace {
-struct Result {
-  int rc;
-  std::string out, err;
-};
-
-Result run(std::vector<std::string> args) {
-  args.insert(args.begin(), "trainbench");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  const int rc = tb::cli::dispatch(int(argv.size()), argv.data());
-  Result r{rc, testing::internal::GetCapturedStdout(), testing::internal::GetCapturedStderr()};
-  return r;
-}
+tb::testing_support::CliResult run(std::vector<std::string> args) { return tb::testing_support::run_cli(std::move(args)); }
 }  // namespace
 
 TEST(Cli, HelpAndVersion) {

@@ -10,38 +10,18 @@
 #include <string>
 #include <vector>
 
-namespace tb::cli {
-int cmd_slurm(int argc, char** argv);  // cli/commands.h
-int cmd_k8s(int argc, char** argv);
-int dispatch(int argc, char** argv);
-}  // namespace tb::cli
+#include "../support/cli_run.h"
 
 namespace {
 namespace fs = std::filesystem;
 
-struct Result {
-  int rc;
-  std::string out, err;
-};
-
-Result call(int (*cmd)(int, char**), std::string prog, std::vector<std::string> args) {
-  args.insert(args.begin(), std::move(prog));
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  int rc = 0;
-  try {
-    rc = cmd(int(argv.size()), argv.data());
-  } catch (const std::exception& e) {  // dispatch maps these to exit codes; here: config -> 2
-    std::fprintf(stderr, "%s\n", e.what());
-    rc = 2;
-  }
-  Result r{rc, testing::internal::GetCapturedStdout(), testing::internal::GetCapturedStderr()};
-  return r;
+using Result = tb::testing_support::CliResult;
+Result with(const char* command, std::vector<std::string> args) {
+  args.insert(args.begin(), command);
+  return tb::testing_support::run_cli(std::move(args));
 }
-Result slurm(std::vector<std::string> args) { return call(tb::cli::cmd_slurm, "trainbench slurm", std::move(args)); }
-Result k8s(std::vector<std::string> args) { return call(tb::cli::cmd_k8s, "trainbench k8s", std::move(args)); }
+Result slurm(std::vector<std::string> args) { return with("slurm", std::move(args)); }
+Result k8s(std::vector<std::string> args) { return with("k8s", std::move(args)); }
 
 struct Temp {
   fs::path path = fs::temp_directory_path() / ("tb_launch_cli_" + std::to_string(::getpid()));

@@ -6,33 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "../support/cli_run.h"
 #include "core/error.h"
 
-namespace tb::cli {
-int cmd_project(int argc, char** argv);  // cli/cmd_project.cpp (the dispatch table lists it as "project")
-}
 
 namespace {
-struct Result {
-  int rc;
-  std::string out, err;
-};
-
-Result project(std::vector<std::string> args) {
-  args.insert(args.begin(), "trainbench project");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  int rc = -1;
-  try {
-    rc = tb::cli::cmd_project(int(argv.size()), argv.data());
-  } catch (...) {
-    testing::internal::GetCapturedStdout();
-    testing::internal::GetCapturedStderr();
-    throw;
-  }
-  return {rc, testing::internal::GetCapturedStdout(), testing::internal::GetCapturedStderr()};
+tb::testing_support::CliResult project(std::vector<std::string> args) {
+  args.insert(args.begin(), "project");
+  return tb::testing_support::run_cli(std::move(args));
 }
 
 const std::string kFrom = "bench/results/2026-11-30-h200-recipes";  // tests run in the source tree
@@ -85,9 +66,11 @@ TEST(ProjectCli, SystemByNameAndUnknownSystem) {
     EXPECT_EQ(e.kind(), tb::Error::Kind::config);
     EXPECT_NE(std::string(e.what()).find("did you mean 'h100'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(project({"llama3.1-8b", "--gpus", "64", "--from", "/no/such/results"}), tb::Error);
-  EXPECT_THROW(project({"llama3.1-8b", "--gpus", "64", "--from", kFrom, "--precision", "fp8"}), tb::Error);
-  EXPECT_THROW(project({"llama3.1-8b", "--gpus", "7", "--from", kFrom}), tb::Error);  // no layout for 7 GPUs
+  EXPECT_EQ(project({"llama3.1-8b", "--gpus", "64", "--from", "/no/such/results"}).rc, 2);
+  EXPECT_EQ(project({"llama3.1-8b", "--gpus", "64", "--from", kFrom, "--precision", "fp8"}).rc, 2);
+  const auto r7 = project({"llama3.1-8b", "--gpus", "7", "--from", kFrom});  // no layout for 7 GPUs
+  EXPECT_EQ(r7.rc, 2);
+  EXPECT_NE(r7.err.find("7 GPUs"), std::string::npos) << r7.err;
 }
 
 TEST(ProjectCli, ValidatePassesTheAcceptanceAndFailsATighterOne) {

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../support/cli_run.h"
 #include "cli/commands.h"
 #include "recipe/reference.h"
 #include "recipe/system.h"
@@ -16,20 +17,7 @@
 namespace tr = tb::recipe;
 
 namespace {
-struct Out {
-  int rc;
-  std::string out, err;
-};
-
-Out run(std::vector<std::string> args) {
-  args.insert(args.begin(), "trainbench");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  const int rc = tb::cli::dispatch(int(argv.size()), argv.data());
-  return {rc, testing::internal::GetCapturedStdout(), testing::internal::GetCapturedStderr()};
-}
+tb::testing_support::CliResult run(std::vector<std::string> args) { return tb::testing_support::run_cli(std::move(args)); }
 
 // The fact sheet's workloads (sections 1.1, 2.1-2.4) and their recipe files.
 const std::set<std::string> kRecipes = {
