@@ -1,5 +1,6 @@
 // train/trainer_cuda.cpp: the training loop of trainer.h on one GPU. Per optimizer step, all on one stream:
 //   H2D: tokens and targets of the step's `accum` micro-batches, lr and t     (from pinned host memory)
+//   FP8 (spec.precision): the weights' FP8 copies, then after the micro-batches the delayed-scaling update
 //   grads = 0 (the linear layers' by their first GEMM writing, beta 0);  for each micro-batch a: loss[a] = forward_backward(tokens[a], grad_scale 1/accum)
 //   norm, clip = grad_norm(grads, max_norm);  AdamW(master, m, v -> bf16 weights) with clip, lr, t
 //   D2H: loss[0..accum), norm                                                  (into pinned host memory)
