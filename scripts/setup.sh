@@ -10,6 +10,8 @@ DEBIAN_PACKAGES=(
   libgtest-dev libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libopenmpi-dev openmpi-bin
   python3-yaml slurm-wlm munge    # launch tests: manifests read back; a one-node Slurm (tests/launch/slurm_local.sh)
+  gnuplot-nox fonts-dejavu-core   # `trainbench report` charts (pngcairo)
+  chromium                        # tests/report/report_chromium_test.cpp opens the HTML report headless
 )
 # name==version, installed with --no-deps into .deps/python (header-only C/C++ wheels and test tools)
 PYPI_PACKAGES=(

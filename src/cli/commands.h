@@ -19,6 +19,9 @@ int cmd_train(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
 int cmd_project(int argc, char** argv);
+int cmd_sweep(int argc, char** argv);
+int cmd_scale(int argc, char** argv);
+int cmd_report(int argc, char** argv);
 int cmd_slurm(int argc, char** argv);
 int cmd_k8s(int argc, char** argv);
 
