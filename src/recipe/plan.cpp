@@ -56,14 +56,32 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
     TB_REQUIRE(!counts.empty(), fmt::format("recipe '{}' lists no layout for {}", r.name, p.precision));
     q.gpus = counts.front();
   }
-  p.layout = layout_for(r, q);
+  try {
+    p.layout = layout_for(r, q);
+  } catch (const Error&) {
+    // An unlisted GPU count that only fits with the overrides (e.g. 1 GPU with --set cp=1): derive it from the
+    // smallest listed run by the recipe's scaling rule, then apply the overrides below and validate.
+    if (opt.sets.empty()) throw;
+    const std::vector<int> counts = layout_gpu_counts(r, q);
+    if (counts.empty()) throw;
+    LayoutQuery base_q = q;
+    base_q.gpus = counts.front();
+    const Layout base = layout_for(r, base_q);
+    p.layout = base;
+    p.layout.gpus = q.gpus;
+    p.layout.dp = 0;
+    p.layout.derived = true;
+    if (base.scaling == Scaling::weak)
+      p.layout.global_batch = std::max(base.micro_batch, int(std::int64_t(base.global_batch) * q.gpus / base.gpus));
+    p.layout.note = fmt::format("derived from the {}-GPU layout at {} with the --set overrides", base.gpus, base.where);
+  }
   model::ModelConfig m = r.model;
   if (p.layout.seq > 0) m.seq = p.layout.seq;
   if (p.layout.layers <= 0) p.layout.layers = m.layers;
   if (p.layout.seq <= 0) p.layout.seq = m.seq;
   const bool set_layers = opt.sets.count("layers") > 0;
   apply_sets(p.layout, m, opt.sets);
-  if (!opt.sets.empty()) {
+  if (!opt.sets.empty() || p.layout.derived) {
     p.layout.dp = 0;
     p.layout.where = "--set on " + p.layout.where;
     validate_layout(r, p.layout);
@@ -86,9 +104,8 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
   p.shard.layers = stage_layers;
   p.shard.validate();
   const bool one_device = l.gpus == 1 && l.tp == 1 && l.pp == 1 && l.cp == 1;
-  p.proxy = !one_device;
   if (opt.points.empty()) {
-    if (one_device)
+    if (one_device && p.layers <= 4)  // small enough to measure as it is (tiny); larger ones as layer proxies
       p.points = {p.layers};
     else
       p.points = stage_layers >= 4 ? std::vector<int>{2, 4} : std::vector<int>{1, 2};
@@ -97,7 +114,11 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
     std::sort(p.points.begin(), p.points.end());
     p.points.erase(std::unique(p.points.begin(), p.points.end()), p.points.end());
   }
-  if (p.proxy) {
+  p.proxy = !one_device || p.points.back() != stage_layers;
+  if (p.proxy && one_device) {
+    p.differences.push_back(fmt::format("layers measured at {} and extrapolated to the model's {}",
+                                        fmt::join(p.points, ", "), stage_layers));
+  } else if (p.proxy) {
     p.differences.push_back(fmt::format("one device runs the per-GPU shard of {} GPUs (tp {}, pp {}, cp {}, dp {}): "
                                         "heads {}/{}, ffn {}, vocab {}",
                                         l.gpus, l.tp, l.pp, l.cp, l.dp, p.shard.heads, p.shard.kv_heads, p.shard.ffn,

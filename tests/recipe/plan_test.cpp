@@ -66,6 +66,18 @@ TEST(Plan, SetOverridesAreValidatedLikeLayouts) {
   }
 }
 
+TEST(Plan, AnUnlistedCountFitsWithOverrides) {
+  tr::RunOptions o;
+  o.ref_gpus = 1;  // the 8B layouts have cp 2: one GPU fits only with cp 1
+  EXPECT_THROW(tr::plan_run(tr::find_recipe(recipes(), "llama3.1-8b"), o), tb::Error);
+  o.sets = {{"cp", "1"}};
+  const auto p = tr::plan_run(tr::find_recipe(recipes(), "llama3.1-8b"), o);
+  EXPECT_EQ(p.layout.gpus, 1);
+  EXPECT_EQ(p.layout.cp, 1);
+  EXPECT_EQ(p.layout.dp, 1);
+  EXPECT_EQ(p.layout.global_batch, 16);  // weak scaling: 128 per 8 GPUs
+}
+
 TEST(Plan, RefusesWhatCannotRun) {
   EXPECT_THROW(tr::plan_run(tr::find_recipe(recipes(), "grok1-314b"), {}), tb::Error);  // needs moe
   tr::RunOptions o;
