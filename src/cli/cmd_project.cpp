@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -17,6 +18,7 @@
 #include "project/step_model.h"
 #include "project/validate.h"
 #include "recipe/convention.h"
+#include "recipe/plan.h"
 #include "recipe/reference.h"
 #include "recipe/system.h"
 
@@ -152,6 +154,8 @@ int cmd_project(int argc, char** argv) {
   app.add_option("--system", system, "target system: a references/systems file or its name (h100, h200)")
       ->capture_default_str();
   app.add_option("--precision", precision, "bf16 | fp8 (default: the recipe's first)");
+  std::vector<std::string> sets;
+  app.add_option("--set", sets, "override the layout: layers, seq, micro_batch, global_batch, tp, pp, cp, vp (key=value)");
   app.add_option("--release", release, "the release whose layouts to use (default: the recipe's)");
   app.add_option("--convention", convention, "FLOP convention of TFLOP/s and MFU (default: the reference's)");
   app.add_option("--efficiency", efficiency,
@@ -197,9 +201,13 @@ int cmd_project(int argc, char** argv) {
   if (validate) return run_validate(recipes, rows, ctx, calibrate, max_error, median_error, scaling_points);
 
   if (precision.empty()) precision = r->precisions.front();
-  recipe::Layout l = recipe::layout_for(*r, recipe::LayoutQuery(gpus, precision, release));
-  if (l.layers <= 0) l.layers = r->model.layers;
-  if (l.seq <= 0) l.seq = r->model.seq;
+  std::map<std::string, std::string> set_map;
+  for (const std::string& kv : sets) {
+    const auto eq = kv.find('=');
+    TB_REQUIRE(eq != std::string::npos && eq > 0, fmt::format("--set {}: expected key=value, e.g. --set cp=1", kv));
+    set_map[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  const recipe::Layout l = recipe::resolve_layout(*r, recipe::LayoutQuery(gpus, precision, release), set_map);
   // The published row at this count (for the convention and the comparison), or the recipe's newest row.
   const recipe::ReferenceRow* published = nullptr;
   const recipe::ReferenceRow* any_row = nullptr;

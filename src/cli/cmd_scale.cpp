@@ -75,8 +75,12 @@ int cmd_scale(int argc, char** argv) {
     hooks.project = [&](int n, const std::filesystem::path& from, std::string* why) -> std::optional<nlohmann::json> {
       std::vector<std::string> argv2{report::self_exe(), "project", r.name, "--gpus", std::to_string(n), "--from",
                                      from.string(), "--json"};
-      for (const auto& [k, v] : fixed)
+      for (const auto& [k, v] : fixed) {
         if (k == "precision") argv2.insert(argv2.end(), {"--precision", v});
+        if (k == "layers" || k == "seq" || k == "micro_batch" || k == "global_batch" || k == "tp" || k == "pp" ||
+            k == "cp" || k == "vp")
+          argv2.insert(argv2.end(), {"--set", k + "=" + v});
+      }
       if (!system.empty()) argv2.insert(argv2.end(), {"--system", system});
       const report::ExecResult res = report::exec(argv2);
       const auto a = res.output.find('{'), b = res.output.rfind('}');

@@ -21,7 +21,7 @@ int parse_int(const std::string& key, const std::string& v) {
   return x;
 }
 
-void apply_sets(Layout& l, model::ModelConfig& m, const std::map<std::string, std::string>& sets) {
+void apply_sets(Layout& l, const std::map<std::string, std::string>& sets) {
   static const std::vector<std::string> keys = {"layers", "seq", "micro_batch", "global_batch", "tp", "pp", "cp", "vp"};
   for (const auto& [k, v] : sets) {
     if (std::find(keys.begin(), keys.end(), k) == keys.end())
@@ -29,7 +29,7 @@ void apply_sets(Layout& l, model::ModelConfig& m, const std::map<std::string, st
                                did_you_mean(k, keys)));
     const int x = parse_int(k, v);
     if (k == "layers") l.layers = x;
-    if (k == "seq") l.seq = x, m.seq = x;
+    if (k == "seq") l.seq = x;
     if (k == "micro_batch") l.micro_batch = x;
     if (k == "global_batch") l.global_batch = x;
     if (k == "tp") l.tp = x;
@@ -40,6 +40,37 @@ void apply_sets(Layout& l, model::ModelConfig& m, const std::map<std::string, st
 }
 
 }  // namespace
+
+Layout resolve_layout(const Recipe& r, const LayoutQuery& q, const std::map<std::string, std::string>& sets) {
+  Layout l;
+  try {
+    l = layout_for(r, q);
+  } catch (const Error&) {
+    // An unlisted GPU count that only fits with the overrides (e.g. 1 GPU with --set cp=1): derive it from the
+    // smallest listed run by the recipe's scaling rule, then apply the overrides below and validate.
+    if (sets.empty()) throw;
+    const std::vector<int> counts = layout_gpu_counts(r, q);
+    if (counts.empty()) throw;
+    LayoutQuery base_q = q;
+    base_q.gpus = counts.front();
+    const Layout base = layout_for(r, base_q);
+    l = base;
+    l.gpus = q.gpus;
+    l.derived = true;
+    if (base.scaling == Scaling::weak)
+      l.global_batch = std::max(base.micro_batch, int(std::int64_t(base.global_batch) * q.gpus / base.gpus));
+    l.note = fmt::format("derived from the {}-GPU layout at {} with the --set overrides", base.gpus, base.where);
+  }
+  if (l.layers <= 0) l.layers = r.model.layers;
+  if (l.seq <= 0) l.seq = r.model.seq;
+  if (!sets.empty()) {
+    apply_sets(l, sets);
+    l.dp = 0;
+    l.where = "--set on " + l.where;
+    validate_layout(r, l);
+  }
+  return l;
+}
 
 RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
   TB_REQUIRE(r.runnable(), fmt::format("recipe '{}' needs {} (not built yet); `trainbench list recipes` shows what runs",
@@ -56,35 +87,10 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
     TB_REQUIRE(!counts.empty(), fmt::format("recipe '{}' lists no layout for {}", r.name, p.precision));
     q.gpus = counts.front();
   }
-  try {
-    p.layout = layout_for(r, q);
-  } catch (const Error&) {
-    // An unlisted GPU count that only fits with the overrides (e.g. 1 GPU with --set cp=1): derive it from the
-    // smallest listed run by the recipe's scaling rule, then apply the overrides below and validate.
-    if (opt.sets.empty()) throw;
-    const std::vector<int> counts = layout_gpu_counts(r, q);
-    if (counts.empty()) throw;
-    LayoutQuery base_q = q;
-    base_q.gpus = counts.front();
-    const Layout base = layout_for(r, base_q);
-    p.layout = base;
-    p.layout.gpus = q.gpus;
-    p.layout.dp = 0;
-    p.layout.derived = true;
-    if (base.scaling == Scaling::weak)
-      p.layout.global_batch = std::max(base.micro_batch, int(std::int64_t(base.global_batch) * q.gpus / base.gpus));
-    p.layout.note = fmt::format("derived from the {}-GPU layout at {} with the --set overrides", base.gpus, base.where);
-  }
+  p.layout = resolve_layout(r, q, opt.sets);
   model::ModelConfig m = r.model;
-  if (p.layout.seq > 0) m.seq = p.layout.seq;
-  if (p.layout.layers <= 0) p.layout.layers = m.layers;
-  if (p.layout.seq <= 0) p.layout.seq = m.seq;
   const bool set_layers = opt.sets.count("layers") > 0;
-  apply_sets(p.layout, m, opt.sets);
-  if (!opt.sets.empty() || p.layout.derived) {
-    p.layout.dp = 0;
-    p.layout.where = "--set on " + p.layout.where;
-    validate_layout(r, p.layout);
+  if (!opt.sets.empty()) {
     std::string sets;
     for (const auto& [k, v] : opt.sets) sets += fmt::format("{}{}={}", sets.empty() ? "" : " ", k, v);
     p.differences.push_back("--set " + sets);

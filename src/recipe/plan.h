@@ -46,6 +46,11 @@ struct RunPlan {
   std::vector<std::string> differences; // what differs from the reference run, one phrase each
 };
 
+// The layout of q (layout_for), with the --set overrides applied and validated; an unlisted GPU count that fits
+// only with the overrides (1 GPU of a cp 2 recipe with cp=1) is derived from the smallest listed run by the recipe's
+// scaling rule. layers and seq filled from the model when the layout leaves them open.
+Layout resolve_layout(const Recipe& r, const LayoutQuery& q, const std::map<std::string, std::string>& sets);
+
 // Validates the recipe (runnable, precision listed), resolves the layout and the --set overrides (validated as
 // layouts are: Error{config} saying which key), derives the shard and the points.
 RunPlan plan_run(const Recipe& r, const RunOptions& opt);

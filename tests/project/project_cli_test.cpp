@@ -63,6 +63,9 @@ TEST(ProjectCli, SystemByNameAndUnknownSystem) {
   EXPECT_NE(bad.err.find("did you mean 'h100'"), std::string::npos) << bad.err;
   EXPECT_EQ(project({"llama3.1-8b", "--gpus", "64", "--from", "/no/such/results"}).rc, 2);
   EXPECT_EQ(project({"llama3.1-8b", "--gpus", "64", "--from", kFrom, "--precision", "fp8"}).rc, 2);
+  // One GPU fits the 8B recipe (cp 2) only with --set cp=1: derived from the smallest listed run.
+  EXPECT_EQ(project({"llama3.1-8b", "--gpus", "1", "--from", kFrom}).rc, 2);
+  EXPECT_EQ(project({"llama3.1-8b", "--gpus", "1", "--set", "cp=1", "--from", kFrom}).rc, 0);
   const auto r7 = project({"llama3.1-8b", "--gpus", "7", "--from", kFrom});  // no layout for 7 GPUs
   EXPECT_EQ(r7.rc, 2);
   EXPECT_NE(r7.err.find("7 GPUs"), std::string::npos) << r7.err;
