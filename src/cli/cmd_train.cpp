@@ -7,6 +7,7 @@
 
 #include "bench/sysinfo.h"
 #include "core/interrupt.h"
+#include "core/provenance.h"
 #include "core/log.h"
 #include "core/error.h"
 #include "cli/commands.h"
@@ -92,11 +93,25 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--min-lr", spec.min_lr, "final learning rate (default: lr / 10)");
   app.add_option("--clip", spec.clip, "gradient norm clipping (0: off)")->capture_default_str();
   app.add_option("--seed", spec.seed, "seed of the initial weights and the data")->capture_default_str();
+  std::string delay;
+  app.add_option("--debug-delay-rank", delay,
+                 "R[:MS]: launcher rank R sleeps MS ms (default 20) inside every step (an injected straggler)");
   std::string convention = "full";
   app.add_option("--flops", convention, "FLOP convention: full | causal")->check(CLI::IsMember({"full", "causal"}))
       ->capture_default_str();
   if (auto rc = parse(app, argc, argv)) return *rc;
   spec.convention = model::parse_convention(convention);
+  if (!delay.empty()) {
+    const auto colon = delay.find(':');
+    try {
+      spec.debug_delay_rank = std::stoi(delay.substr(0, colon));
+      spec.debug_delay_ms = colon == std::string::npos ? 20.0 : std::stod(delay.substr(colon + 1));
+    } catch (const std::exception&) {
+      raise_config(fmt::format("--debug-delay-rank {}: expected R or R:MS, e.g. 1:20", delay));
+    }
+    TB_REQUIRE(spec.debug_delay_rank >= 0 && spec.debug_delay_ms >= 0,
+               fmt::format("--debug-delay-rank {}: rank and milliseconds must be >= 0", delay));
+  }
   train::validate(spec);
   const model::ModelConfig m = train::resolve_model(spec);  // bad shapes fail before any work
   const bool cuda = spec.device == "cuda";
@@ -188,6 +203,21 @@ int cmd_train(int argc, char** argv) {
   }
   if (res.interrupted) r.status = Status::interrupted;
   run.sink->write(r);
+  {  // this rank's step times: the report's straggler and jitter analysis joins the ranks of one run id
+    const LaunchRank lr = launch_rank();
+    Record rs;
+    rs.bench = "rank_steps";
+    rs.name = fmt::format("rank{}", lr.rank);
+    rs.world = lr.world;
+    if (cuda) rs.device = spec.gpu;
+    auto ms = nlohmann::json::array();
+    for (const auto& s : res.steps)
+      if (s.step > spec.warmup_steps) ms.push_back(s.step_s * 1e3);
+    rs.data = {{"rank", lr.rank}, {"host", hostname()}, {"step_ms", ms}};
+    if (spec.debug_delay_rank >= 0)
+      rs.data["debug_delay"] = {{"rank", spec.debug_delay_rank}, {"ms", spec.debug_delay_ms}};
+    run.sink->write(rs);
+  }
 
   if (res.interrupted) std::printf("\ninterrupted after %zu of %d steps\n", res.steps.size(), spec.steps);
   std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps | tokens/s %.0f | TFLOP/s/GPU %.1f",

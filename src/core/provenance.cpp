@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <string_view>
@@ -41,11 +42,22 @@ std::string hostname() {
 }
 
 std::string make_run_id() {
+  if (const char* given = std::getenv("TRAINBENCH_RUN_ID"); given && *given) return given;  // shared by a job's ranks
   const auto now = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now());
   std::random_device rd;
   std::string host = hostname();
   if (auto dot = host.find('.'); dot != std::string::npos) host.resize(dot);
   return fmt::format("{:%Y%m%dT%H%M%SZ}-{}-{:04x}", now, host, rd() & 0xffff);
+}
+
+LaunchRank launch_rank() {
+  auto env_int = [](std::initializer_list<const char*> names, int fallback) {
+    for (const char* n : names)
+      if (const char* v = std::getenv(n); v && *v) return std::atoi(v);
+    return fallback;
+  };
+  return {env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0),
+          env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, 1)};
 }
 
 nlohmann::json relevant_env() {

@@ -11,7 +11,14 @@
 
 namespace tb {
 
-std::string make_run_id();  // "20261130T0102Z-<host>-<4 hex>": sortable, unique per run
+// "20261130T0102Z-<host>-<4 hex>": sortable, unique per run; $TRAINBENCH_RUN_ID instead when set (the ranks of one
+// job share it, so their records join).
+std::string make_run_id();
+// This process's rank and world size as the launcher set them (OpenMPI, PMI, Slurm); 0 and 1 without a launcher.
+struct LaunchRank {
+  int rank = 0, world = 1;
+};
+LaunchRank launch_rank();
 std::string hostname();
 nlohmann::json host_provenance(int argc, char** argv, const std::string& run_id);
 nlohmann::json relevant_env();  // {"NCCL_NVLS_ENABLE": "0", ...}

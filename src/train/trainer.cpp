@@ -5,10 +5,12 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <thread>
 #include <memory>
 
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "core/provenance.h"
 #include "model/decoder_cpu.h"
 #include "ops/cpu/adamw.h"
 #include "train/data.h"
@@ -99,8 +101,11 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
   hp.beta1 = spec.beta1, hp.beta2 = spec.beta2, hp.eps = spec.eps, hp.weight_decay = spec.weight_decay;
 
   std::vector<double> measured, measured_opt;
+  const bool delay = spec.debug_delay_rank >= 0 && launch_rank().rank == spec.debug_delay_rank &&
+                     spec.debug_delay_ms > 0;  // an injected straggler
   for (int step = 1; step <= spec.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
+    if (delay) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(spec.debug_delay_ms));
     net.zero_grads();
     double loss = 0;
     for (int a = 0; a < accum; ++a) {

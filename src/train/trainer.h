@@ -54,6 +54,8 @@ struct TrainSpec {
                                       // the model, so the heuristic's first choice is the default)
   bool op_profile = true;             // one extra eager step with events between ops (the breakdown by op)
   bool deterministic = false;         // deterministic attention backward: bitwise repeatable losses (slower)
+  int debug_delay_rank = -1;          // this launcher rank sleeps debug_delay_ms in every step (straggler tests)
+  double debug_delay_ms = 0;
   std::string precision = "bf16";     // bf16 | fp8 (the linear layers' GEMMs, model/decoder_cuda.h Fp8Options)
   std::string fp8_recipe = "current"; // current | delayed
   int fp8_history = 16;               // delayed: amax history length

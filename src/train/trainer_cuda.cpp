@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -26,6 +27,7 @@
 #include "bench/telemetry.h"
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "core/provenance.h"
 #include "core/log.h"
 #include "model/decoder_cuda.h"
 #include "ops/cuda/adamw.h"
@@ -299,10 +301,13 @@ TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const Ste
   bench::Telemetry::Mark tm_from = 0;
   std::vector<double> measured, measured_gpu;
   dc.synchronize();
+  const bool delay = spec.debug_delay_rank >= 0 && launch_rank().rank == spec.debug_delay_rank &&
+                     spec.debug_delay_ms > 0;  // an injected straggler
   for (int step = 1; step <= spec.steps; ++step) {
     load_inputs(step);
     if (step == spec.warmup_steps + 1) tm_from = telemetry.mark();
     const auto t0 = std::chrono::steady_clock::now();
+    if (delay) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(spec.debug_delay_ms));
     TB_CHECK(cudaEventRecord(ev0, st));
     if (graph.exec)
       TB_CHECK(cudaGraphLaunch(graph.exec, st));

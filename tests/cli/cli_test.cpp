@@ -4,7 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -155,4 +157,29 @@ TEST(Cli, RunRefusesBeforeWork) {
   EXPECT_NE(r.err.find("did you mean 'layers'"), std::string::npos) << r.err;
   r = run({"run", "lama3.1-8b", "--device", "cpu"});
   EXPECT_EQ(r.rc, 2);
+}
+
+// An injected straggler: three launcher ranks of one run id (as mpirun or srun would set them), rank 1 delayed by
+// --debug-delay-rank; each writes its rank_steps record and `report` names rank 1 as the slowest.
+TEST(Cli, ReportNamesTheInjectedSlowRank) {
+  const auto dir = std::filesystem::temp_directory_path() / "tb_cli_straggler";
+  std::filesystem::remove_all(dir);
+  setenv("TRAINBENCH_RUN_ID", "straggler-test", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+  for (int rank = 0; rank < 3; ++rank) {
+    setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
+    const auto r = run({"train", "--model", "tiny", "--device", "cpu", "--steps", "6", "--warmup-steps", "1", "--seq",
+                        "16", "--debug-delay-rank", "1:40", "--out", dir.string()});
+    ASSERT_EQ(r.rc, 0) << r.err;
+  }
+  unsetenv("TRAINBENCH_RUN_ID");
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  const auto md = dir / "report.md";
+  const auto r = run({"report", dir.string(), "--format", "md", "-o", md.string()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::ifstream in(md);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("slowest rank 1 "), std::string::npos) << text;
+  std::filesystem::remove_all(dir);
 }
