@@ -16,12 +16,25 @@ function(tb_warnings target)
     $<$<COMPILE_LANGUAGE:CUDA>:${cuda_warn} --expt-relaxed-constexpr>)
 endfunction()
 
-# tb_library(<layer> [DEPS targets...]): builds src/<layer>/*.cpp|*.cu (and subfolders) as tb_<layer>.
+# tb_library(<name> [DIR subfolder] [ONLY regex] [EXCLUDE regex] [DEPS targets...]): builds the *.cpp|*.cu of this
+# folder (or of DIR below it), subfolders included, those matching ONLY if given, minus those matching EXCLUDE, as
+# tb_<name>. DIR, ONLY and EXCLUDE split one layer
+# into a host-only library and a CUDA one (ops: ops_cpu + ops; model: model + model_cuda), so the host-only layers
+# (recipe, report, launch, project) link no CUDA library.
 function(tb_library layer)
-  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
-  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS
-       ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp ${CMAKE_CURRENT_SOURCE_DIR}/*.cu)
+  cmake_parse_arguments(ARG "" "DIR;ONLY;EXCLUDE" "DEPS" ${ARGN})
+  set(dir ${CMAKE_CURRENT_SOURCE_DIR})
+  if(ARG_DIR)
+    set(dir ${dir}/${ARG_DIR})
+  endif()
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${dir}/*.cpp ${dir}/*.cu)
   list(FILTER srcs EXCLUDE REGEX "_test\\.(cpp|cu)$")
+  if(ARG_ONLY)
+    list(FILTER srcs INCLUDE REGEX "${ARG_ONLY}")
+  endif()
+  if(ARG_EXCLUDE)
+    list(FILTER srcs EXCLUDE REGEX "${ARG_EXCLUDE}")
+  endif()
   add_library(tb_${layer} STATIC ${srcs})
   target_include_directories(tb_${layer} PUBLIC ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(tb_${layer} PUBLIC ${ARG_DEPS})
