@@ -11,7 +11,6 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/interrupt.h"
-#include "core/log.h"
 #include "core/stats.h"
 #include "recipe/convention.h"
 #include "recipe/plan.h"
@@ -169,15 +168,7 @@ int cmd_run(int argc, char** argv) {
   rec.name = fmt::format("{}/{}/{}gpus", r.name, precision, L.gpus);
   rec.world = 1;
   if (cuda) rec.device = gpu;
-  double peak = 0;
-  if (cuda) {
-    try {  // the measurements are done: a bad references file costs the MFU, not the run
-      const Systems sys = load_systems_for(common, gpu);
-      if (sys.match) peak = sys.match->peak_tflops(precision);
-    } catch (const Error& e) {
-      log::warn("no MFU: {}", e.what());
-    }
-  }
+  const double peak = cuda ? peak_tflops_or_warn(common, gpu, precision) : 0.0;
   auto fpt = nlohmann::json::object();
   for (auto c : {recipe::Convention::full, recipe::Convention::causal, recipe::Convention::full_mha,
                  recipe::Convention::linear})

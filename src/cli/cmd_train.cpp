@@ -8,7 +8,6 @@
 #include "bench/sysinfo.h"
 #include "core/interrupt.h"
 #include "core/provenance.h"
-#include "core/log.h"
 #include "core/error.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -140,15 +139,7 @@ int cmd_train(int argc, char** argv) {
   install_interrupt_handler();
   const auto res = cuda ? train::train_cuda(spec, on_step) : train::train_cpu(spec, on_step);
 
-  double peak = 0;
-  if (cuda) {
-    try {  // the measurements are done: a bad references file costs the MFU, not the run
-      const Systems sys = load_systems_for(common, spec.gpu);
-      if (sys.match) peak = sys.match->peak_tflops(spec.precision);
-    } catch (const Error& e) {
-      log::warn("no MFU: {}", e.what());
-    }
-  }
+  const double peak = cuda ? peak_tflops_or_warn(common, spec.gpu, spec.precision) : 0.0;
   const double mfu = peak > 0 ? res.tflops / peak : 0;
   const std::string precision = cuda ? spec.precision : "fp32";
 

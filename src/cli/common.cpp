@@ -128,4 +128,14 @@ Systems load_systems_for(const CommonOptions& opt, int dev) {
   return s;
 }
 
+double peak_tflops_or_warn(const CommonOptions& opt, int dev, std::string_view precision) {
+  try {
+    const Systems sys = load_systems_for(opt, dev);
+    return sys.match ? sys.match->peak_tflops(precision) : 0.0;
+  } catch (const Error& e) {
+    log::warn("no MFU: {}", e.what());
+    return 0.0;
+  }
+}
+
 }  // namespace tb::cli

@@ -56,5 +56,8 @@ struct Systems {
   const recipe::SystemRef* match = nullptr;
 };
 Systems load_systems_for(const CommonOptions& opt, int dev);
+// The dense peak TFLOP/s of GPU dev for a precision ("bf16", "fp8", ...), for MFU after a run has measured: 0 with
+// a warning when no systems file matches or one fails to load (the run's results are kept either way).
+double peak_tflops_or_warn(const CommonOptions& opt, int dev, std::string_view precision);
 
 }  // namespace tb::cli

@@ -13,11 +13,6 @@
 namespace tb::project {
 namespace {
 
-const recipe::Recipe* find_by_name(const std::vector<recipe::Recipe>& recipes, const std::string& name) {
-  for (const auto& r : recipes)
-    if (r.name == name) return &r;
-  return nullptr;
-}
 
 model::ModelConfig model_of(const recipe::Recipe& r, const recipe::Layout& l) {
   model::ModelConfig m = r.model;
@@ -117,7 +112,7 @@ Context make_context(const std::vector<recipe::Recipe>& recipes, const Inputs& i
 
   // The cost model: one layer sample per measured recipe and shard.
   for (const Measurement& m : in.runs) {
-    const recipe::Recipe* r = find_by_name(recipes, m.recipe);
+    const recipe::Recipe* r = recipe::lookup_recipe(recipes, m.recipe);
     TB_REQUIRE(r, fmt::format("{}: unknown recipe '{}'", m.where, m.recipe));
     const model::ModelConfig mc = model_of(*r, m.layout);
     ctx.samples.push_back({layer_work(mc, m.layout.tp, m.layout.micro_batch, m.layout.seq), m.f1_s});
@@ -134,7 +129,7 @@ const Measurement* choose_anchor(const recipe::Recipe& r, std::string_view preci
   AnchorKind best_kind = AnchorKind::other;
   for (const Measurement& m : ctx.runs) {
     if (m.precision != precision) continue;
-    const recipe::Recipe* mr = find_by_name(*ctx.recipes, m.recipe);
+    const recipe::Recipe* mr = recipe::lookup_recipe(*ctx.recipes, m.recipe);
     if (!mr) continue;
     const bool same_shard =
         m.layout.tp == l.tp && m.layout.cp == l.cp && m.layout.micro_batch == l.micro_batch && m.layout.seq == l.seq;
@@ -171,7 +166,7 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
                          "GPU and pass its results to --from",
                          precision, r.name, r.name, precision));
   const Measurement& a = *p.anchor;
-  const recipe::Recipe& ar = *find_by_name(*ctx.recipes, a.recipe);
+  const recipe::Recipe& ar = *recipe::lookup_recipe(*ctx.recipes, a.recipe);
   const model::ModelConfig m = model_of(r, l), am = model_of(ar, a.layout);
   const int tp = l.tp, pp = l.pp, cp = l.cp, vp = std::max(1, l.vp), mb = l.micro_batch, seq = l.seq;
   const int dp = l.dp > 0 ? l.dp : l.gpus / (tp * pp * cp);

@@ -14,11 +14,6 @@
 namespace tb::project {
 namespace {
 
-const recipe::Recipe* find_by_name(const std::vector<recipe::Recipe>& recipes, const std::string& name) {
-  for (const auto& r : recipes)
-    if (r.name == name) return &r;
-  return nullptr;
-}
 
 std::string layout_text(const recipe::Layout& l, int ga) {
   std::string s = fmt::format("tp{} pp{} cp{}", l.tp, l.pp, l.cp);
@@ -70,7 +65,7 @@ std::vector<Case> reference_cases(const std::vector<recipe::Recipe>& recipes,
   };
   for (const recipe::ReferenceRow& row : rows) {
     if (row.gpu.empty() || ctx.target_name.find(row.gpu) == std::string::npos) continue;  // another GPU model
-    const recipe::Recipe* r = find_by_name(recipes, row.recipe);
+    const recipe::Recipe* r = recipe::lookup_recipe(recipes, row.recipe);
     if (!r) {
       skip(row, "unknown recipe");
       continue;

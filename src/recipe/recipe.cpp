@@ -272,12 +272,7 @@ Recipe load_recipe(const std::filesystem::path& file) {
 }
 
 std::vector<Recipe> load_recipes(const std::filesystem::path& dir) {
-  std::vector<std::filesystem::path> files;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.path().extension() == ".toml") files.push_back(e.path());
-  TB_REQUIRE(!ec, fmt::format("cannot read {}: {}", dir.string(), ec.message()));
-  std::sort(files.begin(), files.end());
+  const std::vector<std::filesystem::path> files = toml_files(dir);
   std::vector<Recipe> out;
   std::string first_default;
   for (const auto& f : files) {
@@ -290,12 +285,16 @@ std::vector<Recipe> load_recipes(const std::filesystem::path& dir) {
   return out;
 }
 
+const Recipe* lookup_recipe(const std::vector<Recipe>& recipes, std::string_view name) {
+  for (const auto& r : recipes)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
 const Recipe& find_recipe(const std::vector<Recipe>& recipes, std::string_view name) {
+  if (const Recipe* r = lookup_recipe(recipes, name)) return *r;
   std::vector<std::string> names;
-  for (const auto& r : recipes) {
-    if (r.name == name) return r;
-    names.push_back(r.name);
-  }
+  for (const auto& r : recipes) names.push_back(r.name);
   raise_config(fmt::format("unknown recipe '{}'{}; recipes: {}", name, did_you_mean(name, names), join(names)));
 }
 

@@ -79,6 +79,7 @@ Recipe load_recipe(const std::filesystem::path& file);
 // Every *.toml in dir, sorted by name; at most one may be the default.
 std::vector<Recipe> load_recipes(const std::filesystem::path& dir);
 const Recipe& find_recipe(const std::vector<Recipe>& recipes, std::string_view name);  // "did you mean"
+const Recipe* lookup_recipe(const std::vector<Recipe>& recipes, std::string_view name);  // null when unknown
 const Recipe& default_recipe(const std::vector<Recipe>& recipes);
 
 // The recipes folder: `explicit_dir` if given, else $TRAINBENCH_RECIPES, else the first of

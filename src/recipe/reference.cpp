@@ -124,14 +124,8 @@ std::vector<ReferenceRow> load_references(const std::filesystem::path& file) {
 }
 
 std::vector<ReferenceRow> load_reference_dir(const std::filesystem::path& dir) {
-  std::vector<std::filesystem::path> files;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.is_regular_file() && e.path().extension() == ".toml") files.push_back(e.path());
-  TB_REQUIRE(!ec, fmt::format("cannot read {}: {}", dir.string(), ec.message()));
-  std::sort(files.begin(), files.end());
   std::vector<ReferenceRow> out;
-  for (const auto& f : files) {
+  for (const auto& f : toml_files(dir)) {
     auto rows = load_references(f);
     out.insert(out.end(), rows.begin(), rows.end());
   }

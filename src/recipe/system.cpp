@@ -167,14 +167,8 @@ SystemRef load_system(const std::filesystem::path& file) {
 }
 
 std::vector<SystemRef> load_systems(const std::filesystem::path& dir) {
-  std::vector<std::filesystem::path> files;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.path().extension() == ".toml") files.push_back(e.path());
-  TB_REQUIRE(!ec, fmt::format("cannot read {}: {}", dir.string(), ec.message()));
-  std::sort(files.begin(), files.end());
   std::vector<SystemRef> out;
-  for (const auto& f : files) out.push_back(load_system(f));
+  for (const auto& f : toml_files(dir)) out.push_back(load_system(f));
   return out;
 }
 

@@ -1,6 +1,8 @@
 // recipe/toml_util.cpp: toml++ parse errors and unknown keys as "file:line:col: message"; typed getters.
 #include "recipe/toml_util.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <vector>
@@ -86,6 +88,16 @@ std::optional<std::vector<std::string>> get_strings(const std::string& path, con
 std::string where_key(const std::string& path, const toml::table& t, std::string_view key) {
   const toml::node* n = t.get(key);
   return where(path, n ? *n : static_cast<const toml::node&>(t));
+}
+
+std::vector<std::filesystem::path> toml_files(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_regular_file() && e.path().extension() == ".toml") files.push_back(e.path());
+  TB_REQUIRE(!ec, fmt::format("cannot read {}: {}", dir.string(), ec.message()));
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 }  // namespace tb::recipe

@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -15,7 +16,9 @@
 
 namespace tb::recipe {
 
-toml::table parse_toml_file(const std::string& path);  // throws Error{config} "path:line:col: what"
+toml::table parse_toml_file(const std::string& path);
+// The *.toml files directly in dir (not in subfolders), sorted; Error{config} when dir cannot be read.
+std::vector<std::filesystem::path> toml_files(const std::filesystem::path& dir);  // throws Error{config} "path:line:col: what"
 std::string where(const std::string& path, const toml::node& node);  // "path:line"
 // Throws Error{config} "path:line: unknown key 'x' in [table] (did you mean 'y'?)" for a key not in allowed.
 void reject_unknown_keys(const std::string& path, const toml::table& t, std::string_view table_name,

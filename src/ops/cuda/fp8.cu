@@ -18,23 +18,26 @@ namespace {
 using detail::str;
 
 constexpr int kThreads = 256;
-constexpr int kTile = 32, kRowsPerPass = 8;
+constexpr int kTile = 32, kRowsPerPass = 8;  // kTile x kRowsPerPass = kThreads
 
 __device__ __forceinline__ void atomic_max_nonneg(float* p, float v) {
   atomicMax(reinterpret_cast<int*>(p), __float_as_int(v));
 }
 
-__device__ __forceinline__ float block_max(float v) {
+// Called by every thread of a block of kThreads threads (any shape): *amax = max(*amax, the block's largest m), or
+// NaN when a thread saw one (fmaxf drops NaN, so it is carried as a flag).
+__device__ __forceinline__ void record_block_amax(float m, bool nan, float* amax) {
   __shared__ float warp_max[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o));
-  // fmaxf drops NaN: carry NaN explicitly
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = v;
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
+  const int any_nan = __syncthreads_or(nan);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
+  if (t % 32 == 0) warp_max[t / 32] = m;
   __syncthreads();
-  if (threadIdx.x < 32) {
-    v = threadIdx.x < blockDim.x / 32 ? warp_max[threadIdx.x] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(~0u, v, o));
+  if (t == 0) {
+    float bm = 0.0f;
+    for (int w = 0; w < kThreads / 32; ++w) bm = fmaxf(bm, warp_max[w]);
+    atomic_max_nonneg(amax, any_nan ? __int_as_float(0x7fc00000) : bm);
   }
-  return v;  // thread 0
 }
 
 __device__ __forceinline__ float abs_or_nan(float x, bool& nan) {
@@ -57,9 +60,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const __nv_bfloat16* __r
   }
   for (std::size_t i = nv * 8 + std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     m = fmaxf(m, abs_or_nan(__bfloat162float(x[i]), nan));
-  const int any_nan = __syncthreads_or(nan);
-  m = block_max(m);
-  if (threadIdx.x == 0) atomic_max_nonneg(amax, any_nan ? __int_as_float(0x7fc00000) : m);
+  record_block_amax(m, nan, amax);
 }
 
 template <__nv_fp8_interpretation_t Kind>
@@ -117,23 +118,16 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(CastParams p) {
     m = fmaxf(m, abs_or_nan(f, nan));
     p.q[i] = to_fp8<Kind>(f * s);
   }
-  if (p.amax_out) {
-    const int any_nan = __syncthreads_or(nan);
-    m = block_max(m);
-    if (threadIdx.x == 0) atomic_max_nonneg(p.amax_out, any_nan ? __int_as_float(0x7fc00000) : m);
-  }
+  if (p.amax_out) record_block_amax(m, nan, p.amax_out);
 }
 
 // One 32 x 32 tile per block of 32 x 8 threads; rows, cols multiples of 32 handled by the grid, edges masked.
 template <__nv_fp8_interpretation_t Kind>
 __global__ void __launch_bounds__(kTile* kRowsPerPass) cast_transpose_kernel(CastParams p) {
   __shared__ std::uint8_t tile[kTile][kTile + 4];
-  __shared__ float warp_max[kRowsPerPass];
-  __shared__ int any_nan;
   const float s = block_scale(p);
   const std::int64_t r0 = std::int64_t(blockIdx.y) * kTile, c0 = std::int64_t(blockIdx.x) * kTile;
   const int tx = threadIdx.x, ty = threadIdx.y;
-  if (tx == 0 && ty == 0) any_nan = 0;
   float m = 0.0f;
   bool nan = false;
   for (int r = ty; r < kTile; r += kRowsPerPass) {
@@ -152,31 +146,18 @@ __global__ void __launch_bounds__(kTile* kRowsPerPass) cast_transpose_kernel(Cas
     const std::int64_t qrow = c0 + r, qcol = r0 + tx;
     if (qrow < p.cols && qcol < p.rows) p.qt[qrow * p.rows + qcol] = tile[tx][r];
   }
-  if (p.amax_out) {
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
-    if (nan) atomicOr(&any_nan, 1);
-    if (tx == 0) warp_max[ty] = m;
-    __syncthreads();
-    if (tx == 0 && ty == 0) {
-      float bm = 0.0f;
-      for (int w = 0; w < kRowsPerPass; ++w) bm = fmaxf(bm, warp_max[w]);
-      atomic_max_nonneg(p.amax_out, any_nan ? __int_as_float(0x7fc00000) : bm);
-    }
-  }
+  if (p.amax_out) record_block_amax(m, nan, p.amax_out);
 }
 
 // 64 x 64 tiles, 256 threads, rows and cols multiples of 64: 16-byte loads of x (8 bf16), 8-byte stores of q and
 // of qt (8 consecutive rows of one column, gathered from the tile in shared memory).
 constexpr int kBig = 64;
 template <__nv_fp8_interpretation_t Kind>
-__global__ void __launch_bounds__(256) cast_transpose64_kernel(CastParams p) {
+__global__ void __launch_bounds__(kThreads) cast_transpose64_kernel(CastParams p) {
   __shared__ std::uint8_t tile[kBig][kBig + 8];
-  __shared__ float warp_max[8];
-  __shared__ int any_nan;
   const float s = block_scale(p);
   const std::int64_t r0 = std::int64_t(blockIdx.y) * kBig, c0 = std::int64_t(blockIdx.x) * kBig;
   const int t = threadIdx.x;
-  if (t == 0) any_nan = 0;
   float m = 0.0f;
   bool nan = false;
 #pragma unroll
@@ -211,17 +192,7 @@ __global__ void __launch_bounds__(256) cast_transpose64_kernel(CastParams p) {
     for (int k = 0; k < 8; ++k) out.b[k] = tile[rg + k][c];
     *reinterpret_cast<uint2*>(p.qt + (c0 + c) * p.rows + r0 + rg) = out.v2;
   }
-  if (p.amax_out) {
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
-    if (nan) atomicOr(&any_nan, 1);
-    if (t % 32 == 0) warp_max[t / 32] = m;
-    __syncthreads();
-    if (t == 0) {
-      float bm = 0.0f;
-      for (int w = 0; w < 8; ++w) bm = fmaxf(bm, warp_max[w]);
-      atomic_max_nonneg(p.amax_out, any_nan ? __int_as_float(0x7fc00000) : bm);
-    }
-  }
+  if (p.amax_out) record_block_amax(m, nan, p.amax_out);
 }
 
 __global__ void update_kernel(float* base, std::size_t stride, int n, int h, float max_finite, int algo, int margin) {
