@@ -52,3 +52,21 @@ function(tb_add_test src)
   gtest_discover_tests(${name} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_MODE PRE_TEST
                        WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 endfunction()
+
+# tb_add_mpi_test(<source> RANKS n... DEPS targets...): one gtest binary run under mpirun once per rank count
+# (oversubscribed: CI has 2 cores; root allowed: CI containers run as root). A hang ends at the timeout.
+function(tb_add_mpi_test src)
+  cmake_parse_arguments(ARG "" "" "RANKS;DEPS" ${ARGN})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest_main)
+  tb_warnings(${name})
+  foreach(np ${ARG_RANKS})
+    add_test(NAME ${name}.np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --bind-to none
+                     $<TARGET_FILE:${name}>
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(${name}.np${np} PROPERTIES LABELS cpu TIMEOUT 300 PROCESSORS ${np}
+                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+endfunction()

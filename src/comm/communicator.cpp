@@ -1,0 +1,53 @@
+// comm/communicator.cpp: the one-rank communicator (comm/communicator.h): collectives copy send to recv.
+#include "comm/communicator.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tb::comm {
+namespace {
+
+class SelfCommunicator final : public Communicator {
+ public:
+  SelfCommunicator() : Communicator(0, 1) {}
+  std::string_view backend() const override { return "self"; }
+  void all_reduce(const void* send, void* recv, std::size_t count, DType t, ReduceOp) override {
+    copy(send, recv, count, t);
+  }
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType t) override {
+    copy(send, recv, recv_count, t);
+  }
+  void all_gather(const void* send, void* recv, std::size_t send_count, DType t) override {
+    copy(send, recv, send_count, t);
+  }
+  void broadcast(void*, std::size_t, DType, int root) override {
+    TB_REQUIRE(root == 0, "broadcast: root must be 0 on a one-rank communicator");
+  }
+  void exchange(std::span<const P2P> ops, DType t) override {
+    std::vector<const P2P*> sends, recvs;
+    for (const P2P& p : ops) {
+      TB_REQUIRE(p.peer == 0, "exchange: peer must be 0 on a one-rank communicator");
+      (p.kind == P2P::Kind::send ? sends : recvs).push_back(&p);
+    }
+    TB_REQUIRE(sends.size() == recvs.size(), "exchange with itself: every send needs a matching receive");
+    for (std::size_t i = 0; i < sends.size(); ++i) {
+      TB_REQUIRE(sends[i]->count == recvs[i]->count, "exchange with itself: send and receive sizes differ");
+      copy(sends[i]->buf, recvs[i]->buf, sends[i]->count, t);
+    }
+  }
+  void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int) override { return make_self_communicator(); }
+
+ private:
+  static void copy(const void* from, void* to, std::size_t count, DType t) {
+    if (from != to) std::memmove(to, from, count * dtype_size(t));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_self_communicator() { return std::make_unique<SelfCommunicator>(); }
+
+}  // namespace tb::comm

@@ -1,0 +1,87 @@
+// comm/communicator.h: the collectives and point-to-point transfers the parallel layouts need, behind one
+// interface with three implementations: MPI on host buffers (the CPU backend and its tests, comm/mpi_comm.h),
+// NCCL on device buffers enqueued on a CUDA stream (comm/nccl_comm.h), and the one-rank communicator below.
+// Semantics (n = size(), counts in elements of dtype t, sums in t's precision):
+//   all_reduce      recv[i]                  = op_r send_r[i]                         (send == recv: in place)
+//   reduce_scatter  recv[i]  (recv_count)    = sum_r send_r[rank * recv_count + i]
+//   all_gather      recv[r * send_count + i] = send_r[i]
+//   broadcast       buf                      = buf_root
+//   exchange        every send and receive of the list issued together (no order-induced deadlock)
+// MPI calls complete before returning; NCCL calls are enqueued on the communicator's stream (synchronize()).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "core/dtype.h"
+
+namespace tb::comm {
+
+enum class ReduceOp { sum, max };
+
+struct P2P {
+  enum class Kind { send, recv } kind;
+  void* buf;
+  std::size_t count;
+  int peer;  // rank in this communicator
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  virtual std::string_view backend() const = 0;  // "mpi" | "nccl" | "self"
+
+  virtual void all_reduce(const void* send, void* recv, std::size_t count, DType t, ReduceOp op = ReduceOp::sum) = 0;
+  virtual void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType t) = 0;
+  virtual void all_gather(const void* send, void* recv, std::size_t send_count, DType t) = 0;
+  virtual void broadcast(void* buf, std::size_t count, DType t, int root) = 0;
+  virtual void exchange(std::span<const P2P> ops, DType t) = 0;
+  virtual void barrier() = 0;
+  // Waits for what was enqueued (NCCL: the stream; raises naming the rank on an asynchronous error or after
+  // timeout_s, aborting the communicator). MPI and self: nothing to wait for.
+  virtual void synchronize(double timeout_s = 600) { (void)timeout_s; }
+  // The ranks passing the same color, ordered by key; collective over this communicator.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // Typed conveniences (host or device spans, as the backend wants).
+  template <class T>
+  void all_reduce(std::span<T> buf, ReduceOp op = ReduceOp::sum) {
+    all_reduce(buf.data(), buf.data(), buf.size(), dtype_of<T>(), op);
+  }
+  template <class T>
+  void send(std::span<const T> buf, int peer) {
+    const P2P p{P2P::Kind::send, const_cast<T*>(buf.data()), buf.size(), peer};
+    exchange({&p, 1}, dtype_of<T>());
+  }
+  template <class T>
+  void recv(std::span<T> buf, int peer) {
+    const P2P p{P2P::Kind::recv, buf.data(), buf.size(), peer};
+    exchange({&p, 1}, dtype_of<T>());
+  }
+
+  template <class T>
+  static constexpr DType dtype_of() {
+    if constexpr (std::is_same_v<T, double>) return DType::f64;
+    else if constexpr (std::is_same_v<T, float>) return DType::f32;
+    else if constexpr (std::is_same_v<T, int>) return DType::i32;
+    else {
+      static_assert(sizeof(T) == 2, "communicator spans: double, float, int or a 16-bit float type");
+      return DType::bf16;
+    }
+  }
+
+ protected:
+  Communicator(int rank, int size) : rank_(rank), size_(size) {}
+  int rank_, size_;
+};
+
+// A communicator of one rank over host memory: every collective is a copy (or nothing in place); exchange with
+// itself copies each send into the matching receive. What single-process runs use.
+std::unique_ptr<Communicator> make_self_communicator();
+
+}  // namespace tb::comm

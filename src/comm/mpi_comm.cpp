@@ -1,0 +1,145 @@
+// comm/mpi_comm.cpp: world() bootstrap and the MPI communicator (comm/mpi_comm.h). Reductions on f64, f32 and
+// i32 (MPI has no bfloat16 sum); gathers, broadcasts and transfers move any dtype as bytes.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include "comm/mpi_comm.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "comm/mpi.h"
+#include "core/error.h"
+
+namespace tb::comm {
+namespace {
+
+MPI_Datatype mpi_type(DType t, bool reducing) {
+  switch (t) {
+    case DType::f64: return MPI_DOUBLE;
+    case DType::f32: return MPI_FLOAT;
+    case DType::i32: return MPI_INT;
+    default:
+      TB_REQUIRE(!reducing, "MPI communicator: reductions support f64, f32 and i32 only, not " +
+                                std::string(dtype_name(t)));
+      return MPI_BYTE;
+  }
+}
+int mpi_count(std::size_t count, DType t) {
+  const std::size_t n = mpi_type(t, false) == MPI_BYTE ? count * dtype_size(t) : count;
+  TB_REQUIRE(n <= std::size_t(std::numeric_limits<int>::max()), "MPI communicator: message over 2^31 elements");
+  return int(n);
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm c) : Communicator(rank_of(c), size_of(c)), comm_(c) {}
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+  std::string_view backend() const override { return "mpi"; }
+
+  void all_reduce(const void* send, void* recv, std::size_t count, DType t, ReduceOp op) override {
+    TB_CHECK(MpiStatus{MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, mpi_count(count, t),
+                                     mpi_type(t, true), op == ReduceOp::sum ? MPI_SUM : MPI_MAX, comm_)});
+  }
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType t) override {
+    TB_CHECK(MpiStatus{MPI_Reduce_scatter_block(send, recv, mpi_count(recv_count, t), mpi_type(t, true), MPI_SUM,
+                                                comm_)});
+  }
+  void all_gather(const void* send, void* recv, std::size_t send_count, DType t) override {
+    const int n = mpi_count(send_count, t);
+    const bool in_place = send == static_cast<const char*>(recv) + std::size_t(rank_) * send_count * dtype_size(t);
+    TB_CHECK(MpiStatus{MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(t, false), recv, n,
+                                     mpi_type(t, false), comm_)});
+  }
+  void broadcast(void* buf, std::size_t count, DType t, int root) override {
+    TB_CHECK(MpiStatus{MPI_Bcast(buf, mpi_count(count, t), mpi_type(t, false), root, comm_)});
+  }
+  void exchange(std::span<const P2P> ops, DType t) override {
+    std::vector<MPI_Request> reqs(ops.size());
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const P2P& p = ops[i];
+      TB_REQUIRE(p.peer >= 0 && p.peer < size_, "exchange: peer rank out of range");
+      if (p.kind == P2P::Kind::send)
+        TB_CHECK(MpiStatus{MPI_Isend(p.buf, mpi_count(p.count, t), mpi_type(t, false), p.peer, 0, comm_, &reqs[i])});
+      else
+        TB_CHECK(MpiStatus{MPI_Irecv(p.buf, mpi_count(p.count, t), mpi_type(t, false), p.peer, 0, comm_, &reqs[i])});
+    }
+    TB_CHECK(MpiStatus{MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE)});
+  }
+  void barrier() override { TB_CHECK(MpiStatus{MPI_Barrier(comm_)}); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm c = MPI_COMM_NULL;
+    TB_CHECK(MpiStatus{MPI_Comm_split(comm_, color, key, &c)});
+    return std::make_unique<MpiCommunicator>(c);
+  }
+
+ private:
+  static int rank_of(MPI_Comm c) {
+    int r = 0;
+    MPI_Comm_rank(c, &r);
+    return r;
+  }
+  static int size_of(MPI_Comm c) {
+    int s = 0;
+    MPI_Comm_size(c, &s);
+    return s;
+  }
+  MPI_Comm comm_;
+};
+
+World init_world() {
+  World w;
+  if (!launched_by_mpi()) return w;
+  int initialized = 0, provided = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    TB_CHECK(MpiStatus{MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided)});
+    std::atexit([] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    });
+  }
+  // Errors come back as codes (TB_CHECK raises with the text) instead of aborting inside MPI.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  w.mpi = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  MPI_Comm node = MPI_COMM_NULL;
+  TB_CHECK(MpiStatus{MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &node)});
+  MPI_Comm_rank(node, &w.local_rank);
+  MPI_Comm_size(node, &w.local_size);
+  MPI_Comm_free(&node);
+  return w;
+}
+
+}  // namespace
+
+const World& world() {
+  static const World w = init_world();
+  return w;
+}
+
+std::unique_ptr<Communicator> world_communicator() {
+  if (!world().mpi) return make_self_communicator();
+  MPI_Comm c = MPI_COMM_NULL;
+  TB_CHECK(MpiStatus{MPI_Comm_dup(MPI_COMM_WORLD, &c)});
+  return std::make_unique<MpiCommunicator>(c);
+}
+
+void abort_job(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+}  // namespace tb::comm

@@ -1,0 +1,88 @@
+// parallel/mesh.cpp: mesh coordinates, layout checks and group construction (parallel/mesh.h).
+#include "parallel/mesh.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tb::parallel {
+
+std::string MeshShape::str() const {
+  return fmt::format("dp{} cp{} pp{} tp{} vp{}{}", dp, cp, pp, tp, vp, sequence_parallel ? " sp" : "");
+}
+
+Coord coord_of(const MeshShape& s, int rank) {
+  Coord c;
+  c.tp = rank % s.tp;
+  rank /= s.tp;
+  c.pp = rank % s.pp;
+  rank /= s.pp;
+  c.cp = rank % s.cp;
+  c.dp = rank / s.cp;
+  return c;
+}
+
+int rank_of(const MeshShape& s, const Coord& c) { return ((c.dp * s.cp + c.cp) * s.pp + c.pp) * s.tp + c.tp; }
+
+std::string layout_problems(const MeshShape& s, const model::ModelConfig& m, int world, int micro_batch,
+                            int global_batch) {
+  std::string out;
+  auto add = [&](const std::string& p) { out += (out.empty() ? "" : "\n") + p; };
+  if (s.dp < 1 || s.cp < 1 || s.pp < 1 || s.tp < 1 || s.vp < 1) {
+    add("every degree (dp, cp, pp, tp, vp) must be at least 1");
+    return out;
+  }
+  if (s.world() != world)
+    add(fmt::format("dp·cp·pp·tp = {}·{}·{}·{} = {} ranks, but the job has {}: set --gpus (or mpirun -np) to {} or "
+                    "change the layout",
+                    s.dp, s.cp, s.pp, s.tp, s.world(), world, s.world()));
+  auto divides = [&](int n, int d, const char* what, const char* by) {
+    if (d > 1 && n % d != 0) add(fmt::format("{} ({}) is not divisible by {} ({})", what, n, by, d));
+  };
+  divides(m.heads, s.tp, "heads", "tp");
+  divides(m.kv_heads, s.tp, "kv_heads", "tp");
+  divides(m.ffn, s.tp, "ffn", "tp");
+  divides(m.vocab, s.tp, "vocab", "tp");
+  divides(m.layers, s.pp * s.vp, "layers", "pp·vp");
+  divides(m.seq, 2 * s.cp, "seq", "2·cp (two load-balanced causal chunks per context-parallel rank)");
+  if (s.sequence_parallel) divides(m.seq / std::max(1, s.cp), s.tp, "seq / cp", "tp (sequence parallel)");
+  if (s.sequence_parallel && s.tp == 1) add("sequence parallel needs tp > 1");
+  if (micro_batch < 1) add("micro-batch must be at least 1");
+  const int gb = global_batch > 0 ? global_batch : micro_batch * s.dp;
+  if (micro_batch >= 1 && gb % (micro_batch * s.dp) != 0)
+    add(fmt::format("global batch ({}) is not divisible by micro-batch·dp ({}·{})", gb, micro_batch, s.dp));
+  if (s.vp > 1 && s.pp == 1) add("interleaving (vp > 1) needs pp > 1");
+  if (s.vp > 1 && micro_batch >= 1 && gb % (micro_batch * s.dp) == 0 && (gb / (micro_batch * s.dp)) % s.pp != 0)
+    add(fmt::format("the interleaved schedule needs the micro-batch count per step ({}) to be a multiple of pp ({})",
+                    gb / (micro_batch * s.dp), s.pp));
+  return out;
+}
+
+void validate_layout(const MeshShape& s, const model::ModelConfig& m, int world, int micro_batch, int global_batch) {
+  const std::string p = layout_problems(s, m, world, micro_batch, global_batch);
+  if (!p.empty())
+  {
+    std::string lines = p;
+    for (std::size_t i = lines.find('\n'); i != std::string::npos; i = lines.find('\n', i + 1)) lines.insert(i + 1, "  ");
+    raise_config(fmt::format("parallel layout {} does not fit {} on {} rank{}:\n  {}", s.str(), m.name, world,
+                             world == 1 ? "" : "s", lines));
+  }
+}
+
+Mesh::Mesh(comm::Communicator& world, const MeshShape& shape) : shape_(shape) {
+  TB_REQUIRE(shape.world() == world.size(),
+             fmt::format("mesh {} has {} ranks, the communicator {}", shape.str(), shape.world(), world.size()));
+  coord_ = coord_of(shape, world.rank());
+  const Coord c = coord_;
+  // color: the coordinates that stay fixed inside the group; key: the varying one.
+  auto color = [&](Coord k) { return rank_of(shape, k); };
+  tp_ = world.split(color({c.dp, c.cp, c.pp, 0}), c.tp);
+  pp_ = world.split(color({c.dp, c.cp, 0, c.tp}), c.pp);
+  cp_ = world.split(color({c.dp, 0, c.pp, c.tp}), c.cp);
+  dp_ = world.split(color({0, c.cp, c.pp, c.tp}), c.dp);
+  dp_cp_ = world.split(color({0, 0, c.pp, c.tp}), c.dp * shape.cp + c.cp);
+}
+
+}  // namespace tb::parallel

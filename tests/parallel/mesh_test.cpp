@@ -1,0 +1,66 @@
+// mesh_test: mesh coordinates round-trip with tp innermost, and every layout problem is reported at once in one
+// message before any rank starts work.
+#include "parallel/mesh.h"
+
+#include <gtest/gtest.h>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+
+namespace tb::parallel {
+namespace {
+
+TEST(Mesh, CoordinatesRoundTripWithTpInnermost) {
+  const MeshShape s{.dp = 2, .cp = 2, .pp = 3, .tp = 2};
+  for (int r = 0; r < s.world(); ++r) EXPECT_EQ(rank_of(s, coord_of(s, r)), r);
+  EXPECT_EQ(coord_of(s, 1).tp, 1);
+  EXPECT_EQ(coord_of(s, 2).pp, 1);
+  EXPECT_EQ(coord_of(s, 6).cp, 1);
+  EXPECT_EQ(coord_of(s, 12).dp, 1);
+}
+
+TEST(Mesh, ValidLayoutsPass) {
+  model::ModelConfig m = model::preset("llama3.1-8b");
+  EXPECT_EQ(layout_problems({.dp = 2, .cp = 2, .pp = 2, .tp = 2, .sequence_parallel = true}, m, 16, 1, 8), "");
+  EXPECT_NO_THROW(validate_layout({.dp = 8}, m, 8, 1, 8));
+}
+
+TEST(Mesh, EveryProblemIsNamed) {
+  model::ModelConfig m = model::preset("tiny");
+  m.heads = 6, m.kv_heads = 3, m.layers = 3, m.seq = 30;
+  const MeshShape s{.dp = 1, .cp = 4, .pp = 2, .tp = 4, .vp = 1, .sequence_parallel = true};
+  const std::string p = layout_problems(s, m, 8, 1, 0);
+  EXPECT_NE(p.find("32 ranks, but the job has 8"), std::string::npos) << p;
+  EXPECT_NE(p.find("heads (6) is not divisible by tp (4)"), std::string::npos) << p;
+  EXPECT_NE(p.find("kv_heads (3)"), std::string::npos) << p;
+  EXPECT_NE(p.find("layers (3) is not divisible by pp·vp (2)"), std::string::npos) << p;
+  EXPECT_NE(p.find("seq (30) is not divisible by 2·cp"), std::string::npos) << p;
+  try {
+    validate_layout(s, m, 8, 1, 0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::config);
+    EXPECT_NE(std::string(e.what()).find("parallel layout dp1 cp4 pp2 tp4 vp1 sp does not fit tiny on 8 ranks"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NE(layout_problems({.dp = 2}, model::preset("tiny"), 2, 1, 3).find("global batch (3)"), std::string::npos);
+  EXPECT_NE(layout_problems({.pp = 1, .vp = 2}, model::preset("tiny"), 1, 1, 1).find("needs pp > 1"),
+            std::string::npos);
+}
+
+TEST(SelfCommunicator, CopiesAndExchangesWithItself) {
+  auto c = comm::make_self_communicator();
+  EXPECT_EQ(c->size(), 1);
+  std::vector<float> a = {1, 2}, b(2);
+  c->all_gather(a.data(), b.data(), 2, DType::f32);
+  EXPECT_EQ(b, a);
+  std::vector<float> r(2);
+  const comm::P2P ops[] = {{comm::P2P::Kind::send, a.data(), 2, 0}, {comm::P2P::Kind::recv, r.data(), 2, 0}};
+  c->exchange(ops, DType::f32);
+  EXPECT_EQ(r, a);
+  EXPECT_THROW(c->broadcast(a.data(), 2, DType::f32, 1), Error);
+}
+
+}  // namespace
+}  // namespace tb::parallel
