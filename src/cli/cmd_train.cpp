@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/ranks.h"
 #include "model/flops.h"
 #include "train/trainer.h"
 
@@ -49,7 +50,7 @@ int cmd_train(int argc, char** argv) {
   CLI::App app{"train a model for a few steps and measure it", "trainbench train"};
   train::TrainSpec spec;
   CommonOptions common;
-  common.add_to(app);
+  common.add_to(app);  // its --gpus N: data parallel over N GPUs of this node (cli/ranks.h)
   std::vector<std::string> models;
   for (const auto& p : model::presets()) models.push_back(p.name);
   app.add_option("-m,--model", spec.model, "model preset")->check(CLI::IsMember(models))->capture_default_str();
@@ -60,7 +61,7 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--steps", spec.steps, "optimizer steps")->capture_default_str();
   app.add_option("--warmup-steps", spec.warmup_steps, "steps not measured")->capture_default_str();
   app.add_option("--device", spec.device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
-  app.add_option("--gpu", spec.gpu, "CUDA device index (--device cuda)")->capture_default_str();
+  app.add_option("--gpu", spec.gpu, "CUDA device index (--device cuda, one GPU)")->capture_default_str();
   app.add_option("--recompute", spec.recompute, "activation recomputation: none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}))
       ->capture_default_str();
@@ -114,23 +115,42 @@ int cmd_train(int argc, char** argv) {
   train::validate(spec);
   const model::ModelConfig m = train::resolve_model(spec);  // bad shapes fail before any work
   const bool cuda = spec.device == "cuda";
+  const int gpus = std::max(1, common.gpus);
+  TB_REQUIRE(gpus == 1 || cuda, "--gpus > 1 needs --device cuda (the CPU backend runs one rank)");
+  if (gpus > 1) {
+    const int gb = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * gpus;
+    TB_REQUIRE(gb % (spec.micro_batch * gpus) == 0,
+               fmt::format("--global-batch {} must be a multiple of --micro-batch x --gpus ({} x {}): each GPU "
+                           "takes an equal share of every step",
+                           gb, spec.micro_batch, gpus));
+  }
   if (cuda && bench::visible_gpu_count() == 0) {
     std::fprintf(stderr, "trainbench train: needs a GPU: %s (or use --device cpu)\n", bench::no_gpu_reason().c_str());
     return kUsage;
   }
 
+  if (auto rc = start_ranks(gpus, "train", argc, argv)) return *rc;  // re-executes as `gpus` ranks
+  const bool rank0 = is_rank0();
+  const int ranks = job_ranks();
+  TB_REQUIRE(ranks == 1 || cuda, "several ranks need --device cuda (the CPU backend trains on one rank)");
   auto run = open_run(common, argc, argv);
-  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch;
-  std::printf("train %s on %s: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps%s\n",
-              m.name.c_str(), cuda ? fmt::format("GPU {}", spec.gpu).c_str() : "cpu", m.layers, m.d_model, m.seq,
-              fmt::format("{:.3g}", double(model::param_count(m))).c_str(), spec.micro_batch, global, spec.steps,
-              cuda ? fmt::format(", {}{}, recompute {}, master {}, moments {}", spec.precision,
-                                 spec.precision == "fp8" ? " (" + spec.fp8_recipe + " scaling)" : "", spec.recompute,
-                                 spec.master, spec.moments)
-                         .c_str()
-                   : "");
+  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * ranks;
+  const std::string where = !cuda       ? std::string("cpu")
+                            : ranks > 1 ? fmt::format("{} GPUs (data parallel, ZeRO-1)", ranks)
+                                        : fmt::format("GPU {}", spec.gpu);
+  if (rank0)
+    std::printf(
+        "train %s on %s: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps%s\n",
+        m.name.c_str(), where.c_str(), m.layers, m.d_model, m.seq,
+        fmt::format("{:.3g}", double(model::param_count(m))).c_str(), spec.micro_batch, global, spec.steps,
+        cuda ? fmt::format(", {}{}, recompute {}, master {}, moments {}", spec.precision,
+                           spec.precision == "fp8" ? " (" + spec.fp8_recipe + " scaling)" : "", spec.recompute,
+                           spec.master, spec.moments)
+                   .c_str()
+             : "");
   std::fflush(stdout);
   auto on_step = [&](const train::StepStats& s) {
+    if (!rank0) return;
     std::printf("step %d/%d | loss %.4f | lr %.2e | grad_norm %.3f | step_s %.4f | tokens/s %.0f | TFLOP/s/GPU %.1f | "
                 "mem %.2f GiB\n",
                 s.step, spec.steps, s.loss, s.lr, s.grad_norm, s.step_s, s.tokens_per_s, s.tflops, s.mem_gib);
@@ -153,6 +173,8 @@ int cmd_train(int argc, char** argv) {
             {"layers", m.layers},
             {"seq", m.seq},
             {"micro_batch", spec.micro_batch},
+            {"gpus", res.gpus},
+            {"tokens_per_s_per_gpu", res.tokens_per_s / res.gpus},
             {"global_batch", global},
             {"device", cuda ? "cuda" : "cpu"},
             {"precision", precision},
@@ -193,7 +215,7 @@ int cmd_train(int argc, char** argv) {
     r.data["peak_rss_gib"] = peak_rss_gib();
   }
   if (res.interrupted) r.status = Status::interrupted;
-  run.sink->write(r);
+  if (rank0) run.sink->write(r);  // one record per job; every rank writes its rank_steps below
   {  // this rank's step times: the report's straggler and jitter analysis joins the ranks of one run id
     const LaunchRank lr = launch_rank();
     Record rs;
@@ -210,9 +232,13 @@ int cmd_train(int argc, char** argv) {
     run.sink->write(rs);
   }
 
+  if (!rank0) return res.interrupted ? kFailed : kOk;  // rank 0 prints the summary
   if (res.interrupted) std::printf("\ninterrupted after %zu of %d steps\n", res.steps.size(), spec.steps);
-  std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps | tokens/s %.0f | TFLOP/s/GPU %.1f",
-              res.step_s.median, res.step_s.p10, res.step_s.p90, res.step_s.n, res.tokens_per_s, res.tflops);
+  std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps | tokens/s %.0f%s | TFLOP/s/GPU %.1f",
+              res.step_s.median, res.step_s.p10, res.step_s.p90, res.step_s.n, res.tokens_per_s,
+              res.gpus > 1 ? fmt::format(" ({:.0f} per GPU, {} GPUs)", res.tokens_per_s / res.gpus, res.gpus).c_str()
+                           : "",
+              res.tflops);
   if (mfu > 0) std::printf(" | MFU %.1f%% of %.0f", 100 * mfu, peak);
   std::printf("\n         loss %.4f -> %.4f%s\n", res.steps.front().loss, res.steps.back().loss,
               res.loss_floor > 0 ? fmt::format(" (task floor {:.4f})", res.loss_floor).c_str() : "");

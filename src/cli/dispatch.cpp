@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "comm/mpi_comm.h"
 #include "cli/common.h"
 #include "core/build_info.h"
 #include "core/error.h"
@@ -14,6 +15,21 @@
 
 namespace tb::cli {
 namespace {
+
+// In a job of several ranks an error names its rank, and ends the whole job (MPI_Abort): no rank is left waiting
+// in a collective for the one that failed.
+std::string rank_prefix() {
+  if (!comm::mpi_started() || comm::world().size < 2) return "";
+  return fmt::format("rank {} of {}: ", comm::world().rank, comm::world().size);
+}
+int end_job(int code) {
+  if (comm::mpi_started() && comm::world().size > 1) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    comm::abort_job(code);
+  }
+  return code;
+}
 
 constexpr Command kCommands[] = {
     {"info", "GPUs, links, clocks, power limits, driver and library versions (--json)", cmd_info},
@@ -75,12 +91,13 @@ int dispatch(int argc, char** argv) {
   try {
     return cmd->run(int(args.size()), args.data());
   } catch (const Error& e) {
-    std::fprintf(stderr, "trainbench %s: %s\n", std::string(cmd->name).c_str(), e.what());
-    if (e.kind() == Error::Kind::config) return kUsage;
-    return e.fatal() ? kFatal : kFailed;
+    const int code = e.kind() == Error::Kind::config ? kUsage : e.fatal() ? kFatal : kFailed;
+    std::fprintf(stderr, "trainbench %s: %s%s\n", std::string(cmd->name).c_str(), rank_prefix().c_str(), e.what());
+    return end_job(code);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "trainbench %s: internal error: %s\n", std::string(cmd->name).c_str(), e.what());
-    return kFailed;
+    std::fprintf(stderr, "trainbench %s: %sinternal error: %s\n", std::string(cmd->name).c_str(),
+                 rank_prefix().c_str(), e.what());
+    return end_job(kFailed);
   }
 }
 

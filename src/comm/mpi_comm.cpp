@@ -117,6 +117,7 @@ World init_world() {
   MPI_Comm_rank(node, &w.local_rank);
   MPI_Comm_size(node, &w.local_size);
   MPI_Comm_free(&node);
+  set_error_rank(w.rank);  // error messages say "[host h rank r ...]"
   return w;
 }
 
@@ -125,6 +126,13 @@ World init_world() {
 const World& world() {
   static const World w = init_world();
   return w;
+}
+
+bool mpi_started() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
 }
 
 std::unique_ptr<Communicator> world_communicator() {

@@ -112,12 +112,12 @@ void NcclCommunicator::fail(const std::string& what) {
   throw Error(Error::Kind::nccl, true, msg, what);
 }
 
-void NcclCommunicator::synchronize(double timeout_s) {
+void NcclCommunicator::wait(cudaStream_t stream, double timeout_s) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   TB_CHECK(cudaSetDevice(device_));
   for (;;) {
-    const cudaError_t q = cudaStreamQuery(stream_);
+    const cudaError_t q = cudaStreamQuery(stream);
     if (q == cudaSuccess) return;
     if (q != cudaErrorNotReady) TB_CHECK(q);
     ncclResult_t async = ncclSuccess;

@@ -28,7 +28,9 @@ class NcclCommunicator final : public Communicator {
   void broadcast(void* buf, std::size_t count, DType t, int root) override;
   void exchange(std::span<const P2P> ops, DType t) override;
   void barrier() override;  // an all-reduce of one int, then synchronize()
-  void synchronize(double timeout_s = 600) override;
+  void synchronize(double timeout_s = 600) override { wait(stream_, timeout_s); }
+  // Waits for `stream` (e.g. a compute stream that joined this communicator's work) the way synchronize() does.
+  void wait(cudaStream_t stream, double timeout_s = 600);
   std::unique_ptr<Communicator> split(int color, int key) override;  // ncclCommSplit; same GPU and stream
 
   cudaStream_t stream() const { return stream_; }

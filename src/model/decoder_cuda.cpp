@@ -71,7 +71,7 @@ void check_ids(const std::int32_t* ids, std::int64_t n, int vocab, const char* w
 }  // namespace
 
 CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompute recompute, bool deterministic,
-                         Fp8Options fp8)
+                         Fp8Options fp8, std::size_t buffer_elems)
     : dc_(dc), cfg_(cfg), layout_(model::dense_layout(cfg)), recompute_(recompute), fp8_(fp8),
       deterministic_(deterministic) {
   cfg_.validate();
@@ -84,8 +84,11 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
   TB_REQUIRE(cfg_.head_dim % 16 == 0 || cfg_.pos != Pos::rope,
              "CUDA decoder: RoPE needs head_dim a multiple of 16, got " + std::to_string(cfg_.head_dim));
   dc_.activate();
-  params_ = ops::DeviceBuffer(dc_.device(), layout_.total * sizeof(bf16));
-  grads_ = ops::DeviceBuffer(dc_.device(), layout_.total * sizeof(float));
+  buffer_elems_ = std::max(buffer_elems, layout_.total);
+  params_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * sizeof(bf16));
+  grads_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * sizeof(float));
+  TB_CHECK(cudaMemsetAsync(params_.as<bf16>() + layout_.total, 0, (buffer_elems_ - layout_.total) * sizeof(bf16),
+                           dc_.stream()));
   zero_grads();
   if (cfg_.pos == Pos::rope) {
     const ops::cpu::RopeScaling s{cfg_.rope_scaling.factor, cfg_.rope_scaling.low_freq_factor,
@@ -217,7 +220,7 @@ void CudaDecoder::zero_grads_for_overwrite() {
 
 void CudaDecoder::zero_grads() {
   dc_.activate();
-  TB_CHECK(cudaMemsetAsync(grads_.get(), 0, layout_.total * sizeof(float), dc_.stream()));
+  TB_CHECK(cudaMemsetAsync(grads_.get(), 0, buffer_elems_ * sizeof(float), dc_.stream()));
 }
 
 std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompute rc, bool fp8, std::byte* base,
@@ -534,7 +537,24 @@ void CudaDecoder::forward_backward_device(const std::int32_t* tokens_in, const s
   const float eps = float(c.norm_eps);
   const TensorView<const std::int32_t> tokens(tokens_in, {n});
 
+  // Flat offsets for the data-parallel hooks: where layer l's parameters end, and where they start.
+  auto slot_end = [&](int i) { return i < 0 ? std::size_t(0) : layout_.slots[std::size_t(i)].offset + layout_.slots[std::size_t(i)].size; };
+  auto layer_end = [&](int l) {
+    const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
+    std::size_t e = 0;
+    for (int i : {L.norm1_w, L.norm1_b, L.qkv, L.out, L.norm2_w, L.norm2_b, L.fc1, L.fc2}) e = std::max(e, slot_end(i));
+    return e;
+  };
+  auto layer_begin = [&](int l) { return layout_.slots[std::size_t(layout_.layers[std::size_t(l)].norm1_w)].offset; };
+  auto params_needed = [&](std::size_t end) {
+    if (on_params_needed) on_params_needed(end);
+  };
+  auto grads_ready = [&](std::size_t from) {
+    if (on_grads_ready) on_grads_ready(from);
+  };
+
   // ---- Forward.
+  params_needed(std::max(slot_end(layout_.embed), slot_end(layout_.pos_embed)));
   ops::embedding_forward({s_.x0, {n, d}}, P(layout_.embed), tokens, st);
   if (c.pos == Pos::learned) ops::position_embedding_add({s_.x0, {n, d}}, P(layout_.pos_embed), seq, st);
   mark("embedding fwd");
@@ -542,10 +562,12 @@ void CudaDecoder::forward_backward_device(const std::int32_t* tokens_in, const s
   const bf16* resid = nullptr;
   for (int l = 0; l < c.layers; ++l) {
     const LayerActs& A = acts_[std::size_t(l)];
+    params_needed(layer_end(l));
     layer_forward(l, x, resid, A, batch, seq, false);
     x = s_.m;
     resid = A.r2;
   }
+  params_needed(layout_.total);
   ops::add_norm_forward(nk, {s_.yf, {n, d}}, {s_.rf, {n, d}}, {s_.meanf, {n}}, {s_.rstdf, {n}}, {x, {n, d}},
                         {resid, {n, d}}, P(layout_.final_norm_w), P(layout_.final_norm_b), eps, st);
   mark("norm fwd");
@@ -560,10 +582,15 @@ void CudaDecoder::forward_backward_device(const std::int32_t* tokens_in, const s
                          {}, {s_.rf, {n, d}}, P(layout_.final_norm_w), {s_.meanf, {n}}, {s_.rstdf, {n}}, st,
                          {s_.norm_ws, s_.norm_ws_bytes});
   mark("norm bwd");
-  for (int l = c.layers - 1; l >= 0; --l) layer_backward(l, acts_[std::size_t(l)], batch, seq);
+  grads_ready(layout_.slots[std::size_t(layout_.final_norm_w)].offset);
+  for (int l = c.layers - 1; l >= 0; --l) {
+    layer_backward(l, acts_[std::size_t(l)], batch, seq);
+    grads_ready(layer_begin(l));
+  }
   ops::embedding_backward(G(layout_.embed), {s_.dnext, {n, d}}, tokens, st, {s_.embed_ws, s_.embed_ws_bytes});
   if (c.pos == Pos::learned) ops::position_embedding_backward(G(layout_.pos_embed), {s_.dnext, {n, d}}, seq, st);
   mark("embedding bwd");
+  grads_ready(0);
   overwrite_linear_grads_ = false;
 }
 

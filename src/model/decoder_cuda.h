@@ -81,8 +81,10 @@ class CudaDecoder {
 
 
   // deterministic: cuDNN's deterministic attention backward (bitwise repeatable runs; slower).
+  // buffer_elems: parameter and gradient buffers of this many elements (>= the layout's total; the tail, zeroed,
+  // is padding for a data-parallel partition, parallel/zero.h); 0: the layout's total.
   CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompute recompute = Recompute::none,
-              bool deterministic = false, Fp8Options fp8 = {});
+              bool deterministic = false, Fp8Options fp8 = {}, std::size_t buffer_elems = 0);
   ~CudaDecoder();
   CudaDecoder(const CudaDecoder&) = delete;
   CudaDecoder& operator=(const CudaDecoder&) = delete;
@@ -133,6 +135,11 @@ class CudaDecoder {
   // Called after each op is enqueued with its name ("gemm fwd", "attention bwd", ...): bench/op_profile.h's
   // OpProfiler::mark records an event there. Empty: no calls.
   std::function<void(std::string_view)> on_op;
+  // Data-parallel overlap (train/trainer_cuda.cpp): called while forward_backward_device enqueues, in stream order.
+  // on_params_needed(end): the next forward part reads parameters below flat offset `end` (ascending over a call);
+  // on_grads_ready(from): every gradient at flat offset >= `from` is final for this call (descending; 0 last).
+  std::function<void(std::size_t end)> on_params_needed;
+  std::function<void(std::size_t from)> on_grads_ready;
 
  private:
   struct LayerActs {  // device pointers into the arena: per layer, or the shared copy (see above)
@@ -173,7 +180,8 @@ class CudaDecoder {
   ops::DeviceContext& dc_;
   ModelConfig cfg_;
   DenseLayout layout_;
-  ops::DeviceBuffer params_, grads_;  // bf16, fp32; layout_.total elements each
+  std::size_t buffer_elems_ = 0;      // >= layout_.total
+  ops::DeviceBuffer params_, grads_;  // bf16, fp32; buffer_elems_ elements each
   ops::DeviceBuffer inv_freq_;        // [head_dim / 2] fp32 (pos == rope)
   std::unique_ptr<ops::CudnnAttention> attention_;
 

@@ -43,7 +43,8 @@ struct TrainSpec {
   std::uint64_t seed = 1234;
   model::FlopConvention convention = model::FlopConvention::full;
   // CUDA backend only:
-  int gpu = 0;                        // device index
+  int gpu = 0;                        // device index (one process); with several ranks: the node-local rank
+  int dp = 1;                         // data-parallel ranks (ZeRO-1): the job's world size (comm/mpi_comm.h world())
   std::string recompute = "none";     // none | selective | full (model/decoder_cuda.h)
   std::string moments = "f32";        // AdamW moments: f32 | bf16
   std::string master = "split";       // fp32 master weights as split (bf16 model weight + 16-bit residual: exact,
@@ -106,6 +107,8 @@ struct TrainResult {
   double power_w = 0, energy_j = 0;      // NVML over the measured steps (0: not available)
   double energy_j_per_token = 0;
   std::vector<OpShare> ops;              // breakdown of one eager step; empty without op_profile
+  int gpus = 1;                          // ranks of the job (data parallel); tokens_per_s is the job's, tflops per GPU
+  int buckets = 0;                       // data parallel: gradient buckets reduce-scattered per step
 };
 
 // The LR schedule of a run: spec.lr, or 3e-3 for models under 100M parameters (tiny, small: they learn their task

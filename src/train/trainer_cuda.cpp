@@ -25,6 +25,8 @@
 #include "bench/gemm_tune.h"
 #include "bench/op_profile.h"
 #include "bench/telemetry.h"
+#include "comm/mpi_comm.h"
+#include "comm/nccl_comm.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/provenance.h"
@@ -33,7 +35,10 @@
 #include "ops/cuda/adamw.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/fill.h"
+#include "parallel/mesh.h"
+#include "parallel/zero.h"
 #include "train/data.h"
+#include "train/data_parallel_cuda.h"
 #include "train/schedule.h"
 #include "train/trainer.h"
 
@@ -84,11 +89,12 @@ struct GraphExec {
 
 MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& m) {
   const double P = double(model::dense_layout(m).total);
+  const double dp = std::max(1, spec.dp);  // ZeRO-1: master weights, moments and the reduced gradients sharded
   MemoryEstimate e;
   e.weights = 2 * P;
-  e.grads = 4 * P;
-  e.master = (spec.master == "split" ? 2 : 4) * P;
-  e.moments = (spec.moments == "bf16" ? 4 : 8) * P;
+  e.grads = 4 * P + (dp > 1 ? 4 * P / dp : 0.0);
+  e.master = (spec.master == "split" ? 2 : 4) * P / dp;
+  e.moments = (spec.moments == "bf16" ? 4 : 8) * P / dp;
   const bool fp8 = spec.precision == "fp8";
   e.activations = double(
       model::CudaDecoder::activation_bytes(m, spec.micro_batch, m.seq, parse_recompute(spec.recompute), fp8));
@@ -140,21 +146,33 @@ std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, doubl
   return msg;
 }
 
-TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const StepStats&)>& on_step) {
+TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const StepStats&)>& on_step) {
+  TrainSpec spec = spec_in;
+  const comm::World& world = comm::world();
+  spec.dp = world.size;
+  if (world.size > 1) spec.gpu = world.local_rank;
   validate(spec);
   TrainResult res;
   res.model = resolve_model(spec);
+  res.gpus = spec.dp;
   const model::ModelConfig& m = res.model;
-  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch;
-  const int accum = global / spec.micro_batch;
+  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * spec.dp;
+  parallel::validate_layout({.dp = spec.dp}, m, world.size, spec.micro_batch, global);
+  const int dp = spec.dp, accum = global / (spec.micro_batch * dp);
   const int mb = spec.micro_batch, seq = m.seq;
   const std::size_t n = std::size_t(mb) * std::size_t(seq);
   res.params = model::param_count(m);
   res.tokens_per_step = double(global) * seq;
   res.flops_per_step = res.tokens_per_step * model::flops_per_token(m, spec.convention).total();
+  const double flops_per_gpu = res.flops_per_step / dp;
   res.estimate = estimate_memory(spec, m);
 
   // ---- Fit check before any allocation.
+  int devices = 0;
+  TB_CHECK(cudaGetDeviceCount(&devices));
+  TB_REQUIRE(spec.gpu < devices, fmt::format("rank {} of {} needs GPU {} of this node, which has {} GPU{}: run at most "
+                                             "{} ranks per node",
+                                             world.rank, world.size, spec.gpu, devices, devices == 1 ? "" : "s", devices));
   TB_CHECK(cudaSetDevice(spec.gpu));
   std::size_t free_b = 0, total_b = 0;
   TB_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -172,45 +190,83 @@ TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const Ste
   fp8.history = spec.fp8_history;
   fp8.most_recent = spec.fp8_amax == "most_recent";
   fp8.margin = spec.fp8_margin;
-  model::CudaDecoder net(dc, m, parse_recompute(spec.recompute), spec.deterministic, fp8);
-  const model::DenseLayout& layout = net.dense_layout();
+  // ---- Data parallel: the ZeRO-1 partition, NCCL over the job's ranks.
+  const model::DenseLayout layout = model::dense_layout(m);
+  const parallel::ZeroLayout zl = parallel::zero_layout(layout, dp, world.rank);
+  std::unique_ptr<comm::Communicator> host_world;
+  std::unique_ptr<comm::NcclCommunicator> nccl;
+  if (dp > 1) {
+    host_world = comm::world_communicator();
+    nccl = comm::NcclCommunicator::create(*host_world, spec.gpu, st);
+  }
+  model::CudaDecoder net(dc, m, parse_recompute(spec.recompute), spec.deterministic, fp8, zl.padded_total);
+  std::unique_ptr<DataParallelCuda> ddp;
+  if (dp > 1) {
+    ddp = std::make_unique<DataParallelCuda>(*nccl, zl, st, net.params_device(), net.grads_device());
+    res.buckets = int(zl.buckets.size());
+  }
   const std::size_t P = layout.total;
+  const std::size_t S = dp > 1 ? zl.shard_size : P;  // optimizer state elements on this rank
   const bool bf16_moments = spec.moments == "bf16";
   const std::size_t moment_bytes = bf16_moments ? 2 : 4;
 
   // ---- Master weights (fp32, initialised on the device slot by slot), moments, the bf16 model copy. Split master:
   // the model weights are the master's high half and `master` holds the 16-bit residuals.
   const bool split = spec.master == "split";
-  ops::DeviceBuffer master(dc.device(), P * (split ? sizeof(std::int16_t) : sizeof(float)));
-  ops::DeviceBuffer moments(dc.device(), 2 * P * moment_bytes);
+  // The optimizer's tensors: every slot (one rank), or this rank's ZeRO-1 segments (flat offset in the model
+  // weights, shard offset in the master, moments and reduced gradients).
+  std::vector<parallel::ZeroSegment> segments;
+  if (dp > 1) {
+    segments = zl.segments;
+  } else {
+    for (std::size_t i = 0; i < layout.slots.size(); ++i)
+      segments.push_back({layout.slots[i].offset, layout.slots[i].offset, layout.slots[i].size, int(i)});
+  }
+  ops::DeviceBuffer master(dc.device(), S * (split ? sizeof(std::int16_t) : sizeof(float)));
+  ops::DeviceBuffer moments(dc.device(), 2 * S * moment_bytes);
   TB_CHECK(cudaMemsetAsync(moments.get(), 0, moments.bytes(), st));
-  {
+  {  // every rank draws every slot (the same values), keeps the model weights and its own master segments
     std::size_t largest = 0;
     for (const model::Slot& s : layout.slots) largest = std::max(largest, s.size);
-    ops::DeviceBuffer init(dc.device(), (split ? largest : 0) * sizeof(float));
-    for (const model::Slot& s : layout.slots) {
-      float* dst = split ? init.as<float>() : master.as<float>() + s.offset;
-      ops::fill_normal(dst, s.size, slot_seed(spec.seed, s.name), float(s.init_value), float(s.init_std), st);
-      if (split) ops::master_split(dst, net.params_device() + s.offset, master.as<std::int16_t>() + s.offset, s.size, st);
+    ops::DeviceBuffer init(dc.device(), largest * sizeof(float)), lo(dc.device(), largest * sizeof(std::int16_t));
+    std::size_t seg = 0;
+    for (std::size_t i = 0; i < layout.slots.size(); ++i) {
+      const model::Slot& s = layout.slots[i];
+      float* v = init.as<float>();
+      ops::fill_normal(v, s.size, slot_seed(spec.seed, s.name), float(s.init_value), float(s.init_std), st);
+      if (split)
+        ops::master_split(v, net.params_device() + s.offset, lo.as<std::int16_t>(), s.size, st);
+      else
+        ops::cast_f32_to_bf16(net.params_device() + s.offset, v, s.size, st);
+      for (; seg < segments.size() && segments[seg].slot == int(i); ++seg) {
+        const parallel::ZeroSegment& g = segments[seg];
+        const std::size_t at = g.flat - s.offset;
+        if (split)
+          TB_CHECK(cudaMemcpyAsync(master.as<std::int16_t>() + g.shard, lo.as<std::int16_t>() + at,
+                                   g.count * sizeof(std::int16_t), cudaMemcpyDeviceToDevice, st));
+        else
+          TB_CHECK(cudaMemcpyAsync(master.as<float>() + g.shard, v + at, g.count * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, st));
+      }
+      dc.synchronize();  // init and lo are reused by the next slot
     }
-    if (!split) ops::cast_f32_to_bf16(net.params_device(), master.as<float>(), P, st);
-    dc.synchronize();  // init is freed here
   }
 
   std::vector<ops::AdamWTensor> tensors;
   auto* m_base = static_cast<std::byte*>(moments.get());
-  for (const model::Slot& s : layout.slots) {
+  float* grad_base = dp > 1 ? ddp->shard_grads() : net.grads_device();
+  for (const parallel::ZeroSegment& g : segments) {
     ops::AdamWTensor t;
     if (split)
-      t.master_lo = master.as<std::int16_t>() + s.offset;
+      t.master_lo = master.as<std::int16_t>() + g.shard;
     else
-      t.master = master.as<float>() + s.offset;
-    t.grad = net.grads_device() + s.offset;
-    t.exp_avg = m_base + s.offset * moment_bytes;
-    t.exp_avg_sq = m_base + (P + s.offset) * moment_bytes;
-    t.model = net.params_device() + s.offset;
-    t.numel = std::int64_t(s.size);
-    t.decay = decays(s);
+      t.master = master.as<float>() + g.shard;
+    t.grad = grad_base + g.shard;
+    t.exp_avg = m_base + g.shard * moment_bytes;
+    t.exp_avg_sq = m_base + (S + g.shard) * moment_bytes;
+    t.model = net.params_device() + g.flat;
+    t.numel = std::int64_t(g.count);
+    t.decay = decays(layout.slots[std::size_t(g.slot)]);
     tensors.push_back(t);
   }
   const ops::AdamWGroup group(dc.device(), tensors, bf16_moments ? DType::bf16 : DType::f32);
@@ -234,20 +290,40 @@ TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const Ste
     if (profiling) profiler.mark(op);
   };
   net.on_op = mark;
+  bool last_micro = false;
+  if (ddp) {
+    net.on_params_needed = [&](std::size_t end) { ddp->params_needed(end); };
+    net.on_grads_ready = [&](std::size_t from) {
+      if (last_micro) ddp->grads_ready(from);
+    };
+  }
   auto enqueue_step = [&] {
     TB_CHECK(cudaMemcpyAsync(d_tokens.get(), h_tokens.get(), h_tokens.bytes(), cudaMemcpyHostToDevice, st));
     TB_CHECK(cudaMemcpyAsync(d_targets.get(), h_targets.get(), h_targets.bytes(), cudaMemcpyHostToDevice, st));
     TB_CHECK(cudaMemcpyAsync(d_scalars.get(), h_scalars.get(), h_scalars.bytes(), cudaMemcpyHostToDevice, st));
+    if (ddp) ddp->start_step();  // all-gather the weights the ranks' optimizers wrote (overlapped with the forward)
     net.zero_grads_for_overwrite();
     mark("inputs + zero grads");
+    if (ddp && net.fp8()) ddp->params_needed(zl.padded_total);  // the FP8 casts read every weight
     net.fp8_begin_step();  // FP8 copies of the weights AdamW just wrote
-    for (int a = 0; a < accum; ++a)
+    for (int a = 0; a < accum; ++a) {
+      last_micro = a == accum - 1;
       net.forward_backward_device(d_tokens.as<std::int32_t>() + std::size_t(a) * n,
-                                  d_targets.as<std::int32_t>() + std::size_t(a) * n, mb, seq, 1.0 / accum,
+                                  d_targets.as<std::int32_t>() + std::size_t(a) * n, mb, seq, 1.0 / (accum * dp),
                                   d_losses.as<float>() + a);
+    }
     net.fp8_end_step();
     auto* norm = d_norm.as<ops::GradNormResult>();
+    if (ddp) {
+      ddp->finish_grads();
+      mark("gradient reduce-scatter (exposed)");
+    }
     ops::grad_norm(group, max_norm, norm, st);
+    if (ddp) {  // the shards' sums of squares, then the norm and clip scale from the total
+      ddp->all_reduce(&norm->norm_sq, 1, DType::f64);
+      ops::clip_from_norm_sq(norm, max_norm, st);
+      ddp->all_reduce(d_losses.get(), std::size_t(accum), DType::f32);
+    }
     ops::adamw_step(group, hp, d_scalars.as<ops::AdamWStepScalars>(), spec.clip > 0 ? norm : nullptr, st);
     mark("grad norm + AdamW");
     TB_CHECK(cudaMemcpyAsync(h_losses.get(), d_losses.get(), h_losses.bytes(), cudaMemcpyDeviceToHost, st));
@@ -257,9 +333,11 @@ TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const Ste
   DataSource source(spec.data, spec.token_type, m.vocab, seq, spec.seed);
   res.loss_floor = source.loss_floor();
   const LrSchedule schedule = lr_schedule(spec, m);
-  auto load_inputs = [&](int step) {  // step 1-based
-    for (int a = 0; a < accum; ++a) {
+  auto load_inputs = [&](int step) {  // step 1-based; rank r takes micro-batches [r accum, (r + 1) accum) of the step
+    for (int k = 0; k < accum * dp; ++k) {
       const Batch b = source.next(mb);
+      const int a = k - world.rank * accum;
+      if (a < 0 || a >= accum) continue;
       std::copy(b.tokens.begin(), b.tokens.end(), h_tokens.get() + std::size_t(a) * n);
       std::copy(b.targets.begin(), b.targets.end(), h_targets.get() + std::size_t(a) * n);
     }
@@ -314,17 +392,20 @@ TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const Ste
     else
       enqueue_step();
     TB_CHECK(cudaEventRecord(ev1, st));
-    TB_CHECK(cudaStreamSynchronize(st));
+    if (nccl)
+      nccl->wait(st);  // raises naming this rank when a peer died or NCCL failed, instead of hanging
+    else
+      TB_CHECK(cudaStreamSynchronize(st));
     StepStats s;
     s.step = step;
     s.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     float gpu_ms = 0;
     TB_CHECK(cudaEventElapsedTime(&gpu_ms, ev0, ev1));
-    for (int a = 0; a < accum; ++a) s.loss += double(h_losses[std::size_t(a)]) / accum;
+    for (int a = 0; a < accum; ++a) s.loss += double(h_losses[std::size_t(a)]) / (accum * dp);
     s.grad_norm = h_norm[0].norm;
     s.lr = h_scalars[0].lr;
     s.tokens_per_s = res.tokens_per_step / s.step_s;
-    s.tflops = res.flops_per_step / s.step_s / 1e12;
+    s.tflops = flops_per_gpu / s.step_s / 1e12;
     s.mem_gib = double(ops::device_memory_stats().peak) / kGiB;
     TB_REQUIRE(std::isfinite(s.loss) && std::isfinite(s.grad_norm),
                fmt::format("step {}: the loss ({}) or the gradient norm ({}) is not finite: lower --lr or check the "
@@ -359,13 +440,13 @@ TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const Ste
   res.step_s = summarize(measured);
   res.gpu_step_s = summarize(measured_gpu);
   res.tokens_per_s = res.tokens_per_step / res.step_s.median;
-  res.tflops = res.flops_per_step / res.step_s.median / 1e12;
+  res.tflops = flops_per_gpu / res.step_s.median / 1e12;
   res.peak_alloc_bytes = double(ops::device_memory_stats().peak);
   if (telemetry.available()) {
     const bench::TelemetrySummary ts = telemetry.summary(dc.device(), tm_from, tm_to);
     res.power_w = ts.power_w_mean;
     res.energy_j = ts.energy_j;
-    res.energy_j_per_token = ts.energy_j / (res.tokens_per_step * double(measured.size()));
+    res.energy_j_per_token = ts.energy_j / (res.tokens_per_step / dp * double(measured.size()));  // this GPU's
   }
 
   // ---- One more step, eager, with an event after every op: the breakdown.

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# parallel_acceptance.sh: the multi-GPU training acceptance in one device call (GPU machine, repository root, carry/
+# from scripts/carry.sh). Logs and JSONL under $OUT. Usage: bench/parallel_acceptance.sh MODE...
+#   env:      mpirun and the libraries the binary loads
+#   dpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs (data parallel, ZeRO-1); losses compared
+#   dp8b:     Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: 1 GPU (global batch 1) vs 2 GPUs (global
+#             batch 2: scaled with the GPUs); tokens/s per GPU compared
+#   faults:   a rank that fails (an unknown GPU index) ends the whole job with its rank named
+set -uo pipefail
+OUT=${OUT:-/tmp/tb-out}
+mkdir -p "$OUT"
+TB=$PWD/carry/trainbench
+source bench/gpu_env.sh
+STEPS=${STEPS:-20}
+WARM=${WARM:-5}
+log() { echo; echo "### $*"; }
+ours() {  # ours NAME ARGS...
+  local name=$1; shift
+  log "trainbench $name: $*"
+  $TB train --steps $((STEPS + WARM)) --warmup-steps "$WARM" --out "$OUT/results/$name" "$@"; echo "exit $?"
+}
+{
+  for mode in ${*:-env dpcheck dp8b}; do
+    case $mode in
+      env)
+        log env; nvidia-smi -L; which mpirun; mpirun --version | head -1; ldd "$TB" | grep -E "mpi|nccl|cudnn" ;;
+      dpcheck)
+        STEPS=25 WARM=5 ours small-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile
+        STEPS=25 WARM=5 ours small-2gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile --gpus 2
+        log "dp losses"; python3 bench/compare_losses.py "$OUT/results/small-1gpu" "$OUT/results/small-2gpu" --tol 0.01 ;;
+      dp8b)
+        ours 8b-L8-1gpu --model llama3.1-8b --layers 8 --seq 8192
+        ours 8b-L8-2gpu --model llama3.1-8b --layers 8 --seq 8192 --gpus 2 --global-batch 2
+        log "dp 8b"; python3 bench/compare_losses.py "$OUT/results/8b-L8-1gpu" "$OUT/results/8b-L8-2gpu" --tol 1 ;;
+      faults)
+        log "faults: rank 1 asks for a GPU that does not exist"
+        timeout 120 mpirun -np 2 --allow-run-as-root --bind-to none bash -c \
+          'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then export CUDA_VISIBLE_DEVICES=99; fi; exec '"$TB"' train --model small --steps 3 --warmup-steps 1 --gpus 2 --out '"$OUT/results/fault"
+        echo "exit $? (expected non-zero, within the timeout, rank 1 named)" ;;
+    esac
+  done
+} 2>&1 | tee "$OUT/parallel_acceptance.log"

@@ -1,0 +1,65 @@
+// cli/ranks.cpp: --gpus N: re-execution under mpirun, and the rank checks (cli/ranks.h).
+#include "cli/ranks.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/sysinfo.h"
+#include "comm/mpi.h"
+#include "comm/mpi_comm.h"
+#include "core/error.h"
+#include "core/provenance.h"
+#include "launch/process.h"
+
+namespace tb::cli {
+
+bool is_rank0() { return launch_rank().rank == 0; }
+int job_ranks() { return launched_by_mpi() ? comm::world().size : 1; }
+
+std::optional<int> start_ranks(int gpus, const char* command, int argc, char** argv) {
+  TB_REQUIRE(gpus >= 1, fmt::format("--gpus {}: must be at least 1", gpus));
+  if (launched_by_mpi()) {
+    const comm::World& w = comm::world();
+    TB_REQUIRE(gpus == 1 || w.size == gpus,
+               fmt::format("--gpus {} but the launcher started {} rank{}: give mpirun -np / srun --ntasks the same "
+                           "count, or leave --gpus out under a launcher",
+                           gpus, w.size, w.size == 1 ? "" : "s"));
+    return std::nullopt;
+  }
+  if (gpus == 1) return std::nullopt;
+  const int visible = bench::visible_gpu_count();
+  TB_REQUIRE(visible >= gpus, fmt::format("--gpus {}: this node shows {} GPU{} ({}); lower --gpus or check "
+                                          "CUDA_VISIBLE_DEVICES",
+                                          gpus, visible, visible == 1 ? "" : "s",
+                                          visible == 0 ? bench::no_gpu_reason() : "see `trainbench info`"));
+  const std::string mpirun = launch::find_on_path("mpirun");
+  TB_REQUIRE(!mpirun.empty(), "--gpus: mpirun is not on PATH (install Open MPI: openmpi-bin, or start the ranks with "
+                              "your own launcher: mpirun -np N / srun --mpi=pmix)");
+  char exe[4096] = {};
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  TB_REQUIRE(len > 0, "--gpus: cannot find this program's path (/proc/self/exe)");
+  if (!std::getenv("TRAINBENCH_RUN_ID")) setenv("TRAINBENCH_RUN_ID", make_run_id().c_str(), 1);  // one run, N ranks
+  std::vector<std::string> args = {mpirun, "-np", std::to_string(gpus), "--bind-to", "none"};
+  if (geteuid() == 0) args.push_back("--allow-run-as-root");
+  args.push_back(exe);
+  args.push_back(command);
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  std::fprintf(stderr, "trainbench %s: starting %d ranks: %s\n", command, gpus, launch::shell_join(args).c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  execv(mpirun.c_str(), cargs.data());
+  std::fprintf(stderr, "trainbench %s: could not start %s: %s\n", command, mpirun.c_str(), std::strerror(errno));
+  return 1;
+}
+
+}  // namespace tb::cli

@@ -1,0 +1,18 @@
+// cli/ranks.h: `--gpus N` on one node. Outside an MPI launcher the command re-executes itself as N ranks under
+// `mpirun -np N` (one rank per GPU, the node-local rank picks the GPU, one run id shared through TRAINBENCH_RUN_ID);
+// under mpirun / srun --mpi=pmix it checks that the job has N ranks and carries on.
+#pragma once
+
+#include <optional>
+
+namespace tb::cli {
+
+// nullopt: this process does the work (one rank, or a rank of the job); otherwise the exit status to return
+// (exec failed). Does not return when it re-executes. args: the command's own argv (argv[0] "trainbench <cmd>").
+std::optional<int> start_ranks(int gpus, const char* command, int argc, char** argv);
+// The job's rank count: the launcher's world size, 1 without a launcher.
+int job_ranks();
+// True in rank 0 (or without a launcher): the rank that prints progress and summaries.
+bool is_rank0();
+
+}  // namespace tb::cli

@@ -1,0 +1,46 @@
+// parallel/zero.cpp: the ZeRO-1 bucket and shard layout (parallel/zero.h).
+#include "parallel/zero.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tb::parallel {
+namespace {
+std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
+}  // namespace
+
+ZeroLayout zero_layout(const model::DenseLayout& L, int dp, int rank, std::size_t bucket_elems) {
+  TB_REQUIRE(dp >= 1 && rank >= 0 && rank < dp, "ZeRO layout: rank must be in [0, dp)");
+  ZeroLayout z;
+  z.dp = dp, z.rank = rank;
+  const std::size_t udp = std::size_t(dp);
+  z.padded_total = round_up(std::max<std::size_t>(L.total, 1), udp);
+  // Candidate boundaries: where the backward's frontier stops (the final norm, each layer's first slot), and 0.
+  std::vector<std::size_t> cuts;
+  if (L.final_norm_w >= 0) cuts.push_back(L.slots[std::size_t(L.final_norm_w)].offset);
+  for (auto it = L.layers.rbegin(); it != L.layers.rend(); ++it) cuts.push_back(L.slots[std::size_t(it->norm1_w)].offset);
+  std::vector<std::size_t> bounds = {z.padded_total};
+  for (std::size_t c : cuts) {
+    const std::size_t b = round_up(c, udp);
+    if (b > 0 && bounds.back() - b >= bucket_elems) bounds.push_back(b);
+  }
+  if (bounds.back() != 0) bounds.push_back(0);
+  std::reverse(bounds.begin(), bounds.end());
+  for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+    ZeroBucket b{bounds[i], bounds[i + 1], z.shard_size};
+    z.shard_size += b.piece() / udp;
+    z.buckets.push_back(b);
+  }
+  // Segments: each piece of this rank intersected with the slots.
+  for (const ZeroBucket& b : z.buckets) {
+    const std::size_t p0 = z.piece_begin(b), p1 = p0 + z.piece_size(b);
+    for (std::size_t s = 0; s < L.slots.size(); ++s) {
+      const std::size_t a = std::max(p0, L.slots[s].offset), e = std::min(p1, L.slots[s].offset + L.slots[s].size);
+      if (a < e) z.segments.push_back({a, b.shard_offset + (a - p0), e - a, int(s)});
+    }
+  }
+  return z;
+}
+
+}  // namespace tb::parallel
