@@ -5,6 +5,9 @@
 #   dpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs (data parallel, ZeRO-1); losses compared
 #   dp8b:     Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: 1 GPU (global batch 1) vs 2 GPUs (global
 #             batch 2: scaled with the GPUs); tokens/s per GPU compared
+#   ctas:     dp8b's 2-GPU run with NCCL_MAX_CTAS in $CTAS (default 16 8 4 2)
+#   comm:     bench/lab/nccl_ranks_lab: all-gather / reduce-scatter bandwidth between 2 ranks (normal and high
+#             stream priority)
 #   faults:   a rank that fails (an unknown GPU index) ends the whole job with its rank named
 set -uo pipefail
 OUT=${OUT:-/tmp/tb-out}
@@ -32,6 +35,12 @@ ours() {  # ours NAME ARGS...
         ours 8b-L8-1gpu --model llama3.1-8b --layers 8 --seq 8192
         ours 8b-L8-2gpu --model llama3.1-8b --layers 8 --seq 8192 --gpus 2 --global-batch 2
         log "dp 8b"; python3 bench/compare_losses.py "$OUT/results/8b-L8-1gpu" "$OUT/results/8b-L8-2gpu" --tol 1 ;;
+      ctas)  # the data-parallel step with NCCL limited to fewer blocks (less interference with the overlapped compute)
+        for c in ${CTAS:-16 8 4 2}; do
+          NCCL_MIN_CTAS=1 NCCL_MAX_CTAS=$c ours 8b-L8-2gpu-ctas$c --model llama3.1-8b --layers 8 --seq 8192 --gpus 2 --global-batch 2 --no-op-profile
+        done ;;
+      comm)
+        log "nccl between ranks"; mpirun -np 2 --allow-run-as-root --bind-to none carry/nccl_ranks_lab ;;
       faults)
         log "faults: rank 1 asks for a GPU that does not exist"
         timeout 120 mpirun -np 2 --allow-run-as-root --bind-to none bash -c \

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/ranks.h"
+#include "comm/mpi_comm.h"
 #include "model/flops.h"
 #include "train/trainer.h"
 
@@ -222,7 +223,7 @@ int cmd_train(int argc, char** argv) {
     rs.bench = "rank_steps";
     rs.name = fmt::format("rank{}", lr.rank);
     rs.world = lr.world;
-    if (cuda) rs.device = spec.gpu;
+    if (cuda) rs.device = ranks > 1 ? comm::world().local_rank : spec.gpu;
     auto ms = nlohmann::json::array();
     for (const auto& s : res.steps)
       if (s.step > spec.warmup_steps) ms.push_back(s.step_s * 1e3);

@@ -587,8 +587,12 @@ void CudaDecoder::forward_backward_device(const std::int32_t* tokens_in, const s
     layer_backward(l, acts_[std::size_t(l)], batch, seq);
     grads_ready(layer_begin(l));
   }
-  ops::embedding_backward(G(layout_.embed), {s_.dnext, {n, d}}, tokens, st, {s_.embed_ws, s_.embed_ws_bytes});
-  if (c.pos == Pos::learned) ops::position_embedding_backward(G(layout_.pos_embed), {s_.dnext, {n, d}}, seq, st);
+  EmbeddingRows rows{s_.dnext, tokens_in, n, s_.embed_ws, s_.embed_ws_bytes};
+  if (gather_embedding_rows) rows = gather_embedding_rows(s_.dnext, tokens_in, n);
+  ops::embedding_backward(G(layout_.embed), {rows.dnext, {rows.rows, d}}, {rows.tokens, {rows.rows}}, st,
+                          {rows.workspace, rows.workspace_bytes});
+  if (c.pos == Pos::learned)
+    ops::position_embedding_backward(G(layout_.pos_embed), {rows.dnext, {rows.rows, d}}, seq, st);
   mark("embedding bwd");
   grads_ready(0);
   overwrite_linear_grads_ = false;

@@ -140,6 +140,16 @@ class CudaDecoder {
   // on_grads_ready(from): every gradient at flat offset >= `from` is final for this call (descending; 0 last).
   std::function<void(std::size_t end)> on_params_needed;
   std::function<void(std::size_t from)> on_grads_ready;
+  // Data parallel with untied embeddings: the rows the embedding backward accumulates, from every rank (the caller
+  // all-gathers this rank's dnext [rows, d] and tokens [rows]), with a workspace for that many rows. Unset: local.
+  struct EmbeddingRows {
+    const bf16* dnext;
+    const std::int32_t* tokens;
+    std::int64_t rows;
+    void* workspace;
+    std::size_t workspace_bytes;
+  };
+  std::function<EmbeddingRows(const bf16* dnext, const std::int32_t* tokens, std::int64_t rows)> gather_embedding_rows;
 
  private:
   struct LayerActs {  // device pointers into the arena: per layer, or the shared copy (see above)

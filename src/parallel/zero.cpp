@@ -21,9 +21,10 @@ ZeroLayout zero_layout(const model::DenseLayout& L, int dp, int rank, std::size_
   if (L.final_norm_w >= 0) cuts.push_back(L.slots[std::size_t(L.final_norm_w)].offset);
   for (auto it = L.layers.rbegin(); it != L.layers.rend(); ++it) cuts.push_back(L.slots[std::size_t(it->norm1_w)].offset);
   std::vector<std::size_t> bounds = {z.padded_total};
-  for (std::size_t c : cuts) {
-    const std::size_t b = round_up(c, udp);
-    if (b > 0 && bounds.back() - b >= bucket_elems) bounds.push_back(b);
+  for (std::size_t i = 0; i < cuts.size(); ++i) {
+    const std::size_t b = round_up(cuts[i], udp);
+    const bool embedding_end = i + 1 == cuts.size();  // always a boundary: the embedding is a bucket of its own
+    if (b > 0 && b < bounds.back() && (bounds.back() - b >= bucket_elems || embedding_end)) bounds.push_back(b);
   }
   if (bounds.back() != 0) bounds.push_back(0);
   std::reverse(bounds.begin(), bounds.end());

@@ -7,7 +7,9 @@
 // Per step: reduce-scatter each bucket's gradients into the shard (as soon as the backward has finished it), the
 // optimizer on the shard, all-gather each bucket's bf16 parameters back in place (before the forward reads them).
 // Bucket boundaries are the layer starts rounded UP to a multiple of dp: a boundary element then belongs to the
-// earlier (lower) bucket, which is reduced later, never before its gradient is final.
+// earlier (lower) bucket, which is reduced later, never before its gradient is final. The embedding (with learned
+// positions) is always a bucket of its own, bucket 0: its gradient can be exchanged sparsely (the rows of the
+// step's tokens) instead of reduce-scattered, train/data_parallel_cuda.h.
 #pragma once
 
 #include <cstddef>

@@ -1,15 +1,22 @@
 // train/data_parallel_cuda.cpp: ZeRO-1 bucketed reduce-scatter / all-gather on a comm stream (data_parallel_cuda.h).
 #include "train/data_parallel_cuda.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "ops/cuda/embedding.h"
 
 namespace tb::train {
 
 DataParallelCuda::DataParallelCuda(comm::NcclCommunicator& dp, const parallel::ZeroLayout& z, cudaStream_t compute,
-                                   __nv_bfloat16* params, float* grads)
-    : dp_(dp), z_(z), st_(compute), params_(params), grads_(grads),
+                                   __nv_bfloat16* params, float* grads, const model::ModelConfig& m,
+                                   std::int64_t sparse_embedding_rows, int early)
+    : dp_(dp), z_(z), st_(compute), params_(params), grads_(grads), d_model_(m.d_model),
+      sparse_rows_(sparse_embedding_rows), early_(std::clamp(early, 0, int(z.buckets.size()))),
       shard_grads_(dp.device(), std::max<std::size_t>(z.shard_size, 1) * sizeof(float)) {
-  TB_CHECK(cudaStreamCreateWithFlags(&cs_, cudaStreamNonBlocking));
+  int lowest = 0, highest = 0;  // NCCL's blocks go first when compute kernels free SMs (the usual practice)
+  TB_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+  TB_CHECK(cudaStreamCreateWithPriority(&cs_, cudaStreamNonBlocking, highest));
   dp_.set_stream(cs_);
   auto event = [] {
     cudaEvent_t e = nullptr;
@@ -19,7 +26,14 @@ DataParallelCuda::DataParallelCuda(comm::NcclCommunicator& dp, const parallel::Z
   for (std::size_t b = 0; b < z_.buckets.size(); ++b) gathered_.push_back(event()), ready_.push_back(event());
   fork_ = event();
   join_ = event();
-  next_reduce_ = int(z_.buckets.size());
+  next_reduce_ = z_.buckets.size();
+  if (sparse_rows_ > 0) {
+    const std::int64_t all = sparse_rows_ * dp_.size();
+    rows_dnext_ = ops::DeviceBuffer(dp.device(), std::size_t(all) * std::size_t(d_model_) * sizeof(__nv_bfloat16));
+    rows_tokens_ = ops::DeviceBuffer(dp.device(), std::size_t(all) * sizeof(std::int32_t));
+    rows_ws_bytes_ = ops::embedding_backward_workspace_bytes(all, m.vocab, m.d_model);
+    rows_ws_ = ops::DeviceBuffer(dp.device(), rows_ws_bytes_);
+  }
 }
 
 DataParallelCuda::~DataParallelCuda() {
@@ -30,47 +44,77 @@ DataParallelCuda::~DataParallelCuda() {
   if (cs_) cudaStreamDestroy(cs_);
 }
 
-void DataParallelCuda::start_step() {
+const float* DataParallelCuda::segment_grads(const parallel::ZeroSegment& s) const {
+  const bool in_embedding = s.flat < z_.buckets.front().end;
+  return sparse_embedding() && in_embedding ? grads_ + s.flat : shard_grads_.as<float>() + s.shard;
+}
+
+void DataParallelCuda::fork() {
   TB_CHECK(cudaEventRecord(fork_, st_));
   TB_CHECK(cudaStreamWaitEvent(cs_, fork_, 0));
-  for (std::size_t b = 0; b < z_.buckets.size(); ++b) {
-    const parallel::ZeroBucket& k = z_.buckets[b];
-    __nv_bfloat16* piece = params_ + z_.piece_begin(k);
-    dp_.all_gather(piece, params_ + k.begin, z_.piece_size(k), DType::bf16);  // in place
-    TB_CHECK(cudaEventRecord(gathered_[b], cs_));
-  }
-  next_gather_wait_ = 0;
-  next_reduce_ = int(z_.buckets.size());
+}
+void DataParallelCuda::join() {
+  TB_CHECK(cudaEventRecord(join_, cs_));
+  TB_CHECK(cudaStreamWaitEvent(st_, join_, 0));
+}
+
+void DataParallelCuda::gather(std::size_t b) {
+  const parallel::ZeroBucket& k = z_.buckets[b];
+  dp_.all_gather(params_ + z_.piece_begin(k), params_ + k.begin, z_.piece_size(k), DType::bf16);  // in place
+  TB_CHECK(cudaEventRecord(gathered_[b], cs_));
+}
+
+void DataParallelCuda::start_step() {
+  fork();
+  for (std::size_t b = std::size_t(early_); b < z_.buckets.size(); ++b) gather(b);
+  next_gather_wait_ = std::size_t(early_);
+  next_reduce_ = z_.buckets.size();
 }
 
 void DataParallelCuda::params_needed(std::size_t end) {
-  while (next_gather_wait_ < int(z_.buckets.size()) && z_.buckets[std::size_t(next_gather_wait_)].begin < end)
-    TB_CHECK(cudaStreamWaitEvent(st_, gathered_[std::size_t(next_gather_wait_++)], 0));
+  while (next_gather_wait_ < z_.buckets.size() && z_.buckets[next_gather_wait_].begin < end)
+    TB_CHECK(cudaStreamWaitEvent(st_, gathered_[next_gather_wait_++], 0));
 }
 
 void DataParallelCuda::grads_ready(std::size_t from) {
-  while (next_reduce_ > 0 && z_.buckets[std::size_t(next_reduce_ - 1)].begin >= from) {
-    const std::size_t b = std::size_t(--next_reduce_);
+  while (next_reduce_ > 0 && z_.buckets[next_reduce_ - 1].begin >= from) {
+    const std::size_t b = --next_reduce_;
+    if (b == 0 && sparse_embedding()) break;  // the embedding's rows were exchanged by embedding_rows()
     const parallel::ZeroBucket& k = z_.buckets[b];
     TB_CHECK(cudaEventRecord(ready_[b], st_));
     TB_CHECK(cudaStreamWaitEvent(cs_, ready_[b], 0));
-    dp_.reduce_scatter(grads_ + k.begin, shard_grads() + k.shard_offset, z_.piece_size(k), DType::f32);
+    dp_.reduce_scatter(grads_ + k.begin, shard_grads_.as<float>() + k.shard_offset, z_.piece_size(k), DType::f32);
   }
+}
+
+model::CudaDecoder::EmbeddingRows DataParallelCuda::embedding_rows(const __nv_bfloat16* dnext,
+                                                                   const std::int32_t* tokens, std::int64_t rows) {
+  TB_REQUIRE(rows == sparse_rows_, "data parallel: embedding rows per micro-batch changed");
+  fork();
+  dp_.all_gather(dnext, rows_dnext_.get(), std::size_t(rows) * std::size_t(d_model_), DType::bf16);
+  dp_.all_gather(tokens, rows_tokens_.get(), std::size_t(rows), DType::i32);
+  join();
+  return {rows_dnext_.as<__nv_bfloat16>(), rows_tokens_.as<std::int32_t>(), rows * dp_.size(), rows_ws_.get(),
+          rows_ws_bytes_};
 }
 
 void DataParallelCuda::finish_grads() {
   grads_ready(0);  // anything not yet reduced (a backward that never reported)
-  TB_CHECK(cudaEventRecord(join_, cs_));
-  TB_CHECK(cudaStreamWaitEvent(st_, join_, 0));
-  params_needed(z_.padded_total);  // (no-op after a forward) keeps the all-gather joined into st
+  join();
+  params_needed(z_.padded_total);  // (no-op after a forward) keeps every all-gather joined into st
 }
 
 void DataParallelCuda::all_reduce(void* buf, std::size_t count, DType t) {
-  TB_CHECK(cudaEventRecord(fork_, st_));
-  TB_CHECK(cudaStreamWaitEvent(cs_, fork_, 0));
+  fork();
   dp_.all_reduce(buf, buf, count, t);
-  TB_CHECK(cudaEventRecord(join_, cs_));
-  TB_CHECK(cudaStreamWaitEvent(st_, join_, 0));
+  join();
 }
+
+void DataParallelCuda::gather_early() {
+  fork();
+  for (std::size_t b = 0; b < std::size_t(early_); ++b) gather(b);
+}
+
+void DataParallelCuda::finish_step() { join(); }
 
 }  // namespace tb::train

@@ -202,7 +202,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   model::CudaDecoder net(dc, m, parse_recompute(spec.recompute), spec.deterministic, fp8, zl.padded_total);
   std::unique_ptr<DataParallelCuda> ddp;
   if (dp > 1) {
-    ddp = std::make_unique<DataParallelCuda>(*nccl, zl, st, net.params_device(), net.grads_device());
+    ddp = std::make_unique<DataParallelCuda>(*nccl, zl, st, net.params_device(), net.grads_device(), m,
+                                             m.tied_embeddings ? 0 : std::int64_t(n));
     res.buckets = int(zl.buckets.size());
   }
   const std::size_t P = layout.total;
@@ -254,14 +255,15 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
 
   std::vector<ops::AdamWTensor> tensors;
   auto* m_base = static_cast<std::byte*>(moments.get());
-  float* grad_base = dp > 1 ? ddp->shard_grads() : net.grads_device();
+  std::size_t early_tensors = 0;  // data parallel: the tensors of the buckets all-gathered at the end of the step
   for (const parallel::ZeroSegment& g : segments) {
     ops::AdamWTensor t;
     if (split)
       t.master_lo = master.as<std::int16_t>() + g.shard;
     else
       t.master = master.as<float>() + g.shard;
-    t.grad = grad_base + g.shard;
+    t.grad = ddp ? ddp->segment_grads(g) : net.grads_device() + g.shard;
+    if (ddp && ddp->early() > 0 && g.flat < zl.buckets[std::size_t(ddp->early() - 1)].end) ++early_tensors;
     t.exp_avg = m_base + g.shard * moment_bytes;
     t.exp_avg_sq = m_base + (S + g.shard) * moment_bytes;
     t.model = net.params_device() + g.flat;
@@ -269,7 +271,15 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     t.decay = decays(layout.slots[std::size_t(g.slot)]);
     tensors.push_back(t);
   }
-  const ops::AdamWGroup group(dc.device(), tensors, bf16_moments ? DType::bf16 : DType::f32);
+  const DType moment_type = bf16_moments ? DType::bf16 : DType::f32;
+  const ops::AdamWGroup group(dc.device(), tensors, moment_type);
+  // Data parallel: the optimizer in two launches, the early buckets first (their all-gather overlaps the second).
+  std::unique_ptr<ops::AdamWGroup> early_group, late_group;
+  if (ddp && early_tensors > 0 && early_tensors < tensors.size()) {
+    const std::span<const ops::AdamWTensor> all(tensors);
+    early_group = std::make_unique<ops::AdamWGroup>(dc.device(), all.first(early_tensors), moment_type);
+    late_group = std::make_unique<ops::AdamWGroup>(dc.device(), all.subspan(early_tensors), moment_type);
+  }
   ops::AdamWConfig hp;
   hp.beta1 = spec.beta1, hp.beta2 = spec.beta2, hp.eps = spec.eps, hp.weight_decay = spec.weight_decay;
   const float max_norm = spec.clip > 0 ? float(spec.clip) : std::numeric_limits<float>::infinity();
@@ -292,6 +302,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   net.on_op = mark;
   bool last_micro = false;
   if (ddp) {
+    if (ddp->sparse_embedding())
+      net.gather_embedding_rows = [&](const model::CudaDecoder::bf16* dnext, const std::int32_t* tokens,
+                                      std::int64_t rows) { return ddp->embedding_rows(dnext, tokens, rows); };
     net.on_params_needed = [&](std::size_t end) { ddp->params_needed(end); };
     net.on_grads_ready = [&](std::size_t from) {
       if (last_micro) ddp->grads_ready(from);
@@ -324,7 +337,17 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       ops::clip_from_norm_sq(norm, max_norm, st);
       ddp->all_reduce(d_losses.get(), std::size_t(accum), DType::f32);
     }
-    ops::adamw_step(group, hp, d_scalars.as<ops::AdamWStepScalars>(), spec.clip > 0 ? norm : nullptr, st);
+    const auto* scalars = d_scalars.as<ops::AdamWStepScalars>();
+    const ops::GradNormResult* clip = spec.clip > 0 ? norm : nullptr;
+    if (early_group) {
+      ops::adamw_step(*early_group, hp, scalars, clip, st);
+      ddp->gather_early();  // the next forward starts with these buckets: gathered while the rest updates
+      ops::adamw_step(*late_group, hp, scalars, clip, st);
+    } else {
+      ops::adamw_step(group, hp, scalars, clip, st);
+      if (ddp) ddp->gather_early();
+    }
+    if (ddp) ddp->finish_step();
     mark("grad norm + AdamW");
     TB_CHECK(cudaMemcpyAsync(h_losses.get(), d_losses.get(), h_losses.bytes(), cudaMemcpyDeviceToHost, st));
     TB_CHECK(cudaMemcpyAsync(h_norm.get(), d_norm.get(), h_norm.bytes(), cudaMemcpyDeviceToHost, st));

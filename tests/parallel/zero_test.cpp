@@ -55,6 +55,9 @@ TEST(ZeroLayout, OneBucketPerLayerWhenSmallAndBoundariesRoundUp) {
   const ZeroLayout z = zero_layout(L, 3, 0, 1);
   // final norm + LM head, every layer, the embedding: layers + 2 buckets.
   EXPECT_EQ(z.buckets.size(), L.layers.size() + 2);
+  const ZeroLayout big = zero_layout(L, 2, 0, std::size_t(1) << 40);  // one bucket for all layers, the embedding apart
+  ASSERT_EQ(big.buckets.size(), 2u);
+  EXPECT_EQ(big.buckets[0].end, L.slots[std::size_t(L.layers[0].norm1_w)].offset);
   for (std::size_t l = 0; l < L.layers.size(); ++l) {
     const std::size_t start = L.slots[std::size_t(L.layers[l].norm1_w)].offset;
     EXPECT_EQ(z.buckets[l + 1].begin, (start + 2) / 3 * 3);
