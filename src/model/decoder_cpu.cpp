@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "ops/cpu/activation.h"
+#include "model/decoder_common.h"
 #include "ops/cpu/attention.h"
 #include "ops/cpu/cross_entropy.h"
 #include "ops/cpu/embedding.h"
@@ -25,68 +25,14 @@ namespace tb::model {
 namespace {
 
 namespace cpu = tb::ops::cpu;
-
-cpu::NormKind norm_kind(Norm n) {
-  switch (n) {
-    case Norm::rmsnorm: return cpu::NormKind::rmsnorm;
-    case Norm::layernorm: return cpu::NormKind::layernorm;
-    case Norm::layernorm1p: return cpu::NormKind::layernorm1p;
-  }
-  return cpu::NormKind::rmsnorm;
-}
-
-// The view of a slot inside a flat buffer (an empty view for an absent slot, index -1).
-template <class T>
-TensorView<T> slot_view(std::vector<T>& buf, const DenseLayout& L, int index) {
-  if (index < 0) return {};
-  const Slot& s = L.slots[std::size_t(index)];
-  T* p = buf.data() + s.offset;
-  return s.shape.size() == 1 ? TensorView<T>(p, {s.shape[0]}) : TensorView<T>(p, {s.shape[0], s.shape[1]});
-}
-
-template <class T>
-TensorView<T> mat(std::vector<T>& v, std::int64_t rows, std::int64_t cols) {
-  v.resize(std::size_t(rows * cols));
-  return TensorView<T>(v.data(), {rows, cols});
-}
-
-template <class T>
-TensorView<T> vec(std::vector<T>& v, std::int64_t n) {
-  v.resize(std::size_t(n));
-  return TensorView<T>(v.data(), {n});
-}
-
-// [batch, seq, heads, head_dim] view of `heads` heads starting at column `col` of a [batch * seq, width] buffer.
-template <class T>
-TensorView<T> heads_view(std::vector<T>& v, std::int64_t col, std::int64_t batch, std::int64_t seq,
-                         std::int64_t heads, std::int64_t head_dim, std::int64_t width) {
-  return TensorView<T>(v.data() + col, Shape{batch, seq, heads, head_dim}, Shape{seq * width, width, head_dim, 1}, 4);
-}
-
-template <class T>
-void act_forward(Act a, TensorView<T> y, TensorView<const T> x) {
-  switch (a) {
-    case Act::swiglu: return cpu::swiglu_forward<T>(y, x);
-    case Act::gelu: return cpu::gelu_forward<T>(y, x);
-    case Act::sqrelu: return cpu::sqrelu_forward<T>(y, x);
-  }
-}
-
-template <class T>
-void act_backward(Act a, TensorView<T> dx, TensorView<const T> dy, TensorView<const T> x) {
-  switch (a) {
-    case Act::swiglu: return cpu::swiglu_backward<T>(dx, dy, x);
-    case Act::gelu: return cpu::gelu_backward<T>(dx, dy, x);
-    case Act::sqrelu: return cpu::sqrelu_backward<T>(dx, dy, x);
-  }
-}
-
-void check_ids(std::span<const std::int32_t> ids, int vocab, const char* what) {
-  for (std::size_t i = 0; i < ids.size(); ++i)
-    TB_REQUIRE(ids[i] >= 0 && ids[i] < vocab, std::string("dense decoder: ") + what + " " +
-                                                  std::to_string(ids[i]) + " at index " + std::to_string(i) +
-                                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-}
+using detail::act_backward;
+using detail::act_forward;
+using detail::check_ids;
+using detail::heads_view;
+using detail::mat;
+using detail::norm_kind;
+using detail::slot_view;
+using detail::vec;
 
 }  // namespace
 
@@ -95,11 +41,7 @@ CpuDecoder<T>::CpuDecoder(const ModelConfig& cfg, std::uint64_t seed) : cfg_(cfg
   params_.resize(layout_.total);
   grads_.assign(layout_.total, T(0));
   init_params<T>(params_, layout_, seed);
-  if (cfg_.pos == Pos::rope) {
-    const cpu::RopeScaling s{cfg_.rope_scaling.factor, cfg_.rope_scaling.low_freq_factor,
-                             cfg_.rope_scaling.high_freq_factor, cfg_.rope_scaling.original_max_position};
-    inv_freq_ = cpu::rope_inv_freq(cfg_.head_dim, cfg_.rope_theta, cfg_.rope_scaling.enabled ? &s : nullptr);
-  }
+  inv_freq_ = detail::rope_inv_freq(cfg_);
 }
 
 template <class T>
@@ -156,7 +98,7 @@ double CpuDecoder<T>::run(std::span<const std::int32_t> tokens, std::span<const 
   const cpu::NormKind nk = norm_kind(c.norm);
   const double eps = c.norm_eps;
   const std::int64_t d = c.d_model, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim(), width = qd + 2 * kvd;
-  const std::int64_t ffn = c.ffn, fc1_rows = c.act == Act::swiglu ? 2 * ffn : ffn;
+  const std::int64_t ffn = c.ffn, fc1_rows = detail::fc1_rows(c);
   auto P = [&](int index) { return slot_view(params_, layout_, index); };
   auto G = [&](int index) { return slot_view(grads_, layout_, index); };
   acts_.resize(std::size_t(c.layers));

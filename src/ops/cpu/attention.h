@@ -8,7 +8,15 @@
 //   dv_j += sum_i P[i,j] do_i;  dP[i,j] = do_i . v_j;  D_i = do_i . o_i;  dS = P * (dP - D_i)
 //   dq_i = sum_j dS[i,j] k_j / sqrt(d);  dk_j += sum_i dS[i,j] q_i / sqrt(d)
 //   (dk, dv sum over the H / KV query heads of a group.) dq, dk, dv are written.
+// The _at forms take queries at given absolute positions against a longer key sequence (context parallel: a
+// rank's query chunks against every key): q: [b, sq, H, d] with query i at position q_pos[i] (sq of them, each
+// in [0, sk)); k, v: [b, sk, KV, d] with key j at position j; key j is visible to query i iff j <= q_pos[i].
+// o: [b, sq, H, d], lse: [b, H, sq]; dk, dv: [b, sk, KV, d] (written: zero for keys no query sees).
+// The plain forms are the _at forms with sq == sk and q_pos[i] = i.
 #pragma once
+
+#include <cstdint>
+#include <span>
 
 #include "ops/cpu/common.h"
 
@@ -20,5 +28,13 @@ void attention_forward(TensorView<T> o, TensorView<T> lse, In<T> q, In<T> k, In<
 template <class T>
 void attention_backward(TensorView<T> dq, TensorView<T> dk, TensorView<T> dv, In<T> dout, In<T> q, In<T> k,
                         In<T> v, In<T> o, In<T> lse);
+
+template <class T>
+void attention_forward_at(TensorView<T> o, TensorView<T> lse, In<T> q, In<T> k, In<T> v,
+                          std::span<const std::int64_t> q_pos);
+
+template <class T>
+void attention_backward_at(TensorView<T> dq, TensorView<T> dk, TensorView<T> dv, In<T> dout, In<T> q, In<T> k,
+                           In<T> v, In<T> o, In<T> lse, std::span<const std::int64_t> q_pos);
 
 }  // namespace tb::ops::cpu

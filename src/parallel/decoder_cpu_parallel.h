@@ -1,0 +1,185 @@
+// parallel/decoder_cpu_parallel.h: one pipeline stage of the dense decoder (model/decoder_cpu.h is the math spec)
+// on one rank of a tensor- (TP), sequence- (SP) and context-parallel (CP) mesh, on the CPU reference ops, in
+// float or double: the reference the CUDA parallel decoder is checked against, and what the multi-rank CPU tests
+// compare with the single-rank CpuDecoder.
+//
+// Stage: layers [first, last). The first stage (first == 0) owns the embedding (and learned positions), the last
+// (last == layers) the final norm, the LM head and the loss. Between stages the residual stream crosses as one
+// tensor h = x + resid (the MLP output plus its residual: the r1 of the next layer, or the rf of the final norm),
+// [rows, d_model] with rows = activation_rows(): a non-first stage reads h as input, a non-last stage writes it;
+// backward takes dh and (non-first) returns the input's dh.
+//
+// Token order. forward() takes the whole micro-batch, tokens and targets [batch, seq]. CP rank r (of cp) holds
+// chunks r and 2cp-1-r of every sequence (2cp chunks of seq / 2cp tokens; load-balanced causal attention):
+// local positions pos[j], j < seq / cp. Its n = batch * seq / cp tokens are ordered (b, j) row-major. Without SP
+// every TP rank holds all n rows of the residual stream; with SP, TP rank t holds rows [t n/tp, (t+1) n/tp).
+//
+// Per layer, with W_* this TP rank's shard (Megatron):
+//   r1 = x + resid;  y1 = norm1(r1)                                  [rows]
+//   Y1 = gather(y1)                                                   [n]  (SP: all-gather over tp)
+//   q|k|v = Y1 Wqkv^T  (heads/tp query heads, kv_heads/tp K and V heads);  rope at the tokens' positions
+//   K, V = all-gather of k, v over cp, reordered to natural positions  [batch, seq]
+//   o = attention(q at pos, K, V)  (causal by absolute position)
+//   r2 = reduce(o Wout^T) + r1;  y2 = norm2(r2)                        reduce: SP reduce-scatter, else all-reduce
+//   x = reduce(act(gather(y2) Wfc1^T) Wfc2^T);  resid = r2             (swiglu: rank holds gate AND up rows)
+// Embedding: x = reduce(E_shard[tokens]) (+ P[pos]), E_shard the rows [t V/tp, (t+1) V/tp) of E, zero outside.
+// Head: yf = normf(x + resid);  z = gather(yf) Wlm_shard^T  [n, V/tp];  vocab-parallel cross-entropy:
+//   M = allreduce_max(max_v z), S = allreduce_sum(sum_v exp(z - M)), z_t = allreduce_sum(z[target] if local)
+//   loss = sum_tokens (M + log S - z_t) / (batch seq), summed over cp: equal to the single-rank mean loss
+//   dz = (exp(z - M - log S) - onehot) * grad_scale / (batch seq)   (no further communication)
+// Backward mirrors it: the backward of gather is reduce (SP: reduce-scatter; else all-reduce), of reduce is gather
+// (SP: all-gather; else identity); dK, dV of all keys are reordered and reduce-scattered over cp to their owners.
+//
+// Parameters: this rank's shard of model::dense_layout, in local_layout() (same slot names, local shapes) and
+// one flat buffer (params(), grads()): first the tp-replicated slots (norm weights and biases, learned positions),
+// then the sharded ones. Gradients ACCUMULATE (grad_scale * dloss/dparams, like CpuDecoder; the caller zeroes).
+//   replicated slots: with SP their gradients are partial sums over token shards, all-reduced over tp at the end
+//     of each backward; without SP every tp rank computes the same full-token gradient. Either way every tp
+//     rank holds the same value and add_grads_to_full() counts tp rank 0's copy only.
+//   over cp (and dp) every gradient is partial (this rank's tokens): the optimizer reduces it over dp x cp.
+//   tied embeddings: the LM head is the embedding shard when one stage is both first and last; a last stage that
+//     is not first keeps its own copy of the embedding shard as lm_head (its gradient goes to embed.weight in
+//     add_grads_to_full; a pipeline all-reduces the two copies' gradients between the first and last stage).
+// Activations are kept per micro-batch id from forward() until backward() (or drop()) of that id, so a pipeline
+// schedule may run several forwards before their backwards. The LM head is not chunked: the last stage keeps the
+// micro-batch's [n, vocab / tp] logits until its backward (a CPU reference for small models).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/param_layout.h"
+
+namespace tb::parallel {
+
+// The groups a stage talks to (build them from parallel::Mesh: {mesh.tp(), mesh.cp()}; size-1 groups are fine).
+struct DecoderGroups {
+  comm::Communicator& tp;
+  comm::Communicator& cp;
+};
+
+struct StageSpec {
+  int first_layer = 0;
+  int last_layer = -1;              // exclusive; -1: all layers
+  bool sequence_parallel = false;   // residual stream on n / tp rows per tp rank (tp == 1: changes nothing)
+};
+
+// A 2-D block of the full parameter buffer held by this rank, stored contiguously ([rows, cols] row-major) in the
+// local buffer: full element (i, j) of the block is full[full_offset + i * full_stride + j].
+struct ShardBlock {
+  std::string name;                 // the full slot (model::dense_layout name)
+  std::size_t full_offset = 0, local_offset = 0;
+  std::int64_t rows = 0, cols = 0, full_stride = 0;
+  bool tp_replicated = false;       // the same values on every tp rank: counted once (tp rank 0)
+};
+
+// A micro-batch: tokens and targets [batch, seq] row-major, the whole sequences (every cp rank passes the same).
+// The first stage reads tokens, the last targets; either may be empty on a stage that does not need it.
+struct MicroBatch {
+  std::span<const std::int32_t> tokens, targets;
+  int batch = 1, seq = 0;
+};
+
+// The positions held by cp rank `rank` of `cp` in a sequence of `seq` tokens: chunks rank and 2cp-1-rank of
+// seq / 2cp tokens each (cp == 1: 0, 1, ..., seq-1).
+std::vector<std::int64_t> cp_positions(int cp, int rank, int seq);
+
+template <class T>
+class ShardedCpuDecoder {
+ public:
+  ShardedCpuDecoder(const model::ModelConfig& cfg, DecoderGroups groups, StageSpec stage = {});
+  ~ShardedCpuDecoder();
+  ShardedCpuDecoder(const ShardedCpuDecoder&) = delete;
+  ShardedCpuDecoder& operator=(const ShardedCpuDecoder&) = delete;
+
+  const model::ModelConfig& config() const { return cfg_; }
+  int first_layer() const { return first_; }
+  int last_layer() const { return last_; }
+  bool is_first() const { return first_ == 0; }
+  bool is_last() const { return last_ == cfg_.layers; }
+
+  // Parameters: the full model's flat buffer (model::dense_layout order, as CpuDecoder::params()) in, this
+  // rank's shard kept; init(seed) loads CpuDecoder's initial values.
+  void load_full(std::span<const T> full);
+  void init(std::uint64_t seed);
+  // Adds this rank's gradient shard into a full-size buffer (tp-replicated slots on tp rank 0 only), so the sum
+  // over the tp and cp ranks of every stage is the full model's gradient.
+  void add_grads_to_full(std::span<T> full) const;
+  std::span<T> params() { return params_; }
+  std::span<T> grads() { return grads_; }
+  std::span<const T> params() const { return params_; }
+  std::span<const T> grads() const { return grads_; }
+  const model::DenseLayout& local_layout() const { return local_; }
+  std::span<const ShardBlock> shard_blocks() const { return blocks_; }
+  std::size_t replicated_size() const { return replicated_; }  // local elements [0, this) are tp-replicated
+  void zero_grads();
+
+  // Rows of the residual stream on this rank (n, or n / tp with SP) and the elements of a stage's input/output.
+  std::int64_t activation_rows(int batch, int seq) const;
+  std::size_t activation_size(int batch, int seq) const {
+    return std::size_t(activation_rows(batch, seq)) * std::size_t(cfg_.d_model);
+  }
+
+  // Runs the stage on micro-batch `mb` and keeps its activations. Non-first stages read `input`, non-last ones
+  // write `output` (activation_size() elements each). Returns the micro-batch's mean loss on the last stage
+  // (every rank of the stage gets it), 0 elsewhere.
+  double forward(int mb, const MicroBatch& b, std::span<const T> input = {}, std::span<T> output = {});
+  // The backward of micro-batch `mb` (frees its activations). Non-last stages read `doutput`, non-first ones
+  // write `dinput`; the last stage scales the loss gradient by grad_scale.
+  void backward(int mb, std::span<const T> doutput = {}, std::span<T> dinput = {}, double grad_scale = 1.0);
+  void drop(int mb) { states_.erase(mb); }  // forget a forward that will not be backpropagated
+  std::size_t in_flight() const { return states_.size(); }
+
+ private:
+  struct LayerActs;
+  struct State;
+  struct Dims {  // this tp rank's widths: heads, kv heads, q / kv columns, fused qkv, fc1 rows, ffn, vocab
+    std::int64_t d, hd, hl, kvl, ql, kvdl, width, fc1l, ffl, vl;
+  };
+  using View = TensorView<T>;
+  using CView = TensorView<const T>;
+  void build_layout();
+  void check_batch(const MicroBatch& b) const;
+  View P(int slot);
+  View G(int slot);
+  CView gather_rows(std::vector<T>& buf, CView local, std::int64_t n);
+  void reduce_rows(View dst, const std::vector<T>& partial, std::int64_t n);
+  void gather_kv(const State& s, const std::vector<T>& qkv, std::int64_t col, std::int64_t width,
+                 std::vector<T>& kv);
+  void scatter_dkv(const State& s, const std::vector<T>& dkv, std::int64_t col, std::int64_t width,
+                   std::vector<T>& dqkv);
+  std::vector<std::int64_t> row_positions(const State& s) const;
+  void embed_forward(const State& s, View x0);
+  void layer_forward(State& s, int l, CView x, CView resid, View out);
+  void attention_forward(const State& s, LayerActs& A);
+  void attention_backward(const State& s, LayerActs& A, std::vector<T>& dout, std::vector<T>& dqkv);
+  double head_forward(State& s, CView x, CView resid);
+  void head_backward(State& s, View dnext, double grad_scale);
+  void layer_backward(State& s, int l, View dnext);
+  void embed_backward(const State& s, View dnext);
+
+  model::ModelConfig cfg_;
+  comm::Communicator& tp_;
+  comm::Communicator& cp_;
+  int first_, last_;
+  bool sp_;
+  Dims dims_;
+  std::vector<double> inv_freq_;
+  model::DenseLayout full_, local_;
+  std::vector<ShardBlock> blocks_;
+  std::size_t replicated_ = 0;
+  std::vector<T> params_, grads_, rgrads_;  // rgrads_: one backward's replicated-slot gradients
+  std::map<int, std::unique_ptr<State>> states_;
+};
+
+extern template class ShardedCpuDecoder<float>;
+extern template class ShardedCpuDecoder<double>;
+
+}  // namespace tb::parallel

@@ -1,0 +1,246 @@
+// decoder_cpu_parallel_mpi_test: the sharded CPU decoder (parallel/decoder_cpu_parallel.h) under mpirun (2 and 4
+// ranks, ctest) against the single-rank CpuDecoder<double> on the full sequence, for two tiny model variants
+// (llama-like: rmsnorm, swiglu, rope with Llama 3.1 scaling, GQA; gpt-like: layernorm, gelu, learned positions,
+// tied embeddings, MHA) with parameters moved off their init (norm gains not 1, biases not 0) and random tokens:
+//   - every layout of the world that fits: tp = cp = 1 (dp = n), tp = n (with and without sequence parallel), cp = n,
+//     tp 2 x cp n/2 (with SP), cp 2 x tp n/2, each with micro-batch 1 and 2: the loss on every rank and the full
+//     gradient (add_grads_to_full summed over tp and cp) to 1e-10 relative per parameter slot;
+//   - two stages chained by hand in each rank's process (layers [0, k) then [k, L)), two micro-batches in flight
+//     (forward 0, forward 1, backward 1, backward 0): the same losses and gradients as one stage and the reference;
+//   - float against the float CpuDecoder;
+//   - layouts the model does not fit raise tb::Error on every rank (no collective is left waiting).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_comm.h"
+#include "core/error.h"
+#include "model/config.h"
+#include "model/decoder_cpu.h"
+#include "parallel/decoder_cpu_parallel.h"
+#include "parallel/mesh.h"
+
+namespace tb::parallel {
+namespace {
+
+using model::CpuDecoder;
+using model::ModelConfig;
+
+ModelConfig tiny(const std::string& family) {
+  ModelConfig c = model::preset("tiny");
+  c.name = "test-" + family;
+  c.layers = 3, c.d_model = 16, c.head_dim = 4, c.ffn = 24, c.vocab = 36, c.seq = 16;
+  if (family == "llama") {
+    c.heads = 8, c.kv_heads = 4;
+    c.rope_scaling.enabled = true;  // inv_freq {1, 0.01}: one band unchanged, one smoothed
+    c.rope_scaling.original_max_position = 1024;
+  } else {
+    c.family = "gpt";
+    c.heads = 4, c.kv_heads = 4;
+    c.norm = model::Norm::layernorm, c.act = model::Act::gelu, c.pos = model::Pos::learned;
+    c.tied_embeddings = true;
+  }
+  return c;
+}
+
+struct Batch {
+  std::vector<std::int32_t> tokens, targets;
+  int batch = 1, seq = 0;
+  MicroBatch view() const { return {tokens, targets, batch, seq}; }
+};
+
+Batch random_batch(int batch, int seq, int vocab, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<int> u(0, vocab - 1);
+  Batch b{{}, {}, batch, seq};
+  for (int i = 0; i < batch * seq; ++i) b.tokens.push_back(u(g)), b.targets.push_back(u(g));
+  return b;
+}
+
+// The reference, with every parameter moved off its init (the same values on every rank).
+template <class T>
+CpuDecoder<T> reference(const ModelConfig& cfg) {
+  CpuDecoder<T> ref(cfg, 7);
+  std::mt19937_64 g(11);
+  std::uniform_real_distribution<double> u(-0.1, 0.1);
+  for (T& p : ref.params()) p += T(u(g));
+  return ref;
+}
+
+struct Layout {
+  int tp = 1, cp = 1;
+  bool sp = false;
+  std::string str() const { return "tp" + std::to_string(tp) + " cp" + std::to_string(cp) + (sp ? " sp" : ""); }
+};
+
+// The layouts of n ranks this test runs (dp = n / (tp cp) replicas each run the same).
+std::vector<Layout> layouts(int n) {
+  std::vector<Layout> all = {{1, 1, false}, {n, 1, false}, {n, 1, true}, {1, n, false}};
+  if (n % 2 == 0) all.push_back({2, n / 2, true}), all.push_back({n / 2, 2, false});
+  return all;
+}
+
+struct Mesh2 {  // a mesh over the world with this layout
+  std::unique_ptr<comm::Communicator> world = comm::world_communicator();
+  Mesh mesh;
+  explicit Mesh2(const Layout& l)
+      : mesh(*world,
+             MeshShape{.dp = world->size() / (l.tp * l.cp), .cp = l.cp, .tp = l.tp, .sequence_parallel = l.sp}) {}
+  DecoderGroups groups() { return {mesh.tp(), mesh.cp()}; }
+};
+
+// Sums each stage's add_grads_to_full over the tp and cp groups: the full model's gradient.
+template <class T>
+std::vector<T> full_grads(const std::vector<const ShardedCpuDecoder<T>*>& stages, Mesh& mesh, std::size_t total) {
+  std::vector<T> g(total, T(0));
+  for (const auto* s : stages) s->add_grads_to_full(g);
+  mesh.tp().all_reduce(std::span<T>(g));
+  mesh.cp().all_reduce(std::span<T>(g));
+  return g;
+}
+
+// Per slot: max |got - want| <= rel * max |want|. Returns "" or the mismatching slots.
+template <class T>
+std::string compare_grads(const model::DenseLayout& L, std::span<const T> got, std::span<const T> want, double rel) {
+  std::ostringstream bad;
+  for (const model::Slot& s : L.slots) {
+    double err = 0, scale = 0;
+    for (std::size_t i = s.offset; i < s.offset + s.size; ++i) {
+      err = std::max(err, std::abs(double(got[i]) - double(want[i])));
+      scale = std::max(scale, std::abs(double(want[i])));
+    }
+    if (!(err <= rel * scale) || scale == 0)
+      bad << "  " << s.name << ": max err " << err << ", max |grad| " << scale << "\n";
+  }
+  return bad.str();
+}
+
+constexpr double kGradScale = 0.75;
+
+class Family : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Family, EveryLayoutMatchesTheSingleRankDecoder) {
+  const ModelConfig cfg = tiny(GetParam());
+  CpuDecoder<double> ref = reference<double>(cfg);
+  const int n = comm::world().size;
+  for (int batch : {1, 2}) {
+    const Batch b = random_batch(batch, cfg.seq, cfg.vocab, 100 + batch);
+    ref.zero_grads();
+    const double ref_loss = ref.forward_backward(b.tokens, b.targets, batch, b.seq, kGradScale);
+    for (const Layout& l : layouts(n)) {
+      Mesh2 m(l);
+      ShardedCpuDecoder<double> dec(cfg, m.groups(), {.sequence_parallel = l.sp});
+      dec.load_full(ref.params());
+      const double loss = dec.forward(0, b.view());
+      dec.backward(0, {}, {}, kGradScale);
+      EXPECT_EQ(dec.in_flight(), 0u);
+      const auto g = full_grads<double>({&dec}, m.mesh, ref.params().size());
+      const std::string what = l.str() + " batch " + std::to_string(batch) + " rank " + std::to_string(m.world->rank());
+      EXPECT_NEAR(loss, ref_loss, 1e-12 * ref_loss) << what;
+      EXPECT_EQ(compare_grads<double>(ref.dense_layout(), g, ref.grads(), 1e-10), "") << what;
+    }
+  }
+}
+
+// Layers [0, k) and [k, L) chained by hand, two micro-batches in flight, against one stage and the reference.
+TEST_P(Family, TwoStagesChainedEqualOneStage) {
+  const ModelConfig cfg = tiny(GetParam());
+  CpuDecoder<double> ref = reference<double>(cfg);
+  const int n = comm::world().size;
+  const Batch b0 = random_batch(2, cfg.seq, cfg.vocab, 200), b1 = random_batch(2, cfg.seq, cfg.vocab, 201);
+  ref.zero_grads();
+  const double ref0 = ref.forward_backward(b0.tokens, b0.targets, 2, b0.seq, kGradScale);
+  const double ref1 = ref.forward_backward(b1.tokens, b1.targets, 2, b1.seq, kGradScale);
+  for (const Layout& l : {Layout{n, 1, true}, Layout{2, n / 2, true}, Layout{1, n, false}}) {
+    for (int k : {1, 2}) {
+      Mesh2 m(l);
+      ShardedCpuDecoder<double> one(cfg, m.groups(), {.sequence_parallel = l.sp});
+      ShardedCpuDecoder<double> s0(cfg, m.groups(), {.first_layer = 0, .last_layer = k, .sequence_parallel = l.sp});
+      ShardedCpuDecoder<double> s1(cfg, m.groups(), {.first_layer = k, .sequence_parallel = l.sp});
+      for (auto* d : {&one, &s0, &s1}) d->load_full(ref.params());
+      const std::size_t act = s0.activation_size(2, cfg.seq);
+      std::vector<double> h0(act), h1(act), dh(act), dx(act);
+      s0.forward(0, b0.view(), {}, h0);
+      const double loss0 = s1.forward(0, b0.view(), h0);
+      s0.forward(1, b1.view(), {}, h1);
+      const double loss1 = s1.forward(1, b1.view(), h1);
+      EXPECT_EQ(s0.in_flight(), 2u);
+      s1.backward(1, {}, dh, kGradScale);
+      s0.backward(1, dh, {});
+      s1.backward(0, {}, dh, kGradScale);
+      s0.backward(0, dh, {});
+      const double one0 = one.forward(0, b0.view());
+      one.backward(0, {}, {}, kGradScale);
+      const double one1 = one.forward(1, b1.view());
+      one.backward(1, {}, {}, kGradScale);
+      const std::string what = l.str() + " split at " + std::to_string(k) + " rank " + std::to_string(m.world->rank());
+      EXPECT_NEAR(loss0, one0, 1e-13 * one0) << what;
+      EXPECT_NEAR(loss1, one1, 1e-13 * one1) << what;
+      EXPECT_NEAR(loss0, ref0, 1e-12 * ref0) << what;
+      EXPECT_NEAR(loss1, ref1, 1e-12 * ref1) << what;
+      const auto g2 = full_grads<double>({&s0, &s1}, m.mesh, ref.params().size());
+      const auto g1 = full_grads<double>({&one}, m.mesh, ref.params().size());
+      EXPECT_EQ(compare_grads<double>(ref.dense_layout(), g2, g1, 1e-12), "") << what << " (two stages vs one)";
+      EXPECT_EQ(compare_grads<double>(ref.dense_layout(), g2, ref.grads(), 1e-10), "") << what << " (vs reference)";
+    }
+  }
+}
+
+TEST_P(Family, FloatMatchesTheFloatDecoder) {
+  const ModelConfig cfg = tiny(GetParam());
+  CpuDecoder<float> ref = reference<float>(cfg);
+  const int n = comm::world().size;
+  const Batch b = random_batch(2, cfg.seq, cfg.vocab, 300);
+  ref.zero_grads();
+  const double ref_loss = ref.forward_backward(b.tokens, b.targets, 2, b.seq, kGradScale);
+  Mesh2 m(Layout{2, n / 2, true});
+  ShardedCpuDecoder<float> dec(cfg, m.groups(), {.sequence_parallel = true});
+  dec.load_full(ref.params());
+  const double loss = dec.forward(0, b.view());
+  dec.backward(0, {}, {}, kGradScale);
+  const auto g = full_grads<float>({&dec}, m.mesh, ref.params().size());
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * ref_loss);
+  EXPECT_EQ(compare_grads<float>(ref.dense_layout(), g, ref.grads(), 2e-4), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt"));
+
+TEST(ShardedCpuDecoder, LayoutsTheModelDoesNotFitRaise) {
+  const int n = comm::world().size;
+  ModelConfig cfg = tiny("llama");
+  {
+    Mesh2 m(Layout{n, 1, false});
+    ModelConfig bad = cfg;
+    bad.vocab = 37;
+    EXPECT_THROW(ShardedCpuDecoder<double>(bad, m.groups()), Error);
+    bad = cfg, bad.ffn = 25;
+    EXPECT_THROW(ShardedCpuDecoder<double>(bad, m.groups()), Error);
+    bad = cfg, bad.kv_heads = 1;
+    EXPECT_THROW(ShardedCpuDecoder<double>(bad, m.groups()), Error);
+    EXPECT_THROW(ShardedCpuDecoder<double>(cfg, m.groups(), {.first_layer = 2, .last_layer = 2}), Error);
+  }
+  {
+    Mesh2 m(Layout{1, n, false});  // seq 10 is not divisible by 2·cp
+    ShardedCpuDecoder<double> dec(cfg, m.groups());
+    dec.init(3);
+    const Batch b = random_batch(1, 10, cfg.vocab, 5);
+    EXPECT_THROW(dec.forward(0, b.view()), Error);
+    EXPECT_EQ(dec.in_flight(), 0u);
+    EXPECT_THROW(dec.backward(0), Error);  // no forward of micro-batch 0
+  }
+  {
+    Mesh2 m(Layout{n, 1, true});  // SP: 7 tokens do not split over tp
+    ShardedCpuDecoder<double> dec(cfg, m.groups(), {.sequence_parallel = true});
+    const Batch b = random_batch(1, 7, cfg.vocab, 6);
+    EXPECT_THROW(dec.forward(0, b.view()), Error);
+  }
+}
+
+}  // namespace
+}  // namespace tb::parallel
