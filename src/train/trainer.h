@@ -44,7 +44,8 @@ struct TrainSpec {
   model::FlopConvention convention = model::FlopConvention::full;
   // CUDA backend only:
   int gpu = 0;                        // device index (one process); with several ranks: the node-local rank
-  int dp = 1;                         // data-parallel ranks (ZeRO-1): the job's world size (comm/mpi_comm.h world())
+  int dp = 1;                         // data-parallel ranks (ZeRO-1): world / (tp·pp·cp) (comm/mpi_comm.h world())
+  int tp = 1, pp = 1, vp = 1, cp = 1; // tensor (with sequence parallel), pipeline, virtual stages, context parallel
   std::string recompute = "none";     // none | selective | full (model/decoder_cuda.h)
   std::string moments = "f32";        // AdamW moments: f32 | bf16
   std::string master = "split";       // fp32 master weights as split (bf16 model weight + 16-bit residual: exact,
