@@ -5,6 +5,9 @@
 #   dpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs (data parallel, ZeRO-1); losses compared
 #   dp8b:     Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: 1 GPU (global batch 1) vs 2 GPUs (global
 #             batch 2: scaled with the GPUs); tokens/s per GPU compared
+#   tpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs tensor parallel (tp 2, sequence parallel)
+#   tp70b:    Llama 3.1 70B shapes, 4 layers, seq 8192, micro-batch 1: 1 GPU vs tp 2 (the same global batch 1);
+#             the job's tokens/s compared (target: tp 2 >= 1.8 x one GPU)
 #   ctas:     dp8b's 2-GPU run with NCCL_MAX_CTAS in $CTAS (default 16 8 4 2)
 #   comm:     bench/lab/nccl_ranks_lab: all-gather / reduce-scatter bandwidth between 2 ranks (normal and high
 #             stream priority)
@@ -35,6 +38,20 @@ ours() {  # ours NAME ARGS...
         ours 8b-L8-1gpu --model llama3.1-8b --layers 8 --seq 8192
         ours 8b-L8-2gpu --model llama3.1-8b --layers 8 --seq 8192 --gpus 2 --global-batch 2
         log "dp 8b"; python3 bench/compare_losses.py "$OUT/results/8b-L8-1gpu" "$OUT/results/8b-L8-2gpu" --tol 1 ;;
+      tpcheck)
+        STEPS=25 WARM=5 ours small-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile
+        STEPS=25 WARM=5 ours small-tp2 --model small --global-batch 8 --micro-batch 2 --no-op-profile --gpus 2 --tp 2
+        log "tp losses"; python3 bench/compare_losses.py "$OUT/results/small-1gpu" "$OUT/results/small-tp2" --tol 0.01 ;;
+      tp70b)
+        ours 70b-L4-1gpu --model llama3.1-70b --layers 4 --seq 8192
+        ours 70b-L4-tp2 --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2
+        log "tp 70b (job tokens/s: the ratio below is per GPU; x2 for the job)"
+        python3 bench/compare_losses.py "$OUT/results/70b-L4-1gpu" "$OUT/results/70b-L4-tp2" --tol 0.01 ;;
+      tpenv)  # tp70b's 2-GPU run under NCCL channel settings ($TPENV: space-separated VAR=VALUE,VAR=VALUE sets)
+        for e in ${TPENV:-NCCL_MIN_NCHANNELS=16 NCCL_MIN_NCHANNELS=32}; do
+          env ${e//,/ } $TB train --steps $((STEPS + WARM)) --warmup-steps "$WARM" --out "$OUT/results/70b-tp2-$e" \
+            --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2 --no-op-profile | grep summary | sed "s/^/$e: /"
+        done ;;
       ctas)  # the data-parallel step with NCCL limited to fewer blocks (less interference with the overlapped compute)
         for c in ${CTAS:-16 8 4 2}; do
           NCCL_MIN_CTAS=1 NCCL_MAX_CTAS=$c ours 8b-L8-2gpu-ctas$c --model llama3.1-8b --layers 8 --seq 8192 --gpus 2 --global-batch 2 --no-op-profile
@@ -49,3 +66,4 @@ ours() {  # ours NAME ARGS...
     esac
   done
 } 2>&1 | tee "$OUT/parallel_acceptance.log"
+tar -C "$OUT" -czf "$OUT/results.tgz" results && rm -rf "$OUT/results"  # one file back (the tool caps the count)

@@ -12,6 +12,8 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/ranks.h"
+#include "comm/mpi.h"
+#include "parallel/mesh.h"
 #include "comm/mpi_comm.h"
 #include "model/flops.h"
 #include "train/trainer.h"
@@ -122,13 +124,15 @@ int cmd_train(int argc, char** argv) {
   const bool cuda = spec.device == "cuda";
   const int gpus = std::max(1, common.gpus);
   TB_REQUIRE(gpus == 1 || cuda, "--gpus > 1 needs --device cuda (the CPU backend runs one rank)");
-  if (gpus > 1) {
-    const int gb = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * gpus;
-    TB_REQUIRE(gb % (spec.micro_batch * gpus) == 0,
-               fmt::format("--global-batch {} must be a multiple of --micro-batch x --gpus ({} x {}): each GPU "
-                           "takes an equal share of every step",
-                           gb, spec.micro_batch, gpus));
-  }
+  // The layout against the model and the rank count, every problem at once, before any rank starts.
+  const int model_ranks = spec.tp * spec.pp * spec.cp;
+  const int world_n = launched_by_mpi() ? job_ranks() : gpus;
+  auto shape = [&](int world) {
+    return parallel::MeshShape{.dp = std::max(1, world / std::max(1, model_ranks)), .cp = spec.cp, .pp = spec.pp,
+                               .tp = spec.tp, .vp = spec.vp, .sequence_parallel = spec.tp > 1};
+  };
+  parallel::validate_layout(shape(world_n), m, world_n, spec.micro_batch,
+                            spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * shape(world_n).dp);
   if (cuda && bench::visible_gpu_count() == 0) {
     std::fprintf(stderr, "trainbench train: needs a GPU: %s (or use --device cpu)\n", bench::no_gpu_reason().c_str());
     return kUsage;
@@ -139,9 +143,11 @@ int cmd_train(int argc, char** argv) {
   const int ranks = job_ranks();
   TB_REQUIRE(ranks == 1 || cuda, "several ranks need --device cuda (the CPU backend trains on one rank)");
   auto run = open_run(common, argc, argv);
-  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * ranks;
+  const parallel::MeshShape layout = shape(ranks);
+  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * layout.dp;
   const std::string where = !cuda       ? std::string("cpu")
-                            : ranks > 1 ? fmt::format("{} GPUs (data parallel, ZeRO-1)", ranks)
+                            : ranks > 1 ? fmt::format("{} GPUs ({}{})", ranks, layout.str(),
+                                                      layout.dp > 1 ? ", ZeRO-1" : "")
                                         : fmt::format("GPU {}", spec.gpu);
   if (rank0)
     std::printf(

@@ -223,9 +223,10 @@ void CudaDecoder::zero_grads() {
   TB_CHECK(cudaMemsetAsync(grads_.get(), 0, buffer_elems_ * sizeof(float), dc_.stream()));
 }
 
-std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompute rc, bool fp8, std::byte* base,
-                              std::vector<LayerActs>* acts, Scratch* S) {
+std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompute rc, bool fp8, int tp,
+                              std::byte* base, std::vector<LayerActs>* acts, Scratch* S) {
   const std::size_t n = std::size_t(batch) * std::size_t(seq);
+  const std::size_t nl = n / std::size_t(tp);  // the residual stream's rows on this rank (sequence parallel)
   const std::size_t d = std::size_t(c.d_model), qd = std::size_t(c.q_dim());
   const std::size_t width = qd + 2 * std::size_t(c.kv_dim());
   const std::size_t ffn = std::size_t(c.ffn), fc1_rows = c.act == Act::swiglu ? 2 * ffn : ffn;
@@ -249,16 +250,16 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompu
     else
       shared.*member = alloc(elems);
   };
-  field(&LayerActs::r1, n * d, true, bf);
-  field(&LayerActs::mean1, n, !full, f32);
-  field(&LayerActs::rstd1, n, !full, f32);
+  field(&LayerActs::r1, nl * d, true, bf);
+  field(&LayerActs::mean1, nl, !full, f32);
+  field(&LayerActs::rstd1, nl, !full, f32);
   field(&LayerActs::y1, n * d, !sel && !full && !fp8, bf);  // FP8: the weight gradients read X^T instead
   field(&LayerActs::qkv, n * width, !full, bf);
   field(&LayerActs::o, n * qd, !full, bf);
   field(&LayerActs::lse, n * std::size_t(c.heads), !full, f32);
-  field(&LayerActs::r2, n * d, !full, bf);
-  field(&LayerActs::mean2, n, !full, f32);
-  field(&LayerActs::rstd2, n, !full, f32);
+  field(&LayerActs::r2, nl * d, !full, bf);
+  field(&LayerActs::mean2, nl, !full, f32);
+  field(&LayerActs::rstd2, nl, !full, f32);
   field(&LayerActs::y2, n * d, !sel && !full && !fp8, bf);
   field(&LayerActs::h, n * fc1_rows, !full, bf);
   field(&LayerActs::g, n * ffn, !sel && !full && !fp8, bf);
@@ -286,15 +287,16 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompu
   Scratch s{};
   s.tokens = static_cast<std::int32_t*>(take_bytes(n * sizeof(std::int32_t)));
   s.targets = static_cast<std::int32_t*>(take_bytes(n * sizeof(std::int32_t)));
-  s.x0 = bf(n * d), s.m = bf(n * d), s.rf = bf(n * d), s.yf = bf(n * d);
-  s.meanf = f32(n), s.rstdf = f32(n), s.loss = f32(1);
-  s.dyf = bf(n * d), s.dnext = bf(n * d), s.dr2 = bf(n * d), s.dy = bf(n * d);
+  s.x0 = bf(nl * d), s.m = bf(nl * d), s.rf = bf(nl * d), s.yf = bf(nl * d);
+  s.meanf = f32(nl), s.rstdf = f32(nl), s.loss = f32(1);
+  s.dyf = bf(nl * d), s.dnext = bf(n * d), s.dr2 = bf(n * d), s.dy = bf(n * d);
   s.dout = bf(n * qd), s.dqkv = bf(n * width);  // dg and dh live in g and h (see layer_backward)
-  s.ce_bytes = ops::lm_head_ce_scratch(std::int64_t(n), c.vocab, c.d_model).bytes;
+  if (tp > 1) s.part = bf(n * d), s.dyl = bf(nl * d);
+  s.ce_bytes = ops::lm_head_ce_scratch(std::int64_t(nl), c.vocab, c.d_model).bytes;
   s.ce = take_bytes(s.ce_bytes);
-  s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(n), c.d_model);
+  s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(nl), c.d_model);
   s.norm_ws = take_bytes(s.norm_ws_bytes);
-  s.embed_ws_bytes = ops::embedding_backward_workspace_bytes(std::int64_t(n), c.vocab, c.d_model);
+  s.embed_ws_bytes = ops::embedding_backward_workspace_bytes(std::int64_t(nl), c.vocab, c.d_model);
   s.embed_ws = take_bytes(s.embed_ws_bytes);
   if (fp8) {
     const std::size_t widest_in = std::max({d, qd, ffn}), widest_out = std::max({width, d, fc1_rows});
@@ -305,8 +307,37 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompu
   return (used + 255) / 256 * 256;
 }
 
-std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute, bool fp8) {
-  return carve(cfg, batch, seq, recompute, fp8, nullptr, nullptr, nullptr);
+std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute, bool fp8,
+                                          int tp) {
+  return carve(cfg, batch, seq, recompute, fp8, tp, nullptr, nullptr, nullptr);
+}
+
+void CudaDecoder::set_tensor_parallel(TensorParallelOps tp) {
+  TB_REQUIRE(batch_ == 0, "CUDA decoder: set_tensor_parallel() must come before prepare()");
+  TB_REQUIRE(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size, "CUDA decoder: tensor-parallel rank out of range");
+  if (tp.size > 1) {
+    TB_REQUIRE(tp.all_gather && tp.reduce_scatter, "CUDA decoder: tensor parallel needs all_gather and reduce_scatter");
+    TB_REQUIRE(cfg_.pos == Pos::rope, "tensor parallel on the CUDA backend supports RoPE models only (learned "
+                                      "positions would need this rank's position offset): use tp 1 for " + cfg_.name);
+    TB_REQUIRE(!fp8_.enabled, "tensor parallel on the CUDA backend runs in BF16 only for now (FP8 with tp > 1 is not "
+                              "implemented): use --precision bf16 or tp 1");
+  }
+  tp_ = std::move(tp);
+}
+
+CudaDecoder::bf16* CudaDecoder::own(bf16* full, std::int64_t local_rows) const {
+  return full + std::size_t(tp_.rank) * std::size_t(local_rows) * std::size_t(cfg_.d_model);
+}
+
+void CudaDecoder::tp_gather(bf16* full, std::int64_t local_rows) {
+  if (tp_.size == 1) return;
+  tp_.all_gather(full, std::size_t(local_rows) * std::size_t(cfg_.d_model));
+  mark("tp all-gather");
+}
+
+void CudaDecoder::tp_scatter(const bf16* full, bf16* local, std::int64_t local_rows) {
+  tp_.reduce_scatter(full, local, std::size_t(local_rows) * std::size_t(cfg_.d_model));
+  mark("tp reduce-scatter");
 }
 
 std::size_t CudaDecoder::attention_workspace_bytes() const { return attention_->workspace_bytes(); }
@@ -321,9 +352,12 @@ void CudaDecoder::prepare(int batch, int seq) {
   dc_.activate();
   dc_.synchronize();  // the old arena may still be in use
   arena_ = ops::DeviceBuffer();
-  const std::size_t bytes = carve(c, batch, seq, recompute_, fp8_.enabled, nullptr, nullptr, nullptr);
+  TB_REQUIRE(std::int64_t(batch) * seq % tp_.size == 0,
+             "CUDA decoder: batch x seq (" + std::to_string(std::int64_t(batch) * seq) +
+                 " tokens) must divide by the tensor-parallel size " + std::to_string(tp_.size) + " (sequence parallel)");
+  const std::size_t bytes = carve(c, batch, seq, recompute_, fp8_.enabled, tp_.size, nullptr, nullptr, nullptr);
   arena_ = ops::DeviceBuffer(dc_.device(), bytes);
-  carve(c, batch, seq, recompute_, fp8_.enabled, static_cast<std::byte*>(arena_.get()), &acts_, &s_);
+  carve(c, batch, seq, recompute_, fp8_.enabled, tp_.size, static_cast<std::byte*>(arena_.get()), &acts_, &s_);
   attention_->plan(attention_shape(batch, seq));  // may grow its workspace
   batch_ = batch;
   seq_ = seq;
@@ -441,11 +475,14 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
   const NormKind nk = norm_kind(c.norm);
   const float eps = float(c.norm_eps);
   const ops::AttentionShape as = attention_shape(batch, seq);
-  const TensorView<const bf16> resid = resid_in ? TensorView<const bf16>(resid_in, {n, d}) : TensorView<const bf16>();
+  const std::int64_t nl = n / tp_.size;  // the residual stream's rows (sequence parallel)
+  const TensorView<const bf16> resid = resid_in ? TensorView<const bf16>(resid_in, {nl, d}) : TensorView<const bf16>();
+  bf16* const row_out = tp_.size > 1 ? s_.part : s_.m;  // a row-parallel GEMM's output before the reduce-scatter
 
-  ops::add_norm_forward(nk, {A.y1, {n, d}}, {A.r1, {n, d}}, {A.mean1, {n}}, {A.rstd1, {n}}, {x_in, {n, d}}, resid,
-                        P(L.norm1_w), P(L.norm1_b), eps, st);
+  ops::add_norm_forward(nk, {own(A.y1, nl), {nl, d}}, {A.r1, {nl, d}}, {A.mean1, {nl}}, {A.rstd1, {nl}},
+                        {x_in, {nl, d}}, resid, P(L.norm1_w), P(L.norm1_b), eps, st);
   mark("norm fwd");
+  tp_gather(A.y1, nl);
   linear_forward(A.qkv, A.y1, l, 0, A, n);
   if (c.pos == Pos::rope) {
     ops::rope_forward(qk_view(A.qkv, batch, seq), inv_freq(), st);
@@ -454,15 +491,18 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
   const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
   attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o, A.lse}, st);
   mark("attention fwd");
-  linear_forward(s_.m, A.o, l, 1, A, n);  // the attention output lands in m (free until the MLP)
-  ops::add_norm_forward(nk, {A.y2, {n, d}}, {A.r2, {n, d}}, {A.mean2, {n}}, {A.rstd2, {n}}, {s_.m, {n, d}},
-                        {A.r1, {n, d}}, P(L.norm2_w), P(L.norm2_b), eps, st);
+  linear_forward(row_out, A.o, l, 1, A, n);  // the attention output lands in m (free until the MLP)
+  if (tp_.size > 1) tp_scatter(s_.part, s_.m, nl);
+  ops::add_norm_forward(nk, {own(A.y2, nl), {nl, d}}, {A.r2, {nl, d}}, {A.mean2, {nl}}, {A.rstd2, {nl}},
+                        {s_.m, {nl, d}}, {A.r1, {nl, d}}, P(L.norm2_w), P(L.norm2_b), eps, st);
   mark("norm fwd");
+  tp_gather(A.y2, nl);
   linear_forward(A.h, A.y2, l, 2, A, n);
   activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}});
   mark("activation fwd");
   if (to_fc1_act) return;
-  linear_forward(s_.m, A.g, l, 3, A, n);
+  linear_forward(row_out, A.g, l, 3, A, n);
+  if (tp_.size > 1) tp_scatter(s_.part, s_.m, nl);
 }
 
 void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) {
@@ -476,6 +516,10 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
   const ops::AttentionShape as = attention_shape(batch, seq);
   const ops::Workspace norm_ws{s_.norm_ws, s_.norm_ws_bytes};
   const bool sel = recompute_ == Recompute::selective && !fp8_.enabled;  // FP8 saves X^T: nothing to recompute
+  const std::int64_t nl = n / tp_.size;
+  bf16* const dy_local = tp_.size > 1 ? s_.dyl : s_.dy;  // an input gradient after the reduce-scatter
+  // The layer's output gradient arrives in this rank's block of dnext: gathered to all n rows for fc2's backward.
+  tp_gather(s_.dnext, nl);
 
   if (recompute_ == Recompute::full) {  // the whole forward again, from the saved layer input
     layer_forward(l, A.r1, nullptr, A, batch, seq, true);
@@ -483,8 +527,9 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
   }
   // MLP
   if (sel) {
-    ops::norm_forward(nk, {A.y2, {n, d}}, {A.mean2, {n}}, {A.rstd2, {n}}, {A.r2, {n, d}}, P(L.norm2_w), P(L.norm2_b),
-                      eps, st);
+    ops::norm_forward(nk, {own(A.y2, nl), {nl, d}}, {A.mean2, {nl}}, {A.rstd2, {nl}}, {A.r2, {nl, d}}, P(L.norm2_w),
+                      P(L.norm2_b), eps, st);
+    tp_gather(A.y2, nl);
     activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}});
     mark("recompute");
   }
@@ -500,9 +545,12 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
   }
   mark("activation bwd");
   linear_backward(s_.dy, l, 2, A.h, A.y2, A, n);
-  ops::add_norm_backward(nk, {s_.dr2, {n, d}}, G(L.norm2_w), G(L.norm2_b), {s_.dy, {n, d}}, {s_.dnext, {n, d}},
-                         {A.r2, {n, d}}, P(L.norm2_w), {A.mean2, {n}}, {A.rstd2, {n}}, st, norm_ws);
+  if (tp_.size > 1) tp_scatter(s_.dy, s_.dyl, nl);
+  ops::add_norm_backward(nk, {own(s_.dr2, nl), {nl, d}}, G(L.norm2_w), G(L.norm2_b), {dy_local, {nl, d}},
+                         {own(s_.dnext, nl), {nl, d}}, {A.r2, {nl, d}}, P(L.norm2_w), {A.mean2, {nl}}, {A.rstd2, {nl}},
+                         st, norm_ws);
   mark("norm bwd");
+  tp_gather(s_.dr2, nl);
   // attention
   const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
   linear_backward(s_.dout, l, 1, s_.dr2, A.o, A, n);
@@ -514,13 +562,16 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
     mark("rope bwd");
   }
   if (sel) {
-    ops::norm_forward(nk, {A.y1, {n, d}}, {A.mean1, {n}}, {A.rstd1, {n}}, {A.r1, {n, d}}, P(L.norm1_w), P(L.norm1_b),
-                      eps, st);
+    ops::norm_forward(nk, {own(A.y1, nl), {nl, d}}, {A.mean1, {nl}}, {A.rstd1, {nl}}, {A.r1, {nl, d}}, P(L.norm1_w),
+                      P(L.norm1_b), eps, st);
+    tp_gather(A.y1, nl);
     mark("recompute");
   }
   linear_backward(s_.dy, l, 0, s_.dqkv, A.y1, A, n);
-  ops::add_norm_backward(nk, {s_.dnext, {n, d}}, G(L.norm1_w), G(L.norm1_b), {s_.dy, {n, d}}, {s_.dr2, {n, d}},
-                         {A.r1, {n, d}}, P(L.norm1_w), {A.mean1, {n}}, {A.rstd1, {n}}, st, norm_ws);
+  if (tp_.size > 1) tp_scatter(s_.dy, s_.dyl, nl);
+  ops::add_norm_backward(nk, {own(s_.dnext, nl), {nl, d}}, G(L.norm1_w), G(L.norm1_b), {dy_local, {nl, d}},
+                         {own(s_.dr2, nl), {nl, d}}, {A.r1, {nl, d}}, P(L.norm1_w), {A.mean1, {nl}}, {A.rstd1, {nl}},
+                         st, norm_ws);
   mark("norm bwd");
 }
 
@@ -533,9 +584,11 @@ void CudaDecoder::forward_backward_device(const std::int32_t* tokens_in, const s
   dc_.activate();
   cudaStream_t st = dc_.stream();
   const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model;
+  const std::int64_t nl = n / tp_.size;  // this rank's token rows (sequence parallel; tp 1: all)
   const NormKind nk = norm_kind(c.norm);
   const float eps = float(c.norm_eps);
-  const TensorView<const std::int32_t> tokens(tokens_in, {n});
+  const std::int32_t* my_tokens = tokens_in + std::size_t(tp_.rank) * std::size_t(nl);
+  const TensorView<const std::int32_t> tokens(my_tokens, {nl});
 
   // Flat offsets for the data-parallel hooks: where layer l's parameters end, and where they start.
   auto slot_end = [&](int i) { return i < 0 ? std::size_t(0) : layout_.slots[std::size_t(i)].offset + layout_.slots[std::size_t(i)].size; };
@@ -555,8 +608,8 @@ void CudaDecoder::forward_backward_device(const std::int32_t* tokens_in, const s
 
   // ---- Forward.
   params_needed(std::max(slot_end(layout_.embed), slot_end(layout_.pos_embed)));
-  ops::embedding_forward({s_.x0, {n, d}}, P(layout_.embed), tokens, st);
-  if (c.pos == Pos::learned) ops::position_embedding_add({s_.x0, {n, d}}, P(layout_.pos_embed), seq, st);
+  ops::embedding_forward({s_.x0, {nl, d}}, P(layout_.embed), tokens, st);
+  if (c.pos == Pos::learned) ops::position_embedding_add({s_.x0, {nl, d}}, P(layout_.pos_embed), seq, st);
   mark("embedding fwd");
   const bf16* x = s_.x0;
   const bf16* resid = nullptr;
@@ -568,27 +621,29 @@ void CudaDecoder::forward_backward_device(const std::int32_t* tokens_in, const s
     resid = A.r2;
   }
   params_needed(layout_.total);
-  ops::add_norm_forward(nk, {s_.yf, {n, d}}, {s_.rf, {n, d}}, {s_.meanf, {n}}, {s_.rstdf, {n}}, {x, {n, d}},
-                        {resid, {n, d}}, P(layout_.final_norm_w), P(layout_.final_norm_b), eps, st);
+  ops::add_norm_forward(nk, {s_.yf, {nl, d}}, {s_.rf, {nl, d}}, {s_.meanf, {nl}}, {s_.rstdf, {nl}}, {x, {nl, d}},
+                        {resid, {nl, d}}, P(layout_.final_norm_w), P(layout_.final_norm_b), eps, st);
   mark("norm fwd");
 
-  // ---- LM head + cross-entropy (forward and its backward in one call: dyf, dWlm).
-  ops::lm_head_cross_entropy(dc_, {s_.dyf, {n, d}}, G(layout_.lm_head), {s_.yf, {n, d}}, P(layout_.lm_head), targets,
-                             ops::kLmHeadDefaultChunk, float(grad_scale), loss_out, {s_.ce, s_.ce_bytes});
+  // ---- LM head + cross-entropy (forward and its backward in one call: dyf, dWlm), on this rank's rows: their mean
+  // loss, and gradients scaled by 1 / tp so that the sum over the tp ranks is the gradient of the micro-batch's mean.
+  ops::lm_head_cross_entropy(dc_, {s_.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, P(layout_.lm_head),
+                             targets + std::size_t(tp_.rank) * std::size_t(nl), ops::kLmHeadDefaultChunk,
+                             float(grad_scale / tp_.size), loss_out, {s_.ce, s_.ce_bytes});
   mark("lm head + cross-entropy");
 
   // ---- Backward.
-  ops::add_norm_backward(nk, {s_.dnext, {n, d}}, G(layout_.final_norm_w), G(layout_.final_norm_b), {s_.dyf, {n, d}},
-                         {}, {s_.rf, {n, d}}, P(layout_.final_norm_w), {s_.meanf, {n}}, {s_.rstdf, {n}}, st,
-                         {s_.norm_ws, s_.norm_ws_bytes});
+  ops::add_norm_backward(nk, {own(s_.dnext, nl), {nl, d}}, G(layout_.final_norm_w), G(layout_.final_norm_b),
+                         {s_.dyf, {nl, d}}, {}, {s_.rf, {nl, d}}, P(layout_.final_norm_w), {s_.meanf, {nl}},
+                         {s_.rstdf, {nl}}, st, {s_.norm_ws, s_.norm_ws_bytes});
   mark("norm bwd");
   grads_ready(layout_.slots[std::size_t(layout_.final_norm_w)].offset);
   for (int l = c.layers - 1; l >= 0; --l) {
     layer_backward(l, acts_[std::size_t(l)], batch, seq);
     grads_ready(layer_begin(l));
   }
-  EmbeddingRows rows{s_.dnext, tokens_in, n, s_.embed_ws, s_.embed_ws_bytes};
-  if (gather_embedding_rows) rows = gather_embedding_rows(s_.dnext, tokens_in, n);
+  EmbeddingRows rows{own(s_.dnext, nl), my_tokens, nl, s_.embed_ws, s_.embed_ws_bytes};
+  if (gather_embedding_rows) rows = gather_embedding_rows(rows.dnext, my_tokens, nl);
   ops::embedding_backward(G(layout_.embed), {rows.dnext, {rows.rows, d}}, {rows.tokens, {rows.rows}}, st,
                           {rows.workspace, rows.workspace_bytes});
   if (c.pos == Pos::learned)

@@ -65,6 +65,23 @@ namespace tb::model {
 // `history` step amaxes, recorded by the casts; fp8_end_step() rolls the histories). The weights' FP8 copies
 // (W and W^T) are made by fp8_begin_step(), once per optimizer step. Attention, norms, the LM head and the loss
 // stay in BF16. Saved for the backward: the inputs' transposed FP8 copies (X^T) instead of the BF16 inputs.
+// Tensor parallel with sequence parallelism (Megatron's column/row-parallel attention and MLP), set before
+// prepare(): the decoder's config is then this rank's shard (heads, kv_heads and ffn divided by `size`; d_model and
+// vocab whole) and the residual stream, norms, embedding lookup, LM head and loss run on this rank's n / size token
+// rows (rows [rank n/size, (rank+1) n/size) of the micro-batch). Embedding and LM head are replicated (the LM head
+// split by tokens instead of by vocabulary: the same FLOPs per rank, no cross-entropy communication, V·d more
+// weights per rank); the caller sums their gradients and the norms' (partial: this rank's rows) over the group.
+// Per layer, with Y = all_gather(y) written in place around this rank's block:
+//   y1 = norm1(r1) -> Y1 -> qkv, attention (local heads), out -> reduce_scatter -> r2, y2 = add_norm2 -> Y2 ->
+//   fc1, act, fc2 -> reduce_scatter -> x
+// backward: all_gather of the output gradient before fc2's and out's backward, reduce_scatter of the input
+// gradients of fc1 and qkv. Both ops are enqueued on the decoder's stream (the critical path).
+struct TensorParallelOps {
+  int size = 1, rank = 0;
+  std::function<void(__nv_bfloat16* full, std::size_t local_elems)> all_gather;  // in place: rank's block -> full
+  std::function<void(const __nv_bfloat16* full, __nv_bfloat16* local, std::size_t local_elems)> reduce_scatter;
+};
+
 struct Fp8Options {
   bool enabled = false;
   bool delayed = false;
@@ -120,6 +137,9 @@ class CudaDecoder {
 
   // Sizes the activation arena and plans attention for (batch, seq); allocates (synchronizing) when they change.
   void prepare(int batch, int seq);
+  // Tensor parallel (see TensorParallelOps); before the first prepare(). Raises for what it does not support yet.
+  void set_tensor_parallel(TensorParallelOps tp);
+  int tp_size() const { return tp_.size; }
   // Enqueues one micro-batch on dc's stream: tokens, targets device [batch, seq] (unchecked: an id outside the
   // vocabulary gives a NaN loss); *loss_out (device) = the mean cross-entropy. prepare(batch, seq) first.
   void forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
@@ -127,7 +147,7 @@ class CudaDecoder {
 
   // Device bytes of the activation arena (and backward scratch) for these sizes, without allocating.
   static std::size_t activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
-                                      bool fp8 = false);
+                                      bool fp8 = false, int tp = 1);
   static std::size_t fp8_weight_bytes(const ModelConfig& cfg);  // the W and W^T FP8 copies
   std::size_t activation_bytes() const { return arena_.bytes(); }
   std::size_t attention_workspace_bytes() const;
@@ -160,13 +180,14 @@ class CudaDecoder {
   struct Scratch {  // shared by all layers
     std::int32_t *tokens, *targets;
     bf16 *x0, *m, *rf, *yf, *dyf, *dnext, *dr2, *dy, *dout, *dqkv;
+    bf16 *part, *dyl;  // tensor parallel: a row-parallel GEMM's partial output [n, d]; dy reduce-scattered [n/tp, d]
     float *meanf, *rstdf, *loss;
     void *ce, *norm_ws, *embed_ws;
     std::uint8_t *xq, *dyq, *dyqt;  // FP8 scratch: a linear's input, its output gradient and that transposed
     std::size_t ce_bytes, norm_ws_bytes, embed_ws_bytes;
   };
   // Carves (or, with base null, only sizes) the arena for batch x seq tokens; returns the bytes.
-  static std::size_t carve(const ModelConfig& c, int batch, int seq, Recompute rc, bool fp8, std::byte* base,
+  static std::size_t carve(const ModelConfig& c, int batch, int seq, Recompute rc, bool fp8, int tp, std::byte* base,
                            std::vector<LayerActs>* acts, Scratch* scratch);
   void mark(std::string_view op) {
     if (on_op) on_op(op);
@@ -201,6 +222,10 @@ class CudaDecoder {
   std::vector<std::size_t> fp8_w_offset_;               // per linear index l * 4 + k: W's byte offset (W^T after it)
   std::unique_ptr<ops::Fp8Scales> fp8_fwd_, fp8_bwd_;   // fwd: x at 2i, W at 2i + 1 (E4M3); bwd: dy at i (E5M2)
   bool overwrite_linear_grads_ = false;  // set by zero_grads_for_overwrite() for the next forward_backward
+  TensorParallelOps tp_;
+  bf16* own(bf16* full, std::int64_t local_rows) const;  // this rank's block of a [n, d] buffer (tp 1: full)
+  void tp_gather(bf16* full, std::int64_t local_rows);   // no-op at tp 1
+  void tp_scatter(const bf16* full, bf16* local, std::int64_t local_rows);
   bool deterministic_;
   ops::AttentionShape attention_shape(int batch, int seq) const;
 

@@ -4,15 +4,13 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "ops/cuda/embedding.h"
 
 namespace tb::train {
 
 DataParallelCuda::DataParallelCuda(comm::NcclCommunicator& dp, const parallel::ZeroLayout& z, cudaStream_t compute,
                                    __nv_bfloat16* params, float* grads, const model::ModelConfig& m,
                                    std::int64_t sparse_embedding_rows, int early)
-    : dp_(dp), z_(z), st_(compute), params_(params), grads_(grads), d_model_(m.d_model),
-      sparse_rows_(sparse_embedding_rows), early_(std::clamp(early, 0, int(z.buckets.size()))),
+    : dp_(dp), z_(z), st_(compute), params_(params), grads_(grads), early_(std::clamp(early, 0, int(z.buckets.size()))),
       shard_grads_(dp.device(), std::max<std::size_t>(z.shard_size, 1) * sizeof(float)) {
   int lowest = 0, highest = 0;  // NCCL's blocks go first when compute kernels free SMs (the usual practice)
   TB_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
@@ -27,13 +25,8 @@ DataParallelCuda::DataParallelCuda(comm::NcclCommunicator& dp, const parallel::Z
   fork_ = event();
   join_ = event();
   next_reduce_ = z_.buckets.size();
-  if (sparse_rows_ > 0) {
-    const std::int64_t all = sparse_rows_ * dp_.size();
-    rows_dnext_ = ops::DeviceBuffer(dp.device(), std::size_t(all) * std::size_t(d_model_) * sizeof(__nv_bfloat16));
-    rows_tokens_ = ops::DeviceBuffer(dp.device(), std::size_t(all) * sizeof(std::int32_t));
-    rows_ws_bytes_ = ops::embedding_backward_workspace_bytes(all, m.vocab, m.d_model);
-    rows_ws_ = ops::DeviceBuffer(dp.device(), rows_ws_bytes_);
-  }
+  if (sparse_embedding_rows > 0)
+    rows_ = std::make_unique<EmbeddingRowsGather>(dp.device(), m, sparse_embedding_rows, dp.size());
 }
 
 DataParallelCuda::~DataParallelCuda() {
@@ -89,13 +82,10 @@ void DataParallelCuda::grads_ready(std::size_t from) {
 
 model::CudaDecoder::EmbeddingRows DataParallelCuda::embedding_rows(const __nv_bfloat16* dnext,
                                                                    const std::int32_t* tokens, std::int64_t rows) {
-  TB_REQUIRE(rows == sparse_rows_, "data parallel: embedding rows per micro-batch changed");
   fork();
-  dp_.all_gather(dnext, rows_dnext_.get(), std::size_t(rows) * std::size_t(d_model_), DType::bf16);
-  dp_.all_gather(tokens, rows_tokens_.get(), std::size_t(rows), DType::i32);
+  const model::CudaDecoder::EmbeddingRows out = rows_->gather(dp_, dnext, tokens, rows);
   join();
-  return {rows_dnext_.as<__nv_bfloat16>(), rows_tokens_.as<std::int32_t>(), rows * dp_.size(), rows_ws_.get(),
-          rows_ws_bytes_};
+  return out;
 }
 
 void DataParallelCuda::finish_grads() {

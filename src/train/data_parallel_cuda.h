@@ -23,12 +23,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "comm/nccl_comm.h"
 #include "model/decoder_cuda.h"
 #include "ops/cuda/context.h"
 #include "parallel/zero.h"
+#include "train/embedding_rows_cuda.h"
 
 namespace tb::train {
 
@@ -46,7 +48,7 @@ class DataParallelCuda {
 
   const parallel::ZeroLayout& layout() const { return z_; }
   int early() const { return early_; }
-  bool sparse_embedding() const { return sparse_rows_ > 0; }
+  bool sparse_embedding() const { return rows_ != nullptr; }
   // The gradient the optimizer reads for one of this rank's segments: the reduced shard, or (bucket 0 with the
   // sparse embedding exchange) the full gradient buffer.
   const float* segment_grads(const parallel::ZeroSegment& s) const;
@@ -70,11 +72,9 @@ class DataParallelCuda {
   cudaStream_t st_, cs_ = nullptr;
   __nv_bfloat16* params_;
   float* grads_;
-  int d_model_;
-  std::int64_t sparse_rows_;
   int early_;
-  ops::DeviceBuffer shard_grads_, rows_dnext_, rows_tokens_, rows_ws_;
-  std::size_t rows_ws_bytes_ = 0;
+  ops::DeviceBuffer shard_grads_;
+  std::unique_ptr<EmbeddingRowsGather> rows_;
   std::vector<cudaEvent_t> gathered_;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   std::vector<cudaEvent_t> ready_;

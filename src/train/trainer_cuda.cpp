@@ -36,9 +36,11 @@
 #include "ops/cuda/context.h"
 #include "ops/cuda/fill.h"
 #include "parallel/mesh.h"
+#include "parallel/tensor_shard.h"
 #include "parallel/zero.h"
 #include "train/data.h"
 #include "train/data_parallel_cuda.h"
+#include "train/tensor_parallel_cuda.h"
 #include "train/schedule.h"
 #include "train/trainer.h"
 
@@ -87,7 +89,9 @@ struct GraphExec {
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& m) {
+MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& full) {
+  const int tp = std::max(1, spec.tp);
+  const model::ModelConfig m = tp > 1 ? parallel::tp_shard_config(full, tp) : full;  // this rank's shard
   const double P = double(model::dense_layout(m).total);
   const double dp = std::max(1, spec.dp);  // ZeRO-1: master weights, moments and the reduced gradients sharded
   MemoryEstimate e;
@@ -97,7 +101,7 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
   e.moments = (spec.moments == "bf16" ? 4 : 8) * P / dp;
   const bool fp8 = spec.precision == "fp8";
   e.activations = double(
-      model::CudaDecoder::activation_bytes(m, spec.micro_batch, m.seq, parse_recompute(spec.recompute), fp8));
+      model::CudaDecoder::activation_bytes(m, spec.micro_batch, m.seq, parse_recompute(spec.recompute), fp8, tp));
   e.fp8_weights = fp8 ? double(model::CudaDecoder::fp8_weight_bytes(m)) : 0.0;
   e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) + kAttentionWorkspaceAllowance;
   return e;
@@ -149,22 +153,34 @@ std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, doubl
 TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const StepStats&)>& on_step) {
   TrainSpec spec = spec_in;
   const comm::World& world = comm::world();
-  spec.dp = world.size;
+  TB_REQUIRE(spec.pp == 1 && spec.vp == 1 && spec.cp == 1,
+             "pipeline and context parallel run on the CPU backend (--device cpu) only for now; the CUDA backend "
+             "runs data and tensor (sequence) parallel layouts");
+  TB_REQUIRE(spec.tp >= 1 && world.size % spec.tp == 0,
+             fmt::format("--tp {} does not divide the job's {} ranks", spec.tp, world.size));
+  spec.dp = world.size / spec.tp;
+  TB_REQUIRE(spec.dp == 1 || spec.tp == 1,
+             "data parallel combined with tensor parallel is not implemented on the CUDA backend yet: use --tp equal "
+             "to the GPU count, or --tp 1");
   if (world.size > 1) spec.gpu = world.local_rank;
   validate(spec);
   TrainResult res;
   res.model = resolve_model(spec);
-  res.gpus = spec.dp;
+  res.gpus = world.size;
   const model::ModelConfig& m = res.model;
+  const int tp = spec.tp;
   const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * spec.dp;
-  parallel::validate_layout({.dp = spec.dp}, m, world.size, spec.micro_batch, global);
+  parallel::validate_layout({.dp = spec.dp, .tp = tp, .sequence_parallel = tp > 1}, m, world.size, spec.micro_batch,
+                            global);
+  const model::ModelConfig ml = tp > 1 ? parallel::tp_shard_config(m, tp) : m;  // this rank's shard of the model
   const int dp = spec.dp, accum = global / (spec.micro_batch * dp);
+  const int dp_rank = world.rank / tp;
   const int mb = spec.micro_batch, seq = m.seq;
   const std::size_t n = std::size_t(mb) * std::size_t(seq);
   res.params = model::param_count(m);
   res.tokens_per_step = double(global) * seq;
   res.flops_per_step = res.tokens_per_step * model::flops_per_token(m, spec.convention).total();
-  const double flops_per_gpu = res.flops_per_step / dp;
+  const double flops_per_gpu = res.flops_per_step / world.size;
   res.estimate = estimate_memory(spec, m);
 
   // ---- Fit check before any allocation.
@@ -191,18 +207,24 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   fp8.most_recent = spec.fp8_amax == "most_recent";
   fp8.margin = spec.fp8_margin;
   // ---- Data parallel: the ZeRO-1 partition, NCCL over the job's ranks.
-  const model::DenseLayout layout = model::dense_layout(m);
-  const parallel::ZeroLayout zl = parallel::zero_layout(layout, dp, world.rank);
+  const model::DenseLayout layout = model::dense_layout(ml);
+  const parallel::ZeroLayout zl = parallel::zero_layout(layout, dp, dp_rank);
   std::unique_ptr<comm::Communicator> host_world;
   std::unique_ptr<comm::NcclCommunicator> nccl;
-  if (dp > 1) {
+  if (world.size > 1) {
     host_world = comm::world_communicator();
     nccl = comm::NcclCommunicator::create(*host_world, spec.gpu, st);
   }
-  model::CudaDecoder net(dc, m, parse_recompute(spec.recompute), spec.deterministic, fp8, zl.padded_total);
+  model::CudaDecoder net(dc, ml, parse_recompute(spec.recompute), spec.deterministic, fp8, zl.padded_total);
+  std::unique_ptr<TensorParallelCuda> tpc;  // the tp group is the world (dp 1)
+  if (tp > 1) {
+    tpc = std::make_unique<TensorParallelCuda>(*nccl, st, ml, layout, net.grads_device(),
+                                               std::int64_t(n) / tp);
+    net.set_tensor_parallel(tpc->ops());
+  }
   std::unique_ptr<DataParallelCuda> ddp;
   if (dp > 1) {
-    ddp = std::make_unique<DataParallelCuda>(*nccl, zl, st, net.params_device(), net.grads_device(), m,
+    ddp = std::make_unique<DataParallelCuda>(*nccl, zl, st, net.params_device(), net.grads_device(), ml,
                                              m.tied_embeddings ? 0 : std::int64_t(n));
     res.buckets = int(zl.buckets.size());
   }
@@ -226,15 +248,34 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   ops::DeviceBuffer master(dc.device(), S * (split ? sizeof(std::int16_t) : sizeof(float)));
   ops::DeviceBuffer moments(dc.device(), 2 * S * moment_bytes);
   TB_CHECK(cudaMemsetAsync(moments.get(), 0, moments.bytes(), st));
-  {  // every rank draws every slot (the same values), keeps the model weights and its own master segments
-    std::size_t largest = 0;
+  {  // every rank draws every slot of the full model (the same values), keeps its tensor-parallel shard of the model
+     // weights (parallel/tensor_shard.h) and its own master segments
+    const model::DenseLayout full = model::dense_layout(m);
+    std::size_t largest = 0, largest_full = 0;
     for (const model::Slot& s : layout.slots) largest = std::max(largest, s.size);
+    for (const model::Slot& s : full.slots) largest_full = std::max(largest_full, s.size);
     ops::DeviceBuffer init(dc.device(), largest * sizeof(float)), lo(dc.device(), largest * sizeof(std::int16_t));
+    ops::DeviceBuffer whole(dc.device(), tp > 1 ? largest_full * sizeof(float) : 0);
     std::size_t seg = 0;
     for (std::size_t i = 0; i < layout.slots.size(); ++i) {
       const model::Slot& s = layout.slots[i];
       float* v = init.as<float>();
-      ops::fill_normal(v, s.size, slot_seed(spec.seed, s.name), float(s.init_value), float(s.init_std), st);
+      if (tp > 1 && !parallel::tp_replicated(s.name)) {
+        const model::Slot& f = full.at(s.name);
+        ops::fill_normal(whole.as<float>(), f.size, slot_seed(spec.seed, f.name), float(f.init_value),
+                         float(f.init_std), st);
+        const std::size_t cols = std::size_t(f.shape[1]);
+        std::size_t at = 0;
+        for (const parallel::SlotPart& p : parallel::tp_slot_parts(m, s.name, tp, tpc->rank())) {
+          TB_CHECK(cudaMemcpy2DAsync(v + at, std::size_t(p.cols) * sizeof(float),
+                                     whole.as<float>() + std::size_t(p.row0) * cols + std::size_t(p.col0),
+                                     cols * sizeof(float), std::size_t(p.cols) * sizeof(float), std::size_t(p.rows),
+                                     cudaMemcpyDeviceToDevice, st));
+          at += std::size_t(p.rows * p.cols);
+        }
+      } else {
+        ops::fill_normal(v, s.size, slot_seed(spec.seed, s.name), float(s.init_value), float(s.init_std), st);
+      }
       if (split)
         ops::master_split(v, net.params_device() + s.offset, lo.as<std::int16_t>(), s.size, st);
       else
@@ -275,6 +316,16 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const ops::AdamWGroup group(dc.device(), tensors, moment_type);
   // Data parallel: the optimizer in two launches, the early buckets first (their all-gather overlaps the second).
   std::unique_ptr<ops::AdamWGroup> early_group, late_group;
+  // Tensor parallel: the gradient norm counts a replicated parameter once (tp rank 0's copy), the shards on every
+  // rank; the ranks' sums of squares are then added up.
+  std::unique_ptr<ops::AdamWGroup> sharded_group;
+  if (tpc && tpc->rank() != 0) {
+    std::vector<ops::AdamWTensor> sharded;
+    for (std::size_t i = 0; i < segments.size(); ++i)
+      if (!parallel::tp_replicated(layout.slots[std::size_t(segments[i].slot)].name)) sharded.push_back(tensors[i]);
+    sharded_group = std::make_unique<ops::AdamWGroup>(dc.device(), sharded, moment_type);
+  }
+  const ops::AdamWGroup& norm_group = sharded_group ? *sharded_group : group;
   if (ddp && early_tensors > 0 && early_tensors < tensors.size()) {
     const std::span<const ops::AdamWTensor> all(tensors);
     early_group = std::make_unique<ops::AdamWGroup>(dc.device(), all.first(early_tensors), moment_type);
@@ -301,6 +352,14 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   };
   net.on_op = mark;
   bool last_micro = false;
+  if (tpc) {
+    if (!m.tied_embeddings)
+      net.gather_embedding_rows = [&](const model::CudaDecoder::bf16* dnext, const std::int32_t* tokens,
+                                      std::int64_t rows) { return tpc->embedding_rows(dnext, tokens, rows); };
+    net.on_grads_ready = [&](std::size_t from) {
+      if (last_micro) tpc->grads_ready(from);
+    };
+  }
   if (ddp) {
     if (ddp->sparse_embedding())
       net.gather_embedding_rows = [&](const model::CudaDecoder::bf16* dnext, const std::int32_t* tokens,
@@ -315,6 +374,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     TB_CHECK(cudaMemcpyAsync(d_targets.get(), h_targets.get(), h_targets.bytes(), cudaMemcpyHostToDevice, st));
     TB_CHECK(cudaMemcpyAsync(d_scalars.get(), h_scalars.get(), h_scalars.bytes(), cudaMemcpyHostToDevice, st));
     if (ddp) ddp->start_step();  // all-gather the weights the ranks' optimizers wrote (overlapped with the forward)
+    if (tpc) tpc->start_step();
     net.zero_grads_for_overwrite();
     mark("inputs + zero grads");
     if (ddp && net.fp8()) ddp->params_needed(zl.padded_total);  // the FP8 casts read every weight
@@ -331,7 +391,16 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       ddp->finish_grads();
       mark("gradient reduce-scatter (exposed)");
     }
-    ops::grad_norm(group, max_norm, norm, st);
+    if (tpc) {
+      tpc->finish_grads();
+      mark("tp gradient all-reduce (exposed)");
+    }
+    ops::grad_norm(norm_group, max_norm, norm, st);
+    if (tpc) {
+      tpc->all_reduce(&norm->norm_sq, 1, DType::f64);
+      ops::clip_from_norm_sq(norm, max_norm, st);
+      tpc->all_reduce(d_losses.get(), std::size_t(accum), DType::f32);
+    }
     if (ddp) {  // the shards' sums of squares, then the norm and clip scale from the total
       ddp->all_reduce(&norm->norm_sq, 1, DType::f64);
       ops::clip_from_norm_sq(norm, max_norm, st);
@@ -359,7 +428,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   auto load_inputs = [&](int step) {  // step 1-based; rank r takes micro-batches [r accum, (r + 1) accum) of the step
     for (int k = 0; k < accum * dp; ++k) {
       const Batch b = source.next(mb);
-      const int a = k - world.rank * accum;
+      const int a = k - dp_rank * accum;  // tensor-parallel ranks share their micro-batches
       if (a < 0 || a >= accum) continue;
       std::copy(b.tokens.begin(), b.tokens.end(), h_tokens.get() + std::size_t(a) * n);
       std::copy(b.targets.begin(), b.targets.end(), h_targets.get() + std::size_t(a) * n);
@@ -424,7 +493,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     s.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     float gpu_ms = 0;
     TB_CHECK(cudaEventElapsedTime(&gpu_ms, ev0, ev1));
-    for (int a = 0; a < accum; ++a) s.loss += double(h_losses[std::size_t(a)]) / (accum * dp);
+    for (int a = 0; a < accum; ++a) s.loss += double(h_losses[std::size_t(a)]) / (accum * world.size);
     s.grad_norm = h_norm[0].norm;
     s.lr = h_scalars[0].lr;
     s.tokens_per_s = res.tokens_per_step / s.step_s;
@@ -469,7 +538,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     const bench::TelemetrySummary ts = telemetry.summary(dc.device(), tm_from, tm_to);
     res.power_w = ts.power_w_mean;
     res.energy_j = ts.energy_j;
-    res.energy_j_per_token = ts.energy_j / (res.tokens_per_step / dp * double(measured.size()));  // this GPU's
+    res.energy_j_per_token = ts.energy_j / (res.tokens_per_step / world.size * double(measured.size()));  // per GPU
   }
 
   // ---- One more step, eager, with an event after every op: the breakdown.

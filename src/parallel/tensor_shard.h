@@ -1,0 +1,29 @@
+// parallel/tensor_shard.h: what a tensor-parallel rank holds of the dense decoder (Megatron's split), as used by the
+// CUDA decoder (model/decoder_cuda.h TensorParallelOps): the local config has heads, kv_heads and ffn divided by tp
+// (d_model, vocab, layers whole) and model::dense_layout of it; each local slot is stacked from parts of the full
+// slot of the same name ([rows, cols] row-major):
+//   attn.qkv   rows  [r·H/tp·hd, +H/tp·hd) of Q, the same of K and of V (local heads)      column parallel
+//   attn.out   cols  [r·H/tp·hd, +H/tp·hd)                                                  row parallel
+//   mlp.fc1    rows  [r·ffn/tp, +ffn/tp) (swiglu: of the gate half and of the up half)      column parallel
+//   mlp.fc2    cols  [r·ffn/tp, +ffn/tp)                                                    row parallel
+//   everything else (embedding, norms, LM head) whole: replicated on every tp rank
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "model/config.h"
+
+namespace tb::parallel {
+
+model::ModelConfig tp_shard_config(const model::ModelConfig& full, int tp);
+
+struct SlotPart {
+  std::int64_t row0 = 0, rows = 0, col0 = 0, cols = 0;  // a block of the full slot, [rows, cols]
+};
+// The parts of the full slot `name` that tp rank `rank` holds, in local order (one whole part when replicated).
+std::vector<SlotPart> tp_slot_parts(const model::ModelConfig& full, std::string_view name, int tp, int rank);
+bool tp_replicated(std::string_view name);  // embedding, positions, norms, LM head
+
+}  // namespace tb::parallel

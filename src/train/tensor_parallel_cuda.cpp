@@ -1,0 +1,77 @@
+// train/tensor_parallel_cuda.cpp: tensor-parallel communication for the CUDA trainer (tensor_parallel_cuda.h).
+#include "train/tensor_parallel_cuda.h"
+
+#include "core/error.h"
+#include "parallel/tensor_shard.h"
+
+namespace tb::train {
+
+TensorParallelCuda::TensorParallelCuda(comm::Communicator& tp_group, cudaStream_t compute,
+                                       const model::ModelConfig& local_cfg, const model::DenseLayout& local,
+                                       float* grads, std::int64_t rows_per_rank)
+    : st_(compute), grads_(grads) {
+  auto* nccl = dynamic_cast<comm::NcclCommunicator*>(&tp_group);
+  TB_REQUIRE(nccl != nullptr, "tensor parallel on the CUDA backend needs an NCCL communicator");
+  int lowest = 0, highest = 0;
+  TB_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+  TB_CHECK(cudaStreamCreateWithPriority(&gs_, cudaStreamNonBlocking, highest));
+  act_.reset(static_cast<comm::NcclCommunicator*>(nccl->split(0, nccl->rank()).release()));
+  act_->set_stream(st_);
+  grads_comm_.reset(static_cast<comm::NcclCommunicator*>(nccl->split(0, nccl->rank()).release()));
+  grads_comm_->set_stream(gs_);
+  for (const model::Slot& s : local.slots)
+    if (parallel::tp_replicated(s.name) && !(s.name == "embed.weight" && !local_cfg.tied_embeddings))
+      replicated_.push_back(&s);
+  if (!local_cfg.tied_embeddings)
+    rows_ = std::make_unique<EmbeddingRowsGather>(act_->device(), local_cfg, rows_per_rank, act_->size());
+  TB_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  TB_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  next_ = replicated_.size();
+}
+
+TensorParallelCuda::~TensorParallelCuda() {
+  act_.reset();
+  grads_comm_.reset();
+  cudaEventDestroy(fork_);
+  cudaEventDestroy(join_);
+  if (gs_) cudaStreamDestroy(gs_);
+}
+
+model::TensorParallelOps TensorParallelCuda::ops() {
+  model::TensorParallelOps o;
+  o.size = act_->size();
+  o.rank = act_->rank();
+  o.all_gather = [this](__nv_bfloat16* full, std::size_t local) {
+    act_->all_gather(full + std::size_t(act_->rank()) * local, full, local, DType::bf16);
+  };
+  o.reduce_scatter = [this](const __nv_bfloat16* full, __nv_bfloat16* out, std::size_t local) {
+    act_->reduce_scatter(full, out, local, DType::bf16);
+  };
+  return o;
+}
+
+void TensorParallelCuda::grads_ready(std::size_t from) {
+  bool forked = false;
+  while (next_ > 0 && replicated_[next_ - 1]->offset >= from) {
+    const model::Slot& s = *replicated_[--next_];
+    if (!forked) {
+      TB_CHECK(cudaEventRecord(fork_, st_));
+      TB_CHECK(cudaStreamWaitEvent(gs_, fork_, 0));
+      forked = true;
+    }
+    grads_comm_->all_reduce(grads_ + s.offset, grads_ + s.offset, s.size, DType::f32);
+  }
+}
+
+model::CudaDecoder::EmbeddingRows TensorParallelCuda::embedding_rows(const __nv_bfloat16* dnext,
+                                                                     const std::int32_t* tokens, std::int64_t rows) {
+  return rows_->gather(*act_, dnext, tokens, rows);
+}
+
+void TensorParallelCuda::finish_grads() {
+  grads_ready(0);
+  TB_CHECK(cudaEventRecord(join_, gs_));
+  TB_CHECK(cudaStreamWaitEvent(st_, join_, 0));
+}
+
+}  // namespace tb::train

@@ -1,0 +1,57 @@
+// train/tensor_parallel_cuda.h: the communication of tensor parallelism with sequence parallelism for the CUDA
+// trainer (model/decoder_cuda.h TensorParallelOps is the decoder's side). Two NCCL communicators over the tp group:
+//   `act`   on the compute stream: the activations' all-gathers and reduce-scatters (on the critical path), the
+//           embedding rows (embedding_rows_cuda.h: every tp rank ends with the whole micro-batch's embedding
+//           gradient) and the small sums (gradient norm, losses)
+//   `grads` on its own high-priority stream: the replicated parameters' gradients (LM head, final norm, the norms:
+//           partial sums over this rank's token rows) all-reduced as the backward finishes them (grads_ready, last
+//           micro-batch only), overlapped with the earlier layers' backward; finish_grads() joins the stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/nccl_comm.h"
+#include "model/decoder_cuda.h"
+#include "model/param_layout.h"
+#include "train/embedding_rows_cuda.h"
+
+namespace tb::train {
+
+class TensorParallelCuda {
+ public:
+  // local: this rank's layout (parallel/tensor_shard.h); grads: the decoder's gradient buffer; rows_per_rank: the
+  // tokens of a micro-batch on this rank (n / tp).
+  TensorParallelCuda(comm::Communicator& tp_group, cudaStream_t compute, const model::ModelConfig& local_cfg,
+                     const model::DenseLayout& local, float* grads, std::int64_t rows_per_rank);
+  ~TensorParallelCuda();
+  TensorParallelCuda(const TensorParallelCuda&) = delete;
+  TensorParallelCuda& operator=(const TensorParallelCuda&) = delete;
+
+  model::TensorParallelOps ops();
+  int size() const { return act_->size(); }
+  int rank() const { return act_->rank(); }
+  comm::NcclCommunicator& act() { return *act_; }
+
+  void start_step() { next_ = replicated_.size(); }
+  void grads_ready(std::size_t from);  // all-reduce the replicated slots at and above `from`
+  model::CudaDecoder::EmbeddingRows embedding_rows(const __nv_bfloat16* dnext, const std::int32_t* tokens,
+                                                   std::int64_t rows);
+  void finish_grads();
+  void all_reduce(void* buf, std::size_t count, DType t) { act_->all_reduce(buf, buf, count, t); }
+
+ private:
+  cudaStream_t st_, gs_ = nullptr;
+  std::unique_ptr<comm::NcclCommunicator> act_, grads_comm_;
+  float* grads_;
+  std::vector<const model::Slot*> replicated_;  // ascending offsets; the embedding left out when untied (rows)
+  std::size_t next_ = 0;                        // replicated_[next_..] already reduced this step
+  std::unique_ptr<EmbeddingRowsGather> rows_;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+};
+
+}  // namespace tb::train
