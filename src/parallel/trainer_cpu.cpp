@@ -1,0 +1,315 @@
+// parallel/trainer_cpu.cpp: the multi-rank CPU trainer (parallel/trainer_cpu.h has the data flow). The step in
+// order: pipeline over the micro-batches (chunk grads), pack into the flat buffer, sum the tied embedding copies,
+// reduce-scatter over dp x cp, one world all-reduce for [loss, norm^2], clip, AdamW on the shard, all-gather,
+// make the replicas bitwise equal, unpack into the chunks.
+#include "parallel/trainer_cpu.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+#include "model/decoder_common.h"
+#include "ops/cpu/adamw.h"
+#include "parallel/pipeline.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace tb::parallel {
+namespace {
+
+std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
+
+// Every check of the spec, before any communication (the same inputs give the same verdict on every rank).
+model::ModelConfig validated(const comm::Communicator& world, const model::ModelConfig& cfg,
+                             const ParallelTrainSpec& spec) {
+  cfg.validate();
+  spec.hyper.validate();
+  TB_REQUIRE(spec.micro_batch >= 1 && spec.global_batch >= 1,
+             fmt::format("parallel trainer: micro-batch ({}) and global batch ({}) must be at least 1",
+                         spec.micro_batch, spec.global_batch));
+  validate_layout(spec.mesh, cfg, world.size(), spec.micro_batch, spec.global_batch);
+  validate_pipeline({spec.mesh.pp, spec.mesh.vp, spec.global_batch / (spec.micro_batch * spec.mesh.dp)});
+  return cfg;
+}
+
+}  // namespace
+
+bool decays(const model::Slot& s) {
+  return s.name.find("norm") == std::string::npos && s.name.find("bias") == std::string::npos;
+}
+
+double OptimizerHyper::lr(int step) const {
+  TB_REQUIRE(step >= 0, fmt::format("lr schedule: step must be >= 0 (0-based), got {}", step));
+  if (step < warmup_steps) return peak_lr * double(step + 1) / double(warmup_steps);
+  if (step >= total_steps) return min_lr;
+  const double progress = double(step - warmup_steps) / double(total_steps - warmup_steps);
+  return min_lr + (peak_lr - min_lr) * 0.5 * (1 + std::cos(std::numbers::pi * progress));
+}
+
+void OptimizerHyper::validate() const {
+  TB_REQUIRE(std::isfinite(peak_lr) && peak_lr >= 0,
+             fmt::format("optimizer: peak lr must be finite and >= 0, got {}", peak_lr));
+  TB_REQUIRE(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= peak_lr,
+             fmt::format("optimizer: min lr must lie in [0, peak lr = {}], got {}", peak_lr, min_lr));
+  TB_REQUIRE(total_steps >= 1 && warmup_steps >= 0 && warmup_steps <= total_steps,
+             fmt::format("optimizer: need total_steps >= 1 and warmup_steps in [0, total_steps], got {} and {}",
+                         total_steps, warmup_steps));
+  TB_REQUIRE(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
+             fmt::format("optimizer: betas must lie in [0, 1), got {} and {}", beta1, beta2));
+  TB_REQUIRE(eps > 0, fmt::format("optimizer: eps must be > 0, got {}", eps));
+  TB_REQUIRE(std::isfinite(weight_decay) && weight_decay >= 0,
+             fmt::format("optimizer: weight decay must be finite and >= 0, got {}", weight_decay));
+  TB_REQUIRE(clip >= 0, fmt::format("optimizer: clip (max gradient norm) must be >= 0 (0: off), got {}", clip));
+}
+
+// This rank's chunks as one PipelineStage: local micro-batch mb of dp rank d is micro-batch d·accum + mb of the
+// step's global batch.
+template <class T>
+class ParallelCpuTrainer<T>::Stage final : public PipelineStage<T> {
+ public:
+  Stage(ParallelCpuTrainer& t, std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets)
+      : t_(t), tokens_(tokens), targets_(targets),
+        grad_scale_(1.0 / (double(t.accum_) * t.spec_.mesh.dp)),
+        first_mb_(t.mesh_->coord().dp * t.accum_) {}
+
+  std::size_t activation_size(int) const override {
+    return t_.chunks_[0]->activation_size(t_.spec_.micro_batch, t_.cfg_.seq);
+  }
+  double forward(int mb, int chunk, std::span<const T> in, std::span<T> out) override {
+    return t_.chunks_[std::size_t(chunk)]->forward(mb, batch(mb), in, out);
+  }
+  void backward(int mb, int chunk, std::span<const T> dout, std::span<T> din) override {
+    t_.chunks_[std::size_t(chunk)]->backward(mb, dout, din, grad_scale_);
+  }
+
+ private:
+  MicroBatch batch(int mb) const {
+    const int b = t_.spec_.micro_batch, seq = t_.cfg_.seq;
+    const std::size_t n = std::size_t(b) * std::size_t(seq), at = std::size_t(first_mb_ + mb) * n;
+    return {tokens_.subspan(at, n), targets_.subspan(at, n), b, seq};
+  }
+  ParallelCpuTrainer& t_;
+  std::span<const std::int32_t> tokens_, targets_;
+  double grad_scale_;
+  int first_mb_;
+};
+
+template <class T>
+ParallelCpuTrainer<T>::ParallelCpuTrainer(comm::Communicator& world, const model::ModelConfig& cfg,
+                                          const ParallelTrainSpec& spec, std::uint64_t seed)
+    : world_(world), cfg_(validated(world, cfg, spec)), spec_(spec), full_(model::dense_layout(cfg_)) {
+  const MeshShape& s = spec_.mesh;
+  mesh_ = std::make_unique<Mesh>(world_, s);
+  accum_ = spec_.global_batch / (spec_.micro_batch * s.dp);
+  const int stages = s.pp * s.vp, r = mesh_->coord().pp;
+  tied_split_ = cfg_.tied_embeddings && stages > 1;
+  std::size_t total = 0;
+  for (int c = 0; c < s.vp; ++c) {
+    const int g = c * s.pp + r;
+    const StageSpec st{g * cfg_.layers / stages, (g + 1) * cfg_.layers / stages, s.sequence_parallel};
+    chunks_.push_back(std::make_unique<ShardedCpuDecoder<T>>(cfg_, DecoderGroups{mesh_->tp(), mesh_->cp()}, st));
+    chunk_offset_.push_back(total);
+    total += chunks_.back()->params().size();
+  }
+  const std::size_t D = std::size_t(mesh_->dp_cp().size());
+  flat_params_.assign(round_up(std::max<std::size_t>(total, 1), D), T(0));
+  flat_grads_.assign(flat_params_.size(), T(0));
+  shard_ = flat_params_.size() / D;
+  shard_grads_.assign(shard_, T(0));
+  adam_m_.assign(shard_, T(0));
+  adam_v_.assign(shard_, T(0));
+  build_masks();
+  std::vector<T> full(full_.total);
+  model::init_params<T>(full, full_, seed);
+  load_full(full);
+}
+
+template <class T>
+ParallelCpuTrainer<T>::~ParallelCpuTrainer() = default;
+
+// decay_: per local slot (train::decays()); counted_: the elements the global norm counts (tp-replicated slots on
+// tp rank 0 only, the tied copy on the first stage only; never the padding).
+template <class T>
+void ParallelCpuTrainer<T>::build_masks() {
+  decay_.assign(flat_params_.size(), 0);
+  counted_.assign(flat_params_.size(), 0);
+  const bool tp0 = mesh_->coord().tp == 0;
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const auto& dec = *chunks_[c];
+    for (const model::Slot& sl : dec.local_layout().slots)
+      std::fill_n(decay_.begin() + std::ptrdiff_t(chunk_offset_[c] + sl.offset), sl.size, decays(sl) ? 1 : 0);
+    for (const ShardBlock& b : dec.shard_blocks())
+      std::fill_n(counted_.begin() + std::ptrdiff_t(chunk_offset_[c] + b.local_offset), b.rows * b.cols,
+                  b.tp_replicated && !tp0 ? 0 : 1);
+  }
+  if (mesh_->coord().pp == spec_.mesh.pp - 1) {
+    const std::span<T> copy = tied_region(flat_params_);
+    std::fill_n(counted_.begin() + (copy.data() - flat_params_.data()), copy.size(), 0);
+  }
+}
+
+// The rank's copy of a tied embedding split over stages: the first stage's embedding shard (pp rank 0, chunk 0)
+// or the last stage's lm_head copy (pp rank pp-1, chunk vp-1); empty elsewhere and when not split.
+template <class T>
+std::span<T> ParallelCpuTrainer<T>::tied_region(std::vector<T>& flat) const {
+  if (!tied_split_) return {};
+  const int r = mesh_->coord().pp, pp = spec_.mesh.pp;
+  const std::size_t c = r == 0 ? 0 : chunks_.size() - 1;
+  if (r != 0 && r != pp - 1) return {};
+  const model::DenseLayout& L = chunks_[c]->local_layout();
+  const model::Slot& sl = L.slots[std::size_t(r == 0 ? L.embed : L.lm_head)];
+  return std::span<T>(flat).subspan(chunk_offset_[c] + sl.offset, sl.size);
+}
+
+template <class T>
+void ParallelCpuTrainer<T>::load_full(std::span<const T> full) {
+  TB_REQUIRE(full.size() == full_.total, fmt::format("parallel trainer: load_full got {} parameters, the model has {}",
+                                                     full.size(), full_.total));
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    chunks_[c]->load_full(full);
+    std::ranges::copy(chunks_[c]->params(), flat_params_.begin() + std::ptrdiff_t(chunk_offset_[c]));
+  }
+}
+
+template <class T>
+void ParallelCpuTrainer<T>::pack_grads() {
+  std::fill(flat_grads_.begin(), flat_grads_.end(), T(0));
+  for (std::size_t c = 0; c < chunks_.size(); ++c)
+    std::ranges::copy(chunks_[c]->grads(), flat_grads_.begin() + std::ptrdiff_t(chunk_offset_[c]));
+}
+
+template <class T>
+void ParallelCpuTrainer<T>::unpack_params() {
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const std::span<T> p = chunks_[c]->params();
+    std::copy_n(flat_params_.begin() + std::ptrdiff_t(chunk_offset_[c]), p.size(), p.begin());
+  }
+}
+
+// Pipeline ranks 0 and pp-1 swap their tied copies' gradients and both add (a + b == b + a: equal on both).
+template <class T>
+void ParallelCpuTrainer<T>::sum_tied_grads() {
+  const std::span<T> mine = tied_region(flat_grads_);
+  if (mine.empty()) return;
+  const int r = mesh_->coord().pp, peer = r == 0 ? spec_.mesh.pp - 1 : 0;
+  std::vector<T> theirs(mine.size());
+  const comm::P2P ops[] = {{comm::P2P::Kind::send, mine.data(), mine.size(), peer},
+                           {comm::P2P::Kind::recv, theirs.data(), theirs.size(), peer}};
+  mesh_->pp().exchange(ops, comm::Communicator::dtype_of<T>());
+  for (std::size_t i = 0; i < mine.size(); ++i) mine[i] += theirs[i];
+}
+
+template <class T>
+double ParallelCpuTrainer<T>::grad_norm_sq() const {
+  const std::size_t base = std::size_t(mesh_->dp_cp().rank()) * shard_;
+  double sum = 0;
+  for (std::size_t i = 0; i < shard_; ++i)
+    if (counted_[base + i]) sum += double(shard_grads_[i]) * double(shard_grads_[i]);
+  return sum;
+}
+
+template <class T>
+void ParallelCpuTrainer<T>::optimizer_step(double clip_scale, double lr) {
+  if (clip_scale != 1)
+    for (T& g : shard_grads_) g = T(double(g) * clip_scale);
+  const std::size_t base = std::size_t(mesh_->dp_cp().rank()) * shard_;
+  const OptimizerHyper& h = spec_.hyper;
+  const ops::cpu::AdamWParams hp{lr, h.beta1, h.beta2, h.eps, h.weight_decay};
+  ops::cpu::adamw_step(std::span<T>(flat_params_).subspan(base, shard_), std::span<const T>(shard_grads_), adam_m_,
+                       adam_v_, hp, steps_, std::span<const std::uint8_t>(decay_).subspan(base, shard_));
+  mesh_->dp_cp().all_gather(flat_params_.data() + base, flat_params_.data(), shard_,
+                            comm::Communicator::dtype_of<T>());
+}
+
+// tp rank 0's replicated slots over the tp group; the first stage's tied embedding into the last stage's copy.
+template <class T>
+void ParallelCpuTrainer<T>::sync_replicas() {
+  const auto t = comm::Communicator::dtype_of<T>();
+  if (spec_.mesh.tp > 1)
+    for (std::size_t c = 0; c < chunks_.size(); ++c)
+      mesh_->tp().broadcast(flat_params_.data() + chunk_offset_[c], chunks_[c]->replicated_size(), t, 0);
+  const std::span<T> copy = tied_region(flat_params_);
+  if (copy.empty()) return;
+  const int r = mesh_->coord().pp, last = spec_.mesh.pp - 1;
+  const comm::P2P op{r == 0 ? comm::P2P::Kind::send : comm::P2P::Kind::recv, copy.data(), copy.size(),
+                     r == 0 ? last : 0};
+  mesh_->pp().exchange({&op, 1}, t);
+}
+
+template <class T>
+ParallelStepStats ParallelCpuTrainer<T>::step(std::span<const std::int32_t> tokens,
+                                              std::span<const std::int32_t> targets) {
+  const std::size_t n = std::size_t(spec_.global_batch) * std::size_t(cfg_.seq);
+  TB_REQUIRE(tokens.size() == n && targets.size() == n,
+             fmt::format("parallel trainer: a step takes global batch · seq = {}·{} = {} tokens and targets, got {} "
+                         "and {}",
+                         spec_.global_batch, cfg_.seq, n, tokens.size(), targets.size()));
+  model::detail::check_ids(tokens, cfg_.vocab, "token");  // on every rank: no rank raises alone
+  model::detail::check_ids(targets, cfg_.vocab, "target");
+  ParallelStepStats st;
+  st.step = ++steps_;
+  st.lr = spec_.hyper.lr(steps_ - 1);
+
+  for (auto& c : chunks_) c->zero_grads();
+  Stage stage(*this, tokens, targets);
+  const MeshShape& s = spec_.mesh;
+  const PipelineRun run = run_pipeline<T>({s.pp, s.vp, accum_}, mesh_->pp(), stage);
+  pack_grads();
+  sum_tied_grads();
+  mesh_->dp_cp().reduce_scatter(flat_grads_.data(), shard_grads_.data(), shard_, comm::Communicator::dtype_of<T>());
+
+  // [loss, norm^2] in one all-reduce: the loss from one rank per dp replica (last stage, tp 0, cp 0).
+  const Coord& c = mesh_->coord();
+  const bool reports_loss = c.pp == s.pp - 1 && c.tp == 0 && c.cp == 0;
+  double sums[2] = {reports_loss ? run.loss / (double(accum_) * s.dp) : 0.0, grad_norm_sq()};
+  world_.all_reduce(std::span<double>(sums));
+  st.loss = sums[0];
+  st.grad_norm = std::sqrt(sums[1]);
+  TB_REQUIRE(std::isfinite(st.grad_norm),
+             fmt::format("step {}: the gradient norm is not finite (loss {}): lower the lr or clip", st.step, st.loss));
+  const double max_norm = spec_.hyper.clip;
+  st.clip_scale = max_norm > 0 && st.grad_norm > max_norm ? max_norm / (st.grad_norm + 1e-6) : 1.0;
+  optimizer_step(st.clip_scale, st.lr);
+  sync_replicas();
+  unpack_params();
+  return st;
+}
+
+template <class T>
+std::vector<T> ParallelCpuTrainer<T>::full_params() const {
+  std::vector<T> full(full_.total, T(0));
+  const Coord& c = mesh_->coord();
+  if (c.dp == 0 && c.cp == 0) {  // one copy per (pp, tp) coordinate; the world sum adds the pieces
+    for (std::size_t k = 0; k < chunks_.size(); ++k) {
+      const auto& dec = *chunks_[k];
+      const model::DenseLayout& L = dec.local_layout();
+      const bool has_copy = tied_split_ && dec.is_last();
+      const std::size_t copy0 = has_copy ? L.slots[std::size_t(L.lm_head)].offset : 0;
+      const std::size_t copy1 = has_copy ? copy0 + L.slots[std::size_t(L.lm_head)].size : 0;
+      const std::span<const T> p = dec.params();
+      for (const ShardBlock& b : dec.shard_blocks()) {
+        if ((b.tp_replicated && c.tp != 0) || (b.local_offset >= copy0 && b.local_offset < copy1)) continue;
+        for (std::int64_t i = 0; i < b.rows; ++i)
+          std::copy_n(p.data() + b.local_offset + std::size_t(i * b.cols), b.cols,
+                      full.data() + b.full_offset + std::size_t(i * b.full_stride));
+      }
+    }
+  }
+  world_.all_reduce(std::span<T>(full));
+  return full;
+}
+
+template <class T>
+std::vector<T> ParallelCpuTrainer<T>::full_grads() const {
+  std::vector<T> full(full_.total, T(0));
+  for (const auto& dec : chunks_) dec->add_grads_to_full(full);
+  world_.all_reduce(std::span<T>(full));
+  return full;
+}
+
+template class ParallelCpuTrainer<float>;
+template class ParallelCpuTrainer<double>;
+
+}  // namespace tb::parallel

@@ -1,0 +1,129 @@
+// parallel/trainer_cpu.h: optimizer steps of the dense decoder on a dp x cp x pp x tp mesh (vp virtual stages,
+// sequence parallel) with the CPU reference ops and the MPI communicators: the reference every parallel layout
+// is checked against (one step = the single-rank train::train_cpu step on the same global batch).
+//
+// Model chunks. With S = pp·vp global stages, pipeline rank r holds chunks c = 0..vp-1, chunk c = global stage
+// s = c·pp + r = layers [s·L/S, (s+1)·L/S), each a ShardedCpuDecoder over the rank's tp and cp groups.
+// One step, global batch G sequences of config.seq tokens, micro-batch b, accum = G / (b·dp):
+//   dp rank d runs micro-batches [d·accum, (d+1)·accum) of the step (micro-batch i = sequences [i·b, (i+1)·b)),
+//   through run_pipeline (1F1B, or interleaved when vp > 1) over the pp group; the cp ranks of a dp rank run the
+//   same micro-batches (each its sequence chunks). grad_scale = 1 / (accum·dp): the sum over dp x cp is the
+//   gradient of the mean loss over the global batch.
+//   loss = sum over dp of the last stage's micro-batch losses / (accum·dp), all-reduced: the same on every rank.
+// Gradient reduction and optimizer (ZeRO-1 over dp x cp = mesh.dp_cp(), D ranks, q = this rank's index there):
+//   flat = the concatenation of the chunks' local buffers, padded to a multiple of D; shard q = [q·n/D, (q+1)·n/D)
+//   tied embeddings over stages (first != last stage): the last stage's copy of the embedding shard and the
+//     first stage's are summed between pp ranks 0 and pp-1 (Megatron's embedding group) before anything else
+//   g_q    = reduce-scatter over dp_cp of the flat gradients
+//   norm   = sqrt(all-reduce over the world of sum g_q^2 over the elements counted once: tp-replicated slots on tp
+//            rank 0, the tied copy on the first stage only)
+//   clip   = max_norm / (norm + 1e-6) when norm > max_norm (max_norm > 0), else 1;  g_q *= clip
+//   AdamW (ops/cpu/adamw.h) on the shard's params, moments m, v on the shard only, lr = hyper.lr(step - 1),
+//     weight decay except on norms and biases (train::decays())
+//   params = all-gather over dp_cp of the shards; then tp rank 0's replicated slots are broadcast over tp and
+//     the first stage's embedding copied to the last stage's tied copy, so the copies stay bitwise equal
+//     whatever order the reductions of different groups summed in.
+// The constructor, step(), full_params() and full_grads() are collective over the world communicator (call them
+// on every rank, in the same order).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/config.h"
+#include "model/param_layout.h"
+#include "parallel/decoder_cpu_parallel.h"
+#include "parallel/mesh.h"
+
+namespace tb::parallel {
+
+// The optimizer's hyper-parameters (the caller maps train::TrainSpec / train::lr_schedule onto them).
+// LR: linear warmup then cosine decay, as train::LrSchedule; step is 0-based, W = warmup_steps, N = total_steps:
+//   step < W: peak (step + 1) / W;  W <= step < N: min + (peak - min)(1 + cos(pi (step - W) / (N - W))) / 2;
+//   step >= N: min
+struct OptimizerHyper {
+  double peak_lr = 3e-3, min_lr = 3e-4;
+  int warmup_steps = 0, total_steps = 1;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  double clip = 1.0;  // max gradient norm; 0: no clipping
+  double lr(int step) const;
+  void validate() const;  // Error{config} naming the bad field
+};
+
+struct ParallelTrainSpec {
+  MeshShape mesh;
+  int micro_batch = 1;   // sequences per micro-batch
+  int global_batch = 1;  // sequences per optimizer step (every dp rank takes global / dp of them)
+  OptimizerHyper hyper;
+};
+
+struct ParallelStepStats {
+  int step = 0;  // 1-based
+  double loss = 0, grad_norm = 0, clip_scale = 1, lr = 0;
+};
+
+// Whether AdamW decays this slot (train::decays(): norm gains and biases are not decayed).
+bool decays(const model::Slot& s);
+
+template <class T>
+class ParallelCpuTrainer {
+ public:
+  // Validates the layout (parallel::validate_layout, validate_pipeline) and the hyper-parameters before any
+  // communication: a bad spec raises Error{config} on every rank. Parameters start as CpuDecoder<T>(cfg, seed).
+  ParallelCpuTrainer(comm::Communicator& world, const model::ModelConfig& cfg, const ParallelTrainSpec& spec,
+                     std::uint64_t seed);
+  ~ParallelCpuTrainer();
+  ParallelCpuTrainer(const ParallelCpuTrainer&) = delete;
+  ParallelCpuTrainer& operator=(const ParallelCpuTrainer&) = delete;
+
+  const model::ModelConfig& config() const { return cfg_; }
+  const ParallelTrainSpec& spec() const { return spec_; }
+  const Mesh& mesh() const { return *mesh_; }
+  int accum() const { return accum_; }  // micro-batches per dp rank and step
+
+  // One optimizer step on the global batch: tokens and targets [global_batch, config().seq] row-major, the same
+  // on every rank. Returns the same stats on every rank.
+  ParallelStepStats step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
+
+  // The full model's parameters (model::dense_layout order, as CpuDecoder::params()), on every rank.
+  std::vector<T> full_params() const;
+  // The full gradient of the last step before clipping and the optimizer (as CpuDecoder::grads() after
+  // forward_backward of the global batch with its mean loss), on every rank. Zeros before the first step.
+  std::vector<T> full_grads() const;
+  // Replaces the parameters (a full buffer in dense_layout order, the same on every rank); moments are kept.
+  void load_full(std::span<const T> full);
+
+ private:
+  class Stage;
+  void build_masks();
+  void pack_grads();
+  void sum_tied_grads();
+  double grad_norm_sq() const;
+  void optimizer_step(double clip_scale, double lr);
+  void sync_replicas();
+  void unpack_params();
+  std::span<T> tied_region(std::vector<T>& flat) const;  // this rank's copy of a stage-split tied embedding
+
+  comm::Communicator& world_;
+  model::ModelConfig cfg_;
+  ParallelTrainSpec spec_;
+  model::DenseLayout full_;
+  std::unique_ptr<Mesh> mesh_;
+  int accum_ = 1;
+  bool tied_split_ = false;  // tied embeddings on different stages: a copy on pp rank 0 and on pp rank pp-1
+  std::vector<std::unique_ptr<ShardedCpuDecoder<T>>> chunks_;
+  std::vector<std::size_t> chunk_offset_;       // of each chunk in the flat buffer
+  std::size_t shard_ = 0;                       // flat.size() / dp_cp
+  std::vector<T> flat_params_, flat_grads_;     // padded local buffers (every chunk, this tp/pp coordinate)
+  std::vector<T> shard_grads_, adam_m_, adam_v_;
+  std::vector<std::uint8_t> decay_, counted_;   // per flat element
+  int steps_ = 0;
+};
+
+extern template class ParallelCpuTrainer<float>;
+extern template class ParallelCpuTrainer<double>;
+
+}  // namespace tb::parallel

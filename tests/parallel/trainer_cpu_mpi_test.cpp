@@ -1,0 +1,285 @@
+// trainer_cpu_mpi_test: the multi-rank CPU trainer (parallel/trainer_cpu.h) under mpirun (2 and 4 ranks, ctest)
+// against the single-rank CpuDecoder<double>, for a llama-like model (rmsnorm, swiglu, rope with Llama 3.1
+// scaling, GQA) and a gpt-like one (layernorm, gelu, learned positions, tied embeddings), 4 layers, parameters
+// moved off their init, random tokens, global batch 4, on every layout the rank count allows:
+//   np2: dp2, tp2 sp, pp2, pp2 vp2, cp2
+//   np4: dp2 tp2 sp, tp2 pp2, pp2 cp2, dp2 pp2, tp2 cp2 sp, dp4, pp4, pp2 vp2 dp2, tp4
+//   - one step (micro-batch 1 and 2 where the layout allows): the loss on every rank and the full gradient equal
+//     forward_backward of the whole global batch (its mean loss) to 1e-10 relative (per parameter slot);
+//   - 20 steps, lr 1e-2 with warmup and cosine decay, clipping at a max_norm that clips some steps but not all:
+//     every step's loss and gradient norm equal a single-rank loop written here (CpuDecoder + adamw_step + clip) to
+//     1e-9 relative, and the final parameters to 1e-8;
+//   - bad layouts and bad input raise Error{config} on every rank, naming the problem.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_comm.h"
+#include "core/error.h"
+#include "model/config.h"
+#include "model/decoder_cpu.h"
+#include "ops/cpu/adamw.h"
+#include "parallel/mesh.h"
+#include "parallel/trainer_cpu.h"
+
+namespace tb::parallel {
+namespace {
+
+using model::CpuDecoder;
+using model::ModelConfig;
+
+constexpr int kGlobal = 4;
+constexpr std::uint64_t kSeed = 7;
+
+ModelConfig tiny(const std::string& family) {
+  ModelConfig c = model::preset("tiny");
+  c.name = "test-" + family;
+  c.layers = 4, c.d_model = 16, c.head_dim = 4, c.ffn = 24, c.vocab = 36, c.seq = 16;
+  if (family == "llama") {
+    c.heads = 8, c.kv_heads = 4;
+    c.rope_scaling.enabled = true;
+    c.rope_scaling.original_max_position = 1024;
+  } else {
+    c.family = "gpt";
+    c.heads = 4, c.kv_heads = 4;
+    c.norm = model::Norm::layernorm, c.act = model::Act::gelu, c.pos = model::Pos::learned;
+    c.tied_embeddings = true;
+  }
+  return c;
+}
+
+struct Batch {
+  std::vector<std::int32_t> tokens, targets;
+};
+
+Batch random_batch(int batch, int seq, int vocab, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<int> u(0, vocab - 1);
+  Batch b;
+  for (int i = 0; i < batch * seq; ++i) b.tokens.push_back(u(g)), b.targets.push_back(u(g));
+  return b;
+}
+
+// CpuDecoder's init (seed kSeed) with every parameter moved (norm gains not 1, biases not 0).
+std::vector<double> start_params(const ModelConfig& cfg) {
+  CpuDecoder<double> d(cfg, kSeed);
+  std::mt19937_64 g(11);
+  std::uniform_real_distribution<double> u(-0.1, 0.1);
+  for (double& p : d.params()) p += u(g);
+  return {d.params().begin(), d.params().end()};
+}
+
+struct Layout {
+  MeshShape shape;
+  std::string str() const { return shape.str(); }
+};
+
+std::vector<Layout> layouts(int n) {
+  auto L = [](int dp, int cp, int pp, int tp, int vp = 1, bool sp = false) {
+    return Layout{MeshShape{dp, cp, pp, tp, vp, sp}};
+  };
+  if (n == 2) return {L(2, 1, 1, 1), L(1, 1, 1, 2, 1, true), L(1, 1, 2, 1), L(1, 1, 2, 1, 2), L(1, 2, 1, 1)};
+  if (n == 4)
+    return {L(2, 1, 1, 2, 1, true), L(1, 1, 2, 2), L(1, 2, 2, 1), L(2, 1, 2, 1), L(1, 2, 1, 2, 1, true),
+            L(4, 1, 1, 1), L(1, 1, 4, 1), L(2, 1, 2, 1, 2), L(1, 1, 1, 4)};
+  return {L(n, 1, 1, 1)};
+}
+
+bool fits(const Layout& l, const ModelConfig& cfg, int micro) {
+  return layout_problems(l.shape, cfg, comm::world().size, micro, kGlobal).empty();
+}
+
+// Per slot: max |got - want| <= rel * max |want| (and the slot is not all zero). "" or the mismatching slots.
+std::string compare(const model::DenseLayout& L, std::span<const double> got, std::span<const double> want,
+                    double rel) {
+  std::ostringstream bad;
+  for (const model::Slot& s : L.slots) {
+    double err = 0, scale = 0;
+    for (std::size_t i = s.offset; i < s.offset + s.size; ++i) {
+      err = std::max(err, std::abs(got[i] - want[i]));
+      scale = std::max(scale, std::abs(want[i]));
+    }
+    if (!(err <= rel * scale) || scale == 0) bad << "  " << s.name << ": max err " << err << ", max |x| " << scale << "\n";
+  }
+  return bad.str();
+}
+
+std::string what(const Layout& l, int micro) {
+  return l.str() + " micro " + std::to_string(micro) + " rank " + std::to_string(comm::world().rank);
+}
+
+class Family : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Family, OneStepMatchesTheSingleRankGradient) {
+  const ModelConfig cfg = tiny(GetParam());
+  const std::vector<double> start = start_params(cfg);
+  CpuDecoder<double> ref(cfg, kSeed);
+  std::ranges::copy(start, ref.params().begin());
+  const Batch b = random_batch(kGlobal, cfg.seq, cfg.vocab, 42);
+  ref.zero_grads();
+  const double ref_loss = ref.forward_backward(b.tokens, b.targets, kGlobal, cfg.seq);
+  const double ref_norm = ops::cpu::grad_norm(ref.grads());
+  auto world = comm::world_communicator();
+  for (const Layout& l : layouts(world->size()))
+    for (int micro : {1, 2}) {
+      if (!fits(l, cfg, micro)) continue;
+      ParallelCpuTrainer<double> t(*world, cfg, {l.shape, micro, kGlobal, {}}, kSeed);
+      t.load_full(start);
+      EXPECT_EQ(compare(ref.dense_layout(), t.full_params(), start, 0), "") << what(l, micro) << " (load_full)";
+      const ParallelStepStats st = t.step(b.tokens, b.targets);
+      EXPECT_NEAR(st.loss, ref_loss, 1e-10 * ref_loss) << what(l, micro);
+      EXPECT_NEAR(st.grad_norm, ref_norm, 1e-10 * ref_norm) << what(l, micro);
+      EXPECT_EQ(compare(ref.dense_layout(), t.full_grads(), ref.grads(), 1e-10), "") << what(l, micro);
+    }
+}
+
+// The single-rank loop the trainer must reproduce, written independently: decay everything but norms and biases,
+// LR warmup then cosine, clip_grad_norm, adamw_step.
+struct Reference {
+  std::vector<double> loss, norm, params;
+};
+
+OptimizerHyper training_hyper(double clip) {
+  return {.peak_lr = 1e-2, .min_lr = 1e-3, .warmup_steps = 3, .total_steps = 20, .beta1 = 0.9, .beta2 = 0.95,
+          .eps = 1e-8, .weight_decay = 0.1, .clip = clip};
+}
+
+double test_lr(int step0) {  // training_hyper's schedule, 0-based step
+  if (step0 < 3) return 1e-2 * (step0 + 1) / 3.0;
+  return 1e-3 + (1e-2 - 1e-3) * 0.5 * (1 + std::cos(std::numbers::pi * (step0 - 3) / 17.0));
+}
+
+Batch step_batch(const ModelConfig& cfg, int step) { return random_batch(kGlobal, cfg.seq, cfg.vocab, 1000 + step); }
+
+Reference reference_run(const ModelConfig& cfg, int steps, double clip) {
+  CpuDecoder<double> net(cfg, kSeed);
+  const std::vector<double> start = start_params(cfg);
+  std::ranges::copy(start, net.params().begin());
+  std::vector<double> m(start.size(), 0), v(start.size(), 0);
+  std::vector<std::uint8_t> mask(start.size(), 1);
+  for (const model::Slot& s : net.layout())
+    if (s.name.find("norm") != std::string::npos || s.name.find("bias") != std::string::npos)
+      std::fill_n(mask.begin() + std::ptrdiff_t(s.offset), s.size, 0);
+  Reference r;
+  for (int step = 1; step <= steps; ++step) {
+    const Batch b = step_batch(cfg, step);
+    net.zero_grads();
+    r.loss.push_back(net.forward_backward(b.tokens, b.targets, kGlobal, cfg.seq));
+    r.norm.push_back(ops::cpu::clip_grad_norm(net.grads(), clip));
+    const ops::cpu::AdamWParams hp{test_lr(step - 1), 0.9, 0.95, 1e-8, 0.1};
+    ops::cpu::adamw_step(net.params(), net.grads(), m, v, hp, step, mask);
+  }
+  r.params.assign(net.params().begin(), net.params().end());
+  return r;
+}
+
+TEST_P(Family, TwentyStepsMatchTheSingleRankLoop) {
+  const ModelConfig cfg = tiny(GetParam());
+  constexpr int kSteps = 20;
+  constexpr double kClip = 0.9;
+  const Reference ref = reference_run(cfg, kSteps, kClip);
+  const auto clipped = std::ranges::count_if(ref.norm, [](double n) { return n > kClip; });
+  ASSERT_GT(clipped, 0) << "max_norm never clips: lower kClip";
+  ASSERT_LT(clipped, kSteps) << "max_norm always clips: raise kClip";
+  double moved = 0;  // random targets: the loss stays near log(vocab), but the parameters must move
+  const std::vector<double> start = start_params(cfg);
+  for (std::size_t i = 0; i < start.size(); ++i) moved = std::max(moved, std::abs(ref.params[i] - start[i]));
+  ASSERT_GT(moved, 0.05) << "the model does not move";
+  auto world = comm::world_communicator();
+  for (const Layout& l : layouts(world->size())) {
+    const int micro = l.shape.pp == 1 && fits(l, cfg, 2) ? 2 : 1;
+    ASSERT_TRUE(fits(l, cfg, micro)) << what(l, micro);
+    ParallelCpuTrainer<double> t(*world, cfg, {l.shape, micro, kGlobal, training_hyper(kClip)}, kSeed);
+    t.load_full(start);
+    for (int step = 1; step <= kSteps; ++step) {
+      const Batch b = step_batch(cfg, step);
+      const ParallelStepStats st = t.step(b.tokens, b.targets);
+      const std::size_t i = std::size_t(step - 1);
+      EXPECT_EQ(st.step, step);
+      EXPECT_NEAR(st.loss, ref.loss[i], 1e-9 * ref.loss[i]) << what(l, micro) << " step " << step;
+      EXPECT_NEAR(st.grad_norm, ref.norm[i], 1e-9 * ref.norm[i]) << what(l, micro) << " step " << step;
+      EXPECT_NEAR(st.lr, test_lr(step - 1), 1e-14 * test_lr(step - 1));
+      EXPECT_EQ(st.clip_scale < 1, ref.norm[i] > kClip) << what(l, micro) << " step " << step;
+    }
+    EXPECT_EQ(compare(model::dense_layout(cfg), t.full_params(), ref.params, 1e-8), "") << what(l, micro);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt"));
+
+TEST(ParallelCpuTrainer, FloatTrains) {  // the float instantiation against the float single-rank decoder
+  const ModelConfig cfg = tiny("gpt");
+  auto world = comm::world_communicator();
+  const Layout l = layouts(world->size()).back();
+  CpuDecoder<float> ref(cfg, kSeed);
+  const Batch b = random_batch(kGlobal, cfg.seq, cfg.vocab, 5);
+  ref.zero_grads();
+  const double ref_loss = ref.forward_backward(b.tokens, b.targets, kGlobal, cfg.seq);
+  ParallelCpuTrainer<float> t(*world, cfg, {l.shape, 1, kGlobal, training_hyper(1.0)}, kSeed);
+  const ParallelStepStats st = t.step(b.tokens, b.targets);
+  EXPECT_NEAR(st.loss, ref_loss, 1e-5 * ref_loss) << l.str();
+  const std::vector<float> g = t.full_grads();
+  double err = 0, scale = 0;
+  for (std::size_t i = 0; i < g.size(); ++i)
+    err = std::max(err, double(std::abs(g[i] - ref.grads()[i]))), scale = std::max(scale, double(std::abs(ref.grads()[i])));
+  EXPECT_LT(err, 1e-4 * scale) << l.str();
+}
+
+TEST(OptimizerHyper, LrWarmsUpThenDecaysByCosine) {
+  const OptimizerHyper h{.peak_lr = 1.0, .min_lr = 0.1, .warmup_steps = 2, .total_steps = 10};
+  EXPECT_DOUBLE_EQ(h.lr(0), 0.5);
+  EXPECT_DOUBLE_EQ(h.lr(1), 1.0);
+  EXPECT_DOUBLE_EQ(h.lr(2), 1.0);
+  EXPECT_NEAR(h.lr(6), 0.55, 1e-15);  // half way through the decay: (peak + min) / 2
+  EXPECT_DOUBLE_EQ(h.lr(10), 0.1);
+  EXPECT_DOUBLE_EQ(h.lr(99), 0.1);
+}
+
+// Runs make() expecting Error{config} whose message contains `needle` (on this rank; every rank runs it).
+template <class F>
+void expect_config_error(F make, const std::string& needle) {
+  try {
+    make();
+    ADD_FAILURE() << "no error; expected one naming '" << needle << "' on rank " << comm::world().rank;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::config) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(ParallelCpuTrainer, BadLayoutsAndInputRaiseOnEveryRank) {
+  auto world = comm::world_communicator();
+  const int n = world->size();
+  ModelConfig three = tiny("llama");
+  three.layers = 3;
+  if (n > 1)
+    expect_config_error([&] { ParallelCpuTrainer<double>(*world, three, {{.pp = n}, 1, kGlobal, {}}, kSeed); },
+                        "layers (3) is not divisible by pp·vp (" + std::to_string(n) + ")");
+  const ModelConfig cfg = tiny("llama");
+  expect_config_error([&] { ParallelCpuTrainer<double>(*world, cfg, {{.dp = n, .tp = 2}, 1, kGlobal, {}}, kSeed); },
+                      "but the job has " + std::to_string(n));
+  if (n > 1)
+    expect_config_error([&] { ParallelCpuTrainer<double>(*world, cfg, {{.dp = n}, 1, 3, {}}, kSeed); },
+                        "global batch (3) is not divisible by micro-batch·dp");
+  OptimizerHyper bad;
+  bad.clip = -1;
+  expect_config_error([&] { ParallelCpuTrainer<double>(*world, cfg, {{.dp = n}, 1, kGlobal, bad}, kSeed); }, "clip");
+  // Bad input to a good trainer: every rank raises before any collective, and the trainer still works after.
+  ParallelCpuTrainer<double> t(*world, cfg, {{.dp = n}, 1, kGlobal, {}}, kSeed);
+  Batch b = random_batch(kGlobal, cfg.seq, cfg.vocab, 9);
+  expect_config_error([&] { t.step(std::span(b.tokens).first(5), b.targets); }, "global batch · seq");
+  b.tokens[3] = cfg.vocab;
+  expect_config_error([&] { t.step(b.tokens, b.targets); }, "outside the vocabulary");
+  b.tokens[3] = 0;
+  EXPECT_TRUE(std::isfinite(t.step(b.tokens, b.targets).loss));
+}
+
+}  // namespace
+}  // namespace tb::parallel
