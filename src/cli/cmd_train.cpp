@@ -123,7 +123,8 @@ int cmd_train(int argc, char** argv) {
   const model::ModelConfig m = train::resolve_model(spec);  // bad shapes fail before any work
   const bool cuda = spec.device == "cuda";
   const int gpus = std::max(1, common.gpus);
-  TB_REQUIRE(gpus == 1 || cuda, "--gpus > 1 needs --device cuda (the CPU backend runs one rank)");
+  TB_REQUIRE(gpus == 1 || cuda, "--gpus > 1 needs --device cuda (CPU ranks: mpirun -np N trainbench train --device "
+                                 "cpu ...)");
   // The layout against the model and the rank count, every problem at once, before any rank starts.
   const int model_ranks = spec.tp * spec.pp * spec.cp;
   const int world_n = launched_by_mpi() ? job_ranks() : gpus;
@@ -141,11 +142,11 @@ int cmd_train(int argc, char** argv) {
   if (auto rc = start_ranks(gpus, "train", argc, argv)) return *rc;  // re-executes as `gpus` ranks
   const bool rank0 = is_rank0();
   const int ranks = job_ranks();
-  TB_REQUIRE(ranks == 1 || cuda, "several ranks need --device cuda (the CPU backend trains on one rank)");
+  spec.job_ranks = true;
   auto run = open_run(common, argc, argv);
   const parallel::MeshShape layout = shape(ranks);
   const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * layout.dp;
-  const std::string where = !cuda       ? std::string("cpu")
+  const std::string where = !cuda       ? (ranks > 1 ? fmt::format("{} CPU ranks ({})", ranks, layout.str()) : "cpu")
                             : ranks > 1 ? fmt::format("{} GPUs ({}{})", ranks, layout.str(),
                                                       layout.dp > 1 ? ", ZeRO-1" : "")
                                         : fmt::format("GPU {}", spec.gpu);
@@ -185,6 +186,7 @@ int cmd_train(int argc, char** argv) {
             {"seq", m.seq},
             {"micro_batch", spec.micro_batch},
             {"gpus", res.gpus},
+            {"layout", layout.str()},
             {"tokens_per_s_per_gpu", res.tokens_per_s / res.gpus},
             {"global_batch", global},
             {"device", cuda ? "cuda" : "cpu"},

@@ -130,9 +130,13 @@ void NcclCommunicator::wait(cudaStream_t stream, double timeout_s) {
   }
 }
 
-std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) { return split_nccl(color, key); }
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::split_nccl(int color, int key, int min_ctas) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  if (min_ctas > 0) config.minCTAs = min_ctas;
   ncclComm_t c = nullptr;
-  TB_CHECK(ncclCommSplit(comm_, color, key, &c, nullptr));
+  TB_CHECK(ncclCommSplit(comm_, color, key, &c, &config));
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(c, device_, stream_));
 }
 

@@ -109,7 +109,8 @@ nlohmann::json host_provenance(int argc, char** argv, const std::string& run_id)
 void write_json_file(const std::filesystem::path& path, const nlohmann::json& j) {
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  const auto tmp = std::filesystem::path(path.string() + ".tmp");
+  // One temporary per process: the ranks of a job may write the same file at once (the last rename wins, whole).
+  const auto tmp = std::filesystem::path(fmt::format("{}.{}.tmp", path.string(), getpid()));
   {
     std::ofstream out(tmp);
     out << j.dump(2) << "\n";

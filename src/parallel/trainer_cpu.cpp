@@ -40,22 +40,7 @@ bool decays(const model::Slot& s) {
   return s.name.find("norm") == std::string::npos && s.name.find("bias") == std::string::npos;
 }
 
-double OptimizerHyper::lr(int step) const {
-  TB_REQUIRE(step >= 0, fmt::format("lr schedule: step must be >= 0 (0-based), got {}", step));
-  if (step < warmup_steps) return peak_lr * double(step + 1) / double(warmup_steps);
-  if (step >= total_steps) return min_lr;
-  const double progress = double(step - warmup_steps) / double(total_steps - warmup_steps);
-  return min_lr + (peak_lr - min_lr) * 0.5 * (1 + std::cos(std::numbers::pi * progress));
-}
-
 void OptimizerHyper::validate() const {
-  TB_REQUIRE(std::isfinite(peak_lr) && peak_lr >= 0,
-             fmt::format("optimizer: peak lr must be finite and >= 0, got {}", peak_lr));
-  TB_REQUIRE(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= peak_lr,
-             fmt::format("optimizer: min lr must lie in [0, peak lr = {}], got {}", peak_lr, min_lr));
-  TB_REQUIRE(total_steps >= 1 && warmup_steps >= 0 && warmup_steps <= total_steps,
-             fmt::format("optimizer: need total_steps >= 1 and warmup_steps in [0, total_steps], got {} and {}",
-                         total_steps, warmup_steps));
   TB_REQUIRE(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
              fmt::format("optimizer: betas must lie in [0, 1), got {} and {}", beta1, beta2));
   TB_REQUIRE(eps > 0, fmt::format("optimizer: eps must be > 0, got {}", eps));
@@ -240,7 +225,7 @@ void ParallelCpuTrainer<T>::sync_replicas() {
 
 template <class T>
 ParallelStepStats ParallelCpuTrainer<T>::step(std::span<const std::int32_t> tokens,
-                                              std::span<const std::int32_t> targets) {
+                                              std::span<const std::int32_t> targets, double lr) {
   const std::size_t n = std::size_t(spec_.global_batch) * std::size_t(cfg_.seq);
   TB_REQUIRE(tokens.size() == n && targets.size() == n,
              fmt::format("parallel trainer: a step takes global batch · seq = {}·{} = {} tokens and targets, got {} "
@@ -250,7 +235,8 @@ ParallelStepStats ParallelCpuTrainer<T>::step(std::span<const std::int32_t> toke
   model::detail::check_ids(targets, cfg_.vocab, "target");
   ParallelStepStats st;
   st.step = ++steps_;
-  st.lr = spec_.hyper.lr(steps_ - 1);
+  TB_REQUIRE(std::isfinite(lr) && lr >= 0, fmt::format("parallel trainer: lr must be finite and >= 0, got {}", lr));
+  st.lr = lr;
 
   for (auto& c : chunks_) c->zero_grads();
   Stage stage(*this, tokens, targets);

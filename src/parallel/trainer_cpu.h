@@ -18,7 +18,7 @@
 //   norm   = sqrt(all-reduce over the world of sum g_q^2 over the elements counted once: tp-replicated slots on tp
 //            rank 0, the tied copy on the first stage only)
 //   clip   = max_norm / (norm + 1e-6) when norm > max_norm (max_norm > 0), else 1;  g_q *= clip
-//   AdamW (ops/cpu/adamw.h) on the shard's params, moments m, v on the shard only, lr = hyper.lr(step - 1),
+//   AdamW (ops/cpu/adamw.h) on the shard's params, moments m, v on the shard only, lr = step()'s lr,
 //     weight decay except on norms and biases (train::decays())
 //   params = all-gather over dp_cp of the shards; then tp rank 0's replicated slots are broadcast over tp and
 //     the first stage's embedding copied to the last stage's tied copy, so the copies stay bitwise equal
@@ -40,16 +40,11 @@
 
 namespace tb::parallel {
 
-// The optimizer's hyper-parameters (the caller maps train::TrainSpec / train::lr_schedule onto them).
-// LR: linear warmup then cosine decay, as train::LrSchedule; step is 0-based, W = warmup_steps, N = total_steps:
-//   step < W: peak (step + 1) / W;  W <= step < N: min + (peak - min)(1 + cos(pi (step - W) / (N - W))) / 2;
-//   step >= N: min
+// The optimizer's hyper-parameters (the caller maps train::TrainSpec onto them; the learning rate of each step comes
+// with step(), from the caller's schedule, train/schedule.h).
 struct OptimizerHyper {
-  double peak_lr = 3e-3, min_lr = 3e-4;
-  int warmup_steps = 0, total_steps = 1;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   double clip = 1.0;  // max gradient norm; 0: no clipping
-  double lr(int step) const;
   void validate() const;  // Error{config} naming the bad field
 };
 
@@ -65,7 +60,7 @@ struct ParallelStepStats {
   double loss = 0, grad_norm = 0, clip_scale = 1, lr = 0;
 };
 
-// Whether AdamW decays this slot (train::decays(): norm gains and biases are not decayed).
+// Whether AdamW decays this slot: norm gains and biases are not decayed (the usual practice; the CUDA trainer too).
 bool decays(const model::Slot& s);
 
 template <class T>
@@ -86,7 +81,7 @@ class ParallelCpuTrainer {
 
   // One optimizer step on the global batch: tokens and targets [global_batch, config().seq] row-major, the same
   // on every rank. Returns the same stats on every rank.
-  ParallelStepStats step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
+  ParallelStepStats step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, double lr);
 
   // The full model's parameters (model::dense_layout order, as CpuDecoder::params()), on every rank.
   std::vector<T> full_params() const;

@@ -5,6 +5,9 @@
 #include "parallel/tensor_shard.h"
 
 namespace tb::train {
+namespace {
+constexpr int kActivationMinCtas = 16;  // NCCL_MIN_NCHANNELS 16 vs NCCL's default: 70B tp2 step 228.3 vs 233.4 ms
+}  // namespace
 
 TensorParallelCuda::TensorParallelCuda(comm::Communicator& tp_group, cudaStream_t compute,
                                        const model::ModelConfig& local_cfg, const model::DenseLayout& local,
@@ -15,9 +18,9 @@ TensorParallelCuda::TensorParallelCuda(comm::Communicator& tp_group, cudaStream_
   int lowest = 0, highest = 0;
   TB_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
   TB_CHECK(cudaStreamCreateWithPriority(&gs_, cudaStreamNonBlocking, highest));
-  act_.reset(static_cast<comm::NcclCommunicator*>(nccl->split(0, nccl->rank()).release()));
+  act_ = nccl->split_nccl(0, nccl->rank(), kActivationMinCtas);
   act_->set_stream(st_);
-  grads_comm_.reset(static_cast<comm::NcclCommunicator*>(nccl->split(0, nccl->rank()).release()));
+  grads_comm_ = nccl->split_nccl(0, nccl->rank());
   grads_comm_->set_stream(gs_);
   for (const model::Slot& s : local.slots)
     if (parallel::tp_replicated(s.name) && !(s.name == "embed.weight" && !local_cfg.tied_embeddings))

@@ -8,6 +8,7 @@
 #include <thread>
 #include <memory>
 
+#include "comm/mpi_comm.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/provenance.h"
@@ -27,10 +28,6 @@ std::vector<std::uint8_t> decay_mask(std::span<const model::Slot> slots, std::si
 }
 
 }  // namespace
-
-bool decays(const model::Slot& s) {
-  return s.name.find("norm") == std::string::npos && s.name.find("bias") == std::string::npos;
-}
 
 void validate(const TrainSpec& spec) {
   TB_REQUIRE(spec.micro_batch > 0, "--micro-batch must be at least 1");
@@ -80,6 +77,8 @@ model::ModelConfig resolve_model(const TrainSpec& spec) {
 }
 
 TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const StepStats&)>& on_step) {
+  if ((spec.job_ranks && comm::world().size > 1) || spec.tp * spec.pp * spec.vp * spec.cp > 1)
+    return train_cpu_parallel(spec, on_step);
   validate(spec);
   TrainResult res;
   res.model = resolve_model(spec);

@@ -21,6 +21,7 @@
 #include "model/config.h"
 #include "model/flops.h"
 #include "model/param_layout.h"
+#include "parallel/trainer_cpu.h"
 #include "train/schedule.h"
 
 namespace tb::train {
@@ -46,6 +47,8 @@ struct TrainSpec {
   int gpu = 0;                        // device index (one process); with several ranks: the node-local rank
   int dp = 1;                         // data-parallel ranks (ZeRO-1): world / (tp·pp·cp) (comm/mpi_comm.h world())
   int tp = 1, pp = 1, vp = 1, cp = 1; // tensor (with sequence parallel), pipeline, virtual stages, context parallel
+  bool job_ranks = false;             // train across the job's MPI ranks (train --gpus / mpirun); false: this
+                                      // process alone, whatever the launcher (the recipe runner's per-rank proxies)
   std::string recompute = "none";     // none | selective | full (model/decoder_cuda.h)
   std::string moments = "f32";        // AdamW moments: f32 | bf16
   std::string master = "split";       // fp32 master weights as split (bf16 model weight + 16-bit residual: exact,
@@ -121,8 +124,10 @@ LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m);
 model::ModelConfig resolve_model(const TrainSpec& spec);
 void validate(const TrainSpec& spec);
 
-// Trains on the CPU backend; on_step is called after every step (log lines, records).
+// Trains on the CPU backend; on_step is called after every step (log lines, records). Under an MPI launcher with
+// several ranks, or with a parallel layout (tp, pp, vp, cp), it runs train_cpu_parallel (train/trainer_cpu_parallel.cpp).
 TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const StepStats&)>& on_step);
+TrainResult train_cpu_parallel(const TrainSpec& spec, const std::function<void(const StepStats&)>& on_step);
 
 // The CUDA backend's memory needs for this spec; fit_advice() is "" when it fits in `free_bytes`, else a message
 // with the estimate and the knobs that would make it fit (recompute, micro-batch, layers, moments).
@@ -132,7 +137,6 @@ std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, doubl
 // Trains on one GPU (spec.gpu). Raises Error{config} before allocating when the model does not fit.
 TrainResult train_cuda(const TrainSpec& spec, const std::function<void(const StepStats&)>& on_step);
 
-// Whether AdamW decays this parameter (norm gains and biases are not decayed, the usual practice).
-bool decays(const model::Slot& s);
+using parallel::decays;  // whether AdamW decays a parameter (not norm gains and biases)
 
 }  // namespace tb::train

@@ -152,7 +152,7 @@ std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, doubl
 
 TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const StepStats&)>& on_step) {
   TrainSpec spec = spec_in;
-  const comm::World& world = comm::world();
+  const comm::World world = spec.job_ranks ? comm::world() : comm::World{};  // else this process alone
   TB_REQUIRE(spec.pp == 1 && spec.vp == 1 && spec.cp == 1,
              "pipeline and context parallel run on the CPU backend (--device cpu) only for now; the CUDA backend "
              "runs data and tensor (sequence) parallel layouts");

@@ -1,0 +1,86 @@
+// train/trainer_cpu_parallel.cpp: train_cpu() on several ranks or a parallel layout (mpirun -np N trainbench train
+// --device cpu --tp/--pp/--vp/--cp ...): the CPU reference of every layout (parallel/trainer_cpu.h) with the
+// single-rank loop's data, LR schedule and step records. Every rank draws the step's whole global batch from the
+// same data source (micro-batches in the single-rank order) and the trainer takes its share, so a layout trains
+// on exactly the tokens the one-rank run sees. Step time: the host clock around the step on rank 0.
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "comm/mpi_comm.h"
+#include "core/error.h"
+#include "core/interrupt.h"
+#include "parallel/trainer_cpu.h"
+#include "train/data.h"
+#include "train/schedule.h"
+#include "train/trainer.h"
+
+namespace tb::train {
+
+TrainResult train_cpu_parallel(const TrainSpec& spec, const std::function<void(const StepStats&)>& on_step) {
+  validate(spec);
+  TrainResult res;
+  res.model = resolve_model(spec);
+  const model::ModelConfig& m = res.model;
+  auto world = spec.job_ranks ? comm::world_communicator() : comm::make_self_communicator();
+  const int model_ranks = spec.tp * spec.pp * spec.cp;
+  TB_REQUIRE(model_ranks >= 1 && world->size() % model_ranks == 0,
+             fmt::format("tp·pp·cp = {} does not divide the job's {} ranks", model_ranks, world->size()));
+  parallel::ParallelTrainSpec ps;
+  ps.mesh = {.dp = world->size() / model_ranks, .cp = spec.cp, .pp = spec.pp, .tp = spec.tp, .vp = spec.vp,
+             .sequence_parallel = spec.tp > 1};
+  ps.micro_batch = spec.micro_batch;
+  ps.global_batch = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * ps.mesh.dp;
+  ps.hyper = {spec.beta1, spec.beta2, spec.eps, spec.weight_decay, spec.clip};
+  parallel::ParallelCpuTrainer<float> trainer(*world, m, ps, spec.seed);  // validates the layout on every rank
+  res.gpus = world->size();
+  res.params = model::param_count(m);
+  res.tokens_per_step = double(ps.global_batch) * m.seq;
+  res.flops_per_step = res.tokens_per_step * model::flops_per_token(m, spec.convention).total();
+
+  DataSource source(spec.data, spec.token_type, m.vocab, m.seq, spec.seed);
+  res.loss_floor = source.loss_floor();
+  const LrSchedule schedule = lr_schedule(spec, m);
+  std::vector<std::int32_t> tokens, targets;
+  std::vector<double> measured;
+  for (int step = 1; step <= spec.steps; ++step) {
+    tokens.clear(), targets.clear();
+    for (int a = 0; a < ps.global_batch / spec.micro_batch; ++a) {
+      const Batch b = source.next(spec.micro_batch);
+      tokens.insert(tokens.end(), b.tokens.begin(), b.tokens.end());
+      targets.insert(targets.end(), b.targets.begin(), b.targets.end());
+    }
+    world->barrier();  // the step starts together on every rank
+    const auto t0 = std::chrono::steady_clock::now();
+    const parallel::ParallelStepStats ps_step = trainer.step(tokens, targets, schedule.lr(step - 1));
+    StepStats st;
+    st.step = step;
+    st.loss = ps_step.loss;
+    st.grad_norm = ps_step.grad_norm;
+    st.lr = ps_step.lr;
+    st.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    st.tokens_per_s = res.tokens_per_step / st.step_s;
+    st.tflops = res.flops_per_step / world->size() / st.step_s / 1e12;
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    st.mem_gib = double(u.ru_maxrss) / (1024.0 * 1024.0);
+    TB_REQUIRE(std::isfinite(st.loss), fmt::format("step {}: the loss is not finite: lower --lr", step));
+    if (step > spec.warmup_steps) measured.push_back(st.step_s);
+    res.steps.push_back(st);
+    if (on_step) on_step(st);
+    if (interrupted()) {  // (every rank gets the signal from mpirun)
+      res.interrupted = true;
+      break;
+    }
+  }
+  if (measured.empty()) measured.push_back(res.steps.back().step_s);
+  res.step_s = summarize(measured);
+  res.tokens_per_s = res.tokens_per_step / res.step_s.median;
+  res.tflops = res.flops_per_step / world->size() / res.step_s.median / 1e12;
+  return res;
+}
+
+}  // namespace tb::train
