@@ -8,6 +8,8 @@
 #   tpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs tensor parallel (tp 2, sequence parallel)
 #   tp70b:    Llama 3.1 70B shapes, 4 layers, seq 8192, micro-batch 1: 1 GPU vs tp 2 (the same global batch 1);
 #             the job's tokens/s compared (target: tp 2 >= 1.8 x one GPU)
+#   dpfp8:    dp8b in FP8 (current scaling)
+#   scale:    `trainbench scale llama3.1-8b --gpus 1,2`: proxy, projection and the measured data-parallel runs
 #   ctas:     dp8b's 2-GPU run with NCCL_MAX_CTAS in $CTAS (default 16 8 4 2)
 #   comm:     bench/lab/nccl_ranks_lab: all-gather / reduce-scatter bandwidth between 2 ranks (normal and high
 #             stream priority)
@@ -52,6 +54,13 @@ ours() {  # ours NAME ARGS...
           env ${e//,/ } $TB train --steps $((STEPS + WARM)) --warmup-steps "$WARM" --out "$OUT/results/70b-tp2-$e" \
             --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2 --no-op-profile | grep summary | sed "s/^/$e: /"
         done ;;
+      dpfp8)
+        ours 8b-L8-fp8-1gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --no-op-profile
+        ours 8b-L8-fp8-2gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --gpus 2 --global-batch 2 --no-op-profile
+        log "dp fp8"; python3 bench/compare_losses.py "$OUT/results/8b-L8-fp8-1gpu" "$OUT/results/8b-L8-fp8-2gpu" --tol 1 | tail -1 ;;
+      scale)
+        log scale; $TB scale llama3.1-8b --gpus 1,2 --set cp=1 --steps 10 --warmup-steps 3 --system h200 \
+          --out "$OUT/results/scale" | grep -v "^step" ;;
       ctas)  # the data-parallel step with NCCL limited to fewer blocks (less interference with the overlapped compute)
         for c in ${CTAS:-16 8 4 2}; do
           NCCL_MIN_CTAS=1 NCCL_MAX_CTAS=$c ours 8b-L8-2gpu-ctas$c --model llama3.1-8b --layers 8 --seq 8192 --gpus 2 --global-batch 2 --no-op-profile

@@ -1,12 +1,15 @@
 // cli/cmd_scale.cpp: `trainbench scale <recipe> --gpus 1,2,4,8 [--mode weak|strong]`: the recipe at each GPU count,
-// efficiency against the smallest, per-GPU throughput, communication share where known (report/scale.h). Until
-// multi-GPU training exists each count is measured as its per-GPU proxy (`trainbench run --ref-gpus N`) and projected
-// (`trainbench project --gpus N --from` that proxy); every row says which.
+// efficiency against the smallest, per-GPU throughput, communication share where known (report/scale.h).
+// Each count is measured as its per-GPU proxy (`trainbench run --ref-gpus N`) and projected (`trainbench project --gpus
+// N --from` that proxy), and where this node has the GPUs, trained for real (`trainbench train --gpus N`, data
+// parallel); every row says which.
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <fstream>
 
 #include "cli/commands.h"
+#include "bench/sysinfo.h"
 #include "cli/common.h"
 #include "report/run_args.h"
 #include "core/error.h"
@@ -57,10 +60,43 @@ int cmd_scale(int argc, char** argv) {
 
   report::ScaleSpec spec{r.name, mode, gpus, out ? *out : std::filesystem::path("results") / fmt::format("scale-{}-{}", r.name, make_run_id())};
   report::ScaleHooks hooks;
-  hooks.measured = [](int, const std::filesystem::path&, std::string* why) -> std::optional<nlohmann::json> {
-    // Multi-GPU training (the parallel issue) plugs in here: run `trainbench run --gpus N` into dir and return
-    // point_metrics() of its run record plus the measured comm share.
-    *why = "multi-GPU training is not built yet: proxy and projection only";
+  // Measured: the recipe's model (its preset; the proxy's layers, default 8, and sequence) trained for real on N GPUs
+  // of this node, data parallel (`trainbench train --gpus N`): micro-batch per GPU fixed, global batch micro x N
+  // (weak) or the smallest count's (strong). Compares GPU counts of one model; the proxy rows extrapolate depth.
+  auto fixed_value = [&](const std::string& key, const std::string& fallback) {
+    for (const auto& [k, v] : fixed)
+      if (k == key) return v;
+    return fallback;
+  };
+  hooks.measured = [&](int n, const std::filesystem::path& dir, std::string* why) -> std::optional<nlohmann::json> {
+    if (device != "cuda") return *why = "measured points need --device cuda", std::nullopt;
+    if (r.shape_overridden) return *why = "the recipe overrides its preset's shape (train takes presets)", std::nullopt;
+    if (const int visible = bench::visible_gpu_count(); visible < n)
+      return *why = fmt::format("this node shows {} GPU{}", visible, visible == 1 ? "" : "s"), std::nullopt;
+    const int micro = std::stoi(fixed_value("micro_batch", "1"));
+    const int global = mode == "strong" ? micro * gpus.front() : micro * n;
+    std::vector<std::string> argv2{report::self_exe(), "train", "--model", r.preset, "--layers", fixed_value("layers", "8"),
+                                   "--seq", fixed_value("seq", std::to_string(r.model.seq)), "--micro-batch",
+                                   std::to_string(micro), "--global-batch", std::to_string(global), "--precision",
+                                   fixed_value("precision", r.precisions.front()), "--gpus", std::to_string(n),
+                                   "--no-op-profile", "--out", dir.string()};
+    if (steps > 0) argv2.insert(argv2.end(), {"--steps", std::to_string(steps + std::max(warmup, 0))});
+    if (warmup >= 0) argv2.insert(argv2.end(), {"--warmup-steps", std::to_string(warmup)});
+    const report::ExecResult res = report::exec(argv2);
+    std::ifstream in(dir / "results.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || j.value("bench", "") != "train") continue;
+      return nlohmann::json{{"tokens_per_s_per_gpu", j.value("tokens_per_s_per_gpu", 0.0)},
+                            {"step_s", j["step_ms"].value("median", 0.0) / 1e3},
+                            {"tflops_per_gpu", j.value("tflops", 0.0)},
+                            {"mfu", j.value("mfu", 0.0)},
+                            {"peak_alloc_gib", j.value("peak_alloc_gib", 0.0)},
+                            {"point_run", j.value("run", "")},
+                            {"note", fmt::format("trained on {} GPUs (data parallel, ZeRO-1), {} layers", n,
+                                                 j.value("layers", 0))}};
+    }
+    *why = fmt::format("trainbench train --gpus {}: {}", n, last_line(res.output));
     return std::nullopt;
   };
   hooks.proxy = [&](int n, int global_batch, const std::filesystem::path& dir) {

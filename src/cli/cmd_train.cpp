@@ -134,10 +134,8 @@ int cmd_train(int argc, char** argv) {
   };
   parallel::validate_layout(shape(world_n), m, world_n, spec.micro_batch,
                             spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * shape(world_n).dp);
-  if (cuda && bench::visible_gpu_count() == 0) {
-    std::fprintf(stderr, "trainbench train: needs a GPU: %s (or use --device cpu)\n", bench::no_gpu_reason().c_str());
-    return kUsage;
-  }
+  if (cuda && bench::visible_gpu_count() == 0)  // raised: in a job of several ranks the error ends every rank
+    raise_config(fmt::format("needs a GPU: {} (or use --device cpu)", bench::no_gpu_reason()));
 
   if (auto rc = start_ranks(gpus, "train", argc, argv)) return *rc;  // re-executes as `gpus` ranks
   const bool rank0 = is_rank0();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "comm/mpi.h"
 #include "comm/mpi_comm.h"
 #include "cli/common.h"
 #include "core/build_info.h"
@@ -85,6 +86,7 @@ int dispatch(int argc, char** argv) {
                  int(name.size()), name.data(), did_you_mean(name, names).c_str());
     return kUsage;
   }
+  if (launched_by_mpi()) comm::world();  // MPI up first: any rank's error can then end the whole job (end_job)
   std::string prog = fmt::format("trainbench {}", cmd->name);
   std::vector<char*> args{prog.data()};
   for (int i = 2; i < argc; ++i) args.push_back(argv[i]);

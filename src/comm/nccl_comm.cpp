@@ -132,11 +132,9 @@ void NcclCommunicator::wait(cudaStream_t stream, double timeout_s) {
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) { return split_nccl(color, key); }
 
-std::unique_ptr<NcclCommunicator> NcclCommunicator::split_nccl(int color, int key, int min_ctas) {
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  if (min_ctas > 0) config.minCTAs = min_ctas;
+std::unique_ptr<NcclCommunicator> NcclCommunicator::split_nccl(int color, int key) {
   ncclComm_t c = nullptr;
-  TB_CHECK(ncclCommSplit(comm_, color, key, &c, &config));
+  TB_CHECK(ncclCommSplit(comm_, color, key, &c, nullptr));
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(c, device_, stream_));
 }
 

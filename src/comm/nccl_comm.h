@@ -32,9 +32,7 @@ class NcclCommunicator final : public Communicator {
   // Waits for `stream` (e.g. a compute stream that joined this communicator's work) the way synchronize() does.
   void wait(cudaStream_t stream, double timeout_s = 600);
   std::unique_ptr<Communicator> split(int color, int key) override;  // ncclCommSplit; same GPU and stream
-  // The same with NCCL's minCTAs (0: NCCL's choice): more blocks for a communicator on the critical path (the tensor-
-  // parallel activations: measured on 2 H200s, 16 gave the 70B proxy's step 2% over NCCL's default).
-  std::unique_ptr<NcclCommunicator> split_nccl(int color, int key, int min_ctas = 0);
+  std::unique_ptr<NcclCommunicator> split_nccl(int color, int key);  // split() with its NCCL type
 
   cudaStream_t stream() const { return stream_; }
   void set_stream(cudaStream_t s) { stream_ = s; }

@@ -1,6 +1,6 @@
 // report/scale.h: `trainbench scale`: one recipe at several GPU counts, one "scale.point" record per (GPU count,
 // source) in OUT/results.jsonl, efficiency relative to the smallest count (analysis.h). Sources, each labelled:
-//   measured   a real run on N GPUs (multi-GPU training: the hook returns nothing until it exists)
+//   measured   a real run on N GPUs of this node (`trainbench train --gpus N`, data parallel, the proxy's layers)
 //   proxy      `trainbench run --ref-gpus N`: the per-GPU shard of the N-GPU layout on one GPU, extrapolated to
 //              the layout's step: compute only, no communication, no pipeline bubble (OUT/gpus-N/)
 //   projected  `trainbench project --gpus N --from OUT/gpus-N`: the proxy's compute plus modelled communication

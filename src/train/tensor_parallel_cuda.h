@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "comm/nccl_comm.h"
@@ -42,6 +43,10 @@ class TensorParallelCuda {
   model::CudaDecoder::EmbeddingRows embedding_rows(const __nv_bfloat16* dnext, const std::int32_t* tokens,
                                                    std::int64_t rows);
   void finish_grads();
+  // After each rank updated its 1/tp part of these replicated slots ((offset, size) in the flat buffer): all-gather
+  // them in place on the side stream (overlapping the rest of the optimizer); finish_step() joins it.
+  void gather_parts(__nv_bfloat16* params, const std::vector<std::pair<std::size_t, std::size_t>>& slots);
+  void finish_step();
   void all_reduce(void* buf, std::size_t count, DType t) { act_->all_reduce(buf, buf, count, t); }
 
  private:

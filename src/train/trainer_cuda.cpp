@@ -245,6 +245,20 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     for (std::size_t i = 0; i < layout.slots.size(); ++i)
       segments.push_back({layout.slots[i].offset, layout.slots[i].offset, layout.slots[i].size, int(i)});
   }
+  // Tensor parallel: the replicated embedding and LM head are updated a 1/tp part per rank (their gradients are
+  // equal on every rank), then all-gathered while the other parameters update: tp times less optimizer work on them.
+  std::vector<std::pair<std::size_t, std::size_t>> split_slots;  // (offset, size) of those slots
+  auto split_update = [&](const model::Slot& sl) {
+    return tpc && (sl.name == "embed.weight" || sl.name == "lm_head.weight") && sl.size % std::size_t(tp) == 0;
+  };
+  if (tpc)
+    for (parallel::ZeroSegment& g : segments)
+      if (const model::Slot& sl = layout.slots[std::size_t(g.slot)]; split_update(sl)) {
+        split_slots.emplace_back(sl.offset, sl.size);
+        g.count = sl.size / std::size_t(tp);
+        g.flat += std::size_t(tpc->rank()) * g.count;
+        g.shard += std::size_t(tpc->rank()) * g.count;
+      }
   ops::DeviceBuffer master(dc.device(), S * (split ? sizeof(std::int16_t) : sizeof(float)));
   ops::DeviceBuffer moments(dc.device(), 2 * S * moment_bytes);
   TB_CHECK(cudaMemsetAsync(moments.get(), 0, moments.bytes(), st));
@@ -316,14 +330,22 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const ops::AdamWGroup group(dc.device(), tensors, moment_type);
   // Data parallel: the optimizer in two launches, the early buckets first (their all-gather overlaps the second).
   std::unique_ptr<ops::AdamWGroup> early_group, late_group;
-  // Tensor parallel: the gradient norm counts a replicated parameter once (tp rank 0's copy), the shards on every
-  // rank; the ranks' sums of squares are then added up.
+  // Tensor parallel: the gradient norm counts a replicated parameter once (tp rank 0's copy; the split embedding and
+  // LM head: each rank's part), the shards on every rank; the ranks' sums of squares are then added up. The split
+  // parts update first (early), so their all-gather overlaps the rest.
   std::unique_ptr<ops::AdamWGroup> sharded_group;
-  if (tpc && tpc->rank() != 0) {
-    std::vector<ops::AdamWTensor> sharded;
-    for (std::size_t i = 0; i < segments.size(); ++i)
-      if (!parallel::tp_replicated(layout.slots[std::size_t(segments[i].slot)].name)) sharded.push_back(tensors[i]);
-    sharded_group = std::make_unique<ops::AdamWGroup>(dc.device(), sharded, moment_type);
+  if (tpc) {
+    std::vector<ops::AdamWTensor> counted, first, rest;
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+      const model::Slot& sl = layout.slots[std::size_t(segments[i].slot)];
+      if (!parallel::tp_replicated(sl.name) || split_update(sl) || tpc->rank() == 0) counted.push_back(tensors[i]);
+      (split_update(sl) ? first : rest).push_back(tensors[i]);
+    }
+    sharded_group = std::make_unique<ops::AdamWGroup>(dc.device(), counted, moment_type);
+    if (!first.empty() && !rest.empty()) {
+      early_group = std::make_unique<ops::AdamWGroup>(dc.device(), first, moment_type);
+      late_group = std::make_unique<ops::AdamWGroup>(dc.device(), rest, moment_type);
+    }
   }
   const ops::AdamWGroup& norm_group = sharded_group ? *sharded_group : group;
   if (ddp && early_tensors > 0 && early_tensors < tensors.size()) {
@@ -410,13 +432,15 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     const ops::GradNormResult* clip = spec.clip > 0 ? norm : nullptr;
     if (early_group) {
       ops::adamw_step(*early_group, hp, scalars, clip, st);
-      ddp->gather_early();  // the next forward starts with these buckets: gathered while the rest updates
+      if (ddp) ddp->gather_early();  // the next forward starts with these buckets: gathered while the rest updates
+      if (tpc) tpc->gather_parts(net.params_device(), split_slots);
       ops::adamw_step(*late_group, hp, scalars, clip, st);
     } else {
       ops::adamw_step(group, hp, scalars, clip, st);
       if (ddp) ddp->gather_early();
     }
     if (ddp) ddp->finish_step();
+    if (tpc) tpc->finish_step();
     mark("grad norm + AdamW");
     TB_CHECK(cudaMemcpyAsync(h_losses.get(), d_losses.get(), h_losses.bytes(), cudaMemcpyDeviceToHost, st));
     TB_CHECK(cudaMemcpyAsync(h_norm.get(), d_norm.get(), h_norm.bytes(), cudaMemcpyDeviceToHost, st));
