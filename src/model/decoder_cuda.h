@@ -27,8 +27,8 @@
 // zeroes, as with CpuDecoder). Every slot must start 256-byte aligned in the bf16 buffer (offsets multiples of 128
 // elements: the cuBLASLt plans, norm and CE kernels assume it); the constructor refuses a config whose layout
 // breaks that, saying which slot.
-// Activations: ONE device arena per (batch, seq), carved into 256-byte aligned pieces by the same code that sizes
-// it (activation_bytes()). What each layer keeps for its backward depends on the recompute mode:
+// Activations: ONE device arena per (batch, seq, activation sets), carved into 256-byte aligned pieces by the same
+// code that sizes it (activation_bytes()). What each layer keeps for its backward depends on the recompute mode:
 //   none:       r1 mean1 rstd1 y1 qkv o lse r2 mean2 rstd2 y2 h g          (per token: (7d + 2 kv + 2 or 3 ffn) bf16)
 //   selective:  r1 mean1 rstd1 qkv o lse r2 mean2 rstd2 h  — the norm outputs y1, y2 and the activation output g
 //               are recomputed in the backward (elementwise: ~1% more time). The attention core (the [s, s]
@@ -230,7 +230,9 @@ class CudaDecoder {
                            int tp, std::byte* base, std::vector<LayerActs>* acts, std::vector<HeadActs>* heads,
                            Scratch* scratch);
   static ArenaParts arena_parts(const ModelConfig& c, LayerRange stage, int slots);
-  const LayerActs& acts(int slot, int l) const { return acts_[std::size_t(slot) * layout_.layers.size() + std::size_t(l)]; }
+  const LayerActs& acts(int slot, int l) const {
+    return acts_[std::size_t(slot) * layout_.layers.size() + std::size_t(l)];
+  }
   // Flat offsets for the data-parallel hooks: where layer l's parameters end, and where they start.
   std::size_t slot_end(int slot) const;
   std::size_t layer_end(int l) const;

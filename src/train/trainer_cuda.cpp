@@ -136,7 +136,8 @@ std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, doubl
   const MemoryEstimate e = estimate_memory(spec, m);
   if (e.total() <= free_bytes) return "";
   std::string msg = fmt::format(
-      "{} with {} layers, seq {}, micro-batch {}{} needs about {:.1f} GiB on the GPU (weights {:.1f}, gradients {:.1f}, "
+      "{} with {} layers, seq {}, micro-batch {}{} needs about {:.1f} GiB on the GPU (weights {:.1f}, gradients "
+      "{:.1f}, "
       "master weights {:.1f}, AdamW moments {:.1f}, activations {:.1f} with --recompute {}, workspaces {:.1f}); "
       "{:.1f} GiB are free.",
       m.name, m.layers, m.seq, spec.micro_batch, spec.pp > 1 ? fmt::format(", pp {} (the fullest stage)", spec.pp) : "",

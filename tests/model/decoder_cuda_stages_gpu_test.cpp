@@ -107,7 +107,8 @@ void two_stages_equal_one(const ModelConfig& cfg, CudaDecoder::Recompute rc) {
   whole.load_params(host);
   whole.zero_grads();
   whole.prepare(kBatch, kSeq);
-  for (int a = 0; a < kMicro; ++a) whole.forward_backward_device(tok + a * n, tgt + a * n, kBatch, kSeq, scale, loss + a);
+  for (int a = 0; a < kMicro; ++a)
+    whole.forward_backward_device(tok + a * n, tgt + a * n, kBatch, kSeq, scale, loss + a);
   std::vector<float> want_loss(2);
   TB_CHECK(cudaMemcpy(want_loss.data(), loss, 2 * sizeof(float), cudaMemcpyDeviceToHost));
   const std::vector<float> want = whole.grads_to_host();

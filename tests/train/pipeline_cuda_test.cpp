@@ -51,7 +51,9 @@ TEST(PipelinePlan, BuffersFlowFromReceiveToUse) {
             continue;
           }
           EXPECT_NE(op.in, op.out) << what;
-          if (op.in >= 0) EXPECT_EQ(received.erase(op.in), 1u) << what << ": input not received";
+          if (op.in >= 0) {
+            EXPECT_EQ(received.erase(op.in), 1u) << what << ": input not received";
+          }
           if (op.kind == PipeAction::Kind::forward) {
             ++forwards;
             EXPECT_TRUE(sets_in_use.insert(op.set).second) << what << ": activation set " << op.set << " in use";
