@@ -10,6 +10,10 @@
 #             the job's tokens/s compared (target: tp 2 >= 1.8 x one GPU)
 #   dpfp8:    dp8b in FP8 (current scaling)
 #   scale:    `trainbench scale llama3.1-8b --gpus 1,2`: proxy, projection and the measured data-parallel runs
+#   ppcheck:  `small` 30 steps, global batch 8, micro-batch 2 (4 micro-batches): 1 GPU vs 2 GPUs pipeline parallel
+#             (pp 2, 1F1B); losses compared
+#   pp70b:    Llama 3.1 70B shapes, 4 layers, seq 8192, global batch 4, micro-batch 1: 1 GPU vs pp 2 (2 layers per
+#             stage); must complete, tokens/s reported (the job's: pp adds no GPU work, the bubble is 1/(m+1) of it)
 #   ctas:     dp8b's 2-GPU run with NCCL_MAX_CTAS in $CTAS (default 16 8 4 2)
 #   comm:     bench/lab/nccl_ranks_lab: all-gather / reduce-scatter bandwidth between 2 ranks (normal and high
 #             stream priority)
@@ -49,6 +53,15 @@ ours() {  # ours NAME ARGS...
         ours 70b-L4-tp2 --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2
         log "tp 70b (job tokens/s: the ratio below is per GPU; x2 for the job)"
         python3 bench/compare_losses.py "$OUT/results/70b-L4-1gpu" "$OUT/results/70b-L4-tp2" --tol 0.01 ;;
+      ppcheck)
+        STEPS=25 WARM=5 ours small-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile
+        STEPS=25 WARM=5 ours small-pp2 --model small --global-batch 8 --micro-batch 2 --no-op-profile --gpus 2 --pp 2
+        log "pp losses"; python3 bench/compare_losses.py "$OUT/results/small-1gpu" "$OUT/results/small-pp2" --tol 0.01 ;;
+      pp70b)
+        ours 70b-L4-gb4-1gpu --model llama3.1-70b --layers 4 --seq 8192 --global-batch 4 --micro-batch 1
+        ours 70b-L4-gb4-pp2 --model llama3.1-70b --layers 4 --seq 8192 --global-batch 4 --micro-batch 1 --gpus 2 --pp 2
+        log "pp 70b (job tokens/s: the ratio below is per GPU; x2 for the job)"
+        python3 bench/compare_losses.py "$OUT/results/70b-L4-gb4-1gpu" "$OUT/results/70b-L4-gb4-pp2" --tol 0.05 ;;
       tpenv)  # tp70b's 2-GPU run under NCCL channel settings ($TPENV: space-separated VAR=VALUE,VAR=VALUE sets)
         for e in ${TPENV:-NCCL_MIN_NCHANNELS=16 NCCL_MIN_NCHANNELS=32}; do
           env ${e//,/ } $TB train --steps $((STEPS + WARM)) --warmup-steps "$WARM" --out "$OUT/results/70b-tp2-$e" \

@@ -71,8 +71,8 @@ void check_ids(const std::int32_t* ids, std::int64_t n, int vocab, const char* w
 }  // namespace
 
 CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompute recompute, bool deterministic,
-                         Fp8Options fp8, std::size_t buffer_elems)
-    : dc_(dc), cfg_(cfg), layout_(model::dense_layout(cfg)), recompute_(recompute), fp8_(fp8),
+                         Fp8Options fp8, std::size_t buffer_elems, LayerRange stage)
+    : dc_(dc), cfg_(cfg), layout_(model::dense_layout(cfg, stage)), recompute_(recompute), fp8_(fp8),
       deterministic_(deterministic) {
   cfg_.validate();
   for (const Slot& s : layout_.slots)
@@ -103,15 +103,15 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
     TB_REQUIRE(cfg_.d_model % 16 == 0 && cfg_.ffn % 16 == 0 && cfg_.q_dim() % 16 == 0,
                "CUDA decoder: FP8 GEMMs need d_model, ffn and heads x head_dim to be multiples of 16");
     std::size_t bytes = 0;
-    for (int l = 0; l < cfg_.layers; ++l)
+    for (int l = 0; l < layers(); ++l)
       for (int k = 0; k < 4; ++k) {
         fp8_w_offset_.push_back(bytes);
         bytes += 2 * ((layout_.slots[std::size_t(linear_slot(l, k))].size + 255) / 256 * 256);
       }
     fp8_weights_ = ops::DeviceBuffer(dc_.device(), bytes);
     const int h = fp8_.delayed ? fp8_.history : 1;
-    fp8_fwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 8 * cfg_.layers, h, dc_.stream());
-    fp8_bwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 4 * cfg_.layers, h, dc_.stream());
+    fp8_fwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 8 * layers(), h, dc_.stream());
+    fp8_bwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 4 * layers(), h, dc_.stream());
   }
   dc_.synchronize();
 }
@@ -151,7 +151,7 @@ void CudaDecoder::fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t 
 void CudaDecoder::fp8_begin_step() {
   if (!fp8_.enabled) return;
   dc_.activate();
-  for (int l = 0; l < cfg_.layers; ++l)
+  for (int l = 0; l < layers(); ++l)
     for (int k = 0; k < 4; ++k) {
       const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
       auto* base = fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(l * 4 + k)];
@@ -223,8 +223,14 @@ void CudaDecoder::zero_grads() {
   TB_CHECK(cudaMemsetAsync(grads_.get(), 0, buffer_elems_ * sizeof(float), dc_.stream()));
 }
 
-std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompute rc, bool fp8, int tp,
-                              std::byte* base, std::vector<LayerActs>* acts, Scratch* S) {
+CudaDecoder::ArenaParts CudaDecoder::arena_parts(const ModelConfig& c, LayerRange stage, int slots) {
+  const int last = stage.last < 0 ? c.layers : stage.last;
+  return {last - stage.first, slots, stage.first == 0, last == c.layers};
+}
+
+std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq, Recompute rc,
+                              bool fp8, int tp, std::byte* base, std::vector<LayerActs>* acts,
+                              std::vector<HeadActs>* heads, Scratch* S) {
   const std::size_t n = std::size_t(batch) * std::size_t(seq);
   const std::size_t nl = n / std::size_t(tp);  // the residual stream's rows on this rank (sequence parallel)
   const std::size_t d = std::size_t(c.d_model), qd = std::size_t(c.q_dim());
@@ -243,7 +249,7 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompu
   // What every layer keeps (see the header), then the shared copy of the rest.
   const bool sel = rc == Recompute::selective, full = rc == Recompute::full;
   LayerActs shared{};
-  std::vector<LayerActs> layers(std::size_t(c.layers));
+  std::vector<LayerActs> layers(std::size_t(parts.layers) * std::size_t(parts.slots));  // every set's layers
   auto field = [&](auto LayerActs::*member, std::size_t elems, bool per_layer, auto alloc) {
     if (per_layer)
       for (LayerActs& A : layers) A.*member = alloc(elems);
@@ -284,32 +290,40 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, int batch, int seq, Recompu
   fill_shared(&LayerActs::r2), fill_shared(&LayerActs::mean2), fill_shared(&LayerActs::rstd2);
   fill_shared(&LayerActs::y2), fill_shared(&LayerActs::h), fill_shared(&LayerActs::g);
 
+  std::vector<HeadActs> head_sets(parts.head ? std::size_t(parts.slots) : 0);
+  for (HeadActs& H : head_sets) H.rf = bf(nl * d), H.dyf = bf(nl * d), H.meanf = f32(nl), H.rstdf = f32(nl);
+
   Scratch s{};
   s.tokens = static_cast<std::int32_t*>(take_bytes(n * sizeof(std::int32_t)));
   s.targets = static_cast<std::int32_t*>(take_bytes(n * sizeof(std::int32_t)));
-  s.x0 = bf(nl * d), s.m = bf(nl * d), s.rf = bf(nl * d), s.yf = bf(nl * d);
-  s.meanf = f32(nl), s.rstdf = f32(nl), s.loss = f32(1);
-  s.dyf = bf(nl * d), s.dnext = bf(n * d), s.dr2 = bf(n * d), s.dy = bf(n * d);
+  if (parts.embedding) s.x0 = bf(nl * d);
+  s.m = bf(nl * d);
+  if (parts.head) s.yf = bf(nl * d);
+  s.loss = f32(1);
+  s.dnext = bf(n * d), s.dr2 = bf(n * d), s.dy = bf(n * d);
   s.dout = bf(n * qd), s.dqkv = bf(n * width);  // dg and dh live in g and h (see layer_backward)
   if (tp > 1) s.part = bf(n * d), s.dyl = bf(nl * d);
-  s.ce_bytes = ops::lm_head_ce_scratch(std::int64_t(nl), c.vocab, c.d_model).bytes;
+  s.ce_bytes = parts.head ? ops::lm_head_ce_scratch(std::int64_t(nl), c.vocab, c.d_model).bytes : 0;
   s.ce = take_bytes(s.ce_bytes);
   s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(nl), c.d_model);
   s.norm_ws = take_bytes(s.norm_ws_bytes);
-  s.embed_ws_bytes = ops::embedding_backward_workspace_bytes(std::int64_t(nl), c.vocab, c.d_model);
+  s.embed_ws_bytes =
+      parts.embedding ? ops::embedding_backward_workspace_bytes(std::int64_t(nl), c.vocab, c.d_model) : 0;
   s.embed_ws = take_bytes(s.embed_ws_bytes);
   if (fp8) {
     const std::size_t widest_in = std::max({d, qd, ffn}), widest_out = std::max({width, d, fc1_rows});
     s.xq = u8(n * widest_in), s.dyq = u8(n * widest_out), s.dyqt = u8(n * widest_out);
   }
   if (acts) *acts = std::move(layers);
+  if (heads) *heads = std::move(head_sets);
   if (S) *S = s;
   return (used + 255) / 256 * 256;
 }
 
 std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute, bool fp8,
-                                          int tp) {
-  return carve(cfg, batch, seq, recompute, fp8, tp, nullptr, nullptr, nullptr);
+                                          int tp, LayerRange stage, int slots) {
+  return carve(cfg, arena_parts(cfg, stage, slots), batch, seq, recompute, fp8, tp, nullptr, nullptr, nullptr,
+               nullptr);
 }
 
 void CudaDecoder::set_tensor_parallel(TensorParallelOps tp) {
@@ -342,25 +356,31 @@ void CudaDecoder::tp_scatter(const bf16* full, bf16* local, std::int64_t local_r
 
 std::size_t CudaDecoder::attention_workspace_bytes() const { return attention_->workspace_bytes(); }
 
-void CudaDecoder::prepare(int batch, int seq) {
+void CudaDecoder::prepare(int batch, int seq, int slots) {
   const ModelConfig& c = cfg_;
   TB_REQUIRE(batch >= 1 && seq >= 1, "CUDA decoder: batch and seq must be >= 1, got batch " + std::to_string(batch) +
                                          " seq " + std::to_string(seq));
   TB_REQUIRE(seq <= c.seq, "CUDA decoder: seq " + std::to_string(seq) + " is longer than the model's " +
                                std::to_string(c.seq) + " positions");
-  if (batch == batch_ && seq == seq_) return;
+  TB_REQUIRE(slots >= 1, "CUDA decoder: prepare() needs at least one activation set, got " + std::to_string(slots));
+  if (batch == batch_ && seq == seq_ && slots <= slots_) return;
+  slots = std::max(slots, batch == batch_ && seq == seq_ ? slots_ : 1);
   dc_.activate();
   dc_.synchronize();  // the old arena may still be in use
   arena_ = ops::DeviceBuffer();
   TB_REQUIRE(std::int64_t(batch) * seq % tp_.size == 0,
              "CUDA decoder: batch x seq (" + std::to_string(std::int64_t(batch) * seq) +
                  " tokens) must divide by the tensor-parallel size " + std::to_string(tp_.size) + " (sequence parallel)");
-  const std::size_t bytes = carve(c, batch, seq, recompute_, fp8_.enabled, tp_.size, nullptr, nullptr, nullptr);
+  const ArenaParts parts{layers(), slots, first_stage(), last_stage()};
+  const std::size_t bytes =
+      carve(c, parts, batch, seq, recompute_, fp8_.enabled, tp_.size, nullptr, nullptr, nullptr, nullptr);
   arena_ = ops::DeviceBuffer(dc_.device(), bytes);
-  carve(c, batch, seq, recompute_, fp8_.enabled, tp_.size, static_cast<std::byte*>(arena_.get()), &acts_, &s_);
+  carve(c, parts, batch, seq, recompute_, fp8_.enabled, tp_.size, static_cast<std::byte*>(arena_.get()), &acts_,
+        &heads_, &s_);
   attention_->plan(attention_shape(batch, seq));  // may grow its workspace
   batch_ = batch;
   seq_ = seq;
+  slots_ = slots;
 }
 
 ops::AttentionShape CudaDecoder::attention_shape(int batch, int seq) const {
@@ -448,6 +468,8 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
 
 double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std::int32_t* host_targets, int batch,
                                      int seq, double grad_scale) {
+  TB_REQUIRE(first_stage() && last_stage(),
+             "CUDA decoder: forward_backward() runs the whole model; a pipeline stage runs forward() and backward()");
   prepare(batch, seq);
   const std::int64_t n = std::int64_t(batch) * seq;
   check_ids(host_tokens, n, cfg_.vocab, "token");
@@ -575,80 +597,131 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
   mark("norm bwd");
 }
 
-void CudaDecoder::forward_backward_device(const std::int32_t* tokens_in, const std::int32_t* targets, int batch,
-                                          int seq, double grad_scale, float* loss_out) {
-  const ModelConfig& c = cfg_;
+std::size_t CudaDecoder::slot_end(int i) const {
+  return i < 0 ? 0 : layout_.slots[std::size_t(i)].offset + layout_.slots[std::size_t(i)].size;
+}
+
+std::size_t CudaDecoder::layer_end(int l) const {
+  const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
+  std::size_t e = 0;
+  for (int i : {L.norm1_w, L.norm1_b, L.qkv, L.out, L.norm2_w, L.norm2_b, L.fc1, L.fc2}) e = std::max(e, slot_end(i));
+  return e;
+}
+
+std::size_t CudaDecoder::layer_begin(int l) const {
+  return layout_.slots[std::size_t(layout_.layers[std::size_t(l)].norm1_w)].offset;
+}
+
+void CudaDecoder::check_prepared(int slot, const char* what) const {
+  TB_REQUIRE(batch_ > 0, std::string("CUDA decoder: ") + what + " without prepare()");
+  TB_REQUIRE(slot >= 0 && slot < slots_, std::string("CUDA decoder: ") + what + " of activation set " +
+                                             std::to_string(slot) + ", but prepare() made " + std::to_string(slots_));
+}
+
+void CudaDecoder::forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
+                                          double grad_scale, float* loss_out) {
   TB_REQUIRE(batch == batch_ && seq == seq_,
              "CUDA decoder: forward_backward_device(batch " + std::to_string(batch) + ", seq " + std::to_string(seq) +
                  ") without prepare() for those sizes");
+  TB_REQUIRE(first_stage() && last_stage(),
+             "CUDA decoder: forward_backward_device() runs the whole model; a pipeline stage runs forward() and "
+             "backward()");
+  forward(0, tokens, targets, nullptr, nullptr, grad_scale, loss_out);
+  backward(0, tokens, nullptr, nullptr);
+}
+
+void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::int32_t* targets, const bf16* in,
+                          bf16* out, double grad_scale, float* loss_out) {
+  check_prepared(slot, "forward()");
+  TB_REQUIRE(first_stage() == (in == nullptr) && last_stage() == (out == nullptr),
+             "CUDA decoder: forward() takes an input activation exactly when it is not the first stage, and writes "
+             "one exactly when it is not the last");
+  const ModelConfig& c = cfg_;
+  const int batch = batch_, seq = seq_;
   dc_.activate();
   cudaStream_t st = dc_.stream();
   const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model;
   const std::int64_t nl = n / tp_.size;  // this rank's token rows (sequence parallel; tp 1: all)
-  const NormKind nk = norm_kind(c.norm);
-  const float eps = float(c.norm_eps);
-  const std::int32_t* my_tokens = tokens_in + std::size_t(tp_.rank) * std::size_t(nl);
-  const TensorView<const std::int32_t> tokens(my_tokens, {nl});
 
-  // Flat offsets for the data-parallel hooks: where layer l's parameters end, and where they start.
-  auto slot_end = [&](int i) { return i < 0 ? std::size_t(0) : layout_.slots[std::size_t(i)].offset + layout_.slots[std::size_t(i)].size; };
-  auto layer_end = [&](int l) {
-    const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
-    std::size_t e = 0;
-    for (int i : {L.norm1_w, L.norm1_b, L.qkv, L.out, L.norm2_w, L.norm2_b, L.fc1, L.fc2}) e = std::max(e, slot_end(i));
-    return e;
-  };
-  auto layer_begin = [&](int l) { return layout_.slots[std::size_t(layout_.layers[std::size_t(l)].norm1_w)].offset; };
-  auto params_needed = [&](std::size_t end) {
-    if (on_params_needed) on_params_needed(end);
-  };
-  auto grads_ready = [&](std::size_t from) {
-    if (on_grads_ready) on_grads_ready(from);
-  };
-
-  // ---- Forward.
-  params_needed(std::max(slot_end(layout_.embed), slot_end(layout_.pos_embed)));
-  ops::embedding_forward({s_.x0, {nl, d}}, P(layout_.embed), tokens, st);
-  if (c.pos == Pos::learned) ops::position_embedding_add({s_.x0, {nl, d}}, P(layout_.pos_embed), seq, st);
-  mark("embedding fwd");
-  const bf16* x = s_.x0;
+  const bf16* x = in;  // a stage's input h enters its first add_norm with no residual: r1 = h
+  if (first_stage()) {
+    const TensorView<const std::int32_t> tokens(tokens_in + std::size_t(tp_.rank) * std::size_t(nl), {nl});
+    params_needed(std::max(slot_end(layout_.embed), slot_end(layout_.pos_embed)));
+    ops::embedding_forward({s_.x0, {nl, d}}, P(layout_.embed), tokens, st);
+    if (c.pos == Pos::learned) ops::position_embedding_add({s_.x0, {nl, d}}, P(layout_.pos_embed), seq, st);
+    mark("embedding fwd");
+    x = s_.x0;
+  }
   const bf16* resid = nullptr;
-  for (int l = 0; l < c.layers; ++l) {
-    const LayerActs& A = acts_[std::size_t(l)];
+  for (int l = 0; l < layers(); ++l) {
+    const LayerActs& A = acts(slot, l);
     params_needed(layer_end(l));
     layer_forward(l, x, resid, A, batch, seq, false);
     x = s_.m;
     resid = A.r2;
   }
+  if (!last_stage()) {  // the boundary: h = x + resid, what the next layer's add_norm would have formed
+    ops::residual_add({out, {nl, d}}, {x, {nl, d}}, {resid, {nl, d}}, st);
+    mark("stage output");
+    return;
+  }
+  const HeadActs& H = heads_[std::size_t(slot)];
+  const NormKind nk = norm_kind(c.norm);
   params_needed(layout_.total);
-  ops::add_norm_forward(nk, {s_.yf, {nl, d}}, {s_.rf, {nl, d}}, {s_.meanf, {nl}}, {s_.rstdf, {nl}}, {x, {nl, d}},
-                        {resid, {nl, d}}, P(layout_.final_norm_w), P(layout_.final_norm_b), eps, st);
+  ops::add_norm_forward(nk, {s_.yf, {nl, d}}, {H.rf, {nl, d}}, {H.meanf, {nl}}, {H.rstdf, {nl}}, {x, {nl, d}},
+                        resid ? TensorView<const bf16>(resid, {nl, d}) : TensorView<const bf16>(),
+                        P(layout_.final_norm_w), P(layout_.final_norm_b), float(c.norm_eps), st);
   mark("norm fwd");
 
   // ---- LM head + cross-entropy (forward and its backward in one call: dyf, dWlm), on this rank's rows: their mean
   // loss, and gradients scaled by 1 / tp so that the sum over the tp ranks is the gradient of the micro-batch's mean.
-  ops::lm_head_cross_entropy(dc_, {s_.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, P(layout_.lm_head),
+  ops::lm_head_cross_entropy(dc_, {H.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, P(layout_.lm_head),
                              targets + std::size_t(tp_.rank) * std::size_t(nl), ops::kLmHeadDefaultChunk,
                              float(grad_scale / tp_.size), loss_out, {s_.ce, s_.ce_bytes});
   mark("lm head + cross-entropy");
+}
 
-  // ---- Backward.
-  ops::add_norm_backward(nk, {own(s_.dnext, nl), {nl, d}}, G(layout_.final_norm_w), G(layout_.final_norm_b),
-                         {s_.dyf, {nl, d}}, {}, {s_.rf, {nl, d}}, P(layout_.final_norm_w), {s_.meanf, {nl}},
-                         {s_.rstdf, {nl}}, st, {s_.norm_ws, s_.norm_ws_bytes});
-  mark("norm bwd");
-  grads_ready(layout_.slots[std::size_t(layout_.final_norm_w)].offset);
-  for (int l = c.layers - 1; l >= 0; --l) {
-    layer_backward(l, acts_[std::size_t(l)], batch, seq);
+void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* dout, bf16* din) {
+  check_prepared(slot, "backward()");
+  TB_REQUIRE(last_stage() == (dout == nullptr) && first_stage() == (din == nullptr),
+             "CUDA decoder: backward() takes an output gradient exactly when it is not the last stage, and writes an "
+             "input gradient exactly when it is not the first");
+  const ModelConfig& c = cfg_;
+  const int batch = batch_, seq = seq_;
+  dc_.activate();
+  cudaStream_t st = dc_.stream();
+  const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model;
+  const std::int64_t nl = n / tp_.size;
+  const std::size_t boundary_bytes = std::size_t(nl) * std::size_t(d) * sizeof(bf16);
+
+  if (last_stage()) {
+    const HeadActs& H = heads_[std::size_t(slot)];
+    ops::add_norm_backward(norm_kind(c.norm), {own(s_.dnext, nl), {nl, d}}, G(layout_.final_norm_w),
+                           G(layout_.final_norm_b), {H.dyf, {nl, d}}, {}, {H.rf, {nl, d}}, P(layout_.final_norm_w),
+                           {H.meanf, {nl}}, {H.rstdf, {nl}}, st, {s_.norm_ws, s_.norm_ws_bytes});
+    mark("norm bwd");
+    grads_ready(layout_.slots[std::size_t(layout_.final_norm_w)].offset);
+  } else {  // dh of this stage's output h: the gradient of the sum entering the next norm, as dnext
+    TB_CHECK(cudaMemcpyAsync(own(s_.dnext, nl), dout, boundary_bytes, cudaMemcpyDeviceToDevice, st));
+    mark("stage output gradient");
+  }
+  for (int l = layers() - 1; l >= 0; --l) {
+    layer_backward(l, acts(slot, l), batch, seq);
     grads_ready(layer_begin(l));
   }
-  EmbeddingRows rows{own(s_.dnext, nl), my_tokens, nl, s_.embed_ws, s_.embed_ws_bytes};
-  if (gather_embedding_rows) rows = gather_embedding_rows(rows.dnext, my_tokens, nl);
-  ops::embedding_backward(G(layout_.embed), {rows.dnext, {rows.rows, d}}, {rows.tokens, {rows.rows}}, st,
-                          {rows.workspace, rows.workspace_bytes});
-  if (c.pos == Pos::learned)
-    ops::position_embedding_backward(G(layout_.pos_embed), {rows.dnext, {rows.rows, d}}, seq, st);
-  mark("embedding bwd");
+  if (first_stage()) {
+    const std::int32_t* my_tokens = tokens_in + std::size_t(tp_.rank) * std::size_t(nl);
+    EmbeddingRows rows{own(s_.dnext, nl), my_tokens, nl, s_.embed_ws, s_.embed_ws_bytes};
+    if (gather_embedding_rows) rows = gather_embedding_rows(rows.dnext, my_tokens, nl);
+    ops::embedding_backward(G(layout_.embed), {rows.dnext, {rows.rows, d}}, {rows.tokens, {rows.rows}}, st,
+                            {rows.workspace, rows.workspace_bytes});
+    if (c.pos == Pos::learned)
+      ops::position_embedding_backward(G(layout_.pos_embed), {rows.dnext, {rows.rows, d}}, seq, st);
+    mark("embedding bwd");
+  } else {  // the first layer's r1 was the input h: its gradient is dnext
+    TB_CHECK(cudaMemcpyAsync(din, own(s_.dnext, nl), boundary_bytes, cudaMemcpyDeviceToDevice, st));
+    mark("stage input gradient");
+  }
   grads_ready(0);
   overwrite_linear_grads_ = false;
 }

@@ -27,8 +27,8 @@
 // zeroes, as with CpuDecoder). Every slot must start 256-byte aligned in the bf16 buffer (offsets multiples of 128
 // elements: the cuBLASLt plans, norm and CE kernels assume it); the constructor refuses a config whose layout
 // breaks that, saying which slot.
-// Activations: ONE device arena per (batch, seq), carved into 256-byte aligned pieces by the same code that sizes
-// it (activation_bytes()). What each layer keeps for its backward depends on the recompute mode:
+// Activations: ONE device arena per (batch, seq, activation sets), carved into 256-byte aligned pieces by the same
+// code that sizes it (activation_bytes()). What each layer keeps for its backward depends on the recompute mode:
 //   none:       r1 mean1 rstd1 y1 qkv o lse r2 mean2 rstd2 y2 h g          (per token: (7d + 2 kv + 2 or 3 ffn) bf16)
 //   selective:  r1 mean1 rstd1 qkv o lse r2 mean2 rstd2 h  — the norm outputs y1, y2 and the activation output g
 //               are recomputed in the backward (elementwise: ~1% more time). The attention core (the [s, s]
@@ -38,6 +38,16 @@
 // the MLP's dg and dh overwrite g and h in place.
 // Graph capture: forward_backward_device enqueues only (no allocation, host sync or host read once prepare()
 // ran for that batch and seq and one call planned the GEMMs), so a caller can capture it in a CUDA graph.
+// Pipeline stages (train/pipeline_cuda.h): a decoder built with a LayerRange holds layers [first, last) of the model
+// (model/param_layout.h's stage layout: the embedding only on the first stage, the final norm, LM head and loss only
+// on the last; untied embeddings only). forward(slot, ...) and backward(slot, ...) run one micro-batch's halves
+// separately; prepare(batch, seq, slots) keeps `slots` activation sets (what each layer keeps for its backward, and
+// the last stage's final-norm statistics and LM-head gradient dyf), so up to `slots` micro-batches can be in
+// flight between their forward and backward; the shared copies and the backward's scratch stay single. The stage
+// boundary tensor is the residual sum h = x + resid [n/tp, d] (bf16, rounded as add_norm rounds it: the next stage's
+// first add_norm takes it with no residual, and the last stage's final norm likewise, so a split model computes
+// bitwise what the whole one does), and its gradient dh (the decoder's dnext at the boundary).
+// forward_backward_device(...) == forward(0, ...) then backward(0, ...).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -100,14 +110,18 @@ class CudaDecoder {
   // deterministic: cuDNN's deterministic attention backward (bitwise repeatable runs; slower).
   // buffer_elems: parameter and gradient buffers of this many elements (>= the layout's total; the tail, zeroed,
   // is padding for a data-parallel partition, parallel/zero.h); 0: the layout's total.
+  // stage: the layers this decoder holds (a pipeline stage; default: the whole model); cfg is the whole model's.
   CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompute recompute = Recompute::none,
-              bool deterministic = false, Fp8Options fp8 = {}, std::size_t buffer_elems = 0);
+              bool deterministic = false, Fp8Options fp8 = {}, std::size_t buffer_elems = 0, LayerRange stage = {});
   ~CudaDecoder();
   CudaDecoder(const CudaDecoder&) = delete;
   CudaDecoder& operator=(const CudaDecoder&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
   const DenseLayout& dense_layout() const { return layout_; }
+  int layers() const { return int(layout_.layers.size()); }  // this stage's layers
+  bool first_stage() const { return layout_.has_embedding(); }
+  bool last_stage() const { return layout_.has_head(); }
 
   // host_params: layout total elements, in CpuDecoder::params() order; rounded to bf16 (nearest even).
   void load_params(std::span<const float> host_params);
@@ -135,8 +149,10 @@ class CudaDecoder {
   void fp8_end_step();
   bool fp8() const { return fp8_.enabled; }
 
-  // Sizes the activation arena and plans attention for (batch, seq); allocates (synchronizing) when they change.
-  void prepare(int batch, int seq);
+  // Sizes the activation arena (`slots` activation sets, at least) and plans attention for (batch, seq); allocates
+  // (synchronizing) when they change or more slots are asked for.
+  void prepare(int batch, int seq, int slots = 1);
+  int slots() const { return slots_; }
   // Tensor parallel (see TensorParallelOps); before the first prepare(). Raises for what it does not support yet.
   void set_tensor_parallel(TensorParallelOps tp);
   int tp_size() const { return tp_.size; }
@@ -144,10 +160,23 @@ class CudaDecoder {
   // vocabulary gives a NaN loss); *loss_out (device) = the mean cross-entropy. prepare(batch, seq) first.
   void forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
                                double grad_scale, float* loss_out);
+  // The halves of forward_backward_device, for a pipeline schedule; the micro-batch's activations live in activation
+  // set `slot` (< slots()) from forward until its backward. Sizes are prepare()'s.
+  //   forward: first stage: reads tokens (in null); else in = the previous stage's h [boundary_rows(), d].
+  //            last stage: final norm, LM head and cross-entropy: *loss_out = the mean loss, the LM head's gradient
+  //            accumulated (grad_scale) and dyf kept for backward (out null); else out = h [boundary_rows(), d].
+  //   backward: last stage: from the kept dyf (dout null); else dout = dh [boundary_rows(), d].
+  //             first stage: embedding gradient from tokens (din null); else din = the input's dh.
+  void forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, const bf16* in, bf16* out,
+               double grad_scale, float* loss_out);
+  void backward(int slot, const std::int32_t* tokens, const bf16* dout, bf16* din);
+  // Rows of the stage boundary tensor h (and dh) for prepare()'s sizes: batch x seq / tp (sequence parallel).
+  std::int64_t boundary_rows() const { return std::int64_t(batch_) * seq_ / tp_.size; }
 
   // Device bytes of the activation arena (and backward scratch) for these sizes, without allocating.
+  // stage, slots: a pipeline stage's layers and its activation sets (prepare()'s slots).
   static std::size_t activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
-                                      bool fp8 = false, int tp = 1);
+                                      bool fp8 = false, int tp = 1, LayerRange stage = {}, int slots = 1);
   static std::size_t fp8_weight_bytes(const ModelConfig& cfg);  // the W and W^T FP8 copies
   std::size_t activation_bytes() const { return arena_.bytes(); }
   std::size_t attention_workspace_bytes() const;
@@ -177,18 +206,44 @@ class CudaDecoder {
     float *mean1, *rstd1, *lse, *mean2, *rstd2;
     std::uint8_t* xt[4];  // FP8: the inputs of qkv, out, fc1, fc2 transposed (X^T, E4M3) for the weight gradients
   };
+  struct HeadActs {  // per activation set, last stage only: the final norm's sum and statistics, the LM head's dyf
+    bf16 *rf, *dyf;
+    float *meanf, *rstdf;
+  };
   struct Scratch {  // shared by all layers
     std::int32_t *tokens, *targets;
-    bf16 *x0, *m, *rf, *yf, *dyf, *dnext, *dr2, *dy, *dout, *dqkv;
+    bf16 *x0, *m, *yf, *dnext, *dr2, *dy, *dout, *dqkv;
     bf16 *part, *dyl;  // tensor parallel: a row-parallel GEMM's partial output [n, d]; dy reduce-scattered [n/tp, d]
-    float *meanf, *rstdf, *loss;
+    float *loss;
     void *ce, *norm_ws, *embed_ws;
     std::uint8_t *xq, *dyq, *dyqt;  // FP8 scratch: a linear's input, its output gradient and that transposed
     std::size_t ce_bytes, norm_ws_bytes, embed_ws_bytes;
   };
-  // Carves (or, with base null, only sizes) the arena for batch x seq tokens; returns the bytes.
-  static std::size_t carve(const ModelConfig& c, int batch, int seq, Recompute rc, bool fp8, int tp, std::byte* base,
-                           std::vector<LayerActs>* acts, Scratch* scratch);
+  // What an arena holds: `layers` layers' activations in `slots` sets; the embedding's and the head's scratch.
+  struct ArenaParts {
+    int layers = 0, slots = 1;
+    bool embedding = true, head = true;
+  };
+  // Carves (or, with base null, only sizes) the arena for batch x seq tokens; returns the bytes. acts: slot-major
+  // (set k's layer l at k * layers + l); heads: one per set (head only).
+  static std::size_t carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq, Recompute rc, bool fp8,
+                           int tp, std::byte* base, std::vector<LayerActs>* acts, std::vector<HeadActs>* heads,
+                           Scratch* scratch);
+  static ArenaParts arena_parts(const ModelConfig& c, LayerRange stage, int slots);
+  const LayerActs& acts(int slot, int l) const {
+    return acts_[std::size_t(slot) * layout_.layers.size() + std::size_t(l)];
+  }
+  // Flat offsets for the data-parallel hooks: where layer l's parameters end, and where they start.
+  std::size_t slot_end(int slot) const;
+  std::size_t layer_end(int l) const;
+  std::size_t layer_begin(int l) const;
+  void params_needed(std::size_t end) {
+    if (on_params_needed) on_params_needed(end);
+  }
+  void grads_ready(std::size_t from) {
+    if (on_grads_ready) on_grads_ready(from);
+  }
+  void check_prepared(int slot, const char* what) const;
   void mark(std::string_view op) {
     if (on_op) on_op(op);
   }
@@ -230,9 +285,10 @@ class CudaDecoder {
   ops::AttentionShape attention_shape(int batch, int seq) const;
 
   // Activations and gradient scratch for batch_ x seq_ tokens.
-  int batch_ = 0, seq_ = 0;
+  int batch_ = 0, seq_ = 0, slots_ = 0;
   ops::DeviceBuffer arena_;
   std::vector<LayerActs> acts_;
+  std::vector<HeadActs> heads_;
   Scratch s_{};
 };
 

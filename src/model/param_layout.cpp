@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 #include <random>
+#include <string>
 
 #include "core/error.h"
 
@@ -36,9 +37,26 @@ const Slot& DenseLayout::at(std::string_view name) const {
   raise_config("dense decoder: no parameter named '" + std::string(name) + "'");
 }
 
-DenseLayout dense_layout(const ModelConfig& c) {
+LayerRange pipeline_stage_layers(int layers, int stages, int stage) {
+  TB_REQUIRE(stages >= 1 && stage >= 0 && stage < stages && layers >= stages,
+             "pipeline stage " + std::to_string(stage) + " of " + std::to_string(stages) + ": needs 0 <= stage < " +
+                 "stages <= layers (" + std::to_string(layers) + ")");
+  return {int(std::int64_t(stage) * layers / stages), int(std::int64_t(stage + 1) * layers / stages)};
+}
+
+DenseLayout dense_layout(const ModelConfig& c, LayerRange range) {
   c.validate();
+  const int first = range.first, last = range.last < 0 ? c.layers : range.last;
+  TB_REQUIRE(0 <= first && first < last && last <= c.layers,
+             "dense layout: layer range [" + std::to_string(first) + ", " + std::to_string(last) +
+                 ") is not a non-empty part of the model's " + std::to_string(c.layers) + " layers");
+  const bool embedding = first == 0, head = last == c.layers;
+  TB_REQUIRE(!c.tied_embeddings || (embedding && head),
+             "dense layout: " + c.name + " ties its embeddings, which cannot be split over pipeline stages (layers [" +
+                 std::to_string(first) + ", " + std::to_string(last) + ") of " + std::to_string(c.layers) +
+                 "): untie them or use pp 1");
   DenseLayout L;
+  L.first_layer = first;
   const std::int64_t d = c.d_model;
   const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * c.layers);
   const bool norm_bias = c.norm != Norm::rmsnorm;
@@ -54,10 +72,10 @@ DenseLayout dense_layout(const ModelConfig& c) {
     w = add(prefix + ".weight", {d}, 0.0, norm_w0);
     if (norm_bias) b = add(prefix + ".bias", {d}, 0.0, 0.0);
   };
-  L.embed = add("embed.weight", {c.vocab, d}, std_in, 0.0);
-  if (c.pos == Pos::learned) L.pos_embed = add("pos_embed.weight", {c.seq, d}, std_in, 0.0);
+  if (embedding) L.embed = add("embed.weight", {c.vocab, d}, std_in, 0.0);
+  if (embedding && c.pos == Pos::learned) L.pos_embed = add("pos_embed.weight", {c.seq, d}, std_in, 0.0);
   const std::int64_t fc1_rows = c.act == Act::swiglu ? 2 * std::int64_t(c.ffn) : c.ffn;
-  for (int i = 0; i < c.layers; ++i) {
+  for (int i = first; i < last; ++i) {
     const std::string p = "layers." + std::to_string(i);
     DenseLayout::Layer l;
     norm(p + ".norm1", l.norm1_w, l.norm1_b);
@@ -68,6 +86,7 @@ DenseLayout dense_layout(const ModelConfig& c) {
     l.fc2 = add(p + ".mlp.fc2.weight", {d, c.ffn}, std_out, 0.0);
     L.layers.push_back(l);
   }
+  if (!head) return L;
   norm("final_norm", L.final_norm_w, L.final_norm_b);
   L.lm_head = c.tied_embeddings ? L.embed : add("lm_head.weight", {c.vocab, d}, std_in, 0.0);
   return L;

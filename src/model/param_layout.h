@@ -16,6 +16,11 @@
 // (attn.out, mlp.fc2) 0.02 / sqrt(2 layers); norm weights 1 (0 for layernorm1p, which stores w - 1); biases 0.
 // Each slot draws from its own std::mt19937_64 seeded from (seed, slot name), so a slot's values do not
 // depend on the slots before it (a proxy with fewer layers starts like the full model) nor on T.
+// Pipeline stages: dense_layout(c, LayerRange{first, last}) is the part of the layout one stage holds, layers
+// [first, last) of the model c: the same slot names (global layer indices, so a stage draws the full model's
+// values), packed from offset 0 in the same order; embed.weight (and pos_embed) only when first == 0,
+// final_norm and lm_head only when last == c.layers. Tied embeddings cannot be split over stages (the copies
+// would need a gradient exchange between the first and last stage): a partial range raises for them.
 #pragma once
 
 #include <cstddef>
@@ -44,12 +49,25 @@ struct DenseLayout {
   std::size_t total = 0;  // elements
   // Indices into slots; -1 when absent (no bias, no learned positions). lm_head == embed when tied.
   int embed = -1, pos_embed = -1, final_norm_w = -1, final_norm_b = -1, lm_head = -1;
-  std::vector<Layer> layers;
+  std::vector<Layer> layers;  // this layout's layers: model layer first_layer + i at index i
+  int first_layer = 0;
+
+  bool has_embedding() const { return embed >= 0; }  // the first stage (or the whole model)
+  bool has_head() const { return lm_head >= 0; }      // the last stage: final norm, LM head, loss
 
   const Slot& at(std::string_view name) const;  // Error{config} for an unknown name
 };
 
-DenseLayout dense_layout(const ModelConfig& c);
+// Layers [first, last) of a model; last -1: to the end. The whole model by default.
+struct LayerRange {
+  int first = 0, last = -1;
+  bool operator==(const LayerRange&) const = default;
+};
+
+// Pipeline stage `stage` of `stages` (parallel/trainer_cpu.h's split): layers [stage L / S, (stage + 1) L / S).
+LayerRange pipeline_stage_layers(int layers, int stages, int stage);
+
+DenseLayout dense_layout(const ModelConfig& c, LayerRange range = {});
 
 // Fills params (layout.total elements) with the initial values.
 template <class T>

@@ -7,6 +7,10 @@
 // Step 1 runs eagerly (plans every GEMM and attention shape); then (with spec.autotune) every GEMM shape is autotuned
 // (bench/gemm_tune.h) and the same enqueue is captured once as a CUDA graph and replayed, the host writing the next step's inputs into the pinned buffers between replays. Each step
 // is timed by the host clock (launch to completion) and by CUDA events around it.
+// Pipeline parallel (--pp, train/pipeline_cuda.h): each rank's decoder is its stage (layers [r L/pp, (r+1) L/pp),
+// parameters of that stage only); the micro-batch loop becomes the rank's 1F1B schedule on the same stream (sends
+// and receives through NCCL there), the loss is summed over the pipeline ranks (only the last stage's is non-zero)
+// and so is the gradient norm's sum of squares; AdamW updates the stage's parameters.
 // Memory: weights bf16 2P + gradients fp32 4P + master 2P (split: the residual halves; f32: 4P) + moments 8P
 // (bf16: 4P) + the activation arena
 // + workspaces, estimated and checked against the GPU's free memory before anything is allocated.
@@ -36,10 +40,12 @@
 #include "ops/cuda/context.h"
 #include "ops/cuda/fill.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_shard.h"
 #include "parallel/zero.h"
 #include "train/data.h"
 #include "train/data_parallel_cuda.h"
+#include "train/pipeline_cuda.h"
 #include "train/tensor_parallel_cuda.h"
 #include "train/schedule.h"
 #include "train/trainer.h"
@@ -89,32 +95,53 @@ struct GraphExec {
 
 }  // namespace
 
+// The layers of pipeline rank r (the whole model at pp 1).
+static model::LayerRange stage_layers(const model::ModelConfig& m, int pp, int r) {
+  return pp > 1 ? model::pipeline_stage_layers(m.layers, pp, r) : model::LayerRange{};
+}
+
+// Pipeline parallel: the largest of the ranks' needs (a rank holds its stage's parameters and the activation sets
+// of its micro-batches in flight, min(pp - r, micro-batches), plus the boundary buffers its schedule keeps).
 MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& full) {
-  const int tp = std::max(1, spec.tp);
+  const int tp = std::max(1, spec.tp), pp = std::max(1, spec.pp);
   const model::ModelConfig m = tp > 1 ? parallel::tp_shard_config(full, tp) : full;  // this rank's shard
-  const double P = double(model::dense_layout(m).total);
   const double dp = std::max(1, spec.dp);  // ZeRO-1: master weights, moments and the reduced gradients sharded
-  MemoryEstimate e;
-  e.weights = 2 * P;
-  e.grads = 4 * P + (dp > 1 ? 4 * P / dp : 0.0);
-  e.master = (spec.master == "split" ? 2 : 4) * P / dp;
-  e.moments = (spec.moments == "bf16" ? 4 : 8) * P / dp;
+  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * int(dp);
+  const int micro_batches = std::max(1, global / (spec.micro_batch * int(dp)));
   const bool fp8 = spec.precision == "fp8";
-  e.activations = double(
-      model::CudaDecoder::activation_bytes(m, spec.micro_batch, m.seq, parse_recompute(spec.recompute), fp8, tp));
-  e.fp8_weights = fp8 ? double(model::CudaDecoder::fp8_weight_bytes(m)) : 0.0;
-  e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) + kAttentionWorkspaceAllowance;
-  return e;
+  MemoryEstimate worst;
+  for (int r = 0; r < pp; ++r) {
+    const model::LayerRange stage = stage_layers(m, pp, r);
+    const double P = double(model::dense_layout(m, stage).total);
+    const int sets = pp > 1 ? std::min(pp - r, micro_batches) : 1;
+    MemoryEstimate e;
+    e.weights = 2 * P;
+    e.grads = 4 * P + (dp > 1 ? 4 * P / dp : 0.0);
+    e.master = (spec.master == "split" ? 2 : 4) * P / dp;
+    e.moments = (spec.moments == "bf16" ? 4 : 8) * P / dp;
+    e.activations = double(model::CudaDecoder::activation_bytes(m, spec.micro_batch, m.seq,
+                                                                parse_recompute(spec.recompute), fp8, tp, stage, sets));
+    if (pp > 1)
+      e.activations += double(plan_pipeline({pp, 1, micro_batches}, r).buffers) * spec.micro_batch * m.seq *
+                       m.d_model * 2.0;
+    const int stage_layer_count = (stage.last < 0 ? m.layers : stage.last) - stage.first;
+    e.fp8_weights = fp8 ? double(model::CudaDecoder::fp8_weight_bytes(m)) * stage_layer_count / m.layers : 0.0;
+    e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) + kAttentionWorkspaceAllowance;
+    if (e.total() > worst.total()) worst = e;
+  }
+  return worst;
 }
 
 std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, double free_bytes) {
   const MemoryEstimate e = estimate_memory(spec, m);
   if (e.total() <= free_bytes) return "";
   std::string msg = fmt::format(
-      "{} with {} layers, seq {}, micro-batch {} needs about {:.1f} GiB on the GPU (weights {:.1f}, gradients {:.1f}, "
+      "{} with {} layers, seq {}, micro-batch {}{} needs about {:.1f} GiB on the GPU (weights {:.1f}, gradients "
+      "{:.1f}, "
       "master weights {:.1f}, AdamW moments {:.1f}, activations {:.1f} with --recompute {}, workspaces {:.1f}); "
       "{:.1f} GiB are free.",
-      m.name, m.layers, m.seq, spec.micro_batch, e.total() / kGiB, e.weights / kGiB, e.grads / kGiB,
+      m.name, m.layers, m.seq, spec.micro_batch, spec.pp > 1 ? fmt::format(", pp {} (the fullest stage)", spec.pp) : "",
+      e.total() / kGiB, e.weights / kGiB, e.grads / kGiB,
       e.master / kGiB, e.moments / kGiB, e.activations / kGiB, spec.recompute, e.workspaces / kGiB, free_bytes / kGiB);
   std::vector<std::string> knobs;
   auto try_knob = [&](TrainSpec alt, const model::ModelConfig& am, const std::string& what) {
@@ -137,7 +164,7 @@ std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, doubl
     alt.moments = "bf16";
     try_knob(alt, m, "--moments bf16");
   }
-  for (int layers = m.layers - 1; layers >= 1; --layers) {
+  for (int layers = m.layers - 1; layers >= std::max(1, spec.pp); --layers) {
     model::ModelConfig am = m;
     am.layers = layers;
     if (estimate_memory(spec, am).total() <= free_bytes) {
@@ -153,15 +180,20 @@ std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, doubl
 TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const StepStats&)>& on_step) {
   TrainSpec spec = spec_in;
   const comm::World world = spec.job_ranks ? comm::world() : comm::World{};  // else this process alone
-  TB_REQUIRE(spec.pp == 1 && spec.vp == 1 && spec.cp == 1,
-             "pipeline and context parallel run on the CPU backend (--device cpu) only for now; the CUDA backend "
-             "runs data and tensor (sequence) parallel layouts");
-  TB_REQUIRE(spec.tp >= 1 && world.size % spec.tp == 0,
-             fmt::format("--tp {} does not divide the job's {} ranks", spec.tp, world.size));
-  spec.dp = world.size / spec.tp;
+  TB_REQUIRE(spec.cp == 1, "context parallel runs on the CPU backend (--device cpu) only for now; the CUDA backend "
+                            "runs data, tensor (sequence) and pipeline parallel layouts");
+  TB_REQUIRE(spec.vp == 1, "the interleaved pipeline schedule (--vp > 1) runs on the CPU backend (--device cpu) only "
+                           "for now; the CUDA backend runs 1F1B (--vp 1)");
+  TB_REQUIRE(spec.tp >= 1 && spec.pp >= 1 && world.size % (spec.tp * spec.pp) == 0,
+             fmt::format("--tp {} x --pp {} does not divide the job's {} ranks", spec.tp, spec.pp, world.size));
+  spec.dp = world.size / (spec.tp * spec.pp);
   TB_REQUIRE(spec.dp == 1 || spec.tp == 1,
              "data parallel combined with tensor parallel is not implemented on the CUDA backend yet: use --tp equal "
              "to the GPU count, or --tp 1");
+  TB_REQUIRE(spec.pp == 1 || world.size == spec.pp,
+             fmt::format("pipeline parallel on the CUDA backend runs alone for now (dp = tp = cp = 1): use --pp equal "
+                         "to the GPU count ({}), or --pp 1",
+                         world.size));
   if (world.size > 1) spec.gpu = world.local_rank;
   validate(spec);
   TrainResult res;
@@ -170,11 +202,17 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const model::ModelConfig& m = res.model;
   const int tp = spec.tp;
   const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * spec.dp;
-  parallel::validate_layout({.dp = spec.dp, .tp = tp, .sequence_parallel = tp > 1}, m, world.size, spec.micro_batch,
-                            global);
+  const int pp = spec.pp;
+  parallel::validate_layout({.dp = spec.dp, .pp = pp, .tp = tp, .sequence_parallel = tp > 1}, m, world.size,
+                            spec.micro_batch, global);
+  TB_REQUIRE(pp == 1 || !m.tied_embeddings,
+             fmt::format("{} ties its input and output embeddings; pipeline parallel on the CUDA backend needs untied "
+                         "ones (the first and last stage would share the weight): use --pp 1",
+                         m.name));
   const model::ModelConfig ml = tp > 1 ? parallel::tp_shard_config(m, tp) : m;  // this rank's shard of the model
   const int dp = spec.dp, accum = global / (spec.micro_batch * dp);
-  const int dp_rank = world.rank / tp;
+  const int dp_rank = world.rank / (tp * pp), pp_rank = (world.rank / tp) % pp;  // parallel/mesh.h's rank order
+  const model::LayerRange stage = stage_layers(m, pp, pp_rank);
   const int mb = spec.micro_batch, seq = m.seq;
   const std::size_t n = std::size_t(mb) * std::size_t(seq);
   res.params = model::param_count(m);
@@ -207,7 +245,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   fp8.most_recent = spec.fp8_amax == "most_recent";
   fp8.margin = spec.fp8_margin;
   // ---- Data parallel: the ZeRO-1 partition, NCCL over the job's ranks.
-  const model::DenseLayout layout = model::dense_layout(ml);
+  const model::DenseLayout layout = model::dense_layout(ml, stage);  // pipeline: this stage's slots only
   const parallel::ZeroLayout zl = parallel::zero_layout(layout, dp, dp_rank);
   std::unique_ptr<comm::Communicator> host_world;
   std::unique_ptr<comm::NcclCommunicator> nccl;
@@ -215,7 +253,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     host_world = comm::world_communicator();
     nccl = comm::NcclCommunicator::create(*host_world, spec.gpu, st);
   }
-  model::CudaDecoder net(dc, ml, parse_recompute(spec.recompute), spec.deterministic, fp8, zl.padded_total);
+  model::CudaDecoder net(dc, ml, parse_recompute(spec.recompute), spec.deterministic, fp8, zl.padded_total, stage);
   std::unique_ptr<TensorParallelCuda> tpc;  // the tp group is the world (dp 1)
   if (tp > 1) {
     tpc = std::make_unique<TensorParallelCuda>(*nccl, st, ml, layout, net.grads_device(),
@@ -357,8 +395,13 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   hp.beta1 = spec.beta1, hp.beta2 = spec.beta2, hp.eps = spec.eps, hp.weight_decay = spec.weight_decay;
   const float max_norm = spec.clip > 0 ? float(spec.clip) : std::numeric_limits<float>::infinity();
 
+  // ---- Pipeline parallel: this rank's 1F1B schedule, its activation sets and boundary buffers.
+  std::unique_ptr<PipelineCuda> pipe;
+  if (pp > 1) pipe = std::make_unique<PipelineCuda>(*nccl, st, net, parallel::PipelineShape{pp, 1, accum});
+
   // ---- Step inputs and outputs: pinned host memory <-> device.
-  net.prepare(mb, seq);
+  net.prepare(mb, seq, pipe ? pipe->activation_sets() : 1);
+  if (pipe) pipe->prepare();
   Pinned<std::int32_t> h_tokens(std::size_t(accum) * n), h_targets(std::size_t(accum) * n);
   Pinned<ops::AdamWStepScalars> h_scalars(1);
   Pinned<float> h_losses{std::size_t(accum)};
@@ -401,7 +444,11 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     mark("inputs + zero grads");
     if (ddp && net.fp8()) ddp->params_needed(zl.padded_total);  // the FP8 casts read every weight
     net.fp8_begin_step();  // FP8 copies of the weights AdamW just wrote
-    for (int a = 0; a < accum; ++a) {
+    if (pipe) {  // the schedule's forwards, backwards and sends / receives; losses only on the last stage
+      TB_CHECK(cudaMemsetAsync(d_losses.get(), 0, h_losses.bytes(), st));
+      pipe->enqueue(d_tokens.as<std::int32_t>(), d_targets.as<std::int32_t>(), n, 1.0 / accum, d_losses.as<float>());
+    }
+    for (int a = 0; a < accum && !pipe; ++a) {
       last_micro = a == accum - 1;
       net.forward_backward_device(d_tokens.as<std::int32_t>() + std::size_t(a) * n,
                                   d_targets.as<std::int32_t>() + std::size_t(a) * n, mb, seq, 1.0 / (accum * dp),
@@ -422,6 +469,11 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       tpc->all_reduce(&norm->norm_sq, 1, DType::f64);
       ops::clip_from_norm_sq(norm, max_norm, st);
       tpc->all_reduce(d_losses.get(), std::size_t(accum), DType::f32);
+    }
+    if (pipe) {  // the stages' sums of squares; the last stage's losses to every rank
+      nccl->all_reduce(&norm->norm_sq, &norm->norm_sq, 1, DType::f64);
+      ops::clip_from_norm_sq(norm, max_norm, st);
+      nccl->all_reduce(d_losses.get(), d_losses.get(), std::size_t(accum), DType::f32);
     }
     if (ddp) {  // the shards' sums of squares, then the norm and clip scale from the total
       ddp->all_reduce(&norm->norm_sq, 1, DType::f64);
@@ -517,7 +569,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     s.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     float gpu_ms = 0;
     TB_CHECK(cudaEventElapsedTime(&gpu_ms, ev0, ev1));
-    for (int a = 0; a < accum; ++a) s.loss += double(h_losses[std::size_t(a)]) / (accum * world.size);
+    for (int a = 0; a < accum; ++a) s.loss += double(h_losses[std::size_t(a)]) / (accum * world.size / pp);
     s.grad_norm = h_norm[0].norm;
     s.lr = h_scalars[0].lr;
     s.tokens_per_s = res.tokens_per_step / s.step_s;

@@ -137,3 +137,35 @@ TEST(TrainerCuda, ModelThatCannotFitIsRefusedWithKnobs) {
 }
 
 }  // namespace
+
+namespace {
+
+// Pipeline parallel: the estimate is the fullest stage's (its parameters only, its activation sets in flight):
+// below one GPU's for the whole model, above half of it (the stages are unequal: embedding, LM head), and
+// the first stage keeps more activation sets than the last; a pp run of a one-rank job is refused clearly.
+TEST(TrainerCuda, PipelineMemoryEstimateIsPerStage) {
+  SKIP_WITHOUT_GPU();
+  tb::train::TrainSpec spec;
+  spec.model = "llama3.1-70b";
+  spec.layers = 4;
+  spec.micro_batch = 1;
+  spec.global_batch = 4;
+  const auto m = tb::train::resolve_model(spec);
+  const tb::train::MemoryEstimate one = tb::train::estimate_memory(spec, m);
+  spec.pp = 2;
+  const tb::train::MemoryEstimate two = tb::train::estimate_memory(spec, m);
+  std::printf("70B L4: 1 GPU %.1f GiB, pp 2 fullest stage %.1f GiB\n", one.total() / (1ull << 30),
+              two.total() / (1ull << 30));
+  EXPECT_LT(two.weights, one.weights);
+  EXPECT_GT(two.weights, 0.5 * one.weights * 0.9);
+  EXPECT_LT(two.total(), one.total());
+  try {
+    tb::train::train_cuda(spec, nullptr);  // one rank
+    ADD_FAILURE() << "pp 2 on one rank must be refused";
+  } catch (const tb::Error& e) {
+    EXPECT_EQ(e.kind(), tb::Error::Kind::config);
+    EXPECT_NE(std::string(e.what()).find("--pp"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

@@ -368,7 +368,38 @@ void backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorVi
   TB_CHECK_LAUNCH();
 }
 
+// One 8-element vector per thread and iteration (grid-stride): r = x + res in fp32, packed to bf16.
+__global__ void residual_add_kernel(bf16* r, const bf16* x, const bf16* res, std::int64_t vecs) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    float a[8], b[8];
+    unpack8(load8(x + i * kVec), a);
+    unpack8(load8(res + i * kVec), b);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) a[k] += b[k];
+    store8(r + i * kVec, pack8(a));
+  }
+}
+
 }  // namespace
+
+void residual_add(TensorView<bf16> r, TensorView<const bf16> x, TensorView<const bf16> residual_in,
+                  cudaStream_t stream) {
+  const std::string what = "residual_add";
+  TB_REQUIRE(x.rank() == 2, what + ": x must be [rows, dim], got " + x.shape_str());
+  const std::int64_t rows = x.size(0), dim = x.size(1);
+  require_rows16(x, rows, dim, what + ": x");
+  require_rows16(r, rows, dim, what + ": r");
+  require_rows16(residual_in, rows, dim, what + ": residual_in");
+  TB_REQUIRE(x.stride(0) == dim && r.stride(0) == dim && residual_in.stride(0) == dim,
+             what + ": r, x and residual_in must be contiguous");
+  const std::int64_t vecs = rows * dim / kVec;
+  if (vecs == 0) return;
+  constexpr int kThreads = 256;
+  const unsigned blocks = unsigned(std::min<std::int64_t>(ceil_div(vecs, kThreads), 8 * std::int64_t(sm_count())));
+  residual_add_kernel<<<blocks, kThreads, 0, stream>>>(r.data(), x.data(), residual_in.data(), vecs);
+  TB_CHECK_LAUNCH();
+}
 
 void norm_forward(NormKind kind, TensorView<bf16> y, TensorView<float> mean, TensorView<float> rstd,
                   TensorView<const bf16> x, TensorView<const bf16> w, TensorView<const bf16> b, float eps,

@@ -76,4 +76,10 @@ void add_norm_backward(NormKind kind, TensorView<bf16> dr, TensorView<float> dw,
                        TensorView<const bf16> w, TensorView<const float> mean, TensorView<const float> rstd,
                        cudaStream_t stream, Workspace workspace = {});
 
+// r = x + residual_in, rounded to bf16 exactly as add_norm_forward rounds its r (fp32 sum, nearest even): the
+// residual stream's sum without the norm (a pipeline stage's output h). [rows, dim] contiguous; r may alias either.
+// Ideal DRAM bytes: 6e.
+void residual_add(TensorView<bf16> r, TensorView<const bf16> x, TensorView<const bf16> residual_in,
+                  cudaStream_t stream);
+
 }  // namespace tb::ops

@@ -1,0 +1,167 @@
+// train/pipeline_cuda.cpp: the 1F1B pipeline on the CUDA decoder (see the .h): the host-side plan (activation sets
+// and boundary buffers from free lists, in schedule order) and its enqueue on the one stream.
+#include "train/pipeline_cuda.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+#include <utility>
+
+#include "core/error.h"
+
+namespace tb::train {
+namespace {
+
+using parallel::PipeAction;
+using parallel::PipeTransfer;
+
+// Indices handed out smallest-free-first; `count` is the most ever in use at once.
+class FreeList {
+ public:
+  int take() {
+    if (free_.empty()) return count_++;
+    const int i = *free_.begin();
+    free_.erase(free_.begin());
+    return i;
+  }
+  void give(int i) { free_.insert(i); }
+  int count() const { return count_; }
+
+ private:
+  std::set<int> free_;
+  int count_ = 0;
+};
+
+// What a boundary buffer holds for a micro-batch, from this rank's side.
+enum class Role { input, output, output_grad, input_grad };
+
+Role role_of(const PipeTransfer& t) {
+  const bool act = t.what == PipeTransfer::What::activation;
+  if (t.dir == PipeTransfer::Dir::send) return act ? Role::output : Role::input_grad;
+  return act ? Role::input : Role::output_grad;
+}
+
+// The boundary buffers held between the actions, keyed by (role, micro-batch).
+class Held {
+ public:
+  explicit Held(FreeList& pool) : pool_(pool) {}
+  int make(Role r, int mb) {
+    const int b = pool_.take();
+    TB_REQUIRE(held_.emplace(std::pair{r, mb}, b).second,
+               fmt::format("pipeline plan: boundary buffer of micro-batch {} made twice", mb));
+    return b;
+  }
+  int take(Role r, int mb) {  // the buffer, no longer held (the caller gives it back to the pool when done)
+    const auto it = held_.find({r, mb});
+    TB_REQUIRE(it != held_.end(), fmt::format("pipeline plan: no boundary buffer for micro-batch {} (schedule out of "
+                                              "order)", mb));
+    const int b = it->second;
+    held_.erase(it);
+    return b;
+  }
+  bool empty() const { return held_.empty(); }
+
+ private:
+  FreeList& pool_;
+  std::map<std::pair<Role, int>, int> held_;
+};
+
+}  // namespace
+
+PipelinePlan plan_pipeline(const parallel::PipelineShape& shape, int rank) {
+  TB_REQUIRE(shape.vp == 1, "pipeline parallel on the CUDA backend runs the 1F1B schedule only (vp 1): the "
+                            "interleaved schedule (--vp " + std::to_string(shape.vp) + ") is not implemented");
+  const std::vector<PipeAction> schedule = parallel::pipeline_schedule(shape, rank);
+  const bool first = shape.first_stage(rank, 0), last = shape.last_stage(rank, 0);
+  PipelinePlan plan;
+  FreeList sets, pool;
+  Held held(pool);
+  std::map<int, int> set_of;  // micro-batch -> activation set, forward to backward
+  for (const PipeAction& a : schedule) {
+    PipelinePlan::Op op{a.kind, a.mb, -1, -1, -1, {}};
+    switch (a.kind) {
+      case PipeAction::Kind::forward:
+        op.set = sets.take();
+        set_of[a.mb] = op.set;
+        if (!first) op.in = held.take(Role::input, a.mb);
+        if (!last) op.out = held.make(Role::output, a.mb);  // before `in` is freed: out never aliases in
+        if (op.in >= 0) pool.give(op.in);
+        break;
+      case PipeAction::Kind::backward:
+        op.set = set_of.at(a.mb);
+        set_of.erase(a.mb);
+        if (!last) op.in = held.take(Role::output_grad, a.mb);
+        if (!first) op.out = held.make(Role::input_grad, a.mb);
+        if (op.in >= 0) pool.give(op.in);
+        sets.give(op.set);
+        break;
+      case PipeAction::Kind::exchange: {
+        std::vector<int> sent;  // freed after the whole exchange: a recv of the same group must not overwrite them
+        for (const PipeTransfer& t : a.transfers) {
+          const bool send = t.dir == PipeTransfer::Dir::send;
+          const int b = send ? held.take(role_of(t), t.mb) : held.make(role_of(t), t.mb);
+          if (send) sent.push_back(b);
+          op.transfers.push_back({send, b, t.peer});
+        }
+        for (int b : sent) pool.give(b);
+        break;
+      }
+    }
+    plan.ops.push_back(std::move(op));
+  }
+  TB_REQUIRE(held.empty() && set_of.empty(),
+             fmt::format("pipeline plan {} rank {}: buffers or activation sets left after the schedule", shape.str(),
+                         rank));
+  plan.activation_sets = sets.count();
+  plan.buffers = pool.count();
+  return plan;
+}
+
+PipelineCuda::PipelineCuda(comm::NcclCommunicator& pp, cudaStream_t stream, model::CudaDecoder& net,
+                           const parallel::PipelineShape& shape)
+    : pp_(pp), stream_(stream), net_(net), shape_(shape), plan_(plan_pipeline(shape, pp.rank())) {
+  TB_REQUIRE(pp.size() == shape.pp, fmt::format("pipeline {}: the pipeline communicator has {} ranks", shape.str(),
+                                                pp.size()));
+  TB_REQUIRE(pp.stream() == stream, "pipeline: the NCCL communicator must enqueue on the decoder's stream (one "
+                                    "stream per step, for the CUDA graph)");
+  TB_REQUIRE(net.first_stage() == shape.first_stage(pp.rank(), 0) && net.last_stage() == shape.last_stage(pp.rank(), 0),
+             fmt::format("pipeline: rank {}'s decoder does not hold stage {}'s layers", pp.rank(), pp.rank()));
+}
+
+void PipelineCuda::prepare() {
+  TB_REQUIRE(net_.slots() >= plan_.activation_sets,
+             fmt::format("pipeline: the decoder has {} activation sets, the schedule needs {} (prepare it first)",
+                         net_.slots(), plan_.activation_sets));
+  const std::size_t elems = std::size_t(net_.boundary_rows()) * std::size_t(net_.config().d_model);
+  if (elems == elems_) return;
+  TB_CHECK(cudaStreamSynchronize(stream_));  // the old buffers may still be in use
+  buffers_.clear();
+  for (int i = 0; i < plan_.buffers; ++i) buffers_.emplace_back(pp_.device(), elems * sizeof(__nv_bfloat16));
+  elems_ = elems;
+}
+
+void PipelineCuda::enqueue(const std::int32_t* tokens, const std::int32_t* targets, std::size_t tokens_per_mb,
+                           double grad_scale, float* losses) {
+  TB_REQUIRE(elems_ > 0, "pipeline: enqueue() before prepare()");
+  for (const PipelinePlan::Op& op : plan_.ops) {
+    const std::size_t at = std::size_t(op.mb) * tokens_per_mb;
+    switch (op.kind) {
+      case PipeAction::Kind::forward:
+        net_.forward(op.set, tokens + at, targets + at, buffer(op.in), buffer(op.out), grad_scale, losses + op.mb);
+        break;
+      case PipeAction::Kind::backward:
+        net_.backward(op.set, tokens + at, buffer(op.in), buffer(op.out));
+        break;
+      case PipeAction::Kind::exchange:
+        p2p_.clear();
+        for (const PipelinePlan::Transfer& t : op.transfers)
+          p2p_.push_back({t.send ? comm::P2P::Kind::send : comm::P2P::Kind::recv, buffer(t.buffer), elems_, t.peer});
+        pp_.exchange(p2p_, DType::bf16);
+        if (net_.on_op) net_.on_op("pp send/recv");
+        break;
+    }
+  }
+}
+
+}  // namespace tb::train
