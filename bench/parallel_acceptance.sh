@@ -8,6 +8,9 @@
 #   tpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs tensor parallel (tp 2, sequence parallel)
 #   tp70b:    Llama 3.1 70B shapes, 4 layers, seq 8192, micro-batch 1: 1 GPU vs tp 2 (the same global batch 1);
 #             the job's tokens/s compared (target: tp 2 >= 1.8 x one GPU)
+#   cpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs context parallel (cp 2); losses compared
+#   cp8b:     Llama 3.1 8B shapes, 8 layers, seq 16384, micro-batch 1: 1 GPU vs cp 2 (the same global batch 1);
+#             must complete and match the 1-GPU losses; the job's tokens/s reported
 #   dpfp8:    dp8b in FP8 (current scaling)
 #   scale:    `trainbench scale llama3.1-8b --gpus 1,2`: proxy, projection and the measured data-parallel runs
 #   ppcheck:  `small` 30 steps, global batch 8, micro-batch 2 (4 micro-batches): 1 GPU vs 2 GPUs pipeline parallel
@@ -67,6 +70,15 @@ ours() {  # ours NAME ARGS...
           env ${e//,/ } $TB train --steps $((STEPS + WARM)) --warmup-steps "$WARM" --out "$OUT/results/70b-tp2-$e" \
             --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2 --no-op-profile | grep summary | sed "s/^/$e: /"
         done ;;
+      cpcheck)
+        STEPS=25 WARM=5 ours small-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile
+        STEPS=25 WARM=5 ours small-cp2 --model small --global-batch 8 --micro-batch 2 --no-op-profile --gpus 2 --cp 2
+        log "cp losses"; python3 bench/compare_losses.py "$OUT/results/small-1gpu" "$OUT/results/small-cp2" --tol 0.01 ;;
+      cp8b)
+        ours 8b-L8-s16k-1gpu --model llama3.1-8b --layers 8 --seq 16384 --recompute selective
+        ours 8b-L8-s16k-cp2 --model llama3.1-8b --layers 8 --seq 16384 --recompute selective --gpus 2 --cp 2
+        log "cp 8b (job tokens/s: the ratio below is per GPU; x2 for the job)"
+        python3 bench/compare_losses.py "$OUT/results/8b-L8-s16k-1gpu" "$OUT/results/8b-L8-s16k-cp2" --tol 0.01 ;;
       dpfp8)
         ours 8b-L8-fp8-1gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --no-op-profile
         ours 8b-L8-fp8-2gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --gpus 2 --global-batch 2 --no-op-profile

@@ -377,7 +377,10 @@ void CudaDecoder::prepare(int batch, int seq, int slots) {
   arena_ = ops::DeviceBuffer(dc_.device(), bytes);
   carve(c, parts, batch, seq, recompute_, fp8_.enabled, tp_.size, static_cast<std::byte*>(arena_.get()), &acts_,
         &heads_, &s_);
-  attention_->plan(attention_shape(batch, seq));  // may grow its workspace
+  if (cp_.size > 1)
+    cp_prepare(batch, seq);  // its scratch and the two chunks' attention plans
+  else
+    attention_->plan(attention_shape(batch, seq));  // may grow its workspace
   batch_ = batch;
   seq_ = seq;
   slots_ = slots;
@@ -506,13 +509,18 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
   mark("norm fwd");
   tp_gather(A.y1, nl);
   linear_forward(A.qkv, A.y1, l, 0, A, n);
-  if (c.pos == Pos::rope) {
-    ops::rope_forward(qk_view(A.qkv, batch, seq), inv_freq(), st);
-    mark("rope fwd");
+  if (cp_.size > 1) {  // this rank's chunks against every rank's keys (model/decoder_cp_cuda.cpp)
+    cp_rope(A.qkv, batch, seq, false);
+    cp_attention_forward(A, batch, seq);
+  } else {
+    if (c.pos == Pos::rope) {
+      ops::rope_forward(qk_view(A.qkv, batch, seq), inv_freq(), st);
+      mark("rope fwd");
+    }
+    const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
+    attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o, A.lse}, st);
+    mark("attention fwd");
   }
-  const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
-  attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o, A.lse}, st);
-  mark("attention fwd");
   linear_forward(row_out, A.o, l, 1, A, n);  // the attention output lands in m (free until the MLP)
   if (tp_.size > 1) tp_scatter(s_.part, s_.m, nl);
   ops::add_norm_forward(nk, {own(A.y2, nl), {nl, d}}, {A.r2, {nl, d}}, {A.mean2, {nl}}, {A.rstd2, {nl}},
@@ -574,14 +582,19 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
   mark("norm bwd");
   tp_gather(s_.dr2, nl);
   // attention
-  const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
   linear_backward(s_.dout, l, 1, s_.dr2, A.o, A, n);
-  const ops::QkvPointers dqkv = ops::split_fused_qkv(s_.dqkv, as);
-  attention_->backward(as, {qkv.q, qkv.k, qkv.v, A.o, s_.dout, A.lse, dqkv.q, dqkv.k, dqkv.v}, st);
-  mark("attention bwd");
-  if (c.pos == Pos::rope) {
-    ops::rope_backward(qk_view(s_.dqkv, batch, seq), inv_freq(), st);
-    mark("rope bwd");
+  if (cp_.size > 1) {
+    cp_attention_backward(A, batch, seq);
+    cp_rope(s_.dqkv, batch, seq, true);
+  } else {
+    const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
+    const ops::QkvPointers dqkv = ops::split_fused_qkv(s_.dqkv, as);
+    attention_->backward(as, {qkv.q, qkv.k, qkv.v, A.o, s_.dout, A.lse, dqkv.q, dqkv.k, dqkv.v}, st);
+    mark("attention bwd");
+    if (c.pos == Pos::rope) {
+      ops::rope_backward(qk_view(s_.dqkv, batch, seq), inv_freq(), st);
+      mark("rope bwd");
+    }
   }
   if (sel) {
     ops::norm_forward(nk, {own(A.y1, nl), {nl, d}}, {A.mean1, {nl}}, {A.rstd1, {nl}}, {A.r1, {nl, d}}, P(L.norm1_w),
@@ -674,10 +687,10 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
   mark("norm fwd");
 
   // ---- LM head + cross-entropy (forward and its backward in one call: dyf, dWlm), on this rank's rows: their mean
-  // loss, and gradients scaled by 1 / tp so that the sum over the tp ranks is the gradient of the micro-batch's mean.
+  // loss, and gradients scaled by 1 / (tp cp): the sum over those ranks is the gradient of the micro-batch's mean.
   ops::lm_head_cross_entropy(dc_, {H.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, P(layout_.lm_head),
                              targets + std::size_t(tp_.rank) * std::size_t(nl), ops::kLmHeadDefaultChunk,
-                             float(grad_scale / tp_.size), loss_out, {s_.ce, s_.ce_bytes});
+                             float(grad_scale / (tp_.size * cp_.size)), loss_out, {s_.ce, s_.ce_bytes});
   mark("lm head + cross-entropy");
 }
 

@@ -92,6 +92,20 @@ struct TensorParallelOps {
   std::function<void(const __nv_bfloat16* full, __nv_bfloat16* local, std::size_t local_elems)> reduce_scatter;
 };
 
+// Context parallel, set before prepare(): of every sequence (seq_full tokens, 2 size chunks of c = seq_full / (2 size))
+// this rank holds chunks rank and 2 size - 1 - rank (load-balanced causal work), and the decoder's batch x seq are its
+// local rows [batch, 2 chunks, c] (seq = seq_full / size; the caller lays the tokens out so). Everything but attention
+// is row-local; per layer the K and V of all ranks are all-gathered into natural order and each local chunk attends
+// to the keys of positions up to its own (cuDNN, kv_seq > seq: bottom-right causal); in the backward the chunks' dK, dV
+// over the whole sequence are summed and reduce-scattered back to their owners. RoPE runs at absolute positions.
+// Loss and gradients as with tensor parallel: this rank's rows' mean loss, gradients scaled by 1 / size; the caller
+// sums the gradients over the cp ranks (the data-parallel reduction over dp x cp).
+struct ContextParallelOps {
+  int size = 1, rank = 0;
+  std::function<void(const __nv_bfloat16* local, __nv_bfloat16* all, std::size_t local_elems)> all_gather;
+  std::function<void(const __nv_bfloat16* all, __nv_bfloat16* local, std::size_t local_elems)> reduce_scatter;
+};
+
 struct Fp8Options {
   bool enabled = false;
   bool delayed = false;
@@ -156,6 +170,8 @@ class CudaDecoder {
   // Tensor parallel (see TensorParallelOps); before the first prepare(). Raises for what it does not support yet.
   void set_tensor_parallel(TensorParallelOps tp);
   int tp_size() const { return tp_.size; }
+  // Context parallel (see ContextParallelOps); before the first prepare().
+  void set_context_parallel(ContextParallelOps cp);
   // Enqueues one micro-batch on dc's stream: tokens, targets device [batch, seq] (unchecked: an id outside the
   // vocabulary gives a NaN loss); *loss_out (device) = the mean cross-entropy. prepare(batch, seq) first.
   void forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
@@ -278,6 +294,18 @@ class CudaDecoder {
   std::unique_ptr<ops::Fp8Scales> fp8_fwd_, fp8_bwd_;   // fwd: x at 2i, W at 2i + 1 (E4M3); bwd: dy at i (E5M2)
   bool overwrite_linear_grads_ = false;  // set by zero_grads_for_overwrite() for the next forward_backward
   TensorParallelOps tp_;
+  ContextParallelOps cp_;
+  ops::DeviceBuffer cp_buf_;  // context parallel scratch: K|V local, gathered, natural order; dK|dV per chunk
+  struct CpScratch {
+    bf16 *kv_local, *kv_all, *kv_full, *dkv_full[2];
+  } cp_s_{};
+  void cp_prepare(int batch, int seq);
+  int cp_chunk(int k) const { return k == 0 ? cp_.rank : 2 * cp_.size - 1 - cp_.rank; }  // global chunk of local k
+  ops::AttentionShape cp_attention_shape(int batch, int seq, int k) const;
+  void cp_rope(bf16* qkv, int batch, int seq, bool backward);
+  void cp_gather_kv(const bf16* qkv, int batch, int seq);  // K|V of every rank into cp_s_.kv_full, natural order
+  void cp_attention_forward(const LayerActs& A, int batch, int seq);
+  void cp_attention_backward(const LayerActs& A, int batch, int seq);
   bf16* own(bf16* full, std::int64_t local_rows) const;  // this rank's block of a [n, d] buffer (tp 1: full)
   void tp_gather(bf16* full, std::int64_t local_rows);   // no-op at tp 1
   void tp_scatter(const bf16* full, bf16* local, std::int64_t local_rows);

@@ -105,9 +105,11 @@ static model::LayerRange stage_layers(const model::ModelConfig& m, int pp, int r
 MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& full) {
   const int tp = std::max(1, spec.tp), pp = std::max(1, spec.pp);
   const model::ModelConfig m = tp > 1 ? parallel::tp_shard_config(full, tp) : full;  // this rank's shard
-  const double dp = std::max(1, spec.dp);  // ZeRO-1: master weights, moments and the reduced gradients sharded
-  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * int(dp);
-  const int micro_batches = std::max(1, global / (spec.micro_batch * int(dp)));
+  const int cp = std::max(1, spec.cp), seq = full.seq / cp;  // context parallel: this rank's tokens per sequence
+  const int dp_ranks = std::max(1, spec.dp);
+  const double dp = dp_ranks * cp;  // ZeRO-1 over dp x cp: master weights, moments and reduced gradients sharded
+  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * dp_ranks;
+  const int micro_batches = std::max(1, global / (spec.micro_batch * dp_ranks));
   const bool fp8 = spec.precision == "fp8";
   MemoryEstimate worst;
   for (int r = 0; r < pp; ++r) {
@@ -119,7 +121,7 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
     e.grads = 4 * P + (dp > 1 ? 4 * P / dp : 0.0);
     e.master = (spec.master == "split" ? 2 : 4) * P / dp;
     e.moments = (spec.moments == "bf16" ? 4 : 8) * P / dp;
-    e.activations = double(model::CudaDecoder::activation_bytes(m, spec.micro_batch, m.seq,
+    e.activations = double(model::CudaDecoder::activation_bytes(m, spec.micro_batch, seq,
                                                                 parse_recompute(spec.recompute), fp8, tp, stage, sets));
     if (pp > 1)
       e.activations += double(plan_pipeline({pp, 1, micro_batches}, r).buffers) * spec.micro_batch * m.seq *
@@ -180,13 +182,15 @@ std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, doubl
 TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const StepStats&)>& on_step) {
   TrainSpec spec = spec_in;
   const comm::World world = spec.job_ranks ? comm::world() : comm::World{};  // else this process alone
-  TB_REQUIRE(spec.cp == 1, "context parallel runs on the CPU backend (--device cpu) only for now; the CUDA backend "
-                            "runs data, tensor (sequence) and pipeline parallel layouts");
+  TB_REQUIRE(spec.cp == 1 || (spec.tp == 1 && spec.pp == 1),
+             "context parallel on the CUDA backend combines with data parallel only for now (tp = pp = 1); the CPU "
+             "backend (--device cpu) runs every mix");
   TB_REQUIRE(spec.vp == 1, "the interleaved pipeline schedule (--vp > 1) runs on the CPU backend (--device cpu) only "
                            "for now; the CUDA backend runs 1F1B (--vp 1)");
-  TB_REQUIRE(spec.tp >= 1 && spec.pp >= 1 && world.size % (spec.tp * spec.pp) == 0,
-             fmt::format("--tp {} x --pp {} does not divide the job's {} ranks", spec.tp, spec.pp, world.size));
-  spec.dp = world.size / (spec.tp * spec.pp);
+  TB_REQUIRE(spec.tp >= 1 && spec.pp >= 1 && spec.cp >= 1 && world.size % (spec.tp * spec.pp * spec.cp) == 0,
+             fmt::format("--tp {} x --pp {} x --cp {} does not divide the job's {} ranks", spec.tp, spec.pp, spec.cp,
+                         world.size));
+  spec.dp = world.size / (spec.tp * spec.pp * spec.cp);
   TB_REQUIRE(spec.dp == 1 || spec.tp == 1,
              "data parallel combined with tensor parallel is not implemented on the CUDA backend yet: use --tp equal "
              "to the GPU count, or --tp 1");
@@ -202,8 +206,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const model::ModelConfig& m = res.model;
   const int tp = spec.tp;
   const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * spec.dp;
-  const int pp = spec.pp;
-  parallel::validate_layout({.dp = spec.dp, .pp = pp, .tp = tp, .sequence_parallel = tp > 1}, m, world.size,
+  const int pp = spec.pp, cp = spec.cp;
+  parallel::validate_layout({.dp = spec.dp, .cp = cp, .pp = pp, .tp = tp, .sequence_parallel = tp > 1}, m, world.size,
                             spec.micro_batch, global);
   TB_REQUIRE(pp == 1 || !m.tied_embeddings,
              fmt::format("{} ties its input and output embeddings; pipeline parallel on the CUDA backend needs untied "
@@ -211,12 +215,15 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                          m.name));
   const model::ModelConfig ml = tp > 1 ? parallel::tp_shard_config(m, tp) : m;  // this rank's shard of the model
   const int dp = spec.dp, accum = global / (spec.micro_batch * dp);
-  const int dp_rank = world.rank / (tp * pp), pp_rank = (world.rank / tp) % pp;  // parallel/mesh.h's rank order
+  // parallel/mesh.h's rank order: ((dp cp + cp_i) pp + pp_i) tp + tp_i
+  const int dp_rank = world.rank / (tp * pp * cp), cp_rank = (world.rank / (tp * pp)) % cp,
+            pp_rank = (world.rank / tp) % pp;
+  const int zero_ranks = dp * cp, zero_rank = dp_rank * cp + cp_rank;  // the distributed optimizer's group: dp x cp
   const model::LayerRange stage = stage_layers(m, pp, pp_rank);
-  const int mb = spec.micro_batch, seq = m.seq;
+  const int mb = spec.micro_batch, seq = m.seq / cp;  // context parallel: this rank's two chunks of every sequence
   const std::size_t n = std::size_t(mb) * std::size_t(seq);
   res.params = model::param_count(m);
-  res.tokens_per_step = double(global) * seq;
+  res.tokens_per_step = double(global) * m.seq;
   res.flops_per_step = res.tokens_per_step * model::flops_per_token(m, spec.convention).total();
   const double flops_per_gpu = res.flops_per_step / world.size;
   res.estimate = estimate_memory(spec, m);
@@ -246,7 +253,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   fp8.margin = spec.fp8_margin;
   // ---- Data parallel: the ZeRO-1 partition, NCCL over the job's ranks.
   const model::DenseLayout layout = model::dense_layout(ml, stage);  // pipeline: this stage's slots only
-  const parallel::ZeroLayout zl = parallel::zero_layout(layout, dp, dp_rank);
+  const parallel::ZeroLayout zl = parallel::zero_layout(layout, zero_ranks, zero_rank);
   std::unique_ptr<comm::Communicator> host_world;
   std::unique_ptr<comm::NcclCommunicator> nccl;
   if (world.size > 1) {
@@ -260,14 +267,27 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                                                std::int64_t(n) / tp);
     net.set_tensor_parallel(tpc->ops());
   }
-  std::unique_ptr<DataParallelCuda> ddp;
-  if (dp > 1) {
+  std::unique_ptr<comm::NcclCommunicator> cp_comm;  // K, V all-gathers and dK, dV reduce-scatters, compute stream
+  if (cp > 1) {
+    cp_comm = nccl->split_nccl(dp_rank, cp_rank);
+    model::ContextParallelOps ops;
+    ops.size = cp, ops.rank = cp_rank;
+    ops.all_gather = [&](const model::CudaDecoder::bf16* local, model::CudaDecoder::bf16* all, std::size_t elems) {
+      cp_comm->all_gather(local, all, elems, DType::bf16);
+    };
+    ops.reduce_scatter = [&](const model::CudaDecoder::bf16* all, model::CudaDecoder::bf16* local, std::size_t elems) {
+      cp_comm->reduce_scatter(all, local, elems, DType::bf16);
+    };
+    net.set_context_parallel(std::move(ops));
+  }
+  std::unique_ptr<DataParallelCuda> ddp;  // over dp x cp (the cp ranks' gradients are partial sums too)
+  if (zero_ranks > 1) {
     ddp = std::make_unique<DataParallelCuda>(*nccl, zl, st, net.params_device(), net.grads_device(), ml,
                                              m.tied_embeddings ? 0 : std::int64_t(n));
     res.buckets = int(zl.buckets.size());
   }
   const std::size_t P = layout.total;
-  const std::size_t S = dp > 1 ? zl.shard_size : P;  // optimizer state elements on this rank
+  const std::size_t S = zero_ranks > 1 ? zl.shard_size : P;  // optimizer state elements on this rank
   const bool bf16_moments = spec.moments == "bf16";
   const std::size_t moment_bytes = bf16_moments ? 2 : 4;
 
@@ -277,7 +297,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   // The optimizer's tensors: every slot (one rank), or this rank's ZeRO-1 segments (flat offset in the model
   // weights, shard offset in the master, moments and reduced gradients).
   std::vector<parallel::ZeroSegment> segments;
-  if (dp > 1) {
+  if (zero_ranks > 1) {
     segments = zl.segments;
   } else {
     for (std::size_t i = 0; i < layout.slots.size(); ++i)
@@ -498,16 +518,28 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     TB_CHECK(cudaMemcpyAsync(h_norm.get(), d_norm.get(), h_norm.bytes(), cudaMemcpyDeviceToHost, st));
   };
 
-  DataSource source(spec.data, spec.token_type, m.vocab, seq, spec.seed);
+  DataSource source(spec.data, spec.token_type, m.vocab, m.seq, spec.seed);
   res.loss_floor = source.loss_floor();
   const LrSchedule schedule = lr_schedule(spec, m);
   auto load_inputs = [&](int step) {  // step 1-based; rank r takes micro-batches [r accum, (r + 1) accum) of the step
+    const std::size_t c = std::size_t(m.seq) / std::size_t(2 * cp);  // context parallel: chunk length
     for (int k = 0; k < accum * dp; ++k) {
       const Batch b = source.next(mb);
-      const int a = k - dp_rank * accum;  // tensor-parallel ranks share their micro-batches
+      const int a = k - dp_rank * accum;  // tensor-, pipeline- and context-parallel ranks share their micro-batches
       if (a < 0 || a >= accum) continue;
-      std::copy(b.tokens.begin(), b.tokens.end(), h_tokens.get() + std::size_t(a) * n);
-      std::copy(b.targets.begin(), b.targets.end(), h_targets.get() + std::size_t(a) * n);
+      if (cp == 1) {
+        std::copy(b.tokens.begin(), b.tokens.end(), h_tokens.get() + std::size_t(a) * n);
+        std::copy(b.targets.begin(), b.targets.end(), h_targets.get() + std::size_t(a) * n);
+        continue;
+      }
+      for (int i = 0; i < mb; ++i)  // sequence i: this rank's chunks cp_rank and 2 cp - 1 - cp_rank
+        for (int h = 0; h < 2; ++h) {
+          const std::size_t g = std::size_t(h == 0 ? cp_rank : 2 * cp - 1 - cp_rank);
+          const std::size_t from = std::size_t(i) * std::size_t(m.seq) + g * c;
+          const std::size_t to = std::size_t(a) * n + std::size_t(i) * std::size_t(seq) + std::size_t(h) * c;
+          std::copy_n(b.tokens.begin() + std::ptrdiff_t(from), c, h_tokens.get() + to);
+          std::copy_n(b.targets.begin() + std::ptrdiff_t(from), c, h_targets.get() + to);
+        }
     }
     h_scalars[0].lr = float(schedule.lr(step - 1));
     h_scalars[0].step = step;
