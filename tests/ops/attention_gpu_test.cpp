@@ -6,6 +6,10 @@
 //   largest reference value, lse within 1e-3. The reference backward reads the GPU's o (cuDNN's backward
 //   uses it for D = rowsum(dO * O)) and its own lse.
 //   The check can fail: K and V swapped in the forward, and dk compared with the reference dv, must fail it.
+// Longer keys (kv_seq > seq, context parallel): the queries are the last seq of kv_seq positions (bottom-right
+//   causal diagonal); o, lse, dq, dk, dv against the CPU reference's _at forms at query positions kv_seq - seq + i,
+//   with q, k, v in separate contiguous buffers and in the model's layout (q from a fused QKV buffer, k and v from
+//   a [b, kv_seq, 2G, d] buffer); the top-left reference (query i at position i) must fail the same check.
 // Also: a deterministic backward is bit-reproducible, plans are cached per shape, bad shapes are refused
 // with config errors, the FLOP formulas, and a timing-free smoke run at Llama 3.1 8B shapes (b=1, s=8192,
 // H=32, G=8, d=128): forward + backward finite everywhere, a few rows of o and lse checked against a
@@ -237,6 +241,150 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionGpu,
                                          Case{1, 200, 4, 1, 64, "mqa_odd_seq_b1_s200_H4_G1_d64"}),
                          [](const testing::TestParamInfo<Case>& c) { return std::string(c.param.name); });
 
+// ---- longer keys (kv_seq >= seq): the queries are the last seq of kv_seq positions ----------------------
+
+enum class KvLayout {
+  separate,  // q [b, s, H, d]; k, v [b, n, G, d], each contiguous (one buffer: k, then v)
+  model,     // q from a fused QKV buffer [b, s, (H + 2G) d]; k, v from one [b, n, 2G, d] buffer (k at column 0,
+             // v at column G d), as context parallel gathers them
+};
+
+struct KvCase {
+  std::int64_t b, s, n, heads, kv_heads, d;
+  KvLayout layout;
+  const char* name;
+};
+
+// Strides and element offsets of q, k, v inside their buffers (the gradients use the same layout).
+struct KvGeometry {
+  AttentionShape s;
+  std::int64_t q_row, kv_row, k_off, v_off;
+  std::size_t q_elems, kv_elems, o_elems, lse_elems;
+
+  explicit KvGeometry(const KvCase& c) {
+    s.batch = c.b;
+    s.seq = c.s;
+    s.kv_seq = c.n;
+    s.heads = c.heads;
+    s.kv_heads = c.kv_heads;
+    s.head_dim = c.d;
+    const bool model = c.layout == KvLayout::model;
+    q_row = model ? (c.heads + 2 * c.kv_heads) * c.d : c.heads * c.d;
+    kv_row = model ? 2 * c.kv_heads * c.d : c.kv_heads * c.d;
+    k_off = 0;
+    v_off = model ? c.kv_heads * c.d : c.b * c.n * c.kv_heads * c.d;
+    s.q = HeadStrides{c.s * q_row, q_row, c.d};
+    s.k = s.v = HeadStrides{c.n * kv_row, kv_row, c.d};
+    s.o = HeadStrides{c.s * c.heads * c.d, c.heads * c.d, c.d};
+    q_elems = std::size_t(c.b * c.s * q_row);
+    kv_elems = std::size_t(model ? c.b * c.n * kv_row : 2 * c.b * c.n * kv_row);
+    o_elems = std::size_t(c.b * c.s * c.heads * c.d);
+    lse_elems = std::size_t(c.b * c.heads * c.s);
+  }
+  TensorView<double> q(std::vector<double>& buf) const {
+    return TensorView<double>(buf.data(), Shape{s.batch, s.seq, s.heads, s.head_dim},
+                              Shape{s.q.batch, s.q.seq, s.q.head, 1}, 4);
+  }
+  TensorView<double> kv(std::vector<double>& buf, std::int64_t off) const {
+    return TensorView<double>(buf.data() + off, Shape{s.batch, s.keys(), s.kv_heads, s.head_dim},
+                              Shape{s.k.batch, s.k.seq, s.k.head, 1}, 4);
+  }
+  TensorView<double> k(std::vector<double>& buf) const { return kv(buf, k_off); }
+  TensorView<double> v(std::vector<double>& buf) const { return kv(buf, v_off); }
+  TensorView<double> out(std::vector<double>& buf) const { return heads_view(buf, 0, s, s.heads, s.o); }
+  TensorView<double> stats(std::vector<double>& buf) const {
+    return TensorView<double>(buf.data(), {s.batch, s.heads, s.seq});
+  }
+  // Query i at position first + i.
+  std::vector<std::int64_t> positions(std::int64_t first) const {
+    std::vector<std::int64_t> p(std::size_t(s.seq));
+    for (std::int64_t i = 0; i < s.seq; ++i) p[std::size_t(i)] = first + i;
+    return p;
+  }
+};
+
+class AttentionGpuKv : public testing::TestWithParam<KvCase> {
+ protected:
+  void SetUp() override { SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(AttentionGpuKv, QueriesAtTheEndMatchTheCpuReferenceAtTheirPositions) {
+  const KvCase& c = GetParam();
+  const KvGeometry g(c);
+  const AttentionShape& s = g.s;
+  DeviceContext dc(0);
+  CudnnAttention attn(0);
+  SCOPED_TRACE(attn.plan(s).describe());
+
+  // Fresh random inputs (scores with std ~1.3, as in Problem); outputs NaN until written.
+  DeviceBuffer q(dc.device(), g.q_elems * 2), kv(dc.device(), g.kv_elems * 2), o(dc.device(), g.o_elems * 2),
+      lse(dc.device(), g.lse_elems * sizeof(float)), dout(dc.device(), g.o_elems * 2),
+      dq(dc.device(), g.q_elems * 2), dkv(dc.device(), g.kv_elems * 2);
+  fill_uniform(q.get(), DType::bf16, g.q_elems, 201, -2.0f, 2.0f, dc.stream());
+  fill_uniform(kv.get(), DType::bf16, g.kv_elems, 202, -2.0f, 2.0f, dc.stream());
+  fill_uniform(dout.get(), DType::bf16, g.o_elems, 203, -1.0f, 1.0f, dc.stream());
+  for (DeviceBuffer* b : {&o, &lse, &dq, &dkv}) TB_CHECK(cudaMemsetAsync(b->get(), 0xff, b->bytes(), dc.stream()));
+  auto* kv_base = static_cast<unsigned char*>(kv.get());
+  auto* dkv_base = static_cast<unsigned char*>(dkv.get());
+  const std::size_t k_at = std::size_t(g.k_off) * 2, v_at = std::size_t(g.v_off) * 2;
+
+  attn.forward(s, {q.get(), kv_base + k_at, kv_base + v_at, o.get(), lse.as<float>()}, dc.stream());
+  attn.backward(s,
+                {q.get(), kv_base + k_at, kv_base + v_at, o.get(), dout.get(), lse.as<float>(), dq.get(),
+                 dkv_base + k_at, dkv_base + v_at},
+                dc.stream());
+  dc.synchronize();
+
+  std::vector<double> hq = download_bf16(q.get(), g.q_elems, dc.stream());
+  std::vector<double> hkv = download_bf16(kv.get(), g.kv_elems, dc.stream());
+  std::vector<double> ho = download_bf16(o.get(), g.o_elems, dc.stream());
+  std::vector<double> hlse = download_f32(lse.as<float>(), g.lse_elems, dc.stream());
+  std::vector<double> hdout = download_bf16(dout.get(), g.o_elems, dc.stream());
+  std::vector<double> hdq = download_bf16(dq.get(), g.q_elems, dc.stream());
+  std::vector<double> hdkv = download_bf16(dkv.get(), g.kv_elems, dc.stream());
+
+  const std::vector<std::int64_t> pos = g.positions(s.keys() - s.seq);
+  std::vector<double> o_ref(g.o_elems, 0.0), lse_ref(g.lse_elems, 0.0), dq_ref(g.q_elems, 0.0),
+      dkv_ref(g.kv_elems, 0.0);
+  tb::ops::cpu::attention_forward_at<double>(g.out(o_ref), g.stats(lse_ref), g.q(hq), g.k(hkv), g.v(hkv), pos);
+  // As in HostCheck::reference: the GPU's o (cuDNN's D = rowsum(dO * O)), the reference lse.
+  tb::ops::cpu::attention_backward_at<double>(g.q(dq_ref), g.k(dkv_ref), g.v(dkv_ref), g.out(hdout), g.q(hq),
+                                              g.k(hkv), g.v(hkv), g.out(ho), g.stats(lse_ref), pos);
+
+  const Err eo = compare(g.out(ho), g.out(o_ref));
+  const Err el = compare(g.stats(hlse), g.stats(lse_ref));
+  const Err edq = compare(g.q(hdq), g.q(dq_ref));
+  const Err edk = compare(g.k(hdkv), g.k(dkv_ref));
+  const Err edv = compare(g.v(hdkv), g.v(dkv_ref));
+  EXPECT_TRUE(close(eo)) << "o: " << show(eo);
+  EXPECT_EQ(el.nonfinite, 0);
+  EXPECT_LT(el.max_abs, kLse) << "lse: " << show(el);
+  EXPECT_TRUE(close(edq)) << "dq: " << show(edq);
+  EXPECT_TRUE(close(edk)) << "dk: " << show(edk);
+  EXPECT_TRUE(close(edv)) << "dv: " << show(edv);
+
+  // The check can fail: dk is not dv; with kv_seq > seq, the top-left mask (query i at position i) gives
+  // another o.
+  EXPECT_FALSE(close(compare(g.k(hdkv), g.v(dkv_ref))));
+  if (s.keys() > s.seq) {
+    std::vector<double> o_tl(g.o_elems, 0.0), lse_tl(g.lse_elems, 0.0);
+    tb::ops::cpu::attention_forward_at<double>(g.out(o_tl), g.stats(lse_tl), g.q(hq), g.k(hkv), g.v(hkv),
+                                               g.positions(0));
+    const Err tl = compare(g.out(ho), g.out(o_tl));
+    EXPECT_FALSE(close(tl)) << "o matches the top-left-causal reference: " << show(tl);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionGpuKv,
+    testing::Values(KvCase{1, 128, 256, 8, 2, 64, KvLayout::separate, "b1_s128_kv256_H8_G2_d64"},
+                    KvCase{2, 64, 256, 8, 2, 128, KvLayout::separate, "b2_s64_kv256_H8_G2_d128"},
+                    KvCase{1, 256, 256, 8, 2, 64, KvLayout::separate, "b1_s256_kv256_H8_G2_d64"},
+                    KvCase{1, 128, 256, 8, 2, 128, KvLayout::model, "model_b1_s128_kv256_H8_G2_d128"},
+                    KvCase{2, 64, 256, 8, 2, 64, KvLayout::model, "model_b2_s64_kv256_H8_G2_d64"},
+                    KvCase{1, 128, 512, 32, 8, 128, KvLayout::model, "model_b1_s128_kv512_H32_G8_d128"}),
+    [](const testing::TestParamInfo<KvCase>& c) { return std::string(c.param.name); });
+
 TEST(AttentionGpuDeterministic, BackwardIsBitReproducibleAndCorrect) {
   SKIP_WITHOUT_GPU();
   DeviceContext dc(0);
@@ -310,6 +458,15 @@ TEST(AttentionShapeCheck, RejectsBadShapesWithConfigErrors) {
   AttentionShape odd = fused_qkv_attention(1, 128, 4, 4, 64);
   odd.o.seq = 257;
   EXPECT_NE(message(odd).find("multiples of 8"), std::string::npos);
+  AttentionShape kv = fused_qkv_attention(1, 128, 4, 4, 64);
+  kv.kv_seq = 128;
+  EXPECT_EQ(message(kv), "no error");
+  kv.kv_seq = 512;
+  EXPECT_EQ(message(kv), "no error");
+  kv.kv_seq = 64;
+  EXPECT_NE(message(kv).find("kv_seq (64) must be 0"), std::string::npos) << message(kv);
+  kv.kv_seq = -1;
+  EXPECT_NE(message(kv).find("kv_seq (-1) must be 0"), std::string::npos) << message(kv);
 }
 
 TEST(AttentionShapeCheck, FusedLayoutAndFlops) {
@@ -328,6 +485,22 @@ TEST(AttentionShapeCheck, FusedLayoutAndFlops) {
   EXPECT_DOUBLE_EQ(attention_flops(s, false).forward, 2 * causal);
   EXPECT_DOUBLE_EQ(attention_flops(s, true).backward, 2 * causal);
   EXPECT_DOUBLE_EQ(attention_flops(s, true).backward_with_recompute, 2.5 * causal);
+
+  // kv_seq == seq is the plain shape; kv_seq > seq counts the visible scores of the bottom-right block.
+  AttentionShape same = s;
+  same.kv_seq = 8192;
+  EXPECT_EQ(describe(same), describe(s));
+  EXPECT_DOUBLE_EQ(attention_flops(same, true).forward, causal);
+  AttentionShape cp = fused_qkv_attention(2, 1024, 32, 8, 128);
+  cp.kv_seq = 4096;
+  EXPECT_EQ(describe(cp).rfind("b=2 s=1024 kv=4096 H=32 G=8 d=128 strides", 0), 0u) << describe(cp);
+  double visible = 0;  // query i (position 3072 + i) sees 3072 + i + 1 keys
+  for (std::int64_t i = 0; i < 1024; ++i) visible += double(3072 + i + 1);
+  const double cp_causal = 2.0 * 2.0 * 2 * 32 * 128 * visible;
+  EXPECT_DOUBLE_EQ(attention_flops(cp, true).forward, cp_causal);
+  EXPECT_DOUBLE_EQ(attention_flops(cp, true).backward, 2 * cp_causal);
+  EXPECT_DOUBLE_EQ(attention_flops(cp, false).forward, 2.0 * 2.0 * 2 * 32 * 128 * 1024.0 * 4096.0);
+  EXPECT_TRUE(cp < s || s < cp);  // a different plan-cache key
 }
 
 // Llama 3.1 8B attention at sequence 8192: runs forward + backward, everything finite, a few rows of o and

@@ -5,7 +5,7 @@
 //     caller's workspace and with stream-ordered scratch; only-dw (dx empty) backward;
 //   activations: swiglu / gelu / sqrelu forward and backward, also on views with padded rows;
 //   rope: GQA on the Q+K part of a fused QKV buffer (V untouched bit for bit), Llama 3.1 scaling, forward and
-//     backward, a long sequence;
+//     backward, a long sequence; pos_offset > 0 (context parallel chunks) against rope_*_at at p + offset;
 //   embeddings: forward (exact gather, NaN rows for out-of-range tokens), backward (repeated tokens, one token
 //     crossing many chunks, invalid tokens skipped; bitwise identical when repeated), learned positions.
 // Shapes include 1 row, a prime row count, dim 8 and 8192 x 4096. Outputs are poisoned first (0xFF bytes: NaN), so
@@ -508,11 +508,13 @@ TEST(CudaActivation, RejectsBadShapes) {
 
 // ======================= rope =======================
 
-// Q and K heads of a fused QKV buffer [B*S, (H + 2G) d] in one call; V must stay bit for bit.
+// Q and K heads of a fused QKV buffer [B*S, (H + 2G) d] in one call; V must stay bit for bit. offset > 0: the
+// sequence index p is at position p + offset (reference: rope_*_at), and the unshifted reference must fail.
 void run_rope_case(std::int64_t B, std::int64_t S, std::int64_t H, std::int64_t G, std::int64_t d, bool scaled,
-                   std::uint64_t seed) {
+                   std::uint64_t seed, std::int64_t offset = 0) {
   SCOPED_TRACE("rope B=" + std::to_string(B) + " S=" + std::to_string(S) + " H=" + std::to_string(H) +
-               " G=" + std::to_string(G) + " d=" + std::to_string(d) + (scaled ? " llama3.1-scaled" : ""));
+               " G=" + std::to_string(G) + " d=" + std::to_string(d) + (scaled ? " llama3.1-scaled" : "") +
+               " pos_offset=" + std::to_string(offset));
   const std::int64_t width = (H + 2 * G) * d, tokens = B * S;
   cpu::RopeScaling scaling;  // Llama 3.1: factor 8, low 1, high 4, original 8192
   const std::vector<double> inv = cpu::rope_inv_freq(int(d), 500000.0, scaled ? &scaling : nullptr);
@@ -525,8 +527,19 @@ void run_rope_case(std::int64_t B, std::int64_t S, std::int64_t H, std::int64_t 
   const auto before_bits = raw(qkv);
   const Vec before = decode(qkv);
 
-  // Angles in fp32: |error| <= p * inv_freq * 2^-23 <= S * 2^-23 rad, times |x1| + |x2| <= 2.
-  const double abs_tol = double(S) * 0x1p-22 + 1e-6;
+  std::vector<std::int64_t> pos(sz(S));
+  for (std::int64_t p = 0; p < S; ++p) pos[sz(p)] = p + offset;
+  auto reference = [&](Vec x, bool forward) {
+    const TensorView<double> v(x.data(), shape, strides, 4);
+    if (offset == 0 && forward) cpu::rope_forward<double>(v, inv);
+    if (offset == 0 && !forward) cpu::rope_backward<double>(v, inv);
+    if (offset != 0 && forward) cpu::rope_forward_at<double>(v, inv, pos);
+    if (offset != 0 && !forward) cpu::rope_backward_at<double>(v, inv, pos);
+    return x;
+  };
+
+  // Angles in fp32: |error| <= pos * inv_freq * 2^-23 <= (S + offset) * 2^-23 rad, times |x1| + |x2| <= 2.
+  const double abs_tol = double(S + offset) * 0x1p-22 + 1e-6;
   auto check = [&](const Vec& got, const Vec& want, const char* what) {
     EXPECT_CHECK(compare(got, want, kBf16Rel, abs_tol), what);
     expect_catches_corruption(got, want, kBf16Rel, abs_tol, what);
@@ -538,19 +551,22 @@ void run_rope_case(std::int64_t B, std::int64_t S, std::int64_t H, std::int64_t 
         ASSERT_EQ(bits[std::size_t(t * width + i)], before_bits[std::size_t(t * width + i)]) << what << " token " << t;
   };
 
-  gpu::rope_forward(qk, dinv.view({d / 2}), nullptr);
+  gpu::rope_forward(qk, dinv.view({d / 2}), nullptr, offset);
   const Vec fwd = decode(qkv);
-  Vec want = before;
-  cpu::rope_forward<double>(TensorView<double>(want.data(), shape, strides, 4), inv);
-  check(fwd, want, "rope_forward");
+  check(fwd, reference(before, true), "rope_forward");
   v_untouched("rope_forward");
 
-  gpu::rope_backward(qk, dinv.view({d / 2}), nullptr);
+  gpu::rope_backward(qk, dinv.view({d / 2}), nullptr, offset);
   const Vec bwd = decode(qkv);
-  Vec want_b = fwd;
-  cpu::rope_backward<double>(TensorView<double>(want_b.data(), shape, strides, 4), inv);
-  check(bwd, want_b, "rope_backward");
+  check(bwd, reference(fwd, false), "rope_backward");
   v_untouched("rope_backward");
+
+  if (offset > 0) {  // the offset is applied: positions p (no offset) give another rotation
+    Vec plain = before;
+    cpu::rope_forward<double>(TensorView<double>(plain.data(), shape, strides, 4), inv);
+    EXPECT_FALSE(compare(fwd, plain, kBf16Rel, abs_tol).ok()) << "rope_forward with pos_offset " << offset
+                                                              << " matches the reference at positions p";
+  }
 }
 
 TEST(CudaRope, GqaOnFusedQkvMatchesReference) {
@@ -562,6 +578,15 @@ TEST(CudaRope, GqaOnFusedQkvMatchesReference) {
   run_rope_case(1, 8192, 32, 8, 128, true, 4005);  // Llama 3.1 8B shapes
 }
 
+// Context parallel: a rank's chunk of the sequence starts at pos_offset.
+TEST(CudaRope, PositionOffsetMatchesReferenceAtShiftedPositions) {
+  SKIP_WITHOUT_GPU();
+  run_rope_case(1, 1, 1, 0, 16, false, 4011, 5);           // one token
+  run_rope_case(2, 37, 4, 2, 64, false, 4012, 1000);       // GQA, prime chunk length
+  run_rope_case(2, 64, 8, 2, 128, true, 4013, 192);        // the last quarter of a 256-token sequence
+  run_rope_case(1, 2048, 32, 8, 128, true, 4014, 6144);    // Llama 3.1 8B, the last of 4 chunks of 8192
+}
+
 TEST(CudaRope, RejectsBadShapes) {
   SKIP_WITHOUT_GPU();
   Dev<bf16> x(4096);
@@ -571,6 +596,9 @@ TEST(CudaRope, RejectsBadShapes) {
   EXPECT_THROW(gpu::rope_forward(x.view({4, 2, 32}), f.view({16}), nullptr), tb::Error);     // rank 3
   const TensorView<bf16> odd(x.get(), tb::Shape{1, 4, 2, 32}, tb::Shape{256, 68, 34, 1}, 4);
   EXPECT_THROW(gpu::rope_forward(odd, f.view({16}), nullptr), tb::Error);  // head stride not a multiple of 8
+  EXPECT_THROW(gpu::rope_forward(x.view({1, 4, 2, 32}), f.view({16}), nullptr, -1), tb::Error);  // negative offset
+  EXPECT_THROW(gpu::rope_backward(x.view({1, 4, 2, 32}), f.view({16}), nullptr, (std::int64_t(1) << 24) - 3),
+               tb::Error);  // last position 2^24: not exact in fp32
 }
 
 // ======================= embeddings =======================

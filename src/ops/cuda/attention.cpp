@@ -68,6 +68,7 @@ constexpr std::size_t kAlign = 16;  // bytes: cuDNN's SDPA reads 16-byte vectors
 std::vector<std::int64_t> dims(const AttentionShape& s, std::int64_t heads) {
   return {s.batch, heads, s.seq, s.head_dim};
 }
+std::vector<std::int64_t> kv_dims(const AttentionShape& s) { return {s.batch, s.kv_heads, s.keys(), s.head_dim}; }
 std::vector<std::int64_t> strides(const HeadStrides& t) { return {t.batch, t.head, t.seq, 1}; }
 std::vector<std::int64_t> stats_dims(const AttentionShape& s) { return {s.batch, s.heads, s.seq, 1}; }
 std::vector<std::int64_t> stats_strides(const AttentionShape& s) { return {s.heads * s.seq, s.seq, 1, 1}; }
@@ -89,6 +90,12 @@ void output(const TensorPtr& t, Uid uid, std::vector<std::int64_t> dim, std::vec
 }
 
 float attn_scale(const AttentionShape& s) { return float(1.0 / std::sqrt(double(s.head_dim))); }
+
+// Top left (j <= i) when queries and keys are the same positions; bottom right (j <= i + keys - seq) when the
+// queries are the last seq of keys() positions. kv_seq == seq keeps the top-left graphs of the plain case.
+fe::DiagonalAlignment_t diagonal(const AttentionShape& s) {
+  return s.keys() == s.seq ? fe::DiagonalAlignment_t::TOP_LEFT : fe::DiagonalAlignment_t::BOTTOM_RIGHT;
+}
 
 // Validate, lower, ask the heuristic (mode A), check support, build the first supported plan.
 void build(Graph& g, cudnnHandle_t handle, std::int64_t& workspace, std::string& engine) {
@@ -147,6 +154,10 @@ void check_attention_shape(const AttentionShape& s) {
                          s.heads));
   TB_REQUIRE(s.head_dim % 8 == 0, fmt::format("{}: head_dim ({}) must be a multiple of 8 (cuDNN SDPA)", what,
                                               s.head_dim));
+  TB_REQUIRE(s.kv_seq == 0 || s.kv_seq >= s.seq,
+             fmt::format("{}: kv_seq ({}) must be 0 (same as seq) or at least seq ({}): the queries are the last "
+                         "seq of kv_seq positions",
+                         what, s.kv_seq, s.seq));
   for (const auto& [name, t] : {std::pair{"q", s.q}, std::pair{"k", s.k}, std::pair{"v", s.v}, std::pair{"o", s.o}})
     TB_REQUIRE(t.batch > 0 && t.seq > 0 && t.head > 0 && t.batch % 8 == 0 && t.seq % 8 == 0 && t.head % 8 == 0,
                fmt::format("{}: {} strides (batch {}, seq {}, head {}) must be positive multiples of 8 elements "
@@ -155,9 +166,11 @@ void check_attention_shape(const AttentionShape& s) {
 }
 
 std::string describe(const AttentionShape& s) {
-  std::string d = fmt::format("b={} s={} H={} G={} d={}", s.batch, s.seq, s.heads, s.kv_heads, s.head_dim);
+  std::string d = fmt::format("b={} s={}", s.batch, s.seq);
+  if (s.keys() != s.seq) d += fmt::format(" kv={}", s.kv_seq);
+  d += fmt::format(" H={} G={} d={}", s.heads, s.kv_heads, s.head_dim);
   const AttentionShape fused = fused_qkv_attention(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.deterministic);
-  if (s.q == fused.q && s.k == fused.k && s.v == fused.v && s.o == fused.o) {
+  if (s.keys() == s.seq && s.q == fused.q && s.k == fused.k && s.v == fused.v && s.o == fused.o) {
     d += " fused-qkv";
   } else {
     auto str = [](const HeadStrides& t) { return fmt::format("{}/{}/{}", t.batch, t.seq, t.head); };
@@ -168,8 +181,12 @@ std::string describe(const AttentionShape& s) {
 }
 
 AttentionFlops attention_flops(const AttentionShape& s, bool causal) {
-  const double one = 2.0 * double(s.batch) * double(s.heads) * double(s.seq) * double(s.seq) * double(s.head_dim);
-  const double fwd = 2 * one * (causal ? 0.5 : 1.0);  // Q K^T and P V
+  const double sq = double(s.seq), sk = double(s.keys());
+  // Scores computed: the full s x kv_seq block; causal: half of it when kv_seq == seq (the DESIGN.md
+  // convention), else the exact visible count of the bottom-right block, sum_i (kv_seq - seq + i + 1).
+  double scores = sq * sk;
+  if (causal) scores = s.keys() == s.seq ? 0.5 * sq * sq : sq * sk - sq * (sq - 1) / 2;
+  const double fwd = 2.0 * 2.0 * double(s.batch) * double(s.heads) * double(s.head_dim) * scores;  // Q K^T and P V
   return {fwd, 2 * fwd, 2.5 * fwd};
 }
 
@@ -185,17 +202,18 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_
   check_attention_shape(s);
   const char* direction = "forward";
   try {
-    // Forward: O and Stats (lse) from Q, K, V; causal with the diagonal at the top left (j <= i).
+    // Forward: O and Stats (lse) from Q, K, V; causal with the diagonal at the top left (j <= i), or at the
+    // bottom right (j <= i + kv_seq - seq) when the queries are the last seq of kv_seq positions.
     g_->fwd = new_graph();
     Graph& f = *g_->fwd;
     auto q = input(f, "Q", kQ, dims(s, s.heads), strides(s.q));
-    auto k = input(f, "K", kK, dims(s, s.kv_heads), strides(s.k));
-    auto v = input(f, "V", kV, dims(s, s.kv_heads), strides(s.v));
+    auto k = input(f, "K", kK, kv_dims(s), strides(s.k));
+    auto v = input(f, "V", kV, kv_dims(s), strides(s.v));
     auto fwd_opts = fe::graph::SDPA_attributes()
                         .set_name("sdpa_forward")
                         .set_generate_stats(true)
                         .set_attn_scale(attn_scale(s))
-                        .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                        .set_diagonal_alignment(diagonal(s))
                         .set_diagonal_band_right_bound(0);
     auto [o, stats] = f.sdpa(q, k, v, fwd_opts);
     output(o, kO, dims(s, s.heads), strides(s.o));
@@ -208,8 +226,8 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_
     g_->bwd = new_graph();
     Graph& b = *g_->bwd;
     auto bq = input(b, "Q", kQ, dims(s, s.heads), strides(s.q));
-    auto bk = input(b, "K", kK, dims(s, s.kv_heads), strides(s.k));
-    auto bv = input(b, "V", kV, dims(s, s.kv_heads), strides(s.v));
+    auto bk = input(b, "K", kK, kv_dims(s), strides(s.k));
+    auto bv = input(b, "V", kV, kv_dims(s), strides(s.v));
     auto bo = input(b, "O", kO, dims(s, s.heads), strides(s.o));
     auto bdo = input(b, "dO", kDout, dims(s, s.heads), strides(s.o));
     auto bstats = b.tensor(TensorAttr()
@@ -221,13 +239,13 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_
     auto bwd_opts = fe::graph::SDPA_backward_attributes()
                         .set_name("sdpa_backward")
                         .set_attn_scale(attn_scale(s))
-                        .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                        .set_diagonal_alignment(diagonal(s))
                         .set_diagonal_band_right_bound(0)
                         .set_deterministic_algorithm(s.deterministic);
     auto [dq, dk, dv] = b.sdpa_backward(bq, bk, bv, bo, bdo, bstats, bwd_opts);
     output(dq, kDq, dims(s, s.heads), strides(s.q));
-    output(dk, kDk, dims(s, s.kv_heads), strides(s.k));
-    output(dv, kDv, dims(s, s.kv_heads), strides(s.v));
+    output(dk, kDk, kv_dims(s), strides(s.k));
+    output(dv, kDv, kv_dims(s), strides(s.v));
     build(b, handle, g_->bwd_ws, g_->bwd_engine);
   } catch (const Error& e) {  // say which shape and direction; keep kind (unsupported / cudnn) and detail
     throw Error(e.kind(), e.fatal(), fmt::format("attention {} {}: {}", direction, ops::describe(s), e.what()),

@@ -6,6 +6,11 @@
 //   lse_i = log sum_{j<=i} exp(S[i,j]) (natural log, fp32 [b, H, s]),  o_i = sum_j exp(S[i,j] - lse_i) v_j
 //   backward: dq, dk, dv from dout, q, k, v, o and lse (P recomputed); dk, dv sum over the H / G query heads
 //   of their group. dq, dk, dv are written (not accumulated).
+// Longer keys (context parallel: a rank's query chunk against the keys of every earlier position): with
+//   kv_seq = n > s, k, v (and dk, dv) are [b, n, G, d] and the s queries are the LAST s positions of the
+//   n-long sequence: query i sees keys j <= i + (n - s) (causal, diagonal at the bottom right), i.e.
+//   ops/cpu/attention.h's _at forms with q_pos[i] = n - s + i. o, dout: [b, s, H, d]; lse stays [b, H, s].
+//   kv_seq = 0 or s is the plain (top-left) case above.
 // Layout: q, k, v are read in place, through strides, from the fused QKV projection output
 // [b*s, (H + 2G)*d] row-major (per token: the H query heads, then the G key heads, then the G value
 // heads; model/param_layout.h), and dq, dk, dv are written into a gradient buffer of the same layout:
@@ -15,6 +20,8 @@
 // FLOPs (multiply-add = 2), both conventions of DESIGN.md:
 //   forward   full:   4 b H s^2 d  (Q K^T: 2 b H s^2 d, P V: 2 b H s^2 d)
 //             causal: 2 b H s^2 d  (only the lower triangle: halved; exactly s(s+1)/2 of s^2 scores)
+//   with kv_seq = n > s: full 4 b H s n d; causal 4 b H d (s n - s(s-1)/2), the visible scores of the
+//             bottom-right block (query i sees n - s + i + 1 keys), counted exactly (no halving)
 //   backward  = 2 x forward (dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q), the model/flops.h rule
 //             (fwd + bwd = 3 x fwd); the kernel also recomputes Q K^T, so it does 2.5 x forward
 //             (backward_with_recompute), the FlashAttention benchmarks' count.
@@ -54,6 +61,10 @@ struct AttentionShape {
   HeadStrides o;        // also the strides of dout
   // Backward without atomic accumulation (bit-reproducible dq from run to run); slower.
   bool deterministic = false;
+  // Keys and values per sequence; 0 means seq. Larger than seq: the queries are the last seq positions of
+  // the kv_seq-long sequence (causal, bottom-right diagonal; see the top of this file).
+  std::int64_t kv_seq = 0;
+  std::int64_t keys() const { return kv_seq > 0 ? kv_seq : seq; }  // the key (and value) sequence length
   auto operator<=>(const AttentionShape&) const = default;
 };
 
@@ -72,18 +83,21 @@ struct QkvPointers {
 QkvPointers split_fused_qkv(void* qkv, const AttentionShape& s);
 
 // Throws Error{config} saying what is wrong: non-positive dims, H % G != 0, head_dim not a multiple of 8,
-// strides that are not positive multiples of 8 elements (16 bytes, cuDNN's alignment).
+// kv_seq negative or (when not 0) below seq, strides that are not positive multiples of 8 elements (16 bytes,
+// cuDNN's alignment).
 void check_attention_shape(const AttentionShape& s);
-std::string describe(const AttentionShape& s);  // "attention b=1 s=8192 H=32 G=8 d=128 fused-qkv"
+// "b=1 s=8192 H=32 G=8 d=128 fused-qkv"; "b=1 s=1024 kv=4096 H=32 ..." when kv_seq differs from seq.
+std::string describe(const AttentionShape& s);
 
 struct AttentionFlops {
   double forward = 0, backward = 0, backward_with_recompute = 0;
 };
-// causal = true: the causal convention (Q K^T and P V halved); false: the full convention.
+// causal = true: the causal convention (Q K^T and P V over the visible scores only: halved when kv_seq is
+// seq); false: the full convention (every score of the s x kv_seq block).
 AttentionFlops attention_flops(const AttentionShape& s, bool causal);
 
 // Device pointers (cudaMalloc'ed, at least 16-byte aligned); q/k/v/o/dout/dq/dk/dv are bf16, lse fp32
-// contiguous [b, H, s].
+// contiguous [b, H, s]. k, v, dk, dv hold kv_seq positions (through the k and v strides).
 struct AttentionForwardArgs {
   const void* q = nullptr;
   const void* k = nullptr;

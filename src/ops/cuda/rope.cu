@@ -21,6 +21,7 @@ struct RopeArgs {
   bf16* x;
   std::int64_t s0, s1, s2;  // strides of batch, seq, heads (elements)
   std::int64_t seq;
+  std::int64_t pos_offset;  // position of sequence index 0
   std::int64_t items;  // batch * seq * chunks
   int chunks;          // d / 16: 8-pair chunks per head
   int half;            // d / 2
@@ -39,7 +40,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs a) {
   const float4 f1 = __ldg(reinterpret_cast<const float4*>(a.inv_freq) + 2 * c + 1);
   const float freq[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
   float cs[8], sn[8];
-  const float pos = float(p);
+  const float pos = float(p + a.pos_offset);
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     sincosf(pos * freq[k], &sn[k], &cs[k]);
@@ -76,8 +77,8 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs a) {
   }
 }
 
-void rotate(TensorView<bf16> x, TensorView<const float> inv_freq, float sign, cudaStream_t stream,
-            const std::string& what) {
+void rotate(TensorView<bf16> x, TensorView<const float> inv_freq, float sign, std::int64_t pos_offset,
+            cudaStream_t stream, const std::string& what) {
   TB_REQUIRE(x.rank() == 4, what + ": x must be [batch, seq, heads, head_dim], got " + x.shape_str());
   const std::int64_t d = x.size(3);
   TB_REQUIRE(d > 0 && d % 16 == 0, what +
@@ -93,26 +94,30 @@ void rotate(TensorView<bf16> x, TensorView<const float> inv_freq, float sign, cu
                  x.shape_str() + ", strides [" + std::to_string(x.stride(0)) + ", " + std::to_string(x.stride(1)) +
                  ", " + std::to_string(x.stride(2)) + ", " + std::to_string(x.stride(3)) + "])");
   require_vec(inv_freq, d / 2, true, what + ": inv_freq (head_dim / 2 frequencies)");
-  TB_REQUIRE(x.size(1) < (std::int64_t(1) << 24), what + ": positions must be below 2^24 (exact in fp32)");
+  TB_REQUIRE(pos_offset >= 0 && x.size(1) + pos_offset <= (std::int64_t(1) << 24),
+             what + ": positions must be in [0, 2^24) (exact in fp32), got pos_offset " + std::to_string(pos_offset) +
+                 " and seq " + std::to_string(x.size(1)));
   const std::int64_t items = x.size(0) * x.size(1) * (d / 16);
   if (items == 0 || x.size(2) == 0) return;
   const std::int64_t blocks = ceil_div(items, kThreads);
   const std::int64_t groups = ceil_div(x.size(2), kHeadsPerThread);
   TB_REQUIRE(blocks <= 0x7fffffff && groups <= 65535, what + ": too many tokens or heads for one launch");
-  const RopeArgs a{x.data(),    x.stride(0), x.stride(1),    x.stride(2),     x.size(1), items,
-                   int(d / 16), int(d / 2),  int(x.size(2)), inv_freq.data(), sign};
+  const RopeArgs a{x.data(), x.stride(0), x.stride(1),    x.stride(2),     x.size(1), pos_offset, items,
+                   int(d / 16), int(d / 2), int(x.size(2)), inv_freq.data(), sign};
   rope_kernel<<<dim3(unsigned(blocks), unsigned(groups)), kThreads, 0, stream>>>(a);
   TB_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void rope_forward(TensorView<bf16> x, TensorView<const float> inv_freq, cudaStream_t stream) {
-  rotate(x, inv_freq, 1.f, stream, "rope_forward");
+void rope_forward(TensorView<bf16> x, TensorView<const float> inv_freq, cudaStream_t stream,
+                  std::int64_t pos_offset) {
+  rotate(x, inv_freq, 1.f, pos_offset, stream, "rope_forward");
 }
 
-void rope_backward(TensorView<bf16> dx, TensorView<const float> inv_freq, cudaStream_t stream) {
-  rotate(dx, inv_freq, -1.f, stream, "rope_backward");
+void rope_backward(TensorView<bf16> dx, TensorView<const float> inv_freq, cudaStream_t stream,
+                   std::int64_t pos_offset) {
+  rotate(dx, inv_freq, -1.f, pos_offset, stream, "rope_backward");
 }
 
 void upload_rope_inv_freq(TensorView<float> dst, std::span<const double> inv_freq, cudaStream_t stream) {
