@@ -11,6 +11,7 @@
 #   cpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs context parallel (cp 2); losses compared
 #   cp8b:     Llama 3.1 8B shapes, 8 layers, seq 16384, micro-batch 1: 1 GPU vs cp 2 (the same global batch 1);
 #             must complete and match the 1-GPU losses; the job's tokens/s reported
+#   ppfp8:    ppcheck in FP8 (current scaling)
 #   dpfp8:    dp8b in FP8 (current scaling)
 #   scale:    `trainbench scale llama3.1-8b --gpus 1,2`: proxy, projection and the measured data-parallel runs
 #   ppcheck:  `small` 30 steps, global batch 8, micro-batch 2 (4 micro-batches): 1 GPU vs 2 GPUs pipeline parallel
@@ -79,6 +80,10 @@ ours() {  # ours NAME ARGS...
         ours 8b-L8-s16k-cp2 --model llama3.1-8b --layers 8 --seq 16384 --recompute selective --gpus 2 --cp 2
         log "cp 8b (job tokens/s: the ratio below is per GPU; x2 for the job)"
         python3 bench/compare_losses.py "$OUT/results/8b-L8-s16k-1gpu" "$OUT/results/8b-L8-s16k-cp2" --tol 0.01 ;;
+      ppfp8)
+        STEPS=25 WARM=5 ours small-fp8-1gpu --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile
+        STEPS=25 WARM=5 ours small-fp8-pp2 --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile --gpus 2 --pp 2
+        log "pp fp8 losses"; python3 bench/compare_losses.py "$OUT/results/small-fp8-1gpu" "$OUT/results/small-fp8-pp2" --tol 0.01 | tail -1 ;;
       dpfp8)
         ours 8b-L8-fp8-1gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --no-op-profile
         ours 8b-L8-fp8-2gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --gpus 2 --global-batch 2 --no-op-profile
