@@ -25,6 +25,7 @@
 #include "model/decoder_cpu.h"
 #include "parallel/decoder_cpu_parallel.h"
 #include "parallel/mesh.h"
+#include "tiny_models.h"
 
 namespace tb::parallel {
 namespace {
@@ -32,22 +33,7 @@ namespace {
 using model::CpuDecoder;
 using model::ModelConfig;
 
-ModelConfig tiny(const std::string& family) {
-  ModelConfig c = model::preset("tiny");
-  c.name = "test-" + family;
-  c.layers = 3, c.d_model = 16, c.head_dim = 4, c.ffn = 24, c.vocab = 36, c.seq = 16;
-  if (family == "llama") {
-    c.heads = 8, c.kv_heads = 4;
-    c.rope_scaling.enabled = true;  // inv_freq {1, 0.01}: one band unchanged, one smoothed
-    c.rope_scaling.original_max_position = 1024;
-  } else {
-    c.family = "gpt";
-    c.heads = 4, c.kv_heads = 4;
-    c.norm = model::Norm::layernorm, c.act = model::Act::gelu, c.pos = model::Pos::learned;
-    c.tied_embeddings = true;
-  }
-  return c;
-}
+ModelConfig tiny(const std::string& family) { return testing::tiny(family, 3); }
 
 struct Batch {
   std::vector<std::int32_t> tokens, targets;
@@ -56,11 +42,8 @@ struct Batch {
 };
 
 Batch random_batch(int batch, int seq, int vocab, std::uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::uniform_int_distribution<int> u(0, vocab - 1);
-  Batch b{{}, {}, batch, seq};
-  for (int i = 0; i < batch * seq; ++i) b.tokens.push_back(u(g)), b.targets.push_back(u(g));
-  return b;
+  testing::Tokens t = testing::random_tokens(batch, seq, vocab, seed);
+  return {std::move(t.tokens), std::move(t.targets), batch, seq};
 }
 
 // The reference, with every parameter moved off its init (the same values on every rank).

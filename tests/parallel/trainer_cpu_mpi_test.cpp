@@ -27,6 +27,7 @@
 #include "model/decoder_cpu.h"
 #include "ops/cpu/adamw.h"
 #include "parallel/mesh.h"
+#include "tiny_models.h"
 #include "parallel/trainer_cpu.h"
 
 namespace tb::parallel {
@@ -38,34 +39,10 @@ using model::ModelConfig;
 constexpr int kGlobal = 4;
 constexpr std::uint64_t kSeed = 7;
 
-ModelConfig tiny(const std::string& family) {
-  ModelConfig c = model::preset("tiny");
-  c.name = "test-" + family;
-  c.layers = 4, c.d_model = 16, c.head_dim = 4, c.ffn = 24, c.vocab = 36, c.seq = 16;
-  if (family == "llama") {
-    c.heads = 8, c.kv_heads = 4;
-    c.rope_scaling.enabled = true;
-    c.rope_scaling.original_max_position = 1024;
-  } else {
-    c.family = "gpt";
-    c.heads = 4, c.kv_heads = 4;
-    c.norm = model::Norm::layernorm, c.act = model::Act::gelu, c.pos = model::Pos::learned;
-    c.tied_embeddings = true;
-  }
-  return c;
-}
+ModelConfig tiny(const std::string& family) { return testing::tiny(family, 4); }
 
-struct Batch {
-  std::vector<std::int32_t> tokens, targets;
-};
-
-Batch random_batch(int batch, int seq, int vocab, std::uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::uniform_int_distribution<int> u(0, vocab - 1);
-  Batch b;
-  for (int i = 0; i < batch * seq; ++i) b.tokens.push_back(u(g)), b.targets.push_back(u(g));
-  return b;
-}
+using Batch = testing::Tokens;
+Batch random_batch(int batch, int seq, int vocab, std::uint64_t seed) { return testing::random_tokens(batch, seq, vocab, seed); }
 
 // CpuDecoder's init (seed kSeed) with every parameter moved (norm gains not 1, biases not 0).
 std::vector<double> start_params(const ModelConfig& cfg) {

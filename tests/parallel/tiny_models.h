@@ -1,0 +1,45 @@
+// tests/parallel/tiny_models.h: the two tiny model families the parallel CPU tests share, and random token batches.
+//   llama: rmsnorm, swiglu, rope with Llama 3.1 scaling (inv_freq {1, 0.01}: one band unchanged, one smoothed), GQA 8/4
+//   gpt:   layernorm, gelu, learned positions, tied embeddings, MHA 4/4
+// d_model 16, head_dim 4, ffn 24, vocab 36, seq 16: every size divides by 4 (tp, cp up to 4 ranks).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace tb::parallel::testing {
+
+inline model::ModelConfig tiny(const std::string& family, int layers) {
+  model::ModelConfig c = model::preset("tiny");
+  c.name = "test-" + family;
+  c.layers = layers, c.d_model = 16, c.head_dim = 4, c.ffn = 24, c.vocab = 36, c.seq = 16;
+  if (family == "llama") {
+    c.heads = 8, c.kv_heads = 4;
+    c.rope_scaling.enabled = true;
+    c.rope_scaling.original_max_position = 1024;
+  } else {
+    c.family = "gpt";
+    c.heads = 4, c.kv_heads = 4;
+    c.norm = model::Norm::layernorm, c.act = model::Act::gelu, c.pos = model::Pos::learned;
+    c.tied_embeddings = true;
+  }
+  return c;
+}
+
+struct Tokens {
+  std::vector<std::int32_t> tokens, targets;  // [batch, seq] row-major, uniform in [0, vocab)
+};
+
+inline Tokens random_tokens(int batch, int seq, int vocab, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_int_distribution<int> u(0, vocab - 1);
+  Tokens b;
+  for (int i = 0; i < batch * seq; ++i) b.tokens.push_back(u(g)), b.targets.push_back(u(g));
+  return b;
+}
+
+}  // namespace tb::parallel::testing
