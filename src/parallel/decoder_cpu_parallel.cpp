@@ -8,6 +8,7 @@
 //   first stage: dE_shard[tokens] += gather(dnext);  dP[pos] += dnext
 // gather: SP all-gather over tp (else identity); reduce: SP reduce-scatter over tp (else all-reduce).
 #include "parallel/decoder_cpu_parallel.h"
+#include "parallel/tensor_shard.h"
 
 #include <algorithm>
 #include <cmath>
@@ -33,9 +34,7 @@ using model::detail::vec;
 std::string str(std::int64_t v) { return std::to_string(v); }
 
 // A rows x cols block of a full slot, by its first row and column (vectors are one row).
-struct Part {
-  std::int64_t row0, rows, col0, cols;
-};
+using Part = SlotPart;  // parallel/tensor_shard.h: a block of the full slot
 
 }  // namespace
 
@@ -107,7 +106,7 @@ ShardedCpuDecoder<T>::~ShardedCpuDecoder() = default;
 // column-parallel qkv and fc1 rows, row-parallel out and fc2 columns, LM-head rows).
 template <class T>
 void ShardedCpuDecoder<T>::build_layout() {
-  const std::int64_t r = tp_.rank(), d = dims_.d, ql = dims_.ql, kvdl = dims_.kvdl, ffl = dims_.ffl, vl = dims_.vl;
+  const std::int64_t r = tp_.rank(), d = dims_.d, vl = dims_.vl;
   auto add = [&](const std::string& name, int full_index, std::vector<Part> parts, bool replicated) {
     const model::Slot& f = full_.slots[std::size_t(full_index)];
     const bool matrix = f.shape.size() == 2;
@@ -145,15 +144,13 @@ void ShardedCpuDecoder<T>::build_layout() {
   replicated_ = local_.total;
 
   if (is_first()) local_.embed = rows_of(full_.embed, {{r * vl, vl, 0, d}});
-  const std::int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), ffn = cfg_.ffn;
+  auto tp_parts = [&](int full_index) {  // Megatron's split of a linear layer (tensor_shard.h)
+    return rows_of(full_index, tp_slot_parts(cfg_, full_.slots[std::size_t(full_index)].name, tp_.size(), int(r)));
+  };
   for (int l = first_; l < last_; ++l) {
     const auto& F = full_.layers[std::size_t(l)];
     auto& L = local_.layers[std::size_t(l - first_)];
-    L.qkv = rows_of(F.qkv, {{r * ql, ql, 0, d}, {qd + r * kvdl, kvdl, 0, d}, {qd + kvd + r * kvdl, kvdl, 0, d}});
-    L.out = rows_of(F.out, {{0, d, r * ql, ql}});
-    L.fc1 = cfg_.act == model::Act::swiglu ? rows_of(F.fc1, {{r * ffl, ffl, 0, d}, {ffn + r * ffl, ffl, 0, d}})
-                                           : rows_of(F.fc1, {{r * ffl, ffl, 0, d}});
-    L.fc2 = rows_of(F.fc2, {{0, d, r * ffl, ffl}});
+    L.qkv = tp_parts(F.qkv), L.out = tp_parts(F.out), L.fc1 = tp_parts(F.fc1), L.fc2 = tp_parts(F.fc2);
   }
   if (is_last()) {
     if (cfg_.tied_embeddings && is_first())
