@@ -333,8 +333,6 @@ void CudaDecoder::set_tensor_parallel(TensorParallelOps tp) {
     TB_REQUIRE(tp.all_gather && tp.reduce_scatter, "CUDA decoder: tensor parallel needs all_gather and reduce_scatter");
     TB_REQUIRE(cfg_.pos == Pos::rope, "tensor parallel on the CUDA backend supports RoPE models only (learned "
                                       "positions would need this rank's position offset): use tp 1 for " + cfg_.name);
-    TB_REQUIRE(!fp8_.enabled, "tensor parallel on the CUDA backend runs in BF16 only for now (FP8 with tp > 1 is not "
-                              "implemented): use --precision bf16 or tp 1");
   }
   tp_ = std::move(tp);
 }
