@@ -90,7 +90,10 @@ int cmd_train(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--fp8-margin", spec.fp8_margin, "FP8 scale margin: scale = max / amax / 2^margin")
       ->capture_default_str();
-  app.add_flag("!--no-graph", spec.graph, "do not capture the step as a CUDA graph");
+  app.add_option("--graph", spec.graph, "capture the step as a CUDA graph: on | off | auto (on; off with --tp > 1)")
+      ->check(CLI::IsMember({"on", "off", "auto"}))
+      ->capture_default_str();
+  app.add_flag_callback("--no-graph", [&] { spec.graph = "off"; }, "the same as --graph off");
   app.add_flag("--autotune", spec.autotune, "time cuBLASLt's candidates for every GEMM shape after step 1");
   app.add_flag("!--no-op-profile", spec.op_profile, "skip the extra eager step that times each op");
   app.add_flag("--deterministic", spec.deterministic, "deterministic attention backward (repeatable, slower)");

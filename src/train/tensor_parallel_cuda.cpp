@@ -1,6 +1,8 @@
 // train/tensor_parallel_cuda.cpp: tensor-parallel communication for the CUDA trainer (tensor_parallel_cuda.h).
 #include "train/tensor_parallel_cuda.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "parallel/tensor_shard.h"
 
@@ -59,7 +61,13 @@ void TensorParallelCuda::grads_ready(std::size_t from) {
       TB_CHECK(cudaStreamWaitEvent(gs_, fork_, 0));
       forked = true;
     }
-    grads_comm_->all_reduce(grads_ + s.offset, grads_ + s.offset, s.size, DType::f32);
+    const bool split = std::any_of(split_.begin(), split_.end(), [&](const auto& p) { return p.first == s.offset; });
+    if (split) {  // only this rank's part is read (its optimizer and its share of the norm)
+      const std::size_t part = s.size / std::size_t(act_->size());
+      grads_comm_->reduce_scatter(grads_ + s.offset, grads_ + s.offset + std::size_t(rank()) * part, part, DType::f32);
+    } else {
+      grads_comm_->all_reduce(grads_ + s.offset, grads_ + s.offset, s.size, DType::f32);
+    }
   }
 }
 

@@ -37,6 +37,8 @@ void validate(const TrainSpec& spec) {
                          "global / micro)",
                          gb, spec.micro_batch));
   TB_REQUIRE(spec.steps > 0, "--steps must be at least 1");
+  TB_REQUIRE(spec.graph == "on" || spec.graph == "off" || spec.graph == "auto",
+             fmt::format("--graph {}: expected on, off or auto", spec.graph));
   TB_REQUIRE(spec.warmup_steps >= 0 && spec.warmup_steps < spec.steps,
              fmt::format("--warmup-steps {} must be below --steps {} (some steps must be measured)", spec.warmup_steps,
                          spec.steps));

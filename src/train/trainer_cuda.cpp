@@ -322,6 +322,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
         g.flat += std::size_t(tpc->rank()) * g.count;
         g.shard += std::size_t(tpc->rank()) * g.count;
       }
+  if (tpc) tpc->set_split_slots(split_slots);
   ops::DeviceBuffer master(dc.device(), S * (split ? sizeof(std::int16_t) : sizeof(float)));
   ops::DeviceBuffer moments(dc.device(), 2 * S * moment_bytes);
   TB_CHECK(cudaMemsetAsync(moments.get(), 0, moments.bytes(), st));
@@ -625,8 +626,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
         res.gemm_retuned = bench::tune_all_plans(dc);
         ops::reset_device_memory_peak();  // its scratch operands are gone: not part of a training step
       }
-      res.graph = spec.graph ? capture() : "off";
-      if (res.graph != "captured" && spec.graph)
+      const bool use_graph = spec.graph == "on" || (spec.graph == "auto" && tp == 1);  // trainer.h: tp eager
+      res.graph = use_graph ? capture() : "off";
+      if (res.graph != "captured" && use_graph)
         log::warn("train: running without a CUDA graph ({}); step times include launch overhead", res.graph);
     }
     if (step > spec.warmup_steps) {

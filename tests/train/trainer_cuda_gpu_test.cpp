@@ -56,7 +56,7 @@ TEST(TrainerCuda, DeterministicGraphEagerAndAccumulationAgree) {
   spec.deterministic = true;
   const auto a = tb::train::train_cuda(spec, nullptr), b = tb::train::train_cuda(spec, nullptr);
   auto eager = spec;
-  eager.graph = false;
+  eager.graph = "off";
   const auto e = tb::train::train_cuda(eager, nullptr);
   auto acc = spec;
   acc.micro_batch = 4;
