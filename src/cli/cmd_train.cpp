@@ -53,7 +53,10 @@ int cmd_train(int argc, char** argv) {
   CLI::App app{"train a model for a few steps and measure it", "trainbench train"};
   train::TrainSpec spec;
   CommonOptions common;
-  common.add_to(app);  // its --gpus N: data parallel over N GPUs of this node (cli/ranks.h)
+  common.add_to(app);
+  app.get_option("--gpus")->description(
+      "GPUs of this node to train on (default 1): starts one rank per GPU under mpirun; the layout "
+      "is --tp/--pp/--cp, data parallel the rest");
   std::vector<std::string> models;
   for (const auto& p : model::presets()) models.push_back(p.name);
   app.add_option("-m,--model", spec.model, "model preset")->check(CLI::IsMember(models))->capture_default_str();
