@@ -116,6 +116,21 @@ TEST(Cli, TrainRejectsBadConfigurationsBeforeWork) {
   EXPECT_NE(r.err.find("/no/such/tokens.bin"), std::string::npos) << r.err;
 }
 
+TEST(Cli, TrainNamesEveryLayoutProblemBeforeStartingRanks) {
+  // tiny: 4 heads, 2 kv-heads, 2 layers, seq 64, vocab 256: tp 4 and pp 4 fail, and the ranks do not multiply out.
+  auto r = run({"train", "--model", "tiny", "--device", "cpu", "--tp", "4", "--pp", "4", "--cp", "2"});
+  EXPECT_EQ(r.rc, 2);
+  for (const char* problem : {"parallel layout dp1 cp2 pp4 tp4 vp1 sp does not fit tiny on 1 rank",
+                              "= 32 ranks, but the job has 1", "kv_heads (2) is not divisible by tp (4)",
+                              "layers (2) is not divisible by pp·vp (4)"})
+    EXPECT_NE(r.err.find(problem), std::string::npos) << problem << "\n" << r.err;
+  r = run({"train", "--model", "tiny", "--device", "cpu", "--gpus", "2"});  // CPU ranks come from mpirun
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("mpirun -np N trainbench train --device cpu"), std::string::npos) << r.err;
+  r = run({"train", "--model", "tiny", "--device", "cpu", "--graph", "sometimes"});
+  EXPECT_EQ(r.rc, 2);
+}
+
 TEST(Cli, RunTinyOnTheCpuThenCompare) {
   const auto dir = std::filesystem::temp_directory_path() / "tb_cli_run";
   std::filesystem::remove_all(dir);
