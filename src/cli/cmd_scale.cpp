@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "cli/commands.h"
 #include "bench/sysinfo.h"
@@ -83,12 +82,10 @@ int cmd_scale(int argc, char** argv) {
     if (steps > 0) argv2.insert(argv2.end(), {"--steps", std::to_string(steps + std::max(warmup, 0))});
     if (warmup >= 0) argv2.insert(argv2.end(), {"--warmup-steps", std::to_string(warmup)});
     const report::ExecResult res = report::exec(argv2);
-    std::ifstream in(dir / "results.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      const auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || j.value("bench", "") != "train") continue;
+    if (const auto trained = report::finished_run(dir, "train")) {
+      const nlohmann::json& j = *trained;
       return nlohmann::json{{"tokens_per_s_per_gpu", j.value("tokens_per_s_per_gpu", 0.0)},
-                            {"step_s", j["step_ms"].value("median", 0.0) / 1e3},
+                            {"step_s", j.value("step_ms", nlohmann::json::object()).value("median", 0.0) / 1e3},
                             {"tflops_per_gpu", j.value("tflops", 0.0)},
                             {"mfu", j.value("mfu", 0.0)},
                             {"peak_alloc_gib", j.value("peak_alloc_gib", 0.0)},

@@ -132,14 +132,9 @@ int cmd_train(int argc, char** argv) {
   TB_REQUIRE(gpus == 1 || cuda, "--gpus > 1 needs --device cuda (CPU ranks: mpirun -np N trainbench train --device "
                                  "cpu ...)");
   // The layout against the model and the rank count, every problem at once, before any rank starts.
-  const int model_ranks = spec.tp * spec.pp * spec.cp;
   const int world_n = launched_by_mpi() ? job_ranks() : gpus;
-  auto shape = [&](int world) {
-    return parallel::MeshShape{.dp = std::max(1, world / std::max(1, model_ranks)), .cp = spec.cp, .pp = spec.pp,
-                               .tp = spec.tp, .vp = spec.vp, .sequence_parallel = spec.tp > 1};
-  };
-  parallel::validate_layout(shape(world_n), m, world_n, spec.micro_batch,
-                            spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * shape(world_n).dp);
+  const parallel::MeshShape planned = train::mesh_shape(spec, world_n);
+  parallel::validate_layout(planned, m, world_n, spec.micro_batch, train::global_batch(spec, planned.dp));
   if (cuda && bench::visible_gpu_count() == 0)  // raised: in a job of several ranks the error ends every rank
     raise_config(fmt::format("needs a GPU: {} (or use --device cpu)", bench::no_gpu_reason()));
 
@@ -148,8 +143,8 @@ int cmd_train(int argc, char** argv) {
   const int ranks = job_ranks();
   spec.job_ranks = true;
   auto run = open_run(common, argc, argv);
-  const parallel::MeshShape layout = shape(ranks);
-  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * layout.dp;
+  const parallel::MeshShape layout = train::mesh_shape(spec, ranks);
+  const int global = train::global_batch(spec, layout.dp);
   const std::string where = !cuda       ? (ranks > 1 ? fmt::format("{} CPU ranks ({})", ranks, layout.str()) : "cpu")
                             : ranks > 1 ? fmt::format("{} GPUs ({}{})", ranks, layout.str(),
                                                       layout.dp > 1 ? ", ZeRO-1" : "")

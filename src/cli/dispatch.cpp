@@ -20,11 +20,11 @@ namespace {
 // In a job of several ranks an error names its rank, and ends the whole job (MPI_Abort): no rank is left waiting
 // in a collective for the one that failed.
 std::string rank_prefix() {
-  if (!comm::mpi_started() || comm::world().size < 2) return "";
+  if (!mpi_active() || comm::world().size < 2) return "";
   return fmt::format("rank {} of {}: ", comm::world().rank, comm::world().size);
 }
 int end_job(int code) {
-  if (comm::mpi_started() && comm::world().size > 1) {
+  if (mpi_active() && comm::world().size > 1) {
     std::fflush(stdout);
     std::fflush(stderr);
     comm::abort_job(code);

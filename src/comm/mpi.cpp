@@ -45,14 +45,14 @@ const ErrorClass kClasses[] = {
     {MPI_ERR_NO_MEM, "MPI_ERR_NO_MEM", "out of memory"},
 };
 
+}  // namespace
+
 bool mpi_active() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);  // both may be called at any time
   MPI_Finalized(&finalized);
   return initialized && !finalized;
 }
-
-}  // namespace
 
 void raise(MpiStatus s, const char* expr, std::source_location where) {
   std::string status = "code " + std::to_string(s.code);

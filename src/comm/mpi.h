@@ -23,4 +23,7 @@ inline bool ok(MpiStatus s) { return s.code == 0; }  // MPI_SUCCESS is 0 in ever
 // than one task (SLURM_STEP_ID set and SLURM_NTASKS > 1).
 bool launched_by_mpi();
 
+// Whether MPI is initialized and not yet finalized in this process (MPI calls are allowed).
+bool mpi_active();
+
 }  // namespace tb

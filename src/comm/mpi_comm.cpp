@@ -38,9 +38,7 @@ class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(MPI_Comm c) : Communicator(rank_of(c), size_of(c)), comm_(c) {}
   ~MpiCommunicator() override {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    if (mpi_active()) MPI_Comm_free(&comm_);
   }
   std::string_view backend() const override { return "mpi"; }
 
@@ -102,9 +100,7 @@ World init_world() {
   if (!initialized) {
     TB_CHECK(MpiStatus{MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided)});
     std::atexit([] {
-      int finalized = 0;
-      MPI_Finalized(&finalized);
-      if (!finalized) MPI_Finalize();
+      if (mpi_active()) MPI_Finalize();
     });
   }
   // Errors come back as codes (TB_CHECK raises with the text) instead of aborting inside MPI.
@@ -128,13 +124,6 @@ const World& world() {
   return w;
 }
 
-bool mpi_started() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized && !finalized;
-}
-
 std::unique_ptr<Communicator> world_communicator() {
   if (!world().mpi) return make_self_communicator();
   MPI_Comm c = MPI_COMM_NULL;
@@ -143,10 +132,7 @@ std::unique_ptr<Communicator> world_communicator() {
 }
 
 void abort_job(int code) {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);
 }
 

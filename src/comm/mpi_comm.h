@@ -17,8 +17,6 @@ struct World {
 };
 
 const World& world();
-// Whether world() has initialized MPI in this process (false before the first world() call and without a launcher).
-bool mpi_started();
 // MPI_COMM_WORLD (a duplicate) when launched by MPI, else the one-rank communicator.
 std::unique_ptr<Communicator> world_communicator();
 // Ends every rank of the job with `code` (MPI_Abort when MPI runs; else std::exit): a failing rank must not leave

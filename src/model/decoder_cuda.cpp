@@ -10,7 +10,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "ops/cpu/rope.h"
+#include "model/decoder_common.h"
 #include "ops/cuda/activation.h"
 #include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/embedding.h"
@@ -51,16 +51,6 @@ ops::GemmShape gemm_shape(std::int64_t m, std::int64_t n, std::int64_t k, ops::G
   return s;
 }
 
-
-// The view of slot `index` inside a flat device buffer (empty for an absent slot, index -1).
-template <class T>
-TensorView<T> slot_view(T* base, const DenseLayout& L, int index) {
-  if (index < 0) return {};
-  const Slot& s = L.slots[std::size_t(index)];
-  T* p = base + s.offset;
-  return s.shape.size() == 1 ? TensorView<T>(p, {s.shape[0]}) : TensorView<T>(p, {s.shape[0], s.shape[1]});
-}
-
 void check_ids(const std::int32_t* ids, std::int64_t n, int vocab, const char* what) {
   for (std::int64_t i = 0; i < n; ++i)
     TB_REQUIRE(ids[i] >= 0 && ids[i] < vocab, std::string("CUDA decoder: ") + what + " " + std::to_string(ids[i]) +
@@ -91,10 +81,7 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
                            dc_.stream()));
   zero_grads();
   if (cfg_.pos == Pos::rope) {
-    const ops::cpu::RopeScaling s{cfg_.rope_scaling.factor, cfg_.rope_scaling.low_freq_factor,
-                                  cfg_.rope_scaling.high_freq_factor, cfg_.rope_scaling.original_max_position};
-    const std::vector<double> inv =
-        ops::cpu::rope_inv_freq(cfg_.head_dim, cfg_.rope_theta, cfg_.rope_scaling.enabled ? &s : nullptr);
+    const std::vector<double> inv = detail::rope_inv_freq(cfg_);
     inv_freq_ = ops::DeviceBuffer(dc_.device(), inv.size() * sizeof(float));
     ops::upload_rope_inv_freq(TensorView<float>(inv_freq_.as<float>(), {std::int64_t(inv.size())}), inv, dc_.stream());
   }
@@ -389,9 +376,9 @@ ops::AttentionShape CudaDecoder::attention_shape(int batch, int seq) const {
 }
 
 TensorView<const bf16> CudaDecoder::P(int slot) const {
-  return TensorView<const bf16>(slot_view(params_.as<bf16>(), layout_, slot));
+  return TensorView<const bf16>(detail::slot_view(params_.as<bf16>(), layout_, slot));
 }
-TensorView<float> CudaDecoder::G(int slot) const { return slot_view(grads_.as<float>(), layout_, slot); }
+TensorView<float> CudaDecoder::G(int slot) const { return detail::slot_view(grads_.as<float>(), layout_, slot); }
 
 TensorView<bf16> CudaDecoder::qk_view(bf16* fused_qkv, int batch, int seq) const {
   const std::int64_t hd = cfg_.head_dim, width = cfg_.q_dim() + 2 * std::int64_t(cfg_.kv_dim());

@@ -145,7 +145,7 @@ void ShardedCpuDecoder<T>::build_layout() {
 
   if (is_first()) local_.embed = rows_of(full_.embed, {{r * vl, vl, 0, d}});
   auto tp_parts = [&](int full_index) {  // Megatron's split of a linear layer (tensor_shard.h)
-    return rows_of(full_index, tp_slot_parts(cfg_, full_.slots[std::size_t(full_index)].name, tp_.size(), int(r)));
+    return rows_of(full_index, tp_slot_parts(cfg_, full_.slots[std::size_t(full_index)], tp_.size(), int(r)));
   };
   for (int l = first_; l < last_; ++l) {
     const auto& F = full_.layers[std::size_t(l)];

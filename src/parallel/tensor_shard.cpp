@@ -2,7 +2,6 @@
 #include "parallel/tensor_shard.h"
 
 #include "core/error.h"
-#include "model/param_layout.h"
 
 namespace tb::parallel {
 
@@ -19,8 +18,8 @@ bool tp_replicated(std::string_view name) {
            name.ends_with("mlp.fc1.weight") || name.ends_with("mlp.fc2.weight"));
 }
 
-std::vector<SlotPart> tp_slot_parts(const model::ModelConfig& full, std::string_view name, int tp, int rank) {
-  const model::Slot s = model::dense_layout(full).at(name);  // a copy: the layout is a temporary
+std::vector<SlotPart> tp_slot_parts(const model::ModelConfig& full, const model::Slot& s, int tp, int rank) {
+  const std::string_view name = s.name;
   const std::int64_t rows = s.shape[0], cols = s.shape.size() == 2 ? s.shape[1] : 1;
   if (tp_replicated(name) || tp == 1) return {{0, rows, 0, cols}};
   const std::int64_t r = rank, d = full.d_model, hd = full.head_dim;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/param_layout.h"
 
 namespace tb::parallel {
 
@@ -22,8 +23,9 @@ model::ModelConfig tp_shard_config(const model::ModelConfig& full, int tp);
 struct SlotPart {
   std::int64_t row0 = 0, rows = 0, col0 = 0, cols = 0;  // a block of the full slot, [rows, cols]
 };
-// The parts of the full slot `name` that tp rank `rank` holds, in local order (one whole part when replicated).
-std::vector<SlotPart> tp_slot_parts(const model::ModelConfig& full, std::string_view name, int tp, int rank);
+// The parts of `slot` (a slot of model::dense_layout(full)) that tp rank `rank` holds, in local order (one whole part
+// when replicated).
+std::vector<SlotPart> tp_slot_parts(const model::ModelConfig& full, const model::Slot& slot, int tp, int rank);
 bool tp_replicated(std::string_view name);  // embedding, positions, norms, LM head
 
 }  // namespace tb::parallel

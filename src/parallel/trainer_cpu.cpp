@@ -93,7 +93,8 @@ ParallelCpuTrainer<T>::ParallelCpuTrainer(comm::Communicator& world, const model
   std::size_t total = 0;
   for (int c = 0; c < s.vp; ++c) {
     const int g = c * s.pp + r;
-    const StageSpec st{g * cfg_.layers / stages, (g + 1) * cfg_.layers / stages, s.sequence_parallel};
+    const model::LayerRange layers = model::pipeline_stage_layers(cfg_.layers, stages, g);  // the CUDA trainer's split
+    const StageSpec st{layers.first, layers.last, s.sequence_parallel};
     chunks_.push_back(std::make_unique<ShardedCpuDecoder<T>>(cfg_, DecoderGroups{mesh_->tp(), mesh_->cp()}, st));
     chunk_offset_.push_back(total);
     total += chunks_.back()->params().size();

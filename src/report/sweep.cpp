@@ -68,13 +68,13 @@ std::string point_name(const Point& p) {
   return s;
 }
 
-std::optional<nlohmann::json> finished_run(const fs::path& dir) {
+std::optional<nlohmann::json> finished_run(const fs::path& dir, std::string_view bench) {
   std::ifstream in(dir / "results.jsonl");
   std::optional<nlohmann::json> out;
   for (std::string line; std::getline(in, line);) {
     try {
       auto j = nlohmann::json::parse(line);
-      if (j.value("bench", "") == "run" && j.value("status", "") == "ok") out = std::move(j);
+      if (j.value("bench", "") == bench && j.value("status", "") == "ok") out = std::move(j);
     } catch (const std::exception&) {  // a line cut by a crash: that point is simply not finished
     }
   }

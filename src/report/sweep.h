@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/record.h"
@@ -36,8 +37,8 @@ std::vector<Point> expand_grid(const std::vector<Axis>& axes);
 Point parse_point(const std::string& text);                // "micro_batch=2,recompute=full" (a listed point)
 std::string point_name(const Point& p);                    // "micro_batch=2,recompute=full" ('/' -> '_')
 
-// The last ok "run" record in dir/results.jsonl, if any.
-std::optional<nlohmann::json> finished_run(const std::filesystem::path& dir);
+// The last ok record of `bench` ("run": a recipe run, "train": a training run) in dir/results.jsonl, if any.
+std::optional<nlohmann::json> finished_run(const std::filesystem::path& dir, std::string_view bench = "run");
 
 struct PointRun {
   int rc = 0;           // the run's exit status; 2 (configuration) counts as skipped

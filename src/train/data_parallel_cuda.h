@@ -31,6 +31,7 @@
 #include "ops/cuda/context.h"
 #include "parallel/zero.h"
 #include "train/embedding_rows_cuda.h"
+#include "train/side_stream.h"
 
 namespace tb::train {
 
@@ -64,19 +65,17 @@ class DataParallelCuda {
   void finish_step();
 
  private:
-  void fork();  // st -> cs
-  void join();  // cs -> st
   void gather(std::size_t b);
   comm::NcclCommunicator& dp_;
   parallel::ZeroLayout z_;
-  cudaStream_t st_, cs_ = nullptr;
+  cudaStream_t st_;
+  SideStream cs_;
   __nv_bfloat16* params_;
   float* grads_;
   int early_;
   ops::DeviceBuffer shard_grads_;
   std::unique_ptr<EmbeddingRowsGather> rows_;
   std::vector<cudaEvent_t> gathered_;
-  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   std::vector<cudaEvent_t> ready_;
   std::size_t next_gather_wait_ = 0;  // buckets below this index: st already waits for their all-gather
   std::size_t next_reduce_ = 0;       // buckets at and above this index: reduce-scatter enqueued

@@ -11,32 +11,19 @@ namespace tb::train {
 TensorParallelCuda::TensorParallelCuda(comm::Communicator& tp_group, cudaStream_t compute,
                                        const model::ModelConfig& local_cfg, const model::DenseLayout& local,
                                        float* grads, std::int64_t rows_per_rank)
-    : st_(compute), grads_(grads) {
+    : st_(compute), gs_(compute), grads_(grads) {
   auto* nccl = dynamic_cast<comm::NcclCommunicator*>(&tp_group);
   TB_REQUIRE(nccl != nullptr, "tensor parallel on the CUDA backend needs an NCCL communicator");
-  int lowest = 0, highest = 0;
-  TB_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
-  TB_CHECK(cudaStreamCreateWithPriority(&gs_, cudaStreamNonBlocking, highest));
   act_ = nccl->split_nccl(0, nccl->rank());
   act_->set_stream(st_);
   grads_comm_ = nccl->split_nccl(0, nccl->rank());
-  grads_comm_->set_stream(gs_);
+  grads_comm_->set_stream(gs_.get());
   for (const model::Slot& s : local.slots)
     if (parallel::tp_replicated(s.name) && !(s.name == "embed.weight" && !local_cfg.tied_embeddings))
       replicated_.push_back(&s);
   if (!local_cfg.tied_embeddings)
     rows_ = std::make_unique<EmbeddingRowsGather>(act_->device(), local_cfg, rows_per_rank, act_->size());
-  TB_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-  TB_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   next_ = replicated_.size();
-}
-
-TensorParallelCuda::~TensorParallelCuda() {
-  act_.reset();
-  grads_comm_.reset();
-  cudaEventDestroy(fork_);
-  cudaEventDestroy(join_);
-  if (gs_) cudaStreamDestroy(gs_);
 }
 
 model::TensorParallelOps TensorParallelCuda::ops() {
@@ -57,8 +44,7 @@ void TensorParallelCuda::grads_ready(std::size_t from) {
   while (next_ > 0 && replicated_[next_ - 1]->offset >= from) {
     const model::Slot& s = *replicated_[--next_];
     if (!forked) {
-      TB_CHECK(cudaEventRecord(fork_, st_));
-      TB_CHECK(cudaStreamWaitEvent(gs_, fork_, 0));
+      gs_.fork();
       forked = true;
     }
     const bool split = std::any_of(split_.begin(), split_.end(), [&](const auto& p) { return p.first == s.offset; });
@@ -83,17 +69,13 @@ void TensorParallelCuda::finish_grads() {
 
 void TensorParallelCuda::gather_parts(__nv_bfloat16* params,
                                       const std::vector<std::pair<std::size_t, std::size_t>>& slots) {
-  TB_CHECK(cudaEventRecord(fork_, st_));
-  TB_CHECK(cudaStreamWaitEvent(gs_, fork_, 0));
+  gs_.fork();
   for (const auto& [offset, elems] : slots) {
     const std::size_t part = elems / std::size_t(act_->size());
     grads_comm_->all_gather(params + offset + std::size_t(rank()) * part, params + offset, part, DType::bf16);
   }
 }
 
-void TensorParallelCuda::finish_step() {  // gs_ -> st_
-  TB_CHECK(cudaEventRecord(join_, gs_));
-  TB_CHECK(cudaStreamWaitEvent(st_, join_, 0));
-}
+void TensorParallelCuda::finish_step() { gs_.join(); }
 
 }  // namespace tb::train

@@ -21,6 +21,7 @@
 #include "model/decoder_cuda.h"
 #include "model/param_layout.h"
 #include "train/embedding_rows_cuda.h"
+#include "train/side_stream.h"
 
 namespace tb::train {
 
@@ -30,7 +31,6 @@ class TensorParallelCuda {
   // tokens of a micro-batch on this rank (n / tp).
   TensorParallelCuda(comm::Communicator& tp_group, cudaStream_t compute, const model::ModelConfig& local_cfg,
                      const model::DenseLayout& local, float* grads, std::int64_t rows_per_rank);
-  ~TensorParallelCuda();
   TensorParallelCuda(const TensorParallelCuda&) = delete;
   TensorParallelCuda& operator=(const TensorParallelCuda&) = delete;
 
@@ -54,14 +54,14 @@ class TensorParallelCuda {
   void all_reduce(void* buf, std::size_t count, DType t) { act_->all_reduce(buf, buf, count, t); }
 
  private:
-  cudaStream_t st_, gs_ = nullptr;
+  cudaStream_t st_;
+  SideStream gs_;  // declared before the communicators that use it: destroyed after them
   std::unique_ptr<comm::NcclCommunicator> act_, grads_comm_;
   float* grads_;
   std::vector<const model::Slot*> replicated_;  // ascending offsets; the embedding left out when untied (rows)
   std::size_t next_ = 0;                        // replicated_[next_..] already reduced this step
   std::vector<std::pair<std::size_t, std::size_t>> split_;
   std::unique_ptr<EmbeddingRowsGather> rows_;
-  cudaEvent_t fork_ = nullptr, join_ = nullptr;
 };
 
 }  // namespace tb::train

@@ -29,9 +29,19 @@ std::vector<std::uint8_t> decay_mask(std::span<const model::Slot> slots, std::si
 
 }  // namespace
 
+parallel::MeshShape mesh_shape(const TrainSpec& spec, int world) {
+  const int model_ranks = std::max(1, spec.tp * spec.pp * spec.cp);
+  return {.dp = std::max(1, world / model_ranks), .cp = spec.cp, .pp = spec.pp, .tp = spec.tp, .vp = spec.vp,
+          .sequence_parallel = spec.tp > 1};
+}
+
+int global_batch(const TrainSpec& spec, int dp) {
+  return spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * dp;
+}
+
 void validate(const TrainSpec& spec) {
   TB_REQUIRE(spec.micro_batch > 0, "--micro-batch must be at least 1");
-  const int gb = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch;
+  const int gb = global_batch(spec, 1);
   TB_REQUIRE(gb % spec.micro_batch == 0,
              fmt::format("--global-batch {} must be a multiple of --micro-batch {} (gradient accumulation is "
                          "global / micro)",
@@ -85,7 +95,7 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
   TrainResult res;
   res.model = resolve_model(spec);
   const auto& m = res.model;
-  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch;
+  const int global = global_batch(spec, 1);
   const int accum = global / spec.micro_batch;
   res.params = model::param_count(m);
   res.tokens_per_step = double(global) * m.seq;

@@ -21,6 +21,7 @@
 #include "model/config.h"
 #include "model/flops.h"
 #include "model/param_layout.h"
+#include "parallel/mesh.h"
 #include "parallel/trainer_cpu.h"
 #include "train/schedule.h"
 
@@ -121,6 +122,12 @@ struct TrainResult {
 // in a few hundred steps) and 3e-4 above (stable for the large presets' short benchmark runs); min_lr: spec.min_lr,
 // or lr / 10; warmup min(lr_warmup, steps) steps, cosine to the last step.
 LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m);
+
+// The layout of a run on `world` ranks: spec's tp, pp, vp, cp, sequence parallel when tp > 1, and data parallel the
+// rest, dp = world / (tp·pp·cp) (at least 1; parallel::validate_layout says when it does not divide).
+parallel::MeshShape mesh_shape(const TrainSpec& spec, int world);
+// Sequences per optimizer step: spec.global_batch, or one micro-batch per data-parallel rank.
+int global_batch(const TrainSpec& spec, int dp);
 
 // The preset with the spec's overrides, validated; batch sizes checked. Raises Error{config}.
 model::ModelConfig resolve_model(const TrainSpec& spec);

@@ -30,10 +30,9 @@ TrainResult train_cpu_parallel(const TrainSpec& spec, const std::function<void(c
   TB_REQUIRE(model_ranks >= 1 && world->size() % model_ranks == 0,
              fmt::format("tp·pp·cp = {} does not divide the job's {} ranks", model_ranks, world->size()));
   parallel::ParallelTrainSpec ps;
-  ps.mesh = {.dp = world->size() / model_ranks, .cp = spec.cp, .pp = spec.pp, .tp = spec.tp, .vp = spec.vp,
-             .sequence_parallel = spec.tp > 1};
+  ps.mesh = mesh_shape(spec, world->size());
   ps.micro_batch = spec.micro_batch;
-  ps.global_batch = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * ps.mesh.dp;
+  ps.global_batch = global_batch(spec, ps.mesh.dp);
   ps.hyper = {spec.beta1, spec.beta2, spec.eps, spec.weight_decay, spec.clip};
   parallel::ParallelCpuTrainer<float> trainer(*world, m, ps, spec.seed);  // validates the layout on every rank
   res.gpus = world->size();

@@ -108,7 +108,7 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
   const int cp = std::max(1, spec.cp), seq = full.seq / cp;  // context parallel: this rank's tokens per sequence
   const int dp_ranks = std::max(1, spec.dp);
   const double dp = dp_ranks * cp;  // ZeRO-1 over dp x cp: master weights, moments and reduced gradients sharded
-  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * dp_ranks;
+  const int global = global_batch(spec, dp_ranks);
   const int micro_batches = std::max(1, global / (spec.micro_batch * dp_ranks));
   const bool fp8 = spec.precision == "fp8";
   MemoryEstimate worst;
@@ -190,7 +190,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   TB_REQUIRE(spec.tp >= 1 && spec.pp >= 1 && spec.cp >= 1 && world.size % (spec.tp * spec.pp * spec.cp) == 0,
              fmt::format("--tp {} x --pp {} x --cp {} does not divide the job's {} ranks", spec.tp, spec.pp, spec.cp,
                          world.size));
-  spec.dp = world.size / (spec.tp * spec.pp * spec.cp);
+  const parallel::MeshShape mesh = mesh_shape(spec, world.size);
+  spec.dp = mesh.dp;
   TB_REQUIRE(spec.dp == 1 || spec.tp == 1,
              "data parallel combined with tensor parallel is not implemented on the CUDA backend yet: use --tp equal "
              "to the GPU count, or --tp 1");
@@ -205,9 +206,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   res.gpus = world.size;
   const model::ModelConfig& m = res.model;
   const int tp = spec.tp;
-  const int global = spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * spec.dp;
+  const int global = global_batch(spec, spec.dp);
   const int pp = spec.pp, cp = spec.cp;
-  parallel::validate_layout({.dp = spec.dp, .cp = cp, .pp = pp, .tp = tp, .sequence_parallel = tp > 1}, m, world.size,
+  parallel::validate_layout(mesh, m, world.size,
                             spec.micro_batch, global);
   // FP8 keeps one set of the activations' FP8 copies (X^T) and scales per layer, which a second micro-batch in flight
   // overwrites: measured on 2 H200s, `small` pp 2 in FP8 drifted 3.6e-2 from one GPU (BF16: bit-identical).
@@ -220,9 +221,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                          m.name));
   const model::ModelConfig ml = tp > 1 ? parallel::tp_shard_config(m, tp) : m;  // this rank's shard of the model
   const int dp = spec.dp, accum = global / (spec.micro_batch * dp);
-  // parallel/mesh.h's rank order: ((dp cp + cp_i) pp + pp_i) tp + tp_i
-  const int dp_rank = world.rank / (tp * pp * cp), cp_rank = (world.rank / (tp * pp)) % cp,
-            pp_rank = (world.rank / tp) % pp;
+  const parallel::Coord place = parallel::coord_of(mesh, world.rank);  // this rank's coordinates in the mesh
+  const int dp_rank = place.dp, cp_rank = place.cp, pp_rank = place.pp;
   const int zero_ranks = dp * cp, zero_rank = dp_rank * cp + cp_rank;  // the distributed optimizer's group: dp x cp
   const model::LayerRange stage = stage_layers(m, pp, pp_rank);
   const int mb = spec.micro_batch, seq = m.seq / cp;  // context parallel: this rank's two chunks of every sequence
@@ -344,7 +344,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                          float(f.init_std), st);
         const std::size_t cols = std::size_t(f.shape[1]);
         std::size_t at = 0;
-        for (const parallel::SlotPart& p : parallel::tp_slot_parts(m, s.name, tp, tpc->rank())) {
+        for (const parallel::SlotPart& p : parallel::tp_slot_parts(m, f, tp, tpc->rank())) {
           TB_CHECK(cudaMemcpy2DAsync(v + at, std::size_t(p.cols) * sizeof(float),
                                      whole.as<float>() + std::size_t(p.row0) * cols + std::size_t(p.col0),
                                      cols * sizeof(float), std::size_t(p.cols) * sizeof(float), std::size_t(p.rows),

@@ -84,22 +84,36 @@ double slot_error(const tb::model::DenseLayout& full, const std::vector<float>& 
   return scale > 0 ? diff / scale : diff;
 }
 
+// kMicro micro-batches of random tokens and targets (tokens drawn first), on the device, and room for 4 losses.
+struct Inputs {
+  tb::ops::DeviceBuffer tokens, targets, losses;
+  const std::int32_t *tok = nullptr, *tgt = nullptr;
+  float* loss = nullptr;
+};
+Inputs random_inputs(tb::ops::DeviceContext& dc, const ModelConfig& cfg, std::uint64_t seed) {
+  const std::size_t n = std::size_t(kBatch) * kSeq;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> u(0, cfg.vocab - 1);
+  std::vector<std::int32_t> tokens(kMicro * n), targets(kMicro * n);
+  for (auto& t : tokens) t = u(rng);
+  for (auto& t : targets) t = u(rng);
+  Inputs in{tb::ops::DeviceBuffer(dc.device(), tokens.size() * 4), tb::ops::DeviceBuffer(dc.device(), targets.size() * 4),
+            tb::ops::DeviceBuffer(dc.device(), 4 * sizeof(float))};
+  in.tok = upload(in.tokens, tokens);
+  in.tgt = upload(in.targets, targets);
+  in.loss = in.losses.as<float>();
+  return in;
+}
+
 void two_stages_equal_one(const ModelConfig& cfg, CudaDecoder::Recompute rc) {
   const std::string what = cfg.name + " recompute " + std::to_string(int(rc));
   tb::ops::DeviceContext dc(0);
   const std::size_t n = std::size_t(kBatch) * kSeq, d = std::size_t(cfg.d_model);
   tb::model::CpuDecoder<float> init(cfg, 21);
   const std::vector<float> host(init.params().begin(), init.params().end());
-  std::mt19937_64 rng(4);
-  std::uniform_int_distribution<int> u(0, cfg.vocab - 1);
-  std::vector<std::int32_t> tokens(kMicro * n), targets(kMicro * n);
-  for (auto& t : tokens) t = u(rng);
-  for (auto& t : targets) t = u(rng);
-  tb::ops::DeviceBuffer d_tokens(dc.device(), tokens.size() * 4), d_targets(dc.device(), targets.size() * 4);
-  const std::int32_t* tok = upload(d_tokens, tokens);
-  const std::int32_t* tgt = upload(d_targets, targets);
-  tb::ops::DeviceBuffer d_loss(dc.device(), 4 * sizeof(float));
-  float* loss = d_loss.as<float>();
+  const Inputs in = random_inputs(dc, cfg, 4);
+  const std::int32_t *tok = in.tok, *tgt = in.tgt;
+  float* loss = in.loss;
   const double scale = 1.0 / kMicro;
 
   // The whole model, one micro-batch after the other.
@@ -169,16 +183,9 @@ TEST(CudaDecoderStages, ActivationSetsDoNotAlias) {
   const std::size_t n = std::size_t(kBatch) * kSeq;
   tb::model::CpuDecoder<float> init(cfg, 5);
   const std::vector<float> host(init.params().begin(), init.params().end());
-  std::mt19937_64 rng(9);
-  std::uniform_int_distribution<int> u(0, cfg.vocab - 1);
-  std::vector<std::int32_t> tokens(kMicro * n), targets(kMicro * n);
-  for (auto& t : tokens) t = u(rng);
-  for (auto& t : targets) t = u(rng);
-  tb::ops::DeviceBuffer d_tokens(dc.device(), tokens.size() * 4), d_targets(dc.device(), targets.size() * 4);
-  const std::int32_t* tok = upload(d_tokens, tokens);
-  const std::int32_t* tgt = upload(d_targets, targets);
-  tb::ops::DeviceBuffer d_loss(dc.device(), 4 * sizeof(float));
-  float* loss = d_loss.as<float>();
+  const Inputs in = random_inputs(dc, cfg, 9);
+  const std::int32_t *tok = in.tok, *tgt = in.tgt;
+  float* loss = in.loss;
   CudaDecoder a(dc, cfg, CudaDecoder::Recompute::none, true), b(dc, cfg, CudaDecoder::Recompute::none, true);
   for (CudaDecoder* x : {&a, &b}) x->load_params(host), x->zero_grads();
   a.prepare(kBatch, kSeq);

@@ -24,7 +24,7 @@ TEST(TensorShard, PartsTileEverySlot) {
         std::vector<int> covered(f.size, 0);
         for (int r = 0; r < tp; ++r) {
           std::int64_t local = 0;
-          for (const SlotPart& p : tp_slot_parts(full, f.name, tp, r)) {
+          for (const SlotPart& p : tp_slot_parts(full, f, tp, r)) {
             for (std::int64_t a = 0; a < p.rows; ++a)
               for (std::int64_t b = 0; b < p.cols; ++b) ++covered[std::size_t((p.row0 + a) * cols + p.col0 + b)];
             local += p.rows * p.cols;
