@@ -13,6 +13,8 @@
 #             must complete and match the 1-GPU losses; the job's tokens/s reported
 #   fp8par:   tpcheck and cpcheck in FP8 (current scaling): `small` 30 steps, 1 GPU FP8 vs tp 2 / cp 2 FP8
 #   ppfp8:    ppcheck in FP8 (current scaling)
+#   fp8delayed: `small` 30 steps in FP8 with delayed scaling: 1 GPU vs dp 2, tp 2, cp 2 (amaxes reduced over the
+#             ranks: the same scales as one GPU) and pp 2; losses compared; dp/tp/cp again with --fp8-local-amax
 #   dpfp8:    dp8b in FP8 (current scaling)
 #   scale:    `trainbench scale llama3.1-8b --gpus 1,2`: proxy, projection and the measured data-parallel runs
 #   ppcheck:  `small` 30 steps, global batch 8, micro-batch 2 (4 micro-batches): 1 GPU vs 2 GPUs pipeline parallel
@@ -93,6 +95,19 @@ ours() {  # ours NAME ARGS...
         STEPS=25 WARM=5 ours small-fp8-1gpu --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile
         STEPS=25 WARM=5 ours small-fp8-pp2 --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile --gpus 2 --pp 2
         log "pp fp8 losses"; python3 bench/compare_losses.py "$OUT/results/small-fp8-1gpu" "$OUT/results/small-fp8-pp2" --tol 0.01 | tail -1 ;;
+      fp8delayed)
+        d="--model small --global-batch 8 --micro-batch 2 --precision fp8 --fp8-recipe delayed --no-op-profile"
+        STEPS=25 WARM=5 ours small-fp8d-1gpu $d
+        for l in dp tp cp pp; do
+          [ $l = dp ] && lay="" || lay="--$l 2"
+          STEPS=25 WARM=5 ours small-fp8d-${l}2 $d --gpus 2 $lay
+          log "$l fp8 delayed losses"
+          python3 bench/compare_losses.py "$OUT/results/small-fp8d-1gpu" "$OUT/results/small-fp8d-${l}2" --tol 0.01 | tail -1
+          [ $l = pp ] && continue  # control: each rank its own amaxes
+          STEPS=25 WARM=5 ours small-fp8dl-${l}2 $d --gpus 2 $lay --fp8-local-amax
+          log "$l fp8 delayed losses, local amaxes"
+          python3 bench/compare_losses.py "$OUT/results/small-fp8d-1gpu" "$OUT/results/small-fp8dl-${l}2" --tol 0.05 | tail -1
+        done ;;
       dpfp8)
         ours 8b-L8-fp8-1gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --no-op-profile
         ours 8b-L8-fp8-2gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --gpus 2 --global-batch 2 --no-op-profile

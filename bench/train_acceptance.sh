@@ -12,6 +12,7 @@
 #              `small` preset 500 steps in BF16 / FP8 current / FP8 delayed on the markov task and on real text
 #              (carry/text-bytes.u16 from bench/make_text_tokens.py)
 #   fp8acc:    the accuracy runs over seeds 1, 2, 3;  fp8run: `trainbench run` of 8B and 70B in BF16 and FP8 + compare
+#   fp8more:   `trainbench run` in FP8 of 405B, Nemotron-4 15B / 340B, GPT-3 175B (+ 340B in BF16), one GPU each
 #   recipes:   the README's main job (check + the default recipe), `trainbench run` of the Llama 3.1 8B, 70B and
 #              405B recipes (proxies on one GPU) and `trainbench compare` over them
 set -uo pipefail
@@ -86,6 +87,12 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
           for p in bf16 fp8; do log "run $r $p"; $TB run $r --precision $p --out "$OUT/results/run-$r-$p"; done
         done
         log "compare"; $TB compare "$OUT"/results/run-*; echo "exit $?" ;;
+      fp8more)  # the FP8 proxies of the other recipes with FP8 references (the projection's inputs), one GPU each
+        for r in llama3.1-405b nemotron4-15b nemotron4-340b gpt3-175b; do
+          log "run $r fp8"; $TB run $r --gpus 1 --precision fp8 --out "$OUT/results/run-$r-fp8"; echo "exit $?"
+        done
+        log "run nemotron4-340b bf16"; $TB run nemotron4-340b --gpus 1 --out "$OUT/results/run-nemotron4-340b-bf16"
+        echo "exit $?" ;;
       recipes)
         log "main job"; bash scripts/main-job.sh $TB; echo "exit $?"
         for r in llama3.1-8b llama3.1-70b llama3.1-405b nemotron4-15b gpt3-175b; do

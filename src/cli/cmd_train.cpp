@@ -93,6 +93,9 @@ int cmd_train(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--fp8-margin", spec.fp8_margin, "FP8 scale margin: scale = max / amax / 2^margin")
       ->capture_default_str();
+  app.add_flag_callback("--fp8-local-amax", [&] { spec.fp8_reduce_amax = false; },
+                        "delayed scaling on several ranks: each rank scales by its own amaxes (default: the max over "
+                        "the data-, tensor- and context-parallel ranks, as one GPU would see them)");
   app.add_option("--graph", spec.graph, "capture the step as a CUDA graph: on | off | auto (on; off with --tp > 1)")
       ->check(CLI::IsMember({"on", "off", "auto"}))
       ->capture_default_str();
@@ -210,7 +213,7 @@ int cmd_train(int argc, char** argv) {
     r.data["master"] = spec.master;
     if (spec.precision == "fp8")
       r.data["fp8"] = {{"recipe", spec.fp8_recipe}, {"history", spec.fp8_history}, {"amax", spec.fp8_amax},
-                       {"margin", spec.fp8_margin}};
+                       {"margin", spec.fp8_margin}, {"reduce_amax", spec.fp8_reduce_amax}};
     r.data["graph"] = res.graph;
     r.data["gemm_plans"] = res.gemm_plans;
     r.data["gemm_retuned"] = res.gemm_retuned;

@@ -118,10 +118,9 @@ int CudaDecoder::linear_slot(int l, int k) const {
 
 // Casts x [rows, cols] to FP8 (E4M3 forward, E5M2 backward) into q and/or qt with the scale of slot scale_index:
 // current scaling measures amax first; delayed uses the slot's scale and records amax.
-void CudaDecoder::fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, int scale_index, bool fwd,
-                                 std::uint8_t* q, std::uint8_t* qt) {
+void CudaDecoder::fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, const ops::Fp8Meta& m,
+                                 bool fwd, std::uint8_t* q, std::uint8_t* qt) {
   cudaStream_t st = dc_.stream();
-  const ops::Fp8Meta m = (fwd ? fp8_fwd_ : fp8_bwd_)->meta(scale_index);
   ops::Fp8CastArgs a;
   a.x = x, a.rows = rows, a.cols = cols, a.q = q, a.qt = qt, a.type = fwd ? DType::e4m3 : DType::e5m2;
   a.scale = m.scale, a.scale_inv = m.scale_inv, a.margin = fp8_.margin;
@@ -135,6 +134,23 @@ void CudaDecoder::fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t 
   ops::fp8_cast(a, st);
 }
 
+// The scaling slot of each linear's input per activation set. Delayed scaling: one slot per linear for every set (its
+// scale is fixed for the whole step; the casts of every micro-batch record into one amax, as with accumulation on
+// one set). Current scaling: a slot per set, since the scale the forward computes is read again by the weight
+// gradient of the same micro-batch, and another micro-batch in flight (pipeline) must not overwrite it.
+void CudaDecoder::fp8_assign_input_scales(int slots) {
+  const int L = layers();
+  if (!fp8_.delayed && slots > 1 && (!fp8_inputs_ || fp8_inputs_->tensors() < 4 * L * (slots - 1)))
+    fp8_inputs_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 4 * L * (slots - 1), 1, dc_.stream());
+  for (int set = 0; set < slots; ++set)
+    for (int l = 0; l < L; ++l)
+      for (int k = 0; k < 4; ++k) {
+        const int i = l * 4 + k;
+        acts_[std::size_t(set * L + l)].xs[k] =
+            set == 0 || fp8_.delayed ? fp8_fwd_->meta(2 * i) : fp8_inputs_->meta(4 * L * (set - 1) + i);
+      }
+}
+
 void CudaDecoder::fp8_begin_step() {
   if (!fp8_.enabled) return;
   dc_.activate();
@@ -143,7 +159,7 @@ void CudaDecoder::fp8_begin_step() {
       const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
       auto* base = fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(l * 4 + k)];
       const std::size_t padded = (w.size + 255) / 256 * 256;
-      fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], 2 * (l * 4 + k) + 1, true, base,
+      fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], fp8_fwd_->meta(2 * (l * 4 + k) + 1), true, base,
                      base + padded);
     }
   mark("fp8 weight casts");
@@ -152,6 +168,9 @@ void CudaDecoder::fp8_begin_step() {
 void CudaDecoder::fp8_end_step() {
   if (!fp8_.enabled || !fp8_.delayed) return;
   const auto algo = fp8_.most_recent ? ops::AmaxAlgo::most_recent : ops::AmaxAlgo::max;
+  if (fp8_reduce_amax)
+    for (const ops::Fp8Scales* f : {fp8_fwd_.get(), fp8_bwd_.get()})
+      fp8_reduce_amax(f->base(), std::size_t(f->tensors()) * f->slot_stride());
   ops::fp8_update_scales(*fp8_fwd_, DType::e4m3, algo, fp8_.margin, dc_.stream());
   ops::fp8_update_scales(*fp8_bwd_, DType::e5m2, algo, fp8_.margin, dc_.stream());
 }
@@ -362,6 +381,7 @@ void CudaDecoder::prepare(int batch, int seq, int slots) {
   arena_ = ops::DeviceBuffer(dc_.device(), bytes);
   carve(c, parts, batch, seq, recompute_, fp8_.enabled, tp_.size, static_cast<std::byte*>(arena_.get()), &acts_,
         &heads_, &s_);
+  if (fp8_.enabled) fp8_assign_input_scales(slots);
   if (cp_.size > 1)
     cp_prepare(batch, seq);  // its scratch and the two chunks' attention plans
   else
@@ -410,12 +430,12 @@ void CudaDecoder::linear_forward(bf16* y, const bf16* x, int l, int k, const Lay
     return;
   }
   const int i = l * 4 + k;
-  fp8_cast_input(x, rows, in, 2 * i, true, s_.xq, A.xt[k]);
+  fp8_cast_input(x, rows, in, A.xs[k], true, s_.xq, A.xt[k]);
   mark("fp8 casts");
   ops::GemmShape g;
   g.m = rows, g.n = out, g.k = in, g.a = g.b = DType::e4m3, g.d = DType::bf16, g.fast_accum = true;
   dc_.gemm(g, y, s_.xq, fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)],
-           {fp8_fwd_->meta(2 * i).scale_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
+           {A.xs[k].scale_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
   mark("gemm fwd");
 }
 
@@ -436,13 +456,13 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
     return;
   }
   const int i = l * 4 + k;
-  fp8_cast_input(dy, rows, out, i, false, s_.dyq, s_.dyqt);
+  fp8_cast_input(dy, rows, out, fp8_bwd_->meta(i), false, s_.dyq, s_.dyqt);
   mark("fp8 casts");
   const float* dy_inv = fp8_bwd_->meta(i).scale_inv;
   ops::GemmShape gw;
   gw.m = out, gw.n = in, gw.k = rows, gw.a = DType::e5m2, gw.b = DType::e4m3, gw.d = DType::f32;
   gw.accumulate = !overwrite_linear_grads_;
-  dc_.gemm(gw, grads_.as<float>() + w.offset, s_.dyqt, A.xt[k], {dy_inv, fp8_fwd_->meta(2 * i).scale_inv});
+  dc_.gemm(gw, grads_.as<float>() + w.offset, s_.dyqt, A.xt[k], {dy_inv, A.xs[k].scale_inv});
   mark("gemm wgrad");
   if (dx) {
     const std::size_t padded = (w.size + 255) / 256 * 256;

@@ -215,12 +215,19 @@ class CudaDecoder {
     std::size_t workspace_bytes;
   };
   std::function<EmbeddingRows(const bf16* dnext, const std::int32_t* tokens, std::int64_t rows)> gather_embedding_rows;
+  // FP8 delayed scaling over ranks that hold the same layers (data, tensor and context parallel): called by
+  // fp8_end_step() with each scaling buffer (`floats` device floats, Fp8Scales' slots) before the scale update; the
+  // caller replaces it by its elementwise max over those ranks (in stream order). The ranks' buffers are equal but
+  // for the amaxes, so every rank then derives the scales one GPU would from the whole batch and whole tensors
+  // (Transformer Engine's amax reduction). Unset: each rank scales by its own amaxes.
+  std::function<void(float* buffer, std::size_t floats)> fp8_reduce_amax;
 
  private:
   struct LayerActs {  // device pointers into the arena: per layer, or the shared copy (see above)
     bf16 *r1, *y1, *qkv, *o, *r2, *y2, *h, *g;
     float *mean1, *rstd1, *lse, *mean2, *rstd2;
     std::uint8_t* xt[4];  // FP8: the inputs of qkv, out, fc1, fc2 transposed (X^T, E4M3) for the weight gradients
+    ops::Fp8Meta xs[4];   // FP8: their scaling slots (per activation set: fp8_assign_input_scales)
   };
   struct HeadActs {  // per activation set, last stage only: the final norm's sum and statistics, the LM head's dyf
     bf16 *rf, *dyf;
@@ -272,8 +279,9 @@ class CudaDecoder {
   void linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows);
   void linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A, std::int64_t rows);
   int linear_slot(int l, int k) const;
-  void fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, int scale_index, bool fwd, std::uint8_t* q,
-                      std::uint8_t* qt);
+  void fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, const ops::Fp8Meta& m, bool fwd,
+                      std::uint8_t* q, std::uint8_t* qt);
+  void fp8_assign_input_scales(int slots);
   // The layer's forward from x (+ resid) into A; fc2's output into scratch m unless `to_fc1_act` (recompute).
   void layer_forward(int l, const bf16* x, const bf16* resid, const LayerActs& A, int batch, int seq,
                      bool to_fc1_act);
@@ -292,6 +300,7 @@ class CudaDecoder {
   ops::DeviceBuffer fp8_weights_;                       // per linear slot: W (E4M3) then W^T
   std::vector<std::size_t> fp8_w_offset_;               // per linear index l * 4 + k: W's byte offset (W^T after it)
   std::unique_ptr<ops::Fp8Scales> fp8_fwd_, fp8_bwd_;   // fwd: x at 2i, W at 2i + 1 (E4M3); bwd: dy at i (E5M2)
+  std::unique_ptr<ops::Fp8Scales> fp8_inputs_;          // current scaling, activation sets 1..: x of linear i
   bool overwrite_linear_grads_ = false;  // set by zero_grads_for_overwrite() for the next forward_backward
   TensorParallelOps tp_;
   ContextParallelOps cp_;

@@ -69,6 +69,7 @@ struct TrainSpec {
   int fp8_history = 16;               // delayed: amax history length
   std::string fp8_amax = "max";       // delayed: max | most_recent
   int fp8_margin = 0;                 // scale = fp8_max / amax / 2^margin
+  bool fp8_reduce_amax = true;        // delayed, several ranks: amaxes maxed over the ranks holding the same layers
 };
 
 // Device memory a CUDA run needs, before anything is allocated (bytes).

@@ -210,11 +210,6 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const int pp = spec.pp, cp = spec.cp;
   parallel::validate_layout(mesh, m, world.size,
                             spec.micro_batch, global);
-  // FP8 keeps one set of the activations' FP8 copies (X^T) and scales per layer, which a second micro-batch in flight
-  // overwrites: measured on 2 H200s, `small` pp 2 in FP8 drifted 3.6e-2 from one GPU (BF16: bit-identical).
-  TB_REQUIRE(pp == 1 || spec.precision != "fp8",
-             "pipeline parallel on the CUDA backend runs in BF16 only for now (FP8 would need its per-layer FP8 "
-             "activation copies per micro-batch in flight): use --precision bf16 or --pp 1");
   TB_REQUIRE(pp == 1 || !m.tied_embeddings,
              fmt::format("{} ties its input and output embeddings; pipeline parallel on the CUDA backend needs untied "
                          "ones (the first and last stage would share the weight): use --pp 1",
@@ -284,6 +279,14 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       cp_comm->reduce_scatter(all, local, elems, DType::bf16);
     };
     net.set_context_parallel(std::move(ops));
+  }
+  std::unique_ptr<comm::NcclCommunicator> amax_split;  // FP8 delayed scaling: the ranks holding the same layers
+  if (fp8.enabled && fp8.delayed && spec.fp8_reduce_amax && world.size > pp) {
+    comm::NcclCommunicator* group = nccl.get();
+    if (pp > 1) group = (amax_split = nccl->split_nccl(pp_rank, world.rank)).get();
+    net.fp8_reduce_amax = [group](float* buffer, std::size_t floats) {
+      group->all_reduce(buffer, buffer, floats, DType::f32, comm::ReduceOp::max);
+    };
   }
   std::unique_ptr<DataParallelCuda> ddp;  // over dp x cp (the cp ranks' gradients are partial sums too)
   if (zero_ranks > 1) {

@@ -8,7 +8,7 @@
 // forward_backward_device on the same micro-batches (deterministic attention; the same GEMM shapes, so to fp32
 // rounding at most: the chain computes the same bf16 values, h rounded exactly as the fused add_norm rounds it).
 // Also: activation_bytes() of a stage with its sets is what prepare() allocates, and a whole-model decoder with two
-// sets run as F0 F1 B0 B1 gives the same result (the sets do not alias).
+// sets run as F0 F1 B0 B1 gives the same result (the sets do not alias), in BF16 and FP8.
 #include <gtest/gtest.h>
 #include <cuda_runtime_api.h>
 
@@ -175,7 +175,9 @@ TEST(CudaDecoderStages, TwoStagesInOneFOneBOrderEqualTheWholeModel) {
   }
 }
 
-// A whole-model decoder with two activation sets: F0 F1 B0 B1 equals forward_backward_device twice.
+// A whole-model decoder with two activation sets: F0 F1 B0 B1 equals forward_backward_device twice, in BF16 and in
+// FP8 (current scaling: micro-batch 0's weight gradients must use its own input scales, not those micro-batch 1's
+// forward computed in between; delayed: one scale for the step, the amaxes of both recorded).
 TEST(CudaDecoderStages, ActivationSetsDoNotAlias) {
   SKIP_WITHOUT_GPU();
   const ModelConfig cfg = config("llama");
@@ -186,21 +188,33 @@ TEST(CudaDecoderStages, ActivationSetsDoNotAlias) {
   const Inputs in = random_inputs(dc, cfg, 9);
   const std::int32_t *tok = in.tok, *tgt = in.tgt;
   float* loss = in.loss;
-  CudaDecoder a(dc, cfg, CudaDecoder::Recompute::none, true), b(dc, cfg, CudaDecoder::Recompute::none, true);
-  for (CudaDecoder* x : {&a, &b}) x->load_params(host), x->zero_grads();
-  a.prepare(kBatch, kSeq);
-  for (int m = 0; m < kMicro; ++m) a.forward_backward_device(tok + m * n, tgt + m * n, kBatch, kSeq, 0.5, loss + m);
-  b.prepare(kBatch, kSeq, 2);
-  EXPECT_EQ(b.slots(), 2);
-  for (int m = 0; m < kMicro; ++m) b.forward(m, tok + m * n, tgt + m * n, nullptr, nullptr, 0.5, loss + 2 + m);
-  for (int m = 0; m < kMicro; ++m) b.backward(m, tok + m * n, nullptr, nullptr);
-  std::vector<float> l(4);
-  TB_CHECK(cudaMemcpy(l.data(), loss, 4 * sizeof(float), cudaMemcpyDeviceToHost));
-  EXPECT_EQ(l[0], l[2]);
-  EXPECT_EQ(l[1], l[3]);
-  const std::vector<float> ga = a.grads_to_host(), gb = b.grads_to_host();
-  for (const tb::model::Slot& s : a.dense_layout().slots)
-    EXPECT_LE(slot_error(a.dense_layout(), ga, s, gb), 1e-6) << "gradient of " << s.name;
+  for (const char* precision : {"bf16", "fp8 current", "fp8 delayed"}) {
+    tb::model::Fp8Options fp8;
+    fp8.enabled = std::string(precision) != "bf16";
+    fp8.delayed = std::string(precision) == "fp8 delayed";
+    CudaDecoder a(dc, cfg, CudaDecoder::Recompute::none, true, fp8), b(dc, cfg, CudaDecoder::Recompute::none, true, fp8);
+    for (CudaDecoder* x : {&a, &b}) x->load_params(host), x->zero_grads();
+    for (int step = 0; step < 2; ++step) {  // delayed: step 2 scales by step 1's amaxes
+      a.prepare(kBatch, kSeq);
+      a.fp8_begin_step();
+      for (int m = 0; m < kMicro; ++m) a.forward_backward_device(tok + m * n, tgt + m * n, kBatch, kSeq, 0.5, loss + m);
+      a.fp8_end_step();
+      b.prepare(kBatch, kSeq, 2);
+      EXPECT_EQ(b.slots(), 2);
+      b.fp8_begin_step();
+      for (int m = 0; m < kMicro; ++m) b.forward(m, tok + m * n, tgt + m * n, nullptr, nullptr, 0.5, loss + 2 + m);
+      for (int m = 0; m < kMicro; ++m) b.backward(m, tok + m * n, nullptr, nullptr);
+      b.fp8_end_step();
+      std::vector<float> l(4);
+      TB_CHECK(cudaMemcpy(l.data(), loss, 4 * sizeof(float), cudaMemcpyDeviceToHost));
+      EXPECT_EQ(l[0], l[2]) << precision << " step " << step;
+      EXPECT_EQ(l[1], l[3]) << precision << " step " << step;
+      const std::vector<float> ga = a.grads_to_host(), gb = b.grads_to_host();
+      for (const tb::model::Slot& s : a.dense_layout().slots)
+        EXPECT_LE(slot_error(a.dense_layout(), ga, s, gb), 1e-6) << precision << " step " << step << ": gradient of "
+                                                                 << s.name;
+    }
+  }
 }
 
 TEST(CudaDecoderStages, StageMisuseRaises) {
