@@ -21,6 +21,7 @@
 #             (pp 2, 1F1B); losses compared
 #   pp70b:    Llama 3.1 70B shapes, 4 layers, seq 8192, global batch 4, micro-batch 1: 1 GPU vs pp 2 (2 layers per
 #             stage); must complete, tokens/s reported (the job's: pp adds no GPU work, the bubble is 1/(m+1) of it)
+#   tpab:     tp70b's 2-GPU run of carry/trainbench-prev (copy an earlier build there) against carry/trainbench
 #   ctas:     dp8b's 2-GPU run with NCCL_MAX_CTAS in $CTAS (default 16 8 4 2)
 #   comm:     bench/lab/nccl_ranks_lab: all-gather / reduce-scatter bandwidth between 2 ranks (normal and high
 #             stream priority)
@@ -69,6 +70,14 @@ ours() {  # ours NAME ARGS...
         ours 70b-L4-gb4-pp2 --model llama3.1-70b --layers 4 --seq 8192 --global-batch 4 --micro-batch 1 --gpus 2 --pp 2
         log "pp 70b (job tokens/s: the ratio below is per GPU; x2 for the job)"
         python3 bench/compare_losses.py "$OUT/results/70b-L4-gb4-1gpu" "$OUT/results/70b-L4-gb4-pp2" --tol 0.05 ;;
+      tpab)  # tp70b's 2-GPU run, carry/trainbench-prev (an earlier build) and carry/trainbench alternately, twice
+        for k in 1 2; do
+          for b in trainbench-prev trainbench; do
+            log "$b tp2 run $k"
+            "$PWD/carry/$b" train --steps $((STEPS + WARM)) --warmup-steps "$WARM" --out "$OUT/results/70b-tp2-$b-$k" \
+              --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2 | grep -E "summary|tp |exposed"
+          done
+        done ;;
       tpenv)  # tp70b's 2-GPU run under NCCL channel settings ($TPENV: space-separated VAR=VALUE,VAR=VALUE sets)
         for e in ${TPENV:-NCCL_MIN_NCHANNELS=16 NCCL_MIN_NCHANNELS=32}; do
           env ${e//,/ } $TB train --steps $((STEPS + WARM)) --warmup-steps "$WARM" --out "$OUT/results/70b-tp2-$e" \

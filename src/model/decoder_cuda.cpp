@@ -358,6 +358,20 @@ void CudaDecoder::tp_scatter(const bf16* full, bf16* local, std::int64_t local_r
   mark("tp reduce-scatter");
 }
 
+std::function<void()> CudaDecoder::tp_scatter_async(const bf16* full, bf16* local, std::int64_t local_rows) {
+  if (tp_.size == 1 || !tp_.reduce_scatter_async) return {};
+  return [this, full, local, local_rows] {
+    tp_.reduce_scatter_async(full, local, std::size_t(local_rows) * std::size_t(cfg_.d_model));
+  };
+}
+
+void CudaDecoder::tp_wait(const bf16* full, bf16* local, std::int64_t local_rows) {
+  if (tp_.size == 1) return;
+  if (!tp_.reduce_scatter_async) return tp_scatter(full, local, local_rows);  // not started: now, on the stream
+  tp_.wait_async();
+  mark("tp reduce-scatter (overlapped)");
+}
+
 std::size_t CudaDecoder::attention_workspace_bytes() const { return attention_->workspace_bytes(); }
 
 void CudaDecoder::prepare(int batch, int seq, int slots) {
@@ -441,35 +455,47 @@ void CudaDecoder::linear_forward(bf16* y, const bf16* x, int l, int k, const Lay
 
 // dW[out, in] += dy^T x (fp32), then dx[rows, in] = dy[rows, out] W[out, in] (skipped when dx is null): dx may
 // alias x.  FP8: dyq, dyq^T = fp8_e5m2(dy); dW += (dyq^T)(X^T)^T; dx = dyq (W^T)^T, W^T from fp8_begin_step.
+// With `after_dgrad` (dx must not alias x): dx first, then after_dgrad() (e.g. start dx's reduce-scatter), then dW.
 void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A,
-                                  std::int64_t rows) {
+                                  std::int64_t rows, const std::function<void()>& after_dgrad) {
   const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
   const std::int64_t out = w.shape[0], in = w.shape[1];
-  if (!fp8_.enabled) {
-    dc_.gemm(gemm_shape(out, in, rows, ops::GemmLayout::atb, overwrite_linear_grads_), grads_.as<float>() + w.offset,
-             dy, x);
-    mark("gemm wgrad");
-    if (dx) {
-      dc_.gemm(gemm_shape(rows, in, out, ops::GemmLayout::ab), dx, dy, params_.as<bf16>() + w.offset);
-      mark("gemm dgrad");
-    }
-    return;
-  }
   const int i = l * 4 + k;
-  fp8_cast_input(dy, rows, out, fp8_bwd_->meta(i), false, s_.dyq, s_.dyqt);
-  mark("fp8 casts");
-  const float* dy_inv = fp8_bwd_->meta(i).scale_inv;
-  ops::GemmShape gw;
-  gw.m = out, gw.n = in, gw.k = rows, gw.a = DType::e5m2, gw.b = DType::e4m3, gw.d = DType::f32;
-  gw.accumulate = !overwrite_linear_grads_;
-  dc_.gemm(gw, grads_.as<float>() + w.offset, s_.dyqt, A.xt[k], {dy_inv, A.xs[k].scale_inv});
+  std::function<void()> wgrad, dgrad;
+  if (!fp8_.enabled) {
+    wgrad = [&] {
+      dc_.gemm(gemm_shape(out, in, rows, ops::GemmLayout::atb, overwrite_linear_grads_),
+               grads_.as<float>() + w.offset, dy, x);
+    };
+    dgrad = [&] { dc_.gemm(gemm_shape(rows, in, out, ops::GemmLayout::ab), dx, dy, params_.as<bf16>() + w.offset); };
+  } else {
+    fp8_cast_input(dy, rows, out, fp8_bwd_->meta(i), false, s_.dyq, s_.dyqt);
+    mark("fp8 casts");
+    const float* dy_inv = fp8_bwd_->meta(i).scale_inv;
+    wgrad = [&] {
+      ops::GemmShape gw;
+      gw.m = out, gw.n = in, gw.k = rows, gw.a = DType::e5m2, gw.b = DType::e4m3, gw.d = DType::f32;
+      gw.accumulate = !overwrite_linear_grads_;
+      dc_.gemm(gw, grads_.as<float>() + w.offset, s_.dyqt, A.xt[k], {dy_inv, A.xs[k].scale_inv});
+    };
+    dgrad = [&] {
+      const std::size_t padded = (w.size + 255) / 256 * 256;
+      ops::GemmShape gd;
+      gd.m = rows, gd.n = in, gd.k = out, gd.a = DType::e5m2, gd.b = DType::e4m3, gd.d = DType::bf16;
+      dc_.gemm(gd, dx, s_.dyq, fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)] + padded,
+               {dy_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
+    };
+  }
+  if (after_dgrad) {
+    TB_REQUIRE(dx && dx != x, "CUDA decoder: linear_backward with after_dgrad needs dx apart from x");
+    dgrad();
+    mark("gemm dgrad");
+    after_dgrad();
+  }
+  wgrad();
   mark("gemm wgrad");
-  if (dx) {
-    const std::size_t padded = (w.size + 255) / 256 * 256;
-    ops::GemmShape gd;
-    gd.m = rows, gd.n = in, gd.k = out, gd.a = DType::e5m2, gd.b = DType::e4m3, gd.d = DType::bf16;
-    dc_.gemm(gd, dx, s_.dyq, fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)] + padded,
-             {dy_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
+  if (dx && !after_dgrad) {
+    dgrad();
     mark("gemm dgrad");
   }
 }
@@ -579,8 +605,8 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
     case Act::sqrelu: ops::sqrelu_backward(dh, dg, h, st); break;
   }
   mark("activation bwd");
-  linear_backward(s_.dy, l, 2, A.h, A.y2, A, n);
-  if (tp_.size > 1) tp_scatter(s_.dy, s_.dyl, nl);
+  linear_backward(s_.dy, l, 2, A.h, A.y2, A, n, tp_scatter_async(s_.dy, s_.dyl, nl));
+  tp_wait(s_.dy, s_.dyl, nl);
   ops::add_norm_backward(nk, {own(s_.dr2, nl), {nl, d}}, G(L.norm2_w), G(L.norm2_b), {dy_local, {nl, d}},
                          {own(s_.dnext, nl), {nl, d}}, {A.r2, {nl, d}}, P(L.norm2_w), {A.mean2, {nl}}, {A.rstd2, {nl}},
                          st, norm_ws);
@@ -607,8 +633,8 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
     tp_gather(A.y1, nl);
     mark("recompute");
   }
-  linear_backward(s_.dy, l, 0, s_.dqkv, A.y1, A, n);
-  if (tp_.size > 1) tp_scatter(s_.dy, s_.dyl, nl);
+  linear_backward(s_.dy, l, 0, s_.dqkv, A.y1, A, n, tp_scatter_async(s_.dy, s_.dyl, nl));
+  tp_wait(s_.dy, s_.dyl, nl);
   ops::add_norm_backward(nk, {own(s_.dnext, nl), {nl, d}}, G(L.norm1_w), G(L.norm1_b), {dy_local, {nl, d}},
                          {own(s_.dr2, nl), {nl, d}}, {A.r1, {nl, d}}, P(L.norm1_w), {A.mean1, {nl}}, {A.rstd1, {nl}},
                          st, norm_ws);

@@ -85,11 +85,16 @@ namespace tb::model {
 //   y1 = norm1(r1) -> Y1 -> qkv, attention (local heads), out -> reduce_scatter -> r2, y2 = add_norm2 -> Y2 ->
 //   fc1, act, fc2 -> reduce_scatter -> x
 // backward: all_gather of the output gradient before fc2's and out's backward, reduce_scatter of the input
-// gradients of fc1 and qkv. Both ops are enqueued on the decoder's stream (the critical path).
+// gradients of fc1 and qkv. Both ops are enqueued on the decoder's stream (the critical path), except with
+// reduce_scatter_async: the backward's reduce-scatters then start beside the stream after the input gradient's GEMM
+// and overlap the weight gradient's GEMM (Megatron's overlap of the grad-input reduce-scatter with wgrad);
+// wait_async() makes the stream wait for the one started last.
 struct TensorParallelOps {
   int size = 1, rank = 0;
   std::function<void(__nv_bfloat16* full, std::size_t local_elems)> all_gather;  // in place: rank's block -> full
   std::function<void(const __nv_bfloat16* full, __nv_bfloat16* local, std::size_t local_elems)> reduce_scatter;
+  std::function<void(const __nv_bfloat16* full, __nv_bfloat16* local, std::size_t local_elems)> reduce_scatter_async;
+  std::function<void()> wait_async;
 };
 
 // Context parallel, set before prepare(): of every sequence (seq_full tokens, 2 size chunks of c = seq_full / (2 size))
@@ -277,7 +282,8 @@ class CudaDecoder {
   void activation_forward(TensorView<bf16> g, TensorView<const bf16> h);
   // Linear k (0 qkv, 1 out, 2 fc1, 3 fc2) of layer l; FP8 when enabled (x^T saved into A.xt[k]).
   void linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows);
-  void linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A, std::int64_t rows);
+  void linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A, std::int64_t rows,
+                       const std::function<void()>& after_dgrad = {});
   int linear_slot(int l, int k) const;
   void fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, const ops::Fp8Meta& m, bool fwd,
                       std::uint8_t* q, std::uint8_t* qt);
@@ -318,6 +324,10 @@ class CudaDecoder {
   bf16* own(bf16* full, std::int64_t local_rows) const;  // this rank's block of a [n, d] buffer (tp 1: full)
   void tp_gather(bf16* full, std::int64_t local_rows);   // no-op at tp 1
   void tp_scatter(const bf16* full, bf16* local, std::int64_t local_rows);
+  // An input gradient's reduce-scatter started after its dgrad GEMM, overlapping the wgrad GEMM (empty: tp 1, or no
+  // async op: tp_wait() runs it on the stream then); tp_wait(): the stream waits for it.
+  std::function<void()> tp_scatter_async(const bf16* full, bf16* local, std::int64_t local_rows);
+  void tp_wait(const bf16* full, bf16* local, std::int64_t local_rows);
   bool deterministic_;
   ops::AttentionShape attention_shape(int batch, int seq) const;
 

@@ -11,13 +11,15 @@ namespace tb::train {
 TensorParallelCuda::TensorParallelCuda(comm::Communicator& tp_group, cudaStream_t compute,
                                        const model::ModelConfig& local_cfg, const model::DenseLayout& local,
                                        float* grads, std::int64_t rows_per_rank)
-    : st_(compute), gs_(compute), grads_(grads) {
+    : st_(compute), gs_(compute), as_(compute), grads_(grads) {
   auto* nccl = dynamic_cast<comm::NcclCommunicator*>(&tp_group);
   TB_REQUIRE(nccl != nullptr, "tensor parallel on the CUDA backend needs an NCCL communicator");
   act_ = nccl->split_nccl(0, nccl->rank());
   act_->set_stream(st_);
   grads_comm_ = nccl->split_nccl(0, nccl->rank());
   grads_comm_->set_stream(gs_.get());
+  act_async_ = nccl->split_nccl(0, nccl->rank());
+  act_async_->set_stream(as_.get());
   for (const model::Slot& s : local.slots)
     if (parallel::tp_replicated(s.name) && !(s.name == "embed.weight" && !local_cfg.tied_embeddings))
       replicated_.push_back(&s);
@@ -36,6 +38,11 @@ model::TensorParallelOps TensorParallelCuda::ops() {
   o.reduce_scatter = [this](const __nv_bfloat16* full, __nv_bfloat16* out, std::size_t local) {
     act_->reduce_scatter(full, out, local, DType::bf16);
   };
+  o.reduce_scatter_async = [this](const __nv_bfloat16* full, __nv_bfloat16* out, std::size_t local) {
+    as_.fork();
+    act_async_->reduce_scatter(full, out, local, DType::bf16);
+  };
+  o.wait_async = [this] { as_.join(); };
   return o;
 }
 

@@ -7,6 +7,8 @@
 //           partial sums over this rank's token rows) all-reduced as the backward finishes them (grads_ready, last
 //           micro-batch only; the LM head, whose optimizer is split over the ranks, reduce-scattered), overlapped with
 //           the earlier layers' backward; finish_grads() joins the stream.
+//   `act_async` on a second side stream: the backward's input-gradient reduce-scatters, each overlapping the weight
+//           gradient GEMM that follows it (TensorParallelOps::reduce_scatter_async)
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -55,8 +57,8 @@ class TensorParallelCuda {
 
  private:
   cudaStream_t st_;
-  SideStream gs_;  // declared before the communicators that use it: destroyed after them
-  std::unique_ptr<comm::NcclCommunicator> act_, grads_comm_;
+  SideStream gs_, as_;  // declared before the communicators that use them: destroyed after them
+  std::unique_ptr<comm::NcclCommunicator> act_, grads_comm_, act_async_;
   float* grads_;
   std::vector<const model::Slot*> replicated_;  // ascending offsets; the embedding left out when untied (rows)
   std::size_t next_ = 0;                        // replicated_[next_..] already reduced this step

@@ -1,0 +1,111 @@
+// bench/lab/overlap_lab.cpp: how much of a memory-bound optimizer step hides behind compute-bound GEMMs when the two
+// run at once (a lab, not part of trainbench): the question before overlapping AdamW with the next forward.
+// Work, sized like Llama 3.1 8B with 8 layers on one H200: K forward-like GEMMs [8192 x 4096] x [4096 x 14336]^T
+// (0.96 TFLOP each, random operands: power-limited rates need real data) on the compute stream, and AdamW over
+// P parameters (fp32 master, moments, gradients, bf16 weights: 18 bytes per parameter) in G groups on a second stream.
+// Timed (CUDA events, median of 10 after 3): GEMMs alone (T_g), AdamW alone (T_a), both launched together with the
+// AdamW stream at high / normal priority (T_both). hidden = (T_g + T_a - T_both) / T_a: the share of the optimizer
+// that overlapping could remove from a step. Usage: overlap_lab [P_millions=1000] [K=20] [G=8]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/cuda/adamw.h"
+#include "ops/cuda/context.h"
+#include "ops/cuda/fill.h"
+
+namespace {
+
+double median_ms(cudaStream_t st, const std::function<void()>& body) {
+  cudaEvent_t a, b;
+  TB_CHECK(cudaEventCreate(&a));
+  TB_CHECK(cudaEventCreate(&b));
+  std::vector<double> ms;
+  for (int i = 0; i < 13; ++i) {
+    TB_CHECK(cudaEventRecord(a, st));
+    body();
+    TB_CHECK(cudaEventRecord(b, st));
+    TB_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    TB_CHECK(cudaEventElapsedTime(&t, a, b));
+    if (i >= 3) ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tb;
+  const std::size_t P = std::size_t(argc > 1 ? std::atol(argv[1]) : 1000) * 1000000;
+  const int K = argc > 2 ? std::atoi(argv[2]) : 20, G = argc > 3 ? std::atoi(argv[3]) : 8;
+  ops::DeviceContext dc(0);
+  cudaStream_t st = dc.stream();
+  const std::int64_t m = 8192, n = 14336, k = 4096;
+  ops::DeviceBuffer x(0, m * k * 2), w(0, n * k * 2), y(0, m * n * 2);
+  ops::fill_uniform(x.get(), DType::bf16, std::size_t(m * k), 1, -1, 1, st);
+  ops::fill_uniform(w.get(), DType::bf16, std::size_t(n * k), 2, -1, 1, st);
+  ops::GemmShape g;
+  g.m = m, g.n = n, g.k = k, g.a = g.b = g.d = DType::bf16, g.layout = ops::GemmLayout::abt;
+
+  ops::DeviceBuffer master(0, P * 4), grad(0, P * 4), mom(0, P * 8), model(0, P * 2);
+  ops::fill_uniform(master.get(), DType::f32, P, 3, -1, 1, st);
+  ops::fill_uniform(grad.get(), DType::f32, P, 4, -1e-3f, 1e-3f, st);
+  TB_CHECK(cudaMemsetAsync(mom.get(), 0, mom.bytes(), st));
+  std::vector<std::unique_ptr<ops::AdamWGroup>> groups;
+  const std::size_t per = P / std::size_t(G);
+  for (int i = 0; i < G; ++i) {
+    ops::AdamWTensor t;
+    const std::size_t at = std::size_t(i) * per;
+    t.master = master.as<float>() + at, t.grad = grad.as<float>() + at;
+    t.exp_avg = mom.as<float>() + at, t.exp_avg_sq = mom.as<float>() + P + at;
+    t.model = model.as<__nv_bfloat16>() + at, t.numel = std::int64_t(per);
+    groups.push_back(std::make_unique<ops::AdamWGroup>(0, std::span<const ops::AdamWTensor>(&t, 1)));
+  }
+  ops::AdamWStepScalars host{1e-4f, 0, 1};
+  ops::DeviceBuffer scalars(0, sizeof host);
+  TB_CHECK(cudaMemcpy(scalars.get(), &host, sizeof host, cudaMemcpyHostToDevice));
+  const auto* sc = scalars.as<ops::AdamWStepScalars>();
+  dc.synchronize();
+
+  int lowest = 0, highest = 0;
+  TB_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+  cudaStream_t hi, lo;
+  TB_CHECK(cudaStreamCreateWithPriority(&hi, cudaStreamNonBlocking, highest));
+  TB_CHECK(cudaStreamCreateWithPriority(&lo, cudaStreamNonBlocking, lowest));
+  cudaEvent_t fork, join;
+  TB_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  TB_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  auto gemms = [&] {
+    for (int i = 0; i < K; ++i) dc.gemm(g, y.get(), x.get(), w.get());
+  };
+  auto adamw = [&](cudaStream_t s) {
+    for (auto& grp : groups) ops::adamw_step(*grp, {}, sc, nullptr, s);
+  };
+  auto both = [&](cudaStream_t side) {
+    TB_CHECK(cudaEventRecord(fork, st));
+    TB_CHECK(cudaStreamWaitEvent(side, fork, 0));
+    adamw(side);
+    gemms();
+    TB_CHECK(cudaEventRecord(join, side));
+    TB_CHECK(cudaStreamWaitEvent(st, join, 0));
+  };
+  const double tg = median_ms(st, gemms), ta = median_ms(st, [&] { adamw(st); });
+  const double th = median_ms(st, [&] { both(hi); }), tl = median_ms(st, [&] { both(lo); });
+  std::printf("GEMMs alone  %8.2f ms  (%d x %.2f TFLOP: %.0f TFLOP/s)\n", tg, K, 2e-12 * m * n * k,
+              2e-9 * m * n * k * K / tg);
+  std::printf("AdamW alone  %8.2f ms  (%zu M params x 18 B: %.2f TB/s)\n", ta, P / 1000000, 18e-9 * P / ta);
+  for (auto [name, t] : {std::pair{"high", th}, std::pair{"normal", tl}})
+    std::printf("both, AdamW stream %-6s priority %8.2f ms: hidden %.0f%% of AdamW\n", name, t,
+                100.0 * (tg + ta - t) / ta);
+  return 0;
+}
