@@ -22,6 +22,10 @@
 #   pp70b:    Llama 3.1 70B shapes, 4 layers, seq 8192, global batch 4, micro-batch 1: 1 GPU vs pp 2 (2 layers per
 #             stage); must complete, tokens/s reported (the job's: pp adds no GPU work, the bubble is 1/(m+1) of it)
 #   tpab:     tp70b's 2-GPU run of carry/trainbench-prev (copy an earlier build there) against carry/trainbench
+#   vpcheck:  ppcheck with the interleaved schedule: `small` (4 layers) 30 steps, global batch 8, micro-batch 2 (4
+#             micro-batches, a multiple of pp): 1 GPU vs pp 2 vp 2 (one layer per chunk); losses compared
+#   vp70b:    pp70b with the interleaved schedule: 1 GPU vs pp 2 vp 2 (one layer per chunk, 4 micro-batches); must
+#             complete, tokens/s reported (ideal bubble (pp-1)/(vp m) = 1/8 of the compute, 1F1B's 1/4)
 #   ctas:     dp8b's 2-GPU run with NCCL_MAX_CTAS in $CTAS (default 16 8 4 2)
 #   comm:     bench/lab/nccl_ranks_lab: all-gather / reduce-scatter bandwidth between 2 ranks (normal and high
 #             stream priority)
@@ -78,6 +82,15 @@ ours() {  # ours NAME ARGS...
               --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2 | grep -E "summary|tp |exposed"
           done
         done ;;
+      vpcheck)
+        STEPS=25 WARM=5 ours small-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile
+        STEPS=25 WARM=5 ours small-pp2vp2 --model small --global-batch 8 --micro-batch 2 --no-op-profile --gpus 2 --pp 2 --vp 2
+        log "vp losses"; python3 bench/compare_losses.py "$OUT/results/small-1gpu" "$OUT/results/small-pp2vp2" --tol 0.01 ;;
+      vp70b)
+        ours 70b-L4-gb4-1gpu --model llama3.1-70b --layers 4 --seq 8192 --global-batch 4 --micro-batch 1
+        ours 70b-L4-gb4-pp2vp2 --model llama3.1-70b --layers 4 --seq 8192 --global-batch 4 --micro-batch 1 --gpus 2 --pp 2 --vp 2
+        log "pp 2 vp 2 70b (job tokens/s: the ratio below is per GPU; x2 for the job)"
+        python3 bench/compare_losses.py "$OUT/results/70b-L4-gb4-1gpu" "$OUT/results/70b-L4-gb4-pp2vp2" --tol 0.05 ;;
       tpenv)  # tp70b's 2-GPU run under NCCL channel settings ($TPENV: space-separated VAR=VALUE,VAR=VALUE sets)
         for e in ${TPENV:-NCCL_MIN_NCHANNELS=16 NCCL_MIN_NCHANNELS=32}; do
           env ${e//,/ } $TB train --steps $((STEPS + WARM)) --warmup-steps "$WARM" --out "$OUT/results/70b-tp2-$e" \

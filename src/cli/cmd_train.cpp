@@ -69,7 +69,7 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--device", spec.device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
   app.add_option("--gpu", spec.gpu, "CUDA device index (--device cuda, one GPU)")->capture_default_str();
   app.add_option("--tp", spec.tp, "tensor-parallel ranks (with sequence parallelism)")->capture_default_str();
-  app.add_option("--pp", spec.pp, "pipeline-parallel ranks (1F1B)")->capture_default_str();
+  app.add_option("--pp", spec.pp, "pipeline-parallel ranks (1F1B; interleaved with --vp)")->capture_default_str();
   app.add_option("--vp", spec.vp, "virtual pipeline stages per rank (interleaved 1F1B)")->capture_default_str();
   app.add_option("--cp", spec.cp, "context-parallel ranks (load-balanced causal chunks)")->capture_default_str();
   app.add_option("--recompute", spec.recompute, "activation recomputation: none | selective | full")

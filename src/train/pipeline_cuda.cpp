@@ -1,11 +1,12 @@
-// train/pipeline_cuda.cpp: the 1F1B pipeline on the CUDA decoder (see the .h): the host-side plan (activation sets
-// and boundary buffers from free lists, in schedule order) and its enqueue on the one stream.
+// train/pipeline_cuda.cpp: the 1F1B and interleaved pipelines on the CUDA decoder (see the .h): the host-side plan
+// (activation sets and boundary buffers from free lists, in schedule order) and its enqueue on the one stream.
 #include "train/pipeline_cuda.h"
 
 #include <fmt/format.h>
 
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
@@ -42,20 +43,20 @@ Role role_of(const PipeTransfer& t) {
   return act ? Role::input : Role::output_grad;
 }
 
-// The boundary buffers held between the actions, keyed by (role, micro-batch).
+// The boundary buffers held between the actions, keyed by (role, micro-batch, chunk).
 class Held {
  public:
   explicit Held(FreeList& pool) : pool_(pool) {}
-  int make(Role r, int mb) {
+  int make(Role r, int mb, int chunk) {
     const int b = pool_.take();
-    TB_REQUIRE(held_.emplace(std::pair{r, mb}, b).second,
-               fmt::format("pipeline plan: boundary buffer of micro-batch {} made twice", mb));
+    TB_REQUIRE(held_.emplace(std::tuple{r, mb, chunk}, b).second,
+               fmt::format("pipeline plan: boundary buffer of micro-batch {} chunk {} made twice", mb, chunk));
     return b;
   }
-  int take(Role r, int mb) {  // the buffer, no longer held (the caller gives it back to the pool when done)
-    const auto it = held_.find({r, mb});
-    TB_REQUIRE(it != held_.end(), fmt::format("pipeline plan: no boundary buffer for micro-batch {} (schedule out of "
-                                              "order)", mb));
+  int take(Role r, int mb, int chunk) {  // the buffer, no longer held (the caller gives it back to the pool when done)
+    const auto it = held_.find({r, mb, chunk});
+    TB_REQUIRE(it != held_.end(), fmt::format("pipeline plan: no boundary buffer for micro-batch {} chunk {} "
+                                              "(schedule out of order)", mb, chunk));
     const int b = it->second;
     held_.erase(it);
     return b;
@@ -64,43 +65,42 @@ class Held {
 
  private:
   FreeList& pool_;
-  std::map<std::pair<Role, int>, int> held_;
+  std::map<std::tuple<Role, int, int>, int> held_;
 };
 
 }  // namespace
 
 PipelinePlan plan_pipeline(const parallel::PipelineShape& shape, int rank) {
-  TB_REQUIRE(shape.vp == 1, "pipeline parallel on the CUDA backend runs the 1F1B schedule only (vp 1): the "
-                            "interleaved schedule (--vp " + std::to_string(shape.vp) + ") is not implemented");
-  const std::vector<PipeAction> schedule = parallel::pipeline_schedule(shape, rank);
-  const bool first = shape.first_stage(rank, 0), last = shape.last_stage(rank, 0);
+  const std::vector<PipeAction> schedule = parallel::pipeline_schedule(shape, rank);  // validates shape and rank
   PipelinePlan plan;
-  FreeList sets, pool;
+  std::vector<FreeList> sets(std::size_t(shape.vp));  // per chunk
+  FreeList pool;
   Held held(pool);
-  std::map<int, int> set_of;  // micro-batch -> activation set, forward to backward
+  std::map<std::pair<int, int>, int> set_of;  // (micro-batch, chunk) -> activation set, forward to backward
   for (const PipeAction& a : schedule) {
-    PipelinePlan::Op op{a.kind, a.mb, -1, -1, -1, {}};
+    PipelinePlan::Op op{a.kind, a.mb, a.chunk, -1, -1, -1, {}};
+    const bool first = shape.first_stage(rank, a.chunk), last = shape.last_stage(rank, a.chunk);  // exchange: unused
     switch (a.kind) {
       case PipeAction::Kind::forward:
-        op.set = sets.take();
-        set_of[a.mb] = op.set;
-        if (!first) op.in = held.take(Role::input, a.mb);
-        if (!last) op.out = held.make(Role::output, a.mb);  // before `in` is freed: out never aliases in
+        op.set = sets[std::size_t(a.chunk)].take();
+        set_of[{a.mb, a.chunk}] = op.set;
+        if (!first) op.in = held.take(Role::input, a.mb, a.chunk);
+        if (!last) op.out = held.make(Role::output, a.mb, a.chunk);  // before `in` is freed: out never aliases in
         if (op.in >= 0) pool.give(op.in);
         break;
       case PipeAction::Kind::backward:
-        op.set = set_of.at(a.mb);
-        set_of.erase(a.mb);
-        if (!last) op.in = held.take(Role::output_grad, a.mb);
-        if (!first) op.out = held.make(Role::input_grad, a.mb);
+        op.set = set_of.at({a.mb, a.chunk});
+        set_of.erase({a.mb, a.chunk});
+        if (!last) op.in = held.take(Role::output_grad, a.mb, a.chunk);
+        if (!first) op.out = held.make(Role::input_grad, a.mb, a.chunk);
         if (op.in >= 0) pool.give(op.in);
-        sets.give(op.set);
+        sets[std::size_t(a.chunk)].give(op.set);
         break;
       case PipeAction::Kind::exchange: {
         std::vector<int> sent;  // freed after the whole exchange: a recv of the same group must not overwrite them
         for (const PipeTransfer& t : a.transfers) {
           const bool send = t.dir == PipeTransfer::Dir::send;
-          const int b = send ? held.take(role_of(t), t.mb) : held.make(role_of(t), t.mb);
+          const int b = send ? held.take(role_of(t), t.mb, t.chunk) : held.make(role_of(t), t.mb, t.chunk);
           if (send) sent.push_back(b);
           op.transfers.push_back({send, b, t.peer});
         }
@@ -113,27 +113,41 @@ PipelinePlan plan_pipeline(const parallel::PipelineShape& shape, int rank) {
   TB_REQUIRE(held.empty() && set_of.empty(),
              fmt::format("pipeline plan {} rank {}: buffers or activation sets left after the schedule", shape.str(),
                          rank));
-  plan.activation_sets = sets.count();
+  for (const FreeList& s : sets) plan.activation_sets.push_back(s.count());
   plan.buffers = pool.count();
   return plan;
 }
 
-PipelineCuda::PipelineCuda(comm::NcclCommunicator& pp, cudaStream_t stream, model::CudaDecoder& net,
+PipelineCuda::PipelineCuda(comm::NcclCommunicator& pp, cudaStream_t stream,
+                           std::span<const std::unique_ptr<model::CudaDecoder>> chunks,
                            const parallel::PipelineShape& shape)
-    : pp_(pp), stream_(stream), net_(net), shape_(shape), plan_(plan_pipeline(shape, pp.rank())) {
+    : pp_(pp), stream_(stream), shape_(shape), plan_(plan_pipeline(shape, pp.rank())) {
   TB_REQUIRE(pp.size() == shape.pp, fmt::format("pipeline {}: the pipeline communicator has {} ranks", shape.str(),
                                                 pp.size()));
   TB_REQUIRE(pp.stream() == stream, "pipeline: the NCCL communicator must enqueue on the decoder's stream (one "
                                     "stream per step, for the CUDA graph)");
-  TB_REQUIRE(net.first_stage() == shape.first_stage(pp.rank(), 0) && net.last_stage() == shape.last_stage(pp.rank(), 0),
-             fmt::format("pipeline: rank {}'s decoder does not hold stage {}'s layers", pp.rank(), pp.rank()));
+  TB_REQUIRE(int(chunks.size()) == shape.vp,
+             fmt::format("pipeline {}: rank {} has {} model chunks", shape.str(), pp.rank(), chunks.size()));
+  for (int c = 0; c < shape.vp; ++c) {
+    const model::CudaDecoder& net = *chunks[std::size_t(c)];
+    const int stage = shape.stage_of(pp.rank(), c);
+    const model::LayerRange want = model::pipeline_stage_layers(net.config().layers, shape.stages(), stage);
+    TB_REQUIRE(net.dense_layout().first_layer == want.first && net.layers() == want.last - want.first,
+               fmt::format("pipeline: rank {}'s chunk {} does not hold global stage {}'s layers [{}, {})", pp.rank(),
+                           c, stage, want.first, want.last));
+    chunks_.push_back(chunks[std::size_t(c)].get());
+  }
 }
 
 void PipelineCuda::prepare() {
-  TB_REQUIRE(net_.slots() >= plan_.activation_sets,
-             fmt::format("pipeline: the decoder has {} activation sets, the schedule needs {} (prepare it first)",
-                         net_.slots(), plan_.activation_sets));
-  const std::size_t elems = std::size_t(net_.boundary_rows()) * std::size_t(net_.config().d_model);
+  const std::int64_t rows = chunks_[0]->boundary_rows();
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    TB_REQUIRE(chunks_[c]->slots() >= plan_.activation_sets[c],
+               fmt::format("pipeline: chunk {}'s decoder has {} activation sets, the schedule needs {} (prepare it "
+                           "first)", c, chunks_[c]->slots(), plan_.activation_sets[c]));
+    TB_REQUIRE(chunks_[c]->boundary_rows() == rows, "pipeline: the chunks' decoders are prepared for different sizes");
+  }
+  const std::size_t elems = std::size_t(rows) * std::size_t(chunks_[0]->config().d_model);
   if (elems == elems_) return;
   TB_CHECK(cudaStreamSynchronize(stream_));  // the old buffers may still be in use
   buffers_.clear();
@@ -148,17 +162,18 @@ void PipelineCuda::enqueue(const std::int32_t* tokens, const std::int32_t* targe
     const std::size_t at = std::size_t(op.mb) * tokens_per_mb;
     switch (op.kind) {
       case PipeAction::Kind::forward:
-        net_.forward(op.set, tokens + at, targets + at, buffer(op.in), buffer(op.out), grad_scale, losses + op.mb);
+        chunks_[std::size_t(op.chunk)]->forward(op.set, tokens + at, targets + at, buffer(op.in), buffer(op.out),
+                                                grad_scale, losses + op.mb);
         break;
       case PipeAction::Kind::backward:
-        net_.backward(op.set, tokens + at, buffer(op.in), buffer(op.out));
+        chunks_[std::size_t(op.chunk)]->backward(op.set, tokens + at, buffer(op.in), buffer(op.out));
         break;
       case PipeAction::Kind::exchange:
         p2p_.clear();
         for (const PipelinePlan::Transfer& t : op.transfers)
           p2p_.push_back({t.send ? comm::P2P::Kind::send : comm::P2P::Kind::recv, buffer(t.buffer), elems_, t.peer});
         pp_.exchange(p2p_, DType::bf16);
-        if (net_.on_op) net_.on_op("pp send/recv");
+        if (chunks_[0]->on_op) chunks_[0]->on_op("pp send/recv");
         break;
     }
   }

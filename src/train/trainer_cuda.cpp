@@ -10,7 +10,9 @@
 // Pipeline parallel (--pp, train/pipeline_cuda.h): each rank's decoder is its stage (layers [r L/pp, (r+1) L/pp),
 // parameters of that stage only); the micro-batch loop becomes the rank's 1F1B schedule on the same stream (sends
 // and receives through NCCL there), the loss is summed over the pipeline ranks (only the last stage's is non-zero)
-// and so is the gradient norm's sum of squares; AdamW updates the stage's parameters.
+// and so is the gradient norm's sum of squares; AdamW updates the stage's parameters. Interleaved (--vp > 1): the
+// rank holds vp decoders, chunk c = global stage c·pp + r of pp·vp, run by the interleaved schedule; the optimizer's
+// tensors, the gradient norm and the FP8 / gradient-zeroing step hooks cover every chunk.
 // Memory: weights bf16 2P + gradients fp32 4P + master 2P (split: the residual halves; f32: 4P) + moments 8P
 // (bf16: 4P) + the activation arena
 // + workspaces, estimated and checked against the GPU's free memory before anything is allocated.
@@ -95,15 +97,16 @@ struct GraphExec {
 
 }  // namespace
 
-// The layers of pipeline rank r (the whole model at pp 1).
-static model::LayerRange stage_layers(const model::ModelConfig& m, int pp, int r) {
-  return pp > 1 ? model::pipeline_stage_layers(m.layers, pp, r) : model::LayerRange{};
+// The layers of pipeline rank r's model chunk c: global stage c·pp + r of pp·vp (the whole model at pp 1).
+static model::LayerRange stage_layers(const model::ModelConfig& m, int pp, int vp, int r, int c) {
+  return pp > 1 ? model::pipeline_stage_layers(m.layers, pp * vp, c * pp + r) : model::LayerRange{};
 }
 
-// Pipeline parallel: the largest of the ranks' needs (a rank holds its stage's parameters and the activation sets
-// of its micro-batches in flight, min(pp - r, micro-batches), plus the boundary buffers its schedule keeps).
+// Pipeline parallel: the largest of the ranks' needs. A rank holds its chunks' parameters (vp chunks when
+// interleaved) and, per chunk, a decoder with the activation sets of that chunk's passes in flight (1F1B:
+// min(pp - r, micro-batches)), its own scratch and attention workspace; plus the boundary buffers its schedule keeps.
 MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& full) {
-  const int tp = std::max(1, spec.tp), pp = std::max(1, spec.pp);
+  const int tp = std::max(1, spec.tp), pp = std::max(1, spec.pp), vp = pp > 1 ? std::max(1, spec.vp) : 1;
   const model::ModelConfig m = tp > 1 ? parallel::tp_shard_config(full, tp) : full;  // this rank's shard
   const int cp = std::max(1, spec.cp), seq = full.seq / cp;  // context parallel: this rank's tokens per sequence
   const int dp_ranks = std::max(1, spec.dp);
@@ -113,22 +116,27 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
   const bool fp8 = spec.precision == "fp8";
   MemoryEstimate worst;
   for (int r = 0; r < pp; ++r) {
-    const model::LayerRange stage = stage_layers(m, pp, r);
-    const double P = double(model::dense_layout(m, stage).total);
-    const int sets = pp > 1 ? std::min(pp - r, micro_batches) : 1;
+    PipelinePlan plan;
+    plan.activation_sets = {1};
+    if (pp > 1) plan = plan_pipeline({pp, vp, micro_batches}, r);
     MemoryEstimate e;
+    double P = 0;
+    int stage_layer_count = 0;
+    for (int c = 0; c < vp; ++c) {
+      const model::LayerRange stage = stage_layers(m, pp, vp, r, c);
+      P += double(model::dense_layout(m, stage).total);
+      stage_layer_count += (stage.last < 0 ? m.layers : stage.last) - stage.first;
+      e.activations += double(model::CudaDecoder::activation_bytes(m, spec.micro_batch, seq,
+                                                                   parse_recompute(spec.recompute), fp8, tp, stage,
+                                                                   plan.activation_sets[std::size_t(c)]));
+    }
     e.weights = 2 * P;
     e.grads = 4 * P + (dp > 1 ? 4 * P / dp : 0.0);
     e.master = (spec.master == "split" ? 2 : 4) * P / dp;
     e.moments = (spec.moments == "bf16" ? 4 : 8) * P / dp;
-    e.activations = double(model::CudaDecoder::activation_bytes(m, spec.micro_batch, seq,
-                                                                parse_recompute(spec.recompute), fp8, tp, stage, sets));
-    if (pp > 1)
-      e.activations += double(plan_pipeline({pp, 1, micro_batches}, r).buffers) * spec.micro_batch * m.seq *
-                       m.d_model * 2.0;
-    const int stage_layer_count = (stage.last < 0 ? m.layers : stage.last) - stage.first;
+    e.activations += double(plan.buffers) * spec.micro_batch * m.seq * m.d_model * 2.0;
     e.fp8_weights = fp8 ? double(model::CudaDecoder::fp8_weight_bytes(m)) * stage_layer_count / m.layers : 0.0;
-    e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) + kAttentionWorkspaceAllowance;
+    e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) + vp * kAttentionWorkspaceAllowance;
     if (e.total() > worst.total()) worst = e;
   }
   return worst;
@@ -142,7 +150,8 @@ std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, doubl
       "{:.1f}, "
       "master weights {:.1f}, AdamW moments {:.1f}, activations {:.1f} with --recompute {}, workspaces {:.1f}); "
       "{:.1f} GiB are free.",
-      m.name, m.layers, m.seq, spec.micro_batch, spec.pp > 1 ? fmt::format(", pp {} (the fullest stage)", spec.pp) : "",
+      m.name, m.layers, m.seq, spec.micro_batch,
+      spec.pp > 1 ? fmt::format(", pp {} vp {} (the fullest rank)", spec.pp, spec.vp) : "",
       e.total() / kGiB, e.weights / kGiB, e.grads / kGiB,
       e.master / kGiB, e.moments / kGiB, e.activations / kGiB, spec.recompute, e.workspaces / kGiB, free_bytes / kGiB);
   std::vector<std::string> knobs;
@@ -166,7 +175,7 @@ std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, doubl
     alt.moments = "bf16";
     try_knob(alt, m, "--moments bf16");
   }
-  for (int layers = m.layers - 1; layers >= std::max(1, spec.pp); --layers) {
+  for (int layers = m.layers - 1; layers >= std::max(1, spec.pp * spec.vp); --layers) {
     model::ModelConfig am = m;
     am.layers = layers;
     if (estimate_memory(spec, am).total() <= free_bytes) {
@@ -185,8 +194,6 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   TB_REQUIRE(spec.cp == 1 || (spec.tp == 1 && spec.pp == 1),
              "context parallel on the CUDA backend combines with data parallel only for now (tp = pp = 1); the CPU "
              "backend (--device cpu) runs every mix");
-  TB_REQUIRE(spec.vp == 1, "the interleaved pipeline schedule (--vp > 1) runs on the CPU backend (--device cpu) only "
-                           "for now; the CUDA backend runs 1F1B (--vp 1)");
   TB_REQUIRE(spec.tp >= 1 && spec.pp >= 1 && spec.cp >= 1 && world.size % (spec.tp * spec.pp * spec.cp) == 0,
              fmt::format("--tp {} x --pp {} x --cp {} does not divide the job's {} ranks", spec.tp, spec.pp, spec.cp,
                          world.size));
@@ -207,7 +214,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const model::ModelConfig& m = res.model;
   const int tp = spec.tp;
   const int global = global_batch(spec, spec.dp);
-  const int pp = spec.pp, cp = spec.cp;
+  const int pp = spec.pp, vp = spec.vp, cp = spec.cp;
   parallel::validate_layout(mesh, m, world.size,
                             spec.micro_batch, global);
   TB_REQUIRE(pp == 1 || !m.tied_embeddings,
@@ -219,7 +226,6 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const parallel::Coord place = parallel::coord_of(mesh, world.rank);  // this rank's coordinates in the mesh
   const int dp_rank = place.dp, cp_rank = place.cp, pp_rank = place.pp;
   const int zero_ranks = dp * cp, zero_rank = dp_rank * cp + cp_rank;  // the distributed optimizer's group: dp x cp
-  const model::LayerRange stage = stage_layers(m, pp, pp_rank);
   const int mb = spec.micro_batch, seq = m.seq / cp;  // context parallel: this rank's two chunks of every sequence
   const std::size_t n = std::size_t(mb) * std::size_t(seq);
   res.params = model::param_count(m);
@@ -252,7 +258,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   fp8.most_recent = spec.fp8_amax == "most_recent";
   fp8.margin = spec.fp8_margin;
   // ---- Data parallel: the ZeRO-1 partition, NCCL over the job's ranks.
-  const model::DenseLayout layout = model::dense_layout(ml, stage);  // pipeline: this stage's slots only
+  const model::DenseLayout layout = model::dense_layout(ml, stage_layers(m, pp, vp, pp_rank, 0));  // chunk 0 (`net`)
   const parallel::ZeroLayout zl = parallel::zero_layout(layout, zero_ranks, zero_rank);
   std::unique_ptr<comm::Communicator> host_world;
   std::unique_ptr<comm::NcclCommunicator> nccl;
@@ -260,7 +266,15 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     host_world = comm::world_communicator();
     nccl = comm::NcclCommunicator::create(*host_world, spec.gpu, st);
   }
-  model::CudaDecoder net(dc, ml, parse_recompute(spec.recompute), spec.deterministic, fp8, zl.padded_total, stage);
+  // This rank's model chunks: the whole model, its pipeline stage, or (interleaved, --vp) vp chunks, chunk c = global
+  // stage c·pp + r, each a decoder of its layers' slots (named as the whole model's: the same initial values). Data,
+  // tensor and context parallel (vp 1) use the one, `net`.
+  std::vector<std::unique_ptr<model::CudaDecoder>> chunks;
+  for (int c = 0; c < vp; ++c)
+    chunks.push_back(std::make_unique<model::CudaDecoder>(dc, ml, parse_recompute(spec.recompute), spec.deterministic,
+                                                          fp8, c == 0 ? zl.padded_total : 0,
+                                                          stage_layers(m, pp, vp, pp_rank, c)));
+  model::CudaDecoder& net = *chunks[0];
   std::unique_ptr<TensorParallelCuda> tpc;  // the tp group is the world (dp 1)
   if (tp > 1) {
     tpc = std::make_unique<TensorParallelCuda>(*nccl, st, ml, layout, net.grads_device(),
@@ -284,9 +298,10 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   if (fp8.enabled && fp8.delayed && spec.fp8_reduce_amax && world.size > pp) {
     comm::NcclCommunicator* group = nccl.get();
     if (pp > 1) group = (amax_split = nccl->split_nccl(pp_rank, world.rank)).get();
-    net.fp8_reduce_amax = [group](float* buffer, std::size_t floats) {
-      group->all_reduce(buffer, buffer, floats, DType::f32, comm::ReduceOp::max);
-    };
+    for (const auto& chunk : chunks)
+      chunk->fp8_reduce_amax = [group](float* buffer, std::size_t floats) {
+        group->all_reduce(buffer, buffer, floats, DType::f32, comm::ReduceOp::max);
+      };
   }
   std::unique_ptr<DataParallelCuda> ddp;  // over dp x cp (the cp ranks' gradients are partial sums too)
   if (zero_ranks > 1) {
@@ -294,22 +309,32 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                                              m.tied_embeddings ? 0 : std::int64_t(n));
     res.buckets = int(zl.buckets.size());
   }
-  const std::size_t P = layout.total;
-  const std::size_t S = zero_ranks > 1 ? zl.shard_size : P;  // optimizer state elements on this rank
   const bool bf16_moments = spec.moments == "bf16";
   const std::size_t moment_bytes = bf16_moments ? 2 : 4;
 
   // ---- Master weights (fp32, initialised on the device slot by slot), moments, the bf16 model copy. Split master:
   // the model weights are the master's high half and `master` holds the 16-bit residuals.
   const bool split = spec.master == "split";
+  // The parameter slots of this rank, chunk after chunk, each with its decoder (vp 1: net's layout.slots).
+  struct ChunkSlot {
+    model::CudaDecoder* net;
+    const model::Slot* slot;
+  };
+  std::vector<ChunkSlot> slots;
+  for (const auto& chunk : chunks)
+    for (const model::Slot& sl : chunk->dense_layout().slots) slots.push_back({chunk.get(), &sl});
   // The optimizer's tensors: every slot (one rank), or this rank's ZeRO-1 segments (flat offset in the model
-  // weights, shard offset in the master, moments and reduced gradients).
+  // weights, shard offset in the master, moments and reduced gradients, which hold the chunks' slots back to back).
   std::vector<parallel::ZeroSegment> segments;
+  std::size_t S = 0;  // optimizer state elements on this rank
   if (zero_ranks > 1) {
     segments = zl.segments;
+    S = zl.shard_size;
   } else {
-    for (std::size_t i = 0; i < layout.slots.size(); ++i)
-      segments.push_back({layout.slots[i].offset, layout.slots[i].offset, layout.slots[i].size, int(i)});
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      segments.push_back({slots[i].slot->offset, S, slots[i].slot->size, int(i)});
+      S += slots[i].slot->size;  // slots are packed (model/param_layout.h): at vp 1, shard == flat offset
+    }
   }
   // Tensor parallel: the replicated embedding and LM head are updated a 1/tp part per rank (their gradients are
   // equal on every rank), then all-gathered while the other parameters update: tp times less optimizer work on them.
@@ -333,13 +358,13 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
      // weights (parallel/tensor_shard.h) and its own master segments
     const model::DenseLayout full = model::dense_layout(m);
     std::size_t largest = 0, largest_full = 0;
-    for (const model::Slot& s : layout.slots) largest = std::max(largest, s.size);
+    for (const ChunkSlot& cs : slots) largest = std::max(largest, cs.slot->size);
     for (const model::Slot& s : full.slots) largest_full = std::max(largest_full, s.size);
     ops::DeviceBuffer init(dc.device(), largest * sizeof(float)), lo(dc.device(), largest * sizeof(std::int16_t));
     ops::DeviceBuffer whole(dc.device(), tp > 1 ? largest_full * sizeof(float) : 0);
     std::size_t seg = 0;
-    for (std::size_t i = 0; i < layout.slots.size(); ++i) {
-      const model::Slot& s = layout.slots[i];
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const model::Slot& s = *slots[i].slot;
       float* v = init.as<float>();
       if (tp > 1 && !parallel::tp_replicated(s.name)) {
         const model::Slot& f = full.at(s.name);
@@ -358,9 +383,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
         ops::fill_normal(v, s.size, slot_seed(spec.seed, s.name), float(s.init_value), float(s.init_std), st);
       }
       if (split)
-        ops::master_split(v, net.params_device() + s.offset, lo.as<std::int16_t>(), s.size, st);
+        ops::master_split(v, slots[i].net->params_device() + s.offset, lo.as<std::int16_t>(), s.size, st);
       else
-        ops::cast_f32_to_bf16(net.params_device() + s.offset, v, s.size, st);
+        ops::cast_f32_to_bf16(slots[i].net->params_device() + s.offset, v, s.size, st);
       for (; seg < segments.size() && segments[seg].slot == int(i); ++seg) {
         const parallel::ZeroSegment& g = segments[seg];
         const std::size_t at = g.flat - s.offset;
@@ -384,13 +409,14 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       t.master_lo = master.as<std::int16_t>() + g.shard;
     else
       t.master = master.as<float>() + g.shard;
-    t.grad = ddp ? ddp->segment_grads(g) : net.grads_device() + g.shard;
+    const ChunkSlot& cs = slots[std::size_t(g.slot)];
+    t.grad = ddp ? ddp->segment_grads(g) : cs.net->grads_device() + g.flat;
     if (ddp && ddp->early() > 0 && g.flat < zl.buckets[std::size_t(ddp->early() - 1)].end) ++early_tensors;
     t.exp_avg = m_base + g.shard * moment_bytes;
     t.exp_avg_sq = m_base + (S + g.shard) * moment_bytes;
-    t.model = net.params_device() + g.flat;
+    t.model = cs.net->params_device() + g.flat;
     t.numel = std::int64_t(g.count);
-    t.decay = decays(layout.slots[std::size_t(g.slot)]);
+    t.decay = decays(*cs.slot);
     tensors.push_back(t);
   }
   const DType moment_type = bf16_moments ? DType::bf16 : DType::f32;
@@ -424,12 +450,13 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   hp.beta1 = spec.beta1, hp.beta2 = spec.beta2, hp.eps = spec.eps, hp.weight_decay = spec.weight_decay;
   const float max_norm = spec.clip > 0 ? float(spec.clip) : std::numeric_limits<float>::infinity();
 
-  // ---- Pipeline parallel: this rank's 1F1B schedule, its activation sets and boundary buffers.
+  // ---- Pipeline parallel: this rank's schedule (1F1B, or interleaved over the chunks), its activation sets and
+  // boundary buffers.
   std::unique_ptr<PipelineCuda> pipe;
-  if (pp > 1) pipe = std::make_unique<PipelineCuda>(*nccl, st, net, parallel::PipelineShape{pp, 1, accum});
+  if (pp > 1) pipe = std::make_unique<PipelineCuda>(*nccl, st, chunks, parallel::PipelineShape{pp, vp, accum});
 
   // ---- Step inputs and outputs: pinned host memory <-> device.
-  net.prepare(mb, seq, pipe ? pipe->activation_sets() : 1);
+  for (std::size_t c = 0; c < chunks.size(); ++c) chunks[c]->prepare(mb, seq, pipe ? pipe->activation_sets(int(c)) : 1);
   if (pipe) pipe->prepare();
   Pinned<std::int32_t> h_tokens(std::size_t(accum) * n), h_targets(std::size_t(accum) * n);
   Pinned<ops::AdamWStepScalars> h_scalars(1);
@@ -444,7 +471,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   auto mark = [&](std::string_view op) {
     if (profiling) profiler.mark(op);
   };
-  net.on_op = mark;
+  for (const auto& chunk : chunks) chunk->on_op = mark;
   bool last_micro = false;
   if (tpc) {
     if (!m.tied_embeddings)
@@ -469,10 +496,10 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     TB_CHECK(cudaMemcpyAsync(d_scalars.get(), h_scalars.get(), h_scalars.bytes(), cudaMemcpyHostToDevice, st));
     if (ddp) ddp->start_step();  // all-gather the weights the ranks' optimizers wrote (overlapped with the forward)
     if (tpc) tpc->start_step();
-    net.zero_grads_for_overwrite();
+    for (const auto& chunk : chunks) chunk->zero_grads_for_overwrite();
     mark("inputs + zero grads");
     if (ddp && net.fp8()) ddp->params_needed(zl.padded_total);  // the FP8 casts read every weight
-    net.fp8_begin_step();  // FP8 copies of the weights AdamW just wrote
+    for (const auto& chunk : chunks) chunk->fp8_begin_step();  // FP8 copies of the weights AdamW just wrote
     if (pipe) {  // the schedule's forwards, backwards and sends / receives; losses only on the last stage
       TB_CHECK(cudaMemsetAsync(d_losses.get(), 0, h_losses.bytes(), st));
       pipe->enqueue(d_tokens.as<std::int32_t>(), d_targets.as<std::int32_t>(), n, 1.0 / accum, d_losses.as<float>());
@@ -483,7 +510,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                                   d_targets.as<std::int32_t>() + std::size_t(a) * n, mb, seq, 1.0 / (accum * dp),
                                   d_losses.as<float>() + a);
     }
-    net.fp8_end_step();
+    for (const auto& chunk : chunks) chunk->fp8_end_step();
     auto* norm = d_norm.as<ops::GradNormResult>();
     if (ddp) {
       ddp->finish_grads();

@@ -124,6 +124,13 @@ TEST(Cli, TrainNamesEveryLayoutProblemBeforeStartingRanks) {
                               "= 32 ranks, but the job has 1", "kv_heads (2) is not divisible by tp (4)",
                               "layers (2) is not divisible by pp·vp (4)"})
     EXPECT_NE(r.err.find(problem), std::string::npos) << problem << "\n" << r.err;
+  // The interleaved schedule on GPUs: layers must divide by pp·vp and the micro-batches by pp (here 3 of 1 sequence).
+  r = run({"train", "--model", "small", "--gpus", "2", "--pp", "2", "--vp", "2", "--layers", "6", "--global-batch",
+           "3"});
+  EXPECT_EQ(r.rc, 2);
+  for (const char* problem : {"layers (6) is not divisible by pp·vp (4)",
+                              "micro-batch count per step (3) to be a multiple of pp (2)"})
+    EXPECT_NE(r.err.find(problem), std::string::npos) << problem << "\n" << r.err;
   r = run({"train", "--model", "tiny", "--device", "cpu", "--gpus", "2"});  // CPU ranks come from mpirun
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("mpirun -np N trainbench train --device cpu"), std::string::npos) << r.err;

@@ -143,6 +143,9 @@ namespace {
 // Pipeline parallel: the estimate is the fullest stage's (its parameters only, its activation sets in flight):
 // below one GPU's for the whole model, above half of it (the stages are unequal: embedding, LM head), and
 // the first stage keeps more activation sets than the last; a pp run of a one-rank job is refused clearly.
+// Interleaved (vp 2, one layer per chunk): each rank holds the same parameters as with 1F1B (rank 0 the embedding and
+// two layers, rank 1 two layers and the head), in two decoders (two attention workspace allowances) and with more
+// layer activations in flight (rank 0: 4 + 2 one-layer sets against 1F1B's 2 two-layer sets).
 TEST(TrainerCuda, PipelineMemoryEstimateIsPerStage) {
   SKIP_WITHOUT_GPU();
   tb::train::TrainSpec spec;
@@ -166,6 +169,12 @@ TEST(TrainerCuda, PipelineMemoryEstimateIsPerStage) {
     EXPECT_EQ(e.kind(), tb::Error::Kind::config);
     EXPECT_NE(std::string(e.what()).find("--pp"), std::string::npos) << e.what();
   }
+  spec.vp = 2;
+  const tb::train::MemoryEstimate interleaved = tb::train::estimate_memory(spec, m);
+  EXPECT_NEAR(interleaved.weights, two.weights, 1e-6 * two.weights);
+  EXPECT_GT(interleaved.activations, two.activations);
+  EXPECT_GT(interleaved.workspaces, two.workspaces);
+  EXPECT_GT(interleaved.total(), two.total());
 }
 
 }  // namespace
