@@ -23,7 +23,7 @@
 #             stage); must complete, tokens/s reported (the job's: pp adds no GPU work, the bubble is 1/(m+1) of it)
 #   tpab:     tp70b's 2-GPU run of carry/trainbench-prev (copy an earlier build there) against carry/trainbench
 #   vpcheck:  ppcheck with the interleaved schedule: `small` (4 layers) 30 steps, global batch 8, micro-batch 2 (4
-#             micro-batches, a multiple of pp): 1 GPU vs pp 2 vp 2 (one layer per chunk); losses compared
+#             micro-batches, a multiple of pp): 1 GPU vs pp 2 vp 2 (one layer per chunk); losses compared; again in FP8
 #   vp70b:    pp70b with the interleaved schedule: 1 GPU vs pp 2 vp 2 (one layer per chunk, 4 micro-batches); must
 #             complete, tokens/s reported (ideal bubble (pp-1)/(vp m) = 1/8 of the compute, 1F1B's 1/4)
 #   ctas:     dp8b's 2-GPU run with NCCL_MAX_CTAS in $CTAS (default 16 8 4 2)
@@ -85,7 +85,10 @@ ours() {  # ours NAME ARGS...
       vpcheck)
         STEPS=25 WARM=5 ours small-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile
         STEPS=25 WARM=5 ours small-pp2vp2 --model small --global-batch 8 --micro-batch 2 --no-op-profile --gpus 2 --pp 2 --vp 2
-        log "vp losses"; python3 bench/compare_losses.py "$OUT/results/small-1gpu" "$OUT/results/small-pp2vp2" --tol 0.01 ;;
+        log "vp losses"; python3 bench/compare_losses.py "$OUT/results/small-1gpu" "$OUT/results/small-pp2vp2" --tol 0.01
+        STEPS=25 WARM=5 ours small-fp8-1gpu --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile
+        STEPS=25 WARM=5 ours small-fp8-pp2vp2 --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile --gpus 2 --pp 2 --vp 2
+        log "vp fp8 losses"; python3 bench/compare_losses.py "$OUT/results/small-fp8-1gpu" "$OUT/results/small-fp8-pp2vp2" --tol 0.01 ;;
       vp70b)
         ours 70b-L4-gb4-1gpu --model llama3.1-70b --layers 4 --seq 8192 --global-batch 4 --micro-batch 1
         ours 70b-L4-gb4-pp2vp2 --model llama3.1-70b --layers 4 --seq 8192 --global-batch 4 --micro-batch 1 --gpus 2 --pp 2 --vp 2
