@@ -2,7 +2,8 @@
 // run at once (a lab, not part of trainbench): the question before overlapping AdamW with the next forward.
 // Work, sized like Llama 3.1 8B with 8 layers on one H200: K forward-like GEMMs [8192 x 4096] x [4096 x 14336]^T
 // (0.96 TFLOP each, random operands: power-limited rates need real data) on the compute stream, and AdamW over
-// P parameters (fp32 master, moments, gradients, bf16 weights: 18 bytes per parameter) in G groups on a second stream.
+// P parameters (fp32 master, moments, gradients, bf16 weights: 30 bytes moved per parameter) in G groups on a second
+// stream.
 // Timed (CUDA events, median of 10 after 3): GEMMs alone (T_g), AdamW alone (T_a), both launched together with the
 // AdamW stream at high / normal priority (T_both). hidden = (T_g + T_a - T_both) / T_a: the share of the optimizer
 // that overlapping could remove from a step. Usage: overlap_lab [P_millions=1000] [K=20] [G=8]
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
   const double th = median_ms(st, [&] { both(hi); }), tl = median_ms(st, [&] { both(lo); });
   std::printf("GEMMs alone  %8.2f ms  (%d x %.2f TFLOP: %.0f TFLOP/s)\n", tg, K, 2e-12 * m * n * k,
               2e-9 * m * n * k * K / tg);
-  std::printf("AdamW alone  %8.2f ms  (%zu M params x 18 B: %.2f TB/s)\n", ta, P / 1000000, 18e-9 * P / ta);
+  std::printf("AdamW alone  %8.2f ms  (%zu M params x 30 B: %.2f TB/s)\n", ta, P / 1000000, 30e-9 * P / ta);
   for (auto [name, t] : {std::pair{"high", th}, std::pair{"normal", tl}})
     std::printf("both, AdamW stream %-6s priority %8.2f ms: hidden %.0f%% of AdamW\n", name, t,
                 100.0 * (tg + ta - t) / ta);
