@@ -29,7 +29,8 @@
 #   ctas:     dp8b's 2-GPU run with NCCL_MAX_CTAS in $CTAS (default 16 8 4 2)
 #   comm:     bench/lab/nccl_ranks_lab: all-gather / reduce-scatter bandwidth between 2 ranks (normal and high
 #             stream priority)
-#   faults:   a rank that fails (an unknown GPU index) ends the whole job with its rank named
+#   faults:   a rank that fails (an unknown GPU index) ends the whole job with its rank named; then a rank killed
+#             (SIGKILL) and a rank stopped (SIGSTOP, a hang: --comm-timeout 20) mid-run end the job, the rank named
 set -uo pipefail
 OUT=${OUT:-/tmp/tb-out}
 mkdir -p "$OUT"
@@ -150,7 +151,21 @@ ours() {  # ours NAME ARGS...
         log "faults: rank 1 asks for a GPU that does not exist"
         timeout 120 mpirun -np 2 --allow-run-as-root --bind-to none bash -c \
           'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then export CUDA_VISIBLE_DEVICES=99; fi; exec '"$TB"' train --model small --steps 3 --warmup-steps 1 --gpus 2 --out '"$OUT/results/fault"
-        echo "exit $? (expected non-zero, within the timeout, rank 1 named)" ;;
+        echo "exit $? (expected non-zero, within the timeout, rank 1 named)"
+        # A rank that dies mid-run (SIGKILL), and one that hangs (SIGSTOP: rank 0's NCCL wait times out).
+        for sig in KILL STOP; do
+          log "faults: rank 1 gets SIG$sig after 15 s of training (--comm-timeout 20)"
+          timeout 150 $TB train --model small --steps 200000 --warmup-steps 1 --gpus 2 --no-op-profile --comm-timeout 20 \
+            --out "$OUT/results/fault-$sig" > "$OUT/fault-$sig.log" 2>&1 &
+          job=$!; sleep 15
+          for p in $(pgrep -f "steps 200000"); do
+            if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then
+              kill -$sig $p && echo "$(date +%T) SIG$sig to pid $p (rank 1)"
+            fi
+          done
+          wait $job; echo "$(date +%T) exit $? (expected non-zero; rank named)"
+          grep -v "^step" "$OUT/fault-$sig.log" | tail -8
+        done ;;
     esac
   done
 } 2>&1 | tee "$OUT/parallel_acceptance.log"

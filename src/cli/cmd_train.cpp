@@ -109,6 +109,9 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--min-lr", spec.min_lr, "final learning rate (default: lr / 10)");
   app.add_option("--clip", spec.clip, "gradient norm clipping (0: off)")->capture_default_str();
   app.add_option("--seed", spec.seed, "seed of the initial weights and the data")->capture_default_str();
+  app.add_option("--comm-timeout", spec.comm_timeout_s,
+                 "several GPUs: seconds a step's NCCL work may take before the job is aborted as hung, naming the rank")
+      ->capture_default_str();
   std::string delay;
   app.add_option("--debug-delay-rank", delay,
                  "R[:MS]: launcher rank R sleeps MS ms (default 20) inside every step (an injected straggler)");

@@ -462,6 +462,7 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
   const std::int64_t out = w.shape[0], in = w.shape[1];
   const int i = l * 4 + k;
   std::function<void()> wgrad, dgrad;
+  const float* dy_inv = fp8_.enabled ? fp8_bwd_->meta(i).scale_inv : nullptr;
   if (!fp8_.enabled) {
     wgrad = [&] {
       dc_.gemm(gemm_shape(out, in, rows, ops::GemmLayout::atb, overwrite_linear_grads_),
@@ -471,7 +472,6 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
   } else {
     fp8_cast_input(dy, rows, out, fp8_bwd_->meta(i), false, s_.dyq, s_.dyqt);
     mark("fp8 casts");
-    const float* dy_inv = fp8_bwd_->meta(i).scale_inv;
     wgrad = [&] {
       ops::GemmShape gw;
       gw.m = out, gw.n = in, gw.k = rows, gw.a = DType::e5m2, gw.b = DType::e4m3, gw.d = DType::f32;

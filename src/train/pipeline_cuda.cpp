@@ -121,11 +121,16 @@ PipelinePlan plan_pipeline(const parallel::PipelineShape& shape, int rank) {
 PipelineCuda::PipelineCuda(comm::NcclCommunicator& pp, cudaStream_t stream,
                            std::span<const std::unique_ptr<model::CudaDecoder>> chunks,
                            const parallel::PipelineShape& shape)
-    : pp_(pp), stream_(stream), shape_(shape), plan_(plan_pipeline(shape, pp.rank())) {
+    : stream_(stream), side_(stream), shape_(shape), plan_(plan_pipeline(shape, pp.rank())) {
   TB_REQUIRE(pp.size() == shape.pp, fmt::format("pipeline {}: the pipeline communicator has {} ranks", shape.str(),
                                                 pp.size()));
-  TB_REQUIRE(pp.stream() == stream, "pipeline: the NCCL communicator must enqueue on the decoder's stream (one "
-                                    "stream per step, for the CUDA graph)");
+  p2p_comm_ = pp.split_nccl(0, pp.rank());
+  p2p_comm_->set_stream(side_.get());
+  for (const PipelinePlan::Op& op : plan_.ops)
+    if (op.kind == PipeAction::Kind::exchange) {
+      done_.emplace_back();
+      TB_CHECK(cudaEventCreateWithFlags(&done_.back(), cudaEventDisableTiming));
+    }
   TB_REQUIRE(int(chunks.size()) == shape.vp,
              fmt::format("pipeline {}: rank {} has {} model chunks", shape.str(), pp.rank(), chunks.size()));
   for (int c = 0; c < shape.vp; ++c) {
@@ -137,6 +142,11 @@ PipelineCuda::PipelineCuda(comm::NcclCommunicator& pp, cudaStream_t stream,
                            c, stage, want.first, want.last));
     chunks_.push_back(chunks[std::size_t(c)].get());
   }
+}
+
+PipelineCuda::~PipelineCuda() {
+  cudaStreamSynchronize(side_.get());  // enqueued exchanges may still use the events
+  for (cudaEvent_t e : done_) cudaEventDestroy(e);
 }
 
 void PipelineCuda::prepare() {
@@ -151,32 +161,52 @@ void PipelineCuda::prepare() {
   if (elems == elems_) return;
   TB_CHECK(cudaStreamSynchronize(stream_));  // the old buffers may still be in use
   buffers_.clear();
-  for (int i = 0; i < plan_.buffers; ++i) buffers_.emplace_back(pp_.device(), elems * sizeof(__nv_bfloat16));
+  for (int i = 0; i < plan_.buffers; ++i) buffers_.emplace_back(p2p_comm_->device(), elems * sizeof(__nv_bfloat16));
   elems_ = elems;
+}
+
+void PipelineCuda::wait_for_buffers(int a, int b) {
+  bool waited = false;
+  for (int buf : {a, b}) {
+    if (buf < 0 || pending_[std::size_t(buf)] < 0) continue;
+    TB_CHECK(cudaStreamWaitEvent(stream_, done_[std::size_t(pending_[std::size_t(buf)])], 0));
+    pending_[std::size_t(buf)] = -1;
+    waited = true;
+  }
+  if (waited && chunks_[0]->on_op) chunks_[0]->on_op("pp send/recv (waited)");
 }
 
 void PipelineCuda::enqueue(const std::int32_t* tokens, const std::int32_t* targets, std::size_t tokens_per_mb,
                            double grad_scale, float* losses) {
   TB_REQUIRE(elems_ > 0, "pipeline: enqueue() before prepare()");
+  pending_.assign(buffers_.size(), -1);
+  int exchange = 0;
   for (const PipelinePlan::Op& op : plan_.ops) {
     const std::size_t at = std::size_t(op.mb) * tokens_per_mb;
     switch (op.kind) {
       case PipeAction::Kind::forward:
+        wait_for_buffers(op.in, op.out);
         chunks_[std::size_t(op.chunk)]->forward(op.set, tokens + at, targets + at, buffer(op.in), buffer(op.out),
                                                 grad_scale, losses + op.mb);
         break;
       case PipeAction::Kind::backward:
+        wait_for_buffers(op.in, op.out);
         chunks_[std::size_t(op.chunk)]->backward(op.set, tokens + at, buffer(op.in), buffer(op.out));
         break;
       case PipeAction::Kind::exchange:
+        side_.fork();  // after the compute that produced the sends and last read the receive buffers
         p2p_.clear();
-        for (const PipelinePlan::Transfer& t : op.transfers)
+        for (const PipelinePlan::Transfer& t : op.transfers) {
           p2p_.push_back({t.send ? comm::P2P::Kind::send : comm::P2P::Kind::recv, buffer(t.buffer), elems_, t.peer});
-        pp_.exchange(p2p_, DType::bf16);
-        if (chunks_[0]->on_op) chunks_[0]->on_op("pp send/recv");
+          pending_[std::size_t(t.buffer)] = exchange;
+        }
+        p2p_comm_->exchange(p2p_, DType::bf16);
+        TB_CHECK(cudaEventRecord(done_[std::size_t(exchange)], side_.get()));
+        ++exchange;
         break;
     }
   }
+  side_.join();  // the step ends with every exchange done (and a captured graph joined)
 }
 
 }  // namespace tb::train

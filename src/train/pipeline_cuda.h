@@ -1,7 +1,10 @@
 // train/pipeline_cuda.h: pipeline parallelism (1F1B and interleaved, parallel/pipeline_schedule.h) for the CUDA
 // trainer. Pipeline rank r holds vp model chunks, each one CudaDecoder: chunk c is global stage s = c·pp + r of pp·vp
-// (layers model::pipeline_stage_layers(L, pp·vp, s); vp = 1: the rank's one stage). Everything is enqueued on the
-// decoders' stream, which is also the NCCL communicator's, so a step is one stream and capturable in a CUDA graph.
+// (layers model::pipeline_stage_layers(L, pp·vp, s); vp = 1: the rank's one stage). Compute is enqueued on the
+// decoders' stream, the point-to-point exchanges on a stream of their own (a high-priority side stream with its own
+// NCCL communicator), ordered by events: an exchange starts after the compute enqueued before it, and a compute
+// action waits only for the exchanges that received into, or still send from, a buffer it reads or writes; the step
+// ends with the side stream joined, so it stays capturable in a CUDA graph.
 // Data flow of one step on rank r, in the schedule's order (net = the action's chunk's decoder):
 //   forward  (mb, c): net.forward(set, tokens[mb], targets[mb], in = recv'd h or none, out = h to send or none,
 //                     grad_scale, &losses[mb])     (global stage 0 embeds, the last global stage ends in the loss)
@@ -12,7 +15,8 @@
 // plan_pipeline() maps the schedule onto storage once, on the host: each chunk pass in flight gets one of its chunk's
 // activation sets (forward -> its backward), each boundary tensor one of a pool of device buffers shared by the
 // chunks (received -> consumed, produced -> sent), both from free lists in schedule order. Reuse is safe because
-// every action runs in order on the one stream. Chunk c needs as many activation sets as the schedule has passes of
+// compute runs in schedule order on its stream, exchanges in schedule order on theirs, and each buffer's last
+// exchange is waited for before compute touches the buffer again. Chunk c needs as many activation sets as the schedule has passes of
 // it in flight at once (1F1B: min(pp - r, m) on rank r).
 #pragma once
 
@@ -29,6 +33,7 @@
 #include "model/decoder_cuda.h"
 #include "ops/cuda/context.h"
 #include "parallel/pipeline_schedule.h"
+#include "train/side_stream.h"
 
 namespace tb::train {
 
@@ -56,10 +61,14 @@ PipelinePlan plan_pipeline(const parallel::PipelineShape& shape, int rank);
 
 class PipelineCuda {
  public:
-  // pp: the NCCL communicator over the pipeline ranks (rank = pipeline rank), enqueuing on `stream`, the decoders'.
-  // chunks: this rank's shape.vp decoders, chunk c holding global stage c·pp + rank. All must outlive this object.
+  // pp: the NCCL communicator over the pipeline ranks (rank = pipeline rank; split here into the exchanges' own);
+  // stream: the decoders'. chunks: this rank's shape.vp decoders, chunk c holding global stage c·pp + rank. All must
+  // outlive this object. Collective over the pipeline ranks (the communicator split).
   PipelineCuda(comm::NcclCommunicator& pp, cudaStream_t stream,
                std::span<const std::unique_ptr<model::CudaDecoder>> chunks, const parallel::PipelineShape& shape);
+  ~PipelineCuda();
+  PipelineCuda(const PipelineCuda&) = delete;
+  PipelineCuda& operator=(const PipelineCuda&) = delete;
 
   int activation_sets(int chunk) const { return plan_.activation_sets[std::size_t(chunk)]; }
   const PipelinePlan& plan() const { return plan_; }
@@ -72,8 +81,11 @@ class PipelineCuda {
                float* losses);
 
  private:
-  comm::NcclCommunicator& pp_;
   cudaStream_t stream_;
+  SideStream side_;                              // the exchanges' stream; declared before their communicator
+  std::unique_ptr<comm::NcclCommunicator> p2p_comm_;
+  std::vector<cudaEvent_t> done_;                // per exchange of the plan: recorded on side_ after it
+  std::vector<int> pending_;                     // per buffer: the exchange compute must wait for first, or -1
   std::vector<model::CudaDecoder*> chunks_;
   parallel::PipelineShape shape_;
   PipelinePlan plan_;
@@ -81,6 +93,7 @@ class PipelineCuda {
   std::vector<ops::DeviceBuffer> buffers_;
   std::vector<comm::P2P> p2p_;  // reused by every exchange
   __nv_bfloat16* buffer(int i) const { return i < 0 ? nullptr : buffers_[std::size_t(i)].as<__nv_bfloat16>(); }
+  void wait_for_buffers(int a, int b);  // compute waits for the pending exchanges of buffers a, b (-1: none)
 };
 
 }  // namespace tb::train

@@ -41,6 +41,7 @@ int global_batch(const TrainSpec& spec, int dp) {
 
 void validate(const TrainSpec& spec) {
   TB_REQUIRE(spec.micro_batch > 0, "--micro-batch must be at least 1");
+  TB_REQUIRE(spec.comm_timeout_s > 0, fmt::format("--comm-timeout must be > 0 seconds, got {}", spec.comm_timeout_s));
   const int gb = global_batch(spec, 1);
   TB_REQUIRE(gb % spec.micro_batch == 0,
              fmt::format("--global-batch {} must be a multiple of --micro-batch {} (gradient accumulation is "

@@ -62,6 +62,7 @@ struct TrainSpec {
                                       // the model, so the heuristic's first choice is the default)
   bool op_profile = true;             // one extra eager step with events between ops (the breakdown by op)
   bool deterministic = false;         // deterministic attention backward: bitwise repeatable losses (slower)
+  double comm_timeout_s = 600;        // several GPUs: a step whose NCCL work has not finished by then aborts the job
   int debug_delay_rank = -1;          // this launcher rank sleeps debug_delay_ms in every step (straggler tests)
   double debug_delay_ms = 0;
   std::string precision = "bf16";     // bf16 | fp8 (the linear layers' GEMMs, model/decoder_cuda.h Fp8Options)

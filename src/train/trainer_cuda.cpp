@@ -629,7 +629,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       enqueue_step();
     TB_CHECK(cudaEventRecord(ev1, st));
     if (nccl)
-      nccl->wait(st);  // raises naming this rank when a peer died or NCCL failed, instead of hanging
+      nccl->wait(st, spec.comm_timeout_s);  // raises naming this rank when a peer died, hung or NCCL failed
     else
       TB_CHECK(cudaStreamSynchronize(st));
     StepStats s;
