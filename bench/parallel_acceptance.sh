@@ -163,7 +163,7 @@ ours() {  # ours NAME ARGS...
               kill -$sig $p && echo "$(date +%T) SIG$sig to pid $p (rank 1)"
             fi
           done
-          wait $job; echo "$(date +%T) exit $? (expected non-zero; rank named)"
+          wait $job; rc=$?; echo "$(date +%T) exit $rc (expected non-zero; rank named)"
           grep -v "^step" "$OUT/fault-$sig.log" | tail -8
         done ;;
     esac

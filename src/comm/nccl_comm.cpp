@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <thread>
 
+#include "comm/mpi.h"
 #include "comm/mpi_comm.h"
 #include "comm/nccl.h"
 #include "core/error.h"
@@ -101,14 +103,23 @@ void NcclCommunicator::barrier() {
 }
 
 void NcclCommunicator::fail(const std::string& what) {
+  const World& w = world();
+  const std::string msg = fmt::format(
+      "rank {} of {} (NCCL rank {} of {}, GPU {}): {}; {}. A peer rank may have died or hang: its own message names "
+      "it. Rerun with NCCL_DEBUG=WARN {}",
+      w.rank, w.size, rank_, size_, device_, what,
+      mpi_active() && w.size > 1 ? "the job is aborted" : "the communicator was aborted", error_context());
+  if (mpi_active() && w.size > 1) {
+    // Kernels on the lost peer may never finish: aborting the communicator or unwinding (destructors that synchronize
+    // or destroy communicators) can wait forever, so the whole job ends here (what torch's NCCL watchdog does).
+    std::fprintf(stderr, "trainbench: %s\n", msg.c_str());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    abort_job(3);
+  }
   ncclCommAbort(comm_);
   comm_ = nullptr;
   failed_ = true;
-  const World& w = world();
-  const std::string msg = fmt::format(
-      "rank {} of {} (NCCL rank {} of {}, GPU {}): {}; the communicator was aborted. A peer rank may have died or "
-      "hang: its own message names it. Rerun with NCCL_DEBUG=WARN {}",
-      w.rank, w.size, rank_, size_, device_, what, error_context());
   throw Error(Error::Kind::nccl, true, msg, what);
 }
 
