@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/suggest.h"
 #include "project/step_model.h"
+#include "project/train_check.h"
 #include "project/validate.h"
 #include "recipe/convention.h"
 #include "recipe/plan.h"
@@ -82,6 +83,11 @@ nlohmann::json to_json(const project::Projection& p, const project::Context& ctx
         {"kind", std::string(project::anchor_kind_name(p.anchor_kind))},
         {"layer_scale", p.layer_scale},
         {"hardware_factor", p.hardware_factor}}},
+      {"layer",
+       {{"from", ctx.layer_time == project::LayerTime::fit ? "fit" : "measured"},
+        {"fit_s", p.layer_fit_s},
+        {"measured_s", p.layer_measured_s},
+        {"target_s", p.layer_s}}},
       {"calibration", {{"reference_efficiency", ctx.cal.reference_efficiency}, {"overlap_cost", ctx.cal.overlap_cost}}},
       {"step_s", p.step_s},
       {"breakdown_s",
@@ -115,9 +121,11 @@ int run_validate(const std::vector<recipe::Recipe>& recipes, const std::vector<r
   }
   auto v = project::validate(cases, ctx);
   v.skipped = skipped;
-  std::printf("validation on %s: per-GPU compute measured on %s, efficiency %.3f, overlap cost %.2f (%s)\n\n",
-              ctx.target_name.c_str(), ctx.source_name.c_str(), ctx.cal.reference_efficiency, ctx.cal.overlap_cost,
-              ctx.cal_source.c_str());
+  std::printf(
+      "validation on %s: per-GPU compute measured on %s, layer time %s, efficiency %.3f, overlap cost %.2f (%s)\n\n",
+      ctx.target_name.c_str(), ctx.source_name.c_str(),
+      ctx.layer_time == project::LayerTime::fit ? "from the cost model" : "of the anchor", ctx.cal.reference_efficiency,
+      ctx.cal.overlap_cost, ctx.cal_source.c_str());
   std::printf("%s", project::render_validation(v).c_str());
   bool scaling_ok = true;
   for (const auto& s : v.scaling)
@@ -142,6 +150,7 @@ int cmd_project(int argc, char** argv) {
   std::vector<std::filesystem::path> from;
   std::optional<std::filesystem::path> recipes_dir, references_dir;
   std::optional<double> efficiency, overlap_cost;
+  std::string layer_time = "fit";
   bool validate = false, calibrate = false, json = false;
   double max_error = 15, median_error = 8, scaling_points = 5;
   app.add_option("recipe", name, "a recipe of `trainbench list recipes`");
@@ -150,17 +159,23 @@ int cmd_project(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--from", from,
                  "results of `trainbench run` (folders or results.jsonl files; micro.nccl records of 2+ "
-                 "GPUs set the NVLink bandwidths)");
+                 "GPUs set the NVLink bandwidths; train records of 2+ GPUs are compared with the model)");
   app.add_option("--system", system, "target system: a references/systems file or its name (h100, h200)")
       ->capture_default_str();
   app.add_option("--precision", precision, "bf16 | fp8 (default: the recipe's first)");
   std::vector<std::string> sets;
-  app.add_option("--set", sets, "override the layout: layers, seq, micro_batch, global_batch, tp, pp, cp, vp (key=value)");
+  app.add_option("--set", sets,
+                 "override the layout: layers, seq, micro_batch, global_batch, tp, pp, cp, vp (key=value)");
   app.add_option("--release", release, "the release whose layouts to use (default: the recipe's)");
   app.add_option("--convention", convention, "FLOP convention of TFLOP/s and MFU (default: the reference's)");
   app.add_option("--efficiency", efficiency,
                  "override [projection] reference_efficiency (1: trainbench's own kernels)");
   app.add_option("--overlap-cost", overlap_cost, "override [projection] overlap_cost");
+  app.add_option("--layer-time", layer_time,
+                 "per-GPU layer time: fit (the precision's cost model fitted to every measured proxy) or measured "
+                 "(the anchor proxy's own, carried to the shard)")
+      ->check(CLI::IsMember({"fit", "measured"}))
+      ->capture_default_str();
   app.add_flag("--validate", validate, "project every published reference row of the target GPU model and compare");
   app.add_flag("--calibrate", calibrate, "with --validate: fit the two calibration constants and cross-validate them");
   app.add_option("--max-error", max_error, "--validate: largest |error| allowed on the primary rows, %")
@@ -194,11 +209,23 @@ int cmd_project(int argc, char** argv) {
   project::Context ctx = project::make_context(recipes, inputs, systems, target);
   if (efficiency) ctx.cal.reference_efficiency = *efficiency, ctx.cal_source = "--efficiency";
   if (overlap_cost) ctx.cal.overlap_cost = *overlap_cost, ctx.cal_source = "--overlap-cost";
+  if (layer_time == "measured") ctx.layer_time = project::LayerTime::measured;
+  // Real multi-GPU steps in --from: the model of those layouts on the measuring GPU next to them.
+  std::vector<project::TrainCheck> checks;
+  if (!inputs.trains.empty()) {
+    project::Context on_source = project::make_context(recipes, inputs, systems, *ctx.source);
+    on_source.cal.overlap_cost = ctx.cal.overlap_cost, on_source.layer_time = ctx.layer_time;
+    checks = project::check_trains(inputs.trains, on_source);
+  }
   TB_REQUIRE(ctx.cal.reference_efficiency > 0 && ctx.cal.overlap_cost >= 0 && ctx.cal.overlap_cost <= 1,
              "--efficiency must be positive and --overlap-cost in [0, 1]");
   const auto rows = recipe::load_reference_dir(refdir);
 
-  if (validate) return run_validate(recipes, rows, ctx, calibrate, max_error, median_error, scaling_points);
+  if (validate) {
+    const int rc = run_validate(recipes, rows, ctx, calibrate, max_error, median_error, scaling_points);
+    if (!checks.empty()) std::printf("\n%s", project::render_train_checks(checks).c_str());
+    return rc;
+  }
 
   if (precision.empty()) precision = r->precisions.front();
   std::map<std::string, std::string> set_map;
@@ -242,14 +269,15 @@ int cmd_project(int argc, char** argv) {
   const double so_lo = step_with(1, 0.8), so_hi = step_with(1, 1.2), nv_lo = step_with(0.8, 1),
                nv_hi = step_with(1.2, 1);
   // How sure: the cost model's leave-one-out error and this recipe's published rows.
-  const auto loo = project::leave_one_out_errors(ctx.samples, ctx.source_membw_tbps);
+  const project::CostModel& cm = ctx.cost_model(precision);
+  const auto loo = project::leave_one_out_errors(cm.samples, ctx.source_membw_tbps, cm.attn_given_tflops);
   std::vector<project::Skip> skipped;
   std::vector<project::Case> mine;
   for (const auto& c : project::reference_cases(recipes, rows, ctx, &skipped))
     if (c.recipe == r && c.row->precision == precision) mine.push_back(c);
   const auto own = mine.empty() ? project::Validation{} : project::validate(mine, ctx);
 
-  const double peak = target.peak_tflops(precision == "fp8" ? "fp8" : precision);
+  const double peak = target.peak_tflops(precision);
   std::printf("project %s (%s) to %d GPUs of %s\n", r->name.c_str(), precision.c_str(), gpus, target.name.c_str());
   std::printf(
       "  layout   tp %d pp %d cp %d vp %d dp %d, micro-batch %d, global batch %d, GA %d, %d layers, seq %d%s (%s)\n",
@@ -262,14 +290,24 @@ int cmd_project(int argc, char** argv) {
       ctx.net.nvlink.reduce_scatter_gbps, ctx.net.nvlink.send_recv_gbps, ctx.net_source.c_str(),
       ctx.net.scaleout.all_gather_gbps);
   const auto& a = *p.anchor;
-  std::printf("  compute  from %s (%s on %s, tp %d cp %d micro-batch %d: %s)\n", a.where.c_str(), a.recipe.c_str(),
-              a.gpu.c_str(), a.layout.tp, a.layout.cp, a.layout.micro_batch,
-              std::string(project::anchor_kind_name(p.anchor_kind)).c_str());
   std::printf(
-      "           a layer: %.2f ms measured x %.3f (cost model, this shard) x %.3f (%s -> %s) / %.3f (reference "
-      "efficiency) = %.2f ms per micro-batch\n",
-      1e3 * a.f1_s, p.layer_scale, p.hardware_factor, ctx.source_name.c_str(), ctx.target_name.c_str(),
-      ctx.cal.reference_efficiency, 1e3 * p.layer_s);
+      "  compute  %s cost model: GEMM %.0f, attention %.0f TFLOP/s, memory %.2f TB/s, fitted to %zu measured "
+      "shards on %s\n",
+      precision.c_str(), cm.rates.gemm_tflops, cm.rates.attn_tflops, cm.rates.mem_tbps, cm.samples.size(),
+      ctx.source_name.c_str());
+  std::printf(
+      "           anchor %s (%s, tp %d cp %d micro-batch %d: %s): a layer %.2f ms measured, %.2f ms on this "
+      "shard (x %.3f, cost model)\n",
+      a.where.c_str(), a.recipe.c_str(), a.layout.tp, a.layout.cp, a.layout.micro_batch,
+      std::string(project::anchor_kind_name(p.anchor_kind)).c_str(), 1e3 * a.f1_s, 1e3 * p.layer_measured_s,
+      p.layer_scale);
+  std::printf(
+      "           a layer: %.2f ms (%s%s) x %.3f (%s -> %s) / %.3f (reference efficiency) = %.2f ms per "
+      "micro-batch\n",
+      1e3 * (ctx.layer_time == project::LayerTime::fit ? p.layer_fit_s : p.layer_measured_s),
+      ctx.layer_time == project::LayerTime::fit ? "cost model" : "measured",
+      l.sequence_parallel && l.tp > 1 ? ", sequence parallel" : "", p.hardware_factor, ctx.source_name.c_str(),
+      ctx.target_name.c_str(), ctx.cal.reference_efficiency, 1e3 * p.layer_s);
   std::printf("step time %27.3f s\n", p.step_s);
   std::printf("  compute %25.3f s  %d micro-batches x %.1f ms on the slowest pipeline rank\n", p.compute_s,
               p.grad_accum, 1e3 * p.compute_s / p.grad_accum);
@@ -286,21 +324,33 @@ int cmd_project(int argc, char** argv) {
               p.tflops_per_gpu, std::string(recipe::convention_name(conv)).c_str(), 100 * p.mfu, peak);
   std::printf("sensitivity: scale-out bandwidth -20%%: step %s, +20%%: %s; NVLink bandwidth -20%%: %s, +20%%: %s\n",
               pct(so_lo).c_str(), pct(so_hi).c_str(), pct(nv_lo).c_str(), pct(nv_hi).c_str());
-  std::string sure = fmt::format("per-GPU compute from {}", project::anchor_kind_name(p.anchor_kind));
+  const bool fit = ctx.layer_time == project::LayerTime::fit;
+  std::string sure =
+      fit ? fmt::format(
+                "per-GPU layer time from the {} cost model of {} measured shards (the anchor, {}, measured "
+                "{:+.1f}% against it)",
+                precision, cm.samples.size(), project::anchor_kind_name(p.anchor_kind),
+                100 * (p.layer_measured_s / p.layer_fit_s - 1))
+          : fmt::format("per-GPU layer time measured: {}", project::anchor_kind_name(p.anchor_kind));
   if (!loo.empty()) {
     double worst = 0;
     for (double e : loo) worst = std::max(worst, std::abs(e));
-    sure +=
-        fmt::format("; cost model leave-one-out error up to {:.1f}% over {} measured shards", 100 * worst, loo.size());
+    sure += fmt::format("; cost model leave-one-out error up to {:.1f}% over those shards", 100 * worst);
   }
   if (own.all.n > 0)
     sure += fmt::format("; this recipe's {} published {} rows: median |error| {:.1f}%, max {:.1f}%", own.all.n,
                         target.name, 100 * own.all.median, 100 * own.all.max);
+  for (const auto& m : checks)
+    if (m.recipe == r->name && m.run->precision == precision)
+      sure +=
+          fmt::format("; a real {}-GPU step of it (tp {} pp {} cp {} dp {}): the model {:+.1f}%", m.run->layout.gpus,
+                      m.run->layout.tp, m.run->layout.pp, m.run->layout.cp, m.run->layout.dp, 100 * m.error);
   std::printf("how sure: %s (calibration: %s)\n", sure.c_str(), ctx.cal_source.c_str());
   if (published && published->tokens_per_s > 0)
     std::printf("published (%s, %s): %.1f tokens/s per GPU; the projection is %s\n", published->release().c_str(),
                 published->where.c_str(), published->tokens_per_s_per_gpu(),
                 pct(p.tokens_per_s_per_gpu / published->tokens_per_s_per_gpu() - 1).c_str());
+  if (!checks.empty()) std::printf("\n%s", project::render_train_checks(checks).c_str());
   return kOk;
 }
 

@@ -32,13 +32,18 @@ constexpr double kAttnRatioDefault = 0.8;  // R_attn / R_gemm with a single samp
 
 }  // namespace
 
-Work layer_work(const model::ModelConfig& m, int tp, int micro_batch, int seq) {
+Work layer_work(const model::ModelConfig& m, int tp, int micro_batch, int seq, ShardKernels k) {
   const ShardDims s = dims(m, tp);
-  const double b = micro_batch, t = double(seq);
+  const double b = micro_batch, t = double(seq), rows = k.sequence_parallel ? tp : 1;
   Work w;
   w.gemm_flops = 6 * b * t * s.h * ((s.heads + 2 * s.kv) * s.d + s.heads * s.d + s.mlp_gemms * s.ffn);
   w.attn_flops = 7 * b * t * t * s.heads * s.d;
-  w.mem_bytes = 2 * b * t * (16 * s.h + s.act_bytes * s.ffn + 6 * (s.heads + 2 * s.kv) * s.d);
+  w.mem_bytes = 2 * b * t * (16 * s.h / rows + s.act_bytes * s.ffn + 6 * (s.heads + 2 * s.kv) * s.d);
+  if (k.fp8) {
+    const double x = 2 * s.h / rows + s.heads * s.d + s.ffn;
+    const double dy = 2 * s.h / rows + (s.heads + 2 * s.kv) * s.d + (s.mlp_gemms - 1) * s.ffn;
+    w.mem_bytes += 6 * b * t * (x + dy);
+  }
   return w;
 }
 
@@ -67,11 +72,24 @@ double Rates::time_s(const Work& w) const {
   return t;
 }
 
-Rates fit_rates(std::span<const LayerSample> samples, double mem_tbps) {
+Rates fit_rates(std::span<const LayerSample> samples, double mem_tbps, double attn_tflops) {
   TB_REQUIRE(!samples.empty(), "cost model: no measured layer to fit the rates to");
   TB_REQUIRE(mem_tbps > 0, "cost model: the memory rate must be positive");
   Rates r;
   r.mem_tbps = mem_tbps;
+  if (attn_tflops > 0) {  // y_i = (t_i − mem_i − attn_i/R_attn) / t_i = x·g_i/t_i
+    r.attn_tflops = attn_tflops;
+    double sgg = 0, sgy = 0;
+    for (const LayerSample& s : samples) {
+      TB_REQUIRE(s.seconds > 0, "cost model: a measured layer time must be positive");
+      const double g = s.work.gemm_flops / s.seconds;
+      const double rest = r.mem_time_s(s.work) + s.work.attn_flops / (attn_tflops * 1e12);
+      sgg += g * g, sgy += g * (s.seconds - rest) / s.seconds;
+    }
+    TB_REQUIRE(sgg > 0 && sgy > 0, "cost model: the measured layer times leave no time for the GEMMs");
+    r.gemm_tflops = 1e-12 / (sgy / sgg);
+    return r;
+  }
   // y_i = (t_i − mem_i) / t_i = x·g_i/t_i + z·a_i/t_i, x = 1/R_gemm, z = 1/R_attn (seconds per FLOP).
   double sgg = 0, sga = 0, saa = 0, sgy = 0, say = 0;
   for (const LayerSample& s : samples) {
@@ -100,14 +118,14 @@ Rates fit_rates(std::span<const LayerSample> samples, double mem_tbps) {
   return r;
 }
 
-std::vector<double> leave_one_out_errors(std::span<const LayerSample> samples, double mem_tbps) {
+std::vector<double> leave_one_out_errors(std::span<const LayerSample> samples, double mem_tbps, double attn_tflops) {
   std::vector<double> out;
-  if (samples.size() < 3) return out;
+  if (samples.size() < (attn_tflops > 0 ? 2u : 3u)) return out;
   for (std::size_t i = 0; i < samples.size(); ++i) {
     std::vector<LayerSample> rest;
     for (std::size_t j = 0; j < samples.size(); ++j)
       if (j != i) rest.push_back(samples[j]);
-    const Rates r = fit_rates(rest, mem_tbps);
+    const Rates r = fit_rates(rest, mem_tbps, attn_tflops);
     out.push_back(r.time_s(samples[i].work) / samples[i].seconds - 1);
   }
   return out;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -63,6 +64,58 @@ Measurement run_of(const nlohmann::json& j, const std::string& where) {
   return m;
 }
 
+// "dp1 cp1 pp1 tp2 vp1 sp" (trainbench train); data parallel over every GPU when absent.
+recipe::Layout train_layout(const nlohmann::json& j, const std::string& where) {
+  recipe::Layout L;
+  L.where = where;
+  L.gpus = j.value("gpus", 1), L.dp = L.gpus;
+  L.micro_batch = j.value("micro_batch", 1), L.global_batch = j.value("global_batch", 1);
+  L.layers = j.value("layers", 0), L.seq = j.value("seq", 0);
+  std::istringstream words(j.value("layout", ""));
+  for (std::string w; words >> w;) {
+    if (w == "sp") {
+      L.sequence_parallel = true;
+      continue;
+    }
+    const auto digit = w.find_first_of("0123456789");
+    TB_REQUIRE(digit != std::string::npos && digit > 0,
+               fmt::format("{}: train layout word '{}' is not like tp2", where, w));
+    const std::string key = w.substr(0, digit);
+    const int v = std::stoi(w.substr(digit));
+    if (key == "dp")
+      L.dp = v;
+    else if (key == "cp")
+      L.cp = v;
+    else if (key == "pp")
+      L.pp = v;
+    else if (key == "tp")
+      L.tp = v;
+    else if (key == "vp")
+      L.vp = v;
+    else
+      raise_config(fmt::format("{}: train layout word '{}': expected dp, cp, pp, tp, vp or sp", where, w));
+  }
+  TB_REQUIRE(L.dp * L.cp * L.pp * L.tp == L.gpus && L.layers >= 1 && L.seq >= 1,
+             fmt::format("{}: train record's layout does not multiply out to its {} GPUs, or has no layers/seq", where,
+                         L.gpus));
+  return L;
+}
+
+TrainRun train_of(const nlohmann::json& j, const std::string& where) {
+  TrainRun t;
+  t.where = where;
+  t.model = j.value("model", ""), t.precision = j.value("precision", ""), t.gpu = j.value("gpu", "");
+  t.recompute = j.value("recompute", "none");
+  t.layout = train_layout(j, where);
+  TB_REQUIRE(j.contains("step_ms") && j["step_ms"].contains("median"),
+             fmt::format("{}: train record without step_ms.median", where));
+  t.step_s = j["step_ms"]["median"].get<double>() / 1e3;
+  t.tokens_per_s_per_gpu = j.value("tokens_per_s_per_gpu", 0.0);
+  if (j.contains("ops"))
+    for (const auto& op : j["ops"]) t.ops_s.emplace_back(op.value("op", ""), op.value("ms", 0.0) / 1e3);
+  return t;
+}
+
 }  // namespace
 
 Inputs load_inputs(std::span<const std::filesystem::path> paths) {
@@ -87,6 +140,8 @@ Inputs load_inputs(std::span<const std::filesystem::path> paths) {
         const std::string bench = j.value("bench", "");
         if (bench == "run") {
           in.runs.push_back(run_of(j, where));
+        } else if (bench == "train" && j.value("gpus", 1) >= 2) {
+          in.trains.push_back(train_of(j, where));
         } else if (bench.starts_with("micro.nccl.") && j.value("world", 1) >= 2 && j.contains("busbw_gbps")) {
           const std::string op = bench.substr(std::string("micro.nccl.").size());
           const double bytes = j.value("bytes", 0.0), bw = j["busbw_gbps"].get<double>();

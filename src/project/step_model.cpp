@@ -13,7 +13,6 @@
 namespace tb::project {
 namespace {
 
-
 model::ModelConfig model_of(const recipe::Recipe& r, const recipe::Layout& l) {
   model::ModelConfig m = r.model;
   if (l.layers > 0) m.layers = l.layers;
@@ -27,22 +26,22 @@ const recipe::SystemRef* system_for_gpu(const std::vector<recipe::SystemRef>& sy
 
 // Target time / measuring-GPU time of a piece of work: its GEMM/attention part scales with the GEMM rates,
 // its memory-bound part with the memory rates.
-double hardware_factor(const Context& ctx, const Work& w) {
-  const double t = ctx.rates.time_s(w);
+double hardware_factor(const Context& ctx, const Rates& r, const Work& w) {
+  const double t = r.time_s(w);
   if (t <= 0) return 1;
-  const double mu = ctx.rates.mem_time_s(w) / t;
+  const double mu = r.mem_time_s(w) / t;
   return (1 - mu) * ctx.source_gemm_tflops / ctx.target_gemm_tflops +
          mu * ctx.source_membw_tbps / ctx.target_membw_tbps;
 }
 
-double gemm_share(const Context& ctx, const Work& w) {
-  const double t = ctx.rates.time_s(w);
-  return t > 0 ? w.gemm_flops / (ctx.rates.gemm_tflops * 1e12) / t : 0;
+double gemm_share(const Rates& r, const Work& w) {
+  const double t = r.time_s(w);
+  return t > 0 ? w.gemm_flops / (r.gemm_tflops * 1e12) / t : 0;
 }
 
-double attn_share(const Context& ctx, const Work& w) {
-  const double t = ctx.rates.time_s(w);
-  return t > 0 && w.attn_flops > 0 ? w.attn_flops / (ctx.rates.attn_tflops * 1e12) / t : 0;
+double attn_share(const Rates& r, const Work& w) {
+  const double t = r.time_s(w);
+  return t > 0 && w.attn_flops > 0 ? w.attn_flops / (r.attn_tflops * 1e12) / t : 0;
 }
 
 }  // namespace
@@ -92,7 +91,7 @@ Context make_context(const std::vector<recipe::Recipe>& recipes, const Inputs& i
   ctx.source_name = source->name, ctx.target_name = target.name;
   ctx.source_gemm_tflops = source->compute.gemm_bf16_tflops, ctx.source_membw_tbps = source->compute.membw_tbps;
   ctx.target_gemm_tflops = target.compute.gemm_bf16_tflops, ctx.target_membw_tbps = target.compute.membw_tbps;
-  ctx.target = &target;
+  ctx.source = source, ctx.target = &target;
 
   ctx.net = network_of(target);
   ctx.net_source = target.file;
@@ -110,15 +109,38 @@ Context make_context(const std::vector<recipe::Recipe>& recipes, const Inputs& i
     ctx.cal_source = "none (no [projection] in " + target.file + "): efficiency 1, overlap cost 0";
   }
 
-  // The cost model: one layer sample per measured recipe and shard.
+  // The cost models: one layer sample per measured proxy, by precision.
   for (const Measurement& m : in.runs) {
-    const recipe::Recipe* r = recipe::lookup_recipe(recipes, m.recipe);
-    TB_REQUIRE(r, fmt::format("{}: unknown recipe '{}'", m.where, m.recipe));
-    const model::ModelConfig mc = model_of(*r, m.layout);
-    ctx.samples.push_back({layer_work(mc, m.layout.tp, m.layout.micro_batch, m.layout.seq), m.f1_s});
+    TB_REQUIRE(recipe::lookup_recipe(recipes, m.recipe), fmt::format("{}: unknown recipe '{}'", m.where, m.recipe));
+    CostModel& cm = ctx.cost[m.precision];
+    cm.samples.push_back({proxy_layer_work(m, ctx), m.f1_s});
+    cm.where.push_back(m.where);
   }
-  ctx.rates = fit_rates(ctx.samples, ctx.source_membw_tbps);
+  fit_cost_models(ctx);
   return ctx;
+}
+
+Work proxy_layer_work(const Measurement& m, const Context& ctx) {
+  const recipe::Recipe& r = *recipe::lookup_recipe(*ctx.recipes, m.recipe);
+  return layer_work(model_of(r, m.layout), m.layout.tp, m.layout.micro_batch, m.layout.seq, {m.precision == "fp8"});
+}
+
+void fit_cost_models(Context& ctx) {
+  for (auto& [precision, cm] : ctx.cost)
+    if (precision != "fp8") cm.rates = fit_rates(cm.samples, ctx.source_membw_tbps);
+  if (const auto fp8 = ctx.cost.find("fp8"); fp8 != ctx.cost.end()) {
+    const auto bf16 = ctx.cost.find("bf16");  // attention stays bf16 in FP8 runs
+    CostModel& cm = fp8->second;
+    cm.attn_given_tflops = bf16 != ctx.cost.end() ? bf16->second.rates.attn_tflops : 0;
+    cm.rates = fit_rates(cm.samples, ctx.source_membw_tbps, cm.attn_given_tflops);
+  }
+}
+
+const CostModel& Context::cost_model(std::string_view precision) const {
+  const auto it = cost.find(precision);
+  TB_REQUIRE(it != cost.end(),
+             fmt::format("no {} measurement: the cost model of that precision has no shard", precision));
+  return it->second;
 }
 
 const Measurement* choose_anchor(const recipe::Recipe& r, std::string_view precision, const recipe::Layout& l,
@@ -175,24 +197,28 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
                          mb, dp));
   p.grad_accum = l.global_batch / (mb * dp);
   const double ga = p.grad_accum, eff = ctx.cal.reference_efficiency, c = ctx.cal.overlap_cost;
+  const bool fp8 = precision == "fp8", own = ctx.software == Software::trainbench;
 
   // Per-GPU compute on the target GPU with the reference software.
-  const Work lw = layer_work(m, tp, mb, seq), hw = head_work(m, tp, mb, seq);
-  const Work alw = layer_work(am, a.layout.tp, a.layout.micro_batch, a.layout.seq);
-  const Work ahw = head_work(am, a.layout.tp, a.layout.micro_batch, a.layout.seq);
-  p.layer_scale = ctx.rates.time_s(lw) / ctx.rates.time_s(alw);
-  p.head_scale = ctx.rates.time_s(hw) / ctx.rates.time_s(ahw);
-  p.hardware_factor = hardware_factor(ctx, lw);
-  p.layer_s = a.f1_s * p.layer_scale * p.hardware_factor / eff;
-  const double head_src = a.f0_s > 0 ? a.f0_s * p.head_scale : ctx.rates.time_s(hw);  // a bad fit: the cost model alone
-  p.head_s = head_src * hardware_factor(ctx, hw) / eff;
+  const Rates& rates = ctx.cost_model(precision).rates;
+  const Work lw = layer_work(m, tp, mb, seq, {fp8, l.sequence_parallel && tp > 1}), hw = head_work(m, tp, mb, seq);
+  const Work alw = proxy_layer_work(a, ctx), ahw = head_work(am, a.layout.tp, a.layout.micro_batch, a.layout.seq);
+  p.layer_fit_s = rates.time_s(lw);
+  p.layer_scale = p.layer_fit_s / rates.time_s(alw);
+  p.layer_measured_s = a.f1_s * p.layer_scale;
+  p.head_scale = rates.time_s(hw) / rates.time_s(ahw);
+  p.hardware_factor = hardware_factor(ctx, rates, lw);
+  p.layer_s = (ctx.layer_time == LayerTime::fit ? p.layer_fit_s : p.layer_measured_s) * p.hardware_factor / eff;
+  const double head_src = a.f0_s > 0 ? a.f0_s * p.head_scale : rates.time_s(hw);  // a bad fit: the cost model alone
+  p.head_s = head_src * hardware_factor(ctx, rates, hw) / eff;
 
   // Pipeline ranks: compute, TP and CP per micro-batch.
   p.stages = stage_layers(l.layers, pp, l.pp_counts_embedding);
   const Network& net = ctx.net;
   const double act_bytes = double(mb) * (double(seq) / cp) * m.d_model * 2;
   const int tp_local = std::min(tp, net.domain_gpus);
-  const double tp_ag = tp > 1 ? group_time_s(Coll::all_gather, act_bytes, tp, tp_local, net) : 0;
+  const double tp_ag_bytes = fp8 && !own ? act_bytes / 2 : act_bytes;  // Transformer Engine gathers FP8
+  const double tp_ag = tp > 1 ? group_time_s(Coll::all_gather, tp_ag_bytes, tp, tp_local, net) : 0;
   const double tp_rs = tp > 1 ? group_time_s(Coll::reduce_scatter, act_bytes, tp, tp_local, net) : 0;
   const double kv_bytes = 2.0 * mb * (double(seq) / cp) * std::max(1.0, double(m.kv_heads) / tp) * m.head_dim * 2;
   const bool cp_inside = tp * cp <= net.domain_gpus;
@@ -200,17 +226,19 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
                                               cp_inside ? net.nvlink.send_recv_gbps : net.scaleout.send_recv_gbps,
                                               cp_inside ? net.nvlink.latency_us : net.scaleout.latency_us)
                                 : 0;
-  const double layer_gemm = gemm_share(ctx, lw), layer_attn = attn_share(ctx, lw), head_gemm = gemm_share(ctx, hw);
+  const double layer_gemm = gemm_share(rates, lw), layer_attn = attn_share(rates, lw),
+               head_gemm = gemm_share(rates, hw);
   struct Rank {
     double compute, tp, tp_exp, cp, cp_exp, total;
   };
   auto rank = [&](double layers, bool head) {
     Rank k{};
     k.compute = (layers * p.layer_s + (head ? p.head_s : 0)) / cp;
-    k.tp = layers * (6 * tp_ag + 4 * tp_rs) + (head ? 2 * tp_ag + 2 * tp_rs : 0);
-    k.tp_exp = exposed_s(k.tp, (layers * p.layer_s * layer_gemm + (head ? p.head_s * head_gemm : 0)) / cp, c);
+    k.tp = own ? layers * 4 * (tp_ag + tp_rs) : layers * (6 * tp_ag + 4 * tp_rs) + (head ? 2 * tp_ag + 2 * tp_rs : 0);
+    k.tp_exp =
+        own ? k.tp : exposed_s(k.tp, (layers * p.layer_s * layer_gemm + (head ? p.head_s * head_gemm : 0)) / cp, c);
     k.cp = layers * 3 * (cp - 1) * cp_send;
-    k.cp_exp = exposed_s(k.cp, layers * p.layer_s * layer_attn / cp, c);
+    k.cp_exp = own ? k.cp : exposed_s(k.cp, layers * p.layer_s * layer_attn / cp, c);
     k.total = k.compute + k.tp_exp + k.cp_exp;
     return k;
   };
@@ -232,7 +260,7 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
         ring_time_s(Coll::send_recv, bytes, 2, cross ? net.scaleout.send_recv_gbps : net.nvlink.send_recv_gbps,
                     cross ? net.scaleout.latency_us : net.nvlink.latency_us);
     p.pp_comm_s = ga * 2 * vp * t + 2 * (pp - 1) * t;
-    p.pp_exposed_s = exposed_s(ga * 2 * vp * t, ga * p.microbatch_s, c) + 2 * (pp - 1) * t;
+    p.pp_exposed_s = own ? p.pp_comm_s : exposed_s(ga * 2 * vp * t, ga * p.microbatch_s, c) + 2 * (pp - 1) * t;
   }
 
   // Data parallel: gradient reduce-scatter, parameter all-gather over dp·cp ranks.
@@ -249,9 +277,9 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
     local = std::gcd(n, std::max(1, local));
     const double bucket = std::max(40e6, 1e6 * n);
     const double buckets = std::ceil(params / bucket);
-    const double bytes = 2 * params / buckets;  // bf16 gradients, bf16 parameters
-    p.dp_reduce_scatter_s = buckets * group_time_s(Coll::reduce_scatter, bytes, n, local, net);
-    p.dp_all_gather_s = buckets * group_time_s(Coll::all_gather, bytes, n, local, net);
+    const double grad_bytes = (own ? 4 : 2) * params / buckets, param_bytes = (fp8 && !own ? 1 : 2) * params / buckets;
+    p.dp_reduce_scatter_s = buckets * group_time_s(Coll::reduce_scatter, grad_bytes, n, local, net);
+    p.dp_all_gather_s = buckets * group_time_s(Coll::all_gather, param_bytes, n, local, net);
     // Windows: the last micro-batch's backward (⅔ t_mb) and the first one's forward (⅓ t_mb), stretched by the
     // pipeline's cooldown and warmup: chunks finish their last backward (and need their parameters for the
     // first forward) one after another, each chunk pass 1/vp of a micro-batch.
@@ -273,7 +301,7 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
   p.step_s = ga * p.microbatch_s + p.bubble_s + p.pp_exposed_s + p.dp_exposed_s + p.optimizer_s;
   p.tokens_per_s_per_gpu = double(l.global_batch) * seq / (p.step_s * l.gpus);
   p.tflops_per_gpu = recipe::tflops_per_gpu(p.tokens_per_s_per_gpu, recipe::flops_per_token(r, l, convention));
-  const double peak = ctx.target->peak_tflops(precision == "fp8" ? "fp8" : precision);
+  const double peak = ctx.target->peak_tflops(precision);
   p.mfu = peak > 0 ? p.tflops_per_gpu / peak : 0;
   return p;
 }

@@ -1,15 +1,20 @@
-// project/step_model.h: one training step of a recipe's layout on N GPUs of a target system, from a measured
-// per-GPU proxy (project/measurement.h) and a modelled network (project/collective.h). docs/PROJECTION.md.
+// project/step_model.h: one training step of a recipe's layout on N GPUs of a target system, from measured
+// per-GPU proxies (project/measurement.h) and a modelled network (project/collective.h). docs/PROJECTION.md.
 // Per micro-batch on a pipeline rank holding n_k layers (pipeline.h; the last rank also the head):
-//   layer_s = F1 · T(layer')/T(layer) · h(layer') / e        head_s = F0 · T(head')/T(head) · h(head') / e
-//     F1, F0: the anchor measurement (the same recipe, else the same model, else the same family); T: the
-//     cost model (cost_model.h) of the target shard (') and the measured one; h = the hardware factor,
-//     target time / measuring-GPU time = (1−μ)·G_src/G_tgt + μ·B_src/B_tgt with μ the memory-bound share
+//   layer_s = T_p(layer') · h(layer') / e     (layer time "fit", the default)
+//     T_p: the cost model of the precision p (cost_model.h), its rates fitted to every measured proxy of p; layer' =
+//     the target shard's work with sequence parallelism (row-local work on s/tp rows; the proxy ran every row)
+//   or layer_s = F1 · T_p(layer')/T_p(layer) · h(layer') / e   (layer time "measured": the anchor's own layer time)
+//   head_s = F0 · T(head')/T(head) · h(head') / e
+//     F1, F0: the anchor measurement (the same recipe, else the same model, else the same family); h = the hardware
+//     factor, target time / measuring-GPU time = (1−μ)·G_src/G_tgt + μ·B_src/B_tgt with μ the memory-bound share
 //     and G, B the GEMM and memory rates of [compute]; e = [projection] reference_efficiency
 //   compute_k = (n_k·layer_s + [last] head_s) / cp
 //   TP (tp > 1, sequence parallel): per layer 6 all-gathers + 4 reduce-scatters of A = b·(s/cp)·h·2 bytes over
 //     tp (forward AG, RS before/after attention and MLP; backward the transposes and the re-gathered input
-//     for the weight gradients), +2 AG +2 RS for embedding and LM head; window = the rank's GEMM time
+//     for the weight gradients), +2 AG +2 RS for embedding and LM head; window = the rank's GEMM time. In FP8 the
+//     all-gathers move the FP8 tensors (A/2: Transformer Engine casts on the s/tp rows, then gathers), the
+//     reduce-scatters bf16 GEMM outputs
 //   CP (cp > 1): per layer 3(cp−1) sends of the local K,V (2·b·(s/cp)·kv_heads/tp·d·2 bytes; ring attention,
 //     forward KV, backward KV and dKV); window = the rank's attention time; NVLink when tp·cp ≤ domain
 //   rank_k = compute_k + exposed(TP) + exposed(CP);  t_mb = max_k rank_k (the slowest rank sets the pace)
@@ -17,11 +22,11 @@
 //   compute + exposed TP/CP = GA · t_mb;   bubble = (pp−1)/vp · t_mb
 //   PP send/recv: 2·vp sends of A/tp (sequence-parallel scatter) per micro-batch, exposed at the overlap cost,
 //     plus the 2(pp−1) sends of the pipeline's fill and drain; across nodes when tp·cp·dp ≥ domain
-//   DP (distributed optimizer, Megatron ranks ordered tp, cp, dp, pp): bf16 gradient reduce-scatter and bf16
-//     parameter all-gather of the rank's parameters over dp·cp ranks, hierarchical (domain/tp of them per
-//     NVLink domain), in buckets of max(40M, 1M·dp·cp) parameters (each bucket pays the latency);
-//     the reduce-scatter overlaps the last micro-batch's backward, ⅔ t_mb·(1 + r/vp), the all-gather the first
-//     forward, ⅓ t_mb·(1 + r/vp), where r = the pipeline's warmup/cooldown chunk passes (pipeline.h): the chunks
+//   DP (distributed optimizer, Megatron ranks ordered tp, cp, dp, pp): bf16 gradient reduce-scatter and parameter
+//     all-gather of the rank's parameters over dp·cp ranks (FP8 parameters in FP8 runs: NeMo's fp8_params),
+//     hierarchical (domain/tp of them per NVLink domain), in buckets of max(40M, 1M·dp·cp) parameters (each pays the
+//     latency); the reduce-scatter overlaps the last micro-batch's backward, ⅔ t_mb·(1 + r/vp), the all-gather the
+//     first forward, ⅓ t_mb·(1 + r/vp), where r = the pipeline's warmup/cooldown chunk passes (pipeline.h): the chunks
 //     finish their gradients, and need their parameters, one after another; the last bucket's reduce-scatter and
 //     the first bucket's all-gather are always exposed
 //   optimizer = (O0' + O1'·L)/(pp·dp·cp) · B_src/B_tgt / e   (O scaled by the parameters per GPU; memory-bound)
@@ -31,6 +36,7 @@
 // MFU against the target's dense peak of the precision.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,19 +56,47 @@ struct Calibration {
   double overlap_cost = 0.0;          // overlap.h
 };
 
+// One precision's cost model on the measuring GPU: the measured proxies' layers and the rates fitted to them.
+struct CostModel {
+  std::vector<LayerSample> samples;
+  std::vector<std::string> where;  // the record of each sample (file:line)
+  double attn_given_tflops = 0;    // fp8: bf16's attention rate, which its fit keeps (0: fitted too)
+  Rates rates;
+};
+
+// Where the per-GPU layer time comes from: the precision's cost model (its rates fitted to every measured shard),
+// or the anchor measurement's own layer time carried to the target shard by the cost model.
+enum class LayerTime { fit, measured };
+
+// Whose multi-GPU step is modelled: the reference software's (Megatron-Core / NeMo with Transformer Engine, the terms
+// above) or trainbench's own (`trainbench train --gpus N`, docs/PARALLEL.md): per layer 4 all-gathers and 4
+// reduce-scatters of the activations and none for the replicated embedding and LM head, FP8 gathering bf16; the TP,
+// CP and PP exchanges on the compute stream (not overlapped); fp32 gradient reduce-scatter, bf16 parameter
+// all-gather, overlapped as above. train_check.h checks it against trainbench's own 2-GPU steps.
+enum class Software { reference, trainbench };
+
 struct Context {
   const std::vector<recipe::Recipe>* recipes = nullptr;
-  std::vector<Measurement> runs;         // the measured proxies
-  std::vector<LayerSample> samples;      // their layers, for the cost model
-  Rates rates;                           // the cost model on the measuring GPU
+  std::vector<Measurement> runs;                       // the measured proxies
+  std::map<std::string, CostModel, std::less<>> cost;  // by precision
+  LayerTime layer_time = LayerTime::fit;
+  Software software = Software::reference;
   std::string source_name, target_name;  // the measuring GPU's and the target's system names
   double source_gemm_tflops = 0, source_membw_tbps = 0, target_gemm_tflops = 0, target_membw_tbps = 0;
-  const recipe::SystemRef* target = nullptr;
+  const recipe::SystemRef *source = nullptr, *target = nullptr;
   Network net;
   std::string net_source;  // where the NVLink bandwidths come from
   Calibration cal;
   std::string cal_source;
+
+  const CostModel& cost_model(std::string_view precision) const;  // Error{config} when none of that precision
 };
+
+// Fits the rates of every precision's cost model to its samples; fp8 keeps bf16's attention rate when there is a
+// bf16 model (cost_model.h).
+void fit_cost_models(Context& ctx);
+// The work of a measured proxy's layer (every row on one GPU) and of a target layout's (sequence parallel).
+Work proxy_layer_work(const Measurement& m, const Context& ctx);
 
 // The measuring GPU's system (by the records' GPU name), the target's network (NVLink bandwidths measured in
 // `in` override the file's), the cost model fitted on the measured layers, the target's calibration.
@@ -82,9 +116,10 @@ struct Projection {
   int grad_accum = 0;
   const Measurement* anchor = nullptr;
   AnchorKind anchor_kind = AnchorKind::other;
-  double layer_scale = 1, head_scale = 1;  // cost model T(target shard) / T(measured shard)
-  double hardware_factor = 1;              // layer time on the target GPU / on the measuring GPU
-  double layer_s = 0, head_s = 0;          // target GPU, reference software, one micro-batch, full sequence
+  double layer_scale = 1, head_scale = 1;        // cost model T(target shard) / T(measured shard)
+  double layer_fit_s = 0, layer_measured_s = 0;  // the target shard's layer on the measuring GPU: cost model, anchor
+  double hardware_factor = 1;                    // layer time on the target GPU / on the measuring GPU
+  double layer_s = 0, head_s = 0;                // target GPU, reference software, one micro-batch, full sequence
   StageLayers stages;
   // Per step, seconds.
   double microbatch_s = 0;  // the slowest rank's micro-batch (compute + exposed TP and CP)

@@ -7,13 +7,13 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/stats.h"
 
 namespace tb::project {
 namespace {
-
 
 std::string layout_text(const recipe::Layout& l, int ga) {
   std::string s = fmt::format("tp{} pp{} cp{}", l.tp, l.pp, l.cp);
@@ -117,6 +117,7 @@ std::vector<Case> reference_cases(const std::vector<recipe::Recipe>& recipes,
   }
   std::stable_sort(out.begin(), out.end(), [](const Case& x, const Case& y) {
     if (x.recipe->name != y.recipe->name) return x.recipe->name < y.recipe->name;
+    if (x.row->precision != y.row->precision) return x.row->precision < y.row->precision;
     if (x.release != y.release) return recipe::compare_releases(x.release, y.release) < 0;
     return x.row->gpus < y.row->gpus;
   });
@@ -127,22 +128,25 @@ Validation validate(const std::vector<Case>& cases, const Context& ctx) {
   Validation v;
   v.points = run_cases(cases, ctx);
   std::vector<double> prim, old, all;
+  std::map<std::string, std::vector<double>> by_precision;
   for (const Point& p : v.points) {
     (p.c.primary ? prim : old).push_back(p.error);
+    if (p.c.primary) by_precision[p.c.row->precision].push_back(p.error);
     all.push_back(p.error);
   }
   v.primary = error_stats(prim), v.older = error_stats(old), v.all = error_stats(all);
-  // Weak scaling per recipe × release over the full-size runs.
-  std::map<std::pair<std::string, std::string>, std::vector<const Point*>> groups;
+  for (const auto& [precision, e] : by_precision) v.primary_by_precision[precision] = error_stats(e);
+  // Weak scaling per recipe × release × precision over the full-size runs.
+  std::map<std::tuple<std::string, std::string, std::string>, std::vector<const Point*>> groups;
   for (const Point& p : v.points)
-    if (!p.c.layout.proxy) groups[{p.c.recipe->name, p.c.release}].push_back(&p);
+    if (!p.c.layout.proxy) groups[{p.c.recipe->name, p.c.release, p.c.row->precision}].push_back(&p);
   for (auto& [key, pts] : groups) {
     if (pts.size() < 2) continue;
     std::sort(pts.begin(), pts.end(), [](const Point* a, const Point* b) { return a->c.row->gpus < b->c.row->gpus; });
     const Point& lo = *pts.front();
     const Point& hi = *pts.back();
     ScalingCheck s;
-    s.recipe = key.first, s.release = key.second, s.primary = lo.c.primary;
+    s.recipe = std::get<0>(key), s.release = std::get<1>(key), s.precision = std::get<2>(key), s.primary = lo.c.primary;
     s.from_gpus = lo.c.row->gpus, s.to_gpus = hi.c.row->gpus;
     s.published = hi.c.published / lo.c.published;
     s.predicted = hi.p.tokens_per_s_per_gpu / lo.p.tokens_per_s_per_gpu;
@@ -152,17 +156,17 @@ Validation validate(const std::vector<Case>& cases, const Context& ctx) {
 }
 
 std::string render_validation(const Validation& v) {
-  std::string s = fmt::format("{:<15} {:<9} {:>5}  {:<34} {:>10} {:>10} {:>7}  {}\n", "recipe", "release", "GPUs",
-                              "layout", "published", "predicted", "error", "per-GPU compute from");
+  std::string s = fmt::format("{:<15} {:<5} {:<9} {:>5}  {:<34} {:>10} {:>10} {:>7}  {}\n", "recipe", "prec", "release",
+                              "GPUs", "layout", "published", "predicted", "error", "anchor (same shard unless said)");
   for (const Point& p : v.points)
     s += fmt::format(
-        "{:<15} {:<9} {:>5}  {:<34} {:>10.1f} {:>10.1f} {:>+6.1f}%  {}{}\n", p.c.recipe->name, p.c.release,
-        p.c.row->gpus, layout_text(p.c.layout, p.p.grad_accum), p.c.published, p.p.tokens_per_s_per_gpu, 100 * p.error,
-        p.p.anchor->recipe,
+        "{:<15} {:<5} {:<9} {:>5}  {:<34} {:>10.1f} {:>10.1f} {:>+6.1f}%  {}{}\n", p.c.recipe->name, p.c.row->precision,
+        p.c.release, p.c.row->gpus, layout_text(p.c.layout, p.p.grad_accum), p.c.published, p.p.tokens_per_s_per_gpu,
+        100 * p.error, p.p.anchor->recipe,
         p.p.anchor_kind == AnchorKind::same_shard ? "" : fmt::format(" ({})", anchor_kind_name(p.p.anchor_kind)));
-  s += "(tokens/s per GPU; error = predicted / published - 1)\n\nper recipe and release:\n";
-  std::map<std::pair<std::string, std::string>, std::vector<const Point*>> by;
-  for (const Point& p : v.points) by[{p.c.recipe->name, p.c.release}].push_back(&p);
+  s += "(tokens/s per GPU; error = predicted / published - 1)\n\nper recipe, precision and release:\n";
+  std::map<std::tuple<std::string, std::string, std::string>, std::vector<const Point*>> by;
+  for (const Point& p : v.points) by[{p.c.recipe->name, p.c.row->precision, p.c.release}].push_back(&p);
   for (const auto& [key, pts] : by) {
     std::vector<double> e;
     std::string list;
@@ -171,17 +175,22 @@ std::string render_validation(const Validation& v) {
       list += fmt::format("{}{} {:+.1f}%", list.empty() ? "" : ", ", p->c.row->gpus, 100 * p->error);
     }
     const ErrorStats st = error_stats(e);
-    s += fmt::format("  {:<15} {:<9} {}: median |error| {:.1f}%, max {:.1f}%{}\n", key.first, key.second, list,
-                     100 * st.median, 100 * st.max, pts.front()->c.primary ? "" : " (older release)");
+    s += fmt::format("  {:<15} {:<5} {:<9} {}: median |error| {:.1f}%, max {:.1f}%{}\n", std::get<0>(key),
+                     std::get<1>(key), std::get<2>(key), list, 100 * st.median, 100 * st.max,
+                     pts.front()->c.primary ? "" : " (older release)");
   }
   s += "\nweak scaling, tokens/s per GPU at the largest / at the smallest full-size GPU count:\n";
   for (const ScalingCheck& c : v.scaling)
-    s += fmt::format("  {:<15} {:<9} {:>4} -> {:>4} GPUs: published {:5.1f}%, predicted {:5.1f}%, {:+.1f} points{}\n",
-                     c.recipe, c.release, c.from_gpus, c.to_gpus, 100 * c.published, 100 * c.predicted, c.points(),
-                     c.primary ? "" : " (older release)");
+    s += fmt::format(
+        "  {:<15} {:<5} {:<9} {:>4} -> {:>4} GPUs: published {:5.1f}%, predicted {:5.1f}%, {:+.1f} points{}\n",
+        c.recipe, c.precision, c.release, c.from_gpus, c.to_gpus, 100 * c.published, 100 * c.predicted, c.points(),
+        c.primary ? "" : " (older release)");
   s += fmt::format(
       "\nprimary rows (the measured layouts' release and newer): {} rows, median |error| {:.1f}%, max {:.1f}%\n",
       v.primary.n, 100 * v.primary.median, 100 * v.primary.max);
+  for (const auto& [precision, st] : v.primary_by_precision)
+    s += fmt::format("  {:<5} {} rows, median |error| {:.1f}%, max {:.1f}%\n", precision, st.n, 100 * st.median,
+                     100 * st.max);
   if (v.older.n > 0)
     s += fmt::format(
         "older releases (other software, some other layouts):  {} rows, median |error| {:.1f}%, max {:.1f}%\n",
@@ -217,16 +226,17 @@ Fit fit_calibration(const std::vector<Case>& cases, const Context& base) {
 
 CrossValidation cross_validate(const std::vector<Case>& cases, const Context& ctx) {
   std::vector<Case> prim;
-  std::vector<std::string> recipes;
+  std::vector<std::string> recipes, precisions;
+  auto add = [](std::vector<std::string>& v, const std::string& x) {
+    if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+  };
   for (const Case& c : cases)
-    if (c.primary) {
-      prim.push_back(c);
-      if (std::find(recipes.begin(), recipes.end(), c.recipe->name) == recipes.end()) recipes.push_back(c.recipe->name);
-    }
+    if (c.primary) prim.push_back(c), add(recipes, c.recipe->name), add(precisions, c.row->precision);
   TB_REQUIRE(prim.size() >= 4 && recipes.size() >= 2, "cross-validation needs primary rows of two recipes or more");
   CrossValidation cv;
   cv.all = fit_calibration(prim, ctx);
   auto split = [&](std::string name, const std::vector<Case>& train, const std::vector<Case>& test) {
+    if (train.empty() || test.empty()) return;
     Split sp;
     sp.trained_on = std::move(name);
     sp.fit = fit_calibration(train, ctx);
@@ -253,6 +263,12 @@ CrossValidation cross_validate(const std::vector<Case>& cases, const Context& ct
     for (std::size_t i = 0; i < prim.size(); ++i) (int(i % 2) == parity ? train : test).push_back(prim[i]);
     split(parity == 0 ? "even rows" : "odd rows", train, test);
   }
+  if (precisions.size() > 1)
+    for (const std::string& p : precisions) {
+      std::vector<Case> train, test;
+      for (const Case& c : prim) (c.row->precision == p ? train : test).push_back(c);
+      split(p + " rows", train, test);
+    }
   std::vector<double> medians;
   for (const Split& sp : cv.splits) {
     medians.push_back(sp.held_out.median);

@@ -3,15 +3,16 @@
 // published tokens/s per GPU:
 //   error = predicted / published − 1        (published: tokens_per_s / gpus, else global_batch·seq / step_s / gpus)
 // Rows of the anchor measurement's release or newer are "primary" (the software generation whose layouts were
-// measured); older releases are reported apart. Weak-scaling efficiency per recipe × release, from the smallest
-// to the largest full-size (non-proxy) GPU count listed: tokens/s per GPU at the largest / at the smallest,
+// measured); older releases are reported apart. Weak-scaling efficiency per recipe × release × precision, from the
+// smallest to the largest full-size (non-proxy) GPU count listed: tokens/s per GPU at the largest / at the smallest,
 // published and predicted; their difference in points.
 // Calibration: the two [projection] constants by grid search (reference_efficiency 0.70–1.10 step 0.005,
-// overlap_cost 0–1 step 0.05) minimizing the mean |error| over a set of rows; cross-validation fits on half of
-// the recipes (every split of the primary recipes in two halves) or on every other row, and reports the error on
-// the rows left out.
+// overlap_cost 0–1 step 0.05) minimizing the mean |error| over a set of rows; cross-validation fits them on half of
+// the recipes (every split of the primary recipes in two halves), on every other row, or on one precision's rows,
+// and reports the error on the primary rows left out.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,7 @@ struct Point {
 };
 
 struct ScalingCheck {
-  std::string recipe, release;
+  std::string recipe, release, precision;
   bool primary = false;
   int from_gpus = 0, to_gpus = 0;
   double published = 0, predicted = 0;  // efficiency (fraction)
@@ -60,9 +61,10 @@ struct Validation {
   std::vector<Skip> skipped;
   std::vector<ScalingCheck> scaling;
   ErrorStats primary, older, all;
+  std::map<std::string, ErrorStats> primary_by_precision;
 };
 
-// The cases: every row whose GPU model is named in the target's name, sorted by recipe, release, GPUs.
+// The cases: every row whose GPU model is named in the target's name, sorted by recipe, precision, release, GPUs.
 std::vector<Case> reference_cases(const std::vector<recipe::Recipe>& recipes,
                                   const std::vector<recipe::ReferenceRow>& rows, const Context& ctx,
                                   std::vector<Skip>* skipped);
@@ -77,7 +79,7 @@ struct Fit {
 // Best constants for these cases (mean |error|), the other fields of ctx unchanged.
 Fit fit_calibration(const std::vector<Case>& cases, const Context& ctx);
 struct Split {
-  std::string trained_on;  // the recipes fit to, or "even rows" / "odd rows"
+  std::string trained_on;  // the recipes fit to, "even rows" / "odd rows", or "<precision> rows"
   Fit fit;
   ErrorStats held_out;  // on the primary rows left out
 };
@@ -86,7 +88,8 @@ struct CrossValidation {
   std::vector<Split> splits;
   double median_of_medians = 0, worst_median = 0, worst_max = 0;
 };
-// Fit on subsets of the primary cases (every half of the recipes; even and odd rows), test on the rest.
+// Fit on subsets of the primary cases (every half of the recipes; even and odd rows; each precision's rows when
+// there are two), test on the rest.
 CrossValidation cross_validate(const std::vector<Case>& cases, const Context& ctx);
 std::string render_cross_validation(const CrossValidation& cv);
 

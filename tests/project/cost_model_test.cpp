@@ -1,6 +1,6 @@
-// Tests project/cost_model: the work of a layer on a shard (hand-computed for Llama 3.1 8B), the scaling
-// between shards, the fit of the rates (recovered from synthetic samples; one sample), and the fit on the
-// shipped H200 proxies with its leave-one-out error.
+// Tests project/cost_model: the work of a layer on a shard (hand-computed for Llama 3.1 8B; FP8 casts and sequence
+// parallelism for 70B), the scaling between shards, the fit of the rates (recovered from synthetic samples; one
+// sample; FP8 with the attention rate given), and the fit on the shipped H200 proxies with its leave-one-out error.
 #include "project/cost_model.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "project/measurement.h"
+#include "project/step_model.h"
 #include "recipe/recipe.h"
 #include "recipe/system.h"
 
@@ -30,6 +31,24 @@ TEST(CostModel, Llama8BLayerByHand) {
   const Work h = head_work(m, 1, 1, 8192);
   EXPECT_DOUBLE_EQ(h.gemm_flops, 6.0 * 8192 * 4096 * 128256);
   EXPECT_DOUBLE_EQ(layer_params(m, 1), 4096.0 * 48 * 128 + 32.0 * 128 * 4096 + 3.0 * 4096 * 14336 + 2 * 4096);
+}
+
+TEST(CostModel, Fp8CastsAndSequenceParallelByHand) {
+  const auto& m = preset("llama3.1-70b");  // tp 4: 16 heads, 2 kv heads, ffn 7168 per GPU
+  const Work bf = layer_work(m, 4, 1, 8192), f8 = layer_work(m, 4, 1, 8192, {true, false});
+  const Work sp = layer_work(m, 4, 1, 8192, {false, true}), f8sp = layer_work(m, 4, 1, 8192, {true, true});
+  for (const Work& w : {f8, sp, f8sp}) {  // casts and row splits move bytes, not FLOPs
+    EXPECT_DOUBLE_EQ(w.gemm_flops, bf.gemm_flops);
+    EXPECT_DOUBLE_EQ(w.attn_flops, bf.attn_flops);
+  }
+  // FP8: 6 bytes per element of every GEMM input (amax read, cast read, the copy and its transpose):
+  // inputs qkv 8192, out 16·128, fc1 8192, fc2 7168; output gradients out 8192, fc2 8192, qkv (16 + 4)·128, fc1 2·7168
+  const double x = 8192 + 16 * 128 + 8192 + 7168, dy = 8192 + 8192 + 20 * 128 + 2 * 7168;
+  EXPECT_DOUBLE_EQ(f8.mem_bytes - bf.mem_bytes, 6.0 * 8192 * (x + dy));
+  // sequence parallel: the norms and residual adds (16·h bytes a token) on s/tp rows, and the h-wide casts with them
+  EXPECT_DOUBLE_EQ(bf.mem_bytes - sp.mem_bytes, 2.0 * 8192 * 16 * 8192 * (1 - 1.0 / 4));
+  EXPECT_DOUBLE_EQ(f8.mem_bytes - f8sp.mem_bytes, bf.mem_bytes - sp.mem_bytes + 6.0 * 8192 * 4 * 8192 * (1 - 1.0 / 4));
+  EXPECT_DOUBLE_EQ(layer_work(m, 1, 1, 8192, {false, true}).mem_bytes, layer_work(m, 1, 1, 8192).mem_bytes);
 }
 
 TEST(CostModel, ScalingBetweenShards) {
@@ -70,6 +89,20 @@ TEST(CostModel, FitRecoversTheRates) {
   EXPECT_NEAR(one.attn_tflops / one.gemm_tflops, 0.8, 1e-12);
   EXPECT_NEAR(one.time_s(samples[0].work), samples[0].seconds, 1e-12);
   EXPECT_THROW(fit_rates({}, 4.0), tb::Error);
+  // FP8 at a given attention rate (attention stays bf16): the GEMM rate alone is fitted
+  const Rates fp8{1100, 480, 4.0};
+  std::vector<LayerSample> f8;
+  for (const char* name : {"llama3.1-8b", "llama3.1-70b", "nemotron4-340b"}) {
+    const auto& m = preset(name);
+    const Work w = layer_work(m, 4, 1, m.seq, {true, false});
+    f8.push_back({w, fp8.time_s(w)});
+  }
+  const Rates f = fit_rates(f8, 4.0, 480);
+  EXPECT_NEAR(f.gemm_tflops, 1100, 1e-6);
+  EXPECT_DOUBLE_EQ(f.attn_tflops, 480);
+  const auto loo = leave_one_out_errors(f8, 4.0, 480);
+  ASSERT_EQ(loo.size(), 3u);
+  for (double e : loo) EXPECT_NEAR(e, 0, 1e-9);
 }
 
 TEST(CostModel, ShippedProxiesFitWithinTenPercentLeaveOneOut) {
@@ -102,4 +135,34 @@ TEST(CostModel, ShippedProxiesFitWithinTenPercentLeaveOneOut) {
   }
   EXPECT_GT(r.gemm_tflops, 550);
   EXPECT_LT(r.gemm_tflops, 850);
+}
+
+TEST(CostModel, ShippedProxiesFitOneModelPerPrecision) {
+  namespace fs = std::filesystem;
+  const auto recipes = tb::recipe::load_recipes(tb::recipe::find_recipes_dir(std::nullopt));
+  const fs::path refs = tb::recipe::find_references_dir(std::nullopt), results = refs.parent_path() / "bench/results";
+  const std::vector<fs::path> paths{results / "2026-11-30-h200-recipes", results / "2026-11-30-h200-fp8",
+                                    results / "2026-11-30-h200-fp8-more"};
+  const auto systems = tb::recipe::load_systems(refs / "systems");
+  const Context ctx =
+      make_context(recipes, load_inputs(paths), systems, *tb::recipe::match_system(systems, "H100 SXM"));
+  const CostModel &bf = ctx.cost_model("bf16"), &f8 = ctx.cost_model("fp8");
+  EXPECT_EQ(bf.samples.size(), 8u);  // the five of h200-recipes, 8B and 70B again, 340B
+  EXPECT_EQ(f8.samples.size(), 6u);  // 8B, 70B, 405B, 15B, 340B, GPT-3
+  EXPECT_DOUBLE_EQ(f8.rates.attn_tflops, bf.rates.attn_tflops);  // attention stays bf16 in FP8 runs
+  std::printf("bf16: GEMM %.0f attention %.0f TFLOP/s; fp8: GEMM %.0f TFLOP/s\n", bf.rates.gemm_tflops,
+              bf.rates.attn_tflops, f8.rates.gemm_tflops);
+  EXPECT_GT(f8.rates.gemm_tflops, 1.3 * bf.rates.gemm_tflops);
+  EXPECT_LT(f8.rates.gemm_tflops, 2.0 * bf.rates.gemm_tflops);
+  EXPECT_DOUBLE_EQ(f8.attn_given_tflops, bf.rates.attn_tflops);
+  for (const auto* cm : {&bf, &f8}) {
+    const auto loo = leave_one_out_errors(cm->samples, 4.25, cm->attn_given_tflops);
+    ASSERT_EQ(loo.size(), cm->samples.size());
+    for (std::size_t i = 0; i < loo.size(); ++i) {
+      std::printf("  %s %-60s fit %+5.1f%%  leave-one-out %+5.1f%%\n", cm == &f8 ? "fp8 " : "bf16",
+                  cm->where[i].c_str(), 100 * (cm->rates.time_s(cm->samples[i].work) / cm->samples[i].seconds - 1),
+                  100 * loo[i]);
+      EXPECT_LT(std::abs(loo[i]), 0.20) << cm->where[i];  // Nemotron-4 340B's FP8 runs slowest (docs/PROJECTION.md)
+    }
+  }
 }

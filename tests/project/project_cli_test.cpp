@@ -1,5 +1,6 @@
 // Tests cli/cmd_project (`trainbench project`), called directly: the message without a measurement, the
-// projection's report and JSON, --system by name, --validate's exit code, and the errors.
+// projection's report and JSON, --system by name, --validate's exit code, FP8, --layer-time, a 2-GPU train record
+// in --from, and the errors.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -7,7 +8,6 @@
 #include <vector>
 
 #include "../support/cli_run.h"
-
 
 namespace {
 tb::testing_support::CliResult project(std::vector<std::string> args) {
@@ -80,4 +80,27 @@ TEST(ProjectCli, ValidatePassesTheAcceptanceAndFailsATighterOne) {
   EXPECT_NE(r.out.find("NO"), std::string::npos);
   r = project({"--validate", "--from", kFrom, "--system", "h200"});  // no H200 reference rows are published
   EXPECT_EQ(r.rc, 2);
+}
+
+TEST(ProjectCli, Fp8AndTheLayerTimeAndATwoGpuStep) {
+  const std::string fp8 = "bench/results/2026-11-30-h200-fp8",
+                    tp2 = "bench/results/2026-11-30-h200x2-parallel/tp-final/70b-L4-tp2";
+  auto r = project({"llama3.1-70b", "--gpus", "64", "--precision", "fp8", "--from", kFrom, "--from", fp8, "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["layout"]["pp"], 8);  // 25.04 FP8: TP4 PP8 CP1
+  EXPECT_EQ(j["layer"]["from"], "fit");
+  const auto m = nlohmann::json::parse(project({"llama3.1-70b", "--gpus", "64", "--precision", "fp8", "--from", kFrom,
+                                                "--from", fp8, "--json", "--layer-time", "measured"})
+                                           .out);
+  EXPECT_EQ(m["layer"]["from"], "measured");
+  EXPECT_DOUBLE_EQ(m["layer"]["measured_s"].get<double>(), j["layer"]["measured_s"].get<double>());
+  EXPECT_NE(m["step_s"].get<double>(), j["step_s"].get<double>());
+  EXPECT_EQ(project({"llama3.1-70b", "--gpus", "64", "--from", kFrom, "--layer-time", "typo"}).rc, 2);
+  // a 2-GPU tensor-parallel train record: the model of that layout next to it, and in the "how sure" line
+  r = project({"llama3.1-70b", "--gpus", "1024", "--from", kFrom, "--from", tp2});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("measured vs modelled, trainbench's own multi-GPU steps"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dp1 cp1 pp1 tp2 L4 s8192 gb1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("a real 2-GPU step of it (tp 2 pp 1 cp 1 dp 1): the model"), std::string::npos) << r.out;
 }

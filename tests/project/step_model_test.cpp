@@ -1,6 +1,7 @@
 // Tests project/step_model: the step assembled from its terms on a synthetic measurement (hardware factor 1,
 // known network), the overlap rules at overlap cost 0 and 1, the choice of the measurement that anchors a
-// recipe, the compute-rate correction, and NVLink bandwidths measured on 2 GPUs overriding the system file's.
+// recipe, the layer time from the cost model or the anchor, the compute-rate correction, FP8's communication,
+// trainbench's own multi-GPU step, and NVLink bandwidths measured on 2 GPUs overriding the system file's.
 #include "project/step_model.h"
 
 #include <gtest/gtest.h>
@@ -22,9 +23,10 @@ const std::vector<tb::recipe::Recipe>& recipes() {
   return r;
 }
 
-Measurement measured(const std::string& recipe, int tp, int cp, int mb, int seq, double f1 = 0.02, double f0 = 0.02) {
+Measurement measured(const std::string& recipe, int tp, int cp, int mb, int seq, double f1 = 0.02, double f0 = 0.02,
+                     const std::string& precision = "bf16") {
   Measurement m;
-  m.where = "synthetic:1", m.recipe = recipe, m.precision = "bf16", m.release = "25.04.02", m.gpu = "X";
+  m.where = "synthetic:1", m.recipe = recipe, m.precision = precision, m.release = "25.04.02", m.gpu = "X";
   m.layout.tp = tp, m.layout.cp = cp, m.layout.micro_batch = mb, m.layout.seq = seq, m.layout.layers = 8;
   m.f1_s = f1, m.f0_s = f0, m.o0_s = 0.004, m.o1_s = 0.0015;
   return m;
@@ -32,7 +34,7 @@ Measurement measured(const std::string& recipe, int tp, int cp, int mb, int seq,
 
 tb::recipe::SystemRef target_system() {
   tb::recipe::SystemRef s;
-  s.name = "X100", s.file = "x100.toml", s.peak_bf16 = 1000;
+  s.name = "X100", s.file = "x100.toml", s.peak_bf16 = 1000, s.peak_fp8 = 2000;
   return s;
 }
 
@@ -41,7 +43,9 @@ Context context(std::vector<Measurement> runs, double overlap_cost) {
   Context c;
   c.recipes = &recipes();
   c.runs = std::move(runs);
-  c.rates = {700, 500, 4.0};
+  c.cost["bf16"].rates = {700, 500, 4.0};
+  c.cost["fp8"].rates = {1200, 500, 4.0};
+  c.layer_time = LayerTime::measured;  // the anchor's layer time: the assembly is checked against it
   c.source_gemm_tflops = c.target_gemm_tflops = 800;
   c.source_membw_tbps = c.target_membw_tbps = 4.0;
   c.target = &target;
@@ -52,9 +56,11 @@ Context context(std::vector<Measurement> runs, double overlap_cost) {
   return c;
 }
 
-tb::recipe::Layout layout70b(int gpus) {
+const Rates& rates(const Context& c, const char* precision = "bf16") { return c.cost_model(precision).rates; }
+
+tb::recipe::Layout layout70b(int gpus, const char* precision = "bf16") {
   const auto& r = tb::recipe::find_recipe(recipes(), "llama3.1-70b");
-  auto l = tb::recipe::layout_for(r, tb::recipe::LayoutQuery(gpus, "bf16", "25.04.02"));
+  auto l = tb::recipe::layout_for(r, tb::recipe::LayoutQuery(gpus, precision, "25.04.02"));
   if (l.layers <= 0) l.layers = r.model.layers;
   if (l.seq <= 0) l.seq = r.model.seq;
   return l;
@@ -69,11 +75,15 @@ TEST(StepModel, AssemblesTheStepFromItsTerms) {
     const Projection p = project(r, l, "bf16", ctx, tb::recipe::Convention::full);
     EXPECT_EQ(p.grad_accum, 64);
     EXPECT_EQ(p.anchor_kind, AnchorKind::same_shard);
-    EXPECT_DOUBLE_EQ(p.layer_scale, 1);
+    // the same shard, with sequence parallelism: the proxy's norms and residual adds on s/tp rows
+    const Work proxy = layer_work(r.model, 4, 1, 8192), sp = layer_work(r.model, 4, 1, 8192, {false, true});
+    EXPECT_DOUBLE_EQ(p.layer_scale, rates(ctx).time_s(sp) / rates(ctx).time_s(proxy));
+    EXPECT_LT(p.layer_scale, 1);
+    EXPECT_GT(p.layer_scale, 0.97);
     EXPECT_DOUBLE_EQ(p.hardware_factor, 1);
-    EXPECT_DOUBLE_EQ(p.layer_s, 0.02);
+    EXPECT_DOUBLE_EQ(p.layer_s, 0.02 * p.layer_scale);
     // the last rank holds 20 layers and the head; cp 2 halves each micro-batch
-    EXPECT_NEAR(p.compute_s, 64 * (20 * 0.02 + 0.02) / 2, 1e-12);
+    EXPECT_NEAR(p.compute_s, 64 * (20 * p.layer_s + 0.02) / 2, 1e-12);
     EXPECT_NEAR(p.bubble_s, 3.0 / 5 * p.microbatch_s, 1e-12);
     EXPECT_NEAR(p.microbatch_s * 64, p.compute_s + p.tp_exposed_s + p.cp_exposed_s, 1e-9);
     if (c == 0) {  // perfect overlap: TP and CP fit their windows, nothing shows
@@ -160,8 +170,8 @@ TEST(StepModel, AnotherShardScalesByTheCostModel) {
   if (l.seq <= 0) l.seq = r.model.seq;
   const Projection p = project(r, l, "bf16", ctx, tb::recipe::Convention::full);
   EXPECT_EQ(p.anchor_kind, AnchorKind::same_recipe);
-  const Work from = layer_work(r.model, 2, 2, 4096), to = layer_work(r.model, 4, 4, 4096);
-  EXPECT_NEAR(p.layer_scale, ctx.rates.time_s(to) / ctx.rates.time_s(from), 1e-12);
+  const Work from = layer_work(r.model, 2, 2, 4096), to = layer_work(r.model, 4, 4, 4096, {false, true});
+  EXPECT_NEAR(p.layer_scale, rates(ctx).time_s(to) / rates(ctx).time_s(from), 1e-12);
   EXPECT_NEAR(p.layer_s, 0.015 * p.layer_scale, 1e-12);
   EXPECT_NEAR(p.layer_scale, 1.0, 0.05);  // tp ×2 and micro-batch ×2: about the same work per GPU
 }
@@ -172,13 +182,63 @@ TEST(StepModel, ComputeRateCorrection) {
   const double base = project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full).layer_s;
   ctx.target_membw_tbps = 2.0;  // half the memory rate: only the memory-bound share slows
   const Projection slow_mem = project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full);
-  const double mu =
-      ctx.rates.mem_time_s(layer_work(r.model, 4, 1, 8192)) / ctx.rates.time_s(layer_work(r.model, 4, 1, 8192));
+  const Work w = layer_work(r.model, 4, 1, 8192, {false, true});
+  const double mu = rates(ctx).mem_time_s(w) / rates(ctx).time_s(w);
   EXPECT_NEAR(slow_mem.layer_s / base, 1 + mu, 1e-12);
   ctx.target_membw_tbps = 4.0, ctx.target_gemm_tflops = 400;  // half the GEMM rate: the rest slows 2×
   EXPECT_NEAR(project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full).layer_s / base, 2 - mu, 1e-12);
   ctx.target_gemm_tflops = 800, ctx.cal.reference_efficiency = 0.8;
   EXPECT_NEAR(project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full).layer_s / base, 1 / 0.8, 1e-12);
+}
+
+TEST(StepModel, LayerTimeFromTheCostModelOrTheAnchor) {
+  const auto& r = tb::recipe::find_recipe(recipes(), "llama3.1-70b");
+  Context ctx = context({measured("llama3.1-70b", 4, 2, 1, 8192, 0.025)}, 0.2);
+  const Projection m = project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full);
+  ctx.layer_time = LayerTime::fit;
+  const Projection f = project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full);
+  const Work target = layer_work(r.model, 4, 1, 8192, {false, true});
+  EXPECT_DOUBLE_EQ(f.layer_fit_s, rates(ctx).time_s(target));  // the rates alone: the anchor's 25 ms do not enter
+  EXPECT_DOUBLE_EQ(f.layer_s, f.layer_fit_s);
+  EXPECT_DOUBLE_EQ(m.layer_s, m.layer_measured_s);
+  EXPECT_DOUBLE_EQ(f.layer_measured_s, m.layer_measured_s);
+  EXPECT_NEAR(m.layer_measured_s, 0.025 * m.layer_scale, 1e-15);
+  EXPECT_DOUBLE_EQ(f.head_s, m.head_s);  // the head is the anchor's in both
+}
+
+TEST(StepModel, Fp8GathersFp8Tensors) {
+  const auto& r = tb::recipe::find_recipe(recipes(), "llama3.1-70b");
+  const Context ctx = context(
+      {measured("llama3.1-70b", 4, 2, 1, 8192), measured("llama3.1-70b", 4, 1, 1, 8192, 0.014, 0.02, "fp8")}, 1.0);
+  auto l = layout70b(512, "fp8");  // tp4 pp8 cp1 vp5
+  const Projection f8 = project(r, l, "fp8", ctx, tb::recipe::Convention::full);
+  const Projection bf = project(r, l, "bf16", ctx, tb::recipe::Convention::full);  // the same layout in bf16
+  EXPECT_EQ(f8.anchor->precision, "fp8");
+  // 6 all-gathers at half the bytes (FP8), 4 reduce-scatters of bf16; the head's 2 + 2 likewise
+  const double A = 1.0 * 8192 * 8192 * 2, ag = 0.75 * A / 250e9, rs = 0.75 * A / 250e9;
+  EXPECT_NEAR(bf.tp_comm_s, 64 * (10 * (6 * ag + 4 * rs) + 2 * ag + 2 * rs), 1e-9);
+  EXPECT_NEAR(f8.tp_comm_s, 64 * (10 * (6 * ag / 2 + 4 * rs) + 2 * ag / 2 + 2 * rs), 1e-9);
+  // FP8 parameters: the data-parallel all-gather moves half the bytes of bf16's; the gradients are bf16 in both
+  EXPECT_NEAR(f8.dp_all_gather_s / bf.dp_all_gather_s, 0.5, 0.02);
+  EXPECT_NEAR(f8.dp_reduce_scatter_s, bf.dp_reduce_scatter_s, 1e-12);
+  EXPECT_NEAR(f8.mfu, f8.tflops_per_gpu / 2000, 1e-12);  // against the FP8 peak
+}
+
+TEST(StepModel, TrainbenchsOwnStep) {
+  const auto& r = tb::recipe::find_recipe(recipes(), "llama3.1-70b");
+  Context ctx = context({measured("llama3.1-70b", 4, 2, 1, 8192)}, 0.2);
+  tb::recipe::Layout l = layout70b(64);
+  l.gpus = 2, l.tp = 2, l.pp = 1, l.cp = 1, l.vp = 1, l.dp = 1, l.layers = 4, l.global_batch = 1;
+  const Projection ref = project(r, l, "bf16", ctx, tb::recipe::Convention::full);
+  ctx.software = Software::trainbench;
+  const Projection own = project(r, l, "bf16", ctx, tb::recipe::Convention::full);
+  // per layer 4 all-gathers and 4 reduce-scatters, nothing for the replicated head, all of it on the compute stream
+  const double A = 1.0 * 8192 * 8192 * 2, coll = 0.5 * A / 250e9;
+  EXPECT_NEAR(own.tp_comm_s, 4 * 8 * coll, 1e-9);
+  EXPECT_NEAR(ref.tp_comm_s, 4 * 10 * coll + 4 * coll, 1e-9);
+  EXPECT_DOUBLE_EQ(own.tp_exposed_s, own.tp_comm_s);
+  EXPECT_LT(ref.tp_exposed_s, ref.tp_comm_s);
+  EXPECT_DOUBLE_EQ(own.compute_s, ref.compute_s);
 }
 
 TEST(StepModel, NvlinkMeasuredOnTwoGpusOverridesTheSystemFile) {
