@@ -16,6 +16,7 @@
 #include "parallel/mesh.h"
 #include "comm/mpi_comm.h"
 #include "model/flops.h"
+#include "train/rank_agreement.h"
 #include "train/trainer.h"
 
 namespace tb::cli {
@@ -148,6 +149,7 @@ int cmd_train(int argc, char** argv) {
   const bool rank0 = is_rank0();
   const int ranks = job_ranks();
   spec.job_ranks = true;
+  if (ranks > 1) train::check_ranks_agree(spec, *comm::world_communicator());  // before any GPU work
   auto run = open_run(common, argc, argv);
   const parallel::MeshShape layout = train::mesh_shape(spec, ranks);
   const int global = train::global_batch(spec, layout.dp);

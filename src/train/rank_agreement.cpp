@@ -1,0 +1,127 @@
+// train/rank_agreement.cpp: the ranks' configuration check (rank_agreement.h).
+#include "train/rank_agreement.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace tb::train {
+namespace {
+
+std::string text(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string s;
+  for (const auto& [name, value] : fields) s += name + "=" + value + "\n";
+  return s;
+}
+
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::vector<std::pair<std::string, std::string>> parse(const std::string& s) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::size_t at = 0;
+  while (at < s.size()) {
+    const std::size_t eq = s.find('=', at), nl = s.find('\n', at);
+    out.emplace_back(s.substr(at, eq - at), s.substr(eq + 1, nl - eq - 1));
+    at = nl + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s) {
+  auto num = [](double v) { return fmt::format("{}", v); };
+  const std::string shard =
+      s.model_config ? fmt::format("{} L{} d{} heads {}/{}x{} ffn {} vocab {} seq {}", s.model_config->name,
+                                   s.model_config->layers, s.model_config->d_model, s.model_config->heads,
+                                   s.model_config->kv_heads, s.model_config->head_dim, s.model_config->ffn,
+                                   s.model_config->vocab, s.model_config->seq)
+                     : "";
+  return {{"model", s.model},
+          {"model_config", shard},
+          {"layers", num(s.layers)},
+          {"seq", num(s.seq)},
+          {"micro_batch", num(s.micro_batch)},
+          {"global_batch", num(s.global_batch)},
+          {"steps", num(s.steps)},
+          {"warmup_steps", num(s.warmup_steps)},
+          {"device", s.device},
+          {"data", s.data},
+          {"token_type", s.token_type},
+          {"lr", num(s.lr)},
+          {"min_lr", num(s.min_lr)},
+          {"lr_warmup", num(s.lr_warmup)},
+          {"weight_decay", num(s.weight_decay)},
+          {"clip", num(s.clip)},
+          {"beta1", num(s.beta1)},
+          {"beta2", num(s.beta2)},
+          {"eps", num(s.eps)},
+          {"seed", std::to_string(s.seed)},
+          {"convention", std::string(model::convention_name(s.convention))},
+          {"dp", num(s.dp)},
+          {"tp", num(s.tp)},
+          {"pp", num(s.pp)},
+          {"vp", num(s.vp)},
+          {"cp", num(s.cp)},
+          {"recompute", s.recompute},
+          {"moments", s.moments},
+          {"master", s.master},
+          {"graph", s.graph},
+          {"autotune", num(s.autotune)},
+          {"op_profile", num(s.op_profile)},
+          {"deterministic", num(s.deterministic)},
+          {"comm_timeout_s", num(s.comm_timeout_s)},
+          {"debug_delay_rank", num(s.debug_delay_rank)},
+          {"debug_delay_ms", num(s.debug_delay_ms)},
+          {"precision", s.precision},
+          {"fp8_recipe", s.fp8_recipe},
+          {"fp8_history", num(s.fp8_history)},
+          {"fp8_amax", s.fp8_amax},
+          {"fp8_margin", num(s.fp8_margin)},
+          {"fp8_reduce_amax", num(s.fp8_reduce_amax)}};
+}
+
+void check_ranks_agree(const TrainSpec& spec, comm::Communicator& world) {
+  const int n = world.size();
+  if (n < 2) return;
+  const auto mine = spec_fields(spec);
+  const std::string my_text = text(mine);
+  const std::uint64_t h = fnv1a(my_text);
+  std::int32_t word[2];
+  std::memcpy(word, &h, sizeof h);
+  std::vector<std::int32_t> all(2 * std::size_t(n));
+  world.all_gather(word, all.data(), 2, DType::i32);
+  bool equal = true;
+  for (int r = 1; r < n; ++r)
+    equal = equal && all[2 * std::size_t(r)] == all[0] && all[2 * std::size_t(r) + 1] == all[1];
+  if (equal) return;
+  // Rank 0's fields to every rank (length first), each character in an int32.
+  std::int32_t len = world.rank() == 0 ? std::int32_t(my_text.size()) : 0;
+  world.broadcast(&len, 1, DType::i32, 0);
+  std::vector<std::int32_t> chars(static_cast<std::size_t>(len));
+  if (world.rank() == 0)
+    for (std::size_t i = 0; i < chars.size(); ++i) chars[i] = static_cast<unsigned char>(my_text[i]);
+  world.broadcast(chars.data(), chars.size(), DType::i32, 0);
+  std::string root_text(chars.size(), ' ');
+  for (std::size_t i = 0; i < chars.size(); ++i) root_text[i] = char(chars[i]);
+  if (root_text == my_text) return;  // rank 0 agrees with this rank; the others report
+  const auto root = parse(root_text);
+  std::string diff;
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const std::string theirs = i < root.size() && root[i].first == mine[i].first ? root[i].second : "?";
+    if (theirs != mine[i].second)
+      diff += fmt::format("{}{} {} (rank 0: {})", diff.empty() ? "" : ", ", mine[i].first, mine[i].second, theirs);
+  }
+  raise_config(fmt::format("this rank's configuration differs from rank 0's: {}; every rank of the job must run the "
+                           "same command",
+                           diff));
+}
+
+}  // namespace tb::train

@@ -1,0 +1,23 @@
+// train/rank_agreement.h: every rank of a job must train the same configuration (a rank started with other
+// arguments would deadlock or silently train something else). Before any GPU work the ranks compare their TrainSpec:
+//   fields = every TrainSpec field but the node-local GPU index, as (name, value) text
+//   hash   = FNV-1a 64 over "name=value\n" of all fields;  all-gathered over the job's ranks
+//   equal hashes: done.  Otherwise rank 0's fields are broadcast, and each rank whose fields differ raises
+//   Error{config}: "this rank's configuration differs from rank 0's: layers 4 (rank 0: 8); every rank of the job must
+//   run the same command" (the CLI prefixes "rank R of N: " and ends the job with MPI_Abort).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "train/trainer.h"
+
+namespace tb::train {
+
+std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& spec);
+// Collective over `world` (the job's ranks). Raises on the ranks whose configuration differs from rank 0's.
+void check_ranks_agree(const TrainSpec& spec, comm::Communicator& world);
+
+}  // namespace tb::train
