@@ -116,8 +116,8 @@ int CudaDecoder::linear_slot(int l, int k) const {
   return k == 0 ? L.qkv : k == 1 ? L.out : k == 2 ? L.fc1 : L.fc2;
 }
 
-// Casts x [rows, cols] to FP8 (E4M3 forward, E5M2 backward) into q and/or qt with the scale of slot scale_index:
-// current scaling measures amax first; delayed uses the slot's scale and records amax.
+// Casts x [rows, cols] to FP8 (E4M3 forward, E5M2 backward) into q and/or qt with the scaling slot m: current
+// scaling measures amax first; delayed uses the slot's scale and records amax.
 void CudaDecoder::fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, const ops::Fp8Meta& m,
                                  bool fwd, std::uint8_t* q, std::uint8_t* qt) {
   cudaStream_t st = dc_.stream();
@@ -159,8 +159,8 @@ void CudaDecoder::fp8_begin_step() {
       const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
       auto* base = fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(l * 4 + k)];
       const std::size_t padded = (w.size + 255) / 256 * 256;
-      fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], fp8_fwd_->meta(2 * (l * 4 + k) + 1), true, base,
-                     base + padded);
+      fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], fp8_fwd_->meta(2 * (l * 4 + k) + 1),
+                     true, base, base + padded);
     }
   mark("fp8 weight casts");
 }

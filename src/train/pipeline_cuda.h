@@ -16,8 +16,8 @@
 // activation sets (forward -> its backward), each boundary tensor one of a pool of device buffers shared by the
 // chunks (received -> consumed, produced -> sent), both from free lists in schedule order. Reuse is safe because
 // compute runs in schedule order on its stream, exchanges in schedule order on theirs, and each buffer's last
-// exchange is waited for before compute touches the buffer again. Chunk c needs as many activation sets as the schedule has passes of
-// it in flight at once (1F1B: min(pp - r, m) on rank r).
+// exchange is waited for before compute touches the buffer again. Chunk c needs as many activation sets as the
+// schedule has passes of it in flight at once (1F1B: min(pp - r, m) on rank r).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -8,11 +8,11 @@
 // (bench/gemm_tune.h) and the same enqueue is captured once as a CUDA graph and replayed, the host writing the next step's inputs into the pinned buffers between replays. Each step
 // is timed by the host clock (launch to completion) and by CUDA events around it.
 // Pipeline parallel (--pp, train/pipeline_cuda.h): each rank's decoder is its stage (layers [r L/pp, (r+1) L/pp),
-// parameters of that stage only); the micro-batch loop becomes the rank's 1F1B schedule on the same stream (sends
-// and receives through NCCL there), the loss is summed over the pipeline ranks (only the last stage's is non-zero)
-// and so is the gradient norm's sum of squares; AdamW updates the stage's parameters. Interleaved (--vp > 1): the
-// rank holds vp decoders, chunk c = global stage c·pp + r of pp·vp, run by the interleaved schedule; the optimizer's
-// tensors, the gradient norm and the FP8 / gradient-zeroing step hooks cover every chunk.
+// parameters of that stage only); the micro-batch loop becomes the rank's 1F1B schedule (sends and receives through
+// NCCL on the pipeline's own stream, train/pipeline_cuda.h), the loss is summed over the pipeline ranks (only the
+// last stage's is non-zero) and so is the gradient norm's sum of squares; AdamW updates the stage's parameters.
+// Interleaved (--vp > 1): the rank holds vp decoders, chunk c = global stage c·pp + r of pp·vp, run by the interleaved
+// schedule; the optimizer's tensors, the gradient norm and the FP8 / gradient-zeroing step hooks cover every chunk.
 // Memory: weights bf16 2P + gradients fp32 4P + master 2P (split: the residual halves; f32: 4P) + moments 8P
 // (bf16: 4P) + the activation arena
 // + workspaces, estimated and checked against the GPU's free memory before anything is allocated.

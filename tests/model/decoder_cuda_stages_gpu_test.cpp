@@ -192,7 +192,8 @@ TEST(CudaDecoderStages, ActivationSetsDoNotAlias) {
     tb::model::Fp8Options fp8;
     fp8.enabled = std::string(precision) != "bf16";
     fp8.delayed = std::string(precision) == "fp8 delayed";
-    CudaDecoder a(dc, cfg, CudaDecoder::Recompute::none, true, fp8), b(dc, cfg, CudaDecoder::Recompute::none, true, fp8);
+    const auto rc = CudaDecoder::Recompute::none;
+    CudaDecoder a(dc, cfg, rc, true, fp8), b(dc, cfg, rc, true, fp8);
     for (CudaDecoder* x : {&a, &b}) x->load_params(host), x->zero_grads();
     for (int step = 0; step < 2; ++step) {  // delayed: step 2 scales by step 1's amaxes
       a.prepare(kBatch, kSeq);
