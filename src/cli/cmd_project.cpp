@@ -88,7 +88,10 @@ nlohmann::json to_json(const project::Projection& p, const project::Context& ctx
         {"fit_s", p.layer_fit_s},
         {"measured_s", p.layer_measured_s},
         {"target_s", p.layer_s}}},
-      {"calibration", {{"reference_efficiency", ctx.cal.reference_efficiency}, {"overlap_cost", ctx.cal.overlap_cost}}},
+      {"calibration",
+       {{"reference_efficiency", ctx.cal.reference_efficiency},
+        {"overlap_cost", ctx.cal.overlap_cost},
+        {"straggler_sigma_ms", 1e3 * ctx.cal.straggler_sigma_s}}},
       {"step_s", p.step_s},
       {"breakdown_s",
        {{"compute", p.compute_s},
@@ -97,7 +100,8 @@ nlohmann::json to_json(const project::Projection& p, const project::Context& ctx
         {"bubble", p.bubble_s},
         {"pp_exposed", p.pp_exposed_s},
         {"dp_exposed", p.dp_exposed_s},
-        {"optimizer", p.optimizer_s}}},
+        {"optimizer", p.optimizer_s},
+        {"stragglers", p.straggler_s}}},
       {"comm_s",
        {{"tp", p.tp_comm_s},
         {"cp", p.cp_comm_s},
@@ -122,10 +126,11 @@ int run_validate(const std::vector<recipe::Recipe>& recipes, const std::vector<r
   auto v = project::validate(cases, ctx);
   v.skipped = skipped;
   std::printf(
-      "validation on %s: per-GPU compute measured on %s, layer time %s, efficiency %.3f, overlap cost %.2f (%s)\n\n",
+      "validation on %s: per-GPU compute measured on %s, layer time %s, efficiency %.3f, overlap cost %.2f, "
+      "straggler sigma %.0f ms (%s)\n\n",
       ctx.target_name.c_str(), ctx.source_name.c_str(),
       ctx.layer_time == project::LayerTime::fit ? "from the cost model" : "of the anchor", ctx.cal.reference_efficiency,
-      ctx.cal.overlap_cost, ctx.cal_source.c_str());
+      ctx.cal.overlap_cost, 1e3 * ctx.cal.straggler_sigma_s, ctx.cal_source.c_str());
   std::printf("%s", project::render_validation(v).c_str());
   bool scaling_ok = true;
   for (const auto& s : v.scaling)
@@ -149,7 +154,7 @@ int cmd_project(int argc, char** argv) {
   int gpus = 0;
   std::vector<std::filesystem::path> from;
   std::optional<std::filesystem::path> recipes_dir, references_dir;
-  std::optional<double> efficiency, overlap_cost;
+  std::optional<double> efficiency, overlap_cost, straggler_sigma_ms;
   std::string layer_time = "fit";
   bool validate = false, calibrate = false, json = false;
   double max_error = 15, median_error = 8, scaling_points = 5;
@@ -171,13 +176,16 @@ int cmd_project(int argc, char** argv) {
   app.add_option("--efficiency", efficiency,
                  "override [projection] reference_efficiency (1: trainbench's own kernels)");
   app.add_option("--overlap-cost", overlap_cost, "override [projection] overlap_cost");
+  app.add_option("--straggler-sigma-ms", straggler_sigma_ms,
+                 "override [projection] straggler_sigma_ms (0: no straggler term)");
   app.add_option("--layer-time", layer_time,
                  "per-GPU layer time: fit (the precision's cost model fitted to every measured proxy) or measured "
                  "(the anchor proxy's own, carried to the shard)")
       ->check(CLI::IsMember({"fit", "measured"}))
       ->capture_default_str();
   app.add_flag("--validate", validate, "project every published reference row of the target GPU model and compare");
-  app.add_flag("--calibrate", calibrate, "with --validate: fit the two calibration constants and cross-validate them");
+  app.add_flag("--calibrate", calibrate,
+               "with --validate: fit the three calibration constants and cross-validate them");
   app.add_option("--max-error", max_error, "--validate: largest |error| allowed on the primary rows, %")
       ->capture_default_str();
   app.add_option("--median-error", median_error, "--validate: median |error| allowed, %")->capture_default_str();
@@ -209,6 +217,8 @@ int cmd_project(int argc, char** argv) {
   project::Context ctx = project::make_context(recipes, inputs, systems, target);
   if (efficiency) ctx.cal.reference_efficiency = *efficiency, ctx.cal_source = "--efficiency";
   if (overlap_cost) ctx.cal.overlap_cost = *overlap_cost, ctx.cal_source = "--overlap-cost";
+  if (straggler_sigma_ms)
+    ctx.cal.straggler_sigma_s = *straggler_sigma_ms / 1e3, ctx.cal_source = "--straggler-sigma-ms";
   if (layer_time == "measured") ctx.layer_time = project::LayerTime::measured;
   // Real multi-GPU steps in --from: the model of those layouts on the measuring GPU next to them.
   std::vector<project::TrainCheck> checks;
@@ -217,8 +227,9 @@ int cmd_project(int argc, char** argv) {
     on_source.cal.overlap_cost = ctx.cal.overlap_cost, on_source.layer_time = ctx.layer_time;
     checks = project::check_trains(inputs.trains, on_source);
   }
-  TB_REQUIRE(ctx.cal.reference_efficiency > 0 && ctx.cal.overlap_cost >= 0 && ctx.cal.overlap_cost <= 1,
-             "--efficiency must be positive and --overlap-cost in [0, 1]");
+  TB_REQUIRE(ctx.cal.reference_efficiency > 0 && ctx.cal.overlap_cost >= 0 && ctx.cal.overlap_cost <= 1 &&
+                 ctx.cal.straggler_sigma_s >= 0,
+             "--efficiency must be positive, --overlap-cost in [0, 1] and --straggler-sigma-ms not negative");
   const auto rows = recipe::load_reference_dir(refdir);
 
   if (validate) {
@@ -268,6 +279,11 @@ int cmd_project(int argc, char** argv) {
   };
   const double so_lo = step_with(1, 0.8), so_hi = step_with(1, 1.2), nv_lo = step_with(0.8, 1),
                nv_hi = step_with(1.2, 1);
+  auto step_with_sigma = [&](double factor) {
+    project::Context c = ctx;
+    c.cal.straggler_sigma_s *= factor;
+    return project::project(*r, l, precision, c, conv).step_s / p.step_s - 1;
+  };
   // How sure: the cost model's leave-one-out error and this recipe's published rows.
   const project::CostModel& cm = ctx.cost_model(precision);
   const auto loo = project::leave_one_out_errors(cm.samples, ctx.source_membw_tbps, cm.attn_given_tflops);
@@ -320,10 +336,17 @@ int cmd_project(int argc, char** argv) {
   std::printf("  DP communication exposed %8.3f s  gradient reduce-scatter %.3f s, parameter all-gather %.3f s\n",
               p.dp_exposed_s, p.dp_reduce_scatter_s, p.dp_all_gather_s);
   std::printf("  optimizer %23.3f s\n", p.optimizer_s);
+  std::printf(
+      "  stragglers %22.3f s  sigma sqrt(T) E[max of dp] = %.0f ms x sqrt(%.2f s) x %.2f (slowest of %d replicas)\n",
+      p.straggler_s, 1e3 * ctx.cal.straggler_sigma_s, p.step_s - p.straggler_s,
+      project::expected_max_normal(p.layout.dp), p.layout.dp);
   std::printf("tokens/s per GPU %.1f | TFLOP/s per GPU %.1f (%s) | MFU %.1f%% of %.0f\n", p.tokens_per_s_per_gpu,
               p.tflops_per_gpu, std::string(recipe::convention_name(conv)).c_str(), 100 * p.mfu, peak);
-  std::printf("sensitivity: scale-out bandwidth -20%%: step %s, +20%%: %s; NVLink bandwidth -20%%: %s, +20%%: %s\n",
-              pct(so_lo).c_str(), pct(so_hi).c_str(), pct(nv_lo).c_str(), pct(nv_hi).c_str());
+  std::printf(
+      "sensitivity: scale-out bandwidth -20%%: step %s, +20%%: %s; NVLink bandwidth -20%%: %s, +20%%: %s; straggler "
+      "sigma 0: %s, x2: %s\n",
+      pct(so_lo).c_str(), pct(so_hi).c_str(), pct(nv_lo).c_str(), pct(nv_hi).c_str(), pct(step_with_sigma(0)).c_str(),
+      pct(step_with_sigma(2)).c_str());
   const bool fit = ctx.layer_time == project::LayerTime::fit;
   std::string sure =
       fit ? fmt::format(
@@ -340,6 +363,12 @@ int cmd_project(int argc, char** argv) {
   if (own.all.n > 0)
     sure += fmt::format("; this recipe's {} published {} rows: median |error| {:.1f}%, max {:.1f}%", own.all.n,
                         target.name, 100 * own.all.median, 100 * own.all.max);
+  for (const auto& k : own.scaling)
+    if (k.primary)
+      sure += fmt::format(
+          "; its weak scaling {} -> {} GPUs ({}): predicted {:.1f}%, published {:.1f}% ({:+.1f} points; the "
+          "straggler sigma is fitted to all recipes' weak scaling)",
+          k.from_gpus, k.to_gpus, k.release, 100 * k.predicted, 100 * k.published, k.points());
   for (const auto& m : checks)
     if (m.recipe == r->name && m.run->precision == precision)
       sure +=

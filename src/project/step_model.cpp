@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <numeric>
 
 #include "core/error.h"
@@ -45,6 +46,22 @@ double attn_share(const Rates& r, const Work& w) {
 }
 
 }  // namespace
+
+double expected_max_normal(int n) {
+  if (n <= 1) return 0;
+  // Φ⁻¹(1 − q) with q = 1 − (n − 0.375)/(n + 0.25): Newton on log Q(x) = log q, Q(x) = erfc(x/√2)/2 the upper
+  // tail; log Q is concave and decreasing, so from x = 0 the iterates overshoot once and then descend to the root.
+  const double q = 0.625 / (n + 0.25);
+  double x = 0;
+  for (int i = 0; i < 60; ++i) {
+    const double tail = 0.5 * std::erfc(x / std::sqrt(2.0));
+    const double density = std::exp(-0.5 * x * x) / std::sqrt(2 * std::numbers::pi);
+    const double dx = (std::log(tail) - std::log(q)) * tail / density;
+    x += dx;
+    if (std::abs(dx) < 1e-12) break;
+  }
+  return x;
+}
 
 std::string_view anchor_kind_name(AnchorKind k) {
   switch (k) {
@@ -103,10 +120,11 @@ Context make_context(const std::vector<recipe::Recipe>& recipes, const Inputs& i
     ctx.net_source = fmt::format("measured on {} GPUs ({}), the rest {}", in.nvlink.gpus, in.nvlink.where, target.file);
   }
   if (target.projection.present) {
-    ctx.cal = {target.projection.reference_efficiency, target.projection.overlap_cost};
+    ctx.cal = {target.projection.reference_efficiency, target.projection.overlap_cost,
+               target.projection.straggler_sigma_ms / 1e3};
     ctx.cal_source = target.file;
   } else {
-    ctx.cal_source = "none (no [projection] in " + target.file + "): efficiency 1, overlap cost 0";
+    ctx.cal_source = "none (no [projection] in " + target.file + "): efficiency 1, overlap cost 0, no stragglers";
   }
 
   // The cost models: one layer sample per measured proxy, by precision.
@@ -196,6 +214,7 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
              fmt::format("{}: global batch {} is not a multiple of micro-batch × dp = {} × {}", l.where, l.global_batch,
                          mb, dp));
   p.grad_accum = l.global_batch / (mb * dp);
+  p.layout.dp = dp;
   const double ga = p.grad_accum, eff = ctx.cal.reference_efficiency, c = ctx.cal.overlap_cost;
   const bool fp8 = precision == "fp8", own = ctx.software == Software::trainbench;
 
@@ -299,6 +318,8 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
       std::max(0.0, o0 + o1 * l.layers) / (double(pp) * dp * cp) * ctx.source_membw_tbps / ctx.target_membw_tbps / eff;
 
   p.step_s = ga * p.microbatch_s + p.bubble_s + p.pp_exposed_s + p.dp_exposed_s + p.optimizer_s;
+  p.straggler_s = straggler_delay_s(ctx.cal.straggler_sigma_s, p.step_s, dp);
+  p.step_s += p.straggler_s;
   p.tokens_per_s_per_gpu = double(l.global_batch) * seq / (p.step_s * l.gpus);
   p.tflops_per_gpu = recipe::tflops_per_gpu(p.tokens_per_s_per_gpu, recipe::flops_per_token(r, l, convention));
   const double peak = ctx.target->peak_tflops(precision);

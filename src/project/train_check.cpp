@@ -26,6 +26,7 @@ std::vector<TrainCheck> check_trains(const std::vector<TrainRun>& runs, const Co
   Context ctx = source;
   ctx.software = Software::trainbench;
   ctx.cal.reference_efficiency = 1;
+  ctx.cal.straggler_sigma_s = 0;  // fitted to the reference's multi-second steps on thousands of GPUs, not to these
   std::vector<TrainCheck> out;
   for (const TrainRun& t : runs) {
     TrainCheck c;

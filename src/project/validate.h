@@ -6,10 +6,14 @@
 // measured); older releases are reported apart. Weak-scaling efficiency per recipe × release × precision, from the
 // smallest to the largest full-size (non-proxy) GPU count listed: tokens/s per GPU at the largest / at the smallest,
 // published and predicted; their difference in points.
-// Calibration: the two [projection] constants by grid search (reference_efficiency 0.70–1.10 step 0.005,
-// overlap_cost 0–1 step 0.05) minimizing the mean |error| over a set of rows; cross-validation fits them on half of
-// the recipes (every split of the primary recipes in two halves), on every other row, or on one precision's rows,
-// and reports the error on the primary rows left out.
+// Calibration: the three [projection] constants by grid search (reference_efficiency 0.70–1.10 step 0.005,
+// overlap_cost 0–1 step 0.05, straggler_sigma_ms 0–200 step 5). The straggler σ is the only term that grows with
+// the data-parallel size, so it is fitted to the weak-scaling shape: for each (e, c), the σ minimizing the mean
+// |shape error|, shape error = (predicted_i / predicted_0) / (published_i / published_0) − 1 for every full-size row
+// i of a recipe × release × precision and 0 its smallest count; then the (e, c) whose rows, with their σ, have the
+// smallest mean |error|. Cross-validation fits them on half of the recipes (every split of the primary recipes in two
+// halves), on every other row, or on one precision's rows, and reports the error and the weak-scaling gaps on the
+// primary rows left out.
 #pragma once
 
 #include <map>
@@ -75,18 +79,20 @@ std::string render_validation(const Validation& v);
 struct Fit {
   Calibration cal;
   ErrorStats stats;  // on the rows it was fit to
+  ErrorStats shape;  // of the rows' weak-scaling efficiency against their group's smallest count (fits σ)
 };
 // Best constants for these cases (mean |error|), the other fields of ctx unchanged.
 Fit fit_calibration(const std::vector<Case>& cases, const Context& ctx);
 struct Split {
   std::string trained_on;  // the recipes fit to, "even rows" / "odd rows", or "<precision> rows"
   Fit fit;
-  ErrorStats held_out;  // on the primary rows left out
+  ErrorStats held_out;         // on the primary rows left out
+  double held_out_points = 0;  // the largest weak-scaling gap of the rows left out, |points|
 };
 struct CrossValidation {
   Fit all;  // on every primary row
   std::vector<Split> splits;
-  double median_of_medians = 0, worst_median = 0, worst_max = 0;
+  double median_of_medians = 0, worst_median = 0, worst_max = 0, worst_points = 0;
 };
 // Fit on subsets of the primary cases (every half of the recipes; even and odd rows; each precision's rows when
 // there are two), test on the rest.

@@ -135,15 +135,19 @@ SystemRef load_system(const std::filesystem::path& file) {
   }
 
   if (const auto* proj = root.get_as<toml::table>("projection")) {
-    reject_unknown_keys(path, *proj, "[projection]", {"reference_efficiency", "overlap_cost", "source"});
+    reject_unknown_keys(path, *proj, "[projection]",
+                        {"reference_efficiency", "overlap_cost", "straggler_sigma_ms", "source"});
     s.projection.present = true;
     s.projection.reference_efficiency = number(path, *proj, "reference_efficiency", true);
     s.projection.overlap_cost = number(path, *proj, "overlap_cost", true);
+    s.projection.straggler_sigma_ms = number(path, *proj, "straggler_sigma_ms", false);
     s.projection.source = string(path, *proj, "source", false);
     TB_REQUIRE(s.projection.reference_efficiency > 0 && s.projection.reference_efficiency <= 2,
                fmt::format("{}: [projection] reference_efficiency must be in (0, 2]", path));
     TB_REQUIRE(s.projection.overlap_cost >= 0 && s.projection.overlap_cost <= 1,
                fmt::format("{}: [projection] overlap_cost must be in [0, 1]", path));
+    TB_REQUIRE(s.projection.straggler_sigma_ms >= 0,
+               fmt::format("{}: [projection] straggler_sigma_ms must not be negative", path));
   }
 
   if (const auto* expect = root.get("expect")) {

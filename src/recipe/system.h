@@ -53,6 +53,7 @@ struct ProjectionRef {
   bool present = false;
   double reference_efficiency = 1.0;   // per-GPU compute rate of the reference software / trainbench's, same GPU
   double overlap_cost = 0.0;           // fraction of an overlapped collective's time that still slows the step
+  double straggler_sigma_ms = 0.0;     // per-GPU step-time noise (standard deviation); optional, 0: no straggler term
   std::string source;
 };
 

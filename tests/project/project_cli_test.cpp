@@ -31,8 +31,10 @@ TEST(ProjectCli, ReportHasTheBreakdownSensitivityAndConfidence) {
   const auto r = project({"llama3.1-70b", "--gpus", "1024", "--from", kFrom});
   ASSERT_EQ(r.rc, 0) << r.err;
   for (const char* s : {"step time", "compute", "TP communication exposed", "CP communication exposed",
-                        "pipeline bubble", "DP communication exposed", "tokens/s per GPU", "TFLOP/s per GPU", "MFU",
-                        "sensitivity", "scale-out bandwidth -20%", "how sure", "published (25.04.02"})
+                        "pipeline bubble", "DP communication exposed", "stragglers", "E[max of dp]",
+                        "slowest of 32 replicas", "tokens/s per GPU", "TFLOP/s per GPU", "MFU", "sensitivity",
+                        "scale-out bandwidth -20%", "straggler sigma 0:", "how sure", "its weak scaling 64 -> 2048",
+                        "published (25.04.02"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
 }
 

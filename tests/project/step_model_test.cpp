@@ -1,6 +1,7 @@
 // Tests project/step_model: the step assembled from its terms on a synthetic measurement (hardware factor 1,
 // known network), the overlap rules at overlap cost 0 and 1, the choice of the measurement that anchors a
 // recipe, the layer time from the cost model or the anchor, the compute-rate correction, FP8's communication,
+// the straggler delay (the expected maximum of n normals, growing with the data-parallel replicas),
 // trainbench's own multi-GPU step, and NVLink bandwidths measured on 2 GPUs overriding the system file's.
 #include "project/step_model.h"
 
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numbers>
 
 #include "core/error.h"
 #include "recipe/recipe.h"
@@ -101,9 +103,59 @@ TEST(StepModel, AssemblesTheStepFromItsTerms) {
     const double step =
         p.compute_s + p.tp_exposed_s + p.cp_exposed_s + p.bubble_s + p.pp_exposed_s + p.dp_exposed_s + p.optimizer_s;
     EXPECT_NEAR(p.step_s, step, 1e-9);
+    EXPECT_EQ(p.straggler_s, 0);  // no straggler constant in this context
     EXPECT_NEAR(p.tokens_per_s_per_gpu, 128.0 * 8192 / (p.step_s * 64), 1e-9);
     EXPECT_NEAR(p.mfu, p.tflops_per_gpu / 1000, 1e-12);
   }
+}
+
+TEST(StepModel, ExpectedMaxOfNormals) {
+  EXPECT_EQ(expected_max_normal(1), 0);
+  EXPECT_EQ(expected_max_normal(0), 0);
+  // the exact expected maximum (numerical integration of x·n·φ(x)·Φ(x)^(n−1)) against Blom's approximation
+  auto exact = [](int n) {
+    double sum = 0;
+    for (double x = -9; x < 9; x += 1e-3)
+      sum += x * n * std::exp(-0.5 * x * x) / std::sqrt(2 * std::numbers::pi) *
+             std::pow(0.5 * std::erfc(-x / std::sqrt(2.0)), n - 1);
+    return sum * 1e-3;
+  };
+  EXPECT_NEAR(exact(2), 1 / std::sqrt(std::numbers::pi), 1e-6);  // the closed form for two
+  EXPECT_NEAR(expected_max_normal(2), exact(2), 0.045 * exact(2));
+  for (int n : {4, 8, 16, 64, 1024, 4096}) EXPECT_NEAR(expected_max_normal(n), exact(n), 0.02 * exact(n)) << n;
+  double last = 0;
+  for (int n = 2; n <= 1 << 16; n *= 2) {
+    const double e = expected_max_normal(n);
+    EXPECT_GT(e, last) << n;                               // grows with n
+    EXPECT_LT(e, std::sqrt(2 * std::log(double(n)))) << n;  // below the extreme-value bound
+    last = e;
+  }
+}
+
+TEST(StepModel, StragglersWaitForTheSlowestReplica) {
+  const auto& r = tb::recipe::find_recipe(recipes(), "llama3.1-70b");
+  Context ctx = context({measured("llama3.1-70b", 4, 2, 1, 8192)}, 0.3);
+  const Projection none = project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full);
+  ctx.cal.straggler_sigma_s = 0.03;
+  double last = 0;
+  for (int gpus : {64, 128, 512, 2048}) {  // dp 2 ... 64, GA 64: the step without stragglers does not change much
+    const auto l = layout70b(gpus);
+    const Projection p = project(r, l, "bf16", ctx, tb::recipe::Convention::full);
+    const double before = p.step_s - p.straggler_s;
+    EXPECT_EQ(p.layout.dp, gpus / 32);
+    EXPECT_NEAR(p.straggler_s, 0.03 * std::sqrt(before) * expected_max_normal(gpus / 32), 1e-12);
+    EXPECT_DOUBLE_EQ(p.straggler_s, straggler_delay_s(0.03, before, p.layout.dp));
+    EXPECT_GT(p.straggler_s, last);  // more replicas, a slower slowest one
+    last = p.straggler_s;
+  }
+  EXPECT_NEAR(project(r, layout70b(64), "bf16", ctx, tb::recipe::Convention::full).step_s - none.step_s,
+              0.03 * std::sqrt(none.step_s) * expected_max_normal(2), 1e-9);
+  // one replica: nobody to wait for
+  tb::recipe::Layout one = layout70b(64);
+  one.gpus = 32, one.dp = 1, one.global_batch = 64;
+  EXPECT_EQ(project(r, one, "bf16", ctx, tb::recipe::Convention::full).straggler_s, 0);
+  EXPECT_EQ(straggler_delay_s(0.03, 10, 1), 0);
+  EXPECT_NEAR(straggler_delay_s(0.03, 4, 2), 0.03 * 2 * expected_max_normal(2), 1e-15);  // σ·√T: 4 s doubles it
 }
 
 TEST(StepModel, DataParallelOverlapWindows) {

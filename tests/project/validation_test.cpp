@@ -2,10 +2,10 @@
 // proxies of bench/results/2026-11-30-h200-{recipes,fp8,fp8-more} (BF16 and FP8 of every acceptance recipe) and the
 // systems' [network]/[compute]/[projection]; asserts the acceptance of docs/PROJECTION.md (Llama 3.1 8B/70B/405B,
 // Nemotron-4 15B/340B, GPT-3 175B, BF16 and FP8): on the primary rows (releases 25.04.02 and 25.05.05, the layouts
-// the proxies measured) max |error| <= 15%, median <= 8%, weak-scaling efficiency within 5 points (but GPT-3 175B
-// FP8: 5.3 points, the one miss, asserted as it stands); what is achieved is tighter and asserted too, so a
-// regression shows. The calibration constants of references/systems/h100.toml are the fit's; how they hold out of
-// sample is asserted as achieved.
+// the proxies measured) max |error| <= 15%, median <= 8%, weak-scaling efficiency within 5 points (every recipe and
+// precision since the straggler term); what is achieved is tighter and asserted too, so a regression shows. The
+// calibration constants of references/systems/h100.toml are the fit's; how they hold out of sample (errors and
+// weak-scaling gaps of the recipes left out) is asserted as achieved.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -66,10 +66,12 @@ TEST(Validation, AcceptanceOnTheShippedReferences) {
   const auto& fp8 = v.primary_by_precision.at("fp8");
   EXPECT_EQ(bf16.n, 31);
   EXPECT_EQ(fp8.n, 31);
-  EXPECT_LE(bf16.max, 0.035);  // achieved (docs/PROJECTION.md): BF16 max 3.4%, median 1.9%
-  EXPECT_LE(bf16.median, 0.02);
-  EXPECT_LE(fp8.max, 0.13);  // FP8 max 12.8% (Llama 3.1 70B at 64 GPUs), median 3.7%
-  EXPECT_LE(fp8.median, 0.04);
+  EXPECT_LE(v.primary.max, 0.12);  // achieved (docs/PROJECTION.md): max 11.9%, median 2.7%
+  EXPECT_LE(v.primary.median, 0.028);
+  EXPECT_LE(bf16.max, 0.042);  // BF16 max 4.1%, median 2.3%
+  EXPECT_LE(bf16.median, 0.024);
+  EXPECT_LE(fp8.max, 0.12);  // FP8 max 11.9% (Llama 3.1 70B at 64 GPUs), median 4.7%
+  EXPECT_LE(fp8.median, 0.048);
   EXPECT_LE(v.all.max, 0.20);  // older releases too (other software, some other layouts): max 19.5%
   for (const auto& p : v.points) {
     if (!p.c.primary) continue;
@@ -77,35 +79,45 @@ TEST(Validation, AcceptanceOnTheShippedReferences) {
                                   << p.c.row->gpus;
   }
   int checked = 0;
+  double worst = 0;
   for (const auto& c : v.scaling) {
     if (!c.primary) continue;
     ++checked;
-    const bool gpt3_fp8 = c.recipe == "gpt3-175b" && c.precision == "fp8";  // published 94.4%, predicted 99.6%
-    EXPECT_LE(std::abs(c.points()), gpt3_fp8 ? 5.5 : 5.0) << c.recipe << " " << c.precision << " " << c.release;
+    EXPECT_LE(std::abs(c.points()), 5.0) << c.recipe << " " << c.precision << " " << c.release;
+    worst = std::max(worst, std::abs(c.points()));
   }
   EXPECT_EQ(checked, 12);  // six recipes × two precisions (25.04.02)
+  EXPECT_LE(worst, 3.8);   // achieved: −1.6 (Llama 3.1 70B BF16) to +3.7 (GPT-3 175B FP8; +5.3 without stragglers)
 }
 
 TEST(Validation, CalibrationIsTheFitAndHowItHoldsOutOfSample) {
   const Shipped& s = shipped();
   const auto cv = tb::project::cross_validate(s.cases, s.ctx);
   std::printf("%s", tb::project::render_cross_validation(cv).c_str());
-  // the shipped constants are the fit on all primary rows (grid steps 0.005 and 0.05)
+  // the shipped constants are the fit on all primary rows (grid steps 0.005, 0.05 and 5 ms)
   EXPECT_NEAR(cv.all.cal.reference_efficiency, s.ctx.cal.reference_efficiency, 0.0026);
   EXPECT_NEAR(cv.all.cal.overlap_cost, s.ctx.cal.overlap_cost, 0.026);
+  EXPECT_NEAR(cv.all.cal.straggler_sigma_s, s.ctx.cal.straggler_sigma_s, 0.0026);
+  EXPECT_GT(s.ctx.cal.straggler_sigma_s, 0);
+  EXPECT_LE(cv.all.shape.max, 0.04);  // the weak-scaling shape it was fitted to: max 3.9%
   EXPECT_EQ(cv.splits.size(), 24u);  // 20 halves of the six recipes, even and odd rows, BF16 and FP8 rows
-  for (const auto& sp : cv.splits)
-    if (sp.trained_on == "bf16 rows") {  // FP8 predicted with constants fitted on BF16 alone
-      EXPECT_LE(sp.held_out.max, 0.145);
-      EXPECT_LE(sp.held_out.median, 0.05);
+  for (const auto& sp : cv.splits) {
+    EXPECT_GT(sp.fit.cal.straggler_sigma_s, 0) << sp.trained_on;  // every split finds stragglers (10 to 80 ms)
+    EXPECT_LE(sp.held_out_points, 5.0) << sp.trained_on;  // the weak scaling of the rows left out within 5 points
+    if (sp.trained_on == "bf16 rows") {                    // FP8 predicted with constants fitted on BF16 alone
+      EXPECT_LE(sp.held_out.max, 0.135);
+      EXPECT_LE(sp.held_out.median, 0.051);
     }
-  // achieved (docs/PROJECTION.md): median of the held-out medians 4.0%; fit on GPT-3, Llama 3.1 70B and Nemotron-4
-  // 15B the constants land on a corner of the e/c valley (e 1.05, c 0.95) and the other three recipes miss the
-  // acceptance (median 11.4%, max 17.4%); fit on GPT-3, Llama 3.1 405B and Nemotron-4 340B the max is 15.0%; the
-  // other 22 splits stay within 15% max and 8% median
-  EXPECT_LE(cv.median_of_medians, 0.045);
-  EXPECT_LE(cv.worst_median, 0.12);
-  EXPECT_LE(cv.worst_max, 0.18);
+  }
+  // achieved (docs/PROJECTION.md): median of the held-out medians 5.1% (4.0% without stragglers), worst held-out
+  // weak-scaling gap 4.4 points; fit on GPT-3, Llama 3.1 70B and Nemotron-4 15B the constants land on a corner of the
+  // e/c valley (e 1.07, c 1.00) and the other three recipes miss the acceptance (median 12.5%, max 18.2%); fit on
+  // GPT-3, Llama 3.1 405B and Nemotron-4 340B the held-out median is 8.7%; the other 22 splits stay within 15% max
+  // and 8% median
+  EXPECT_LE(cv.median_of_medians, 0.052);
+  EXPECT_LE(cv.worst_median, 0.13);
+  EXPECT_LE(cv.worst_max, 0.185);
+  EXPECT_LE(cv.worst_points, 4.5);
   int outside = 0;
   for (const auto& sp : cv.splits) outside += sp.held_out.max > 0.15 || sp.held_out.median > 0.08;
   EXPECT_LE(outside, 2);

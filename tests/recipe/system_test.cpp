@@ -131,6 +131,10 @@ TEST(Systems, NetworkComputeAndProjectionSections) {
   EXPECT_DOUBLE_EQ(s.network.scaleout_latency_us, 0);
   EXPECT_DOUBLE_EQ(s.compute.membw_tbps, 3);
   EXPECT_DOUBLE_EQ(s.projection.overlap_cost, 0.2);
+  EXPECT_DOUBLE_EQ(s.projection.straggler_sigma_ms, 0);  // optional: no straggler term
+  EXPECT_GT(h100->projection.straggler_sigma_ms, 0);
+  EXPECT_NE(error_of(write_tmp("netsigma.toml", net + "straggler_sigma_ms = -1\n")).find("must not be negative"),
+            std::string::npos);
 
   std::string typo = net;
   typo.replace(typo.find("scaleout_gbps"), 13, "scaleout_gpbs");
