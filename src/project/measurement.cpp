@@ -20,12 +20,13 @@ std::vector<std::filesystem::path> files_of(const std::filesystem::path& p) {
                                         "<recipe>`, or its results.jsonl)",
                                         p.string()));
   if (!fs::is_directory(p)) return {p};
-  if (fs::exists(p / "results.jsonl")) return {p / "results.jsonl"};
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(p))
-    if (e.path().extension() == ".jsonl") out.push_back(e.path());
+  if (fs::exists(p / "results.jsonl")) return {p / "results.jsonl"};  // one run's folder
+  std::vector<fs::path> out;  // a folder of results: every *.jsonl below it (records of other benches are skipped)
+  for (const auto& e : fs::recursive_directory_iterator(p))
+    if (e.is_regular_file() && e.path().extension() == ".jsonl") out.push_back(e.path());
   std::sort(out.begin(), out.end());
-  TB_REQUIRE(!out.empty(), fmt::format("--from {}: the folder holds no results.jsonl and no *.jsonl", p.string()));
+  TB_REQUIRE(!out.empty(), fmt::format("--from {}: no results.jsonl and no *.jsonl in the folder or below it",
+                                       p.string()));
   return out;
 }
 

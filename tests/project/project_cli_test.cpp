@@ -105,4 +105,9 @@ TEST(ProjectCli, Fp8AndTheLayerTimeAndATwoGpuStep) {
   EXPECT_NE(r.out.find("measured vs modelled, trainbench's own multi-GPU steps"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("dp1 cp1 pp1 tp2 L4 s8192 gb1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("a real 2-GPU step of it (tp 2 pp 1 cp 1 dp 1): the model"), std::string::npos) << r.out;
+  // a folder of result folders: the train records below it, every layout of the 2-GPU session
+  r = project({"llama3.1-70b", "--gpus", "1024", "--from", kFrom, "--from", "bench/results/2026-11-30-h200x2-parallel"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const char* layout : {"dp1 cp1 pp1 tp2", "dp1 cp1 pp2 tp1", "dp1 cp2 pp1 tp1", "dp2 cp1 pp1 tp1"})
+    EXPECT_NE(r.out.find(layout), std::string::npos) << layout << "\n" << r.out;
 }
