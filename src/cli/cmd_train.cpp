@@ -149,7 +149,11 @@ int cmd_train(int argc, char** argv) {
   const bool rank0 = is_rank0();
   const int ranks = job_ranks();
   spec.job_ranks = true;
-  if (ranks > 1) train::check_ranks_agree(spec, *comm::world_communicator());  // before any GPU work
+  if (ranks > 1) {
+    const auto world = comm::world_communicator();
+    train::check_ranks_agree(spec, *world);  // before any GPU work
+    share_run_id(*world);
+  }
   auto run = open_run(common, argc, argv);
   const parallel::MeshShape layout = train::mesh_shape(spec, ranks);
   const int global = train::global_batch(spec, layout.dp);

@@ -5,6 +5,8 @@
 
 #include <optional>
 
+#include "comm/communicator.h"
+
 namespace tb::cli {
 
 // nullopt: this process does the work (one rank, or a rank of the job); otherwise the exit status to return
@@ -14,5 +16,8 @@ std::optional<int> start_ranks(int gpus, const char* command, int argc, char** a
 int job_ranks();
 // True in rank 0 (or without a launcher): the rank that prints progress and summaries.
 bool is_rank0();
+// A job of several ranks started by a launcher that set no TRAINBENCH_RUN_ID (srun, the user's own mpirun): rank 0's
+// run id to every rank (collective), so their records name one run. No-op otherwise.
+void share_run_id(comm::Communicator& world);
 
 }  // namespace tb::cli

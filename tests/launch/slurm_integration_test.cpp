@@ -1,7 +1,8 @@
 // Integration test with a real Slurm on this host (tests/launch/slurm_local.sh: munged, slurmctld, slurmd from
 // Debian's slurm-wlm, CPUs as the resource): `trainbench slurm run tiny --device cpu --nodes 1` with 2 tasks,
 // `collect --wait` returns both tasks' records; a job whose tasks fail (a bad flag) is reported FAILED with its exit
-// code and log, not lost. Skips (with the reason) only where slurmd cannot run here. About 5-15 s.
+// code and log, not lost; `srun --mpi=pmix` starts one 2-rank tensor-parallel training job. Skips (with the reason)
+// only where slurmd cannot run here. About 10-30 s.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -142,6 +143,28 @@ TEST_F(SlurmCluster, RunTwoCpuTasksCollectRecordsAndReportAFailedJob) {
   // status agrees, and says so in its exit code.
   EXPECT_EQ(slurm({"status", (dir / "ok").string()}), 0);
   EXPECT_EQ(slurm({"status", (dir / "bad").string()}), 1);
+}
+
+// `srun --mpi=pmix -n 2 trainbench train --device cpu --tp 2`: the two tasks form one tensor-parallel job (one train
+// record of 2 ranks, layout tp 2), and rank 0's run id reaches the other rank (its rank_steps record names the run).
+TEST_F(SlurmCluster, SrunPmixStartsOneTensorParallelJob) {
+  const fs::path tb = trainbench_binary();
+  ASSERT_TRUE(fs::exists(tb)) << tb << " is not built (cmake --build build --target trainbench)";
+  const fs::path out = dir / "srun";
+  const Shell s = sh("env -u TRAINBENCH_RUN_ID timeout 120 srun --mpi=pmix -n 2 " + tb.string() +
+                     " train --device cpu --model tiny --tp 2 --steps 4 --warmup-steps 1 --out " + out.string());
+  ASSERT_EQ(s.rc, 0) << s.out;
+  std::vector<nlohmann::json> train, ranks;
+  for (const auto& r : read_jsonl(out / "results.jsonl")) (r["bench"] == "train" ? train : ranks).push_back(r);
+  ASSERT_EQ(train.size(), 1u) << s.out;
+  EXPECT_EQ(train[0]["status"], "ok");
+  EXPECT_EQ(train[0]["gpus"], 2);
+  EXPECT_EQ(train[0]["layout"], "dp1 cp1 pp1 tp2 vp1 sp");
+  ASSERT_EQ(ranks.size(), 2u) << s.out;
+  for (const auto& r : ranks) {
+    EXPECT_EQ(r["bench"], "rank_steps");
+    EXPECT_EQ(r["run"], train[0]["run"]) << r.dump();
+  }
 }
 
 }  // namespace
