@@ -4,18 +4,18 @@
 // (0.96 TFLOP each, random operands: power-limited rates need real data) on the compute stream, and AdamW over
 // P parameters (fp32 master, moments, gradients, bf16 weights: 30 bytes moved per parameter) in G groups on a second
 // stream.
-// Timed (CUDA events, median of 10 after 3): GEMMs alone (T_g), AdamW alone (T_a), both launched together with the
+// Timed (bench/loop.h, median of 10 after 3): GEMMs alone (T_g), AdamW alone (T_a), both launched together with the
 // AdamW stream at high / normal priority (T_both). hidden = (T_g + T_a - T_both) / T_a: the share of the optimizer
 // that overlapping could remove from a step. Usage: overlap_lab [P_millions=1000] [K=20] [G=8]
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "bench/loop.h"
 #include "core/error.h"
 #include "ops/cuda/adamw.h"
 #include "ops/cuda/context.h"
@@ -23,24 +23,10 @@
 
 namespace {
 
-double median_ms(cudaStream_t st, const std::function<void()>& body) {
-  cudaEvent_t a, b;
-  TB_CHECK(cudaEventCreate(&a));
-  TB_CHECK(cudaEventCreate(&b));
-  std::vector<double> ms;
-  for (int i = 0; i < 13; ++i) {
-    TB_CHECK(cudaEventRecord(a, st));
-    body();
-    TB_CHECK(cudaEventRecord(b, st));
-    TB_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    TB_CHECK(cudaEventElapsedTime(&t, a, b));
-    if (i >= 3) ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+double median_ms(cudaStream_t st, const std::function<void()>& body) {  // bench/loop.h: 3 warmup, 10 timed
+  tb::bench::LoopSpec spec;
+  spec.warmup = 3, spec.iters = 10;
+  return tb::bench::time_stream(spec, 0, st, [&](int) { body(); }).summary().median;
 }
 
 }  // namespace

@@ -25,18 +25,7 @@ int job_ranks() { return launched_by_mpi() ? comm::world().size : 1; }
 
 void share_run_id(comm::Communicator& world) {
   if (world.size() < 2 || std::getenv("TRAINBENCH_RUN_ID")) return;  // every rank sees the same environment
-  constexpr std::size_t kMax = 128;
-  std::vector<std::int32_t> chars(kMax, 0);
-  if (world.rank() == 0) {
-    const std::string id = make_run_id();
-    for (std::size_t i = 0; i < id.size() && i + 1 < kMax; ++i) chars[i] = static_cast<unsigned char>(id[i]);
-  }
-  world.broadcast(chars.data(), kMax, DType::i32, 0);
-  std::string id;
-  for (std::int32_t c : chars) {
-    if (c == 0) break;
-    id.push_back(char(c));
-  }
+  const std::string id = world.broadcast_text(world.rank() == 0 ? make_run_id() : std::string(), 0);
   setenv("TRAINBENCH_RUN_ID", id.c_str(), 1);
 }
 

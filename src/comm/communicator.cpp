@@ -1,6 +1,7 @@
 // comm/communicator.cpp: the one-rank communicator (comm/communicator.h): collectives copy send to recv.
 #include "comm/communicator.h"
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -49,5 +50,14 @@ class SelfCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_self_communicator() { return std::make_unique<SelfCommunicator>(); }
+
+std::string Communicator::broadcast_text(const std::string& text, int root) {
+  int len = rank() == root ? int(text.size()) : 0;
+  broadcast(&len, 1, DType::i32, root);
+  std::vector<std::int32_t> words((std::size_t(len) + 3) / 4, 0);
+  if (rank() == root) std::memcpy(words.data(), text.data(), text.size());
+  broadcast(words.data(), words.size(), DType::i32, root);
+  return std::string(reinterpret_cast<const char*>(words.data()), std::size_t(len));
+}
 
 }  // namespace tb::comm

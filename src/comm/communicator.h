@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
@@ -63,6 +64,9 @@ class Communicator {
     const P2P p{P2P::Kind::recv, buf.data(), buf.size(), peer};
     exchange({&p, 1}, dtype_of<T>());
   }
+
+  // Host only: the root's text on every rank (its length, then its bytes packed in int32 words); collective.
+  std::string broadcast_text(const std::string& text, int root);
 
   template <class T>
   static constexpr DType dtype_of() {

@@ -1,7 +1,9 @@
-// core/record.cpp: Record -> JSON, schema check, JSONL sink.
+// core/record.cpp: Record -> JSON, schema check, result files below a folder, JSONL sink.
 #include "core/record.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 
@@ -94,6 +96,15 @@ void JsonlSink::write(const Record& r) {
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
     raise_error(Error::Kind::io, fmt::format("cannot write to results file {} (disk full?)", path_.string()));
   ++count_;
+}
+
+std::vector<std::filesystem::path> result_files_below(const std::filesystem::path& dir, bool run_json) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && (e.path().extension() == ".jsonl" || (run_json && e.path().filename() == "run.json")))
+      files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 }  // namespace tb

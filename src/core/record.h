@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tb {
 
@@ -43,6 +44,9 @@ struct Record {
 nlohmann::json to_json(const Record& r, std::string_view run_id);
 // "" when j follows trainbench.result.v1; otherwise the first problem, e.g. "missing key 'bench'".
 std::string check_record(const nlohmann::json& j);
+
+// The result files in a folder and every folder below it, sorted by path: *.jsonl, and run.json with `run_json`.
+std::vector<std::filesystem::path> result_files_below(const std::filesystem::path& dir, bool run_json = false);
 
 // Appends records to a JSONL file (created with its folders), one line each, flushed per record.
 class JsonlSink {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/record.h"
 
 namespace tb::project {
 namespace {
@@ -21,10 +22,7 @@ std::vector<std::filesystem::path> files_of(const std::filesystem::path& p) {
                                         p.string()));
   if (!fs::is_directory(p)) return {p};
   if (fs::exists(p / "results.jsonl")) return {p / "results.jsonl"};  // one run's folder
-  std::vector<fs::path> out;  // a folder of results: every *.jsonl below it (records of other benches are skipped)
-  for (const auto& e : fs::recursive_directory_iterator(p))
-    if (e.is_regular_file() && e.path().extension() == ".jsonl") out.push_back(e.path());
-  std::sort(out.begin(), out.end());
+  std::vector<fs::path> out = result_files_below(p);  // a folder of results (records of other benches are skipped)
   TB_REQUIRE(!out.empty(), fmt::format("--from {}: no results.jsonl and no *.jsonl in the folder or below it",
                                        p.string()));
   return out;

@@ -3,10 +3,10 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <fstream>
 
 #include "core/error.h"
+#include "core/record.h"
 
 namespace tb::report {
 namespace fs = std::filesystem;
@@ -47,12 +47,7 @@ Inputs load_inputs(const std::vector<fs::path>& paths) {
       read_jsonl(p, in);
       continue;
     }
-    std::vector<fs::path> files;
-    for (const auto& e : fs::recursive_directory_iterator(p))
-      if (e.is_regular_file() && (e.path().extension() == ".jsonl" || e.path().filename() == "run.json"))
-        files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) f.extension() == ".jsonl" ? read_jsonl(f, in) : read_run_json(f, in);
+    for (const auto& f : result_files_below(p, /*run_json=*/true)) f.extension() == ".jsonl" ? read_jsonl(f, in) : read_run_json(f, in);
   }
   return in;
 }

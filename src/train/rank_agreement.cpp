@@ -3,9 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdint>
-#include <cstring>
-
 #include "core/error.h"
 
 namespace tb::train {
@@ -15,12 +12,6 @@ std::string text(const std::vector<std::pair<std::string, std::string>>& fields)
   std::string s;
   for (const auto& [name, value] : fields) s += name + "=" + value + "\n";
   return s;
-}
-
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
 }
 
 std::vector<std::pair<std::string, std::string>> parse(const std::string& s) {
@@ -89,29 +80,11 @@ std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s)
 }
 
 void check_ranks_agree(const TrainSpec& spec, comm::Communicator& world) {
-  const int n = world.size();
-  if (n < 2) return;
+  if (world.size() < 2) return;
   const auto mine = spec_fields(spec);
   const std::string my_text = text(mine);
-  const std::uint64_t h = fnv1a(my_text);
-  std::int32_t word[2];
-  std::memcpy(word, &h, sizeof h);
-  std::vector<std::int32_t> all(2 * std::size_t(n));
-  world.all_gather(word, all.data(), 2, DType::i32);
-  bool equal = true;
-  for (int r = 1; r < n; ++r)
-    equal = equal && all[2 * std::size_t(r)] == all[0] && all[2 * std::size_t(r) + 1] == all[1];
-  if (equal) return;
-  // Rank 0's fields to every rank (length first), each character in an int32.
-  std::int32_t len = world.rank() == 0 ? std::int32_t(my_text.size()) : 0;
-  world.broadcast(&len, 1, DType::i32, 0);
-  std::vector<std::int32_t> chars(static_cast<std::size_t>(len));
-  if (world.rank() == 0)
-    for (std::size_t i = 0; i < chars.size(); ++i) chars[i] = static_cast<unsigned char>(my_text[i]);
-  world.broadcast(chars.data(), chars.size(), DType::i32, 0);
-  std::string root_text(chars.size(), ' ');
-  for (std::size_t i = 0; i < chars.size(); ++i) root_text[i] = char(chars[i]);
-  if (root_text == my_text) return;  // rank 0 agrees with this rank; the others report
+  const std::string root_text = world.broadcast_text(my_text, 0);
+  if (root_text == my_text) return;  // the ranks whose fields differ from rank 0's report
   const auto root = parse(root_text);
   std::string diff;
   for (std::size_t i = 0; i < mine.size(); ++i) {

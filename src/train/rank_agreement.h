@@ -1,10 +1,9 @@
 // train/rank_agreement.h: every rank of a job must train the same configuration (a rank started with other
 // arguments would deadlock or silently train something else). Before any GPU work the ranks compare their TrainSpec:
-//   fields = every TrainSpec field but the node-local GPU index, as (name, value) text
-//   hash   = FNV-1a 64 over "name=value\n" of all fields;  all-gathered over the job's ranks
-//   equal hashes: done.  Otherwise rank 0's fields are broadcast, and each rank whose fields differ raises
-//   Error{config}: "this rank's configuration differs from rank 0's: layers 4 (rank 0: 8); every rank of the job must
-//   run the same command" (the CLI prefixes "rank R of N: " and ends the job with MPI_Abort).
+//   fields = every TrainSpec field but the node-local GPU index, as (name, value) text, "name=value\n" per field
+//   rank 0's text is broadcast (a few hundred bytes); each rank whose text differs raises Error{config}: "this rank's
+//   configuration differs from rank 0's: layers 4 (rank 0: 8); every rank of the job must run the same command"
+//   (the CLI prefixes "rank R of N: " and ends the job with MPI_Abort).
 #pragma once
 
 #include <string>
