@@ -13,6 +13,9 @@
 #              (carry/text-bytes.u16 from bench/make_text_tokens.py)
 #   fp8acc:    the accuracy runs over seeds 1, 2, 3;  fp8run: `trainbench run` of 8B and 70B in BF16 and FP8 + compare
 #   fp8more:   `trainbench run` in FP8 of 405B, Nemotron-4 15B / 340B, GPT-3 175B (+ 340B in BF16), one GPU each
+#   fp8head:   the FP8 LM head (--fp8-lm-head): carry/lm_head_lab, then 8B L8 and 70B L2 in BF16, FP8 and FP8 with the
+#              FP8 head (current; 8B also delayed), and the torch BF16 peer at 8B
+#   fp8headacc: the accuracy runs over seeds 1, 2, 3 in BF16, FP8 and FP8 with the FP8 head
 #   recipes:   the README's main job (check + the default recipe), `trainbench run` of the Llama 3.1 8B, 70B and
 #              405B recipes (proxies on one GPU) and `trainbench compare` over them
 set -uo pipefail
@@ -77,6 +80,27 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
         for seed in 1 2 3; do
           for data in markov carry/text-bytes.u16; do
             for p in "bf16" "fp8" "fp8 --fp8-recipe delayed"; do
+              $TB train --model small --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
+                --seed $seed --out "$OUT/results/acc-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
+            done
+          done
+        done ;;
+      fp8head)
+        log "lm_head_lab"; carry/lm_head_lab
+        ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile
+        ours 8b-L8-fp8 --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --no-op-profile
+        ours 8b-L8-fp8-head --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --fp8-lm-head
+        ours 8b-L8-fp8-delayed-head --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --fp8-recipe delayed \
+          --fp8-lm-head --no-op-profile
+        ours 70b-L2-bf16 --model llama3.1-70b --layers 2 --seq 8192 --no-op-profile
+        ours 70b-L2-fp8 --model llama3.1-70b --layers 2 --seq 8192 --precision fp8 --no-op-profile
+        ours 70b-L2-fp8-head --model llama3.1-70b --layers 2 --seq 8192 --precision fp8 --fp8-lm-head --no-op-profile
+        peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
+      fp8headacc)
+        for seed in 1 2 3; do
+          for data in markov carry/text-bytes.u16; do
+            for p in "bf16" "fp8" "fp8 --fp8-lm-head"; do
+              echo "-- seed $seed $(basename $data) $p"
               $TB train --model small --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
                 --seed $seed --out "$OUT/results/acc-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
             done

@@ -58,6 +58,10 @@ void check_ids(const std::int32_t* ids, std::int64_t n, int vocab, const char* w
                                                   std::to_string(vocab) + ")");
 }
 
+// Tokens per LM-head chunk: FP8 keeps two FP8 copies of a chunk's logit gradients beside its bf16 logits, so half
+// the bf16 chunk takes the same scratch.
+int lm_head_chunk(bool fp8) { return fp8 ? ops::kLmHeadFp8Chunk : ops::kLmHeadDefaultChunk; }
+
 }  // namespace
 
 CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompute recompute, bool deterministic,
@@ -100,6 +104,13 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
     fp8_fwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 8 * layers(), h, dc_.stream());
     fp8_bwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 4 * layers(), h, dc_.stream());
   }
+  if (fp8_head()) {
+    TB_REQUIRE(cfg_.vocab % 16 == 0,
+               "CUDA decoder: the FP8 LM head needs a vocabulary that is a multiple of 16, got " +
+                   std::to_string(cfg_.vocab) + "; leave the LM head in BF16");
+    fp8_head_w_ = ops::DeviceBuffer(dc_.device(), fp8_lm_head_bytes(cfg_));
+    fp8_head_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 3, 1, dc_.stream());  // W, x, dlogits
+  }
   dc_.synchronize();
 }
 
@@ -109,6 +120,10 @@ std::size_t CudaDecoder::fp8_weight_bytes(const ModelConfig& cfg) {
   for (const DenseLayout::Layer& layer : L.layers)
     for (int i : {layer.qkv, layer.out, layer.fc1, layer.fc2}) bytes += 2 * ((L.slots[std::size_t(i)].size + 255) / 256 * 256);
   return bytes;
+}
+
+std::size_t CudaDecoder::fp8_lm_head_bytes(const ModelConfig& cfg) {
+  return 2 * ((std::size_t(cfg.vocab) * std::size_t(cfg.d_model) + 255) / 256 * 256);
 }
 
 int CudaDecoder::linear_slot(int l, int k) const {
@@ -162,6 +177,17 @@ void CudaDecoder::fp8_begin_step() {
       fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], fp8_fwd_->meta(2 * (l * 4 + k) + 1),
                      true, base, base + padded);
     }
+  if (fp8_head()) {  // current scaling whatever the recipe
+    const Slot& w = layout_.slots[std::size_t(layout_.lm_head)];
+    const ops::Fp8Meta m = fp8_head_->meta(0);
+    ops::Fp8CastArgs a;
+    a.x = params_.as<bf16>() + w.offset, a.rows = w.shape[0], a.cols = w.shape[1], a.type = DType::e4m3;
+    a.q = fp8_head_w_.get(), a.qt = fp8_head_w_.as<std::uint8_t>() + fp8_lm_head_bytes(cfg_) / 2;
+    a.amax_in = m.amax, a.scale = m.scale, a.scale_inv = m.scale_inv, a.margin = fp8_.margin;
+    TB_CHECK(cudaMemsetAsync(m.amax, 0, sizeof(float), dc_.stream()));
+    ops::fp8_amax(a.x, w.size, m.amax, dc_.stream());
+    ops::fp8_cast(a, dc_.stream());
+  }
   mark("fp8 weight casts");
 }
 
@@ -235,8 +261,9 @@ CudaDecoder::ArenaParts CudaDecoder::arena_parts(const ModelConfig& c, LayerRang
 }
 
 std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq, Recompute rc,
-                              bool fp8, int tp, std::byte* base, std::vector<LayerActs>* acts,
+                              const Fp8Options& fp8_options, int tp, std::byte* base, std::vector<LayerActs>* acts,
                               std::vector<HeadActs>* heads, Scratch* S) {
+  const bool fp8 = fp8_options.enabled, fp8_head = fp8 && fp8_options.lm_head;
   const std::size_t n = std::size_t(batch) * std::size_t(seq);
   const std::size_t nl = n / std::size_t(tp);  // the residual stream's rows on this rank (sequence parallel)
   const std::size_t d = std::size_t(c.d_model), qd = std::size_t(c.q_dim());
@@ -309,25 +336,33 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, in
   s.dnext = bf(n * d), s.dr2 = bf(n * d), s.dy = bf(n * d);
   s.dout = bf(n * qd), s.dqkv = bf(n * width);  // dg and dh live in g and h (see layer_backward)
   if (tp > 1) s.part = bf(n * d), s.dyl = bf(nl * d);
-  s.ce_bytes = parts.head ? ops::lm_head_ce_scratch(std::int64_t(nl), c.vocab, c.d_model).bytes : 0;
-  s.ce = take_bytes(s.ce_bytes);
+  s.ce_bytes = parts.head ? ops::lm_head_ce_scratch(std::int64_t(nl), c.vocab, c.d_model, lm_head_chunk(fp8_head),
+                                                   fp8_head)
+                                .bytes
+                          : 0;
+  // The LM head's scratch and the FP8 linears' (xq, dyq, dyq^T) share bytes: the head runs between the layers'
+  // forward and backward, on the same stream, while no linear holds its FP8 scratch.
+  const auto align = [](std::size_t b) { return (b + 255) / 256 * 256; };
+  const std::size_t widest_in = std::max({d, qd, ffn}), widest_out = std::max({width, d, fc1_rows});
+  const std::size_t fp8_bytes = fp8 ? align(n * widest_in) + 2 * align(n * widest_out) : 0;
+  s.ce = take_bytes(std::max(s.ce_bytes, fp8_bytes));
+  if (fp8 && base) {
+    auto* at = static_cast<std::uint8_t*>(s.ce);
+    s.xq = at, s.dyq = at + align(n * widest_in), s.dyqt = s.dyq + align(n * widest_out);
+  }
   s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(nl), c.d_model);
   s.norm_ws = take_bytes(s.norm_ws_bytes);
   s.embed_ws_bytes =
       parts.embedding ? ops::embedding_backward_workspace_bytes(std::int64_t(nl), c.vocab, c.d_model) : 0;
   s.embed_ws = take_bytes(s.embed_ws_bytes);
-  if (fp8) {
-    const std::size_t widest_in = std::max({d, qd, ffn}), widest_out = std::max({width, d, fc1_rows});
-    s.xq = u8(n * widest_in), s.dyq = u8(n * widest_out), s.dyqt = u8(n * widest_out);
-  }
   if (acts) *acts = std::move(layers);
   if (heads) *heads = std::move(head_sets);
   if (S) *S = s;
   return (used + 255) / 256 * 256;
 }
 
-std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute, bool fp8,
-                                          int tp, LayerRange stage, int slots) {
+std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
+                                          const Fp8Options& fp8, int tp, LayerRange stage, int slots) {
   return carve(cfg, arena_parts(cfg, stage, slots), batch, seq, recompute, fp8, tp, nullptr, nullptr, nullptr,
                nullptr);
 }
@@ -389,11 +424,14 @@ void CudaDecoder::prepare(int batch, int seq, int slots) {
   TB_REQUIRE(std::int64_t(batch) * seq % tp_.size == 0,
              "CUDA decoder: batch x seq (" + std::to_string(std::int64_t(batch) * seq) +
                  " tokens) must divide by the tensor-parallel size " + std::to_string(tp_.size) + " (sequence parallel)");
+  TB_REQUIRE(!fp8_head() || std::int64_t(batch) * seq / tp_.size % 16 == 0,
+             "CUDA decoder: the FP8 LM head needs a multiple of 16 tokens per rank, got " +
+                 std::to_string(std::int64_t(batch) * seq / tp_.size) + "; leave the LM head in BF16");
   const ArenaParts parts{layers(), slots, first_stage(), last_stage()};
   const std::size_t bytes =
-      carve(c, parts, batch, seq, recompute_, fp8_.enabled, tp_.size, nullptr, nullptr, nullptr, nullptr);
+      carve(c, parts, batch, seq, recompute_, fp8_, tp_.size, nullptr, nullptr, nullptr, nullptr);
   arena_ = ops::DeviceBuffer(dc_.device(), bytes);
-  carve(c, parts, batch, seq, recompute_, fp8_.enabled, tp_.size, static_cast<std::byte*>(arena_.get()), &acts_,
+  carve(c, parts, batch, seq, recompute_, fp8_, tp_.size, static_cast<std::byte*>(arena_.get()), &acts_,
         &heads_, &s_);
   if (fp8_.enabled) fp8_assign_input_scales(slots);
   if (cp_.size > 1)
@@ -719,9 +757,19 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
 
   // ---- LM head + cross-entropy (forward and its backward in one call: dyf, dWlm), on this rank's rows: their mean
   // loss, and gradients scaled by 1 / (tp cp): the sum over those ranks is the gradient of the micro-batch's mean.
-  ops::lm_head_cross_entropy(dc_, {H.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, P(layout_.lm_head),
-                             targets + std::size_t(tp_.rank) * std::size_t(nl), ops::kLmHeadDefaultChunk,
-                             float(grad_scale / (tp_.size * cp_.size)), loss_out, {s_.ce, s_.ce_bytes});
+  const std::int32_t* my_targets = targets + std::size_t(tp_.rank) * std::size_t(nl);
+  const auto head_scale = float(grad_scale / (tp_.size * cp_.size));
+  if (fp8_head()) {
+    ops::LmHeadFp8 w;
+    w.wq = fp8_head_w_.as<std::uint8_t>(), w.wqt = w.wq + fp8_lm_head_bytes(cfg_) / 2;
+    w.w_scale_inv = fp8_head_->meta(0).scale_inv, w.x = fp8_head_->meta(1), w.dlogits = fp8_head_->meta(2);
+    w.margin = fp8_.margin;
+    ops::lm_head_cross_entropy_fp8(dc_, {H.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, w, c.vocab,
+                                   my_targets, lm_head_chunk(true), head_scale, loss_out, {s_.ce, s_.ce_bytes});
+  } else {
+    ops::lm_head_cross_entropy(dc_, {H.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, P(layout_.lm_head),
+                               my_targets, lm_head_chunk(false), head_scale, loss_out, {s_.ce, s_.ce_bytes});
+  }
   mark("lm head + cross-entropy");
 }
 

@@ -73,8 +73,10 @@ namespace tb::model {
 // accumulation, dgrad E5M2 (dY) x E4M3 (W^T), wgrad E5M2 (dY^T) x E4M3 (X^T) into fp32 — with per-tensor scales:
 // current (each tensor's own amax, one extra read of it) or delayed (the max, or most recent, of the last
 // `history` step amaxes, recorded by the casts; fp8_end_step() rolls the histories). The weights' FP8 copies
-// (W and W^T) are made by fp8_begin_step(), once per optimizer step. Attention, norms, the LM head and the loss
-// stay in BF16. Saved for the backward: the inputs' transposed FP8 copies (X^T) instead of the BF16 inputs.
+// (W and W^T) are made by fp8_begin_step(), once per optimizer step. Attention, norms and the loss stay in BF16; the
+// LM head too unless `lm_head` (then its three GEMMs run in FP8 with current scaling of W, x and the logits'
+// gradient, in both recipes; W's copies made with the layers'). Saved for the backward: the inputs' transposed FP8
+// copies (X^T) instead of the BF16 inputs.
 // Tensor parallel with sequence parallelism (Megatron's column/row-parallel attention and MLP), set before
 // prepare(): the decoder's config is then this rank's shard (heads, kv_heads and ffn divided by `size`; d_model and
 // vocab whole) and the residual stream, norms, embedding lookup, LM head and loss run on this rank's n / size token
@@ -117,6 +119,7 @@ struct Fp8Options {
   int history = 16;
   bool most_recent = false;  // delayed: amax of the last step only (else the max over the history)
   int margin = 0;
+  bool lm_head = false;      // the LM head's three GEMMs in FP8 too (ops/cuda/cross_entropy.h: current scaling)
 };
 
 class CudaDecoder {
@@ -197,8 +200,9 @@ class CudaDecoder {
   // Device bytes of the activation arena (and backward scratch) for these sizes, without allocating.
   // stage, slots: a pipeline stage's layers and its activation sets (prepare()'s slots).
   static std::size_t activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
-                                      bool fp8 = false, int tp = 1, LayerRange stage = {}, int slots = 1);
-  static std::size_t fp8_weight_bytes(const ModelConfig& cfg);  // the W and W^T FP8 copies
+                                      const Fp8Options& fp8 = {}, int tp = 1, LayerRange stage = {}, int slots = 1);
+  static std::size_t fp8_weight_bytes(const ModelConfig& cfg);  // the W and W^T FP8 copies of the layers
+  static std::size_t fp8_lm_head_bytes(const ModelConfig& cfg);  // and of the LM head (Fp8Options::lm_head)
   std::size_t activation_bytes() const { return arena_.bytes(); }
   std::size_t attention_workspace_bytes() const;
 
@@ -244,7 +248,8 @@ class CudaDecoder {
     bf16 *part, *dyl;  // tensor parallel: a row-parallel GEMM's partial output [n, d]; dy reduce-scattered [n/tp, d]
     float *loss;
     void *ce, *norm_ws, *embed_ws;
-    std::uint8_t *xq, *dyq, *dyqt;  // FP8 scratch: a linear's input, its output gradient and that transposed
+    std::uint8_t *xq, *dyq, *dyqt;  // FP8 scratch: a linear's input, its output gradient and that transposed (in
+                                    // the bytes at ce: the LM head never runs while a linear holds them)
     std::size_t ce_bytes, norm_ws_bytes, embed_ws_bytes;
   };
   // What an arena holds: `layers` layers' activations in `slots` sets; the embedding's and the head's scratch.
@@ -254,9 +259,9 @@ class CudaDecoder {
   };
   // Carves (or, with base null, only sizes) the arena for batch x seq tokens; returns the bytes. acts: slot-major
   // (set k's layer l at k * layers + l); heads: one per set (head only).
-  static std::size_t carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq, Recompute rc, bool fp8,
-                           int tp, std::byte* base, std::vector<LayerActs>* acts, std::vector<HeadActs>* heads,
-                           Scratch* scratch);
+  static std::size_t carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq, Recompute rc,
+                           const Fp8Options& fp8, int tp, std::byte* base, std::vector<LayerActs>* acts,
+                           std::vector<HeadActs>* heads, Scratch* scratch);
   static ArenaParts arena_parts(const ModelConfig& c, LayerRange stage, int slots);
   const LayerActs& acts(int slot, int l) const {
     return acts_[std::size_t(slot) * layout_.layers.size() + std::size_t(l)];
@@ -307,6 +312,9 @@ class CudaDecoder {
   std::vector<std::size_t> fp8_w_offset_;               // per linear index l * 4 + k: W's byte offset (W^T after it)
   std::unique_ptr<ops::Fp8Scales> fp8_fwd_, fp8_bwd_;   // fwd: x at 2i, W at 2i + 1 (E4M3); bwd: dy at i (E5M2)
   std::unique_ptr<ops::Fp8Scales> fp8_inputs_;          // current scaling, activation sets 1..: x of linear i
+  ops::DeviceBuffer fp8_head_w_;                        // Fp8Options::lm_head: the LM head's W, then W^T (E4M3)
+  std::unique_ptr<ops::Fp8Scales> fp8_head_;            // its W, x, dlogits slots (current scaling)
+  bool fp8_head() const { return fp8_.enabled && fp8_.lm_head && last_stage(); }
   bool overwrite_linear_grads_ = false;  // set by zero_grads_for_overwrite() for the next forward_backward
   TensorParallelOps tp_;
   ContextParallelOps cp_;

@@ -73,6 +73,7 @@ void validate(const TrainSpec& spec) {
              fmt::format("--fp8-amax must be max or most_recent, not '{}'", spec.fp8_amax));
   TB_REQUIRE(spec.fp8_history >= 1 && spec.fp8_history <= 1024, "--fp8-history must be in [1, 1024]");
   TB_REQUIRE(spec.fp8_margin >= 0 && spec.fp8_margin < 32, "--fp8-margin must be in [0, 32)");
+  TB_REQUIRE(!spec.fp8_lm_head || spec.precision == "fp8", "--fp8-lm-head needs --precision fp8");
   TB_REQUIRE(spec.gpu >= 0, "--gpu must be a device index >= 0");
 }
 

@@ -71,6 +71,7 @@ struct TrainSpec {
   std::string fp8_amax = "max";       // delayed: max | most_recent
   int fp8_margin = 0;                 // scale = fp8_max / amax / 2^margin
   bool fp8_reduce_amax = true;        // delayed, several ranks: amaxes maxed over the ranks holding the same layers
+  bool fp8_lm_head = false;           // the LM head's GEMMs in FP8 too (current scaling; off: BF16, as TE and NeMo)
 };
 
 // Device memory a CUDA run needs, before anything is allocated (bytes).

@@ -102,6 +102,17 @@ static model::LayerRange stage_layers(const model::ModelConfig& m, int pp, int v
   return pp > 1 ? model::pipeline_stage_layers(m.layers, pp * vp, c * pp + r) : model::LayerRange{};
 }
 
+static model::Fp8Options fp8_options(const TrainSpec& spec) {
+  model::Fp8Options o;
+  o.enabled = spec.precision == "fp8";
+  o.delayed = spec.fp8_recipe == "delayed";
+  o.history = spec.fp8_history;
+  o.most_recent = spec.fp8_amax == "most_recent";
+  o.margin = spec.fp8_margin;
+  o.lm_head = spec.fp8_lm_head;
+  return o;
+}
+
 // Pipeline parallel: the largest of the ranks' needs. A rank holds its chunks' parameters (vp chunks when
 // interleaved) and, per chunk, a decoder with the activation sets of that chunk's passes in flight (1F1B:
 // min(pp - r, micro-batches)), its own scratch and attention workspace; plus the boundary buffers its schedule keeps.
@@ -113,7 +124,7 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
   const double dp = dp_ranks * cp;  // ZeRO-1 over dp x cp: master weights, moments and reduced gradients sharded
   const int global = global_batch(spec, dp_ranks);
   const int micro_batches = std::max(1, global / (spec.micro_batch * dp_ranks));
-  const bool fp8 = spec.precision == "fp8";
+  const model::Fp8Options fp8 = fp8_options(spec);
   MemoryEstimate worst;
   for (int r = 0; r < pp; ++r) {
     PipelinePlan plan;
@@ -135,7 +146,9 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
     e.master = (spec.master == "split" ? 2 : 4) * P / dp;
     e.moments = (spec.moments == "bf16" ? 4 : 8) * P / dp;
     e.activations += double(plan.buffers) * spec.micro_batch * m.seq * m.d_model * 2.0;
-    e.fp8_weights = fp8 ? double(model::CudaDecoder::fp8_weight_bytes(m)) * stage_layer_count / m.layers : 0.0;
+    if (fp8.enabled)
+      e.fp8_weights = double(model::CudaDecoder::fp8_weight_bytes(m)) * stage_layer_count / m.layers +
+                      (fp8.lm_head && r == pp - 1 ? double(model::CudaDecoder::fp8_lm_head_bytes(m)) : 0.0);
     e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) + vp * kAttentionWorkspaceAllowance;
     if (e.total() > worst.total()) worst = e;
   }
@@ -251,12 +264,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   ops::reset_device_memory_peak();
   ops::DeviceContext dc(spec.gpu);
   cudaStream_t st = dc.stream();
-  model::Fp8Options fp8;
-  fp8.enabled = spec.precision == "fp8";
-  fp8.delayed = spec.fp8_recipe == "delayed";
-  fp8.history = spec.fp8_history;
-  fp8.most_recent = spec.fp8_amax == "most_recent";
-  fp8.margin = spec.fp8_margin;
+  const model::Fp8Options fp8 = fp8_options(spec);
   // ---- Data parallel: the ZeRO-1 partition, NCCL over the job's ranks.
   const model::DenseLayout layout = model::dense_layout(ml, stage_layers(m, pp, vp, pp_rank, 0));  // chunk 0 (`net`)
   const parallel::ZeroLayout zl = parallel::zero_layout(layout, zero_ranks, zero_rank);

@@ -108,8 +108,9 @@ void compare_with_cpu(const ModelConfig& cfg, tb::model::Fp8Options fp8 = {}) {
     gpu.zero_grads();
   }
   const double loss_gpu = gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
-  std::printf("%s%s: loss cpu %.6f gpu %.6f (rel %.2e)\n", cfg.name.c_str(),
-              fp8.enabled ? (fp8.delayed ? " fp8 delayed" : " fp8 current") : "", loss_cpu, loss_gpu,
+  std::printf("%s%s%s: loss cpu %.6f gpu %.6f (rel %.2e)\n", cfg.name.c_str(),
+              fp8.enabled ? (fp8.delayed ? " fp8 delayed" : " fp8 current") : "", fp8.lm_head ? " + lm head" : "",
+              loss_cpu, loss_gpu,
               std::abs(loss_gpu - loss_cpu) / std::abs(loss_cpu));
   EXPECT_NEAR(loss_gpu, loss_cpu, loss_rel * std::abs(loss_cpu));
 
@@ -256,6 +257,10 @@ TEST(CudaDecoder, Fp8MatchesCpuWithinFp8Error) {
   delayed.delayed = true;
   compare_with_cpu(config("llama", 256, 64), current);
   compare_with_cpu(config("nemotron", 256, 64), current);
+  compare_with_cpu(config("llama", 256, 64), delayed);
+  current.lm_head = delayed.lm_head = true;  // the LM head in FP8 too (current scaling in both recipes)
+  compare_with_cpu(config("llama", 256, 64), current);
+  compare_with_cpu(config("gpt", 256, 64), current);  // tied embeddings: the head's W is the embedding table
   compare_with_cpu(config("llama", 256, 64), delayed);
 }
 

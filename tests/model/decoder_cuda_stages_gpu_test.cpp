@@ -137,8 +137,8 @@ void two_stages_equal_one(const ModelConfig& cfg, CudaDecoder::Recompute rc) {
   s0.zero_grads(), s1.zero_grads();
   s0.prepare(kBatch, kSeq, 2);
   s1.prepare(kBatch, kSeq, 1);
-  EXPECT_EQ(s0.activation_bytes(), CudaDecoder::activation_bytes(cfg, kBatch, kSeq, rc, false, 1, {0, 2}, 2)) << what;
-  EXPECT_EQ(s1.activation_bytes(), CudaDecoder::activation_bytes(cfg, kBatch, kSeq, rc, false, 1, {2, 4}, 1)) << what;
+  EXPECT_EQ(s0.activation_bytes(), CudaDecoder::activation_bytes(cfg, kBatch, kSeq, rc, {}, 1, {0, 2}, 2)) << what;
+  EXPECT_EQ(s1.activation_bytes(), CudaDecoder::activation_bytes(cfg, kBatch, kSeq, rc, {}, 1, {2, 4}, 1)) << what;
   EXPECT_LT(s1.activation_bytes(), whole.activation_bytes()) << what << ": a stage keeps half the layers";
   ASSERT_EQ(s0.boundary_rows(), std::int64_t(n));
   std::vector<tb::ops::DeviceBuffer> h, dh;

@@ -99,21 +99,27 @@ TEST(TrainerCuda, SplitMasterTrainsLikeTheF32Master) {
   EXPECT_LT(split.peak_alloc_bytes, f32.peak_alloc_bytes);
 }
 
-// FP8 (current and delayed scaling) learns the markov task like BF16: the final loss within 3% of the BF16 run's
-// (the acceptance's 500-step comparison at 1.5% runs in bench/, bench/RESULTS.md).
+// FP8 (current scaling, also with the FP8 LM head, and delayed) learns the markov task like BF16: the final loss
+// within 3% of the BF16 run's (the acceptance's 500-step comparison at 1.5% runs in bench/, bench/RESULTS.md).
 TEST(TrainerCuda, Fp8LearnsLikeBf16) {
   SKIP_WITHOUT_GPU();
   auto spec = small(200);
   const auto bf16 = tb::train::train_cuda(spec, nullptr);
   spec.precision = "fp8";
   const auto cur = tb::train::train_cuda(spec, nullptr);
+  spec.fp8_lm_head = true;
+  const auto head = tb::train::train_cuda(spec, nullptr);
+  spec.fp8_lm_head = false;
   spec.fp8_recipe = "delayed";
   const auto del = tb::train::train_cuda(spec, nullptr);
-  std::printf("final loss: bf16 %.4f, fp8 current %.4f, fp8 delayed %.4f (floor %.4f)\n", bf16.steps.back().loss,
-              cur.steps.back().loss, del.steps.back().loss, bf16.loss_floor);
+  std::printf("final loss: bf16 %.4f, fp8 current %.4f (+ FP8 LM head %.4f), fp8 delayed %.4f (floor %.4f)\n",
+              bf16.steps.back().loss, cur.steps.back().loss, head.steps.back().loss, del.steps.back().loss,
+              bf16.loss_floor);
   EXPECT_NEAR(cur.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
+  EXPECT_NEAR(head.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
   EXPECT_NEAR(del.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
   EXPECT_EQ(cur.graph, "captured");
+  EXPECT_EQ(head.graph, "captured");
 }
 
 TEST(TrainerCuda, ModelThatCannotFitIsRefusedWithKnobs) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "ops/cuda/fp8_cast.cuh"
 #include "ops/cuda/kernel_common.cuh"
 
 namespace tb::ops {
@@ -57,15 +58,28 @@ __device__ __forceinline__ MaxSum warp_merge(MaxSum st) {
   return st;
 }
 
+// The gradient of one logit: (softmax - onehot) * scale, with lse2 = lse * log2(e) (the form both FP8 passes use).
+__device__ __forceinline__ float softmax_grad(float z, float lse2, bool is_target, float scale) {
+  return (exp2f(fmaf(z, kLog2e, -lse2)) - (is_target ? 1.f : 0.f)) * scale;
+}
+
+// FP8 pass-1 outputs: lse2[row] = lse * log2(e), and *grad_amax = max(*grad_amax, max_v |dlogits[row, v]|).
+struct Fp8Stats {
+  float* lse2;
+  float* grad_amax;
+};
+
 // One block per row of the chunk's logits [rows, vocab] (row-major, bf16). Writes the row's loss to token_loss[row]
-// and, when write_grad, (softmax - onehot) * scale over the row in place.
-template <int kThreads>
+// and, when write_grad, (softmax - onehot) * scale over the row in place. kFp8: writes nothing over the row; the
+// row's lse2 and its gradients' amax (from the target's logit and the largest other one) go to fp8.
+template <int kThreads, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads)
     softmax_xent_kernel(__nv_bfloat16* __restrict__ logits, std::int64_t vocab,
                         const std::int32_t* __restrict__ targets, float* __restrict__ token_loss, float scale,
-                        bool write_grad) {
+                        bool write_grad, Fp8Stats fp8 = {}) {
   constexpr int kWarps = kThreads / 32;
   __shared__ MaxSum warp_st[kWarps];
+  __shared__ float warp_other[kWarps];
   __shared__ float row_lse;
   const std::int64_t row = blockIdx.x;
   const int tid = threadIdx.x;
@@ -84,40 +98,68 @@ __global__ void __launch_bounds__(kThreads)
   float z_target = 0.f;
   if (tid == 0 && target_ok) z_target = scalar(target);  // read before any thread overwrites the row
 
-  // Pass 1: max and sum of exp over the row.
+  // Pass 1: max and sum of exp over the row (FP8: also the largest logit other than the target's).
   MaxSum st{-INFINITY, 0.f};
-  if (tid < head) st = add1(st, scalar(tid));
-  if (tid < vocab - tail_begin) st = add1(st, scalar(tail_begin + tid));
+  float other = -INFINITY;
+  const auto other1 = [&](std::int64_t i) {
+    if constexpr (kFp8)
+      if (i != target) other = fmaxf(other, scalar(i));
+  };
+  if (tid < head) st = add1(st, scalar(tid)), other1(tid);
+  if (tid < vocab - tail_begin) st = add1(st, scalar(tail_begin + tid)), other1(tail_begin + tid);
   for (std::int64_t i = tid; i < nvec; i += std::int64_t(kThreads) * kUnroll) {
     uint4 buf[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
       if (i + u * kThreads < nvec) buf[u] = zv[i + u * kThreads];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (i + u * kThreads < nvec) st = add8(st, buf[u]);
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t j = i + u * kThreads;
+      if (j >= nvec) continue;
+      st = add8(st, buf[u]);
+      if constexpr (kFp8) {
+        float f[kVec];
+        unpack8(buf[u], f);
+        const std::int64_t e = head + j * kVec;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k)
+          if (e + k != target) other = fmaxf(other, f[k]);
+      }
+    }
   }
   st = warp_merge(st);
-  if (tid % 32 == 0) warp_st[tid / 32] = st;
+  if constexpr (kFp8)
+    for (int o = 16; o > 0; o >>= 1) other = fmaxf(other, __shfl_xor_sync(~0u, other, o));
+  if (tid % 32 == 0) warp_st[tid / 32] = st, warp_other[tid / 32] = other;
   __syncthreads();
   if (tid < 32) {
     st = tid < kWarps ? warp_st[tid] : MaxSum{-INFINITY, 0.f};
     st = warp_merge(st);
+    if constexpr (kFp8) {
+      other = tid < kWarps ? warp_other[tid] : -INFINITY;
+      for (int o = 16; o > 0; o >>= 1) other = fmaxf(other, __shfl_xor_sync(~0u, other, o));
+    }
     if (tid == 0) {
       const float lse = st.m + logf(st.s);
       row_lse = lse;
       token_loss[row] = target_ok ? lse - z_target : __int_as_float(0x7fc00000);  // NaN: bad target
+      if constexpr (kFp8) {
+        const float lse2 = lse * kLog2e;
+        fp8.lse2[row] = lse2;
+        // The row's largest |gradient|: the target's, or the largest other logit's (the map z -> g is monotone).
+        const float gt = target_ok ? fabsf(softmax_grad(z_target, lse2, true, scale)) : 0.f;
+        const float go = other == -INFINITY ? 0.f : fabsf(softmax_grad(other, lse2, false, scale));
+        const float a = isnan(gt) || isnan(go) ? __int_as_float(0x7fc00000) : fmaxf(gt, go);
+        atomicMax(reinterpret_cast<int*>(fp8.grad_amax), __float_as_int(a));  // non-negative: orders as int
+      }
     }
   }
   __syncthreads();
-  if (!write_grad) return;
+  if (kFp8 || !write_grad) return;
 
   // Pass 2: dlogits = (exp(z - lse) - onehot) * scale, over the same elements (now mostly in L2).
   const float lse2 = row_lse * kLog2e;
-  const auto grad = [&](float zf, std::int64_t i) {
-    const float p = exp2f(fmaf(zf, kLog2e, -lse2));
-    return (p - (i == target ? 1.f : 0.f)) * scale;
-  };
+  const auto grad = [&](float zf, std::int64_t i) { return softmax_grad(zf, lse2, i == target, scale); };
   const auto store1 = [&](std::int64_t i) {
     z[i] = __bfloat16_as_ushort(__float2bfloat16_rn(grad(scalar(i), i)));
   };
@@ -164,17 +206,38 @@ __global__ void __launch_bounds__(kMeanThreads)
   }
 }
 
+template <bool kFp8 = false>
 void launch_softmax_xent(__nv_bfloat16* logits, std::int64_t rows, std::int64_t vocab, const std::int32_t* targets,
-                         float* token_loss, float scale, bool write_grad, cudaStream_t stream) {
+                         float* token_loss, float scale, bool write_grad, cudaStream_t stream, Fp8Stats fp8 = {}) {
   const auto grid = unsigned(rows);
   if (vocab >= 32768)
-    softmax_xent_kernel<1024><<<grid, 1024, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad);
+    softmax_xent_kernel<1024, kFp8><<<grid, 1024, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad, fp8);
   else if (vocab >= 4096)
-    softmax_xent_kernel<512><<<grid, 512, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad);
+    softmax_xent_kernel<512, kFp8><<<grid, 512, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad, fp8);
   else
-    softmax_xent_kernel<128><<<grid, 128, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad);
+    softmax_xent_kernel<128, kFp8><<<grid, 128, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad, fp8);
   TB_CHECK_LAUNCH();
 }
+
+// The FP8 backward's source for the cast tiles (ops/cuda/fp8_cast.cuh): dlogits[r, v] recomputed from the chunk's
+// bf16 logits and its rows' lse2, exactly as pass 1 bounded them.
+struct SoftmaxGradSource {
+  const __nv_bfloat16* logits;
+  std::int64_t vocab;
+  const float* lse2;
+  const std::int32_t* targets;
+  float scale;
+  __device__ __forceinline__ float at(std::int64_t r, std::int64_t c) const {
+    return softmax_grad(__bfloat162float(logits[r * vocab + c]), lse2[r], c == targets[r], scale);
+  }
+  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&f)[8]) const {
+    unpack8(__ldg(reinterpret_cast<const uint4*>(logits + r * vocab + c)), f);
+    const float l2 = lse2[r];
+    const std::int32_t t = targets[r];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) f[k] = softmax_grad(f[k], l2, c + k == t, scale);
+  }
+};
 
 bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % kAlign == 0; }
 
@@ -190,7 +253,8 @@ void require_dense(const TensorView<T>& v, std::int64_t rows, std::int64_t cols,
 
 }  // namespace
 
-LmHeadCeScratch lm_head_ce_scratch(std::int64_t tokens, std::int64_t vocab, std::int64_t hidden, int chunk) {
+LmHeadCeScratch lm_head_ce_scratch(std::int64_t tokens, std::int64_t vocab, std::int64_t hidden, int chunk,
+                                   bool fp8) {
   TB_REQUIRE(tokens >= 1 && vocab >= 1 && hidden >= 1,
              str("lm_head_cross_entropy: tokens, vocab and hidden must be >= 1, got ", tokens, ", ", vocab, ", ",
                  hidden));
@@ -199,13 +263,49 @@ LmHeadCeScratch lm_head_ce_scratch(std::int64_t tokens, std::int64_t vocab, std:
              str("lm_head_cross_entropy: tokens ", tokens, " or vocab ", vocab, " exceed 2^31 - 1"));
   // Rows of h bf16 start 256-byte aligned every q rows.
   const std::int64_t q = 128 / std::gcd<std::int64_t>(hidden, 128);
+  const std::int64_t step = fp8 ? std::lcm<std::int64_t>(q, 64) : q;  // FP8: whole 64 x 64 cast tiles
   LmHeadCeScratch s;
-  s.chunk = std::min(tokens, (std::int64_t(std::min<std::int64_t>(chunk, tokens)) + q - 1) / q * q);
-  s.logits_bytes = std::size_t(s.chunk) * std::size_t(vocab) * sizeof(__nv_bfloat16);
-  s.token_loss_offset = round_up(s.logits_bytes, kAlign);
-  s.bytes = round_up(s.token_loss_offset + std::size_t(tokens) * sizeof(float), kAlign);
+  s.chunk = std::min(tokens, (std::int64_t(std::min<std::int64_t>(chunk, tokens)) + step - 1) / step * step);
+  const std::size_t c = std::size_t(s.chunk), v = std::size_t(vocab), hh = std::size_t(hidden);
+  s.logits_bytes = c * v * sizeof(__nv_bfloat16);
+  std::size_t end = round_up(s.logits_bytes, kAlign);
+  const auto take = [&](std::size_t bytes) {
+    const std::size_t at = end;
+    end = round_up(end + bytes, kAlign);
+    return at;
+  };
+  s.token_loss_offset = take(std::size_t(tokens) * sizeof(float));
+  if (fp8) {
+    s.dlq_offset = take(c * v);
+    s.dlqt_offset = take(c * v);
+    s.xq_offset = take(c * hh);
+    s.xqt_offset = take(c * hh);
+    s.lse_offset = take(c * sizeof(float));
+  }
+  s.bytes = end;
   return s;
 }
+
+namespace {
+
+// The checks both variants share (x, dx, dW, targets, loss, scale, scratch); W is checked by the caller.
+void check_call(TensorView<__nv_bfloat16> dx, TensorView<float> dw, TensorView<const __nv_bfloat16> x,
+                std::int64_t vocab, const std::int32_t* targets, float grad_scale, float* loss_out,
+                Workspace scratch, const LmHeadCeScratch& layout) {
+  const std::int64_t t = x.size(0), h = x.size(1);
+  require_dense(x, t, h, "x");
+  if (dx.data()) require_dense(dx, t, h, "dx");
+  if (dw.data()) require_dense(dw, vocab, h, "dW");
+  TB_REQUIRE(targets != nullptr && loss_out != nullptr,
+             "lm_head_cross_entropy: targets and loss_out must be device pointers, got null");
+  TB_REQUIRE(scratch.ptr != nullptr && aligned(scratch.ptr) && scratch.bytes >= layout.bytes,
+             str("lm_head_cross_entropy: scratch must be ", layout.bytes,
+                 " bytes, 256-byte aligned (lm_head_ce_scratch), got ", scratch.bytes, " bytes at ", scratch.ptr));
+  TB_REQUIRE(std::isfinite(grad_scale),
+             str("lm_head_cross_entropy: grad_scale must be finite, got ", grad_scale));
+}
+
+}  // namespace
 
 void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<float> dw,
                            TensorView<const __nv_bfloat16> x, TensorView<const __nv_bfloat16> w,
@@ -218,18 +318,9 @@ void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, Tens
   TB_REQUIRE(w.size(1) == h, str("lm_head_cross_entropy: x ", x.shape_str(), " and W ", w.shape_str(),
                                  " disagree on the hidden size (W is [vocab, hidden])"));
   const LmHeadCeScratch layout = lm_head_ce_scratch(t, vocab, h, chunk);
-  require_dense(x, t, h, "x");
   require_dense(w, vocab, h, "W");
+  check_call(dx, dw, x, vocab, targets, grad_scale, loss_out, scratch, layout);
   const bool want_dx = dx.data() != nullptr, want_dw = dw.data() != nullptr;
-  if (want_dx) require_dense(dx, t, h, "dx");
-  if (want_dw) require_dense(dw, vocab, h, "dW");
-  TB_REQUIRE(targets != nullptr && loss_out != nullptr,
-             "lm_head_cross_entropy: targets and loss_out must be device pointers, got null");
-  TB_REQUIRE(scratch.ptr != nullptr && aligned(scratch.ptr) && scratch.bytes >= layout.bytes,
-             str("lm_head_cross_entropy: scratch must be ", layout.bytes,
-                 " bytes, 256-byte aligned (lm_head_ce_scratch), got ", scratch.bytes, " bytes at ", scratch.ptr));
-  TB_REQUIRE(std::isfinite(grad_scale),
-             str("lm_head_cross_entropy: grad_scale must be finite, got ", grad_scale));
 
   auto* logits = static_cast<__nv_bfloat16*>(scratch.ptr);
   auto* token_loss = reinterpret_cast<float*>(static_cast<unsigned char*>(scratch.ptr) + layout.token_loss_offset);
@@ -249,6 +340,66 @@ void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, Tens
               logits, x_c);
   }
   mean_loss_kernel<<<1, kMeanThreads, 0, dc.stream()>>>(token_loss, t, loss_out);
+  TB_CHECK_LAUNCH();
+}
+
+void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<float> dw,
+                               TensorView<const __nv_bfloat16> x, const LmHeadFp8& w, std::int64_t vocab,
+                               const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
+                               Workspace scratch) {
+  TB_REQUIRE(x.rank() == 2, str("lm_head_cross_entropy_fp8: x must be [t, h], got ", x.shape_str()));
+  const std::int64_t t = x.size(0), h = x.size(1);
+  TB_REQUIRE(t % 16 == 0 && h % 16 == 0 && vocab % 16 == 0,
+             str("lm_head_cross_entropy_fp8: tokens ", t, ", hidden ", h, " and vocab ", vocab,
+                 " must be multiples of 16 (FP8 GEMMs); use the bf16 LM head"));
+  TB_REQUIRE(w.wq && w.wqt && w.w_scale_inv && w.x.amax && w.x.scale && w.x.scale_inv && w.dlogits.amax &&
+                 w.dlogits.scale && w.dlogits.scale_inv,
+             "lm_head_cross_entropy_fp8: the FP8 weights, W's scale_inv and the x / dlogits scaling slots are needed");
+  const LmHeadCeScratch layout = lm_head_ce_scratch(t, vocab, h, chunk, true);
+  check_call(dx, dw, x, vocab, targets, grad_scale, loss_out, scratch, layout);
+  const bool want_dx = dx.data() != nullptr, want_dw = dw.data() != nullptr, backward = want_dx || want_dw;
+
+  auto* base = static_cast<unsigned char*>(scratch.ptr);
+  auto* logits = reinterpret_cast<__nv_bfloat16*>(base);
+  auto* token_loss = reinterpret_cast<float*>(base + layout.token_loss_offset);
+  std::uint8_t *dlq = base + layout.dlq_offset, *dlqt = base + layout.dlqt_offset;
+  std::uint8_t *xq = base + layout.xq_offset, *xqt = base + layout.xqt_offset;
+  auto* lse2 = reinterpret_cast<float*>(base + layout.lse_offset);
+  const float scale = float(double(grad_scale) / double(t));
+  cudaStream_t st = dc.stream();
+  dc.activate();
+  TB_CHECK(cudaMemsetAsync(w.x.amax, 0, sizeof(float), st));
+  fp8_amax(x.data(), std::size_t(t) * std::size_t(h), w.x.amax, st);
+  for (std::int64_t r0 = 0; r0 < t; r0 += layout.chunk) {
+    const std::int64_t c = std::min(layout.chunk, t - r0);
+    Fp8CastArgs xa;  // every chunk with the whole x's scale
+    xa.x = x.data() + r0 * h, xa.rows = c, xa.cols = h, xa.q = xq, xa.qt = backward && want_dw ? xqt : nullptr;
+    xa.type = DType::e4m3, xa.amax_in = w.x.amax, xa.scale = w.x.scale, xa.scale_inv = w.x.scale_inv;
+    xa.margin = w.margin;
+    fp8_cast(xa, st);
+    GemmShape fwd{c, vocab, h, DType::e4m3, DType::e4m3, DType::bf16, true};
+    dc.gemm(fwd, logits, xq, w.wq, {w.x.scale_inv, w.w_scale_inv});
+    if (!backward) {
+      launch_softmax_xent(logits, c, vocab, targets + r0, token_loss + r0, scale, false, st);
+      continue;
+    }
+    TB_CHECK(cudaMemsetAsync(w.dlogits.amax, 0, sizeof(float), st));
+    launch_softmax_xent<true>(logits, c, vocab, targets + r0, token_loss + r0, scale, false, st,
+                              Fp8Stats{lse2, w.dlogits.amax});
+    const detail::CastTarget gt{c, vocab, dlq, dlqt, w.dlogits.amax, w.dlogits.scale, w.dlogits.scale_inv, nullptr,
+                                fp8_max(DType::e5m2), w.margin};
+    detail::launch_cast_transpose(SoftmaxGradSource{logits, vocab, lse2, targets + r0, scale}, gt, false,
+                                  vocab % kVec == 0, "lm_head_cross_entropy_fp8 (dlogits)", st);
+    if (want_dx)
+      dc.gemm(GemmShape{c, h, vocab, DType::e5m2, DType::e4m3, DType::bf16}, dx.data() + r0 * h, dlq, w.wqt,
+              {w.dlogits.scale_inv, w.w_scale_inv});
+    if (want_dw) {
+      GemmShape gw{vocab, h, c, DType::e5m2, DType::e4m3, DType::f32};
+      gw.accumulate = true;
+      dc.gemm(gw, dw.data(), dlqt, xqt, {w.dlogits.scale_inv, w.x.scale_inv});
+    }
+  }
+  mean_loss_kernel<<<1, kMeanThreads, 0, st>>>(token_loss, t, loss_out);
   TB_CHECK_LAUNCH();
 }
 

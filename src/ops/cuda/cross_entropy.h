@@ -33,6 +33,19 @@
 // the softmax kernel reads each chunk's logits twice (the second read mostly from L2) and writes dlogits once:
 // 4 t V bytes ideal (6 t V counted with both reads) plus 4 t for the token losses.
 // Peak memory: scratch = 2 chunk V + 4 t bytes (+ alignment), e.g. 1.05 GB for chunk 4096 at V = 128256.
+//
+// FP8 (lm_head_cross_entropy_fp8): the same three GEMMs on FP8 operands with per-tensor current scaling
+// (ops/cuda/fp8.h), the logits still bf16 and the softmax fp32:
+//   xq = e4m3(x s_x), s_x from amax(x) (one pass over x per call); Wq, Wq^T = e4m3(W s_w) made by the caller
+//   logits_c  = (xq_c / s_x)(Wq / s_w)^T                             fast accumulation
+//   pass 1 (one block per row): lse_r, loss_r, and amax of dlogits over the chunk, exactly, without writing them:
+//              max(|g(z_target, target)|, |g(max of the other z, not target)|), g(z, onehot) = (e^(z-lse) - onehot)
+//              * grad_scale / t (monotone in z)
+//   pass 2 (64 x 64 tiles): dlq, dlq^T = e5m2(g s_g), g recomputed from the bf16 logits and lse, s_g from that amax
+//   dx_c  = (dlq / s_g)(Wq^T / s_w)^T;   dW += (dlq^T / s_g)(xq_c^T / s_x)^T    (fp32, beta = 1)
+// DRAM traffic beyond the GEMMs equals the bf16 path's (logits read twice; 2 chunk V fp8 bytes written instead of
+// 2 chunk V bf16 bytes); the GEMMs read half the bytes and run at the FP8 rate. Its scratch adds the two FP8 copies
+// of dlogits (2 chunk V bytes) and of x_c (2 chunk h), so chunk 2048 takes what chunk 4096 takes in bf16.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -42,20 +55,25 @@
 
 #include "core/tensor.h"
 #include "ops/cuda/context.h"
+#include "ops/cuda/fp8.h"
 
 namespace tb::ops {
 
 inline constexpr int kLmHeadDefaultChunk = 4096;  // tokens per chunk
+inline constexpr int kLmHeadFp8Chunk = 2048;      // FP8: the same scratch as bf16's 4096 (see above)
 
 struct LmHeadCeScratch {
   std::int64_t chunk = 0;                // tokens per chunk actually used (rounded as above, at most t)
   std::size_t logits_bytes = 0;          // [chunk, V] bf16 at offset 0
   std::size_t token_loss_offset = 0;     // [t] fp32 per-token losses
+  // FP8 only (0 otherwise): dlq [chunk, V], dlq^T [V, chunk] e5m2; xq [chunk, h], xq^T [h, chunk] e4m3; lse [chunk]
+  std::size_t dlq_offset = 0, dlqt_offset = 0, xq_offset = 0, xqt_offset = 0, lse_offset = 0;
   std::size_t bytes = 0;                 // total to allocate
 };
-// The scratch layout for these sizes; throws tb::Error{config} on non-positive sizes or chunk.
+// The scratch layout for these sizes; throws tb::Error{config} on non-positive sizes or chunk. fp8: the layout of
+// lm_head_cross_entropy_fp8 (its chunk is also rounded to a multiple of 16 tokens, as FP8 GEMMs need).
 LmHeadCeScratch lm_head_ce_scratch(std::int64_t tokens, std::int64_t vocab, std::int64_t hidden,
-                                   int chunk = kLmHeadDefaultChunk);
+                                   int chunk = kLmHeadDefaultChunk, bool fp8 = false);
 
 // dx: [t, h] bf16 (written) or empty; dW: [V, h] fp32 (accumulated: the caller zeroes it) or empty;
 // x: [t, h] bf16; W: [V, h] bf16; targets: t device int32; loss_out: one device float (the mean loss);
@@ -66,5 +84,20 @@ void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, Tens
                            TensorView<const __nv_bfloat16> x, TensorView<const __nv_bfloat16> w,
                            const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
                            Workspace scratch);
+
+// The FP8 head's weights and scaling slots (device). x and dlogits are written by the call (current scaling).
+struct LmHeadFp8 {
+  const std::uint8_t* wq = nullptr;    // [V, h] e4m3: W s_w
+  const std::uint8_t* wqt = nullptr;   // [h, V] e4m3: its transpose
+  const float* w_scale_inv = nullptr;  // 1 / s_w
+  Fp8Meta x, dlogits;                  // amax, scale, scale_inv of each (history unused)
+  int margin = 0;                      // scale = fp8_max / amax / 2^margin
+};
+// As lm_head_cross_entropy, with W given by its FP8 copies (above). h, V and t multiples of 16; scratch from
+// lm_head_ce_scratch(t, V, h, chunk, true).
+void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<float> dw,
+                               TensorView<const __nv_bfloat16> x, const LmHeadFp8& w, std::int64_t vocab,
+                               const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
+                               Workspace scratch);
 
 }  // namespace tb::ops

@@ -1,8 +1,7 @@
 // ops/cuda/fp8.cu: see fp8.h. amax: grid-stride max of |x| with 16-byte loads, a block reduction and one atomicMax
 // per block (non-negative floats order like their bit patterns, so an integer atomicMax works; NaN's pattern is above
-// inf's, so NaN propagates). Cast: without the transpose, grid-stride over 8-element vectors; with it, 64 x 64 tiles
-// with 16-byte loads and 8-byte stores when the shape allows (multiples of 64), else 32 x 32 tiles with byte
-// accesses, through shared memory (q written row by row, qt from the transposed tile).
+// inf's, so NaN propagates). Cast: without the transpose, grid-stride over 8-element vectors; with it, the tile
+// kernels of ops/cuda/fp8_cast.cuh (64 x 64 tiles with 16-byte loads when the shape allows, else 32 x 32).
 #include "ops/cuda/fp8.h"
 
 #include <cuda_fp8.h>
@@ -11,39 +10,16 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cuda/fp8_cast.cuh"
 #include "ops/cuda/kernel_common.cuh"
 
 namespace tb::ops {
 namespace {
 using detail::str;
-
-constexpr int kThreads = 256;
-constexpr int kTile = 32, kRowsPerPass = 8;  // kTile x kRowsPerPass = kThreads
-
-__device__ __forceinline__ void atomic_max_nonneg(float* p, float v) {
-  atomicMax(reinterpret_cast<int*>(p), __float_as_int(v));
-}
-
-// Called by every thread of a block of kThreads threads (any shape): *amax = max(*amax, the block's largest m), or
-// NaN when a thread saw one (fmaxf drops NaN, so it is carried as a flag).
-__device__ __forceinline__ void record_block_amax(float m, bool nan, float* amax) {
-  __shared__ float warp_max[kThreads / 32];
-  const int t = threadIdx.y * blockDim.x + threadIdx.x;
-  const int any_nan = __syncthreads_or(nan);
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
-  if (t % 32 == 0) warp_max[t / 32] = m;
-  __syncthreads();
-  if (t == 0) {
-    float bm = 0.0f;
-    for (int w = 0; w < kThreads / 32; ++w) bm = fmaxf(bm, warp_max[w]);
-    atomic_max_nonneg(amax, any_nan ? __int_as_float(0x7fc00000) : bm);
-  }
-}
-
-__device__ __forceinline__ float abs_or_nan(float x, bool& nan) {
-  nan = nan || isnan(x);
-  return fabsf(x);
-}
+using detail::abs_or_nan;
+using detail::record_block_amax;
+using detail::to_fp8;
+constexpr int kThreads = detail::kCastThreads;
 
 __global__ void __launch_bounds__(kThreads) amax_kernel(const __nv_bfloat16* __restrict__ x, std::size_t n, float* amax) {
   float m = 0.0f;
@@ -64,41 +40,14 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const __nv_bfloat16* __r
 }
 
 template <__nv_fp8_interpretation_t Kind>
-__device__ __forceinline__ std::uint8_t to_fp8(float v) {
-  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, Kind);
-}
-
-struct CastParams {
-  const __nv_bfloat16* x;
-  std::int64_t rows, cols;
-  std::uint8_t* q;
-  std::uint8_t* qt;
-  const float* amax_in;
-  float* scale;
-  float* scale_inv;
-  float* amax_out;
-  float max_finite;
-  int margin;
-};
-
-__device__ __forceinline__ float block_scale(const CastParams& p) {
-  const float s = p.amax_in ? fp8_scale_for(*p.amax_in, p.max_finite, p.margin) : *p.scale;
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
-    if (p.amax_in) *p.scale = s;
-    *p.scale_inv = 1.0f / s;
-  }
-  return s;
-}
-
-template <__nv_fp8_interpretation_t Kind>
-__global__ void __launch_bounds__(kThreads) cast_kernel(CastParams p) {
-  const float s = block_scale(p);
+__global__ void __launch_bounds__(kThreads) cast_kernel(const __nv_bfloat16* __restrict__ x, detail::CastTarget p) {
+  const float s = detail::cast_scale(p);
   const std::size_t n = std::size_t(p.rows) * std::size_t(p.cols), nv = n / 8;
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   float m = 0.0f;
   bool nan = false;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < nv; i += stride) {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p.x) + i);
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(x) + i);
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
     union {
       uint2 v;
@@ -114,83 +63,9 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(CastParams p) {
     reinterpret_cast<uint2*>(p.q)[i] = out.v;
   }
   for (std::size_t i = nv * 8 + std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float f = __bfloat162float(p.x[i]);
+    const float f = __bfloat162float(x[i]);
     m = fmaxf(m, abs_or_nan(f, nan));
     p.q[i] = to_fp8<Kind>(f * s);
-  }
-  if (p.amax_out) record_block_amax(m, nan, p.amax_out);
-}
-
-// One 32 x 32 tile per block of 32 x 8 threads; rows, cols multiples of 32 handled by the grid, edges masked.
-template <__nv_fp8_interpretation_t Kind>
-__global__ void __launch_bounds__(kTile* kRowsPerPass) cast_transpose_kernel(CastParams p) {
-  __shared__ std::uint8_t tile[kTile][kTile + 4];
-  const float s = block_scale(p);
-  const std::int64_t r0 = std::int64_t(blockIdx.y) * kTile, c0 = std::int64_t(blockIdx.x) * kTile;
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  float m = 0.0f;
-  bool nan = false;
-  for (int r = ty; r < kTile; r += kRowsPerPass) {
-    const std::int64_t row = r0 + r, col = c0 + tx;
-    std::uint8_t b = 0;
-    if (row < p.rows && col < p.cols) {
-      const float f = __bfloat162float(p.x[row * p.cols + col]);
-      m = fmaxf(m, abs_or_nan(f, nan));
-      b = to_fp8<Kind>(f * s);
-      if (p.q) p.q[row * p.cols + col] = b;
-    }
-    tile[r][tx] = b;
-  }
-  __syncthreads();
-  for (int r = ty; r < kTile; r += kRowsPerPass) {  // qt[c0 + r][r0 + tx] = q[r0 + tx][c0 + r]
-    const std::int64_t qrow = c0 + r, qcol = r0 + tx;
-    if (qrow < p.cols && qcol < p.rows) p.qt[qrow * p.rows + qcol] = tile[tx][r];
-  }
-  if (p.amax_out) record_block_amax(m, nan, p.amax_out);
-}
-
-// 64 x 64 tiles, 256 threads, rows and cols multiples of 64: 16-byte loads of x (8 bf16), 8-byte stores of q and
-// of qt (8 consecutive rows of one column, gathered from the tile in shared memory).
-constexpr int kBig = 64;
-template <__nv_fp8_interpretation_t Kind>
-__global__ void __launch_bounds__(kThreads) cast_transpose64_kernel(CastParams p) {
-  __shared__ std::uint8_t tile[kBig][kBig + 8];
-  const float s = block_scale(p);
-  const std::int64_t r0 = std::int64_t(blockIdx.y) * kBig, c0 = std::int64_t(blockIdx.x) * kBig;
-  const int t = threadIdx.x;
-  float m = 0.0f;
-  bool nan = false;
-#pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {  // 512 vectors of 8: row = v / 8, column group = v % 8
-    const int v = pass * 256 + t, r = v / 8, cg = (v % 8) * 8;
-    const std::int64_t row = r0 + r;
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(p.x + row * p.cols + c0 + cg));
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-    union {
-      uint2 v2;
-      std::uint8_t b[8];
-    } out;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 f = __bfloat1622float2(h[k]);
-      m = fmaxf(m, fmaxf(abs_or_nan(f.x, nan), abs_or_nan(f.y, nan)));
-      out.b[2 * k] = to_fp8<Kind>(f.x * s);
-      out.b[2 * k + 1] = to_fp8<Kind>(f.y * s);
-    }
-    if (p.q) *reinterpret_cast<uint2*>(p.q + row * p.cols + c0 + cg) = out.v2;
-    *reinterpret_cast<uint2*>(&tile[r][cg]) = out.v2;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {  // qt row c (a column of the tile), 8 rows of x per store
-    const int v = pass * 256 + t, c = v / 8, rg = (v % 8) * 8;
-    union {
-      uint2 v2;
-      std::uint8_t b[8];
-    } out;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) out.b[k] = tile[rg + k][c];
-    *reinterpret_cast<uint2*>(p.qt + (c0 + c) * p.rows + r0 + rg) = out.v2;
   }
   if (p.amax_out) record_block_amax(m, nan, p.amax_out);
 }
@@ -261,34 +136,22 @@ void fp8_cast(const Fp8CastArgs& a, cudaStream_t stream) {
   TB_REQUIRE(a.x && (a.q || a.qt) && a.scale && a.scale_inv, what + ": needs x, q or qt, scale and scale_inv");
   TB_REQUIRE(a.rows >= 1 && a.cols >= 1, what + ": empty tensor");
   TB_REQUIRE(a.margin >= 0 && a.margin < 64, what + ": margin must be in [0, 64)");
-  CastParams p{a.x, a.rows, a.cols, static_cast<std::uint8_t*>(a.q), static_cast<std::uint8_t*>(a.qt), a.amax_in,
-               a.scale, a.scale_inv, a.amax_out, fp8_max(a.type), a.margin};
+  const detail::CastTarget p{a.rows,      a.cols,        static_cast<std::uint8_t*>(a.q),
+                             static_cast<std::uint8_t*>(a.qt), a.amax_in, a.scale, a.scale_inv, a.amax_out,
+                             fp8_max(a.type), a.margin};
   const bool e4 = a.type == DType::e4m3;
-  const bool aligned = reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0 &&
-                       reinterpret_cast<std::uintptr_t>(a.q) % 8 == 0 && reinterpret_cast<std::uintptr_t>(a.qt) % 8 == 0;
-  if (a.qt && a.rows % kBig == 0 && a.cols % kBig == 0 && aligned && a.rows / kBig < 65536) {
-    const dim3 grid(unsigned(a.cols / kBig), unsigned(a.rows / kBig));
-    if (e4)
-      cast_transpose64_kernel<__NV_E4M3><<<grid, 256, 0, stream>>>(p);
-    else
-      cast_transpose64_kernel<__NV_E5M2><<<grid, 256, 0, stream>>>(p);
-  } else if (a.qt) {
-    const dim3 grid(unsigned((a.cols + kTile - 1) / kTile), unsigned((a.rows + kTile - 1) / kTile));
-    TB_REQUIRE(grid.y < 65536, what + ": too many rows for one launch");
-    const dim3 block(kTile, kRowsPerPass);
-    if (e4)
-      cast_transpose_kernel<__NV_E4M3><<<grid, block, 0, stream>>>(p);
-    else
-      cast_transpose_kernel<__NV_E5M2><<<grid, block, 0, stream>>>(p);
-  } else {
-    TB_REQUIRE(reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.q) % 8 == 0,
-               what + ": x must be 16-byte and q 8-byte aligned");
-    const std::size_t n = std::size_t(a.rows) * std::size_t(a.cols);
-    if (e4)
-      cast_kernel<__NV_E4M3><<<grid_for(n / 8 + 1, kThreads), kThreads, 0, stream>>>(p);
-    else
-      cast_kernel<__NV_E5M2><<<grid_for(n / 8 + 1, kThreads), kThreads, 0, stream>>>(p);
+  if (a.qt) {
+    detail::launch_cast_transpose(detail::Bf16Source{a.x, a.cols}, p, e4,
+                                  reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0, what, stream);
+    return;
   }
+  TB_REQUIRE(reinterpret_cast<std::uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<std::uintptr_t>(a.q) % 8 == 0,
+             what + ": x must be 16-byte and q 8-byte aligned");
+  const std::size_t n = std::size_t(a.rows) * std::size_t(a.cols);
+  if (e4)
+    cast_kernel<__NV_E4M3><<<grid_for(n / 8 + 1, kThreads), kThreads, 0, stream>>>(a.x, p);
+  else
+    cast_kernel<__NV_E5M2><<<grid_for(n / 8 + 1, kThreads), kThreads, 0, stream>>>(a.x, p);
   TB_CHECK_LAUNCH();
 }
 

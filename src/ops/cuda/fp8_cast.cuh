@@ -1,0 +1,185 @@
+// ops/cuda/fp8_cast.cuh: the FP8 cast + transpose kernels of ops/cuda/fp8.h over any source of values (include from
+// .cu only). A source maps an element (row, col) of a [rows, cols] matrix to a float:
+//   src.at(r, c)              one value (32 x 32 tiles: any shape)
+//   src.load8(r, c, f)        f[k] = value (r, c + k), k < 8; c a multiple of 8 (64 x 64 tiles: shapes multiples of 64)
+// Bf16Source reads a bf16 matrix (fp8_cast); the LM head's FP8 backward reads softmax - onehot computed on the fly
+// from its logits (ops/cuda/cross_entropy.cu). Per element: q = fp8(v * scale) (round to nearest even, saturating),
+// written to q[r, c] (if q) and qt[c, r]; scale = fp8_max / *amax_in / 2^margin (current scaling, written to *scale)
+// or *scale (delayed), *scale_inv = 1 / scale; amax_out (if set) = max(*amax_out, max |v|), NaN propagating.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
+#include "ops/cuda/fp8.h"
+#include "ops/cuda/kernel_common.cuh"
+
+namespace tb::ops::detail {
+
+inline constexpr int kCastThreads = 256;
+inline constexpr int kCastTile = 32, kCastRowsPerPass = 8;  // kCastTile x kCastRowsPerPass = kCastThreads
+inline constexpr int kCastBig = 64;
+
+struct Bf16Source {
+  const __nv_bfloat16* x;
+  std::int64_t cols;
+  __device__ __forceinline__ float at(std::int64_t r, std::int64_t c) const { return __bfloat162float(x[r * cols + c]); }
+  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&f)[8]) const {
+    unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * cols + c)), f);
+  }
+};
+
+struct CastTarget {
+  std::int64_t rows, cols;
+  std::uint8_t* q;  // [rows, cols] or null
+  std::uint8_t* qt;  // [cols, rows]
+  const float* amax_in;
+  float* scale;
+  float* scale_inv;
+  float* amax_out;
+  float max_finite;
+  int margin;
+};
+
+__device__ __forceinline__ void atomic_max_nonneg(float* p, float v) {
+  atomicMax(reinterpret_cast<int*>(p), __float_as_int(v));
+}
+
+// Called by every thread of a block of kCastThreads threads (any shape): *amax = max(*amax, the block's largest m),
+// or NaN when a thread saw one (fmaxf drops NaN, so it is carried as a flag).
+__device__ __forceinline__ void record_block_amax(float m, bool nan, float* amax) {
+  __shared__ float warp_max[kCastThreads / 32];
+  const int t = threadIdx.y * blockDim.x + threadIdx.x;
+  const int any_nan = __syncthreads_or(nan);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
+  if (t % 32 == 0) warp_max[t / 32] = m;
+  __syncthreads();
+  if (t == 0) {
+    float bm = 0.0f;
+    for (int w = 0; w < kCastThreads / 32; ++w) bm = fmaxf(bm, warp_max[w]);
+    atomic_max_nonneg(amax, any_nan ? __int_as_float(0x7fc00000) : bm);
+  }
+}
+
+__device__ __forceinline__ float abs_or_nan(float x, bool& nan) {
+  nan = nan || isnan(x);
+  return fabsf(x);
+}
+
+template <__nv_fp8_interpretation_t Kind>
+__device__ __forceinline__ std::uint8_t to_fp8(float v) {
+  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, Kind);
+}
+
+// The scale every block uses; block (0, 0)'s first thread writes it back.
+__device__ __forceinline__ float cast_scale(const CastTarget& p) {
+  const float s = p.amax_in ? fp8_scale_for(*p.amax_in, p.max_finite, p.margin) : *p.scale;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+    if (p.amax_in) *p.scale = s;
+    *p.scale_inv = 1.0f / s;
+  }
+  return s;
+}
+
+// One 32 x 32 tile per block of 32 x 8 threads; edges masked.
+template <__nv_fp8_interpretation_t Kind, class Src>
+__global__ void __launch_bounds__(kCastTile* kCastRowsPerPass) cast_transpose32_kernel(Src src, CastTarget p) {
+  __shared__ std::uint8_t tile[kCastTile][kCastTile + 4];
+  const float s = cast_scale(p);
+  const std::int64_t r0 = std::int64_t(blockIdx.y) * kCastTile, c0 = std::int64_t(blockIdx.x) * kCastTile;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  float m = 0.0f;
+  bool nan = false;
+  for (int r = ty; r < kCastTile; r += kCastRowsPerPass) {
+    const std::int64_t row = r0 + r, col = c0 + tx;
+    std::uint8_t b = 0;
+    if (row < p.rows && col < p.cols) {
+      const float f = src.at(row, col);
+      m = fmaxf(m, abs_or_nan(f, nan));
+      b = to_fp8<Kind>(f * s);
+      if (p.q) p.q[row * p.cols + col] = b;
+    }
+    tile[r][tx] = b;
+  }
+  __syncthreads();
+  for (int r = ty; r < kCastTile; r += kCastRowsPerPass) {  // qt[c0 + r][r0 + tx] = q[r0 + tx][c0 + r]
+    const std::int64_t qrow = c0 + r, qcol = r0 + tx;
+    if (qrow < p.cols && qcol < p.rows) p.qt[qrow * p.rows + qcol] = tile[tx][r];
+  }
+  if (p.amax_out) record_block_amax(m, nan, p.amax_out);
+}
+
+// 64 x 64 tiles, 256 threads, rows and cols multiples of 64: 8 values per load, 8-byte stores of q and of qt
+// (8 consecutive rows of one column, gathered from the tile in shared memory).
+template <__nv_fp8_interpretation_t Kind, class Src>
+__global__ void __launch_bounds__(kCastThreads) cast_transpose64_kernel(Src src, CastTarget p) {
+  __shared__ std::uint8_t tile[kCastBig][kCastBig + 8];
+  const float s = cast_scale(p);
+  const std::int64_t r0 = std::int64_t(blockIdx.y) * kCastBig, c0 = std::int64_t(blockIdx.x) * kCastBig;
+  const int t = threadIdx.x;
+  float m = 0.0f;
+  bool nan = false;
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {  // 512 vectors of 8: row = v / 8, column group = v % 8
+    const int v = pass * 256 + t, r = v / 8, cg = (v % 8) * 8;
+    const std::int64_t row = r0 + r;
+    float f[8];
+    src.load8(row, c0 + cg, f);
+    union {
+      uint2 v2;
+      std::uint8_t b[8];
+    } out;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      m = fmaxf(m, abs_or_nan(f[k], nan));
+      out.b[k] = to_fp8<Kind>(f[k] * s);
+    }
+    if (p.q) *reinterpret_cast<uint2*>(p.q + row * p.cols + c0 + cg) = out.v2;
+    *reinterpret_cast<uint2*>(&tile[r][cg]) = out.v2;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {  // qt row c (a column of the tile), 8 rows of x per store
+    const int v = pass * 256 + t, c = v / 8, rg = (v % 8) * 8;
+    union {
+      uint2 v2;
+      std::uint8_t b[8];
+    } out;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) out.b[k] = tile[rg + k][c];
+    *reinterpret_cast<uint2*>(p.qt + (c0 + c) * p.rows + r0 + rg) = out.v2;
+  }
+  if (p.amax_out) record_block_amax(m, nan, p.amax_out);
+}
+
+// Launches the cast + transpose of src into p.qt (and p.q): 64 x 64 tiles when `vector_ok` (rows, cols multiples of
+// 64 and the source's 8-value loads aligned), else 32 x 32 tiles. `what` names the caller in errors.
+template <class Src>
+void launch_cast_transpose(const Src& src, const CastTarget& p, bool e4m3, bool vector_ok, const std::string& what,
+                           cudaStream_t stream) {
+  const bool big = vector_ok && p.rows % kCastBig == 0 && p.cols % kCastBig == 0 &&
+                   reinterpret_cast<std::uintptr_t>(p.q) % 8 == 0 && reinterpret_cast<std::uintptr_t>(p.qt) % 8 == 0 &&
+                   p.rows / kCastBig < 65536;
+  if (big) {
+    const dim3 grid(unsigned(p.cols / kCastBig), unsigned(p.rows / kCastBig));
+    if (e4m3)
+      cast_transpose64_kernel<__NV_E4M3><<<grid, kCastThreads, 0, stream>>>(src, p);
+    else
+      cast_transpose64_kernel<__NV_E5M2><<<grid, kCastThreads, 0, stream>>>(src, p);
+  } else {
+    const dim3 grid(unsigned((p.cols + kCastTile - 1) / kCastTile), unsigned((p.rows + kCastTile - 1) / kCastTile));
+    TB_REQUIRE(grid.y < 65536, what + ": too many rows for one launch");
+    const dim3 block(kCastTile, kCastRowsPerPass);
+    if (e4m3)
+      cast_transpose32_kernel<__NV_E4M3><<<grid, block, 0, stream>>>(src, p);
+    else
+      cast_transpose32_kernel<__NV_E5M2><<<grid, block, 0, stream>>>(src, p);
+  }
+  TB_CHECK_LAUNCH();
+}
+
+}  // namespace tb::ops::detail

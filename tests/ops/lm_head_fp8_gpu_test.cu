@@ -1,0 +1,338 @@
+// Tests ops/cuda/cross_entropy's FP8 LM head (lm_head_cross_entropy_fp8) on one GPU, stage by stage on its own
+// intermediate tensors (read back from the scratch after a one-chunk call), then end to end:
+//   xq, xq^T  = e4m3(x s_x) bit for bit (host conversion), s_x = 448 / amax(x)
+//   logits    = (xq / s_x)(Wq / s_w)^T within bf16 rounding + fp32 accumulation: 2^-8 |ref| + 2^-9 sum |terms|
+//   losses    = lse(logits) - logits[target] of the GPU's own logits, fp32: 1e-5 (1 + |lse|)
+//   amax      = max |g| over the chunk, g = (2^(z log2 e - lse2) - onehot) grad_scale / t recomputed in double from the
+//               GPU's logits and lse2: 1e-5 relative
+//   dlq       = e5m2(g s_g), s_g = 57344 / amax: equal codes, or neighbouring codes where g s_g lies within 1e-4
+//               (relative) of the rounding midpoint (fp32 vs double); dlq^T its exact transpose
+//   dx, dW    = the products of the dequantised FP8 operands (in double): bf16 output 2^-8 |ref| + 2^-9 sum |terms|;
+//               fp32 output 2^-9 sum |terms|. Not fp32's 2^-24: Hopper's FP8 tensor cores add products at reduced
+//               precision between promotions to fp32 even without fast accumulation (measured on an H200: errors up to
+//               2^-11 of sum |terms|, 2^-12 failed 4.5% of dW's elements).
+// End to end against the unquantised fp64 reference (ops/cpu/cross_entropy.h on the same bf16 x, W): mean loss within
+// 2%, dx and dW within 15% relative L2 (E4M3 inputs, E5M2 gradients: ~2^-4 and 2^-3 relative per element). Several
+// chunks agree with one chunk (losses 1e-3, dx and dW 15%); forward-only losses are bit-identical; a corrupted
+// dx element fails its check; bad arguments throw before anything runs.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/sysinfo.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "ops/cpu/cross_entropy.h"
+#include "ops/cuda/context.h"
+#include "ops/cuda/cross_entropy.h"
+#include "ops/cuda/fp8.h"
+
+namespace {
+
+using tb::TensorView;
+using namespace tb::ops;
+using bf16 = __nv_bfloat16;
+
+#define SKIP_WITHOUT_GPU() \
+  if (tb::bench::visible_gpu_count() == 0) GTEST_SKIP() << tb::bench::no_gpu_reason()
+
+struct Case {
+  std::int64_t t, vocab, h;
+  float grad_scale;
+};
+
+template <class T>
+std::vector<T> down(const void* dev, std::size_t n) {
+  std::vector<T> h(n);
+  TB_CHECK(cudaMemcpy(h.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+template <class T>
+DeviceBuffer up(const std::vector<T>& h) {
+  DeviceBuffer b(0, h.size() * sizeof(T) + 256);
+  TB_CHECK(cudaMemcpy(b.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return b;
+}
+float scalar(const float* dev) { return down<float>(dev, 1)[0]; }
+
+// One problem on the GPU: random bf16 x [t, h] (U(-1, 1)) and W [V, h] (logits of std ~2), W's FP8 copies made with
+// fp8_cast as the decoder does, and the call's outputs.
+struct Problem {
+  Case c;
+  std::vector<std::uint16_t> x, w;
+  std::vector<std::int32_t> targets;
+  DeviceBuffer dx_, dw_, x_, w_, tg_, wq_, wqt_, loss_;
+  Fp8Scales scales{0, 3, 1, nullptr};  // W, x, dlogits
+
+  explicit Problem(Case cs) : c(cs) {
+    std::mt19937 rng(std::uint32_t(c.t * 131 + c.vocab * 7 + c.h));
+    std::uniform_real_distribution<float> ux(-1, 1), uw(-6.0f / std::sqrt(float(c.h)), 6.0f / std::sqrt(float(c.h)));
+    x.resize(std::size_t(c.t * c.h)), w.resize(std::size_t(c.vocab * c.h)), targets.resize(std::size_t(c.t));
+    for (auto& v : x) v = tb::float_to_bf16(ux(rng));
+    for (auto& v : w) v = tb::float_to_bf16(uw(rng));
+    std::uniform_int_distribution<int> ut(0, int(c.vocab) - 1);
+    for (auto& v : targets) v = ut(rng);
+    x_ = up(x), w_ = up(w), tg_ = up(targets);
+    dx_ = DeviceBuffer(0, x.size() * 2), dw_ = DeviceBuffer(0, w.size() * 4), loss_ = DeviceBuffer(0, 256);
+    wq_ = DeviceBuffer(0, w.size()), wqt_ = DeviceBuffer(0, w.size());
+    const Fp8Meta m = scales.meta(0);
+    Fp8CastArgs a;
+    a.x = w_.as<bf16>(), a.rows = c.vocab, a.cols = c.h, a.q = wq_.get(), a.qt = wqt_.get(), a.type = tb::DType::e4m3;
+    a.amax_in = m.amax, a.scale = m.scale, a.scale_inv = m.scale_inv;
+    fp8_amax(a.x, w.size(), m.amax, nullptr);
+    fp8_cast(a, nullptr);
+    TB_CHECK(cudaDeviceSynchronize());
+  }
+  LmHeadFp8 head() const {
+    LmHeadFp8 f;
+    f.wq = wq_.as<std::uint8_t>(), f.wqt = wqt_.as<std::uint8_t>(), f.w_scale_inv = scales.meta(0).scale_inv;
+    f.x = scales.meta(1), f.dlogits = scales.meta(2);
+    return f;
+  }
+  // Runs the head with `chunk` (backward unless forward_only) into a fresh scratch, which it returns.
+  DeviceBuffer run(DeviceContext& dc, int chunk, bool forward_only = false) {
+    const LmHeadCeScratch L = lm_head_ce_scratch(c.t, c.vocab, c.h, chunk, true);
+    DeviceBuffer scratch(0, L.bytes);
+    TB_CHECK(cudaMemset(dw_.get(), 0, dw_.bytes()));
+    TensorView<bf16> dx = forward_only ? TensorView<bf16>() : TensorView<bf16>(dx_.as<bf16>(), {c.t, c.h});
+    TensorView<float> dw = forward_only ? TensorView<float>() : TensorView<float>(dw_.as<float>(), {c.vocab, c.h});
+    lm_head_cross_entropy_fp8(dc, dx, dw, {x_.as<bf16>(), {c.t, c.h}}, head(), c.vocab, tg_.as<std::int32_t>(), chunk,
+                              c.grad_scale, loss_.as<float>(), {scratch.get(), L.bytes});
+    dc.synchronize();
+    return scratch;
+  }
+};
+
+float bf(std::uint16_t b) { return tb::bf16_to_float(b); }
+
+// Counts elements with |got - ref| > rel |ref| + abs_coef * mag (mag: the sum of |terms| of that element); reports
+// the first three as test failures when `what` is not empty.
+int violations(const std::vector<float>& got, const std::vector<double>& ref, const std::vector<double>& mag,
+               double rel, double abs_coef, const std::string& what) {
+  int bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double tol = rel * std::fabs(ref[i]) + abs_coef * mag[i] + 1e-30;
+    if (!(std::fabs(double(got[i]) - ref[i]) <= tol) && bad++ < 3 && !what.empty())
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << ref[i] << " +- " << tol;
+  }
+  return bad;
+}
+
+class LmHeadFp8Gpu : public testing::TestWithParam<Case> {};
+
+TEST_P(LmHeadFp8Gpu, EveryStageMatchesItsHostModel) {
+  SKIP_WITHOUT_GPU();
+  const Case c = GetParam();
+  DeviceContext dc(0);
+  Problem P(c);
+  const int chunk = int(c.t);
+  const DeviceBuffer scr = P.run(dc, chunk);
+  const LmHeadCeScratch L = lm_head_ce_scratch(c.t, c.vocab, c.h, chunk, true);
+  ASSERT_EQ(L.chunk, c.t);
+  const auto* base = static_cast<const unsigned char*>(scr.get());
+  const std::size_t tv = std::size_t(c.t * c.vocab), th = std::size_t(c.t * c.h), vh = std::size_t(c.vocab * c.h);
+  const LmHeadFp8 f = P.head();
+
+  // x's scale and FP8 copies, bit for bit.
+  float amax_x = 0;
+  for (auto b : P.x) amax_x = std::max(amax_x, std::fabs(bf(b)));
+  const float s_x = fp8_scale_for(amax_x, 448.0f, 0);
+  EXPECT_EQ(scalar(f.x.scale), s_x);
+  const auto xq = down<std::uint8_t>(base + L.xq_offset, th), xqt = down<std::uint8_t>(base + L.xqt_offset, th);
+  int xbad = 0;
+  for (std::int64_t r = 0; r < c.t; ++r)
+    for (std::int64_t k = 0; k < c.h; ++k) {
+      const std::uint8_t want = tb::float_to_e4m3(bf(P.x[std::size_t(r * c.h + k)]) * s_x);
+      xbad += xq[std::size_t(r * c.h + k)] != want || xqt[std::size_t(k * c.t + r)] != want;
+    }
+  EXPECT_EQ(xbad, 0);
+
+  // Logits from the dequantised operands.
+  const float xi = scalar(f.x.scale_inv), wi = scalar(f.w_scale_inv);
+  const auto wq = down<std::uint8_t>(f.wq, vh), wqt = down<std::uint8_t>(f.wqt, vh);
+  std::vector<double> xd(th), wd(vh);
+  for (std::size_t i = 0; i < th; ++i) xd[i] = double(tb::e4m3_to_float(xq[i])) * xi;
+  for (std::size_t i = 0; i < vh; ++i) wd[i] = double(tb::e4m3_to_float(wq[i])) * wi;
+  const auto zb = down<std::uint16_t>(base, tv);
+  std::vector<float> z(tv);
+  std::vector<double> zref(tv), zmag(tv);
+  for (std::int64_t r = 0; r < c.t; ++r)
+    for (std::int64_t v = 0; v < c.vocab; ++v) {
+      double s = 0, m = 0;
+      for (std::int64_t k = 0; k < c.h; ++k) {
+        const double p = xd[std::size_t(r * c.h + k)] * wd[std::size_t(v * c.h + k)];
+        s += p, m += std::fabs(p);
+      }
+      const std::size_t i = std::size_t(r * c.vocab + v);
+      z[i] = bf(zb[i]), zref[i] = s, zmag[i] = m;
+    }
+  EXPECT_EQ(violations(z, zref, zmag, 0x1p-8, 0x1p-9, "logits"), 0);
+
+  // Losses and the gradients' amax from the GPU's own logits and lse2.
+  const auto loss = down<float>(base + L.token_loss_offset, std::size_t(c.t));
+  const auto lse2 = down<float>(base + L.lse_offset, std::size_t(c.t));
+  const double scale = double(float(double(c.grad_scale) / double(c.t)));
+  std::vector<double> g(tv);
+  double amax = 0;
+  for (std::int64_t r = 0; r < c.t; ++r) {
+    double mx = -INFINITY, s = 0;
+    for (std::int64_t v = 0; v < c.vocab; ++v) mx = std::max(mx, double(z[std::size_t(r * c.vocab + v)]));
+    for (std::int64_t v = 0; v < c.vocab; ++v) s += std::exp(double(z[std::size_t(r * c.vocab + v)]) - mx);
+    const double lse = mx + std::log(s);
+    const std::int32_t tg = P.targets[std::size_t(r)];
+    EXPECT_NEAR(loss[std::size_t(r)], lse - z[std::size_t(r * c.vocab + tg)], 1e-5 * (1 + std::fabs(lse))) << r;
+    EXPECT_NEAR(lse2[std::size_t(r)], lse * M_LOG2E, 1e-5 * (1 + std::fabs(lse * M_LOG2E))) << r;
+    for (std::int64_t v = 0; v < c.vocab; ++v) {
+      const std::size_t i = std::size_t(r * c.vocab + v);
+      g[i] = (std::exp2(double(z[i]) * M_LOG2E - double(lse2[std::size_t(r)])) - (v == tg ? 1.0 : 0.0)) * scale;
+      amax = std::max(amax, std::fabs(g[i]));
+    }
+  }
+  const float amax_gpu = scalar(f.dlogits.amax);
+  EXPECT_NEAR(amax_gpu, amax, 1e-5 * amax);
+  const float s_g = scalar(f.dlogits.scale);
+  EXPECT_EQ(s_g, fp8_scale_for(amax_gpu, 57344.0f, 0));
+
+  // dlq and its transpose.
+  const auto dlq = down<std::uint8_t>(base + L.dlq_offset, tv), dlqt = down<std::uint8_t>(base + L.dlqt_offset, tv);
+  int code_bad = 0, near_ties = 0, t_bad = 0;
+  for (std::int64_t r = 0; r < c.t; ++r)
+    for (std::int64_t v = 0; v < c.vocab; ++v) {
+      const std::size_t i = std::size_t(r * c.vocab + v);
+      t_bad += dlq[i] != dlqt[std::size_t(v * c.t + r)];
+      const double val = g[i] * s_g;
+      const std::uint8_t want = tb::float_to_e5m2(float(val));
+      if (dlq[i] == want) continue;
+      // Accept the neighbouring code only when val sits at the midpoint of the two (fp32 vs double rounding).
+      const double a = tb::e5m2_to_float(dlq[i]), b = tb::e5m2_to_float(want);
+      if (std::fabs(val - 0.5 * (a + b)) <= 1e-4 * std::fabs(val))
+        ++near_ties;
+      else if (code_bad++ < 3)
+        ADD_FAILURE() << "dlq[" << r << ", " << v << "] = " << a << ", want " << b << " (value " << val << ")";
+    }
+  EXPECT_EQ(code_bad, 0);
+  EXPECT_EQ(t_bad, 0);
+  EXPECT_LT(near_ties, int(tv / 100));
+
+  // dx and dW from the dequantised FP8 operands.
+  const float gi = scalar(f.dlogits.scale_inv);
+  std::vector<double> dx_ref(th), dx_mag(th), dw_ref(vh), dw_mag(vh);
+  for (std::int64_t r = 0; r < c.t; ++r)
+    for (std::int64_t k = 0; k < c.h; ++k) {
+      double s = 0, m = 0;
+      for (std::int64_t v = 0; v < c.vocab; ++v) {
+        const double p = double(tb::e5m2_to_float(dlq[std::size_t(r * c.vocab + v)])) * gi *
+                         double(tb::e4m3_to_float(wqt[std::size_t(k * c.vocab + v)])) * wi;
+        s += p, m += std::fabs(p);
+      }
+      dx_ref[std::size_t(r * c.h + k)] = s, dx_mag[std::size_t(r * c.h + k)] = m;
+    }
+  for (std::int64_t v = 0; v < c.vocab; ++v)
+    for (std::int64_t k = 0; k < c.h; ++k) {
+      double s = 0, m = 0;
+      for (std::int64_t r = 0; r < c.t; ++r) {
+        const double p = double(tb::e5m2_to_float(dlqt[std::size_t(v * c.t + r)])) * gi *
+                         double(tb::e4m3_to_float(xqt[std::size_t(k * c.t + r)])) * xi;
+        s += p, m += std::fabs(p);
+      }
+      dw_ref[std::size_t(v * c.h + k)] = s, dw_mag[std::size_t(v * c.h + k)] = m;
+    }
+  std::vector<float> dx(th);
+  const auto dxb = down<std::uint16_t>(P.dx_.get(), th);
+  for (std::size_t i = 0; i < th; ++i) dx[i] = bf(dxb[i]);
+  const auto dw = down<float>(P.dw_.get(), vh);
+  EXPECT_EQ(violations(dx, dx_ref, dx_mag, 0x1p-8, 0x1p-9, "dx"), 0);
+  EXPECT_EQ(violations(dw, dw_ref, dw_mag, 0.0, 0x1p-9, "dW"), 0);
+
+  // A corrupted element fails the same check.
+  std::vector<float> bad = dx;
+  bad[th / 2] = float(dx_ref[th / 2] + 0.05 * dx_mag[th / 2] + 1e-3);
+  EXPECT_EQ(violations(bad, dx_ref, dx_mag, 0x1p-8, 0x1p-9, ""), 1);
+}
+
+double rel_l2(const std::vector<float>& got, const std::vector<double>& ref) {
+  double n = 0, d = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) n += (got[i] - ref[i]) * (got[i] - ref[i]), d += ref[i] * ref[i];
+  return std::sqrt(n / d);
+}
+
+TEST_P(LmHeadFp8Gpu, EndToEndWithinFp8ErrorOfTheExactHead) {
+  SKIP_WITHOUT_GPU();
+  const Case c = GetParam();
+  DeviceContext dc(0);
+  Problem P(c);
+  const std::size_t th = std::size_t(c.t * c.h), vh = std::size_t(c.vocab * c.h);
+  std::vector<double> x(th), w(vh), dx_ref(th), dw_ref(vh, 0.0);
+  for (std::size_t i = 0; i < th; ++i) x[i] = bf(P.x[i]);
+  for (std::size_t i = 0; i < vh; ++i) w[i] = bf(P.w[i]);
+  const double loss_ref = cpu::lm_head_cross_entropy<double>({dx_ref.data(), {c.t, c.h}}, {dw_ref.data(), {c.vocab, c.h}},
+                                                             {x.data(), {c.t, c.h}}, {w.data(), {c.vocab, c.h}},
+                                                             P.targets, int(c.t), c.grad_scale);
+  const auto one = [&](int chunk) {
+    P.run(dc, chunk);
+    std::vector<float> dx(th);
+    const auto dxb = down<std::uint16_t>(P.dx_.get(), th);
+    for (std::size_t i = 0; i < th; ++i) dx[i] = bf(dxb[i]);
+    return std::tuple{double(scalar(P.loss_.as<float>())), dx, down<float>(P.dw_.get(), vh)};
+  };
+  const auto [loss1, dx1, dw1] = one(int(c.t));
+  std::printf("t %lld V %lld h %lld: loss %.6f (exact %.6f, rel %.2e), dx rel L2 %.3f, dW rel L2 %.3f\n",
+              (long long)c.t, (long long)c.vocab, (long long)c.h, loss1, loss_ref,
+              std::fabs(loss1 - loss_ref) / loss_ref, rel_l2(dx1, dx_ref), rel_l2(dw1, dw_ref));
+  EXPECT_NEAR(loss1, loss_ref, 0.02 * loss_ref);
+  EXPECT_LT(rel_l2(dx1, dx_ref), 0.15);
+  EXPECT_LT(rel_l2(dw1, dw_ref), 0.15);
+
+  for (int chunk : {64, 96}) {  // 96 is rounded up to 128: whole 64 x 64 cast tiles
+    const auto [loss, dx, dw] = one(chunk);
+    EXPECT_NEAR(loss, loss1, 1e-3 * loss1) << chunk;
+    EXPECT_LT(rel_l2(dx, dx_ref), 0.15) << chunk;
+    EXPECT_LT(rel_l2(dw, dw_ref), 0.15) << chunk;
+  }
+
+  // Forward only: the same per-token losses, bit for bit, and no gradient written.
+  const LmHeadCeScratch L = lm_head_ce_scratch(c.t, c.vocab, c.h, 64, true);
+  const DeviceBuffer full = P.run(dc, 64);
+  const auto want = down<float>(static_cast<const unsigned char*>(full.get()) + L.token_loss_offset, std::size_t(c.t));
+  TB_CHECK(cudaMemset(P.dx_.get(), 0x7f, P.dx_.bytes()));
+  const DeviceBuffer fwd = P.run(dc, 64, true);
+  EXPECT_EQ(down<float>(static_cast<const unsigned char*>(fwd.get()) + L.token_loss_offset, std::size_t(c.t)), want);
+  const auto dxb = down<std::uint16_t>(P.dx_.get(), th);
+  EXPECT_EQ(dxb[0], 0x7f7f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LmHeadFp8Gpu,
+                         testing::Values(Case{256, 1024, 128, 1.0f},  // 64 x 64 cast tiles for the gradients
+                                         Case{192, 1008, 64, 0.5f}),  // V not a multiple of 64: 32 x 32 tiles
+                         [](const testing::TestParamInfo<Case>& i) {
+                           return "t" + std::to_string(i.param.t) + "_V" + std::to_string(i.param.vocab) + "_h" +
+                                  std::to_string(i.param.h);
+                         });
+
+TEST(LmHeadFp8GpuChecks, BadArgumentsThrowBeforeRunning) {
+  SKIP_WITHOUT_GPU();
+  DeviceContext dc(0);
+  Problem P(Case{64, 1024, 64, 1.0f});
+  const LmHeadCeScratch L = lm_head_ce_scratch(64, 1024, 64, 64, true);
+  DeviceBuffer scratch(0, L.bytes);
+  const TensorView<float> dw(P.dw_.as<float>(), {1024, 64});
+  const auto call = [&](std::int64_t t, LmHeadFp8 f, std::size_t bytes) {
+    lm_head_cross_entropy_fp8(dc, {P.dx_.as<bf16>(), {t, 64}}, dw, {P.x_.as<bf16>(), {t, 64}}, f, 1024,
+                              P.tg_.as<std::int32_t>(), 64, 1.0f, P.loss_.as<float>(), {scratch.get(), bytes});
+  };
+  EXPECT_THROW(call(40, P.head(), L.bytes), tb::Error);  // tokens not a multiple of 16
+  LmHeadFp8 no_w = P.head();
+  no_w.wqt = nullptr;
+  EXPECT_THROW(call(64, no_w, L.bytes), tb::Error);
+  EXPECT_THROW(call(64, P.head(), L.bytes - 256), tb::Error);  // scratch too small
+  EXPECT_NO_THROW(call(64, P.head(), L.bytes));
+}
+
+}  // namespace
