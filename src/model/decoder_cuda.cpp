@@ -132,9 +132,10 @@ int CudaDecoder::linear_slot(int l, int k) const {
 }
 
 // Casts x [rows, cols] to FP8 (E4M3 forward, E5M2 backward) into q and/or qt with the scaling slot m: current
-// scaling measures amax first; delayed uses the slot's scale and records amax.
+// scaling measures amax first (unless amax_ready: x's producer recorded it); delayed uses the slot's scale and
+// records amax.
 void CudaDecoder::fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, const ops::Fp8Meta& m,
-                                 bool fwd, std::uint8_t* q, std::uint8_t* qt) {
+                                 bool fwd, bool amax_ready, std::uint8_t* q, std::uint8_t* qt) {
   cudaStream_t st = dc_.stream();
   ops::Fp8CastArgs a;
   a.x = x, a.rows = rows, a.cols = cols, a.q = q, a.qt = qt, a.type = fwd ? DType::e4m3 : DType::e5m2;
@@ -142,11 +143,19 @@ void CudaDecoder::fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t 
   if (fp8_.delayed) {
     a.amax_out = m.amax;
   } else {
-    TB_CHECK(cudaMemsetAsync(m.amax, 0, sizeof(float), st));
-    ops::fp8_amax(x, std::size_t(rows) * std::size_t(cols), m.amax, st);
+    if (!amax_ready) {
+      TB_CHECK(cudaMemsetAsync(m.amax, 0, sizeof(float), st));
+      ops::fp8_amax(x, std::size_t(rows) * std::size_t(cols), m.amax, st);
+    }
     a.amax_in = m.amax;
   }
   ops::fp8_cast(a, st);
+}
+
+float* CudaDecoder::fused_amax(const ops::Fp8Meta& m) {
+  if (!fp8_.enabled || fp8_.delayed) return nullptr;
+  TB_CHECK(cudaMemsetAsync(m.amax, 0, sizeof(float), dc_.stream()));
+  return m.amax;
 }
 
 // The scaling slot of each linear's input per activation set. Delayed scaling: one slot per linear for every set (its
@@ -175,7 +184,7 @@ void CudaDecoder::fp8_begin_step() {
       auto* base = fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(l * 4 + k)];
       const std::size_t padded = (w.size + 255) / 256 * 256;
       fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], fp8_fwd_->meta(2 * (l * 4 + k) + 1),
-                     true, base, base + padded);
+                     true, false, base, base + padded);
     }
   if (fp8_head()) {  // current scaling whatever the recipe
     const Slot& w = layout_.slots[std::size_t(layout_.lm_head)];
@@ -463,17 +472,18 @@ TensorView<const float> CudaDecoder::inv_freq() const {
   return TensorView<const float>(inv_freq_.as<float>(), {cfg_.head_dim / 2});
 }
 
-void CudaDecoder::activation_forward(TensorView<bf16> g, TensorView<const bf16> h) {
+void CudaDecoder::activation_forward(TensorView<bf16> g, TensorView<const bf16> h, float* amax) {
   switch (cfg_.act) {
-    case Act::swiglu: ops::swiglu_forward(g, h, dc_.stream()); break;
-    case Act::gelu: ops::gelu_forward(g, h, dc_.stream()); break;
-    case Act::sqrelu: ops::sqrelu_forward(g, h, dc_.stream()); break;
+    case Act::swiglu: ops::swiglu_forward(g, h, dc_.stream(), amax); break;
+    case Act::gelu: ops::gelu_forward(g, h, dc_.stream(), amax); break;
+    case Act::sqrelu: ops::sqrelu_forward(g, h, dc_.stream(), amax); break;
   }
 }
 
 // y[rows, out] = x[rows, in] W[out, in]^T.  FP8: xq = fp8(x) (and X^T saved for the weight gradient), then
 // y = (xq s_x^-1)(Wq s_w^-1)^T with fast accumulation.
-void CudaDecoder::linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows) {
+void CudaDecoder::linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows,
+                                 bool amax_ready) {
   const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
   const std::int64_t out = w.shape[0], in = w.shape[1];
   if (!fp8_.enabled) {
@@ -482,7 +492,7 @@ void CudaDecoder::linear_forward(bf16* y, const bf16* x, int l, int k, const Lay
     return;
   }
   const int i = l * 4 + k;
-  fp8_cast_input(x, rows, in, A.xs[k], true, s_.xq, A.xt[k]);
+  fp8_cast_input(x, rows, in, A.xs[k], true, amax_ready, s_.xq, A.xt[k]);
   mark("fp8 casts");
   ops::GemmShape g;
   g.m = rows, g.n = out, g.k = in, g.a = g.b = DType::e4m3, g.d = DType::bf16, g.fast_accum = true;
@@ -495,7 +505,7 @@ void CudaDecoder::linear_forward(bf16* y, const bf16* x, int l, int k, const Lay
 // alias x.  FP8: dyq, dyq^T = fp8_e5m2(dy); dW += (dyq^T)(X^T)^T; dx = dyq (W^T)^T, W^T from fp8_begin_step.
 // With `after_dgrad` (dx must not alias x): dx first, then after_dgrad() (e.g. start dx's reduce-scatter), then dW.
 void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A,
-                                  std::int64_t rows, const std::function<void()>& after_dgrad) {
+                                  std::int64_t rows, const std::function<void()>& after_dgrad, bool amax_ready) {
   const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
   const std::int64_t out = w.shape[0], in = w.shape[1];
   const int i = l * 4 + k;
@@ -508,7 +518,7 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
     };
     dgrad = [&] { dc_.gemm(gemm_shape(rows, in, out, ops::GemmLayout::ab), dx, dy, params_.as<bf16>() + w.offset); };
   } else {
-    fp8_cast_input(dy, rows, out, fp8_bwd_->meta(i), false, s_.dyq, s_.dyqt);
+    fp8_cast_input(dy, rows, out, fp8_bwd_->meta(i), false, amax_ready, s_.dyq, s_.dyqt);
     mark("fp8 casts");
     wgrad = [&] {
       ops::GemmShape gw;
@@ -597,10 +607,11 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
   mark("norm fwd");
   tp_gather(A.y2, nl);
   linear_forward(A.h, A.y2, l, 2, A, n);
-  activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}});
+  float* g_amax = to_fc1_act ? nullptr : fused_amax(A.xs[3]);  // fc2's input scale from the activation's output
+  activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}}, g_amax);
   mark("activation fwd");
   if (to_fc1_act) return;
-  linear_forward(row_out, A.g, l, 3, A, n);
+  linear_forward(row_out, A.g, l, 3, A, n, g_amax != nullptr);
   if (tp_.size > 1) tp_scatter(s_.part, s_.m, nl);
 }
 
@@ -637,13 +648,14 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
   linear_backward(A.g, l, 3, s_.dnext, A.g, A, n);
   const TensorView<bf16> dh(A.h, {n, fc1_rows});
   const TensorView<const bf16> dg(A.g, {n, ffn}), h(A.h, {n, fc1_rows});
+  float* dh_amax = fp8_.enabled ? fused_amax(fp8_bwd_->meta(l * 4 + 2)) : nullptr;  // fc1's output gradient scale
   switch (c.act) {
-    case Act::swiglu: ops::swiglu_backward(dh, dg, h, st); break;
-    case Act::gelu: ops::gelu_backward(dh, dg, h, st); break;
-    case Act::sqrelu: ops::sqrelu_backward(dh, dg, h, st); break;
+    case Act::swiglu: ops::swiglu_backward(dh, dg, h, st, dh_amax); break;
+    case Act::gelu: ops::gelu_backward(dh, dg, h, st, dh_amax); break;
+    case Act::sqrelu: ops::sqrelu_backward(dh, dg, h, st, dh_amax); break;
   }
   mark("activation bwd");
-  linear_backward(s_.dy, l, 2, A.h, A.y2, A, n, tp_scatter_async(s_.dy, s_.dyl, nl));
+  linear_backward(s_.dy, l, 2, A.h, A.y2, A, n, tp_scatter_async(s_.dy, s_.dyl, nl), dh_amax != nullptr);
   tp_wait(s_.dy, s_.dyl, nl);
   ops::add_norm_backward(nk, {own(s_.dr2, nl), {nl, d}}, G(L.norm2_w), G(L.norm2_b), {dy_local, {nl, d}},
                          {own(s_.dnext, nl), {nl, d}}, {A.r2, {nl, d}}, P(L.norm2_w), {A.mean2, {nl}}, {A.rstd2, {nl}},

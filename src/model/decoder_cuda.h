@@ -284,14 +284,19 @@ class CudaDecoder {
   TensorView<float> G(int slot) const;       // its gradient
   TensorView<bf16> qk_view(bf16* fused_qkv, int batch, int seq) const;  // Q and K heads, skipping V
   TensorView<const float> inv_freq() const;  // empty unless pos == rope
-  void activation_forward(TensorView<bf16> g, TensorView<const bf16> h);
-  // Linear k (0 qkv, 1 out, 2 fc1, 3 fc2) of layer l; FP8 when enabled (x^T saved into A.xt[k]).
-  void linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows);
+  void activation_forward(TensorView<bf16> g, TensorView<const bf16> h, float* amax = nullptr);
+  // Linear k (0 qkv, 1 out, 2 fc1, 3 fc2) of layer l; FP8 when enabled (x^T saved into A.xt[k]). amax_ready: current
+  // scaling's amax of the input (forward) or output gradient (backward) is already in its slot (fused_amax()).
+  void linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows,
+                      bool amax_ready = false);
   void linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A, std::int64_t rows,
-                       const std::function<void()>& after_dgrad = {});
+                       const std::function<void()>& after_dgrad = {}, bool amax_ready = false);
+  // Current scaling: the slot's amax zeroed, for the kernel producing the tensor to record into (the activation's
+  // output for fc2, its gradient for fc1); null otherwise.
+  float* fused_amax(const ops::Fp8Meta& m);
   int linear_slot(int l, int k) const;
   void fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, const ops::Fp8Meta& m, bool fwd,
-                      std::uint8_t* q, std::uint8_t* qt);
+                      bool amax_ready, std::uint8_t* q, std::uint8_t* qt);
   void fp8_assign_input_scales(int slots);
   // The layer's forward from x (+ resid) into A; fc2's output into scratch m unless `to_fc1_act` (recompute).
   void layer_forward(int l, const bf16* x, const bf16* resid, const LayerActs& A, int batch, int seq,

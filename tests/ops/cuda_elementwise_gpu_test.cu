@@ -479,6 +479,34 @@ void run_act_case(Act act, std::int64_t rows, std::int64_t n, std::int64_t pad, 
     for (std::int64_t r = 0; r < rows; ++r)
       for (std::int64_t i = n; i < ys; ++i) ASSERT_EQ(bits[std::size_t(r * ys + i)], 0xffff) << "row " << r;
   }
+
+  // With the amax fused in (FP8 current scaling): the same bits, and amax = max |output| exactly (the padding, NaN,
+  // is not output).
+  Dev<float> amax(2);
+  TB_CHECK(cudaMemset(amax.get(), 0, 2 * sizeof(float)));
+  const auto y_bits = raw(y), dx_bits = raw(dx);
+  switch (act) {
+    case Act::swiglu:
+      gpu::swiglu_forward(yv, xv, nullptr, amax.get());
+      gpu::swiglu_backward(dxv, dyv, xv, nullptr, amax.get() + 1);
+      break;
+    case Act::gelu:
+      gpu::gelu_forward(yv, xv, nullptr, amax.get());
+      gpu::gelu_backward(dxv, dyv, xv, nullptr, amax.get() + 1);
+      break;
+    case Act::sqrelu:
+      gpu::sqrelu_forward(yv, xv, nullptr, amax.get());
+      gpu::sqrelu_backward(dxv, dyv, xv, nullptr, amax.get() + 1);
+      break;
+  }
+  EXPECT_EQ(raw(y), y_bits);
+  EXPECT_EQ(raw(dx), dx_bits);
+  double my = 0, mdx = 0;
+  for (double v : got_y) my = std::max(my, std::fabs(v));
+  for (double v : got_dx) mdx = std::max(mdx, std::fabs(v));
+  const Vec am = decode(amax);
+  EXPECT_EQ(am[0], my) << "amax of y";
+  EXPECT_EQ(am[1], mdx) << "amax of dx";
 }
 
 TEST(CudaActivation, MatchesReference) {
@@ -490,8 +518,22 @@ TEST(CudaActivation, MatchesReference) {
     run_act_case(act, 61, 72, 0, seed += 10);
     run_act_case(act, 13, 2056, 0, seed += 10);
     run_act_case(act, 29, 136, 8, seed += 10);  // padded rows
+    run_act_case(act, 33, 576, 0, seed += 10);  // 72 vectors a row: blocks of 96 x 2 threads
     run_act_case(act, 8192, act == Act::swiglu ? 2048 : 4096, 0, seed += 10);
   }
+}
+
+TEST(CudaActivation, FusedAmaxPropagatesNan) {
+  SKIP_WITHOUT_GPU();
+  Dev<bf16> x(64 * 64), dy(64 * 64), dx(64 * 64);
+  fill(x, 77, -2.f, 2.f);
+  fill(dy, 78, -1.f, 1.f);
+  const std::uint16_t nan = 0x7fc0;
+  TB_CHECK(cudaMemcpy(dy.get() + 1000, &nan, 2, cudaMemcpyHostToDevice));
+  Dev<float> amax(1);
+  TB_CHECK(cudaMemset(amax.get(), 0, sizeof(float)));
+  gpu::gelu_backward(dx.view({64, 64}), dy.view({64, 64}), x.view({64, 64}), nullptr, amax.get());
+  EXPECT_TRUE(std::isnan(decode(amax)[0]));
 }
 
 TEST(CudaActivation, RejectsBadShapes) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "ops/cuda/fp8_cast.cuh"  // record_block_amax
 #include "ops/cuda/kernel_common.cuh"
 
 namespace tb::ops {
@@ -12,7 +13,7 @@ namespace {
 
 using namespace detail;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kCastThreads;  // record_block_amax's block size
 
 // sigmoid(v) = 1 / (1 + e), e = exp(-v); also 1 - sigmoid(v) = e / (1 + e) without cancellation.
 struct Sigmoid {
@@ -41,6 +42,21 @@ struct SqRelu {
   __device__ __forceinline__ static float df(float x) { return x > 0.f ? 2.f * x : 0.f; }
 };
 
+// The largest |value| of the bf16 outputs a thread wrote (as rounded), NaN carried as a flag; one atomic per block.
+struct OutMax {
+  float m = 0.f;
+  bool nan = false;
+  __device__ __forceinline__ void add(uint4 packed) {
+    float f[8];
+    unpack8(packed, f);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) m = fmaxf(m, abs_or_nan(f[k], nan));
+  }
+  __device__ __forceinline__ void record(float* amax) const {  // every thread of the block; amax uniform
+    if (amax) record_block_amax(m, nan, amax);
+  }
+};
+
 // Thread (vector v of a row, row group) from the 2-D block; returns false past the row's end.
 struct Pos {
   int v;
@@ -55,59 +71,74 @@ __device__ __forceinline__ bool pos(int nv, Pos& p) {
 
 template <class Op>
 __global__ void __launch_bounds__(kThreads)
-    map_forward_kernel(bf16* y, std::int64_t ys, const bf16* x, std::int64_t xs, std::int64_t rows, int nv) {
+    map_forward_kernel(bf16* y, std::int64_t ys, const bf16* x, std::int64_t xs, std::int64_t rows, int nv,
+                       float* amax) {
   Pos p;
-  if (!pos(nv, p)) return;
+  const bool active = pos(nv, p);
+  OutMax om;
   const int col = p.v * kVec;
-  for (std::int64_t r = p.row0; r < rows; r += p.row_step) {
+  for (std::int64_t r = p.row0; active && r < rows; r += p.row_step) {
     float a[8];
     unpack8(load8(x + r * xs + col), a);
 #pragma unroll
     for (int k = 0; k < 8; ++k) a[k] = Op::f(a[k]);
-    store8(y + r * ys + col, pack8(a));
+    const uint4 out = pack8(a);
+    store8(y + r * ys + col, out);
+    if (amax) om.add(out);
   }
+  om.record(amax);
 }
 
 template <class Op>
 __global__ void __launch_bounds__(kThreads)
     map_backward_kernel(bf16* dx, std::int64_t dxs, const bf16* dy, std::int64_t dys, const bf16* x, std::int64_t xs,
-                        std::int64_t rows, int nv) {
+                        std::int64_t rows, int nv, float* amax) {
   Pos p;
-  if (!pos(nv, p)) return;
+  const bool active = pos(nv, p);
+  OutMax om;
   const int col = p.v * kVec;
-  for (std::int64_t r = p.row0; r < rows; r += p.row_step) {
+  for (std::int64_t r = p.row0; active && r < rows; r += p.row_step) {
     float a[8], g[8];
     unpack8(load8(x + r * xs + col), a);
     unpack8(load8(dy + r * dys + col), g);
 #pragma unroll
     for (int k = 0; k < 8; ++k) a[k] = g[k] * Op::df(a[k]);
-    store8(dx + r * dxs + col, pack8(a));
+    const uint4 out = pack8(a);
+    store8(dx + r * dxs + col, out);
+    if (amax) om.add(out);
   }
+  om.record(amax);
 }
 
 // nv: vectors of y (f / 8); x holds gate at column c and up at c + f.
 __global__ void __launch_bounds__(kThreads)
-    swiglu_forward_kernel(bf16* y, std::int64_t ys, const bf16* x, std::int64_t xs, std::int64_t rows, int nv) {
+    swiglu_forward_kernel(bf16* y, std::int64_t ys, const bf16* x, std::int64_t xs, std::int64_t rows, int nv,
+                          float* amax) {
   Pos p;
-  if (!pos(nv, p)) return;
+  const bool active = pos(nv, p);
+  OutMax om;
   const int col = p.v * kVec, f = nv * kVec;
-  for (std::int64_t r = p.row0; r < rows; r += p.row_step) {
+  for (std::int64_t r = p.row0; active && r < rows; r += p.row_step) {
     float g[8], u[8];
     unpack8(load8(x + r * xs + col), g);
     unpack8(load8(x + r * xs + f + col), u);
 #pragma unroll
     for (int k = 0; k < 8; ++k) g[k] = g[k] * Sigmoid(g[k]).s * u[k];
-    store8(y + r * ys + col, pack8(g));
+    const uint4 out = pack8(g);
+    store8(y + r * ys + col, out);
+    if (amax) om.add(out);
   }
+  om.record(amax);
 }
 
 __global__ void __launch_bounds__(kThreads)
     swiglu_backward_kernel(bf16* dx, std::int64_t dxs, const bf16* dy, std::int64_t dys, const bf16* x, std::int64_t xs,
-                           std::int64_t rows, int nv) {
+                           std::int64_t rows, int nv, float* amax) {
   Pos p;
-  if (!pos(nv, p)) return;
+  const bool active = pos(nv, p);
+  OutMax om;
   const int col = p.v * kVec, f = nv * kVec;
-  for (std::int64_t r = p.row0; r < rows; r += p.row_step) {
+  for (std::int64_t r = p.row0; active && r < rows; r += p.row_step) {
     float g[8], u[8], d[8], dg[8], du[8];
     unpack8(load8(x + r * xs + col), g);
     unpack8(load8(x + r * xs + f + col), u);
@@ -118,14 +149,18 @@ __global__ void __launch_bounds__(kThreads)
       dg[k] = d[k] * u[k] * sg.s * (1.f + g[k] * sg.one_minus_s);
       du[k] = d[k] * g[k] * sg.s;
     }
-    store8(dx + r * dxs + col, pack8(dg));
-    store8(dx + r * dxs + f + col, pack8(du));
+    const uint4 og = pack8(dg), ou = pack8(du);
+    store8(dx + r * dxs + col, og);
+    store8(dx + r * dxs + f + col, ou);
+    if (amax) om.add(og), om.add(ou);
   }
+  om.record(amax);
 }
 
 
 template <class Op>
-void map_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream, const std::string& what) {
+void map_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream, float* amax,
+                 const std::string& what) {
   TB_REQUIRE(x.rank() == 2, what + ": x must be [t, n], got " + x.shape_str());
   const std::int64_t rows = x.size(0), n = x.size(1);
   require_rows16(x, rows, n, what + ": x");
@@ -133,13 +168,13 @@ void map_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stre
   if (rows == 0 || n == 0) return;
   const RowLaunch l = row_launch(rows, int(n / kVec), kThreads);
   map_forward_kernel<Op>
-      <<<l.grid, l.block, 0, stream>>>(y.data(), y.stride(0), x.data(), x.stride(0), rows, int(n / kVec));
+      <<<l.grid, l.block, 0, stream>>>(y.data(), y.stride(0), x.data(), x.stride(0), rows, int(n / kVec), amax);
   TB_CHECK_LAUNCH();
 }
 
 template <class Op>
 void map_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream,
-                  const std::string& what) {
+                  float* amax, const std::string& what) {
   TB_REQUIRE(x.rank() == 2, what + ": x must be [t, n], got " + x.shape_str());
   const std::int64_t rows = x.size(0), n = x.size(1);
   require_rows16(x, rows, n, what + ": x");
@@ -148,7 +183,7 @@ void map_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<con
   if (rows == 0 || n == 0) return;
   const RowLaunch l = row_launch(rows, int(n / kVec), kThreads);
   map_backward_kernel<Op><<<l.grid, l.block, 0, stream>>>(dx.data(), dx.stride(0), dy.data(), dy.stride(0), x.data(),
-                                                          x.stride(0), rows, int(n / kVec));
+                                                          x.stride(0), rows, int(n / kVec), amax);
   TB_CHECK_LAUNCH();
 }
 
@@ -160,7 +195,7 @@ std::int64_t swiglu_width(const TensorView<const bf16>& x, const std::string& wh
 
 }  // namespace
 
-void swiglu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream) {
+void swiglu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream, float* amax) {
   const std::int64_t f = swiglu_width(x, "swiglu_forward");
   const std::int64_t rows = x.size(0);
   require_rows16(x, rows, 2 * f, "swiglu_forward: x");
@@ -168,11 +203,12 @@ void swiglu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t s
   if (rows == 0 || f == 0) return;
   const RowLaunch l = row_launch(rows, int(f / kVec), kThreads);
   swiglu_forward_kernel<<<l.grid, l.block, 0, stream>>>(y.data(), y.stride(0), x.data(), x.stride(0), rows,
-                                                        int(f / kVec));
+                                                        int(f / kVec), amax);
   TB_CHECK_LAUNCH();
 }
 
-void swiglu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream) {
+void swiglu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream,
+                     float* amax) {
   const std::int64_t f = swiglu_width(x, "swiglu_backward");
   const std::int64_t rows = x.size(0);
   require_rows16(x, rows, 2 * f, "swiglu_backward: x");
@@ -181,21 +217,22 @@ void swiglu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<
   if (rows == 0 || f == 0) return;
   const RowLaunch l = row_launch(rows, int(f / kVec), kThreads);
   swiglu_backward_kernel<<<l.grid, l.block, 0, stream>>>(dx.data(), dx.stride(0), dy.data(), dy.stride(0), x.data(),
-                                                         x.stride(0), rows, int(f / kVec));
+                                                         x.stride(0), rows, int(f / kVec), amax);
   TB_CHECK_LAUNCH();
 }
 
-void gelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream) {
-  map_forward<Gelu>(y, x, stream, "gelu_forward");
+void gelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream, float* amax) {
+  map_forward<Gelu>(y, x, stream, amax, "gelu_forward");
 }
-void gelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream) {
-  map_backward<Gelu>(dx, dy, x, stream, "gelu_backward");
+void gelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream,
+                   float* amax) {
+  map_backward<Gelu>(dx, dy, x, stream, amax, "gelu_backward");
 }
-void sqrelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream) {
-  map_forward<SqRelu>(y, x, stream, "sqrelu_forward");
+void sqrelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream, float* amax) {
+  map_forward<SqRelu>(y, x, stream, amax, "sqrelu_forward");
 }
-void sqrelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream) {
-  map_backward<SqRelu>(dx, dy, x, stream, "sqrelu_backward");
+void sqrelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream,
+                     float* amax) {
+  map_backward<SqRelu>(dx, dy, x, stream, amax, "sqrelu_backward");
 }
-
 }  // namespace tb::ops

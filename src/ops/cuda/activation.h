@@ -11,6 +11,9 @@
 // f a multiple of 8, so 2f of 16). Transcendentals use the fast exp (__expf; tanh(u) = 1 - 2 / (exp(2u) + 1)),
 // whose error (~1e-7 relative) is far below bf16's 2^-9.
 //
+// amax (optional, device float): *amax = max(*amax, max |output|) over the bf16 values written (NaN propagates; one
+// atomic per block), so an FP8 cast of the output (ops/cuda/fp8.h, current scaling) needs no amax pass of its own.
+//
 // Ideal DRAM bytes per call (n = elements of y in the forward):
 //   swiglu_forward: 6n (read 2n, write n, bf16)         swiglu_backward: 10n (read dy n and x 2n, write dx 2n)
 //   gelu / sqrelu forward: 4n (read x, write y)         backward: 6n (read dy, x; write dx)
@@ -25,13 +28,16 @@ namespace tb::ops {
 
 using bf16 = __nv_bfloat16;
 
-void swiglu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream);
-void swiglu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream);
+void swiglu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream, float* amax = nullptr);
+void swiglu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream,
+                     float* amax = nullptr);
 
-void gelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream);
-void gelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream);
+void gelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream, float* amax = nullptr);
+void gelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream,
+                   float* amax = nullptr);
 
-void sqrelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream);
-void sqrelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream);
+void sqrelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream, float* amax = nullptr);
+void sqrelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream,
+                     float* amax = nullptr);
 
 }  // namespace tb::ops

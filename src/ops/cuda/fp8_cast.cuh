@@ -49,8 +49,8 @@ __device__ __forceinline__ void atomic_max_nonneg(float* p, float v) {
   atomicMax(reinterpret_cast<int*>(p), __float_as_int(v));
 }
 
-// Called by every thread of a block of kCastThreads threads (any shape): *amax = max(*amax, the block's largest m),
-// or NaN when a thread saw one (fmaxf drops NaN, so it is carried as a flag).
+// Called by every thread of a block of at most kCastThreads threads, a multiple of 32 (any shape): *amax =
+// max(*amax, the block's largest m), or NaN when a thread saw one (fmaxf drops NaN, so it is carried as a flag).
 __device__ __forceinline__ void record_block_amax(float m, bool nan, float* amax) {
   __shared__ float warp_max[kCastThreads / 32];
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
@@ -60,7 +60,7 @@ __device__ __forceinline__ void record_block_amax(float m, bool nan, float* amax
   __syncthreads();
   if (t == 0) {
     float bm = 0.0f;
-    for (int w = 0; w < kCastThreads / 32; ++w) bm = fmaxf(bm, warp_max[w]);
+    for (int w = 0; w < int(blockDim.x * blockDim.y) / 32; ++w) bm = fmaxf(bm, warp_max[w]);
     atomic_max_nonneg(amax, any_nan ? __int_as_float(0x7fc00000) : bm);
   }
 }
