@@ -18,16 +18,6 @@
 #include "ops/cuda/fill.h"
 #include "ops/cuda/fp8.h"
 
-namespace {
-
-double median_ms(cudaStream_t st, const std::function<void()>& body) {
-  tb::bench::LoopSpec spec;
-  spec.warmup = 3, spec.iters = 10;
-  return tb::bench::time_stream(spec, 0, st, [&](int) { body(); }).summary().median;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   using namespace tb;
   using bf16 = __nv_bfloat16;
@@ -53,7 +43,7 @@ int main(int argc, char** argv) {
     for (int chunk : {2048, 4096, 8192}) {
       const ops::LmHeadCeScratch L = ops::lm_head_ce_scratch(t, V, h, chunk);
       ops::DeviceBuffer scratch(0, L.bytes);
-      const double ms = median_ms(st, [&] {
+      const double ms = bench::median_ms(0, st, [&] {
         ops::lm_head_cross_entropy(dc, dxv, dwv, xv, wv, targets.as<std::int32_t>(), chunk, 1.0f, loss.as<float>(),
                                    {scratch.get(), L.bytes});
       });
@@ -64,7 +54,7 @@ int main(int argc, char** argv) {
     ops::Fp8CastArgs wa;
     wa.x = w.as<bf16>(), wa.rows = V, wa.cols = h, wa.q = wq.get(), wa.qt = wqt.get(), wa.type = DType::e4m3;
     wa.amax_in = wm.amax, wa.scale = wm.scale, wa.scale_inv = wm.scale_inv;
-    const double cast_ms = median_ms(st, [&] {
+    const double cast_ms = bench::median_ms(0, st, [&] {
       TB_CHECK(cudaMemsetAsync(wm.amax, 0, sizeof(float), st));
       ops::fp8_amax(w.as<bf16>(), std::size_t(V * h), wm.amax, st);
       ops::fp8_cast(wa, st);
@@ -76,7 +66,7 @@ int main(int argc, char** argv) {
     for (int chunk : {1024, 2048, 4096}) {
       const ops::LmHeadCeScratch L = ops::lm_head_ce_scratch(t, V, h, chunk, true);
       ops::DeviceBuffer scratch(0, L.bytes);
-      const double ms = median_ms(st, [&] {
+      const double ms = bench::median_ms(0, st, [&] {
         ops::lm_head_cross_entropy_fp8(dc, dxv, dwv, xv, f, V, targets.as<std::int32_t>(), chunk, 1.0f,
                                        loss.as<float>(), {scratch.get(), L.bytes});
       });

@@ -21,16 +21,6 @@
 #include "ops/cuda/context.h"
 #include "ops/cuda/fill.h"
 
-namespace {
-
-double median_ms(cudaStream_t st, const std::function<void()>& body) {  // bench/loop.h: 3 warmup, 10 timed
-  tb::bench::LoopSpec spec;
-  spec.warmup = 3, spec.iters = 10;
-  return tb::bench::time_stream(spec, 0, st, [&](int) { body(); }).summary().median;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   using namespace tb;
   const std::size_t P = std::size_t(argc > 1 ? std::atol(argv[1]) : 1000) * 1000000;
@@ -86,8 +76,9 @@ int main(int argc, char** argv) {
     TB_CHECK(cudaEventRecord(join, side));
     TB_CHECK(cudaStreamWaitEvent(st, join, 0));
   };
-  const double tg = median_ms(st, gemms), ta = median_ms(st, [&] { adamw(st); });
-  const double th = median_ms(st, [&] { both(hi); }), tl = median_ms(st, [&] { both(lo); });
+  using bench::median_ms;
+  const double tg = median_ms(0, st, gemms), ta = median_ms(0, st, [&] { adamw(st); });
+  const double th = median_ms(0, st, [&] { both(hi); }), tl = median_ms(0, st, [&] { both(lo); });
   std::printf("GEMMs alone  %8.2f ms  (%d x %.2f TFLOP: %.0f TFLOP/s)\n", tg, K, 2e-12 * m * n * k,
               2e-9 * m * n * k * K / tg);
   std::printf("AdamW alone  %8.2f ms  (%zu M params x 30 B: %.2f TB/s)\n", ta, P / 1000000, 30e-9 * P / ta);

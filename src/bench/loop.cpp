@@ -148,4 +148,10 @@ Timing time_stream(const LoopSpec& spec, int device, cudaStream_t stream, const 
   return time_streams(spec, devices, streams, body);
 }
 
+double median_ms(int device, cudaStream_t stream, const std::function<void()>& body, int warmup, int iters) {
+  LoopSpec spec;
+  spec.warmup = warmup, spec.iters = iters;
+  return time_stream(spec, device, stream, [&](int) { body(); }).summary().median;
+}
+
 }  // namespace tb::bench

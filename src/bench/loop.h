@@ -43,5 +43,7 @@ struct Timing {
 Timing time_stream(const LoopSpec& spec, int device, cudaStream_t stream, const std::function<void(int iter)>& body);
 Timing time_streams(const LoopSpec& spec, std::span<const int> devices, std::span<const cudaStream_t> streams,
                     const std::function<void(int iter)>& body);
+// A lab's quick number: the median ms of `iters` timed runs of body on one stream after `warmup` (time_stream).
+double median_ms(int device, cudaStream_t stream, const std::function<void()>& body, int warmup = 3, int iters = 10);
 
 }  // namespace tb::bench

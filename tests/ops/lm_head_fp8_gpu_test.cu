@@ -125,6 +125,30 @@ int violations(const std::vector<float>& got, const std::vector<double>& ref, co
   return bad;
 }
 
+// FP8 codes [rows, K] (row-major) of one format and their dequantisation scale (scale_inv).
+struct Codes {
+  const std::vector<std::uint8_t>& q;
+  bool e5m2;
+  float scale_inv;
+  double at(std::size_t i) const { return double(e5m2 ? tb::e5m2_to_float(q[i]) : tb::e4m3_to_float(q[i])) * scale_inv; }
+};
+struct Products {
+  std::vector<double> sum, mag;  // [I, J]: sum_k a[i, k] b[j, k] and sum_k |a[i, k] b[j, k]|, in double
+};
+Products products(const Codes& a, const Codes& b, std::int64_t I, std::int64_t J, std::int64_t K) {
+  Products p{std::vector<double>(std::size_t(I * J)), std::vector<double>(std::size_t(I * J))};
+  for (std::int64_t i = 0; i < I; ++i)
+    for (std::int64_t j = 0; j < J; ++j) {
+      double s = 0, m = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double t = a.at(std::size_t(i * K + k)) * b.at(std::size_t(j * K + k));
+        s += t, m += std::fabs(t);
+      }
+      p.sum[std::size_t(i * J + j)] = s, p.mag[std::size_t(i * J + j)] = m;
+    }
+  return p;
+}
+
 class LmHeadFp8Gpu : public testing::TestWithParam<Case> {};
 
 TEST_P(LmHeadFp8Gpu, EveryStageMatchesItsHostModel) {
@@ -157,23 +181,11 @@ TEST_P(LmHeadFp8Gpu, EveryStageMatchesItsHostModel) {
   // Logits from the dequantised operands.
   const float xi = scalar(f.x.scale_inv), wi = scalar(f.w_scale_inv);
   const auto wq = down<std::uint8_t>(f.wq, vh), wqt = down<std::uint8_t>(f.wqt, vh);
-  std::vector<double> xd(th), wd(vh);
-  for (std::size_t i = 0; i < th; ++i) xd[i] = double(tb::e4m3_to_float(xq[i])) * xi;
-  for (std::size_t i = 0; i < vh; ++i) wd[i] = double(tb::e4m3_to_float(wq[i])) * wi;
   const auto zb = down<std::uint16_t>(base, tv);
   std::vector<float> z(tv);
-  std::vector<double> zref(tv), zmag(tv);
-  for (std::int64_t r = 0; r < c.t; ++r)
-    for (std::int64_t v = 0; v < c.vocab; ++v) {
-      double s = 0, m = 0;
-      for (std::int64_t k = 0; k < c.h; ++k) {
-        const double p = xd[std::size_t(r * c.h + k)] * wd[std::size_t(v * c.h + k)];
-        s += p, m += std::fabs(p);
-      }
-      const std::size_t i = std::size_t(r * c.vocab + v);
-      z[i] = bf(zb[i]), zref[i] = s, zmag[i] = m;
-    }
-  EXPECT_EQ(violations(z, zref, zmag, 0x1p-8, 0x1p-9, "logits"), 0);
+  for (std::size_t i = 0; i < tv; ++i) z[i] = bf(zb[i]);
+  const Products zref = products({xq, false, xi}, {wq, false, wi}, c.t, c.vocab, c.h);
+  EXPECT_EQ(violations(z, zref.sum, zref.mag, 0x1p-8, 0x1p-9, "logits"), 0);
 
   // Losses and the gradients' amax from the GPU's own logits and lse2.
   const auto loss = down<float>(base + L.token_loss_offset, std::size_t(c.t));
@@ -223,38 +235,19 @@ TEST_P(LmHeadFp8Gpu, EveryStageMatchesItsHostModel) {
 
   // dx and dW from the dequantised FP8 operands.
   const float gi = scalar(f.dlogits.scale_inv);
-  std::vector<double> dx_ref(th), dx_mag(th), dw_ref(vh), dw_mag(vh);
-  for (std::int64_t r = 0; r < c.t; ++r)
-    for (std::int64_t k = 0; k < c.h; ++k) {
-      double s = 0, m = 0;
-      for (std::int64_t v = 0; v < c.vocab; ++v) {
-        const double p = double(tb::e5m2_to_float(dlq[std::size_t(r * c.vocab + v)])) * gi *
-                         double(tb::e4m3_to_float(wqt[std::size_t(k * c.vocab + v)])) * wi;
-        s += p, m += std::fabs(p);
-      }
-      dx_ref[std::size_t(r * c.h + k)] = s, dx_mag[std::size_t(r * c.h + k)] = m;
-    }
-  for (std::int64_t v = 0; v < c.vocab; ++v)
-    for (std::int64_t k = 0; k < c.h; ++k) {
-      double s = 0, m = 0;
-      for (std::int64_t r = 0; r < c.t; ++r) {
-        const double p = double(tb::e5m2_to_float(dlqt[std::size_t(v * c.t + r)])) * gi *
-                         double(tb::e4m3_to_float(xqt[std::size_t(k * c.t + r)])) * xi;
-        s += p, m += std::fabs(p);
-      }
-      dw_ref[std::size_t(v * c.h + k)] = s, dw_mag[std::size_t(v * c.h + k)] = m;
-    }
+  const Products dx_ref = products({dlq, true, gi}, {wqt, false, wi}, c.t, c.h, c.vocab);
+  const Products dw_ref = products({dlqt, true, gi}, {xqt, false, xi}, c.vocab, c.h, c.t);
   std::vector<float> dx(th);
   const auto dxb = down<std::uint16_t>(P.dx_.get(), th);
   for (std::size_t i = 0; i < th; ++i) dx[i] = bf(dxb[i]);
   const auto dw = down<float>(P.dw_.get(), vh);
-  EXPECT_EQ(violations(dx, dx_ref, dx_mag, 0x1p-8, 0x1p-9, "dx"), 0);
-  EXPECT_EQ(violations(dw, dw_ref, dw_mag, 0.0, 0x1p-9, "dW"), 0);
+  EXPECT_EQ(violations(dx, dx_ref.sum, dx_ref.mag, 0x1p-8, 0x1p-9, "dx"), 0);
+  EXPECT_EQ(violations(dw, dw_ref.sum, dw_ref.mag, 0.0, 0x1p-9, "dW"), 0);
 
   // A corrupted element fails the same check.
   std::vector<float> bad = dx;
-  bad[th / 2] = float(dx_ref[th / 2] + 0.05 * dx_mag[th / 2] + 1e-3);
-  EXPECT_EQ(violations(bad, dx_ref, dx_mag, 0x1p-8, 0x1p-9, ""), 1);
+  bad[th / 2] = float(dx_ref.sum[th / 2] + 0.05 * dx_ref.mag[th / 2] + 1e-3);
+  EXPECT_EQ(violations(bad, dx_ref.sum, dx_ref.mag, 0x1p-8, 0x1p-9, ""), 1);
 }
 
 double rel_l2(const std::vector<float>& got, const std::vector<double>& ref) {
