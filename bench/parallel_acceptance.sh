@@ -16,6 +16,7 @@
 #   fp8delayed: `small` 30 steps in FP8 with delayed scaling: 1 GPU vs dp 2, tp 2, cp 2 (amaxes reduced over the
 #             ranks: the same scales as one GPU) and pp 2; losses compared; dp/tp/cp again with --fp8-local-amax
 #   dpfp8:    dp8b in FP8 (current scaling)
+#   fp8head:  `small` 30 steps in FP8 with the FP8 LM head (--fp8-lm-head): 1 GPU vs dp 2, tp 2, cp 2, pp 2
 #   scale:    `trainbench scale llama3.1-8b --gpus 1,2`: proxy, projection and the measured data-parallel runs
 #   ppcheck:  `small` 30 steps, global batch 8, micro-batch 2 (4 micro-batches): 1 GPU vs 2 GPUs pipeline parallel
 #             (pp 2, 1F1B); losses compared
@@ -133,6 +134,15 @@ ours() {  # ours NAME ARGS...
           STEPS=25 WARM=5 ours small-fp8dl-${l}2 $d --gpus 2 $lay --fp8-local-amax
           log "$l fp8 delayed losses, local amaxes"
           python3 bench/compare_losses.py "$OUT/results/small-fp8d-1gpu" "$OUT/results/small-fp8dl-${l}2" --tol 0.05 | tail -1
+        done ;;
+      fp8head)
+        d="--model small --global-batch 8 --micro-batch 2 --precision fp8 --fp8-lm-head --no-op-profile"
+        STEPS=25 WARM=5 ours small-fp8h-1gpu $d
+        for l in dp tp cp pp; do
+          [ $l = dp ] && lay="" || lay="--$l 2"
+          STEPS=25 WARM=5 ours small-fp8h-${l}2 $d --gpus 2 $lay
+          log "$l fp8 head losses"
+          python3 bench/compare_losses.py "$OUT/results/small-fp8h-1gpu" "$OUT/results/small-fp8h-${l}2" --tol 0.05 | tail -1
         done ;;
       dpfp8)
         ours 8b-L8-fp8-1gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --no-op-profile
