@@ -1,4 +1,5 @@
-// ops/cuda/attention.cpp: see attention.h. The only translation unit that includes cudnn-frontend.
+// ops/cuda/attention.cpp: see attention.h. cudnn-frontend comes in through ops/cuda/cudnn_graph.h (with TB_CHECK on its
+// errors and build_graph), shared with attention_fp8.cpp.
 //
 // cuDNN's SDPA tensors are 4-D [batch, heads, seq, head_dim] with arbitrary strides, so each of our
 // [b, s, heads, d] views is described as dims {b, heads, s, d} with strides {batch, head, seq, 1}: a view
@@ -6,7 +7,6 @@
 // stride (H+2G)*d for seq. The softmax statistics (Stats) are fp32 {b, H, s, 1}, i.e. lse [b, H, s].
 #include "ops/cuda/attention.h"
 
-#include <cudnn_frontend.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,41 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "ops/cuda/cudnn_graph.h"
+
 namespace fe = cudnn_frontend;
-
-// TB_CHECK on cudnn-frontend calls (cudnn.h says why these live here). Internal linkage; they must be
-// declared directly in tb (not in a nested unnamed namespace) for TB_CHECK's qualified ::tb::ok lookup.
-namespace tb {
-
-static std::string_view frontend_code_name(fe::error_code_t code) {
-  switch (code) {
-    case fe::error_code_t::OK: return "OK";
-    case fe::error_code_t::ATTRIBUTE_NOT_SET: return "ATTRIBUTE_NOT_SET";
-    case fe::error_code_t::SHAPE_DEDUCTION_FAILED: return "SHAPE_DEDUCTION_FAILED";
-    case fe::error_code_t::INVALID_TENSOR_NAME: return "INVALID_TENSOR_NAME";
-    case fe::error_code_t::INVALID_VARIANT_PACK: return "INVALID_VARIANT_PACK";
-    case fe::error_code_t::GRAPH_NOT_SUPPORTED: return "GRAPH_NOT_SUPPORTED";
-    case fe::error_code_t::GRAPH_EXECUTION_PLAN_CREATION_FAILED: return "GRAPH_EXECUTION_PLAN_CREATION_FAILED";
-    case fe::error_code_t::GRAPH_EXECUTION_FAILED: return "GRAPH_EXECUTION_FAILED";
-    case fe::error_code_t::HEURISTIC_QUERY_FAILED: return "HEURISTIC_QUERY_FAILED";
-    case fe::error_code_t::UNSUPPORTED_GRAPH_FORMAT: return "UNSUPPORTED_GRAPH_FORMAT";
-    case fe::error_code_t::CUDA_API_FAILED: return "CUDA_API_FAILED";
-    case fe::error_code_t::CUDNN_BACKEND_API_FAILED: return "CUDNN_BACKEND_API_FAILED";
-    case fe::error_code_t::INVALID_CUDA_DEVICE: return "INVALID_CUDA_DEVICE";
-    case fe::error_code_t::HANDLE_ERROR: return "HANDLE_ERROR";
-    case fe::error_code_t::INVALID_VALUE: return "INVALID_VALUE";
-  }
-  return "UNKNOWN_FRONTEND_ERROR";
-}
-
-static bool ok(const fe::error_t& e) { return e.is_good(); }
-
-[[noreturn]] static void raise(const fe::error_t& e, const char* expr, std::source_location where) {
-  raise_frontend(frontend_code_name(e.code), e.err_msg, e.code == fe::error_code_t::GRAPH_NOT_SUPPORTED, expr,
-                 where);
-}
-
-}  // namespace tb
 
 namespace tb::ops {
 namespace {
@@ -95,17 +63,6 @@ float attn_scale(const AttentionShape& s) { return float(1.0 / std::sqrt(double(
 // queries are the last seq of keys() positions. kv_seq == seq keeps the top-left graphs of the plain case.
 fe::DiagonalAlignment_t diagonal(const AttentionShape& s) {
   return s.keys() == s.seq ? fe::DiagonalAlignment_t::TOP_LEFT : fe::DiagonalAlignment_t::BOTTOM_RIGHT;
-}
-
-// Validate, lower, ask the heuristic (mode A), check support, build the first supported plan.
-void build(Graph& g, cudnnHandle_t handle, std::int64_t& workspace, std::string& engine) {
-  TB_CHECK(g.validate());
-  TB_CHECK(g.build_operation_graph(handle));
-  TB_CHECK(g.create_execution_plans({fe::HeurMode_t::A}));
-  TB_CHECK(g.check_support());
-  TB_CHECK(g.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE));
-  TB_CHECK(g.get_workspace_size(workspace));
-  TB_CHECK(g.get_plan_name(engine));
 }
 
 void require_aligned(const void* p, const char* what) {
@@ -219,7 +176,7 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_
     output(o, kO, dims(s, s.heads), strides(s.o));
     output(stats, kStats, stats_dims(s), stats_strides(s));
     stats->set_data_type(fe::DataType_t::FLOAT);
-    build(f, handle, g_->fwd_ws, g_->fwd_engine);
+    build_graph(f, handle, g_->fwd_ws, g_->fwd_engine);
 
     // Backward: dQ, dK, dV (written through the same strides as Q, K, V) from Q, K, V, O, dO, Stats.
     direction = "backward";
@@ -246,7 +203,7 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_
     output(dq, kDq, dims(s, s.heads), strides(s.q));
     output(dk, kDk, kv_dims(s), strides(s.k));
     output(dv, kDv, kv_dims(s), strides(s.v));
-    build(b, handle, g_->bwd_ws, g_->bwd_engine);
+    build_graph(b, handle, g_->bwd_ws, g_->bwd_engine);
   } catch (const Error& e) {  // say which shape and direction; keep kind (unsupported / cudnn) and detail
     throw Error(e.kind(), e.fatal(), fmt::format("attention {} {}: {}", direction, ops::describe(s), e.what()),
                 e.detail());

@@ -2,10 +2,11 @@
 //   TB_CHECK(cudnnSetStream(...)) throws tb::Error{cudnn} with the status name and cuDNN's last error text:
 //   "cudnn error CUDNN_STATUS_BAD_PARAM (...) in ops/cuda/attention.cpp:88 ...".
 // cudnn-frontend (the graph API) returns cudnn_frontend::error_t {code, err_msg} instead of a status. Its
-// headers are heavy and stay in the one translation unit that builds graphs (ops/cuda/attention.cpp),
-// which defines tb::ok / tb::raise overloads for error_t that call raise_frontend() below, so TB_CHECK
-// works on frontend calls there too. GRAPH_NOT_SUPPORTED becomes Error{unsupported} (the case is skipped
-// with the frontend's reason); every other frontend code becomes Error{cudnn}.
+// headers are heavy and stay in the translation units that build graphs (ops/cuda/attention.cpp,
+// attention_fp8.cpp) through ops/cuda/cudnn_graph.h, which defines tb::ok / tb::raise overloads for error_t
+// that call raise_frontend() below, so TB_CHECK works on frontend calls there too. GRAPH_NOT_SUPPORTED
+// becomes Error{unsupported} (the case is skipped with the frontend's reason); every other frontend code
+// becomes Error{cudnn}.
 #pragma once
 
 #include <cudnn.h>
