@@ -2,7 +2,8 @@
 // (zeros, denormals, NaN propagates); current-scaling casts to e4m3 and e5m2, plain and with the transpose, on shapes
 // that are and are not multiples of the 32 x 32 tile, with scale = fp8_max / amax written back; saturation when a
 // delayed scale overflows the format; the amax recorded during a delayed cast; the delayed-scaling update (history
-// roll, max / most_recent, margin).
+// roll, max / most_recent, margin); the dequantisation back to bf16 (every code of both formats, whole tensors and a
+// column range of a wider buffer).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "bench/sysinfo.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/fp8.h"
 
@@ -187,6 +189,50 @@ TEST(Fp8, DelayedUpdateRollsTheHistory) {
   EXPECT_EQ(read(sc.meta(0).amax), 0.0f);
   fp8_update_scales(sc, DType::e4m3, AmaxAlgo::most_recent, 0, d.dc.stream());  // amax 0 now: unchanged
   EXPECT_EQ(read(sc.meta(1).scale), fp8_scale_for(8.0f, 448.0f, 1));
+}
+
+// y = bf16(fp8 value * scale_inv), bit for bit as the host rounds it (NaN codes: NaN); outside the block untouched.
+void check_dequantize(DType t, std::int64_t rows, std::int64_t cols, std::int64_t ld_q, std::int64_t col0,
+                      std::int64_t ld_y) {
+  Dev d;
+  std::vector<std::uint8_t> q(std::size_t(rows * ld_q));
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = std::uint8_t(i * 37 + 11);  // every code, in a scrambled order
+  const std::vector<std::uint16_t> sentinel(std::size_t(rows * ld_y), 0x1234);
+  const float scale_inv = 1.0f / 3.7f;  // not a power of two: the product rounds
+  auto qb = d.up(q), yb = d.up(sentinel), sb = d.up(std::vector<float>{scale_inv});
+  Fp8DequantArgs a;
+  a.q = qb.as<std::uint8_t>() + col0, a.ld_q = ld_q, a.y = yb.as<__nv_bfloat16>() + col0, a.ld_y = ld_y;
+  a.rows = rows, a.cols = cols, a.type = t, a.scale_inv = sb.as<float>();
+  fp8_dequantize(a, d.dc.stream());
+  const auto y = d.down<std::uint16_t>(yb, sentinel.size());
+  std::size_t bad = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < ld_y; ++c) {
+      const std::uint16_t got = y[std::size_t(r * ld_y + c)];
+      if (c < col0 || c >= col0 + cols) {
+        bad += got != 0x1234;
+        continue;
+      }
+      const std::uint8_t code = q[std::size_t(r * ld_q + c)];
+      const float v = (t == DType::e4m3 ? tb::e4m3_to_float(code) : tb::e5m2_to_float(code)) * scale_inv;
+      bad += std::isnan(v) ? !std::isnan(tb::bf16_to_float(got)) : got != tb::float_to_bf16(v);
+    }
+  EXPECT_EQ(bad, 0u) << dtype_name(t) << " " << rows << "x" << cols << " at column " << col0;
+}
+
+TEST(Fp8, DequantizeIsBitExactOnWholeTensorsAndColumnRanges) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : {DType::e4m3, DType::e5m2}) {
+    check_dequantize(t, 64, 256, 256, 0, 256);      // contiguous: every code many times
+    check_dequantize(t, 3, 8, 8, 0, 8);             // one vector per row
+    check_dequantize(t, 100, 128, 512, 256, 512);   // the dk block of a fused [rows, 512] buffer (same strides)
+  }
+  Dev d;
+  Fp8DequantArgs a;
+  a.rows = 4, a.cols = 12, a.ld_q = 12, a.ld_y = 12;  // 12 columns: not whole 8-element vectors
+  DeviceBuffer q(0, 64), y(0, 128), s(0, 4);
+  a.q = q.get(), a.y = y.as<__nv_bfloat16>(), a.scale_inv = s.as<float>();
+  EXPECT_THROW(fp8_dequantize(a, d.dc.stream()), tb::Error);
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // per block (non-negative floats order like their bit patterns, so an integer atomicMax works; NaN's pattern is above
 // inf's, so NaN propagates). Cast: without the transpose, grid-stride over 8-element vectors; with it, the tile
 // kernels of ops/cuda/fp8_cast.cuh (64 x 64 tiles with 16-byte loads when the shape allows, else 32 x 32).
+// Dequantise: grid-stride over 8-element vectors (8-byte loads, 16-byte stores), fp8 -> half (exact) -> fp32.
 #include "ops/cuda/fp8.h"
 
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -68,6 +70,29 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const __nv_bfloat16* __r
     p.q[i] = to_fp8<Kind>(f * s);
   }
   if (p.amax_out) record_block_amax(m, nan, p.amax_out);
+}
+
+template <__nv_fp8_interpretation_t Kind>
+__global__ void __launch_bounds__(kThreads) dequant_kernel(Fp8DequantArgs a) {
+  const float s = *a.scale_inv;
+  const std::int64_t per_row = a.cols / 8, nv = a.rows * per_row;
+  const auto* q = static_cast<const std::uint8_t*>(a.q);
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < nv;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t r = i / per_row, c = (i % per_row) * 8;
+    union {
+      uint2 v;
+      __nv_fp8x2_storage_t p[4];
+    } in;
+    in.v = __ldg(reinterpret_cast<const uint2*>(q + r * a.ld_q + c));
+    float f[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 h = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(in.p[k], Kind)));
+      f[2 * k] = h.x * s, f[2 * k + 1] = h.y * s;
+    }
+    detail::store8(a.y + r * a.ld_y + c, detail::pack8(f));
+  }
 }
 
 __global__ void update_kernel(float* base, std::size_t stride, int n, int h, float max_finite, int algo, int margin) {
@@ -152,6 +177,24 @@ void fp8_cast(const Fp8CastArgs& a, cudaStream_t stream) {
     cast_kernel<__NV_E4M3><<<grid_for(n / 8 + 1, kThreads), kThreads, 0, stream>>>(a.x, p);
   else
     cast_kernel<__NV_E5M2><<<grid_for(n / 8 + 1, kThreads), kThreads, 0, stream>>>(a.x, p);
+  TB_CHECK_LAUNCH();
+}
+
+void fp8_dequantize(const Fp8DequantArgs& a, cudaStream_t stream) {
+  const std::string what = str("fp8_dequantize(", dtype_name(a.type), " [", a.rows, ", ", a.cols, "])");
+  TB_REQUIRE(is_fp8(a.type), what + ": the type must be e4m3 or e5m2");
+  TB_REQUIRE(a.q && a.y && a.scale_inv, what + ": needs q, y and scale_inv");
+  TB_REQUIRE(a.rows >= 1 && a.cols >= 1 && a.cols % 8 == 0 && a.ld_q >= a.cols && a.ld_q % 8 == 0 &&
+                 a.ld_y >= a.cols && a.ld_y % 8 == 0,
+             str(what, ": cols and the row strides (", a.ld_q, ", ", a.ld_y, ") must be multiples of 8, strides >= "
+                       "cols"));
+  TB_REQUIRE(reinterpret_cast<std::uintptr_t>(a.q) % 8 == 0 && reinterpret_cast<std::uintptr_t>(a.y) % 16 == 0,
+             what + ": q must be 8-byte and y 16-byte aligned");
+  const std::size_t nv = std::size_t(a.rows) * std::size_t(a.cols / 8);
+  if (a.type == DType::e4m3)
+    dequant_kernel<__NV_E4M3><<<grid_for(nv, kThreads), kThreads, 0, stream>>>(a);
+  else
+    dequant_kernel<__NV_E5M2><<<grid_for(nv, kThreads), kThreads, 0, stream>>>(a);
   TB_CHECK_LAUNCH();
 }
 

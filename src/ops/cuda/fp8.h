@@ -4,6 +4,7 @@
 //   scale = fp8_max / amax / 2^margin   when amax is finite and > 0;  1 otherwise (a zero tensor, or NaN/inf amax:
 //                                        then q keeps the NaN/saturates and the loss shows it)
 //   fp8_max: e4m3 448, e5m2 57344.  scale_inv = 1 / scale.
+// The way back (FP8 outputs that bf16 ops read, e.g. FP8 attention's o and dq, dk, dv): x = bf16(float(q) * scale_inv).
 // Recipes (train/): current scaling takes amax of this very tensor (fp8_amax, then the cast); delayed scaling takes
 // the scale from a history of earlier amaxes (fp8_update_scales) and records this tensor's amax during the cast.
 // Every scaling slot (Fp8Meta) lives in its own 256-byte block: cuBLASLt rejects scale pointers that are only 4-byte
@@ -69,6 +70,21 @@ struct Fp8CastArgs {
 // One pass over x: rows and cols multiples of 16 when qt is wanted (32 x 32 tiles through shared memory), any sizes
 // for q alone. Throws Error{config} for bad shapes or null pointers before launching.
 void fp8_cast(const Fp8CastArgs& a, cudaStream_t stream);
+
+// y[r, c] = bf16(float(q[r, c]) * *scale_inv) (round to nearest even; the FP8 value is exact in fp32, NaN stays NaN)
+// over a [rows, cols] block with row strides ld_q (1-byte elements) and ld_y (bf16 elements): a whole tensor, or one
+// column range of a fused buffer (dq | dk | dv, each with its own scale). cols, ld_q, ld_y multiples of 8; q 8-byte
+// and y 16-byte aligned; Error{config} before launching otherwise.
+struct Fp8DequantArgs {
+  const void* q = nullptr;
+  std::int64_t ld_q = 0;
+  __nv_bfloat16* y = nullptr;
+  std::int64_t ld_y = 0;
+  std::int64_t rows = 0, cols = 0;
+  DType type = DType::e4m3;
+  const float* scale_inv = nullptr;
+};
+void fp8_dequantize(const Fp8DequantArgs& a, cudaStream_t stream);
 
 // Delayed scaling, for every tensor of `scales`: history = [amax, history[0..len-2]]; amax = 0;
 //   amax_ref = max(history) (algo "max") or history[0] ("most_recent"); scale = fp8_max / amax_ref / 2^margin when
