@@ -17,6 +17,8 @@
 #             ranks: the same scales as one GPU) and pp 2; losses compared; dp/tp/cp again with --fp8-local-amax
 #   dpfp8:    dp8b in FP8 (current scaling)
 #   fp8head:  `small` 30 steps in FP8 with the FP8 LM head (--fp8-lm-head): 1 GPU vs dp 2, tp 2, cp 2, pp 2
+#   fp8attnpar: FP8 attention (--fp8-attention, current scaling) on `small-hd128` 30 steps: 1 GPU vs dp 2, tp 2, pp 2
+#             (each rank its own attention amaxes; pp: each micro-batch in flight its own q|k|v scale); losses compared
 #   scale:    `trainbench scale llama3.1-8b --gpus 1,2`: proxy, projection and the measured data-parallel runs
 #   ppcheck:  `small` 30 steps, global batch 8, micro-batch 2 (4 micro-batches): 1 GPU vs 2 GPUs pipeline parallel
 #             (pp 2, 1F1B); losses compared
@@ -143,6 +145,15 @@ ours() {  # ours NAME ARGS...
           STEPS=25 WARM=5 ours small-fp8h-${l}2 $d --gpus 2 $lay
           log "$l fp8 head losses"
           python3 bench/compare_losses.py "$OUT/results/small-fp8h-1gpu" "$OUT/results/small-fp8h-${l}2" --tol 0.05 | tail -1
+        done ;;
+      fp8attnpar)
+        a="--model small-hd128 --global-batch 8 --micro-batch 2 --precision fp8 --fp8-attention --no-op-profile"
+        STEPS=25 WARM=5 ours small-fp8attn-1gpu $a
+        for l in dp tp pp; do
+          [ $l = dp ] && lay="" || lay="--$l 2"
+          STEPS=25 WARM=5 ours small-fp8attn-${l}2 $a --gpus 2 $lay
+          log "$l fp8 attention losses"
+          python3 bench/compare_losses.py "$OUT/results/small-fp8attn-1gpu" "$OUT/results/small-fp8attn-${l}2" --tol 0.05 | tail -1
         done ;;
       dpfp8)
         ours 8b-L8-fp8-1gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --no-op-profile

@@ -2,7 +2,7 @@
 # train_acceptance.sh: the training engine's GPU acceptance in one device call (run on the GPU machine from the
 # repository root, with carry/ from scripts/carry.sh): the training GPU tests, then trainbench and its PyTorch peer
 # (bench/peers/torch_train.py) on the same GPU, one after the other, at the shapes. Logs and JSONL to $OUT.
-# Usage: bench/train_acceptance.sh [tests|8b|70b|recompute|recipes]...  (default: tests 8b)
+# Usage: bench/train_acceptance.sh [tests|8b|70b|recompute|fp8...|recipes]...  (default: tests 8b)
 #   8b:        Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: trainbench (fp32 master + moments; recompute
 #              none and selective), torch bf16
 #              state, torch fp32 state (AMP)
@@ -16,6 +16,10 @@
 #   fp8head:   the FP8 LM head (--fp8-lm-head): carry/lm_head_lab, then 8B L8 and 70B L2 in BF16, FP8 and FP8 with the
 #              FP8 head (current; 8B also delayed), and the torch BF16 peer at 8B
 #   fp8headacc: the accuracy runs over seeds 1, 2, 3 in BF16, FP8 and FP8 with the FP8 head
+#   fp8attn:   FP8 attention (--fp8-attention): carry/attention_fp8_lab, then 8B L8 (op profile on) and 70B L2 in FP8
+#              with the FP8 head, without and with FP8 attention
+#   fp8attnacc: the accuracy runs over seeds 1, 2, 3 on `small-hd128` (`small` with head_dim 128, what cuDNN's FP8
+#              attention takes) in BF16, FP8 and FP8 with FP8 attention
 #   recipes:   the README's main job (check + the default recipe), `trainbench run` of the Llama 3.1 8B, 70B and
 #              405B recipes (proxies on one GPU) and `trainbench compare` over them
 set -uo pipefail
@@ -102,6 +106,23 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
             for p in "bf16" "fp8" "fp8 --fp8-lm-head"; do
               echo "-- seed $seed $(basename $data) $p"
               $TB train --model small --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
+                --seed $seed --out "$OUT/results/acc-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
+            done
+          done
+        done ;;
+      fp8attn)
+        log "attention_fp8_lab"; carry/attention_fp8_lab
+        ours 8b-L8-fp8-head --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --fp8-lm-head
+        ours 8b-L8-fp8-head-attn --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --fp8-lm-head --fp8-attention
+        ours 70b-L2-fp8-head --model llama3.1-70b --layers 2 --seq 8192 --precision fp8 --fp8-lm-head --no-op-profile
+        ours 70b-L2-fp8-head-attn --model llama3.1-70b --layers 2 --seq 8192 --precision fp8 --fp8-lm-head \
+          --fp8-attention --no-op-profile ;;
+      fp8attnacc)
+        for seed in 1 2 3; do
+          for data in markov carry/text-bytes.u16; do
+            for p in "bf16" "fp8" "fp8 --fp8-attention"; do
+              echo "-- seed $seed $(basename $data) $p"
+              $TB train --model small-hd128 --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
                 --seed $seed --out "$OUT/results/acc-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
             done
           done

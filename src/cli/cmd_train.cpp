@@ -100,6 +100,9 @@ int cmd_train(int argc, char** argv) {
   app.add_flag("--fp8-lm-head", spec.fp8_lm_head,
                "FP8: the LM head's three GEMMs in FP8 too, current scaling (default: BF16, as Transformer Engine and "
                "NeMo keep it; docs/TRAINING.md)");
+  app.add_flag("--fp8-attention", spec.fp8_attention,
+               "FP8: attention through cuDNN's FP8 SDPA too (Hopper: head_dim 128; O, dP and dQKV with delayed "
+               "scales); off by default");
   app.add_option("--graph", spec.graph, "capture the step as a CUDA graph: on | off | auto (on; off with --tp > 1)")
       ->check(CLI::IsMember({"on", "off", "auto"}))
       ->capture_default_str();
@@ -226,7 +229,8 @@ int cmd_train(int argc, char** argv) {
     if (spec.precision == "fp8")
       r.data["fp8"] = {{"recipe", spec.fp8_recipe}, {"history", spec.fp8_history}, {"amax", spec.fp8_amax},
                        {"margin", spec.fp8_margin}, {"reduce_amax", spec.fp8_reduce_amax},
-                       {"lm_head", spec.fp8_lm_head ? "fp8" : "bf16"}};
+                       {"lm_head", spec.fp8_lm_head ? "fp8" : "bf16"},
+                       {"attention", spec.fp8_attention ? "fp8" : "bf16"}};
     r.data["graph"] = res.graph;
     r.data["gemm_plans"] = res.gemm_plans;
     r.data["gemm_retuned"] = res.gemm_retuned;

@@ -61,6 +61,10 @@ std::vector<ModelConfig> make_presets() {
   small.rope_theta = 10000.0;
   small.rope_scaling.enabled = false;
   p.push_back(small);
+  ModelConfig small128 = small;  // `small` with head_dim 128 (2 heads, MHA): what cuDNN's FP8 attention takes
+  small128.name = "small-hd128";
+  small128.heads = small128.kv_heads = 2, small128.head_dim = 128;
+  p.push_back(small128);
   return p;
 }
 

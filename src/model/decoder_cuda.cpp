@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -69,6 +71,8 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
     : dc_(dc), cfg_(cfg), layout_(model::dense_layout(cfg, stage)), recompute_(recompute), fp8_(fp8),
       deterministic_(deterministic) {
   cfg_.validate();
+  TB_REQUIRE(!fp8_.attention || fp8_.enabled,
+             "CUDA decoder: FP8 attention (Fp8Options::attention) needs the FP8 linear layers (Fp8Options::enabled)");
   for (const Slot& s : layout_.slots)
     TB_REQUIRE(s.offset % kSlotAlignElements == 0,
                "CUDA decoder: parameter slot " + s.name + " starts at element " + std::to_string(s.offset) +
@@ -111,6 +115,7 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
     fp8_head_w_ = ops::DeviceBuffer(dc_.device(), fp8_lm_head_bytes(cfg_));
     fp8_head_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 3, 1, dc_.stream());  // W, x, dlogits
   }
+  if (fp8_.attention) fp8_attention_setup();
   dc_.synchronize();
 }
 
@@ -136,16 +141,20 @@ int CudaDecoder::linear_slot(int l, int k) const {
 // records amax.
 void CudaDecoder::fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, const ops::Fp8Meta& m,
                                  bool fwd, bool amax_ready, std::uint8_t* q, std::uint8_t* qt) {
-  cudaStream_t st = dc_.stream();
   ops::Fp8CastArgs a;
   a.x = x, a.rows = rows, a.cols = cols, a.q = q, a.qt = qt, a.type = fwd ? DType::e4m3 : DType::e5m2;
+  fp8_scaled_cast(a, m, fp8_.delayed, amax_ready);
+}
+
+void CudaDecoder::fp8_scaled_cast(ops::Fp8CastArgs a, const ops::Fp8Meta& m, bool delayed, bool amax_ready) {
+  cudaStream_t st = dc_.stream();
   a.scale = m.scale, a.scale_inv = m.scale_inv, a.margin = fp8_.margin;
-  if (fp8_.delayed) {
+  if (delayed) {
     a.amax_out = m.amax;
   } else {
     if (!amax_ready) {
       TB_CHECK(cudaMemsetAsync(m.amax, 0, sizeof(float), st));
-      ops::fp8_amax(x, std::size_t(rows) * std::size_t(cols), m.amax, st);
+      ops::fp8_amax(a.x, std::size_t(a.rows) * std::size_t(a.cols), m.amax, st);
     }
     a.amax_in = m.amax;
   }
@@ -188,26 +197,26 @@ void CudaDecoder::fp8_begin_step() {
     }
   if (fp8_head()) {  // current scaling whatever the recipe
     const Slot& w = layout_.slots[std::size_t(layout_.lm_head)];
-    const ops::Fp8Meta m = fp8_head_->meta(0);
     ops::Fp8CastArgs a;
     a.x = params_.as<bf16>() + w.offset, a.rows = w.shape[0], a.cols = w.shape[1], a.type = DType::e4m3;
     a.q = fp8_head_w_.get(), a.qt = fp8_head_w_.as<std::uint8_t>() + fp8_lm_head_bytes(cfg_) / 2;
-    a.amax_in = m.amax, a.scale = m.scale, a.scale_inv = m.scale_inv, a.margin = fp8_.margin;
-    TB_CHECK(cudaMemsetAsync(m.amax, 0, sizeof(float), dc_.stream()));
-    ops::fp8_amax(a.x, w.size, m.amax, dc_.stream());
-    ops::fp8_cast(a, dc_.stream());
+    fp8_scaled_cast(a, fp8_head_->meta(0), /*delayed=*/false, /*amax_ready=*/false);
   }
   mark("fp8 weight casts");
 }
 
 void CudaDecoder::fp8_end_step() {
-  if (!fp8_.enabled || !fp8_.delayed) return;
+  if (!fp8_.enabled) return;
+  std::vector<std::pair<const ops::Fp8Scales*, DType>> delayed;  // the histories this step rolls
+  if (fp8_.delayed) delayed = {{fp8_fwd_.get(), DType::e4m3}, {fp8_bwd_.get(), DType::e5m2}};
+  if (fp8_attention()) {  // o, dS, dq, dk, dv: delayed in both recipes
+    delayed.emplace_back(fp8_attn_o_.get(), DType::e4m3);
+    delayed.emplace_back(fp8_attn_grad_.get(), DType::e5m2);
+  }
   const auto algo = fp8_.most_recent ? ops::AmaxAlgo::most_recent : ops::AmaxAlgo::max;
   if (fp8_reduce_amax)
-    for (const ops::Fp8Scales* f : {fp8_fwd_.get(), fp8_bwd_.get()})
-      fp8_reduce_amax(f->base(), std::size_t(f->tensors()) * f->slot_stride());
-  ops::fp8_update_scales(*fp8_fwd_, DType::e4m3, algo, fp8_.margin, dc_.stream());
-  ops::fp8_update_scales(*fp8_bwd_, DType::e5m2, algo, fp8_.margin, dc_.stream());
+    for (const auto& [f, type] : delayed) fp8_reduce_amax(f->base(), std::size_t(f->tensors()) * f->slot_stride());
+  for (const auto& [f, type] : delayed) ops::fp8_update_scales(*f, type, algo, fp8_.margin, dc_.stream());
 }
 
 CudaDecoder::~CudaDecoder() {
@@ -302,8 +311,9 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, in
   field(&LayerActs::mean1, nl, !full, f32);
   field(&LayerActs::rstd1, nl, !full, f32);
   field(&LayerActs::y1, n * d, !sel && !full && !fp8, bf);  // FP8: the weight gradients read X^T instead
-  field(&LayerActs::qkv, n * width, !full, bf);
-  field(&LayerActs::o, n * qd, !full, bf);
+  const bool fp8_attn = fp8 && fp8_options.attention;  // its backward reads qkv8 and o8; out's wgrad reads X^T
+  field(&LayerActs::qkv, n * width, !full && !fp8_attn, bf);
+  field(&LayerActs::o, n * qd, !full && !fp8_attn, bf);
   field(&LayerActs::lse, n * std::size_t(c.heads), !full, f32);
   field(&LayerActs::r2, nl * d, !full, bf);
   field(&LayerActs::mean2, nl, !full, f32);
@@ -312,6 +322,10 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, in
   field(&LayerActs::h, n * fc1_rows, !full, bf);
   field(&LayerActs::g, n * ffn, !sel && !full && !fp8, bf);
   auto u8 = [&](std::size_t elems) { return static_cast<std::uint8_t*>(take_bytes(elems)); };
+  if (fp8_attn) {
+    field(&LayerActs::qkv8, n * width, !full, u8);
+    field(&LayerActs::o8, n * qd, !full, u8);
+  }
   if (fp8) {
     const std::size_t xt_cols[4] = {d, qd, d, ffn};  // the inputs of qkv, out, fc1, fc2
     for (int k = 0; k < 4; ++k) {
@@ -331,6 +345,7 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, in
   fill_shared(&LayerActs::y1), fill_shared(&LayerActs::qkv), fill_shared(&LayerActs::o), fill_shared(&LayerActs::lse);
   fill_shared(&LayerActs::r2), fill_shared(&LayerActs::mean2), fill_shared(&LayerActs::rstd2);
   fill_shared(&LayerActs::y2), fill_shared(&LayerActs::h), fill_shared(&LayerActs::g);
+  fill_shared(&LayerActs::qkv8), fill_shared(&LayerActs::o8);
 
   std::vector<HeadActs> head_sets(parts.head ? std::size_t(parts.slots) : 0);
   for (HeadActs& H : head_sets) H.rf = bf(nl * d), H.dyf = bf(nl * d), H.meanf = f32(nl), H.rstdf = f32(nl);
@@ -345,6 +360,7 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, in
   s.dnext = bf(n * d), s.dr2 = bf(n * d), s.dy = bf(n * d);
   s.dout = bf(n * qd), s.dqkv = bf(n * width);  // dg and dh live in g and h (see layer_backward)
   if (tp > 1) s.part = bf(n * d), s.dyl = bf(nl * d);
+  if (fp8_attn) s.dout8 = u8(n * qd), s.dqkv8 = u8(n * width);
   s.ce_bytes = parts.head ? ops::lm_head_ce_scratch(std::int64_t(nl), c.vocab, c.d_model, lm_head_chunk(fp8_head),
                                                    fp8_head)
                                 .bytes
@@ -416,7 +432,9 @@ void CudaDecoder::tp_wait(const bf16* full, bf16* local, std::int64_t local_rows
   mark("tp reduce-scatter (overlapped)");
 }
 
-std::size_t CudaDecoder::attention_workspace_bytes() const { return attention_->workspace_bytes(); }
+std::size_t CudaDecoder::attention_workspace_bytes() const {
+  return attention_->workspace_bytes() + (fp8_attention_ ? fp8_attention_->workspace_bytes() : 0);
+}
 
 void CudaDecoder::prepare(int batch, int seq, int slots) {
   const ModelConfig& c = cfg_;
@@ -443,7 +461,9 @@ void CudaDecoder::prepare(int batch, int seq, int slots) {
   carve(c, parts, batch, seq, recompute_, fp8_, tp_.size, static_cast<std::byte*>(arena_.get()), &acts_,
         &heads_, &s_);
   if (fp8_.enabled) fp8_assign_input_scales(slots);
-  if (cp_.size > 1)
+  if (fp8_attention())
+    fp8_attention_prepare(batch, seq, slots);  // qkv8's scaling slots and the FP8 attention plans
+  else if (cp_.size > 1)
     cp_prepare(batch, seq);  // its scratch and the two chunks' attention plans
   else
     attention_->plan(attention_shape(batch, seq));  // may grow its workspace
@@ -596,9 +616,13 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
       ops::rope_forward(qk_view(A.qkv, batch, seq), inv_freq(), st);
       mark("rope fwd");
     }
-    const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
-    attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o, A.lse}, st);
-    mark("attention fwd");
+    if (fp8_attention()) {
+      fp8_attention_forward(l, A, batch, seq);
+    } else {
+      const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
+      attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o, A.lse}, st);
+      mark("attention fwd");
+    }
   }
   linear_forward(row_out, A.o, l, 1, A, n);  // the attention output lands in m (free until the MLP)
   if (tp_.size > 1) tp_scatter(s_.part, s_.m, nl);
@@ -668,10 +692,14 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
     cp_attention_backward(A, batch, seq);
     cp_rope(s_.dqkv, batch, seq, true);
   } else {
-    const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
-    const ops::QkvPointers dqkv = ops::split_fused_qkv(s_.dqkv, as);
-    attention_->backward(as, {qkv.q, qkv.k, qkv.v, A.o, s_.dout, A.lse, dqkv.q, dqkv.k, dqkv.v}, st);
-    mark("attention bwd");
+    if (fp8_attention()) {
+      fp8_attention_backward(l, A, batch, seq);
+    } else {
+      const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
+      const ops::QkvPointers dqkv = ops::split_fused_qkv(s_.dqkv, as);
+      attention_->backward(as, {qkv.q, qkv.k, qkv.v, A.o, s_.dout, A.lse, dqkv.q, dqkv.k, dqkv.v}, st);
+      mark("attention bwd");
+    }
     if (c.pos == Pos::rope) {
       ops::rope_backward(qk_view(s_.dqkv, batch, seq), inv_freq(), st);
       mark("rope bwd");

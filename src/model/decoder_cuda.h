@@ -7,6 +7,7 @@
 //                 qkv = y1 Wqkv^T                          GEMM abt  [n, (H + 2G) hd]  (Q heads | K heads | V heads)
 //                 rope_forward on the Q and K heads of qkv, in place (one call, a strided view that skips V)
 //                 o, lse = CudnnAttention(qkv)             o [n, H hd], lse f32 [b, H, s]
+//                   (FP8 attention: qkv8 = e4m3(qkv), o8, lse = CudnnFp8Attention(qkv8), o = bf16(o8); see Fp8Options)
 //                 a = o Wout^T                             GEMM abt  [n, d]
 //                 y2, r2 = add_norm(a, r1)
 //                 h = y2 W1^T                              GEMM abt  [n, ffn or 2 ffn]
@@ -34,6 +35,7 @@
 //               are recomputed in the backward (elementwise: ~1% more time). The attention core (the [s, s]
 //               probabilities) is never stored in any mode: cuDNN's fused attention recomputes it in its backward.
 //   full:       r1 only — the whole layer's forward is recomputed in the backward (one more forward per layer)
+// FP8 attention (Fp8Options::attention) keeps the FP8 copies qkv8 and o8 (1 byte per element) instead of qkv and o.
 // The rest lives in one shared copy (the layer being computed). The backward's gradient buffers are shared too;
 // the MLP's dg and dh overwrite g and h in place.
 // Graph capture: forward_backward_device enqueues only (no allocation, host sync or host read once prepare()
@@ -64,6 +66,7 @@
 #include "model/config.h"
 #include "model/param_layout.h"
 #include "ops/cuda/attention.h"
+#include "ops/cuda/attention_fp8.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/fp8.h"
 
@@ -77,6 +80,12 @@ namespace tb::model {
 // LM head too unless `lm_head` (then its three GEMMs run in FP8 with current scaling of W, x and the logits'
 // gradient, in both recipes; W's copies made with the layers'). Saved for the backward: the inputs' transposed FP8
 // copies (X^T) instead of the BF16 inputs.
+// `attention`: attention through cuDNN's FP8 SDPA too (ops/cuda/attention_fp8.h; model/decoder_fp8_attention_cuda.cpp
+// has the formulas): the fused qkv after RoPE cast to E4M3 (current scaling, one scale for q, k and v); o comes out
+// E4M3 and is dequantised to bf16 for the out-projection; the backward casts dO to E5M2 (current scaling) and
+// dequantises dq, dk, dv (E5M2) into the bf16 dqkv. o, dS, dq, dk and dv are scaled by delayed scaling in both recipes
+// (history `history`, `most_recent`, `margin`; the first step at scale 1), P at the fixed 448. Context parallel and
+// the deterministic backward are refused; cuDNN on Hopper takes head_dim 128 only.
 // Tensor parallel with sequence parallelism (Megatron's column/row-parallel attention and MLP), set before
 // prepare(): the decoder's config is then this rank's shard (heads, kv_heads and ffn divided by `size`; d_model and
 // vocab whole) and the residual stream, norms, embedding lookup, LM head and loss run on this rank's n / size token
@@ -120,6 +129,7 @@ struct Fp8Options {
   bool most_recent = false;  // delayed: amax of the last step only (else the max over the history)
   int margin = 0;
   bool lm_head = false;      // the LM head's three GEMMs in FP8 too (ops/cuda/cross_entropy.h: current scaling)
+  bool attention = false;    // attention through cuDNN's FP8 SDPA too (needs enabled)
 };
 
 class CudaDecoder {
@@ -237,6 +247,8 @@ class CudaDecoder {
     float *mean1, *rstd1, *lse, *mean2, *rstd2;
     std::uint8_t* xt[4];  // FP8: the inputs of qkv, out, fc1, fc2 transposed (X^T, E4M3) for the weight gradients
     ops::Fp8Meta xs[4];   // FP8: their scaling slots (per activation set: fp8_assign_input_scales)
+    std::uint8_t *qkv8, *o8;  // FP8 attention: its E4M3 inputs (fused, after RoPE) and output, for its backward
+    ops::Fp8Meta qkv8_scale;  // qkv8's current-scaling slot (per activation set: fp8_attention_prepare)
   };
   struct HeadActs {  // per activation set, last stage only: the final norm's sum and statistics, the LM head's dyf
     bf16 *rf, *dyf;
@@ -250,6 +262,7 @@ class CudaDecoder {
     void *ce, *norm_ws, *embed_ws;
     std::uint8_t *xq, *dyq, *dyqt;  // FP8 scratch: a linear's input, its output gradient and that transposed (in
                                     // the bytes at ce: the LM head never runs while a linear holds them)
+    std::uint8_t *dout8, *dqkv8;    // FP8 attention's backward: dO [n, H hd] and dq|dk|dv [n, (H + 2G) hd]
     std::size_t ce_bytes, norm_ws_bytes, embed_ws_bytes;
   };
   // What an arena holds: `layers` layers' activations in `slots` sets; the embedding's and the head's scratch.
@@ -297,6 +310,9 @@ class CudaDecoder {
   int linear_slot(int l, int k) const;
   void fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, const ops::Fp8Meta& m, bool fwd,
                       bool amax_ready, std::uint8_t* q, std::uint8_t* qt);
+  // a (x, shape, q / qt, type) cast with slot m's scale: delayed (the slot's scale; amax recorded) or current (the
+  // amax of x first, unless amax_ready).
+  void fp8_scaled_cast(ops::Fp8CastArgs a, const ops::Fp8Meta& m, bool delayed, bool amax_ready);
   void fp8_assign_input_scales(int slots);
   // The layer's forward from x (+ resid) into A; fc2's output into scratch m unless `to_fc1_act` (recompute).
   void layer_forward(int l, const bf16* x, const bf16* resid, const LayerActs& A, int batch, int seq,
@@ -320,6 +336,17 @@ class CudaDecoder {
   ops::DeviceBuffer fp8_head_w_;                        // Fp8Options::lm_head: the LM head's W, then W^T (E4M3)
   std::unique_ptr<ops::Fp8Scales> fp8_head_;            // its W, x, dlogits slots (current scaling)
   bool fp8_head() const { return fp8_.enabled && fp8_.lm_head && last_stage(); }
+  // FP8 attention (Fp8Options::attention): model/decoder_fp8_attention_cuda.cpp.
+  std::unique_ptr<ops::CudnnFp8Attention> fp8_attention_;
+  std::unique_ptr<ops::Fp8Scales> fp8_attn_o_;     // delayed, E4M3: o of layer l at l
+  std::unique_ptr<ops::Fp8Scales> fp8_attn_grad_;  // delayed, E5M2: dS, dq, dk, dv of layer l at 4 l + 0..3
+  std::unique_ptr<ops::Fp8Scales> fp8_attn_now_;   // P (fixed), dO (current), then qkv8 per activation set and layer
+  bool fp8_attention() const { return fp8_.enabled && fp8_.attention; }
+  void fp8_attention_setup();  // the constructor's part
+  void fp8_attention_prepare(int batch, int seq, int slots);
+  ops::Fp8AttentionShape fp8_attention_shape(int batch, int seq) const;
+  void fp8_attention_forward(int l, const LayerActs& A, int batch, int seq);   // from A.qkv (bf16, after RoPE)
+  void fp8_attention_backward(int l, const LayerActs& A, int batch, int seq);  // from s_.dout into s_.dqkv
   bool overwrite_linear_grads_ = false;  // set by zero_grads_for_overwrite() for the next forward_backward
   TensorParallelOps tp_;
   ContextParallelOps cp_;

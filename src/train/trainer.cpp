@@ -74,6 +74,19 @@ void validate(const TrainSpec& spec) {
   TB_REQUIRE(spec.fp8_history >= 1 && spec.fp8_history <= 1024, "--fp8-history must be in [1, 1024]");
   TB_REQUIRE(spec.fp8_margin >= 0 && spec.fp8_margin < 32, "--fp8-margin must be in [0, 32)");
   TB_REQUIRE(!spec.fp8_lm_head || spec.precision == "fp8", "--fp8-lm-head needs --precision fp8");
+  if (spec.fp8_attention) {  // what cuDNN's FP8 attention (ops/cuda/attention_fp8.h) cannot do, before any GPU work
+    TB_REQUIRE(spec.precision == "fp8", "--fp8-attention needs --precision fp8");
+    TB_REQUIRE(spec.cp == 1, fmt::format("--fp8-attention does not combine with context parallel (--cp {}): cuDNN's "
+                                         "FP8 attention has no bottom-right causal mask on Hopper; use --cp 1 or leave "
+                                         "--fp8-attention off",
+                                         spec.cp));
+    TB_REQUIRE(!spec.deterministic, "--fp8-attention has no deterministic backward (cuDNN's FP8 attention): drop "
+                                    "--deterministic or --fp8-attention");
+    const model::ModelConfig m = resolve_model(spec);
+    TB_REQUIRE(m.head_dim == 128, fmt::format("--fp8-attention needs head_dim 128 (cuDNN's FP8 attention backward on "
+                                              "Hopper takes no other); {} has head_dim {}: leave --fp8-attention off",
+                                              m.name, m.head_dim));
+  }
   TB_REQUIRE(spec.gpu >= 0, "--gpu must be a device index >= 0");
 }
 

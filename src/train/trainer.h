@@ -72,6 +72,8 @@ struct TrainSpec {
   int fp8_margin = 0;                 // scale = fp8_max / amax / 2^margin
   bool fp8_reduce_amax = true;        // delayed, several ranks: amaxes maxed over the ranks holding the same layers
   bool fp8_lm_head = false;           // the LM head's GEMMs in FP8 too (current scaling; off: BF16, as TE and NeMo)
+  bool fp8_attention = false;         // attention through cuDNN's FP8 SDPA too (Fp8Options::attention): FP8 only;
+                                      // head_dim 128, no context parallel, not deterministic (validate())
 };
 
 // Device memory a CUDA run needs, before anything is allocated (bytes).

@@ -110,6 +110,7 @@ static model::Fp8Options fp8_options(const TrainSpec& spec) {
   o.most_recent = spec.fp8_amax == "most_recent";
   o.margin = spec.fp8_margin;
   o.lm_head = spec.fp8_lm_head;
+  o.attention = spec.fp8_attention;
   return o;
 }
 

@@ -114,6 +114,9 @@ TEST(Cli, TrainRejectsBadConfigurationsBeforeWork) {
   r = run({"train", "--model", "tiny", "--device", "cpu", "--data", "/no/such/tokens.bin"});
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("/no/such/tokens.bin"), std::string::npos) << r.err;
+  r = run({"train", "--model", "small-hd128", "--fp8-attention"});  // the flag exists and needs --precision fp8
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--fp8-attention needs --precision fp8"), std::string::npos) << r.err;
 }
 
 TEST(Cli, TrainNamesEveryLayoutProblemBeforeStartingRanks) {

@@ -8,7 +8,12 @@
 //   gpt-like:      layernorm, gelu, learned positions, tied embeddings, MHA 4/4, head_dim 64
 //   nemotron-like: layernorm1p, sqrelu, rope, GQA 4/2, head_dim 64
 // Also: gradients accumulate (a second call without zero_grads doubles them), and a layout whose slots are not
-// 256-byte aligned is refused with a config error.
+// 256-byte aligned is refused with a config error. FP8 (linear layers, LM head, attention) within FP8 tolerances:
+// loss 3e-2 relative, every gradient slot 0.25 relative L2. FP8 attention: llama-like at d_model 512 with 4 heads of
+// 128 (cuDNN's FP8 backward on Hopper takes head_dim 128 only), current and delayed recipes, and full recompute;
+// compared on the third call (the first runs attention's delayed scales at 1, the second's dq, dk, dv scales come
+// from the first's underflowed gradients); it keeps fewer activation bytes than BF16 attention; refused without FP8
+// linear layers and with the deterministic backward.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,8 +78,10 @@ double rel_l2(const std::vector<double>& ref, const std::vector<double>& got) {
 }
 
 // Runs one forward_backward on both decoders with the same bf16-rounded parameters and compares. fp8: the CUDA
-// decoder's linear layers in FP8 (current or delayed scaling), with FP8 tolerances.
-void compare_with_cpu(const ModelConfig& cfg, tb::model::Fp8Options fp8 = {}) {
+// decoder's linear layers in FP8 (current or delayed scaling), with FP8 tolerances; delayed scales (the recipe's, or
+// FP8 attention's) warm up first.
+void compare_with_cpu(const ModelConfig& cfg, tb::model::Fp8Options fp8 = {},
+                      CudaDecoder::Recompute rc = CudaDecoder::Recompute::none) {
   const double loss_rel = fp8.enabled ? 3e-2 : kLossRel, grad_rel = fp8.enabled ? 0.25 : kGradRelL2;
   CpuDecoder<double> cpu(cfg, 1234);
   // Move every parameter off its init: vectors (norm gains, biases) by N(0, 0.1), matrices scaled up to std ~0.05
@@ -100,16 +107,19 @@ void compare_with_cpu(const ModelConfig& cfg, tb::model::Fp8Options fp8 = {}) {
   const double loss_cpu = cpu.forward_backward(tokens, targets, kBatch, kSeq);
 
   tb::ops::DeviceContext dc(0);
-  CudaDecoder gpu(dc, cfg, CudaDecoder::Recompute::none, false, fp8);
+  CudaDecoder gpu(dc, cfg, rc, false, fp8);
   gpu.load_params(host);
   gpu.zero_grads();
-  if (fp8.delayed) {  // delayed scaling starts from scale 1: one call fills the amax history first
+  // Delayed scaling starts from scale 1: one call fills the amax history first; FP8 attention two (see the top).
+  const int warmup = fp8.attention ? 2 : fp8.delayed ? 1 : 0;
+  for (int i = 0; i < warmup; ++i) {
     gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
     gpu.zero_grads();
   }
   const double loss_gpu = gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
-  std::printf("%s%s%s: loss cpu %.6f gpu %.6f (rel %.2e)\n", cfg.name.c_str(),
+  std::printf("%s%s%s%s%s: loss cpu %.6f gpu %.6f (rel %.2e)\n", cfg.name.c_str(),
               fp8.enabled ? (fp8.delayed ? " fp8 delayed" : " fp8 current") : "", fp8.lm_head ? " + lm head" : "",
+              fp8.attention ? " + fp8 attention" : "", rc == CudaDecoder::Recompute::full ? " (recompute full)" : "",
               loss_cpu, loss_gpu,
               std::abs(loss_gpu - loss_cpu) / std::abs(loss_cpu));
   EXPECT_NEAR(loss_gpu, loss_cpu, loss_rel * std::abs(loss_cpu));
@@ -132,7 +142,7 @@ void compare_with_cpu(const ModelConfig& cfg, tb::model::Fp8Options fp8 = {}) {
     EXPECT_LT(err, grad_rel) << s.name;
   }
 
-  if (fp8.delayed) return;  // the scales move between calls: accumulation is checked with current scaling
+  if (fp8.delayed || fp8.attention) return;  // the scales move between calls: accumulation is checked without them
   // Accumulation: a second call without zero_grads adds the same gradients again.
   const double loss2 = gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
   EXPECT_NEAR(loss2, loss_gpu, 1e-6 * std::abs(loss_gpu));
@@ -262,6 +272,45 @@ TEST(CudaDecoder, Fp8MatchesCpuWithinFp8Error) {
   compare_with_cpu(config("llama", 256, 64), current);
   compare_with_cpu(config("gpt", 256, 64), current);  // tied embeddings: the head's W is the embedding table
   compare_with_cpu(config("llama", 256, 64), delayed);
+}
+
+TEST(CudaDecoder, Fp8AttentionMatchesCpuWithinFp8Error) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig cfg = config("llama", 512, 128);  // 4 heads x 128 = d_model, 2 KV heads
+  tb::model::Fp8Options current;
+  current.enabled = current.attention = true;
+  tb::model::Fp8Options delayed = current;
+  delayed.delayed = true;
+  compare_with_cpu(cfg, current);
+  compare_with_cpu(cfg, delayed);
+  compare_with_cpu(cfg, current, CudaDecoder::Recompute::full);  // qkv8 and o8 in the shared copy, recomputed
+  tb::model::Fp8Options linear_only = current;
+  linear_only.attention = false;
+  EXPECT_LT(CudaDecoder::activation_bytes(cfg, kBatch, kSeq, CudaDecoder::Recompute::none, current),
+            CudaDecoder::activation_bytes(cfg, kBatch, kSeq, CudaDecoder::Recompute::none, linear_only));
+}
+
+TEST(CudaDecoder, Fp8AttentionRefusesWithoutFp8LayersAndWhenDeterministic) {
+  SKIP_WITHOUT_GPU();
+  tb::ops::DeviceContext dc(0);
+  const ModelConfig cfg = config("llama", 512, 128);
+  tb::model::Fp8Options fp8;
+  fp8.attention = true;  // but not enabled
+  try {
+    CudaDecoder d(dc, cfg, CudaDecoder::Recompute::none, false, fp8);
+    ADD_FAILURE() << "FP8 attention without FP8 linear layers was accepted";
+  } catch (const tb::Error& e) {
+    EXPECT_EQ(e.kind(), tb::Error::Kind::config) << e.what();
+  }
+  fp8.enabled = true;
+  try {
+    CudaDecoder d(dc, cfg, CudaDecoder::Recompute::none, /*deterministic=*/true, fp8);
+    d.prepare(kBatch, kSeq);
+    ADD_FAILURE() << "FP8 attention with the deterministic backward was accepted";
+  } catch (const tb::Error& e) {
+    EXPECT_EQ(e.kind(), tb::Error::Kind::config) << e.what();
+    EXPECT_NE(std::string(e.what()).find("deterministic"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaDecoder, RefusesMisalignedLayout) {

@@ -1,9 +1,11 @@
 // Tests train/trainer on the CPU backend: the tiny model learns the markov task to near its floor in a
-// hundred-odd steps, the same seed gives the same losses, and bad specs fail before any work.
+// hundred-odd steps, the same seed gives the same losses, and bad specs fail before any work (also the CUDA-only
+// --fp8-attention combinations, checked by validate() without a GPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <csignal>
+#include <string>
 
 #include "core/error.h"
 #include "core/interrupt.h"
@@ -56,6 +58,36 @@ TEST(TrainerCpu, BadSpecsFailBeforeWork) {
   s = tiny(5);
   s.warmup_steps = 5;
   EXPECT_THROW(tb::train::train_cpu(s, nullptr), tb::Error);
+}
+
+// --fp8-attention: each combination cuDNN's FP8 attention cannot run is refused by validate() (no GPU needed) with
+// one config error naming the flag and what to do.
+TEST(TrainerCpu, Fp8AttentionRefusalsNameTheFlag) {
+  tb::train::TrainSpec ok;
+  ok.model = "small-hd128", ok.device = "cuda", ok.precision = "fp8", ok.fp8_attention = true;
+  EXPECT_NO_THROW(tb::train::validate(ok));
+  ok.tp = 2, ok.pp = 2;  // tensor and pipeline parallel: each rank's heads, each activation set's own q|k|v scale
+  EXPECT_NO_THROW(tb::train::validate(ok));
+  const auto refusal = [](tb::train::TrainSpec s) {
+    try {
+      tb::train::validate(s);
+    } catch (const tb::Error& e) {
+      EXPECT_EQ(e.kind(), tb::Error::Kind::config) << e.what();
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  tb::train::TrainSpec s = ok;
+  s.precision = "bf16";
+  EXPECT_EQ(refusal(s), "--fp8-attention needs --precision fp8");
+  s = ok, s.model = "small";
+  EXPECT_NE(refusal(s).find("--fp8-attention needs head_dim 128"), std::string::npos) << refusal(s);
+  EXPECT_NE(refusal(s).find("small has head_dim 64"), std::string::npos) << refusal(s);
+  s = ok, s.cp = 2;
+  EXPECT_NE(refusal(s).find("--fp8-attention does not combine with context parallel (--cp 2)"), std::string::npos)
+      << refusal(s);
+  s = ok, s.deterministic = true;
+  EXPECT_NE(refusal(s).find("drop --deterministic or --fp8-attention"), std::string::npos) << refusal(s);
 }
 
 TEST(TrainerCpu, StopsAfterTheCurrentStepOnInterrupt) {
