@@ -19,7 +19,7 @@
 #   fp8attn:   FP8 attention (--fp8-attention): carry/attention_fp8_lab, then 8B L8 (op profile on) and 70B L2 in FP8
 #              with the FP8 head, without and with FP8 attention
 #   fp8attnacc: the accuracy runs over seeds 1, 2, 3 on `small-hd128` (`small` with head_dim 128, what cuDNN's FP8
-#              attention takes) in BF16, FP8 and FP8 with FP8 attention
+#              attention takes) in BF16, FP8 and FP8 with FP8 attention; extra train options in $ACC_ARGS (--lr 1e-3)
 #   recipes:   the README's main job (check + the default recipe), `trainbench run` of the Llama 3.1 8B, 70B and
 #              405B recipes (proxies on one GPU) and `trainbench compare` over them
 set -uo pipefail
@@ -123,7 +123,7 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
             for p in "bf16" "fp8" "fp8 --fp8-attention"; do
               echo "-- seed $seed $(basename $data) $p"
               $TB train --model small-hd128 --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
-                --seed $seed --out "$OUT/results/acc-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
+                --seed $seed ${ACC_ARGS:-} --out "$OUT/results/acc-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
             done
           done
         done ;;
@@ -148,5 +148,5 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
     esac
   done
 } 2>&1 | tee -a "$OUT/train.log"
-tar czf "$OUT/results.tgz" -C "$OUT" results 2>/dev/null
+tar czf "$OUT/results-train.tgz" -C "$OUT" results 2>/dev/null  # its own name: another script in the same call keeps its
 rm -rf "$OUT/results"

@@ -631,10 +631,13 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
   mark("norm fwd");
   tp_gather(A.y2, nl);
   linear_forward(A.h, A.y2, l, 2, A, n);
-  float* g_amax = to_fc1_act ? nullptr : fused_amax(A.xs[3]);  // fc2's input scale from the activation's output
+  float* g_amax = fused_amax(A.xs[3]);  // fc2's input scale from the activation's output
   activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}}, g_amax);
   mark("activation fwd");
-  if (to_fc1_act) return;
+  if (to_fc1_act) {  // FP8: fc2's weight gradient reads X^T, which a recompute must refresh too (not the GEMM)
+    if (fp8_.enabled) fp8_cast_input(A.g, n, ffn, A.xs[3], true, g_amax != nullptr, nullptr, A.xt[3]);
+    return;
+  }
   linear_forward(row_out, A.g, l, 3, A, n, g_amax != nullptr);
   if (tp_.size > 1) tp_scatter(s_.part, s_.m, nl);
 }

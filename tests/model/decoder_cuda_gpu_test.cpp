@@ -80,9 +80,11 @@ double rel_l2(const std::vector<double>& ref, const std::vector<double>& got) {
 // Runs one forward_backward on both decoders with the same bf16-rounded parameters and compares. fp8: the CUDA
 // decoder's linear layers in FP8 (current or delayed scaling), with FP8 tolerances; delayed scales (the recipe's, or
 // FP8 attention's) warm up first.
+// fp8_grad_rel > 0: the gradients' relative L2 bound instead of FP8's default 0.25.
 void compare_with_cpu(const ModelConfig& cfg, tb::model::Fp8Options fp8 = {},
-                      CudaDecoder::Recompute rc = CudaDecoder::Recompute::none) {
-  const double loss_rel = fp8.enabled ? 3e-2 : kLossRel, grad_rel = fp8.enabled ? 0.25 : kGradRelL2;
+                      CudaDecoder::Recompute rc = CudaDecoder::Recompute::none, double fp8_grad_rel = 0) {
+  const double loss_rel = fp8.enabled ? 3e-2 : kLossRel;
+  const double grad_rel = fp8_grad_rel > 0 ? fp8_grad_rel : fp8.enabled ? 0.25 : kGradRelL2;
   CpuDecoder<double> cpu(cfg, 1234);
   // Move every parameter off its init: vectors (norm gains, biases) by N(0, 0.1), matrices scaled up to std ~0.05
   // so attention is not uniform; then round to bf16 so both backends see exactly the same values.
@@ -281,13 +283,24 @@ TEST(CudaDecoder, Fp8AttentionMatchesCpuWithinFp8Error) {
   current.enabled = current.attention = true;
   tb::model::Fp8Options delayed = current;
   delayed.delayed = true;
-  compare_with_cpu(cfg, current);
-  compare_with_cpu(cfg, delayed);
-  compare_with_cpu(cfg, current, CudaDecoder::Recompute::full);  // qkv8 and o8 in the shared copy, recomputed
   tb::model::Fp8Options linear_only = current;
   linear_only.attention = false;
-  EXPECT_LT(CudaDecoder::activation_bytes(cfg, kBatch, kSeq, CudaDecoder::Recompute::none, current),
-            CudaDecoder::activation_bytes(cfg, kBatch, kSeq, CudaDecoder::Recompute::none, linear_only));
+  // At this config the FP8 linear layers alone give 0.19-0.26 (the control), FP8 attention 0.24-0.29 (E5M2 dO, dS,
+  // dq, dk, dv on the way to every earlier parameter; measured on an H200); a wrong tensor gives O(1) (a stale fc2 X^T
+  // under full recompute gave 1.2).
+  constexpr double kRel = 0.35;
+  const auto none = CudaDecoder::Recompute::none, full = CudaDecoder::Recompute::full;
+  compare_with_cpu(cfg, linear_only, none, kRel);  // the control
+  compare_with_cpu(cfg, current, none, kRel);
+  compare_with_cpu(cfg, delayed, none, kRel);
+  compare_with_cpu(cfg, current, full, kRel);      // qkv8 and o8 in the shared copy, recomputed
+  compare_with_cpu(cfg, linear_only, full, kRel);  // fc2's X^T recomputed too
+  // Per layer FP8 attention keeps qkv8 and o8 (1 byte) instead of qkv and o (2 bytes), at the price of one shared
+  // bf16 copy of each and its backward's FP8 scratch: less memory from 4 layers on.
+  ModelConfig deep = cfg;
+  deep.layers = 8;
+  EXPECT_LT(CudaDecoder::activation_bytes(deep, kBatch, kSeq, CudaDecoder::Recompute::none, current),
+            CudaDecoder::activation_bytes(deep, kBatch, kSeq, CudaDecoder::Recompute::none, linear_only));
 }
 
 TEST(CudaDecoder, Fp8AttentionRefusesWithoutFp8LayersAndWhenDeterministic) {
