@@ -38,6 +38,7 @@
 #include "ops/cuda/context.h"
 #include "ops/cuda/cudnn.h"
 #include "ops/cuda/fill.h"
+#include "../support/attention_check.h"
 
 namespace {
 
@@ -45,6 +46,7 @@ using tb::DType;
 using tb::Shape;
 using tb::TensorView;
 using namespace tb::ops;
+using namespace tb::testing_support;
 
 #define SKIP_WITHOUT_GPU() \
   if (tb::bench::visible_gpu_count() == 0) GTEST_SKIP() << tb::bench::no_gpu_reason()
@@ -67,40 +69,6 @@ std::vector<double> download_f32(const float* dev, std::size_t n, cudaStream_t s
   TB_CHECK(cudaMemcpyAsync(f.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
   TB_CHECK(cudaStreamSynchronize(stream));
   return {f.begin(), f.end()};
-}
-
-// [b, s, heads, d] view with the given strides, starting `col` elements into v.
-TensorView<double> heads_view(std::vector<double>& v, std::int64_t col, const AttentionShape& s, std::int64_t heads,
-                              const HeadStrides& t) {
-  return TensorView<double>(v.data() + col, Shape{s.batch, s.seq, heads, s.head_dim}, Shape{t.batch, t.seq, t.head, 1},
-                            4);
-}
-
-struct Err {
-  double rel_l2 = 0, max_abs = 0, max_ref = 0;
-  std::int64_t nonfinite = 0;
-};
-
-// Over every element of two views of the same shape (rank 3 or 4).
-Err compare(const TensorView<double>& got, const TensorView<double>& ref) {
-  Err e;
-  double num = 0, den = 0;
-  const auto n = [&](int d) { return d < got.rank() ? got.size(d) : std::int64_t(1); };
-  for (std::int64_t a = 0; a < n(0); ++a)
-    for (std::int64_t b = 0; b < n(1); ++b)
-      for (std::int64_t c = 0; c < n(2); ++c)
-        for (std::int64_t d = 0; d < n(3); ++d) {
-          const double g = got.rank() == 4 ? got(a, b, c, d) : got(a, b, c);
-          const double r = ref.rank() == 4 ? ref(a, b, c, d) : ref(a, b, c);
-          if (!std::isfinite(g)) ++e.nonfinite;
-          num += (g - r) * (g - r);
-          den += r * r;
-          e.max_abs = std::max(e.max_abs, std::abs(g - r));
-          e.max_ref = std::max(e.max_ref, std::abs(r));
-        }
-  e.rel_l2 = std::sqrt(num / den);
-  if (e.nonfinite) e.rel_l2 = e.max_abs = std::numeric_limits<double>::infinity();
-  return e;
 }
 
 std::string show(const Err& e) {
@@ -139,38 +107,13 @@ struct Problem {
 };
 
 // The same problem on the host in double: inputs, GPU outputs, reference outputs.
-struct HostCheck {
-  AttentionShape s;
-  std::int64_t qd, kvd;
-  std::vector<double> qkv, o, lse, dout, dqkv;  // from the GPU
-  std::vector<double> o_ref, lse_ref, dqkv_ref;  // CPU reference (reference_forward / reference)
-
-  HostCheck(const Problem& p, cudaStream_t stream) : s(p.s), qd(s.heads * s.head_dim), kvd(s.kv_heads * s.head_dim) {
+struct HostCheck : AttentionHostCheck {
+  HostCheck(const Problem& p, cudaStream_t stream) : AttentionHostCheck(p.s) {
     qkv = download_bf16(p.qkv.get(), fused_qkv_elements(s), stream);
     o = download_bf16(p.o.get(), p.o.bytes() / 2, stream);
     lse = download_f32(p.lse.as<float>(), p.lse.bytes() / sizeof(float), stream);
     dout = download_bf16(p.dout.get(), p.dout.bytes() / 2, stream);
     dqkv = download_bf16(p.dqkv.get(), fused_qkv_elements(s), stream);
-  }
-  // Views of a fused (d)QKV host buffer, of an o-shaped one, of an lse-shaped one.
-  TensorView<double> q(std::vector<double>& buf) { return heads_view(buf, 0, s, s.heads, s.q); }
-  TensorView<double> k(std::vector<double>& buf) { return heads_view(buf, qd, s, s.kv_heads, s.k); }
-  TensorView<double> v(std::vector<double>& buf) { return heads_view(buf, qd + kvd, s, s.kv_heads, s.v); }
-  TensorView<double> out(std::vector<double>& buf) { return heads_view(buf, 0, s, s.heads, s.o); }
-  TensorView<double> stats(std::vector<double>& buf) {
-    return TensorView<double>(buf.data(), {s.batch, s.heads, s.seq});
-  }
-
-  void reference_forward() {
-    o_ref.assign(o.size(), 0.0);
-    lse_ref.assign(lse.size(), 0.0);
-    tb::ops::cpu::attention_forward<double>(out(o_ref), stats(lse_ref), q(qkv), k(qkv), v(qkv));
-  }
-  void reference() {
-    reference_forward();
-    dqkv_ref.assign(dqkv.size(), 0.0);
-    tb::ops::cpu::attention_backward<double>(q(dqkv_ref), k(dqkv_ref), v(dqkv_ref), out(dout), q(qkv), k(qkv),
-                                             v(qkv), out(o), stats(lse_ref));
   }
 };
 

@@ -204,12 +204,8 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_
     output(dk, kDk, kv_dims(s), strides(s.k));
     output(dv, kDv, kv_dims(s), strides(s.v));
     build_graph(b, handle, g_->bwd_ws, g_->bwd_engine);
-  } catch (const Error& e) {  // say which shape and direction; keep kind (unsupported / cudnn) and detail
-    throw Error(e.kind(), e.fatal(), fmt::format("attention {} {}: {}", direction, ops::describe(s), e.what()),
-                e.detail());
-  } catch (const std::exception& e) {  // the frontend throws std::runtime_error from a few helpers
-    raise_error(Error::Kind::cudnn,
-                fmt::format("attention {} {}: cudnn-frontend: {}", direction, ops::describe(s), e.what()));
+  } catch (...) {  // say which shape and direction
+    rethrow_graph_error(fmt::format("attention {} {}", direction, ops::describe(s)));
   }
 }
 
@@ -263,39 +259,6 @@ void AttentionPlan::backward(cudnnHandle_t handle, const AttentionBackwardArgs& 
       {kStats, mut(a.lse)}, {kDq, a.dq},    {kDk, a.dk},    {kDv, a.dv}};
   TB_CHECK(cudnnSetStream(handle, stream));
   TB_CHECK(g_->bwd->execute(handle, pack, ws.ptr));
-}
-
-// ---- per-device cache ----------------------------------------------------------------------------------
-
-CudnnAttention::CudnnAttention(int device) : handle_(device) {}
-
-const AttentionPlan& CudnnAttention::plan(const AttentionShape& s) {
-  if (auto it = plans_.find(s); it != plans_.end()) return it->second;
-  TB_CHECK(cudaSetDevice(device()));
-  const auto it = plans_.try_emplace(s, handle_.get(), s).first;
-  if (it->second.workspace_bytes() > workspace_.bytes()) {
-    constexpr std::size_t kRound = std::size_t(1) << 20;  // whole MiB: fewer regrowths across shapes
-    const std::size_t bytes = (it->second.workspace_bytes() + kRound - 1) / kRound * kRound;
-    try {
-      workspace_ = DeviceBuffer(device(), bytes);  // the old one stays until the new one exists
-    } catch (...) {
-      plans_.erase(it);  // a plan without its workspace must not be cached
-      throw;
-    }
-  }
-  return it->second;
-}
-
-void CudnnAttention::forward(const AttentionShape& s, const AttentionForwardArgs& a, cudaStream_t stream) {
-  const AttentionPlan& p = plan(s);
-  TB_CHECK(cudaSetDevice(device()));
-  p.forward(handle_.get(), a, {workspace_.get(), workspace_.bytes()}, stream);
-}
-
-void CudnnAttention::backward(const AttentionShape& s, const AttentionBackwardArgs& a, cudaStream_t stream) {
-  const AttentionPlan& p = plan(s);
-  TB_CHECK(cudaSetDevice(device()));
-  p.backward(handle_.get(), a, {workspace_.get(), workspace_.bytes()}, stream);
 }
 
 }  // namespace tb::ops

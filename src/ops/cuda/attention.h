@@ -145,24 +145,7 @@ class AttentionPlan {
 
 // The per-device attention state: cuDNN handle, plan cache, workspace. Owned by whoever runs the model
 // (no globals); the device is made current as needed.
-class CudnnAttention {
- public:
-  explicit CudnnAttention(int device);
-  int device() const { return handle_.device(); }
-  cudnnHandle_t handle() const { return handle_.get(); }
-
-  // The plan for s: built on first use and cached (a failed build is not cached); grows the workspace
-  // to fit it (cudaFree/cudaMalloc: synchronizes the device).
-  const AttentionPlan& plan(const AttentionShape& s);
-  std::size_t workspace_bytes() const { return workspace_.bytes(); }
-
-  void forward(const AttentionShape& s, const AttentionForwardArgs& a, cudaStream_t stream);
-  void backward(const AttentionShape& s, const AttentionBackwardArgs& a, cudaStream_t stream);
-
- private:
-  CudnnHandle handle_;
-  DeviceBuffer workspace_;
-  std::map<AttentionShape, AttentionPlan> plans_;  // declared last: destroyed before the handle
-};
+// The per-device cache (ops/cuda/cudnn.h).
+using CudnnAttention = CudnnPlanCache<AttentionShape, AttentionPlan, AttentionForwardArgs, AttentionBackwardArgs>;
 
 }  // namespace tb::ops

@@ -204,12 +204,8 @@ Fp8AttentionPlan::Fp8AttentionPlan(cudnnHandle_t handle, const Fp8AttentionShape
     scalar_output(amax_dv, kAmaxDv);
     scalar_output(amax_dp, kAmaxDp);
     build_graph(b, handle, g_->bwd_ws, g_->bwd_engine);
-  } catch (const Error& e) {  // say which shape and direction; keep kind (unsupported / cudnn) and detail
-    throw Error(e.kind(), e.fatal(), fmt::format("attention {} {}: {}", direction, ops::describe(shape), e.what()),
-                e.detail());
-  } catch (const std::exception& e) {  // the frontend throws std::runtime_error from a few helpers
-    raise_error(Error::Kind::cudnn,
-                fmt::format("attention {} {}: cudnn-frontend: {}", direction, ops::describe(shape), e.what()));
+  } catch (...) {  // say which shape and direction
+    rethrow_graph_error(fmt::format("attention {} {}", direction, ops::describe(shape)));
   }
 }
 
@@ -288,39 +284,6 @@ void Fp8AttentionPlan::backward(cudnnHandle_t handle, const Fp8AttentionBackward
       {kAmaxDv, a.dv.amax}};
   TB_CHECK(cudnnSetStream(handle, stream));
   TB_CHECK(g_->bwd->execute(handle, pack, ws.ptr));
-}
-
-// ---- per-device cache ----------------------------------------------------------------------------------
-
-CudnnFp8Attention::CudnnFp8Attention(int device) : handle_(device) {}
-
-const Fp8AttentionPlan& CudnnFp8Attention::plan(const Fp8AttentionShape& s) {
-  if (auto it = plans_.find(s); it != plans_.end()) return it->second;
-  TB_CHECK(cudaSetDevice(device()));
-  const auto it = plans_.try_emplace(s, handle_.get(), s).first;
-  if (it->second.workspace_bytes() > workspace_.bytes()) {
-    constexpr std::size_t kRound = std::size_t(1) << 20;  // whole MiB: fewer regrowths across shapes
-    const std::size_t bytes = (it->second.workspace_bytes() + kRound - 1) / kRound * kRound;
-    try {
-      workspace_ = DeviceBuffer(device(), bytes);  // the old one stays until the new one exists
-    } catch (...) {
-      plans_.erase(it);  // a plan without its workspace must not be cached
-      throw;
-    }
-  }
-  return it->second;
-}
-
-void CudnnFp8Attention::forward(const Fp8AttentionShape& s, const Fp8AttentionForwardArgs& a, cudaStream_t stream) {
-  const Fp8AttentionPlan& p = plan(s);
-  TB_CHECK(cudaSetDevice(device()));
-  p.forward(handle_.get(), a, {workspace_.get(), workspace_.bytes()}, stream);
-}
-
-void CudnnFp8Attention::backward(const Fp8AttentionShape& s, const Fp8AttentionBackwardArgs& a, cudaStream_t stream) {
-  const Fp8AttentionPlan& p = plan(s);
-  TB_CHECK(cudaSetDevice(device()));
-  p.backward(handle_.get(), a, {workspace_.get(), workspace_.bytes()}, stream);
 }
 
 }  // namespace tb::ops

@@ -135,24 +135,8 @@ class Fp8AttentionPlan {
 };
 
 // The per-device FP8 attention state: cuDNN handle, plan cache, workspace (no globals).
-class CudnnFp8Attention {
- public:
-  explicit CudnnFp8Attention(int device);
-  int device() const { return handle_.device(); }
-  cudnnHandle_t handle() const { return handle_.get(); }
-
-  // The plan for s: built on first use and cached (a failed build is not cached); grows the workspace to fit it
-  // (cudaFree/cudaMalloc: synchronizes the device).
-  const Fp8AttentionPlan& plan(const Fp8AttentionShape& s);
-  std::size_t workspace_bytes() const { return workspace_.bytes(); }
-
-  void forward(const Fp8AttentionShape& s, const Fp8AttentionForwardArgs& a, cudaStream_t stream);
-  void backward(const Fp8AttentionShape& s, const Fp8AttentionBackwardArgs& a, cudaStream_t stream);
-
- private:
-  CudnnHandle handle_;
-  DeviceBuffer workspace_;
-  std::map<Fp8AttentionShape, Fp8AttentionPlan> plans_;  // declared last: destroyed before the handle
-};
+// The per-device cache (ops/cuda/cudnn.h).
+using CudnnFp8Attention =
+    CudnnPlanCache<Fp8AttentionShape, Fp8AttentionPlan, Fp8AttentionForwardArgs, Fp8AttentionBackwardArgs>;
 
 }  // namespace tb::ops

@@ -9,14 +9,18 @@
 // becomes Error{cudnn}.
 #pragma once
 
+#include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <cstddef>
+#include <map>
 #include <source_location>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "core/error.h"
+#include "ops/cuda/context.h"  // DeviceBuffer, Workspace
 
 namespace tb {
 
@@ -53,6 +57,51 @@ class CudnnHandle {
   void release();
   int device_ = -1;
   cudnnHandle_t h_ = nullptr;
+};
+
+// One device's cuDNN handle, a workspace grown to the largest plan, and one Plan per Shape: built on first use
+// (Plan(cudnnHandle_t, const Shape&)) and cached; a failed build is not cached. A Plan has workspace_bytes(),
+// forward(handle, const FwdArgs&, Workspace, stream) and backward(handle, const BwdArgs&, Workspace, stream). Plan every shape before CUDA-graph capture: growing the
+// workspace (cudaFree/cudaMalloc) synchronizes the device. (The attention ops: ops/cuda/attention.h, attention_fp8.h.)
+template <class Shape, class Plan, class FwdArgs, class BwdArgs>
+class CudnnPlanCache {
+ public:
+  explicit CudnnPlanCache(int device) : handle_(device) {}
+  int device() const { return handle_.device(); }
+  cudnnHandle_t handle() const { return handle_.get(); }
+  std::size_t workspace_bytes() const { return workspace_.bytes(); }
+
+  const Plan& plan(const Shape& s) {
+    if (auto it = plans_.find(s); it != plans_.end()) return it->second;
+    TB_CHECK(cudaSetDevice(device()));
+    const auto it = plans_.try_emplace(s, handle_.get(), s).first;
+    if (it->second.workspace_bytes() > workspace_.bytes()) {
+      constexpr std::size_t kRound = std::size_t(1) << 20;  // whole MiB: fewer regrowths across shapes
+      const std::size_t bytes = (it->second.workspace_bytes() + kRound - 1) / kRound * kRound;
+      try {
+        workspace_ = DeviceBuffer(device(), bytes);  // the old one stays until the new one exists
+      } catch (...) {
+        plans_.erase(it);  // a plan without its workspace must not be cached
+        throw;
+      }
+    }
+    return it->second;
+  }
+  void forward(const Shape& s, const FwdArgs& a, cudaStream_t stream) {
+    const Plan& p = plan(s);
+    TB_CHECK(cudaSetDevice(device()));
+    p.forward(handle_.get(), a, {workspace_.get(), workspace_.bytes()}, stream);
+  }
+  void backward(const Shape& s, const BwdArgs& a, cudaStream_t stream) {
+    const Plan& p = plan(s);
+    TB_CHECK(cudaSetDevice(device()));
+    p.backward(handle_.get(), a, {workspace_.get(), workspace_.bytes()}, stream);
+  }
+
+ private:
+  CudnnHandle handle_;
+  DeviceBuffer workspace_;
+  std::map<Shape, Plan> plans_;  // declared last: destroyed before the handle
 };
 
 }  // namespace tb::ops

@@ -65,4 +65,17 @@ inline void build_graph(cudnn_frontend::graph::Graph& g, cudnnHandle_t handle, s
   TB_CHECK(g.get_plan_name(engine));
 }
 
+// From a catch (...) around building `what` (e.g. "attention backward b=1 s=8192 ..."): rethrows the exception in
+// flight as a tb::Error that names it, keeping a tb::Error's kind (unsupported / cudnn) and detail; the frontend's
+// std exceptions (a few helpers throw std::runtime_error) become Error{cudnn}.
+[[noreturn]] inline void rethrow_graph_error(const std::string& what) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    throw Error(e.kind(), e.fatal(), what + ": " + e.what(), e.detail());
+  } catch (const std::exception& e) {
+    raise_error(Error::Kind::cudnn, what + ": cudnn-frontend: " + e.what());
+  }
+}
+
 }  // namespace tb::ops
