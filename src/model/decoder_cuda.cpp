@@ -500,10 +500,22 @@ void CudaDecoder::activation_forward(TensorView<bf16> g, TensorView<const bf16> 
   }
 }
 
+void CudaDecoder::fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only) {
+  const std::int64_t ffn = cfg_.ffn, fc1_rows = cfg_.act == Act::swiglu ? 2 * ffn : ffn;
+  const ops::Activation act = cfg_.act == Act::swiglu ? ops::Activation::swiglu
+                              : cfg_.act == Act::gelu ? ops::Activation::gelu
+                                                      : ops::Activation::sqrelu;
+  const ops::Fp8Meta& m = A.xs[3];
+  ops::Fp8CastArgs a;
+  a.rows = rows, a.cols = ffn, a.q = transpose_only ? nullptr : s_.xq, a.qt = A.xt[3], a.type = DType::e4m3;
+  a.scale = m.scale, a.scale_inv = m.scale_inv, a.amax_out = m.amax, a.margin = fp8_.margin;
+  ops::activation_forward_fp8(act, {A.h, {rows, fc1_rows}}, a, dc_.stream());
+}
+
 // y[rows, out] = x[rows, in] W[out, in]^T.  FP8: xq = fp8(x) (and X^T saved for the weight gradient), then
 // y = (xq s_x^-1)(Wq s_w^-1)^T with fast accumulation.
 void CudaDecoder::linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows,
-                                 bool amax_ready) {
+                                 Fp8Input input) {
   const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
   const std::int64_t out = w.shape[0], in = w.shape[1];
   if (!fp8_.enabled) {
@@ -512,8 +524,10 @@ void CudaDecoder::linear_forward(bf16* y, const bf16* x, int l, int k, const Lay
     return;
   }
   const int i = l * 4 + k;
-  fp8_cast_input(x, rows, in, A.xs[k], true, amax_ready, s_.xq, A.xt[k]);
-  mark("fp8 casts");
+  if (input != Fp8Input::cast) {
+    fp8_cast_input(x, rows, in, A.xs[k], true, input == Fp8Input::amax_ready, s_.xq, A.xt[k]);
+    mark("fp8 casts");
+  }
   ops::GemmShape g;
   g.m = rows, g.n = out, g.k = in, g.a = g.b = DType::e4m3, g.d = DType::bf16, g.fast_accum = true;
   dc_.gemm(g, y, s_.xq, fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)],
@@ -631,14 +645,22 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
   mark("norm fwd");
   tp_gather(A.y2, nl);
   linear_forward(A.h, A.y2, l, 2, A, n);
-  float* g_amax = fused_amax(A.xs[3]);  // fc2's input scale from the activation's output
-  activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}}, g_amax);
-  mark("activation fwd");
-  if (to_fc1_act) {  // FP8: fc2's weight gradient reads X^T, which a recompute must refresh too (not the GEMM)
-    if (fp8_.enabled) fp8_cast_input(A.g, n, ffn, A.xs[3], true, g_amax != nullptr, nullptr, A.xt[3]);
-    return;
+  // FP8: fc2's weight gradient reads X^T, which a recompute (to_fc1_act) must refresh too, without the GEMM.
+  if (fp8_.enabled && fp8_.delayed) {  // the scale is known: the activation emits fc2's FP8 input; g is not written
+    fp8_activation_forward(A, n, to_fc1_act);
+    mark("activation fwd");
+    if (to_fc1_act) return;
+    linear_forward(row_out, nullptr, l, 3, A, n, Fp8Input::cast);
+  } else {
+    float* g_amax = fused_amax(A.xs[3]);  // current scaling: fc2's input amax from the activation's output
+    activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}}, g_amax);
+    mark("activation fwd");
+    if (to_fc1_act) {
+      if (fp8_.enabled) fp8_cast_input(A.g, n, ffn, A.xs[3], true, g_amax != nullptr, nullptr, A.xt[3]);
+      return;
+    }
+    linear_forward(row_out, A.g, l, 3, A, n, g_amax ? Fp8Input::amax_ready : Fp8Input::bf16);
   }
-  linear_forward(row_out, A.g, l, 3, A, n, g_amax != nullptr);
   if (tp_.size > 1) tp_scatter(s_.part, s_.m, nl);
 }
 

@@ -300,8 +300,12 @@ class CudaDecoder {
   void activation_forward(TensorView<bf16> g, TensorView<const bf16> h, float* amax = nullptr);
   // Linear k (0 qkv, 1 out, 2 fc1, 3 fc2) of layer l; FP8 when enabled (x^T saved into A.xt[k]). amax_ready: current
   // scaling's amax of the input (forward) or output gradient (backward) is already in its slot (fused_amax()).
+  // FP8 input: what the producer of x left for the forward's cast.
+  enum class Fp8Input { bf16, amax_ready, cast };  // cast: s_.xq and A.xt[k] already hold x in FP8 (x unused)
   void linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows,
-                      bool amax_ready = false);
+                      Fp8Input input = Fp8Input::bf16);
+  // FP8 delayed scaling: the activation straight into fc2's FP8 input (s_.xq unless `transpose_only`, and A.xt[3]).
+  void fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only);
   void linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A, std::int64_t rows,
                        const std::function<void()>& after_dgrad = {}, bool amax_ready = false);
   // Current scaling: the slot's amax zeroed, for the kernel producing the tensor to record into (the activation's

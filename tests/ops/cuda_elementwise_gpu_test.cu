@@ -507,6 +507,39 @@ void run_act_case(Act act, std::int64_t rows, std::int64_t n, std::int64_t pad, 
   const Vec am = decode(amax);
   EXPECT_EQ(am[0], my) << "amax of y";
   EXPECT_EQ(am[1], mdx) << "amax of dx";
+
+  // Straight into FP8 with a given scale (delayed scaling): q and qt bit for bit the host conversion of y * scale,
+  // amax recorded, scale_inv written; y is not touched.
+  for (const tb::DType type : {tb::DType::e4m3, tb::DType::e5m2}) {
+    const float scale = type == tb::DType::e4m3 ? 3.0f : 1000.0f;
+    Dev<std::uint8_t> q(sz(rows * n)), qt(sz(rows * n));
+    Dev<float> meta(3);  // scale, scale_inv, amax
+    const float init[3] = {scale, 0.f, 0.f};
+    TB_CHECK(cudaMemcpy(meta.get(), init, sizeof init, cudaMemcpyHostToDevice));
+    tb::ops::Fp8CastArgs c;
+    c.rows = rows, c.cols = n, c.q = q.get(), c.qt = qt.get(), c.type = type;
+    c.scale = meta.get(), c.scale_inv = meta.get() + 1, c.amax_out = meta.get() + 2;
+    const gpu::Activation a = act == Act::swiglu ? gpu::Activation::swiglu
+                              : act == Act::gelu ? gpu::Activation::gelu
+                                                 : gpu::Activation::sqrelu;
+    gpu::activation_forward_fp8(a, xv, c, nullptr);
+    EXPECT_EQ(raw(y), y_bits);
+    TB_CHECK(cudaDeviceSynchronize());
+    std::vector<std::uint8_t> hq(sz(rows * n)), hqt(sz(rows * n));
+    TB_CHECK(cudaMemcpy(hq.data(), q.get(), hq.size(), cudaMemcpyDeviceToHost));
+    TB_CHECK(cudaMemcpy(hqt.data(), qt.get(), hqt.size(), cudaMemcpyDeviceToHost));
+    std::size_t bad = 0;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float v = float(got_y[sz(r * n + i)]) * scale;
+        const std::uint8_t want = type == tb::DType::e4m3 ? tb::float_to_e4m3(v) : tb::float_to_e5m2(v);
+        bad += hq[sz(r * n + i)] != want || hqt[sz(i * rows + r)] != want;
+      }
+    EXPECT_EQ(bad, 0u) << tb::dtype_name(type);
+    const Vec m = decode(meta);
+    EXPECT_EQ(m[1], double(1.0f / scale)) << tb::dtype_name(type);
+    EXPECT_EQ(m[2], my) << tb::dtype_name(type);
+  }
 }
 
 TEST(CudaActivation, MatchesReference) {
@@ -543,6 +576,15 @@ TEST(CudaActivation, RejectsBadShapes) {
   EXPECT_THROW(gpu::swiglu_forward(y.view({4, 16}), x.view({4, 16}), nullptr), tb::Error);  // y not [t, f]
   EXPECT_THROW(gpu::gelu_forward(y.view({4, 12}), x.view({4, 12}), nullptr), tb::Error);    // width 12
   EXPECT_THROW(gpu::gelu_forward(y.view({4, 16}), x.view({5, 16}), nullptr), tb::Error);    // rows differ
+  Dev<std::uint8_t> q(64), qt(64);
+  Dev<float> meta(3);
+  tb::ops::Fp8CastArgs c;
+  c.rows = 4, c.cols = 16, c.q = q.get(), c.qt = qt.get(), c.scale = meta.get(), c.scale_inv = meta.get() + 1;
+  EXPECT_NO_THROW(gpu::activation_forward_fp8(gpu::Activation::gelu, x.view({4, 16}), c, nullptr));
+  c.amax_in = meta.get() + 2;  // current scaling: the amax must come first
+  EXPECT_THROW(gpu::activation_forward_fp8(gpu::Activation::gelu, x.view({4, 16}), c, nullptr), tb::Error);
+  c.amax_in = nullptr, c.cols = 8;  // not the output's shape
+  EXPECT_THROW(gpu::activation_forward_fp8(gpu::Activation::gelu, x.view({4, 16}), c, nullptr), tb::Error);
   EXPECT_THROW(
       gpu::sqrelu_backward(y.view({4, 16}), x.view({4, 16}), TensorView<const bf16>(x.get() + 1, {4, 16}), nullptr),
       tb::Error);  // misaligned

@@ -187,6 +187,40 @@ void map_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<con
   TB_CHECK_LAUNCH();
 }
 
+// Sources of the FP8 cast tiles (ops/cuda/fp8_cast.cuh): the activation of x at (r, c), rounded to bf16 as the
+// forward kernels store it.
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+struct SwigluSource {
+  const bf16* x;
+  std::int64_t xs, f;  // row stride; gate in columns [0, f), up in [f, 2f)
+  __device__ __forceinline__ float at(std::int64_t r, std::int64_t c) const {
+    const float g = __bfloat162float(x[r * xs + c]), u = __bfloat162float(x[r * xs + f + c]);
+    return round_bf16(g * Sigmoid(g).s * u);
+  }
+  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&v)[8]) const {
+    float u[8];
+    unpack8(detail::load8(x + r * xs + c), v);
+    unpack8(detail::load8(x + r * xs + f + c), u);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = round_bf16(v[k] * Sigmoid(v[k]).s * u[k]);
+  }
+};
+
+template <class Op>
+struct MapSource {
+  const bf16* x;
+  std::int64_t xs;
+  __device__ __forceinline__ float at(std::int64_t r, std::int64_t c) const {
+    return round_bf16(Op::f(__bfloat162float(x[r * xs + c])));
+  }
+  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&v)[8]) const {
+    unpack8(detail::load8(x + r * xs + c), v);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = round_bf16(Op::f(v[k]));
+  }
+};
+
 std::int64_t swiglu_width(const TensorView<const bf16>& x, const std::string& what) {
   TB_REQUIRE(x.rank() == 2 && x.size(1) % 16 == 0,
              what + ": x must be [t, 2f] (gate then up) with f a multiple of 8, got " + x.shape_str());
@@ -235,4 +269,32 @@ void sqrelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<
                      float* amax) {
   map_backward<SqRelu>(dx, dy, x, stream, amax, "sqrelu_backward");
 }
+void activation_forward_fp8(Activation act, TensorView<const bf16> x, const Fp8CastArgs& cast, cudaStream_t stream) {
+  const std::string what = str("activation_forward_fp8(", dtype_name(cast.type), ")");
+  TB_REQUIRE(x.rank() == 2, what + ": x must be [t, n] (swiglu: [t, 2f]), got " + x.shape_str());
+  const std::int64_t rows = x.size(0), n = act == Activation::swiglu ? swiglu_width(x, what) : x.size(1);
+  require_rows16(x, rows, x.size(1), what + ": x");
+  TB_REQUIRE(cast.x == nullptr && cast.rows == rows && cast.cols == n,
+             str(what, ": cast must describe the output [", rows, ", ", n, "] with x = null, got [", cast.rows, ", ",
+                 cast.cols, "]"));
+  TB_REQUIRE(is_fp8(cast.type) && cast.qt && cast.scale && cast.scale_inv && !cast.amax_in,
+             what + ": needs an fp8 type, qt, scale and scale_inv, and a known scale (amax_in is for current scaling)");
+  TB_REQUIRE(cast.margin >= 0 && cast.margin < 64, what + ": margin must be in [0, 64)");
+  if (rows == 0 || n == 0) return;
+  const detail::CastTarget p{rows, n, static_cast<std::uint8_t*>(cast.q), static_cast<std::uint8_t*>(cast.qt),
+                             nullptr, cast.scale, cast.scale_inv, cast.amax_out, fp8_max(cast.type), cast.margin};
+  const bool e4 = cast.type == DType::e4m3, vec = aligned16(x.data()) && x.stride(0) % kVec == 0;
+  switch (act) {
+    case Activation::swiglu:
+      detail::launch_cast_transpose(SwigluSource{x.data(), x.stride(0), n}, p, e4, vec, what, stream);
+      break;
+    case Activation::gelu:
+      detail::launch_cast_transpose(MapSource<Gelu>{x.data(), x.stride(0)}, p, e4, vec, what, stream);
+      break;
+    case Activation::sqrelu:
+      detail::launch_cast_transpose(MapSource<SqRelu>{x.data(), x.stride(0)}, p, e4, vec, what, stream);
+      break;
+  }
+}
+
 }  // namespace tb::ops

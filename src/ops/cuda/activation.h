@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/tensor.h"
+#include "ops/cuda/fp8.h"
 
 namespace tb::ops {
 
@@ -37,6 +38,15 @@ void gelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<co
                    float* amax = nullptr);
 
 void sqrelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream, float* amax = nullptr);
+
+// The forward straight into FP8, for an FP8 GEMM whose scale is known before the pass (delayed scaling): per element
+// y = the bf16 value *_forward writes, then cast as fp8_cast does with the transposed copy: q = fp8(y scale) [t, n]
+// (if cast.q) and qt [n, t], amax_out (if set) recording max |y|. y itself is not written: one pass reading x
+// (read 2n or 4n, write 2n bytes) instead of the forward plus the cast (read 3n or 5n, write 4n). Bit for bit the
+// forward followed by fp8_cast. cast.x must be null and cast.rows / cols the output's [t, n]; cast.amax_in is
+// refused (current scaling needs the amax before the cast: use *_forward with amax, then fp8_cast).
+enum class Activation { swiglu, gelu, sqrelu };
+void activation_forward_fp8(Activation act, TensorView<const bf16> x, const Fp8CastArgs& cast, cudaStream_t stream);
 void sqrelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream,
                      float* amax = nullptr);
 
