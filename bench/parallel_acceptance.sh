@@ -47,6 +47,18 @@ ours() {  # ours NAME ARGS...
   log "trainbench $name: $*"
   $TB train --steps $((STEPS + WARM)) --warmup-steps "$WARM" --out "$OUT/results/$name" "$@"; echo "exit $?"
 }
+
+against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, then on 2 GPUs in each layout (dp, tp,
+                  # cp, pp), losses compared with compare_losses.py at TOL
+  local name=$1 tol=$2 layouts=$3 lay; shift 3
+  STEPS=25 WARM=5 ours "$name-1gpu" "$@"
+  for l in $layouts; do
+    [ "$l" = dp ] && lay="" || lay="--$l 2"
+    STEPS=25 WARM=5 ours "$name-${l}2" "$@" --gpus 2 $lay
+    log "$l $name losses"
+    python3 bench/compare_losses.py "$OUT/results/$name-1gpu" "$OUT/results/$name-${l}2" --tol "$tol" | tail -1
+  done
+}
 {
   for mode in ${*:-env dpcheck dp8b}; do
     case $mode in
@@ -112,18 +124,11 @@ ours() {  # ours NAME ARGS...
         ours 8b-L8-s16k-cp2 --model llama3.1-8b --layers 8 --seq 16384 --recompute selective --gpus 2 --cp 2
         log "cp 8b (job tokens/s: the ratio below is per GPU; x2 for the job)"
         python3 bench/compare_losses.py "$OUT/results/8b-L8-s16k-1gpu" "$OUT/results/8b-L8-s16k-cp2" --tol 0.01 ;;
-      fp8par)
-        STEPS=25 WARM=5 ours small-fp8-1gpu --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile
-        for l in tp cp; do
-          STEPS=25 WARM=5 ours small-fp8-${l}2 --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile --gpus 2 --$l 2
-          # FP8 rounds each rank's tensors with their own scales: the curves agree at step 1 (<= 2e-4) and drift
-          # a few 1e-2 in the steep part of the descent (measured 3.1e-2 tp, 2.1e-2 cp; BF16: 1.2e-3, 1.5e-3)
-          log "$l fp8 losses"; python3 bench/compare_losses.py "$OUT/results/small-fp8-1gpu" "$OUT/results/small-fp8-${l}2" --tol 0.05 | tail -1
-        done ;;
+      fp8par)  # FP8 rounds each rank's tensors with their own scales: the curves agree at step 1 (<= 2e-4) and drift
+               # a few 1e-2 in the steep part of the descent (measured 3.1e-2 tp, 2.1e-2 cp; BF16: 1.2e-3, 1.5e-3)
+        against_1gpu small-fp8 0.05 "tp cp" --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile ;;
       ppfp8)
-        STEPS=25 WARM=5 ours small-fp8-1gpu --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile
-        STEPS=25 WARM=5 ours small-fp8-pp2 --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile --gpus 2 --pp 2
-        log "pp fp8 losses"; python3 bench/compare_losses.py "$OUT/results/small-fp8-1gpu" "$OUT/results/small-fp8-pp2" --tol 0.01 | tail -1 ;;
+        against_1gpu small-fp8 0.01 pp --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile ;;
       fp8delayed)
         d="--model small --global-batch 8 --micro-batch 2 --precision fp8 --fp8-recipe delayed --no-op-profile"
         STEPS=25 WARM=5 ours small-fp8d-1gpu $d
@@ -138,23 +143,11 @@ ours() {  # ours NAME ARGS...
           python3 bench/compare_losses.py "$OUT/results/small-fp8d-1gpu" "$OUT/results/small-fp8dl-${l}2" --tol 0.05 | tail -1
         done ;;
       fp8head)
-        d="--model small --global-batch 8 --micro-batch 2 --precision fp8 --fp8-lm-head --no-op-profile"
-        STEPS=25 WARM=5 ours small-fp8h-1gpu $d
-        for l in dp tp cp pp; do
-          [ $l = dp ] && lay="" || lay="--$l 2"
-          STEPS=25 WARM=5 ours small-fp8h-${l}2 $d --gpus 2 $lay
-          log "$l fp8 head losses"
-          python3 bench/compare_losses.py "$OUT/results/small-fp8h-1gpu" "$OUT/results/small-fp8h-${l}2" --tol 0.05 | tail -1
-        done ;;
+        against_1gpu small-fp8h 0.05 "dp tp cp pp" --model small --global-batch 8 --micro-batch 2 --precision fp8 \
+          --fp8-lm-head --no-op-profile ;;
       fp8attnpar)
-        a="--model small-hd128 --global-batch 8 --micro-batch 2 --precision fp8 --fp8-attention --no-op-profile"
-        STEPS=25 WARM=5 ours small-fp8attn-1gpu $a
-        for l in dp tp pp; do
-          [ $l = dp ] && lay="" || lay="--$l 2"
-          STEPS=25 WARM=5 ours small-fp8attn-${l}2 $a --gpus 2 $lay
-          log "$l fp8 attention losses"
-          python3 bench/compare_losses.py "$OUT/results/small-fp8attn-1gpu" "$OUT/results/small-fp8attn-${l}2" --tol 0.05 | tail -1
-        done ;;
+        against_1gpu small-fp8attn 0.05 "dp tp pp" --model small-hd128 --global-batch 8 --micro-batch 2 --precision fp8 \
+          --fp8-attention --no-op-profile ;;
       dpfp8)
         ours 8b-L8-fp8-1gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --no-op-profile
         ours 8b-L8-fp8-2gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --gpus 2 --global-batch 2 --no-op-profile

@@ -19,7 +19,7 @@
 #   fp8attn:   FP8 attention (--fp8-attention): carry/attention_fp8_lab, then 8B L8 (op profile on) and 70B L2 in FP8
 #              with the FP8 head, without and with FP8 attention
 #   fp8attnacc: the accuracy runs over seeds 1, 2, 3 on `small-hd128` (`small` with head_dim 128, what cuDNN's FP8
-#              attention takes) in BF16, FP8 and FP8 with FP8 attention; extra train options in $ACC_ARGS (--lr 1e-3)
+#              attention takes) in BF16, FP8 and FP8 with FP8 attention (the accuracy modes take $ACC_ARGS)
 #   recipes:   the README's main job (check + the default recipe), `trainbench run` of the Llama 3.1 8B, 70B and
 #              405B recipes (proxies on one GPU) and `trainbench compare` over them
 set -uo pipefail
@@ -43,6 +43,20 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
   python3 bench/peers/torch_train.py --steps "$STEPS" --warmup "$WARM" "$@" > "$OUT/peer-$name.json"
   echo "exit $?"; cat "$OUT/peer-$name.json" >> "$OUT/peers.jsonl"
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('torch', sys.argv[2], 'tokens/s %.0f' % d['tokens_per_s'], 'TFLOP/s %.1f' % d['tflops'], 'peak alloc %.2f GiB' % d['max_memory_allocated_gib'], 'reserved %.2f GiB' % d['max_memory_reserved_gib'], 'sdpa', d['sdpa'])" "$OUT/peer-$name.json" "$name"
+}
+
+accuracy() {  # accuracy MODEL PRECISION...: 500 steps of each precision, seeds 1 2 3, markov and real text (extra
+              # train options in $ACC_ARGS, e.g. --lr 1e-3); the JSONL keeps every loss
+  local model=$1; shift
+  for seed in 1 2 3; do
+    for data in markov carry/text-bytes.u16; do
+      for p in "$@"; do
+        echo "-- seed $seed $(basename $data) $p"
+        $TB train --model $model --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
+          --seed $seed ${ACC_ARGS:-} --out "$OUT/results/acc-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
+      done
+    done
+  done
 }
 
 {
@@ -80,15 +94,8 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
               --out "$OUT/results/acc-$(basename $data)-${p// /_}" | grep -E "^step (1|100|200|300|400|500)/|^summary|^ +loss"
           done
         done ;;
-      fp8acc)  # the accuracy comparison over three seeds; the JSONL keeps every loss
-        for seed in 1 2 3; do
-          for data in markov carry/text-bytes.u16; do
-            for p in "bf16" "fp8" "fp8 --fp8-recipe delayed"; do
-              $TB train --model small --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
-                --seed $seed --out "$OUT/results/acc-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
-            done
-          done
-        done ;;
+      fp8acc)
+        accuracy small "bf16" "fp8" "fp8 --fp8-recipe delayed" ;;
       fp8head)
         log "lm_head_lab"; carry/lm_head_lab
         ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile
@@ -101,15 +108,7 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
         ours 70b-L2-fp8-head --model llama3.1-70b --layers 2 --seq 8192 --precision fp8 --fp8-lm-head --no-op-profile
         peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
       fp8headacc)
-        for seed in 1 2 3; do
-          for data in markov carry/text-bytes.u16; do
-            for p in "bf16" "fp8" "fp8 --fp8-lm-head"; do
-              echo "-- seed $seed $(basename $data) $p"
-              $TB train --model small --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
-                --seed $seed --out "$OUT/results/acc-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
-            done
-          done
-        done ;;
+        accuracy small "bf16" "fp8" "fp8 --fp8-lm-head" ;;
       fp8attn)
         log "attention_fp8_lab"; carry/attention_fp8_lab
         ours 8b-L8-fp8-head --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --fp8-lm-head
@@ -118,15 +117,7 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
         ours 70b-L2-fp8-head-attn --model llama3.1-70b --layers 2 --seq 8192 --precision fp8 --fp8-lm-head \
           --fp8-attention --no-op-profile ;;
       fp8attnacc)
-        for seed in 1 2 3; do
-          for data in markov carry/text-bytes.u16; do
-            for p in "bf16" "fp8" "fp8 --fp8-attention"; do
-              echo "-- seed $seed $(basename $data) $p"
-              $TB train --model small-hd128 --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
-                --seed $seed ${ACC_ARGS:-} --out "$OUT/results/acc-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
-            done
-          done
-        done ;;
+        accuracy small-hd128 "bf16" "fp8" "fp8 --fp8-attention" ;;
       fp8run)
         for r in llama3.1-8b llama3.1-70b; do
           for p in bf16 fp8; do log "run $r $p"; $TB run $r --precision $p --out "$OUT/results/run-$r-$p"; done

@@ -60,6 +60,9 @@ void check_ids(const std::int32_t* ids, std::int64_t n, int vocab, const char* w
                                                   std::to_string(vocab) + ")");
 }
 
+// Bytes rounded up to whole 256-byte blocks (the alignment the GEMM, norm and cross-entropy kernels assume).
+constexpr std::size_t pad256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 // Tokens per LM-head chunk: FP8 keeps two FP8 copies of a chunk's logit gradients beside its bf16 logits, so half
 // the bf16 chunk takes the same scratch.
 int lm_head_chunk(bool fp8) { return fp8 ? ops::kLmHeadFp8Chunk : ops::kLmHeadDefaultChunk; }
@@ -101,7 +104,7 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
     for (int l = 0; l < layers(); ++l)
       for (int k = 0; k < 4; ++k) {
         fp8_w_offset_.push_back(bytes);
-        bytes += 2 * ((layout_.slots[std::size_t(linear_slot(l, k))].size + 255) / 256 * 256);
+        bytes += 2 * pad256(layout_.slots[std::size_t(linear_slot(l, k))].size);
       }
     fp8_weights_ = ops::DeviceBuffer(dc_.device(), bytes);
     const int h = fp8_.delayed ? fp8_.history : 1;
@@ -123,12 +126,12 @@ std::size_t CudaDecoder::fp8_weight_bytes(const ModelConfig& cfg) {
   const DenseLayout L = model::dense_layout(cfg);
   std::size_t bytes = 0;
   for (const DenseLayout::Layer& layer : L.layers)
-    for (int i : {layer.qkv, layer.out, layer.fc1, layer.fc2}) bytes += 2 * ((L.slots[std::size_t(i)].size + 255) / 256 * 256);
+    for (int i : {layer.qkv, layer.out, layer.fc1, layer.fc2}) bytes += 2 * pad256(L.slots[std::size_t(i)].size);
   return bytes;
 }
 
 std::size_t CudaDecoder::fp8_lm_head_bytes(const ModelConfig& cfg) {
-  return 2 * ((std::size_t(cfg.vocab) * std::size_t(cfg.d_model) + 255) / 256 * 256);
+  return 2 * pad256(std::size_t(cfg.vocab) * std::size_t(cfg.d_model));
 }
 
 int CudaDecoder::linear_slot(int l, int k) const {
@@ -191,7 +194,7 @@ void CudaDecoder::fp8_begin_step() {
     for (int k = 0; k < 4; ++k) {
       const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
       auto* base = fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(l * 4 + k)];
-      const std::size_t padded = (w.size + 255) / 256 * 256;
+      const std::size_t padded = pad256(w.size);
       fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], fp8_fwd_->meta(2 * (l * 4 + k) + 1),
                      true, false, base, base + padded);
     }
@@ -289,7 +292,7 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, in
   const std::size_t ffn = std::size_t(c.ffn), fc1_rows = c.act == Act::swiglu ? 2 * ffn : ffn;
   std::size_t used = 0;
   auto take_bytes = [&](std::size_t bytes) -> void* {
-    used = (used + 255) / 256 * 256;
+    used = pad256(used);
     void* p = base ? static_cast<void*>(base + used) : nullptr;
     used += bytes;
     return p;
@@ -367,13 +370,12 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, in
                           : 0;
   // The LM head's scratch and the FP8 linears' (xq, dyq, dyq^T) share bytes: the head runs between the layers'
   // forward and backward, on the same stream, while no linear holds its FP8 scratch.
-  const auto align = [](std::size_t b) { return (b + 255) / 256 * 256; };
   const std::size_t widest_in = std::max({d, qd, ffn}), widest_out = std::max({width, d, fc1_rows});
-  const std::size_t fp8_bytes = fp8 ? align(n * widest_in) + 2 * align(n * widest_out) : 0;
+  const std::size_t fp8_bytes = fp8 ? pad256(n * widest_in) + 2 * pad256(n * widest_out) : 0;
   s.ce = take_bytes(std::max(s.ce_bytes, fp8_bytes));
   if (fp8 && base) {
     auto* at = static_cast<std::uint8_t*>(s.ce);
-    s.xq = at, s.dyq = at + align(n * widest_in), s.dyqt = s.dyq + align(n * widest_out);
+    s.xq = at, s.dyq = at + pad256(n * widest_in), s.dyqt = s.dyq + pad256(n * widest_out);
   }
   s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(nl), c.d_model);
   s.norm_ws = take_bytes(s.norm_ws_bytes);
@@ -383,7 +385,7 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, in
   if (acts) *acts = std::move(layers);
   if (heads) *heads = std::move(head_sets);
   if (S) *S = s;
-  return (used + 255) / 256 * 256;
+  return pad256(used);
 }
 
 std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
@@ -492,24 +494,22 @@ TensorView<const float> CudaDecoder::inv_freq() const {
   return TensorView<const float>(inv_freq_.as<float>(), {cfg_.head_dim / 2});
 }
 
-void CudaDecoder::activation_forward(TensorView<bf16> g, TensorView<const bf16> h, float* amax) {
+ops::Activation CudaDecoder::activation() const {
   switch (cfg_.act) {
-    case Act::swiglu: ops::swiglu_forward(g, h, dc_.stream(), amax); break;
-    case Act::gelu: ops::gelu_forward(g, h, dc_.stream(), amax); break;
-    case Act::sqrelu: ops::sqrelu_forward(g, h, dc_.stream(), amax); break;
+    case Act::swiglu: return ops::Activation::swiglu;
+    case Act::gelu: return ops::Activation::gelu;
+    case Act::sqrelu: break;
   }
+  return ops::Activation::sqrelu;
 }
 
 void CudaDecoder::fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only) {
   const std::int64_t ffn = cfg_.ffn, fc1_rows = cfg_.act == Act::swiglu ? 2 * ffn : ffn;
-  const ops::Activation act = cfg_.act == Act::swiglu ? ops::Activation::swiglu
-                              : cfg_.act == Act::gelu ? ops::Activation::gelu
-                                                      : ops::Activation::sqrelu;
   const ops::Fp8Meta& m = A.xs[3];
   ops::Fp8CastArgs a;
   a.rows = rows, a.cols = ffn, a.q = transpose_only ? nullptr : s_.xq, a.qt = A.xt[3], a.type = DType::e4m3;
   a.scale = m.scale, a.scale_inv = m.scale_inv, a.amax_out = m.amax, a.margin = fp8_.margin;
-  ops::activation_forward_fp8(act, {A.h, {rows, fc1_rows}}, a, dc_.stream());
+  ops::activation_forward_fp8(activation(), {A.h, {rows, fc1_rows}}, a, dc_.stream());
 }
 
 // y[rows, out] = x[rows, in] W[out, in]^T.  FP8: xq = fp8(x) (and X^T saved for the weight gradient), then
@@ -561,7 +561,7 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
       dc_.gemm(gw, grads_.as<float>() + w.offset, s_.dyqt, A.xt[k], {dy_inv, A.xs[k].scale_inv});
     };
     dgrad = [&] {
-      const std::size_t padded = (w.size + 255) / 256 * 256;
+      const std::size_t padded = pad256(w.size);
       ops::GemmShape gd;
       gd.m = rows, gd.n = in, gd.k = out, gd.a = DType::e5m2, gd.b = DType::e4m3, gd.d = DType::bf16;
       dc_.gemm(gd, dx, s_.dyq, fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)] + padded,
@@ -653,7 +653,7 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
     linear_forward(row_out, nullptr, l, 3, A, n, Fp8Input::cast);
   } else {
     float* g_amax = fused_amax(A.xs[3]);  // current scaling: fc2's input amax from the activation's output
-    activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}}, g_amax);
+    ops::activation_forward(activation(), {A.g, {n, ffn}}, {A.h, {n, fc1_rows}}, st, g_amax);
     mark("activation fwd");
     if (to_fc1_act) {
       if (fp8_.enabled) fp8_cast_input(A.g, n, ffn, A.xs[3], true, g_amax != nullptr, nullptr, A.xt[3]);
@@ -689,7 +689,7 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
     ops::norm_forward(nk, {own(A.y2, nl), {nl, d}}, {A.mean2, {nl}}, {A.rstd2, {nl}}, {A.r2, {nl, d}}, P(L.norm2_w),
                       P(L.norm2_b), eps, st);
     tp_gather(A.y2, nl);
-    activation_forward({A.g, {n, ffn}}, {A.h, {n, fc1_rows}});
+    ops::activation_forward(activation(), {A.g, {n, ffn}}, {A.h, {n, fc1_rows}}, st);
     mark("recompute");
   }
   // In place: dg over g (fc2's weight gradient reads g first), dh over h (the activation backward reads each element
@@ -698,11 +698,7 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
   const TensorView<bf16> dh(A.h, {n, fc1_rows});
   const TensorView<const bf16> dg(A.g, {n, ffn}), h(A.h, {n, fc1_rows});
   float* dh_amax = fp8_.enabled ? fused_amax(fp8_bwd_->meta(l * 4 + 2)) : nullptr;  // fc1's output gradient scale
-  switch (c.act) {
-    case Act::swiglu: ops::swiglu_backward(dh, dg, h, st, dh_amax); break;
-    case Act::gelu: ops::gelu_backward(dh, dg, h, st, dh_amax); break;
-    case Act::sqrelu: ops::sqrelu_backward(dh, dg, h, st, dh_amax); break;
-  }
+  ops::activation_backward(activation(), dh, dg, h, st, dh_amax);
   mark("activation bwd");
   linear_backward(s_.dy, l, 2, A.h, A.y2, A, n, tp_scatter_async(s_.dy, s_.dyl, nl), dh_amax != nullptr);
   tp_wait(s_.dy, s_.dyl, nl);

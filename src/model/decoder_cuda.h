@@ -65,6 +65,7 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/param_layout.h"
+#include "ops/cuda/activation.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/attention_fp8.h"
 #include "ops/cuda/context.h"
@@ -297,7 +298,7 @@ class CudaDecoder {
   TensorView<float> G(int slot) const;       // its gradient
   TensorView<bf16> qk_view(bf16* fused_qkv, int batch, int seq) const;  // Q and K heads, skipping V
   TensorView<const float> inv_freq() const;  // empty unless pos == rope
-  void activation_forward(TensorView<bf16> g, TensorView<const bf16> h, float* amax = nullptr);
+  ops::Activation activation() const;  // cfg_.act as the ops' kind
   // Linear k (0 qkv, 1 out, 2 fc1, 3 fc2) of layer l; FP8 when enabled (x^T saved into A.xt[k]). amax_ready: current
   // scaling's amax of the input (forward) or output gradient (backward) is already in its slot (fused_amax()).
   // FP8 input: what the producer of x left for the forward's cast.

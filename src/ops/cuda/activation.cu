@@ -269,6 +269,24 @@ void sqrelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<
                      float* amax) {
   map_backward<SqRelu>(dx, dy, x, stream, amax, "sqrelu_backward");
 }
+void activation_forward(Activation act, TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream,
+                        float* amax) {
+  switch (act) {
+    case Activation::swiglu: return swiglu_forward(y, x, stream, amax);
+    case Activation::gelu: return gelu_forward(y, x, stream, amax);
+    case Activation::sqrelu: return sqrelu_forward(y, x, stream, amax);
+  }
+}
+
+void activation_backward(Activation act, TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x,
+                         cudaStream_t stream, float* amax) {
+  switch (act) {
+    case Activation::swiglu: return swiglu_backward(dx, dy, x, stream, amax);
+    case Activation::gelu: return gelu_backward(dx, dy, x, stream, amax);
+    case Activation::sqrelu: return sqrelu_backward(dx, dy, x, stream, amax);
+  }
+}
+
 void activation_forward_fp8(Activation act, TensorView<const bf16> x, const Fp8CastArgs& cast, cudaStream_t stream) {
   const std::string what = str("activation_forward_fp8(", dtype_name(cast.type), ")");
   TB_REQUIRE(x.rank() == 2, what + ": x must be [t, n] (swiglu: [t, 2f]), got " + x.shape_str());

@@ -29,6 +29,13 @@ namespace tb::ops {
 
 using bf16 = __nv_bfloat16;
 
+enum class Activation { swiglu, gelu, sqrelu };
+// The kind's *_forward / *_backward below.
+void activation_forward(Activation act, TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream,
+                        float* amax = nullptr);
+void activation_backward(Activation act, TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x,
+                         cudaStream_t stream, float* amax = nullptr);
+
 void swiglu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t stream, float* amax = nullptr);
 void swiglu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream,
                      float* amax = nullptr);
@@ -45,7 +52,6 @@ void sqrelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t s
 // (read 2n or 4n, write 2n bytes) instead of the forward plus the cast (read 3n or 5n, write 4n). Bit for bit the
 // forward followed by fp8_cast. cast.x must be null and cast.rows / cols the output's [t, n]; cast.amax_in is
 // refused (current scaling needs the amax before the cast: use *_forward with amax, then fp8_cast).
-enum class Activation { swiglu, gelu, sqrelu };
 void activation_forward_fp8(Activation act, TensorView<const bf16> x, const Fp8CastArgs& cast, cudaStream_t stream);
 void sqrelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream,
                      float* amax = nullptr);

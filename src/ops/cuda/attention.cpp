@@ -149,11 +149,7 @@ AttentionFlops attention_flops(const AttentionShape& s, bool causal) {
 
 // ---- plan --------------------------------------------------------------------------------------------
 
-struct AttentionPlan::Graphs {
-  std::shared_ptr<Graph> fwd, bwd;
-  std::int64_t fwd_ws = 0, bwd_ws = 0;
-  std::string fwd_engine, bwd_engine;
-};
+struct AttentionPlan::Graphs : GraphPair {};
 
 AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_(s), g_(std::make_unique<Graphs>()) {
   check_attention_shape(s);
@@ -220,8 +216,7 @@ std::size_t AttentionPlan::workspace_bytes() const {
 }
 
 std::string AttentionPlan::describe() const {
-  return fmt::format("attention {} | fwd {} ({} B ws) | bwd {} ({} B ws)", ops::describe(s_), g_->fwd_engine,
-                     g_->fwd_ws, g_->bwd_engine, g_->bwd_ws);
+  return g_->describe("attention " + ops::describe(s_));
 }
 
 void AttentionPlan::forward(cudnnHandle_t handle, const AttentionForwardArgs& a, Workspace ws,

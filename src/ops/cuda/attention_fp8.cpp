@@ -140,11 +140,7 @@ std::string describe(const Fp8AttentionShape& s) {
 
 // ---- plan --------------------------------------------------------------------------------------------
 
-struct Fp8AttentionPlan::Graphs {
-  std::shared_ptr<Graph> fwd, bwd;
-  std::int64_t fwd_ws = 0, bwd_ws = 0;
-  std::string fwd_engine, bwd_engine;
-};
+struct Fp8AttentionPlan::Graphs : GraphPair {};
 
 Fp8AttentionPlan::Fp8AttentionPlan(cudnnHandle_t handle, const Fp8AttentionShape& shape)
     : s_(shape), g_(std::make_unique<Graphs>()) {
@@ -220,8 +216,7 @@ std::size_t Fp8AttentionPlan::workspace_bytes() const {
 }
 
 std::string Fp8AttentionPlan::describe() const {
-  return fmt::format("attention {} | fwd {} ({} B ws) | bwd {} ({} B ws)", ops::describe(s_), g_->fwd_engine,
-                     g_->fwd_ws, g_->bwd_engine, g_->bwd_ws);
+  return g_->describe("attention " + ops::describe(s_));
 }
 
 void Fp8AttentionPlan::forward(cudnnHandle_t handle, const Fp8AttentionForwardArgs& a, Workspace ws,

@@ -22,7 +22,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread before the first use
 constexpr std::size_t kAlign = 256;
 
-std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
 
 // Running (max, sum of exp(z - max)) of a set of values; the empty set is (-inf, 0).
@@ -268,10 +267,10 @@ LmHeadCeScratch lm_head_ce_scratch(std::int64_t tokens, std::int64_t vocab, std:
   s.chunk = std::min(tokens, (std::int64_t(std::min<std::int64_t>(chunk, tokens)) + step - 1) / step * step);
   const std::size_t c = std::size_t(s.chunk), v = std::size_t(vocab), hh = std::size_t(hidden);
   s.logits_bytes = c * v * sizeof(__nv_bfloat16);
-  std::size_t end = round_up(s.logits_bytes, kAlign);
+  std::size_t end = round_up256(s.logits_bytes);
   const auto take = [&](std::size_t bytes) {
     const std::size_t at = end;
-    end = round_up(end + bytes, kAlign);
+    end = round_up256(end + bytes);
     return at;
   };
   s.token_loss_offset = take(std::size_t(tokens) * sizeof(float));

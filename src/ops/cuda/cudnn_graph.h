@@ -9,6 +9,7 @@
 #include <cudnn_frontend.h>
 
 #include <cstdint>
+#include <memory>
 #include <source_location>
 #include <string>
 #include <string_view>
@@ -64,6 +65,18 @@ inline void build_graph(cudnn_frontend::graph::Graph& g, cudnnHandle_t handle, s
   TB_CHECK(g.get_workspace_size(workspace));
   TB_CHECK(g.get_plan_name(engine));
 }
+
+// A plan's two built graphs (forward, backward) with the workspace each needs and the engine cuDNN chose for it.
+struct GraphPair {
+  std::shared_ptr<cudnn_frontend::graph::Graph> fwd, bwd;
+  std::int64_t fwd_ws = 0, bwd_ws = 0;
+  std::string fwd_engine, bwd_engine;
+  // "attention <shape> | fwd <engine> (<ws> B ws) | bwd <engine> (<ws> B ws)", what results record.
+  std::string describe(const std::string& op_and_shape) const {
+    return op_and_shape + " | fwd " + fwd_engine + " (" + std::to_string(fwd_ws) + " B ws) | bwd " + bwd_engine + " (" +
+           std::to_string(bwd_ws) + " B ws)";
+  }
+};
 
 // From a catch (...) around building `what` (e.g. "attention backward b=1 s=8192 ..."): rethrows the exception in
 // flight as a tb::Error that names it, keeping a tb::Error's kind (unsupported / cudnn) and detail; the frontend's
