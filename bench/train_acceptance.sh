@@ -20,6 +20,12 @@
 #              with the FP8 head, without and with FP8 attention
 #   fp8attnacc: the accuracy runs over seeds 1, 2, 3 on `small-hd128` (`small` with head_dim 128, what cuDNN's FP8
 #              attention takes) in BF16, FP8 and FP8 with FP8 attention (the accuracy modes take $ACC_ARGS)
+#   fp8fmt:    all-E4M3 (--fp8-format e4m3) against the hybrid format: 8B L8 FP8 current, and delayed with the FP8
+#              head and FP8 attention, in each format
+#   fp8fmtacc: the accuracy runs over seeds 1, 2, 3 of FP8 current and delayed in the all-E4M3 format (BF16 and hybrid
+#              FP8 repeat bit for bit from fp8acc: not rerun)
+#   fp8best:   the FP8 targets in one call: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
+#              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, the torch BF16 peer at 8B
 #   recipes:   the README's main job (check + the default recipe), `trainbench run` of the Llama 3.1 8B, 70B and
 #              405B recipes (proxies on one GPU) and `trainbench compare` over them
 set -uo pipefail
@@ -118,6 +124,25 @@ accuracy() {  # accuracy MODEL PRECISION...: 500 steps of each precision, seeds 
           --fp8-attention --no-op-profile ;;
       fp8attnacc)
         accuracy small-hd128 "bf16" "fp8" "fp8 --fp8-attention" ;;
+      fp8fmt)
+        for f in hybrid e4m3; do
+          ours 8b-L8-fp8-$f --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --fp8-format $f --no-op-profile
+          ours 8b-L8-fp8-delayed-head-attn-$f --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 \
+            --fp8-recipe delayed --fp8-lm-head --fp8-attention --fp8-format $f --no-op-profile
+        done ;;
+      fp8fmtacc)
+        accuracy small "fp8 --fp8-format e4m3" "fp8 --fp8-format e4m3 --fp8-recipe delayed" ;;
+      fp8best)
+        best="--precision fp8 --fp8-recipe delayed --fp8-lm-head --fp8-attention"
+        ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile
+        ours 8b-L8-fp8 --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --no-op-profile
+        ours 8b-L8-fp8-best --model llama3.1-8b --layers 8 --seq 8192 $best
+        ours 8b-L8-fp8-best-bf16-moments --model llama3.1-8b --layers 8 --seq 8192 $best --moments bf16 --no-op-profile
+        ours 70b-L2-bf16 --model llama3.1-70b --layers 2 --seq 8192 --no-op-profile
+        ours 70b-L2-fp8-best --model llama3.1-70b --layers 2 --seq 8192 $best --no-op-profile
+        ours 70b-L2-fp8-best-bf16-moments --model llama3.1-70b --layers 2 --seq 8192 $best --moments bf16 \
+          --no-op-profile
+        peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
       fp8run)
         for r in llama3.1-8b llama3.1-70b; do
           for p in bf16 fp8; do log "run $r $p"; $TB run $r --precision $p --out "$OUT/results/run-$r-$p"; done

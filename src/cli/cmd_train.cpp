@@ -88,6 +88,11 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--fp8-recipe", spec.fp8_recipe, "FP8 scaling: current | delayed")
       ->check(CLI::IsMember({"current", "delayed"}))
       ->capture_default_str();
+  app.add_option("--fp8-format", spec.fp8_format,
+                 "FP8 formats: hybrid (E4M3 forward, E5M2 gradients, as Transformer Engine) | e4m3 (gradients E4M3 "
+                 "too)")
+      ->check(CLI::IsMember({"hybrid", "e4m3"}))
+      ->capture_default_str();
   app.add_option("--fp8-history", spec.fp8_history, "delayed scaling: amax history length")->capture_default_str();
   app.add_option("--fp8-amax", spec.fp8_amax, "delayed scaling: max | most_recent")
       ->check(CLI::IsMember({"max", "most_recent"}))
@@ -173,8 +178,9 @@ int cmd_train(int argc, char** argv) {
         m.name.c_str(), where.c_str(), m.layers, m.d_model, m.seq,
         fmt::format("{:.3g}", double(model::param_count(m))).c_str(), spec.micro_batch, global, spec.steps,
         cuda ? fmt::format(", {}{}, recompute {}, master {}, moments {}", spec.precision,
-                           spec.precision == "fp8" ? " (" + spec.fp8_recipe + " scaling)" : "", spec.recompute,
-                           spec.master, spec.moments)
+                           spec.precision == "fp8" ? fmt::format(" ({} scaling, {})", spec.fp8_recipe, spec.fp8_format)
+                                                   : "",
+                           spec.recompute, spec.master, spec.moments)
                    .c_str()
              : "");
   std::fflush(stdout);
@@ -227,7 +233,8 @@ int cmd_train(int argc, char** argv) {
     r.data["moments"] = spec.moments;
     r.data["master"] = spec.master;
     if (spec.precision == "fp8")
-      r.data["fp8"] = {{"recipe", spec.fp8_recipe}, {"history", spec.fp8_history}, {"amax", spec.fp8_amax},
+      r.data["fp8"] = {{"recipe", spec.fp8_recipe}, {"format", spec.fp8_format}, {"history", spec.fp8_history},
+                       {"amax", spec.fp8_amax},
                        {"margin", spec.fp8_margin}, {"reduce_amax", spec.fp8_reduce_amax},
                        {"lm_head", spec.fp8_lm_head ? "fp8" : "bf16"},
                        {"attention", spec.fp8_attention ? "fp8" : "bf16"}};

@@ -76,6 +76,9 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
   cfg_.validate();
   TB_REQUIRE(!fp8_.attention || fp8_.enabled,
              "CUDA decoder: FP8 attention (Fp8Options::attention) needs the FP8 linear layers (Fp8Options::enabled)");
+  TB_REQUIRE(fp8_.grad == DType::e5m2 || fp8_.grad == DType::e4m3,
+             "CUDA decoder: the FP8 gradient format (Fp8Options::grad) must be e5m2 or e4m3, got " +
+                 std::string(dtype_name(fp8_.grad)));
   for (const Slot& s : layout_.slots)
     TB_REQUIRE(s.offset % kSlotAlignElements == 0,
                "CUDA decoder: parameter slot " + s.name + " starts at element " + std::to_string(s.offset) +
@@ -139,13 +142,13 @@ int CudaDecoder::linear_slot(int l, int k) const {
   return k == 0 ? L.qkv : k == 1 ? L.out : k == 2 ? L.fc1 : L.fc2;
 }
 
-// Casts x [rows, cols] to FP8 (E4M3 forward, E5M2 backward) into q and/or qt with the scaling slot m: current
-// scaling measures amax first (unless amax_ready: x's producer recorded it); delayed uses the slot's scale and
-// records amax.
+// Casts x [rows, cols] to FP8 (E4M3 forward, Fp8Options::grad backward) into q and/or qt with the scaling slot m:
+// current scaling measures amax first (unless amax_ready: x's producer recorded it); delayed uses the slot's scale
+// and records amax.
 void CudaDecoder::fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, const ops::Fp8Meta& m,
                                  bool fwd, bool amax_ready, std::uint8_t* q, std::uint8_t* qt) {
   ops::Fp8CastArgs a;
-  a.x = x, a.rows = rows, a.cols = cols, a.q = q, a.qt = qt, a.type = fwd ? DType::e4m3 : DType::e5m2;
+  a.x = x, a.rows = rows, a.cols = cols, a.q = q, a.qt = qt, a.type = fwd ? DType::e4m3 : fp8_.grad;
   fp8_scaled_cast(a, m, fp8_.delayed, amax_ready);
 }
 
@@ -211,10 +214,10 @@ void CudaDecoder::fp8_begin_step() {
 void CudaDecoder::fp8_end_step() {
   if (!fp8_.enabled) return;
   std::vector<std::pair<const ops::Fp8Scales*, DType>> delayed;  // the histories this step rolls
-  if (fp8_.delayed) delayed = {{fp8_fwd_.get(), DType::e4m3}, {fp8_bwd_.get(), DType::e5m2}};
+  if (fp8_.delayed) delayed = {{fp8_fwd_.get(), DType::e4m3}, {fp8_bwd_.get(), fp8_.grad}};
   if (fp8_attention()) {  // o, dS, dq, dk, dv: delayed in both recipes
     delayed.emplace_back(fp8_attn_o_.get(), DType::e4m3);
-    delayed.emplace_back(fp8_attn_grad_.get(), DType::e5m2);
+    delayed.emplace_back(fp8_attn_grad_.get(), fp8_.grad);
   }
   const auto algo = fp8_.most_recent ? ops::AmaxAlgo::most_recent : ops::AmaxAlgo::max;
   if (fp8_reduce_amax)
@@ -536,7 +539,8 @@ void CudaDecoder::linear_forward(bf16* y, const bf16* x, int l, int k, const Lay
 }
 
 // dW[out, in] += dy^T x (fp32), then dx[rows, in] = dy[rows, out] W[out, in] (skipped when dx is null): dx may
-// alias x.  FP8: dyq, dyq^T = fp8_e5m2(dy); dW += (dyq^T)(X^T)^T; dx = dyq (W^T)^T, W^T from fp8_begin_step.
+// alias x.  FP8: dyq, dyq^T = fp8_grad(dy) (E5M2, or E4M3 for all-E4M3); dW += (dyq^T)(X^T)^T; dx = dyq (W^T)^T,
+// W^T from fp8_begin_step.
 // With `after_dgrad` (dx must not alias x): dx first, then after_dgrad() (e.g. start dx's reduce-scatter), then dW.
 void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A,
                                   std::int64_t rows, const std::function<void()>& after_dgrad, bool amax_ready) {
@@ -556,14 +560,14 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
     mark("fp8 casts");
     wgrad = [&] {
       ops::GemmShape gw;
-      gw.m = out, gw.n = in, gw.k = rows, gw.a = DType::e5m2, gw.b = DType::e4m3, gw.d = DType::f32;
+      gw.m = out, gw.n = in, gw.k = rows, gw.a = fp8_.grad, gw.b = DType::e4m3, gw.d = DType::f32;
       gw.accumulate = !overwrite_linear_grads_;
       dc_.gemm(gw, grads_.as<float>() + w.offset, s_.dyqt, A.xt[k], {dy_inv, A.xs[k].scale_inv});
     };
     dgrad = [&] {
       const std::size_t padded = pad256(w.size);
       ops::GemmShape gd;
-      gd.m = rows, gd.n = in, gd.k = out, gd.a = DType::e5m2, gd.b = DType::e4m3, gd.d = DType::bf16;
+      gd.m = rows, gd.n = in, gd.k = out, gd.a = fp8_.grad, gd.b = DType::e4m3, gd.d = DType::bf16;
       dc_.gemm(gd, dx, s_.dyq, fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)] + padded,
                {dy_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
     };
@@ -824,7 +828,7 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
     ops::LmHeadFp8 w;
     w.wq = fp8_head_w_.as<std::uint8_t>(), w.wqt = w.wq + fp8_lm_head_bytes(cfg_) / 2;
     w.w_scale_inv = fp8_head_->meta(0).scale_inv, w.x = fp8_head_->meta(1), w.dlogits = fp8_head_->meta(2);
-    w.margin = fp8_.margin;
+    w.margin = fp8_.margin, w.grad = fp8_.grad;
     ops::lm_head_cross_entropy_fp8(dc_, {H.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, w, c.vocab,
                                    my_targets, lm_head_chunk(true), head_scale, loss_out, {s_.ce, s_.ce_bytes});
   } else {

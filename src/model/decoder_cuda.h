@@ -74,7 +74,8 @@
 namespace tb::model {
 
 // FP8 linear layers (ops/cuda/fp8.h): every projection and MLP GEMM in FP8 — forward E4M3 x E4M3 with fast
-// accumulation, dgrad E5M2 (dY) x E4M3 (W^T), wgrad E5M2 (dY^T) x E4M3 (X^T) into fp32 — with per-tensor scales:
+// accumulation, dgrad E5M2 (dY) x E4M3 (W^T), wgrad E5M2 (dY^T) x E4M3 (X^T) into fp32 — the "hybrid" format; with
+// grad = e4m3 ("all-E4M3") every gradient named E5M2 here and below is E4M3 instead — with per-tensor scales:
 // current (each tensor's own amax, one extra read of it) or delayed (the max, or most recent, of the last
 // `history` step amaxes, recorded by the casts; fp8_end_step() rolls the histories). The weights' FP8 copies
 // (W and W^T) are made by fp8_begin_step(), once per optimizer step. Attention, norms and the loss stay in BF16; the
@@ -131,6 +132,7 @@ struct Fp8Options {
   int margin = 0;
   bool lm_head = false;      // the LM head's three GEMMs in FP8 too (ops/cuda/cross_entropy.h: current scaling)
   bool attention = false;    // attention through cuDNN's FP8 SDPA too (needs enabled)
+  DType grad = DType::e5m2;  // the gradients' format: e5m2 ("hybrid", as Transformer Engine) or e4m3 (all-E4M3)
 };
 
 class CudaDecoder {
@@ -344,7 +346,7 @@ class CudaDecoder {
   // FP8 attention (Fp8Options::attention): model/decoder_fp8_attention_cuda.cpp.
   std::unique_ptr<ops::CudnnFp8Attention> fp8_attention_;
   std::unique_ptr<ops::Fp8Scales> fp8_attn_o_;     // delayed, E4M3: o of layer l at l
-  std::unique_ptr<ops::Fp8Scales> fp8_attn_grad_;  // delayed, E5M2: dS, dq, dk, dv of layer l at 4 l + 0..3
+  std::unique_ptr<ops::Fp8Scales> fp8_attn_grad_;  // delayed, Fp8Options::grad: dS, dq, dk, dv of layer l at 4 l + 0..3
   std::unique_ptr<ops::Fp8Scales> fp8_attn_now_;   // P (fixed), dO (current), then qkv8 per activation set and layer
   bool fp8_attention() const { return fp8_.enabled && fp8_.attention; }
   void fp8_attention_setup();  // the constructor's part

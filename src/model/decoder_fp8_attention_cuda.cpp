@@ -4,7 +4,8 @@
 //                                                the fused [n, W] q | k | v after RoPE (kept per layer: the backward's)
 //             o8, lse = fp8_sdpa(qkv8 / s_qkv)   o8 = e4m3(o * s_o), P inside at the fixed scale 448
 //             o = bf16(o8 / s_o)                 [n, H hd], the out-projection's input (as the bf16 path's o)
-//   backward: do8 = e5m2(do * s_do)              current scaling of the out-projection's dgrad output
+//   backward: do8 = fp8_grad(do * s_do)          current scaling of the out-projection's dgrad output (E5M2, or E4M3
+//                                                with the all-E4M3 format: Fp8Options::grad, as dS, dq, dk, dv)
 //             dq8 | dk8 | dv8 = fp8_sdpa_backward(qkv8, o8, do8, lse), dS inside at s_dp
 //             dqkv = bf16(dq8 / s_dq) | bf16(dk8 / s_dk) | bf16(dv8 / s_dv)   (each column range its own scale)
 //   then RoPE's backward and the qkv linear's backward as in the bf16 path.
@@ -24,7 +25,6 @@
 namespace tb::model {
 namespace {
 
-constexpr DType kGrad = DType::e5m2;  // dO, dS, dq, dk, dv: the linear layers' gradient format
 enum NowSlot : int { kP, kDout, kQkv0 };  // fp8_attn_now_: P, dO, then qkv8 of (set, layer) at kQkv0 + set L + l
 enum GradSlot : int { kDp, kDq, kDk, kDv };  // fp8_attn_grad_: layer l's at 4 l + slot
 
@@ -37,7 +37,7 @@ void CudaDecoder::fp8_attention_setup() {  // after the constructor's check that
 }
 
 ops::Fp8AttentionShape CudaDecoder::fp8_attention_shape(int batch, int seq) const {
-  return {attention_shape(batch, seq), kGrad};  // deterministic: refused by the op's shape check
+  return {attention_shape(batch, seq), fp8_.grad};  // deterministic: refused by the op's shape check
 }
 
 // qkv8's scale is set by the forward and read again by the backward of the same micro-batch: one slot per activation
@@ -86,7 +86,7 @@ void CudaDecoder::fp8_attention_backward(int l, const LayerActs& A, int batch, i
   const std::int64_t n = std::int64_t(batch) * seq, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), width = qd + 2 * kvd;
   const ops::Fp8Meta dout = fp8_attn_now_->meta(kDout);
   ops::Fp8CastArgs c;
-  c.x = s_.dout, c.rows = n, c.cols = qd, c.q = s_.dout8, c.type = kGrad;
+  c.x = s_.dout, c.rows = n, c.cols = qd, c.q = s_.dout8, c.type = fp8_.grad;
   fp8_scaled_cast(c, dout, /*delayed=*/false, /*amax_ready=*/false);
   mark("fp8 attention casts");
 
@@ -110,7 +110,7 @@ void CudaDecoder::fp8_attention_backward(int l, const LayerActs& A, int batch, i
   const std::int64_t col[3] = {0, qd, qd + kvd}, cols[3] = {qd, kvd, kvd};
   const float* inv[3] = {dq.scale_inv, dk.scale_inv, dv.scale_inv};
   for (int k = 0; k < 3; ++k)
-    ops::fp8_dequantize({s_.dqkv8 + col[k], width, s_.dqkv + col[k], width, n, cols[k], kGrad, inv[k]}, st);
+    ops::fp8_dequantize({s_.dqkv8 + col[k], width, s_.dqkv + col[k], width, n, cols[k], fp8_.grad, inv[k]}, st);
   mark("fp8 attention casts");
 }
 

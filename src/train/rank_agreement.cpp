@@ -73,6 +73,7 @@ std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s)
           {"debug_delay_ms", num(s.debug_delay_ms)},
           {"precision", s.precision},
           {"fp8_recipe", s.fp8_recipe},
+          {"fp8_format", s.fp8_format},
           {"fp8_history", num(s.fp8_history)},
           {"fp8_amax", s.fp8_amax},
           {"fp8_margin", num(s.fp8_margin)},

@@ -69,6 +69,8 @@ void validate(const TrainSpec& spec) {
   TB_REQUIRE(spec.precision == "bf16" || spec.device == "cuda", "--precision fp8 needs --device cuda");
   TB_REQUIRE(spec.fp8_recipe == "current" || spec.fp8_recipe == "delayed",
              fmt::format("--fp8-recipe must be current or delayed, not '{}'", spec.fp8_recipe));
+  TB_REQUIRE(spec.fp8_format == "hybrid" || spec.fp8_format == "e4m3",
+             fmt::format("--fp8-format must be hybrid or e4m3, not '{}'", spec.fp8_format));
   TB_REQUIRE(spec.fp8_amax == "max" || spec.fp8_amax == "most_recent",
              fmt::format("--fp8-amax must be max or most_recent, not '{}'", spec.fp8_amax));
   TB_REQUIRE(spec.fp8_history >= 1 && spec.fp8_history <= 1024, "--fp8-history must be in [1, 1024]");

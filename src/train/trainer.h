@@ -67,6 +67,7 @@ struct TrainSpec {
   double debug_delay_ms = 0;
   std::string precision = "bf16";     // bf16 | fp8 (the linear layers' GEMMs, model/decoder_cuda.h Fp8Options)
   std::string fp8_recipe = "current"; // current | delayed
+  std::string fp8_format = "hybrid";  // hybrid (E4M3 forward, E5M2 gradients) | e4m3 (all-E4M3)
   int fp8_history = 16;               // delayed: amax history length
   std::string fp8_amax = "max";       // delayed: max | most_recent
   int fp8_margin = 0;                 // scale = fp8_max / amax / 2^margin

@@ -111,6 +111,7 @@ static model::Fp8Options fp8_options(const TrainSpec& spec) {
   o.margin = spec.fp8_margin;
   o.lm_head = spec.fp8_lm_head;
   o.attention = spec.fp8_attention;
+  o.grad = spec.fp8_format == "e4m3" ? DType::e4m3 : DType::e5m2;
   return o;
 }
 

@@ -119,8 +119,9 @@ void compare_with_cpu(const ModelConfig& cfg, tb::model::Fp8Options fp8 = {},
     gpu.zero_grads();
   }
   const double loss_gpu = gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
-  std::printf("%s%s%s%s%s: loss cpu %.6f gpu %.6f (rel %.2e)\n", cfg.name.c_str(),
-              fp8.enabled ? (fp8.delayed ? " fp8 delayed" : " fp8 current") : "", fp8.lm_head ? " + lm head" : "",
+  std::printf("%s%s%s%s%s%s: loss cpu %.6f gpu %.6f (rel %.2e)\n", cfg.name.c_str(),
+              fp8.enabled ? (fp8.delayed ? " fp8 delayed" : " fp8 current") : "",
+              fp8.enabled && fp8.grad == tb::DType::e4m3 ? " all-e4m3" : "", fp8.lm_head ? " + lm head" : "",
               fp8.attention ? " + fp8 attention" : "", rc == CudaDecoder::Recompute::full ? " (recompute full)" : "",
               loss_cpu, loss_gpu,
               std::abs(loss_gpu - loss_cpu) / std::abs(loss_cpu));
@@ -274,6 +275,9 @@ TEST(CudaDecoder, Fp8MatchesCpuWithinFp8Error) {
   compare_with_cpu(config("llama", 256, 64), current);
   compare_with_cpu(config("gpt", 256, 64), current);  // tied embeddings: the head's W is the embedding table
   compare_with_cpu(config("llama", 256, 64), delayed);
+  current.grad = delayed.grad = tb::DType::e4m3;  // all-E4M3: every gradient cast, GEMM and the head's dlogits
+  compare_with_cpu(config("llama", 256, 64), current);
+  compare_with_cpu(config("llama", 256, 64), delayed);
 }
 
 TEST(CudaDecoder, Fp8AttentionMatchesCpuWithinFp8Error) {
@@ -295,6 +299,8 @@ TEST(CudaDecoder, Fp8AttentionMatchesCpuWithinFp8Error) {
   compare_with_cpu(cfg, delayed, none, kRel);
   compare_with_cpu(cfg, current, full, kRel);      // qkv8 and o8 in the shared copy, recomputed
   compare_with_cpu(cfg, linear_only, full, kRel);  // fc2's X^T recomputed too
+  current.grad = tb::DType::e4m3;                   // all-E4M3: dO, dS, dq, dk, dv in E4M3 too
+  compare_with_cpu(cfg, current, none, kRel);
   // Per layer FP8 attention keeps qkv8 and o8 (1 byte) instead of qkv and o (2 bytes), at the price of one shared
   // bf16 copy of each and its backward's FP8 scratch: less memory from 4 layers on.
   ModelConfig deep = cfg;

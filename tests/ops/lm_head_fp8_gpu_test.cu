@@ -5,8 +5,9 @@
 //   losses    = lse(logits) - logits[target] of the GPU's own logits, fp32: 1e-5 (1 + |lse|)
 //   amax      = max |g| over the chunk, g = (2^(z log2 e - lse2) - onehot) grad_scale / t recomputed in double from the
 //               GPU's logits and lse2: 1e-5 relative
-//   dlq       = e5m2(g s_g), s_g = 57344 / amax: equal codes, or neighbouring codes where g s_g lies within 1e-4
-//               (relative) of the rounding midpoint (fp32 vs double); dlq^T its exact transpose
+//   dlq       = fp8(g s_g), s_g = fp8_max / amax (E5M2 57344; all-E4M3 448): equal codes, or neighbouring codes
+//               where g s_g lies within 1e-4 (relative) of the rounding midpoint (fp32 vs double); dlq^T its exact
+//               transpose
 //   dx, dW    = the products of the dequantised FP8 operands (in double): bf16 output 2^-8 |ref| + 2^-9 sum |terms|;
 //               fp32 output 2^-9 sum |terms|. Not fp32's 2^-24: Hopper's FP8 tensor cores add products at reduced
 //               precision between promotions to fp32 even without fast accumulation (measured on an H200: errors up to
@@ -46,6 +47,7 @@ using bf16 = __nv_bfloat16;
 struct Case {
   std::int64_t t, vocab, h;
   float grad_scale;
+  tb::DType grad = tb::DType::e5m2;  // the logit gradients' format
 };
 
 template <class T>
@@ -93,7 +95,7 @@ struct Problem {
   LmHeadFp8 head() const {
     LmHeadFp8 f;
     f.wq = wq_.as<std::uint8_t>(), f.wqt = wqt_.as<std::uint8_t>(), f.w_scale_inv = scales.meta(0).scale_inv;
-    f.x = scales.meta(1), f.dlogits = scales.meta(2);
+    f.x = scales.meta(1), f.dlogits = scales.meta(2), f.grad = c.grad;
     return f;
   }
   // Runs the head with `chunk` (backward unless forward_only) into a fresh scratch, which it returns.
@@ -210,7 +212,10 @@ TEST_P(LmHeadFp8Gpu, EveryStageMatchesItsHostModel) {
   const float amax_gpu = scalar(f.dlogits.amax);
   EXPECT_NEAR(amax_gpu, amax, 1e-5 * amax);
   const float s_g = scalar(f.dlogits.scale);
-  EXPECT_EQ(s_g, fp8_scale_for(amax_gpu, 57344.0f, 0));
+  const bool e5m2 = c.grad == tb::DType::e5m2;
+  EXPECT_EQ(s_g, fp8_scale_for(amax_gpu, fp8_max(c.grad), 0));
+  const auto code = [&](double v) { return e5m2 ? tb::float_to_e5m2(float(v)) : tb::float_to_e4m3(float(v)); };
+  const auto value = [&](std::uint8_t q) { return double(e5m2 ? tb::e5m2_to_float(q) : tb::e4m3_to_float(q)); };
 
   // dlq and its transpose.
   const auto dlq = down<std::uint8_t>(base + L.dlq_offset, tv), dlqt = down<std::uint8_t>(base + L.dlqt_offset, tv);
@@ -220,10 +225,10 @@ TEST_P(LmHeadFp8Gpu, EveryStageMatchesItsHostModel) {
       const std::size_t i = std::size_t(r * c.vocab + v);
       t_bad += dlq[i] != dlqt[std::size_t(v * c.t + r)];
       const double val = g[i] * s_g;
-      const std::uint8_t want = tb::float_to_e5m2(float(val));
+      const std::uint8_t want = code(val);
       if (dlq[i] == want) continue;
       // Accept the neighbouring code only when val sits at the midpoint of the two (fp32 vs double rounding).
-      const double a = tb::e5m2_to_float(dlq[i]), b = tb::e5m2_to_float(want);
+      const double a = value(dlq[i]), b = value(want);
       if (std::fabs(val - 0.5 * (a + b)) <= 1e-4 * std::fabs(val))
         ++near_ties;
       else if (code_bad++ < 3)
@@ -235,8 +240,8 @@ TEST_P(LmHeadFp8Gpu, EveryStageMatchesItsHostModel) {
 
   // dx and dW from the dequantised FP8 operands.
   const float gi = scalar(f.dlogits.scale_inv);
-  const Products dx_ref = products({dlq, true, gi}, {wqt, false, wi}, c.t, c.h, c.vocab);
-  const Products dw_ref = products({dlqt, true, gi}, {xqt, false, xi}, c.vocab, c.h, c.t);
+  const Products dx_ref = products({dlq, e5m2, gi}, {wqt, false, wi}, c.t, c.h, c.vocab);
+  const Products dw_ref = products({dlqt, e5m2, gi}, {xqt, false, xi}, c.vocab, c.h, c.t);
   std::vector<float> dx(th);
   const auto dxb = down<std::uint16_t>(P.dx_.get(), th);
   for (std::size_t i = 0; i < th; ++i) dx[i] = bf(dxb[i]);
@@ -303,10 +308,11 @@ TEST_P(LmHeadFp8Gpu, EndToEndWithinFp8ErrorOfTheExactHead) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LmHeadFp8Gpu,
                          testing::Values(Case{256, 1024, 128, 1.0f},  // 64 x 64 cast tiles for the gradients
-                                         Case{192, 1008, 64, 0.5f}),  // V not a multiple of 64: 32 x 32 tiles
+                                         Case{192, 1008, 64, 0.5f},   // V not a multiple of 64: 32 x 32 tiles
+                                         Case{256, 1024, 128, 1.0f, tb::DType::e4m3}),  // all-E4M3
                          [](const testing::TestParamInfo<Case>& i) {
                            return "t" + std::to_string(i.param.t) + "_V" + std::to_string(i.param.vocab) + "_h" +
-                                  std::to_string(i.param.h);
+                                  std::to_string(i.param.h) + "_" + std::string(tb::dtype_name(i.param.grad));
                          });
 
 TEST(LmHeadFp8GpuChecks, BadArgumentsThrowBeforeRunning) {
@@ -324,6 +330,9 @@ TEST(LmHeadFp8GpuChecks, BadArgumentsThrowBeforeRunning) {
   LmHeadFp8 no_w = P.head();
   no_w.wqt = nullptr;
   EXPECT_THROW(call(64, no_w, L.bytes), tb::Error);
+  LmHeadFp8 bf16_grad = P.head();
+  bf16_grad.grad = tb::DType::bf16;
+  EXPECT_THROW(call(64, bf16_grad, L.bytes), tb::Error);
   EXPECT_THROW(call(64, P.head(), L.bytes - 256), tb::Error);  // scratch too small
   EXPECT_NO_THROW(call(64, P.head(), L.bytes));
 }

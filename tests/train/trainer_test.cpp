@@ -88,6 +88,10 @@ TEST(TrainerCpu, Fp8AttentionRefusalsNameTheFlag) {
       << refusal(s);
   s = ok, s.deterministic = true;
   EXPECT_NE(refusal(s).find("drop --deterministic or --fp8-attention"), std::string::npos) << refusal(s);
+  s = ok, s.fp8_format = "e4m3";  // all-E4M3: the attention gradients too
+  EXPECT_EQ(refusal(s), "accepted");
+  s = ok, s.fp8_format = "e5m2";
+  EXPECT_EQ(refusal(s), "--fp8-format must be hybrid or e4m3, not 'e5m2'");
 }
 
 TEST(TrainerCpu, StopsAfterTheCurrentStepOnInterrupt) {

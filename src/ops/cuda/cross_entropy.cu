@@ -354,6 +354,9 @@ void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, 
   TB_REQUIRE(w.wq && w.wqt && w.w_scale_inv && w.x.amax && w.x.scale && w.x.scale_inv && w.dlogits.amax &&
                  w.dlogits.scale && w.dlogits.scale_inv,
              "lm_head_cross_entropy_fp8: the FP8 weights, W's scale_inv and the x / dlogits scaling slots are needed");
+  TB_REQUIRE(w.grad == DType::e5m2 || w.grad == DType::e4m3,
+             str("lm_head_cross_entropy_fp8: the logit gradients' format must be e5m2 or e4m3, got ",
+                 dtype_name(w.grad)));
   const LmHeadCeScratch layout = lm_head_ce_scratch(t, vocab, h, chunk, true);
   check_call(dx, dw, x, vocab, targets, grad_scale, loss_out, scratch, layout);
   const bool want_dx = dx.data() != nullptr, want_dw = dw.data() != nullptr, backward = want_dx || want_dw;
@@ -386,14 +389,15 @@ void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, 
     launch_softmax_xent<true>(logits, c, vocab, targets + r0, token_loss + r0, scale, false, st,
                               Fp8Stats{lse2, w.dlogits.amax});
     const detail::CastTarget gt{c, vocab, dlq, dlqt, w.dlogits.amax, w.dlogits.scale, w.dlogits.scale_inv, nullptr,
-                                fp8_max(DType::e5m2), w.margin};
-    detail::launch_cast_transpose(SoftmaxGradSource{logits, vocab, lse2, targets + r0, scale}, gt, false,
+                                fp8_max(w.grad), w.margin};
+    detail::launch_cast_transpose(SoftmaxGradSource{logits, vocab, lse2, targets + r0, scale}, gt,
+                                  w.grad == DType::e4m3,
                                   vocab % kVec == 0, "lm_head_cross_entropy_fp8 (dlogits)", st);
     if (want_dx)
-      dc.gemm(GemmShape{c, h, vocab, DType::e5m2, DType::e4m3, DType::bf16}, dx.data() + r0 * h, dlq, w.wqt,
+      dc.gemm(GemmShape{c, h, vocab, w.grad, DType::e4m3, DType::bf16}, dx.data() + r0 * h, dlq, w.wqt,
               {w.dlogits.scale_inv, w.w_scale_inv});
     if (want_dw) {
-      GemmShape gw{vocab, h, c, DType::e5m2, DType::e4m3, DType::f32};
+      GemmShape gw{vocab, h, c, w.grad, DType::e4m3, DType::f32};
       gw.accumulate = true;
       dc.gemm(gw, dw.data(), dlqt, xqt, {w.dlogits.scale_inv, w.x.scale_inv});
     }

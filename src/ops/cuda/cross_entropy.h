@@ -41,7 +41,8 @@
 //   pass 1 (one block per row): lse_r, loss_r, and amax of dlogits over the chunk, exactly, without writing them:
 //              max(|g(z_target, target)|, |g(max of the other z, not target)|), g(z, onehot) = (e^(z-lse) - onehot)
 //              * grad_scale / t (monotone in z)
-//   pass 2 (64 x 64 tiles): dlq, dlq^T = e5m2(g s_g), g recomputed from the bf16 logits and lse, s_g from that amax
+//   pass 2 (64 x 64 tiles): dlq, dlq^T = fp8(g s_g) (E5M2, or E4M3 for all-E4M3), g recomputed from the bf16 logits
+//              and lse, s_g from that amax
 //   dx_c  = (dlq / s_g)(Wq^T / s_w)^T;   dW += (dlq^T / s_g)(xq_c^T / s_x)^T    (fp32, beta = 1)
 // DRAM traffic beyond the GEMMs equals the bf16 path's (logits read twice; 2 chunk V fp8 bytes written instead of
 // 2 chunk V bf16 bytes); the GEMMs read half the bytes and run at the FP8 rate. Its scratch adds the two FP8 copies
@@ -66,7 +67,8 @@ struct LmHeadCeScratch {
   std::int64_t chunk = 0;                // tokens per chunk actually used (rounded as above, at most t)
   std::size_t logits_bytes = 0;          // [chunk, V] bf16 at offset 0
   std::size_t token_loss_offset = 0;     // [t] fp32 per-token losses
-  // FP8 only (0 otherwise): dlq [chunk, V], dlq^T [V, chunk] e5m2; xq [chunk, h], xq^T [h, chunk] e4m3; lse [chunk]
+  // FP8 only (0 otherwise): dlq [chunk, V], dlq^T [V, chunk] (LmHeadFp8::grad); xq [chunk, h], xq^T [h, chunk]
+  // e4m3; lse [chunk]
   std::size_t dlq_offset = 0, dlqt_offset = 0, xq_offset = 0, xqt_offset = 0, lse_offset = 0;
   std::size_t bytes = 0;                 // total to allocate
 };
@@ -92,6 +94,7 @@ struct LmHeadFp8 {
   const float* w_scale_inv = nullptr;  // 1 / s_w
   Fp8Meta x, dlogits;                  // amax, scale, scale_inv of each (history unused)
   int margin = 0;                      // scale = fp8_max / amax / 2^margin
+  DType grad = DType::e5m2;            // the logit gradients' format: e5m2 (hybrid) or e4m3
 };
 // As lm_head_cross_entropy, with W given by its FP8 copies (above). h, V and t multiples of 16; scratch from
 // lm_head_ce_scratch(t, V, h, chunk, true).
