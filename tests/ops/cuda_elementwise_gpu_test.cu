@@ -2,7 +2,10 @@
 // double on the SAME bf16-rounded inputs (the device inputs are copied back and decoded):
 //   norms: rmsnorm / layernorm / layernorm1p, plain, fused with the residual, fused without residual_in; forward
 //     (y, r, mean, rstd) and backward (dr with and without dr_next, dw/db accumulated onto random values), with a
-//     caller's workspace and with stream-ordered scratch; only-dw (dx empty) backward;
+//     caller's workspace and with stream-ordered scratch; only-dw (dx empty) backward; the fused amax of y and dx
+//     (exactly the host max of the stored output, NaN propagating); the FP8 forward (q, qt bit for bit the host
+//     conversion of the bf16 op's y and fp8_cast's bytes, on the 64 x 64 and the 32 x 32 tile paths; r, mean, rstd
+//     the bf16 op's bits) and its refusals (current scaling, bad cast arguments);
 //   activations: swiglu / gelu / sqrelu forward and backward, also on views with padded rows;
 //   rope: GQA on the Q+K part of a fused QKV buffer (V untouched bit for bit), Llama 3.1 scaling, forward and
 //     backward, a long sequence; pos_offset > 0 (context parallel chunks) against rope_*_at at p + offset;
@@ -416,6 +419,286 @@ TEST(CudaNorm, RejectsBadShapes) {
   } catch (const tb::Error& e) {
     EXPECT_NE(std::string(e.what()).find("multiple of 8"), std::string::npos) << e.what();
   }
+}
+
+// ---- fused amax and the FP8 forward ----
+
+double host_amax(const Vec& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+std::vector<std::uint8_t> bytes(const Dev<std::uint8_t>& d) {
+  TB_CHECK(cudaDeviceSynchronize());
+  std::vector<std::uint8_t> b(d.size());
+  TB_CHECK(cudaMemcpy(b.data(), d.get(), b.size(), cudaMemcpyDeviceToHost));
+  return b;
+}
+
+void set_floats(Dev<float>& d, std::initializer_list<float> v) {
+  TB_CHECK(cudaMemcpy(d.get(), v.begin(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+// One norm's inputs on fresh random values: x, residual_in (fused), w (layernorm1p: stored as w - 1), b (layernorms),
+// and the forward's outputs (poisoned), with the calls that fill them.
+struct NormRun {
+  NormKind kind;
+  std::int64_t rows, dim;
+  bool fused, ln;
+  Dev<bf16> x, res, w, b, y, r;
+  Dev<float> mean, rstd;
+
+  NormRun(NormKind k, std::int64_t rows_, std::int64_t dim_, bool fused_, std::uint64_t seed)
+      : kind(k),
+        rows(rows_),
+        dim(dim_),
+        fused(fused_),
+        ln(k != NormKind::rmsnorm),
+        x(sz(rows * dim)),
+        res(fused ? sz(rows * dim) : 0),
+        w(sz(dim)),
+        b(ln ? sz(dim) : 0),
+        y(sz(rows * dim)),
+        r(fused ? sz(rows * dim) : 0),
+        mean(sz(rows)),
+        rstd(sz(rows)) {
+    fill(x, seed, -2.f, 2.f);
+    if (fused) fill(res, seed + 1, -2.f, 2.f);
+    if (kind == NormKind::layernorm1p)
+      fill(w, seed + 2, -0.5f, 0.5f);
+    else
+      fill(w, seed + 2, 0.5f, 1.5f);
+    if (ln) fill(b, seed + 3, -0.5f, 0.5f);
+    poison();
+  }
+  std::string name() const {
+    const char* kinds[] = {"rmsnorm", "layernorm", "layernorm1p"};
+    return std::string(kinds[int(kind)]) + (fused ? " fused" : " plain") + " [" + std::to_string(rows) + ", " +
+           std::to_string(dim) + "]";
+  }
+  void poison() {
+    y.poison();
+    if (fused) r.poison();
+    mean.poison();
+    rstd.poison();
+  }
+  TensorView<float> mean_v() const { return ln ? mean.view({rows}) : TensorView<float>{}; }
+  TensorView<const bf16> b_v() const { return ln ? TensorView<const bf16>(b.view({dim})) : TensorView<const bf16>{}; }
+  TensorView<const float> mean_c() const { return mean_v(); }
+
+  void forward(float* amax = nullptr) {
+    if (fused)
+      gpu::add_norm_forward(kind, y.view({rows, dim}), r.view({rows, dim}), mean_v(), rstd.view({rows}),
+                            x.view({rows, dim}), res.view({rows, dim}), w.view({dim}), b_v(), 1e-5f, nullptr, amax);
+    else
+      gpu::norm_forward(kind, y.view({rows, dim}), mean_v(), rstd.view({rows}), x.view({rows, dim}), w.view({dim}),
+                        b_v(), 1e-5f, nullptr, amax);
+  }
+  void forward_fp8(const tb::ops::Fp8CastArgs& c) {
+    if (fused)
+      gpu::add_norm_forward_fp8(kind, c, r.view({rows, dim}), mean_v(), rstd.view({rows}), x.view({rows, dim}),
+                                res.view({rows, dim}), w.view({dim}), b_v(), 1e-5f, nullptr);
+    else
+      gpu::norm_forward_fp8(kind, c, mean_v(), rstd.view({rows}), x.view({rows, dim}), w.view({dim}), b_v(), 1e-5f,
+                            nullptr);
+  }
+  // dx of the forward above (fused: with dr_next), dw accumulated; amax of dx.
+  void backward(Dev<bf16>& dx, const Dev<bf16>& dy, const Dev<bf16>& drn, Dev<float>& dw, float* amax) {
+    if (fused)
+      gpu::add_norm_backward(kind, dx.view({rows, dim}), dw.view({dim}), {}, dy.view({rows, dim}),
+                             drn.view({rows, dim}), r.view({rows, dim}), w.view({dim}), mean_c(), rstd.view({rows}),
+                             nullptr, {}, amax);
+    else
+      gpu::norm_backward(kind, dx.view({rows, dim}), dw.view({dim}), {}, dy.view({rows, dim}), x.view({rows, dim}),
+                         w.view({dim}), mean_c(), rstd.view({rows}), nullptr, {}, amax);
+  }
+};
+
+// 64 x 64 cast tiles (rows, dim multiples of 64), 32 x 32 tiles (48 x 528: dim a multiple of 16, not of 64), and
+// more rows than the persistent backward grid has blocks (each block records the max over several rows).
+struct NormShape {
+  std::int64_t rows, dim;
+};
+constexpr NormShape kAmaxShapes[] = {{256, 1024}, {48, 528}, {8192, 1024}};
+constexpr NormShape kFp8Shapes[] = {{256, 1024}, {48, 528}};
+
+// *amax = max |output as stored| exactly (host max over the copied-back bf16 tensor), forward and backward; the
+// outputs are the same bits as without amax; an *amax already larger stays.
+TEST(CudaNorm, FusedAmaxIsMaxOfStoredOutput) {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 7000;
+  for (NormKind kind : {NormKind::rmsnorm, NormKind::layernorm, NormKind::layernorm1p})
+    for (bool fused : {false, true})
+      for (const NormShape& s : kAmaxShapes) {
+        NormRun n(kind, s.rows, s.dim, fused, seed += 10);
+        SCOPED_TRACE(n.name());
+        n.forward();
+        const auto y_bits = raw(n.y);
+        Dev<float> amax(3);  // y, dx, y onto a larger value
+        set_floats(amax, {0.f, 0.f, 1e6f});
+        n.poison();
+        n.forward(amax.get());
+        EXPECT_TRUE(raw(n.y) == y_bits) << "y differs with amax";
+        n.forward(amax.get() + 2);
+
+        const std::size_t e = sz(s.rows * s.dim);
+        Dev<bf16> dy(e), drn(fused ? e : 0), dx(e);
+        Dev<float> dw(sz(s.dim));
+        fill(dy, seed + 5, -1.f, 1.f);
+        if (fused) fill(drn, seed + 6, -1.f, 1.f);
+        fill(dw, seed + 7, -1.f, 1.f);
+        dx.poison();
+        n.backward(dx, dy, drn, dw, amax.get() + 1);
+
+        const Vec am = decode(amax);
+        const double my = host_amax(decode(n.y)), mdx = host_amax(decode(dx));
+        ASSERT_GT(my, 0.0);
+        ASSERT_GT(mdx, 0.0);
+        EXPECT_EQ(am[0], my) << "amax of y";
+        EXPECT_EQ(am[1], mdx) << "amax of dx";
+        EXPECT_EQ(am[2], 1e6) << "amax is max(*amax, max |y|)";
+      }
+}
+
+// A NaN in one element of the last row (the forward's input, the backward's dy) makes *amax NaN.
+TEST(CudaNorm, FusedAmaxPropagatesNan) {
+  SKIP_WITHOUT_GPU();
+  const std::uint16_t nan = 0x7fc0;
+  for (bool fused : {false, true}) {
+    NormRun n(NormKind::layernorm, 2048, 4096, fused, 7500);
+    SCOPED_TRACE(n.name());
+    const std::int64_t at = (n.rows - 1) * n.dim + 1000;
+    TB_CHECK(cudaMemcpy(n.x.get() + at, &nan, 2, cudaMemcpyHostToDevice));
+    Dev<float> amax(2);
+    set_floats(amax, {0.f, 0.f});
+    n.forward(amax.get());
+
+    NormRun m(NormKind::rmsnorm, 2048, 4096, fused, 7600);  // finite forward, NaN in dy
+    m.forward();
+    const std::size_t e = sz(m.rows * m.dim);
+    Dev<bf16> dy(e), drn(fused ? e : 0), dx(e);
+    Dev<float> dw(sz(m.dim));
+    fill(dy, 7605, -1.f, 1.f);
+    if (fused) fill(drn, 7606, -1.f, 1.f);
+    fill(dw, 7607, -1.f, 1.f);
+    TB_CHECK(cudaMemcpy(dy.get() + at, &nan, 2, cudaMemcpyHostToDevice));
+    m.backward(dx, dy, drn, dw, amax.get() + 1);
+    const Vec am = decode(amax);
+    EXPECT_TRUE(std::isnan(am[0])) << "forward amax " << am[0];
+    EXPECT_TRUE(std::isnan(am[1])) << "backward amax " << am[1];
+  }
+}
+
+// The FP8 forward against the bf16 op then the cast, per element on the host: q[i, j] = qt[j, i] = fp8(y[i, j] * scale)
+// for the y the bf16 op stored (the host's fp32 product and conversion: independent of the kernels), and the same
+// bytes as fp8_cast of that y; r, mean, rstd bit for bit the bf16 op's; amax_out = max |y|; scale_inv = 1 / scale.
+// scale = fp8_max / max |y|, so the largest |y| maps to the format's largest code. e5m2 runs without q.
+TEST(CudaNorm, Fp8ForwardMatchesBf16ThenCast) {
+  SKIP_WITHOUT_GPU();
+  std::uint64_t seed = 8000;
+  for (NormKind kind : {NormKind::rmsnorm, NormKind::layernorm, NormKind::layernorm1p})
+    for (bool fused : {false, true})
+      for (const NormShape& s : kFp8Shapes)
+        for (const tb::DType type : {tb::DType::e4m3, tb::DType::e5m2}) {
+          NormRun n(kind, s.rows, s.dim, fused, seed += 10);
+          SCOPED_TRACE(n.name() + " " + std::string(tb::dtype_name(type)));
+          const std::int64_t rows = s.rows, dim = s.dim;
+          const std::size_t e = sz(rows * dim);
+          const bool e4 = type == tb::DType::e4m3, want_q = e4;
+          n.forward();
+          const Vec hy = decode(n.y);
+          const auto r_bits = fused ? raw(n.r) : std::vector<std::uint16_t>{};
+          const Vec mean1 = decode(n.mean), rstd1 = decode(n.rstd);
+          const float amax = float(host_amax(hy)), scale = tb::ops::fp8_max(type) / amax;
+          ASSERT_GT(amax, 0.f);
+          auto to_fp8 = [&](double v, float sc) {
+            return e4 ? tb::float_to_e4m3(float(v) * sc) : tb::float_to_e5m2(float(v) * sc);
+          };
+
+          // The bf16 op's y through fp8_cast (delayed: the scale preset).
+          Dev<std::uint8_t> q_ref(e), qt_ref(e), q(e), qt(e);
+          Dev<float> meta(6);  // fp8_cast: scale, scale_inv, amax; fused: scale, scale_inv, amax
+          set_floats(meta, {scale, 0.f, 0.f, scale, 0.f, 0.f});
+          tb::ops::Fp8CastArgs c;
+          c.x = n.y.get(), c.rows = rows, c.cols = dim, c.type = type, c.q = want_q ? q_ref.get() : nullptr;
+          c.qt = qt_ref.get(), c.scale = meta.get(), c.scale_inv = meta.get() + 1, c.amax_out = meta.get() + 2;
+          tb::ops::fp8_cast(c, nullptr);
+
+          // Fused, into fresh (poisoned) r, mean, rstd, q, qt.
+          n.poison();
+          TB_CHECK(cudaMemset(q.get(), 0xff, e));
+          TB_CHECK(cudaMemset(qt.get(), 0xff, e));
+          c.x = nullptr, c.q = want_q ? q.get() : nullptr, c.qt = qt.get();
+          c.scale = meta.get() + 3, c.scale_inv = meta.get() + 4, c.amax_out = meta.get() + 5;
+          n.forward_fp8(c);
+
+          const auto hq = bytes(q), hqt = bytes(qt);
+          std::size_t bad = 0, moved = 0;
+          int top = 0;
+          for (std::int64_t i = 0; i < rows; ++i)
+            for (std::int64_t j = 0; j < dim; ++j) {
+              const double v = hy[sz(i * dim + j)];
+              const std::uint8_t want = to_fp8(v, scale);
+              bad += hqt[sz(j * rows + i)] != want || (want_q && hq[sz(i * dim + j)] != want);
+              moved += to_fp8(v, scale * (1.f + 0x1p-10f)) != want;
+              top = std::max(top, hqt[sz(j * rows + i)] & 0x7f);
+            }
+          EXPECT_EQ(bad, 0u) << "q / qt differ from the host conversion of the bf16 op's y";
+          EXPECT_GT(moved, 0u) << "the check cannot tell the scale apart from a slightly different one";
+          EXPECT_EQ(top, e4 ? 0x7e : 0x7b) << "the largest |y| is not at the format's largest finite code";
+          // Whole-tensor comparisons as booleans (gtest would print every element).
+          EXPECT_TRUE(hqt == bytes(qt_ref)) << "qt differs from fp8_cast's";
+          if (want_q) EXPECT_TRUE(hq == bytes(q_ref)) << "q differs from fp8_cast's";
+          if (fused) EXPECT_TRUE(raw(n.r) == r_bits) << "r differs from the bf16 op's";
+          EXPECT_TRUE(decode(n.rstd) == rstd1) << "rstd differs from the bf16 op's";
+          if (n.ln) EXPECT_TRUE(decode(n.mean) == mean1) << "mean differs from the bf16 op's";
+          const Vec m = decode(meta);
+          EXPECT_EQ(m[4], double(1.0f / scale)) << "scale_inv";
+          EXPECT_EQ(m[5], double(amax)) << "amax_out";
+          EXPECT_EQ(m[5], m[2]) << "amax_out differs from fp8_cast's";
+        }
+}
+
+// Current scaling (cast.amax_in) and malformed cast arguments are refused with Error{config} before anything runs;
+// so is an amax without the output it would record.
+TEST(CudaNorm, Fp8ForwardRefusesBadCasts) {
+  SKIP_WITHOUT_GPU();
+  NormRun n(NormKind::layernorm, 64, 128, true, 9000);
+  Dev<std::uint8_t> qt(64 * 128);
+  Dev<float> meta(3);
+  set_floats(meta, {1.f, 0.f, 0.f});
+  tb::ops::Fp8CastArgs c;
+  c.rows = 64, c.cols = 128, c.qt = qt.get(), c.scale = meta.get(), c.scale_inv = meta.get() + 1;
+  c.amax_in = meta.get() + 2;
+  try {
+    n.forward_fp8(c);
+    ADD_FAILURE() << "cast.amax_in was accepted";
+  } catch (const tb::Error& err) {
+    EXPECT_EQ(err.kind(), tb::Error::Kind::config);
+    EXPECT_NE(std::string(err.what()).find("amax_in"), std::string::npos) << err.what();
+  }
+  EXPECT_TRUE(std::isnan(decode(n.rstd)[0])) << "the refused call wrote rstd";
+  c.amax_in = nullptr;
+  tb::ops::Fp8CastArgs bad = c;
+  bad.x = n.y.get();  // the source is the norm, not a bf16 tensor
+  EXPECT_THROW(n.forward_fp8(bad), tb::Error);
+  bad = c, bad.cols = 64;  // not the output's shape
+  EXPECT_THROW(n.forward_fp8(bad), tb::Error);
+  bad = c, bad.qt = nullptr;  // the transpose is what the GEMM reads
+  EXPECT_THROW(n.forward_fp8(bad), tb::Error);
+  bad = c, bad.type = tb::DType::bf16;
+  EXPECT_THROW(n.forward_fp8(bad), tb::Error);
+  EXPECT_TRUE(std::isnan(decode(n.rstd)[0])) << "a refused call wrote rstd";
+  EXPECT_NO_THROW(n.forward_fp8(c));
+  EXPECT_FALSE(std::isnan(decode(n.rstd)[0]));
+
+  Dev<bf16> dy(64 * 128);
+  Dev<float> dw(128);
+  fill(dy, 9001, -1.f, 1.f);
+  EXPECT_THROW(gpu::norm_backward(NormKind::layernorm, {}, dw.view({128}), {}, dy.view({64, 128}), n.x.view({64, 128}),
+                                  n.w.view({128}), n.mean.view({64}), n.rstd.view({64}), nullptr, {}, meta.get() + 2),
+               tb::Error);  // amax without dx
 }
 
 // ======================= activations =======================

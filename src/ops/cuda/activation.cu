@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "ops/cuda/fp8_cast.cuh"  // record_block_amax
+#include "ops/cuda/fp8_cast.cuh"  // OutMax, record_block_amax
 #include "ops/cuda/kernel_common.cuh"
 
 namespace tb::ops {
@@ -13,7 +13,7 @@ namespace {
 
 using namespace detail;
 
-constexpr int kThreads = kCastThreads;  // record_block_amax's block size
+constexpr int kThreads = kCastThreads;  // 256, as the cast tiles
 
 // sigmoid(v) = 1 / (1 + e), e = exp(-v); also 1 - sigmoid(v) = e / (1 + e) without cancellation.
 struct Sigmoid {
@@ -40,21 +40,6 @@ struct Gelu {
 struct SqRelu {
   __device__ __forceinline__ static float f(float x) { return x > 0.f ? x * x : 0.f; }
   __device__ __forceinline__ static float df(float x) { return x > 0.f ? 2.f * x : 0.f; }
-};
-
-// The largest |value| of the bf16 outputs a thread wrote (as rounded), NaN carried as a flag; one atomic per block.
-struct OutMax {
-  float m = 0.f;
-  bool nan = false;
-  __device__ __forceinline__ void add(uint4 packed) {
-    float f[8];
-    unpack8(packed, f);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) m = fmaxf(m, abs_or_nan(f[k], nan));
-  }
-  __device__ __forceinline__ void record(float* amax) const {  // every thread of the block; amax uniform
-    if (amax) record_block_amax(m, nan, amax);
-  }
 };
 
 // Thread (vector v of a row, row group) from the 2-D block; returns false past the row's end.
@@ -188,9 +173,7 @@ void map_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<con
 }
 
 // Sources of the FP8 cast tiles (ops/cuda/fp8_cast.cuh): the activation of x at (r, c), rounded to bf16 as the
-// forward kernels store it.
-__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
+// forward kernels store it (round_bf16: kernel_common.cuh).
 struct SwigluSource {
   const bf16* x;
   std::int64_t xs, f;  // row stride; gate in columns [0, f), up in [f, 2f)

@@ -3,9 +3,11 @@
 //   src.at(r, c)              one value (32 x 32 tiles: any shape)
 //   src.load8(r, c, f)        f[k] = value (r, c + k), k < 8; c a multiple of 8 (64 x 64 tiles: shapes multiples of 64)
 // Bf16Source reads a bf16 matrix (fp8_cast); the LM head's FP8 backward reads softmax - onehot computed on the fly
-// from its logits (ops/cuda/cross_entropy.cu). Per element: q = fp8(v * scale) (round to nearest even, saturating),
+// from its logits (ops/cuda/cross_entropy.cu); NormSource recomputes a norm's output from its input and statistics
+// (ops/cuda/norm_fp8.cu). Per element: q = fp8(v * scale) (round to nearest even, saturating),
 // written to q[r, c] (if q) and qt[c, r]; scale = fp8_max / *amax_in / 2^margin (current scaling, written to *scale)
 // or *scale (delayed), *scale_inv = 1 / scale; amax_out (if set) = max(*amax_out, max |v|), NaN propagating.
+// OutMax / record_block_amax also give the bf16 kernels (activations, norms) their fused amax.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,10 +51,10 @@ __device__ __forceinline__ void atomic_max_nonneg(float* p, float v) {
   atomicMax(reinterpret_cast<int*>(p), __float_as_int(v));
 }
 
-// Called by every thread of a block of at most kCastThreads threads, a multiple of 32 (any shape): *amax =
+// Called by every thread of a block of at most 1024 threads, a multiple of 32 (any shape): *amax =
 // max(*amax, the block's largest m), or NaN when a thread saw one (fmaxf drops NaN, so it is carried as a flag).
 __device__ __forceinline__ void record_block_amax(float m, bool nan, float* amax) {
-  __shared__ float warp_max[kCastThreads / 32];
+  __shared__ float warp_max[32];  // one per warp of the largest block
   const int t = threadIdx.y * blockDim.x + threadIdx.x;
   const int any_nan = __syncthreads_or(nan);
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
@@ -69,6 +71,22 @@ __device__ __forceinline__ float abs_or_nan(float x, bool& nan) {
   nan = nan || isnan(x);
   return fabsf(x);
 }
+
+// The largest |value| of the bf16 outputs a thread wrote (as rounded), NaN carried as a flag; one atomic per block
+// (the fused amax of the activations and norms).
+struct OutMax {
+  float m = 0.f;
+  bool nan = false;
+  __device__ __forceinline__ void add(uint4 packed) {
+    float f[8];
+    unpack8(packed, f);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) m = fmaxf(m, abs_or_nan(f[k], nan));
+  }
+  __device__ __forceinline__ void record(float* amax) const {  // every thread of the block; amax uniform
+    if (amax) record_block_amax(m, nan, amax);
+  }
+};
 
 template <__nv_fp8_interpretation_t Kind>
 __device__ __forceinline__ std::uint8_t to_fp8(float v) {

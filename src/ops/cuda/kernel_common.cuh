@@ -1,8 +1,9 @@
 // ops/cuda/kernel_common.cuh: what the memory-bound kernels of ops/cuda/*.cu share (include from .cu only).
-// defines: bf16; kVec (8 bf16 = one 16-byte access); load/store of 8 bf16 as one uint4 with fp32 unpacking;
+// defines: bf16; kVec (8 bf16 = one 16-byte access); load/store of 8 bf16 as one uint4 with fp32 unpacking, round_bf16;
 //          warp_sum / block_sum (fp32, identical result in every thread, so row statistics agree everywhere);
 //          host checks for views (2-D bf16 rows that allow 16-byte accesses, 1-D fp32 vectors), ceil_div,
-//          row_launch, str (stream-built messages), sm_count, and ScratchBuffer (a caller's Workspace, or stream-ordered memory when none was given).
+//          row_launch, str (stream-built messages), sm_count, and ScratchBuffer (a caller's Workspace, or
+//          stream-ordered memory when none was given).
 // Column layout used by the row kernels: thread t of a T-thread block owns the 8-column vectors
 // c = t, t + T, ..., t + (V-1) T of a row (V compile-time), so a warp's accesses are 512 contiguous bytes.
 #pragma once
@@ -55,6 +56,9 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
   return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
 }
+
+// fp32 -> the bf16 value, as a float (what pack8 stores, one element).
+__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -1,14 +1,17 @@
 // ops/cuda/norm.cu: see norm.h. One block per row in the forward (the row stays in registers between the
 // statistics and the output); a persistent grid in the backward, each block striding over rows and keeping its
 // dw/db partial sums in registers (thread t owns the same columns in every row), then a small kernel that sums
-// the [blocks, dim] partials in a fixed order into dw/db.
+// the [blocks, dim] partials in a fixed order into dw/db. The FP8 forward (norm_fp8.cu) runs the forward kernel
+// without y; its output formula lives in norm_common.cuh, shared with the FP8 cast's source.
 #include "ops/cuda/norm.h"
 
 #include <algorithm>
 #include <string>
 #include <type_traits>
 
+#include "ops/cuda/fp8_cast.cuh"  // OutMax
 #include "ops/cuda/kernel_common.cuh"
+#include "ops/cuda/norm_common.cuh"
 
 namespace tb::ops {
 namespace {
@@ -17,10 +20,9 @@ using namespace detail;
 
 constexpr int kMaxThreads = 512;
 constexpr int kMaxDim = 8 * 8 * kMaxThreads;  // 8 vectors of 8 per thread: 32768
-constexpr int kRms = int(NormKind::rmsnorm), kLayer1p = int(NormKind::layernorm1p);
 
 struct FwdArgs {
-  bf16* y;
+  bf16* y;  // null: y not written (the FP8 variants)
   std::int64_t y_stride;
   bf16* r;  // null: r not stored (plain norm)
   std::int64_t r_stride;
@@ -35,6 +37,7 @@ struct FwdArgs {
   int dim;
   int kind;
   float eps;
+  float* amax;  // null: not recorded
 };
 
 struct BwdArgs {
@@ -54,15 +57,8 @@ struct BwdArgs {
   int dim;
   int kind;
   bool want_dw, want_db;
+  float* amax;  // null: not recorded (dx must be written)
 };
-
-__device__ __forceinline__ void weight8(const bf16* w, int col, int kind, float (&f)[8]) {
-  unpack8(load8(w + col), f);
-  if (kind == kLayer1p) {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) f[k] += 1.f;
-  }
-}
 
 template <int V>
 __global__ void __launch_bounds__(kMaxThreads) norm_forward_kernel(const FwdArgs a) {
@@ -93,7 +89,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_forward_kernel(const FwdArgs
     }
   }
   float mu = 0.f;
-  if (a.kind != kRms) {
+  if (a.kind != kNormRms) {
     float s[1] = {0.f};
 #pragma unroll
     for (int j = 0; j < V; ++j)
@@ -115,18 +111,23 @@ __global__ void __launch_bounds__(kMaxThreads) norm_forward_kernel(const FwdArgs
     a.rstd[row] = rs;
     if (a.mean) a.mean[row] = mu;
   }
+  if (!a.y) return;  // uniform: the FP8 cast tiles compute y (ops/cuda/norm_fp8.cu)
+  OutMax om;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const int col = (j * T + int(threadIdx.x)) * kVec;
     if (col >= a.dim) continue;
     float w[8], out[8];
-    weight8(a.w, col, a.kind, w);
+    norm_weight8(a.w, col, a.kind, w);
     float b[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     if (a.b) unpack8(load8(a.b + col), b);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) out[k] = (v[j][k] - mu) * rs * w[k] + b[k];
-    store8(a.y + row * a.y_stride + col, pack8(out));
+    for (int k = 0; k < 8; ++k) out[k] = norm_out(v[j][k], mu, rs, w[k], b[k]);
+    const uint4 packed = pack8(out);
+    store8(a.y + row * a.y_stride + col, packed);
+    if (a.amax) om.add(packed);
   }
+  om.record(a.amax);
 }
 
 template <int V>
@@ -138,6 +139,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_backward_kernel(const BwdArg
   for (int j = 0; j < V; ++j)
 #pragma unroll
     for (int k = 0; k < 8; ++k) dw_acc[j][k] = db_acc[j][k] = 0.f;
+  OutMax om;  // over all of this thread's rows, recorded once
 
   for (std::int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     uint4 dyv[V], xv[V], dresv[V];
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_backward_kernel(const BwdArg
         if (a.dres && a.dx) dresv[j] = load8(a.dres + row * a.dres_stride + col);
       }
     }
-    const float mu = a.kind == kRms ? 0.f : a.mean[row];
+    const float mu = a.kind == kNormRms ? 0.f : a.mean[row];
     const float rs = a.rstd[row];
     float sums[2] = {0.f, 0.f};  // sum of g, sum of g * xh
 #pragma unroll
@@ -163,7 +165,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_backward_kernel(const BwdArg
       float dy[8], x[8], w[8];
       unpack8(dyv[j], dy);
       unpack8(xv[j], x);
-      weight8(a.w, col, a.kind, w);
+      norm_weight8(a.w, col, a.kind, w);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const float xh = (x[k] - mu) * rs;
@@ -176,7 +178,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_backward_kernel(const BwdArg
     }
     block_sum(sums, smem);
     if (!a.dx) continue;
-    const float mean_g = a.kind == kRms ? 0.f : sums[0] / float(a.dim);
+    const float mean_g = a.kind == kNormRms ? 0.f : sums[0] / float(a.dim);
     const float mean_gxh = sums[1] / float(a.dim);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
@@ -186,15 +188,18 @@ __global__ void __launch_bounds__(kMaxThreads) norm_backward_kernel(const BwdArg
       unpack8(dyv[j], dy);
       unpack8(xv[j], x);
       unpack8(dresv[j], dres);  // zeros without dr_next
-      weight8(a.w, col, a.kind, w);
+      norm_weight8(a.w, col, a.kind, w);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const float xh = (x[k] - mu) * rs;
         out[k] = rs * (dy[k] * w[k] - mean_g - xh * mean_gxh) + dres[k];
       }
-      store8(a.dx + row * a.dx_stride + col, pack8(out));
+      const uint4 packed = pack8(out);
+      store8(a.dx + row * a.dx_stride + col, packed);
+      if (a.amax) om.add(packed);
     }
   }
+  om.record(a.amax);
   if (!a.partial) return;
   float* pdw = a.partial + std::int64_t(blockIdx.x) * a.dim;
   float* pdb = a.partial + (std::int64_t(gridDim.x) + blockIdx.x) * a.dim;
@@ -286,53 +291,17 @@ void check_params(NormKind kind, std::int64_t dim, const TensorView<const bf16>&
     require_vec(b, dim, true, what + ": b");
 }
 
-void forward(NormKind kind, TensorView<bf16> y, TensorView<bf16> r, TensorView<float> mean, TensorView<float> rstd,
-             TensorView<const bf16> x, TensorView<const bf16> residual_in, TensorView<const bf16> w,
-             TensorView<const bf16> b, float eps, cudaStream_t stream, const std::string& what) {
-  TB_REQUIRE(x.rank() == 2, what + ": x must be [rows, dim], got " + x.shape_str());
-  const std::int64_t rows = x.size(0), dim = x.size(1);
-  const RowPlan plan = plan_rows(dim, what);
-  require_rows16(x, rows, dim, what + ": x");
-  require_rows16(y, rows, dim, what + ": y");
-  if (r.data()) require_rows16(r, rows, dim, what + ": r");
-  if (residual_in.data()) require_rows16(residual_in, rows, dim, what + ": residual_in");
-  check_params(kind, dim, w, b, what);
-  require_vec(rstd, rows, false, what + ": rstd");
-  if (kind != NormKind::rmsnorm || mean.data()) require_vec(mean, rows, false, what + ": mean");
-  TB_REQUIRE(eps >= 0.f, what + ": eps must be >= 0");
-  if (rows == 0) return;
-  const FwdArgs a{y.data(),
-                  y.stride(0),
-                  r.data(),
-                  r.data() ? r.stride(0) : 0,
-                  x.data(),
-                  x.stride(0),
-                  residual_in.data(),
-                  residual_in.data() ? residual_in.stride(0) : 0,
-                  w.data(),
-                  b.data(),
-                  kind == NormKind::rmsnorm ? nullptr : mean.data(),
-                  rstd.data(),
-                  int(dim),
-                  int(kind),
-                  eps};
-  TB_REQUIRE(rows <= 0x7fffffff, what + ": at most 2^31 - 1 rows");
-  dispatch_vecs(plan.vecs, [&](auto v) {
-    norm_forward_kernel<decltype(v)::value><<<unsigned(rows), plan.threads, 0, stream>>>(a);
-  });
-  TB_CHECK_LAUNCH();
-}
-
 void backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorView<float> db, TensorView<const bf16> dy,
               TensorView<const bf16> dres, TensorView<const bf16> x, TensorView<const bf16> w,
               TensorView<const float> mean, TensorView<const float> rstd, cudaStream_t stream, Workspace workspace,
-              const std::string& what) {
+              float* amax, const std::string& what) {
   TB_REQUIRE(x.rank() == 2, what + ": the normalised input must be [rows, dim], got " + x.shape_str());
   const std::int64_t rows = x.size(0), dim = x.size(1);
   const RowPlan plan = plan_rows(dim, what);
   require_rows16(x, rows, dim, what + ": x");
   require_rows16(dy, rows, dim, what + ": dy");
   if (dx.data()) require_rows16(dx, rows, dim, what + ": dx");
+  TB_REQUIRE(!amax || dx.data(), what + ": amax records dx, which is not written (dx is empty)");
   if (dres.data()) require_rows16(dres, rows, dim, what + ": dr_next");
   require_vec(w, dim, true, what + ": w");
   require_vec(rstd, rows, false, what + ": rstd");
@@ -357,7 +326,7 @@ void backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorVi
                   rstd.data(), partial_bytes ? scratch.as<float>() : nullptr,
                   rows,        int(dim),
                   int(kind),   want_dw,
-                  want_db};
+                  want_db,     amax};
   dispatch_vecs(plan.vecs, [&](auto v) {
     norm_backward_kernel<decltype(v)::value><<<unsigned(blocks), plan.threads, 0, stream>>>(a);
   });
@@ -383,6 +352,46 @@ __global__ void residual_add_kernel(bf16* r, const bf16* x, const bf16* res, std
 
 }  // namespace
 
+void detail::norm_forward_rows(NormKind kind, TensorView<bf16> y, TensorView<bf16> r, TensorView<float> mean,
+                               TensorView<float> rstd, TensorView<const bf16> x, TensorView<const bf16> residual_in,
+                               TensorView<const bf16> w, TensorView<const bf16> b, float eps, cudaStream_t stream,
+                               float* amax, const std::string& what) {
+  TB_REQUIRE(x.rank() == 2, what + ": x must be [rows, dim], got " + x.shape_str());
+  const std::int64_t rows = x.size(0), dim = x.size(1);
+  const RowPlan plan = plan_rows(dim, what);
+  require_rows16(x, rows, dim, what + ": x");
+  if (y.data()) require_rows16(y, rows, dim, what + ": y");
+  TB_REQUIRE(!amax || y.data(), what + ": amax records y, which is not written");
+  if (r.data()) require_rows16(r, rows, dim, what + ": r");
+  if (residual_in.data()) require_rows16(residual_in, rows, dim, what + ": residual_in");
+  check_params(kind, dim, w, b, what);
+  require_vec(rstd, rows, false, what + ": rstd");
+  if (kind != NormKind::rmsnorm || mean.data()) require_vec(mean, rows, false, what + ": mean");
+  TB_REQUIRE(eps >= 0.f, what + ": eps must be >= 0");
+  if (rows == 0) return;
+  const FwdArgs a{y.data(),
+                  y.data() ? y.stride(0) : 0,
+                  r.data(),
+                  r.data() ? r.stride(0) : 0,
+                  x.data(),
+                  x.stride(0),
+                  residual_in.data(),
+                  residual_in.data() ? residual_in.stride(0) : 0,
+                  w.data(),
+                  b.data(),
+                  kind == NormKind::rmsnorm ? nullptr : mean.data(),
+                  rstd.data(),
+                  int(dim),
+                  int(kind),
+                  eps,
+                  amax};
+  TB_REQUIRE(rows <= 0x7fffffff, what + ": at most 2^31 - 1 rows");
+  dispatch_vecs(plan.vecs, [&](auto v) {
+    norm_forward_kernel<decltype(v)::value><<<unsigned(rows), plan.threads, 0, stream>>>(a);
+  });
+  TB_CHECK_LAUNCH();
+}
+
 void residual_add(TensorView<bf16> r, TensorView<const bf16> x, TensorView<const bf16> residual_in,
                   cudaStream_t stream) {
   const std::string what = "residual_add";
@@ -403,15 +412,17 @@ void residual_add(TensorView<bf16> r, TensorView<const bf16> x, TensorView<const
 
 void norm_forward(NormKind kind, TensorView<bf16> y, TensorView<float> mean, TensorView<float> rstd,
                   TensorView<const bf16> x, TensorView<const bf16> w, TensorView<const bf16> b, float eps,
-                  cudaStream_t stream) {
-  forward(kind, y, {}, mean, rstd, x, {}, w, b, eps, stream, "norm_forward");
+                  cudaStream_t stream, float* amax) {
+  TB_REQUIRE(y.data() != nullptr, "norm_forward: y is required (norm_forward_fp8 writes FP8 instead)");
+  detail::norm_forward_rows(kind, y, {}, mean, rstd, x, {}, w, b, eps, stream, amax, "norm_forward");
 }
 
 void add_norm_forward(NormKind kind, TensorView<bf16> y, TensorView<bf16> r, TensorView<float> mean,
                       TensorView<float> rstd, TensorView<const bf16> x, TensorView<const bf16> residual_in,
-                      TensorView<const bf16> w, TensorView<const bf16> b, float eps, cudaStream_t stream) {
+                      TensorView<const bf16> w, TensorView<const bf16> b, float eps, cudaStream_t stream, float* amax) {
   TB_REQUIRE(r.data() != nullptr, "add_norm_forward: r (the next residual) is required");
-  forward(kind, y, r, mean, rstd, x, residual_in, w, b, eps, stream, "add_norm_forward");
+  TB_REQUIRE(y.data() != nullptr, "add_norm_forward: y is required (add_norm_forward_fp8 writes FP8 instead)");
+  detail::norm_forward_rows(kind, y, r, mean, rstd, x, residual_in, w, b, eps, stream, amax, "add_norm_forward");
 }
 
 std::size_t norm_backward_workspace_bytes(std::int64_t rows, std::int64_t dim) {
@@ -422,17 +433,17 @@ std::size_t norm_backward_workspace_bytes(std::int64_t rows, std::int64_t dim) {
 
 void norm_backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorView<float> db,
                    TensorView<const bf16> dy, TensorView<const bf16> x, TensorView<const bf16> w,
-                   TensorView<const float> mean, TensorView<const float> rstd, cudaStream_t stream,
-                   Workspace workspace) {
-  backward(kind, dx, dw, db, dy, {}, x, w, mean, rstd, stream, workspace, "norm_backward");
+                   TensorView<const float> mean, TensorView<const float> rstd, cudaStream_t stream, Workspace workspace,
+                   float* amax) {
+  backward(kind, dx, dw, db, dy, {}, x, w, mean, rstd, stream, workspace, amax, "norm_backward");
 }
 
 void add_norm_backward(NormKind kind, TensorView<bf16> dr, TensorView<float> dw, TensorView<float> db,
                        TensorView<const bf16> dy, TensorView<const bf16> dr_next, TensorView<const bf16> r,
                        TensorView<const bf16> w, TensorView<const float> mean, TensorView<const float> rstd,
-                       cudaStream_t stream, Workspace workspace) {
+                       cudaStream_t stream, Workspace workspace, float* amax) {
   TB_REQUIRE(dr.data() != nullptr, "add_norm_backward: dr is required");
-  backward(kind, dr, dw, db, dy, dr_next, r, w, mean, rstd, stream, workspace, "add_norm_backward");
+  backward(kind, dr, dw, db, dy, dr_next, r, w, mean, rstd, stream, workspace, amax, "add_norm_backward");
 }
 
 }  // namespace tb::ops
