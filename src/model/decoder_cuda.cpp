@@ -506,13 +506,52 @@ ops::Activation CudaDecoder::activation() const {
   return ops::Activation::sqrelu;
 }
 
-void CudaDecoder::fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only) {
-  const std::int64_t ffn = cfg_.ffn, fc1_rows = cfg_.act == Act::swiglu ? 2 * ffn : ffn;
-  const ops::Fp8Meta& m = A.xs[3];
+ops::Fp8CastArgs CudaDecoder::fp8_input_cast(const LayerActs& A, int k, std::int64_t rows, std::int64_t cols,
+                                             bool transpose_only) const {
+  const ops::Fp8Meta& m = A.xs[k];
   ops::Fp8CastArgs a;
-  a.rows = rows, a.cols = ffn, a.q = transpose_only ? nullptr : s_.xq, a.qt = A.xt[3], a.type = DType::e4m3;
+  a.rows = rows, a.cols = cols, a.q = transpose_only ? nullptr : s_.xq, a.qt = A.xt[k], a.type = DType::e4m3;
   a.scale = m.scale, a.scale_inv = m.scale_inv, a.amax_out = m.amax, a.margin = fp8_.margin;
-  ops::activation_forward_fp8(activation(), {A.h, {rows, fc1_rows}}, a, dc_.stream());
+  return a;
+}
+
+void CudaDecoder::fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only) {
+  const std::int64_t fc1_rows = cfg_.act == Act::swiglu ? 2 * cfg_.ffn : cfg_.ffn;
+  ops::activation_forward_fp8(activation(), {A.h, {rows, fc1_rows}},
+                              fp8_input_cast(A, 3, rows, cfg_.ffn, transpose_only), dc_.stream());
+}
+
+CudaDecoder::Fp8Input CudaDecoder::pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A,
+                                            std::int64_t rows) {
+  const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
+  const NormKind nk = norm_kind(cfg_.norm);
+  const float eps = float(cfg_.norm_eps);
+  const std::int64_t d = cfg_.d_model;
+  const bool first = k == 0;
+  bf16* const y = first ? A.y1 : A.y2;
+  const TensorView<bf16> r(first ? A.r1 : A.r2, {rows, d});
+  const TensorView<float> mean(first ? A.mean1 : A.mean2, {rows}), rstd(first ? A.rstd1 : A.rstd2, {rows});
+  const TensorView<const bf16> xv(x, {rows, d});
+  const TensorView<const bf16> rv = resid ? TensorView<const bf16>(resid, {rows, d}) : TensorView<const bf16>();
+  const TensorView<const bf16> w = P(first ? L.norm1_w : L.norm2_w), b = P(first ? L.norm1_b : L.norm2_b);
+  const bool whole = fp8_.enabled && tp_.size == 1;
+  Fp8Input input = Fp8Input::bf16;
+  if (whole && fp8_.delayed) {
+    ops::add_norm_forward_fp8(nk, fp8_input_cast(A, k, rows, d, false), r, mean, rstd, xv, rv, w, b, eps,
+                              dc_.stream());
+    input = Fp8Input::cast;
+  } else {
+    float* amax = whole ? fused_amax(A.xs[k]) : nullptr;
+    ops::add_norm_forward(nk, {own(y, rows), {rows, d}}, r, mean, rstd, xv, rv, w, b, eps, dc_.stream(), amax);
+    if (amax) input = Fp8Input::amax_ready;
+  }
+  mark("norm fwd");
+  if (input == Fp8Input::bf16) tp_gather(y, rows);
+  return input;
+}
+
+float* CudaDecoder::fused_grad_amax(int l, int k) {
+  return fp8_.enabled && tp_.size == 1 && l >= 0 ? fused_amax(fp8_bwd_->meta(l * 4 + k)) : nullptr;
 }
 
 // y[rows, out] = x[rows, in] W[out, in]^T.  FP8: xq = fp8(x) (and X^T saved for the weight gradient), then
@@ -610,22 +649,14 @@ double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std:
 void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, const LayerActs& A, int batch, int seq,
                                 bool to_fc1_act) {
   const ModelConfig& c = cfg_;
-  const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
   cudaStream_t st = dc_.stream();
-  const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model, ffn = c.ffn;
+  const std::int64_t n = std::int64_t(batch) * seq, ffn = c.ffn;
   const std::int64_t fc1_rows = c.act == Act::swiglu ? 2 * ffn : ffn;
-  const NormKind nk = norm_kind(c.norm);
-  const float eps = float(c.norm_eps);
   const ops::AttentionShape as = attention_shape(batch, seq);
   const std::int64_t nl = n / tp_.size;  // the residual stream's rows (sequence parallel)
-  const TensorView<const bf16> resid = resid_in ? TensorView<const bf16>(resid_in, {nl, d}) : TensorView<const bf16>();
   bf16* const row_out = tp_.size > 1 ? s_.part : s_.m;  // a row-parallel GEMM's output before the reduce-scatter
 
-  ops::add_norm_forward(nk, {own(A.y1, nl), {nl, d}}, {A.r1, {nl, d}}, {A.mean1, {nl}}, {A.rstd1, {nl}},
-                        {x_in, {nl, d}}, resid, P(L.norm1_w), P(L.norm1_b), eps, st);
-  mark("norm fwd");
-  tp_gather(A.y1, nl);
-  linear_forward(A.qkv, A.y1, l, 0, A, n);
+  linear_forward(A.qkv, A.y1, l, 0, A, n, pre_norm(l, 0, x_in, resid_in, A, nl));
   if (cp_.size > 1) {  // this rank's chunks against every rank's keys (model/decoder_cp_cuda.cpp)
     cp_rope(A.qkv, batch, seq, false);
     cp_attention_forward(A, batch, seq);
@@ -644,11 +675,7 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
   }
   linear_forward(row_out, A.o, l, 1, A, n);  // the attention output lands in m (free until the MLP)
   if (tp_.size > 1) tp_scatter(s_.part, s_.m, nl);
-  ops::add_norm_forward(nk, {own(A.y2, nl), {nl, d}}, {A.r2, {nl, d}}, {A.mean2, {nl}}, {A.rstd2, {nl}},
-                        {s_.m, {nl, d}}, {A.r1, {nl, d}}, P(L.norm2_w), P(L.norm2_b), eps, st);
-  mark("norm fwd");
-  tp_gather(A.y2, nl);
-  linear_forward(A.h, A.y2, l, 2, A, n);
+  linear_forward(A.h, A.y2, l, 2, A, n, pre_norm(l, 2, s_.m, A.r1, A, nl));
   // FP8: fc2's weight gradient reads X^T, which a recompute (to_fc1_act) must refresh too, without the GEMM.
   if (fp8_.enabled && fp8_.delayed) {  // the scale is known: the activation emits fc2's FP8 input; g is not written
     fp8_activation_forward(A, n, to_fc1_act);
@@ -668,7 +695,7 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
   if (tp_.size > 1) tp_scatter(s_.part, s_.m, nl);
 }
 
-void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) {
+bool CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq, bool dnext_amax_ready) {
   const ModelConfig& c = cfg_;
   const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
   cudaStream_t st = dc_.stream();
@@ -698,7 +725,7 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
   }
   // In place: dg over g (fc2's weight gradient reads g first), dh over h (the activation backward reads each element
   // before writing it); neither is needed afterwards.
-  linear_backward(A.g, l, 3, s_.dnext, A.g, A, n);
+  linear_backward(A.g, l, 3, s_.dnext, A.g, A, n, {}, dnext_amax_ready);
   const TensorView<bf16> dh(A.h, {n, fc1_rows});
   const TensorView<const bf16> dg(A.g, {n, ffn}), h(A.h, {n, fc1_rows});
   float* dh_amax = fp8_.enabled ? fused_amax(fp8_bwd_->meta(l * 4 + 2)) : nullptr;  // fc1's output gradient scale
@@ -706,13 +733,14 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
   mark("activation bwd");
   linear_backward(s_.dy, l, 2, A.h, A.y2, A, n, tp_scatter_async(s_.dy, s_.dyl, nl), dh_amax != nullptr);
   tp_wait(s_.dy, s_.dyl, nl);
+  float* dr2_amax = fused_grad_amax(l, 1);  // the out-projection's output gradient
   ops::add_norm_backward(nk, {own(s_.dr2, nl), {nl, d}}, G(L.norm2_w), G(L.norm2_b), {dy_local, {nl, d}},
                          {own(s_.dnext, nl), {nl, d}}, {A.r2, {nl, d}}, P(L.norm2_w), {A.mean2, {nl}}, {A.rstd2, {nl}},
-                         st, norm_ws);
+                         st, norm_ws, dr2_amax);
   mark("norm bwd");
   tp_gather(s_.dr2, nl);
   // attention
-  linear_backward(s_.dout, l, 1, s_.dr2, A.o, A, n);
+  linear_backward(s_.dout, l, 1, s_.dr2, A.o, A, n, {}, dr2_amax != nullptr);
   if (cp_.size > 1) {
     cp_attention_backward(A, batch, seq);
     cp_rope(s_.dqkv, batch, seq, true);
@@ -738,10 +766,12 @@ void CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq) 
   }
   linear_backward(s_.dy, l, 0, s_.dqkv, A.y1, A, n, tp_scatter_async(s_.dy, s_.dyl, nl));
   tp_wait(s_.dy, s_.dyl, nl);
+  float* dnext_amax = fused_grad_amax(l - 1, 3);  // the layer below's fc2 output gradient
   ops::add_norm_backward(nk, {own(s_.dnext, nl), {nl, d}}, G(L.norm1_w), G(L.norm1_b), {dy_local, {nl, d}},
                          {own(s_.dr2, nl), {nl, d}}, {A.r1, {nl, d}}, P(L.norm1_w), {A.mean1, {nl}}, {A.rstd1, {nl}},
-                         st, norm_ws);
+                         st, norm_ws, dnext_amax);
   mark("norm bwd");
+  return dnext_amax != nullptr;
 }
 
 std::size_t CudaDecoder::slot_end(int i) const {
@@ -851,19 +881,22 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
   const std::int64_t nl = n / tp_.size;
   const std::size_t boundary_bytes = std::size_t(nl) * std::size_t(d) * sizeof(bf16);
 
+  bool dnext_amax = false;  // the gradient in s_.dnext came with the next layer's fc2 amax (fused_grad_amax)
   if (last_stage()) {
     const HeadActs& H = heads_[std::size_t(slot)];
+    float* amax = fused_grad_amax(layers() - 1, 3);
     ops::add_norm_backward(norm_kind(c.norm), {own(s_.dnext, nl), {nl, d}}, G(layout_.final_norm_w),
                            G(layout_.final_norm_b), {H.dyf, {nl, d}}, {}, {H.rf, {nl, d}}, P(layout_.final_norm_w),
-                           {H.meanf, {nl}}, {H.rstdf, {nl}}, st, {s_.norm_ws, s_.norm_ws_bytes});
+                           {H.meanf, {nl}}, {H.rstdf, {nl}}, st, {s_.norm_ws, s_.norm_ws_bytes}, amax);
     mark("norm bwd");
+    dnext_amax = amax != nullptr;
     grads_ready(layout_.slots[std::size_t(layout_.final_norm_w)].offset);
   } else {  // dh of this stage's output h: the gradient of the sum entering the next norm, as dnext
     TB_CHECK(cudaMemcpyAsync(own(s_.dnext, nl), dout, boundary_bytes, cudaMemcpyDeviceToDevice, st));
     mark("stage output gradient");
   }
   for (int l = layers() - 1; l >= 0; --l) {
-    layer_backward(l, acts(slot, l), batch, seq);
+    dnext_amax = layer_backward(l, acts(slot, l), batch, seq, dnext_amax);
     grads_ready(layer_begin(l));
   }
   if (first_stage()) {

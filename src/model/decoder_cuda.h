@@ -309,6 +309,18 @@ class CudaDecoder {
                       Fp8Input input = Fp8Input::bf16);
   // FP8 delayed scaling: the activation straight into fc2's FP8 input (s_.xq unless `transpose_only`, and A.xt[3]).
   void fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only);
+  // Delayed scaling: the cast of linear k's input ([rows, cols]) that its producer writes itself: E4M3 into s_.xq
+  // (unless transpose_only) and A.xt[k], with the slot's scale, recording its amax.
+  ops::Fp8CastArgs fp8_input_cast(const LayerActs& A, int k, std::int64_t rows, std::int64_t cols,
+                                  bool transpose_only) const;
+  // The pre-norm of linear k (0: norm1 before qkv, 2: norm2 before fc1): r = x + residual (r = x without one),
+  // y = norm(r) into A.y1 / A.y2. With FP8 at tp 1 (y whole on this rank) the norm feeds the GEMM's FP8 input:
+  // delayed scaling writes s_.xq and A.xt[k] itself (y is not written), current scaling records y's amax. Returns
+  // how linear_forward takes y.
+  Fp8Input pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A, std::int64_t rows);
+  // Current scaling at tp 1: linear k of layer l's output-gradient amax slot zeroed for the kernel producing that
+  // gradient (a norm backward) to record into; null otherwise (and for l < 0).
+  float* fused_grad_amax(int l, int k);
   void linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A, std::int64_t rows,
                        const std::function<void()>& after_dgrad = {}, bool amax_ready = false);
   // Current scaling: the slot's amax zeroed, for the kernel producing the tensor to record into (the activation's
@@ -324,7 +336,9 @@ class CudaDecoder {
   // The layer's forward from x (+ resid) into A; fc2's output into scratch m unless `to_fc1_act` (recompute).
   void layer_forward(int l, const bf16* x, const bf16* resid, const LayerActs& A, int batch, int seq,
                      bool to_fc1_act);
-  void layer_backward(int l, const LayerActs& A, int batch, int seq);
+  // dnext_amax_ready: the gradient arriving in s_.dnext came with fc2's amax (fused_grad_amax); returns whether the
+  // gradient it leaves in s_.dnext does (for layer l - 1).
+  bool layer_backward(int l, const LayerActs& A, int batch, int seq, bool dnext_amax_ready);
 
   ops::DeviceContext& dc_;
   ModelConfig cfg_;
