@@ -17,6 +17,7 @@
 #             ranks: the same scales as one GPU) and pp 2; losses compared; dp/tp/cp again with --fp8-local-amax
 #   dpfp8:    dp8b in FP8 (current scaling)
 #   fp8head:  `small` 30 steps in FP8 with the FP8 LM head (--fp8-lm-head): 1 GPU vs dp 2, tp 2, cp 2, pp 2
+#   fp8e4m3par: the same in the all-E4M3 format (--fp8-format e4m3, current scaling)
 #   fp8attnpar: FP8 attention (--fp8-attention, current scaling) on `small-hd128` 30 steps: 1 GPU vs dp 2, tp 2, pp 2
 #             (each rank its own attention amaxes; pp: each micro-batch in flight its own q|k|v scale); losses compared
 #   scale:    `trainbench scale llama3.1-8b --gpus 1,2`: proxy, projection and the measured data-parallel runs
@@ -145,6 +146,9 @@ against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, 
       fp8head)
         against_1gpu small-fp8h 0.05 "dp tp cp pp" --model small --global-batch 8 --micro-batch 2 --precision fp8 \
           --fp8-lm-head --no-op-profile ;;
+      fp8e4m3par)
+        against_1gpu small-fp8e4m3 0.05 "dp tp cp pp" --model small --global-batch 8 --micro-batch 2 --precision fp8 \
+          --fp8-format e4m3 --no-op-profile ;;
       fp8attnpar)
         against_1gpu small-fp8attn 0.05 "dp tp pp" --model small-hd128 --global-batch 8 --micro-batch 2 --precision fp8 \
           --fp8-attention --no-op-profile ;;
