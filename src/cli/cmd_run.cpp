@@ -61,12 +61,15 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--points", points, "layer counts to measure (default: 1,2 or 2,4)")->delimiter(',');
   app.add_option("--steps", steps, "measured steps per point")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--warmup-steps", warmup, "unmeasured steps per point")->capture_default_str();
-  std::string recompute = "none", fp8_recipe = "current";
+  std::string recompute = "none", fp8_recipe = "current", fp8_format = "hybrid";
   app.add_option("--recompute", recompute, "activation recomputation: none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}))
       ->capture_default_str();
   app.add_option("--fp8-recipe", fp8_recipe, "FP8 scaling: current | delayed")
       ->check(CLI::IsMember({"current", "delayed"}))
+      ->capture_default_str();
+  app.add_option("--fp8-format", fp8_format, "FP8 formats: hybrid (E5M2 gradients) | e4m3 (all-E4M3)")
+      ->check(CLI::IsMember({"hybrid", "e4m3"}))
       ->capture_default_str();
   app.add_option("--device", device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
   app.add_option("--recipes", recipes_dir, "recipes folder (default: next to the binary, or $TRAINBENCH_RECIPES)");
@@ -134,7 +137,7 @@ int cmd_run(int argc, char** argv) {
     spec.gpu = gpu;
     spec.op_profile = cuda;  // the optimizer's share of the step
     spec.recompute = recompute;
-    if (cuda) spec.precision = precision, spec.fp8_recipe = fp8_recipe;
+    if (cuda) spec.precision = precision, spec.fp8_recipe = fp8_recipe, spec.fp8_format = fp8_format;
     std::printf("point: %d layer%s\n", layers, layers > 1 ? "s" : "");
     std::fflush(stdout);
     auto on_step = [&](const train::StepStats& s) {
@@ -177,7 +180,7 @@ int cmd_run(int argc, char** argv) {
               {"layout", layout_json(L)},   {"proxy", plan.proxy},             {"differences", plan.differences},
               {"gpu", device_name},         {"peak_tflops", peak},             {"points", points_json},
               {"flops_per_token", fpt},     {"backend", device},          {"recompute", recompute}};
-  if (precision == "fp8") rec.data["fp8_recipe"] = fp8_recipe;
+  if (precision == "fp8") rec.data["fp8_recipe"] = fp8_recipe, rec.data["fp8_format"] = fp8_format;
   std::vector<report::Comparison> cmp;
   if (stopped || timings.size() < plan.points.size()) {
     rec.status = Status::interrupted;
