@@ -521,7 +521,7 @@ void CudaDecoder::fp8_activation_forward(const LayerActs& A, std::int64_t rows, 
                               fp8_input_cast(A, 3, rows, cfg_.ffn, transpose_only), dc_.stream());
 }
 
-CudaDecoder::Fp8Input CudaDecoder::pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A,
+CudaDecoder::LinearInput CudaDecoder::pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A,
                                             std::int64_t rows) {
   const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
   const NormKind nk = norm_kind(cfg_.norm);
@@ -535,18 +535,25 @@ CudaDecoder::Fp8Input CudaDecoder::pre_norm(int l, int k, const bf16* x, const b
   const TensorView<const bf16> rv = resid ? TensorView<const bf16>(resid, {rows, d}) : TensorView<const bf16>();
   const TensorView<const bf16> w = P(first ? L.norm1_w : L.norm2_w), b = P(first ? L.norm1_b : L.norm2_b);
   const bool whole = fp8_.enabled && tp_.size == 1;
-  Fp8Input input = Fp8Input::bf16;
+  LinearInput input = LinearInput::bf16;
   if (whole && fp8_.delayed) {
     ops::add_norm_forward_fp8(nk, fp8_input_cast(A, k, rows, d, false), r, mean, rstd, xv, rv, w, b, eps,
                               dc_.stream());
-    input = Fp8Input::cast;
+    input = LinearInput::cast;
   } else {
     float* amax = whole ? fused_amax(A.xs[k]) : nullptr;
     ops::add_norm_forward(nk, {own(y, rows), {rows, d}}, r, mean, rstd, xv, rv, w, b, eps, dc_.stream(), amax);
-    if (amax) input = Fp8Input::amax_ready;
+    if (amax) input = LinearInput::amax_ready;
   }
   mark("norm fwd");
-  if (input == Fp8Input::bf16) tp_gather(y, rows);
+  if (input == LinearInput::bf16 && tp_.size > 1) {
+    if (!tp_.all_gather_async || fp8_.enabled) {  // FP8: the cast reads the whole gathered input
+      tp_gather(y, rows);
+    } else {  // the GEMM starts on this rank's rows (linear_forward)
+      tp_.all_gather_async(y, std::size_t(rows * d));
+      input = LinearInput::gathering;
+    }
+  }
   return input;
 }
 
@@ -557,23 +564,62 @@ float* CudaDecoder::fused_grad_amax(int l, int k) {
 // y[rows, out] = x[rows, in] W[out, in]^T.  FP8: xq = fp8(x) (and X^T saved for the weight gradient), then
 // y = (xq s_x^-1)(Wq s_w^-1)^T with fast accumulation.
 void CudaDecoder::linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows,
-                                 Fp8Input input) {
-  const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
-  const std::int64_t out = w.shape[0], in = w.shape[1];
-  if (!fp8_.enabled) {
-    dc_.gemm(gemm_shape(rows, out, in, ops::GemmLayout::abt), y, x, params_.as<bf16>() + w.offset);
-    mark("gemm fwd");
+                                 LinearInput input) {
+  if (input == LinearInput::gathering) {  // bf16: this rank's rows while the other ranks' arrive, then theirs
+    const std::int64_t nl = rows / tp_.size, r0 = std::int64_t(tp_.rank) * nl;
+    forward_gemm(y, x, l, k, A, r0, nl);
+    tp_.wait_async();
+    mark("tp all-gather (overlapped)");
+    forward_gemm(y, x, l, k, A, 0, r0);
+    forward_gemm(y, x, l, k, A, r0 + nl, rows - r0 - nl);
     return;
   }
-  const int i = l * 4 + k;
-  if (input != Fp8Input::cast) {
-    fp8_cast_input(x, rows, in, A.xs[k], true, input == Fp8Input::amax_ready, s_.xq, A.xt[k]);
-    mark("fp8 casts");
+  forward_cast(x, l, k, A, rows, input);
+  forward_gemm(y, x, l, k, A, 0, rows);
+}
+
+void CudaDecoder::forward_cast(const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows, LinearInput input) {
+  if (!fp8_.enabled || input == LinearInput::cast) return;
+  const std::int64_t in = layout_.slots[std::size_t(linear_slot(l, k))].shape[1];
+  fp8_cast_input(x, rows, in, A.xs[k], true, input == LinearInput::amax_ready, s_.xq, A.xt[k]);
+  mark("fp8 casts");
+}
+
+void CudaDecoder::row_parallel_forward(const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows,
+                                       LinearInput input) {
+  if (tp_.size == 1) return linear_forward(s_.m, x, l, k, A, rows, input);
+  const std::int64_t nl = rows / tp_.size, d = cfg_.d_model;
+  if (!tp_.exchange_async) {
+    linear_forward(s_.part, x, l, k, A, rows, input);
+    tp_scatter(s_.part, s_.m, nl);
+    return;
   }
-  ops::GemmShape g;
-  g.m = rows, g.n = out, g.k = in, g.a = g.b = DType::e4m3, g.d = DType::bf16, g.fast_accum = true;
-  dc_.gemm(g, y, s_.xq, fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)],
-           {A.xs[k].scale_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
+  // tp 2: the other rank's rows first; they travel while this rank's own are computed, then the two partials add.
+  const std::int64_t own = std::int64_t(tp_.rank) * nl, other = std::int64_t(1 - tp_.rank) * nl;
+  forward_cast(x, l, k, A, rows, input);
+  forward_gemm(s_.part, x, l, k, A, other, nl);
+  tp_.exchange_async(s_.part + other * d, s_.dyl, std::size_t(nl * d));
+  forward_gemm(s_.part, x, l, k, A, own, nl);
+  tp_.wait_async();
+  mark("tp exchange (overlapped)");
+  ops::residual_add({s_.m, {nl, d}}, {s_.part + own * d, {nl, d}}, {s_.dyl, {nl, d}}, dc_.stream());
+  mark("tp reduce-scatter sum");
+}
+
+void CudaDecoder::forward_gemm(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t r0,
+                               std::int64_t m) {
+  const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
+  const std::int64_t out = w.shape[0], in = w.shape[1];
+  if (m == 0) return;
+  if (!fp8_.enabled) {
+    dc_.gemm(gemm_shape(m, out, in, ops::GemmLayout::abt), y + r0 * out, x + r0 * in, params_.as<bf16>() + w.offset);
+  } else {
+    const int i = l * 4 + k;
+    ops::GemmShape g;
+    g.m = m, g.n = out, g.k = in, g.a = g.b = DType::e4m3, g.d = DType::bf16, g.fast_accum = true;
+    dc_.gemm(g, y + r0 * out, s_.xq + r0 * in, fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)],
+             {A.xs[k].scale_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
+  }
   mark("gemm fwd");
 }
 
@@ -654,7 +700,6 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
   const std::int64_t fc1_rows = c.act == Act::swiglu ? 2 * ffn : ffn;
   const ops::AttentionShape as = attention_shape(batch, seq);
   const std::int64_t nl = n / tp_.size;  // the residual stream's rows (sequence parallel)
-  bf16* const row_out = tp_.size > 1 ? s_.part : s_.m;  // a row-parallel GEMM's output before the reduce-scatter
 
   linear_forward(A.qkv, A.y1, l, 0, A, n, pre_norm(l, 0, x_in, resid_in, A, nl));
   if (cp_.size > 1) {  // this rank's chunks against every rank's keys (model/decoder_cp_cuda.cpp)
@@ -673,15 +718,14 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
       mark("attention fwd");
     }
   }
-  linear_forward(row_out, A.o, l, 1, A, n);  // the attention output lands in m (free until the MLP)
-  if (tp_.size > 1) tp_scatter(s_.part, s_.m, nl);
+  row_parallel_forward(A.o, l, 1, A, n);  // the attention output lands in m (free until the MLP)
   linear_forward(A.h, A.y2, l, 2, A, n, pre_norm(l, 2, s_.m, A.r1, A, nl));
   // FP8: fc2's weight gradient reads X^T, which a recompute (to_fc1_act) must refresh too, without the GEMM.
   if (fp8_.enabled && fp8_.delayed) {  // the scale is known: the activation emits fc2's FP8 input; g is not written
     fp8_activation_forward(A, n, to_fc1_act);
     mark("activation fwd");
     if (to_fc1_act) return;
-    linear_forward(row_out, nullptr, l, 3, A, n, Fp8Input::cast);
+    row_parallel_forward(nullptr, l, 3, A, n, LinearInput::cast);
   } else {
     float* g_amax = fused_amax(A.xs[3]);  // current scaling: fc2's input amax from the activation's output
     ops::activation_forward(activation(), {A.g, {n, ffn}}, {A.h, {n, fc1_rows}}, st, g_amax);
@@ -690,9 +734,8 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
       if (fp8_.enabled) fp8_cast_input(A.g, n, ffn, A.xs[3], true, g_amax != nullptr, nullptr, A.xt[3]);
       return;
     }
-    linear_forward(row_out, A.g, l, 3, A, n, g_amax ? Fp8Input::amax_ready : Fp8Input::bf16);
+    row_parallel_forward(A.g, l, 3, A, n, g_amax ? LinearInput::amax_ready : LinearInput::bf16);
   }
-  if (tp_.size > 1) tp_scatter(s_.part, s_.m, nl);
 }
 
 bool CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq, bool dnext_amax_ready) {

@@ -101,12 +101,18 @@ namespace tb::model {
 // gradients of fc1 and qkv. Both ops are enqueued on the decoder's stream (the critical path), except with
 // reduce_scatter_async: the backward's reduce-scatters then start beside the stream after the input gradient's GEMM
 // and overlap the weight gradient's GEMM (Megatron's overlap of the grad-input reduce-scatter with wgrad);
-// wait_async() makes the stream wait for the one started last.
+// wait_async() makes the stream wait for the one started last. With the async ops the forward overlaps too (BF16
+// inputs; FP8 casts the whole gathered input first): a column-parallel GEMM computes this rank's own rows while
+// all_gather_async brings the others', then the rest; with tp 2 a row-parallel GEMM computes the other rank's rows
+// first, sends them (exchange_async: this rank's block of the partial sums goes out, the other rank's partial of
+// this rank's rows comes in) while it computes its own, and adds the two (the reduce-scatter, as a sum of two).
 struct TensorParallelOps {
   int size = 1, rank = 0;
   std::function<void(__nv_bfloat16* full, std::size_t local_elems)> all_gather;  // in place: rank's block -> full
   std::function<void(const __nv_bfloat16* full, __nv_bfloat16* local, std::size_t local_elems)> reduce_scatter;
   std::function<void(const __nv_bfloat16* full, __nv_bfloat16* local, std::size_t local_elems)> reduce_scatter_async;
+  std::function<void(__nv_bfloat16* full, std::size_t local_elems)> all_gather_async;
+  std::function<void(const __nv_bfloat16* send, __nv_bfloat16* recv, std::size_t local_elems)> exchange_async;
   std::function<void()> wait_async;
 };
 
@@ -303,10 +309,19 @@ class CudaDecoder {
   ops::Activation activation() const;  // cfg_.act as the ops' kind
   // Linear k (0 qkv, 1 out, 2 fc1, 3 fc2) of layer l; FP8 when enabled (x^T saved into A.xt[k]). amax_ready: current
   // scaling's amax of the input (forward) or output gradient (backward) is already in its slot (fused_amax()).
-  // FP8 input: what the producer of x left for the forward's cast.
-  enum class Fp8Input { bf16, amax_ready, cast };  // cast: s_.xq and A.xt[k] already hold x in FP8 (x unused)
+  // LinearInput: what the producer of x left for the forward: bf16 x whole; gathering: bf16, the other tp ranks' rows
+  // still arriving (all_gather_async: this rank's rows first); amax_ready and cast as above.
+  enum class LinearInput { bf16, gathering, amax_ready, cast };  // cast: s_.xq and A.xt[k] hold x in FP8 (x unused)
   void linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows,
-                      Fp8Input input = Fp8Input::bf16);
+                      LinearInput input = LinearInput::bf16);
+  // FP8: x cast into s_.xq and A.xt[k] unless the producer did (input cast); BF16: nothing.
+  void forward_cast(const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows, LinearInput input);
+  // y rows [r0, r0 + m) of linear k's forward GEMM (FP8: from s_.xq, cast before).
+  void forward_gemm(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t r0, std::int64_t m);
+  // A row-parallel linear (1 out, 3 fc2) into s_.m, this rank's rows of the sum over the tp ranks (tp 1: all rows,
+  // no sum); x as for linear_forward.
+  void row_parallel_forward(const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows,
+                            LinearInput input = LinearInput::bf16);
   // FP8 delayed scaling: the activation straight into fc2's FP8 input (s_.xq unless `transpose_only`, and A.xt[3]).
   void fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only);
   // Delayed scaling: the cast of linear k's input ([rows, cols]) that its producer writes itself: E4M3 into s_.xq
@@ -315,9 +330,9 @@ class CudaDecoder {
                                   bool transpose_only) const;
   // The pre-norm of linear k (0: norm1 before qkv, 2: norm2 before fc1): r = x + residual (r = x without one),
   // y = norm(r) into A.y1 / A.y2. With FP8 at tp 1 (y whole on this rank) the norm feeds the GEMM's FP8 input:
-  // delayed scaling writes s_.xq and A.xt[k] itself (y is not written), current scaling records y's amax. Returns
-  // how linear_forward takes y.
-  Fp8Input pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A, std::int64_t rows);
+  // delayed scaling writes s_.xq and A.xt[k] itself (y is not written), current scaling records y's amax. With tp > 1
+  // in BF16 y's all-gather starts beside the stream (gathering). Returns how linear_forward takes y.
+  LinearInput pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A, std::int64_t rows);
   // Current scaling at tp 1: linear k of layer l's output-gradient amax slot zeroed for the kernel producing that
   // gradient (a norm backward) to record into; null otherwise (and for l < 0).
   float* fused_grad_amax(int l, int k);

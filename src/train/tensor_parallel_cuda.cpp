@@ -42,6 +42,18 @@ model::TensorParallelOps TensorParallelCuda::ops() {
     as_.fork();
     act_async_->reduce_scatter(full, out, local, DType::bf16);
   };
+  o.all_gather_async = [this](__nv_bfloat16* full, std::size_t local) {
+    as_.fork();
+    act_async_->all_gather(full + std::size_t(act_async_->rank()) * local, full, local, DType::bf16);
+  };
+  if (act_->size() == 2)
+    o.exchange_async = [this](const __nv_bfloat16* send, __nv_bfloat16* recv, std::size_t local) {
+      as_.fork();
+      const int peer = 1 - act_async_->rank();
+      const comm::P2P ops[] = {{comm::P2P::Kind::send, const_cast<__nv_bfloat16*>(send), local, peer},
+                               {comm::P2P::Kind::recv, recv, local, peer}};
+      act_async_->exchange(ops, DType::bf16);
+    };
   o.wait_async = [this] { as_.join(); };
   return o;
 }

@@ -8,7 +8,9 @@
 //           micro-batch only; the LM head, whose optimizer is split over the ranks, reduce-scattered), overlapped with
 //           the earlier layers' backward; finish_grads() joins the stream.
 //   `act_async` on a second side stream: the backward's input-gradient reduce-scatters, each overlapping the weight
-//           gradient GEMM that follows it (TensorParallelOps::reduce_scatter_async)
+//           gradient GEMM that follows it (TensorParallelOps::reduce_scatter_async), and the forward's all-gathers
+//           and (tp 2) partial-sum exchanges, each overlapping a part of the GEMM beside it (all_gather_async,
+//           exchange_async)
 #pragma once
 
 #include <cuda_runtime_api.h>
