@@ -117,6 +117,11 @@ TEST(Cli, TrainRejectsBadConfigurationsBeforeWork) {
   r = run({"train", "--model", "small-hd128", "--fp8-attention"});  // the flag exists and needs --precision fp8
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("--fp8-attention needs --precision fp8"), std::string::npos) << r.err;
+  for (const char* cmd : {"train", "run"}) {  // the FP8 formats are hybrid and e4m3 only
+    r = run({cmd, "--precision", "fp8", "--fp8-format", "e5m2"});
+    EXPECT_EQ(r.rc, 2) << cmd;
+    EXPECT_NE(r.err.find("--fp8-format"), std::string::npos) << cmd << ": " << r.err;
+  }
 }
 
 TEST(Cli, TrainNamesEveryLayoutProblemBeforeStartingRanks) {
