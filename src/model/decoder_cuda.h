@@ -81,7 +81,10 @@ namespace tb::model {
 // (W and W^T) are made by fp8_begin_step(), once per optimizer step. Attention, norms and the loss stay in BF16; the
 // LM head too unless `lm_head` (then its three GEMMs run in FP8 with current scaling of W, x and the logits'
 // gradient, in both recipes; W's copies made with the layers'). Saved for the backward: the inputs' transposed FP8
-// copies (X^T) instead of the BF16 inputs.
+// copies (X^T) instead of the BF16 inputs. The producers of the GEMM inputs emit them where they can (tp 1): with
+// delayed scaling the pre-norms and the MLP activation write the FP8 input and its transpose themselves; with current
+// scaling they, the activation backward and the norm backwards record the amax of what they write (pre_norm(),
+// fused_amax(), fused_grad_amax()).
 // `attention`: attention through cuDNN's FP8 SDPA too (ops/cuda/attention_fp8.h; model/decoder_fp8_attention_cuda.cpp
 // has the formulas): the fused qkv after RoPE cast to E4M3 (current scaling, one scale for q, k and v); o comes out
 // E4M3 and is dequantised to bf16 for the out-projection; the backward casts dO to E5M2 (current scaling) and
