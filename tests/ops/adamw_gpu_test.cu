@@ -35,6 +35,7 @@
 #include "ops/cuda/context.h"
 #include "ops/cuda/fill.h"
 #include "ops/cuda/master_split.h"
+#include "../support/config_error.h"
 
 namespace {
 
@@ -370,13 +371,7 @@ TEST(AdamWGroupArgs, RejectsBadTensorsBeforeAllocating) {
   t.exp_avg_sq = fake;
   t.numel = 10;
   const auto message = [](std::span<const AdamWTensor> ts, DType mom) {
-    try {
-      AdamWGroup g(0, ts, mom);
-    } catch (const tb::Error& e) {
-      EXPECT_EQ(e.kind(), tb::Error::Kind::config);
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return tb::testing_support::config_error([&] { AdamWGroup g(0, ts, mom); });
   };
   EXPECT_NE(message({}, DType::f32).find("no tensors"), std::string::npos);
   EXPECT_NE(message(std::span(&t, 1), DType::f16).find("f32 or bf16"), std::string::npos);

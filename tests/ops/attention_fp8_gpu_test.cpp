@@ -48,6 +48,7 @@
 #include "ops/cuda/cudnn.h"
 #include "ops/cuda/fill.h"
 #include "../support/attention_check.h"
+#include "../support/config_error.h"
 
 namespace {
 
@@ -328,13 +329,8 @@ TEST(AttentionFp8GpuPlans, RejectsMisalignedOrMissingPointersAndSmallWorkspace) 
   EXPECT_THROW(attn.forward(s, a, dc.stream()), tb::Error);
   a = p.forward_args();
   a.s.amax = nullptr;
-  try {
-    attn.forward(s, a, dc.stream());
-    ADD_FAILURE() << "a missing P amax pointer was accepted";
-  } catch (const tb::Error& e) {
-    EXPECT_EQ(e.kind(), tb::Error::Kind::config);
-    EXPECT_NE(std::string(e.what()).find("P amax"), std::string::npos) << e.what();
-  }
+  const std::string missing_amax = tb::testing_support::config_error([&] { attn.forward(s, a, dc.stream()); });
+  EXPECT_NE(missing_amax.find("P amax"), std::string::npos) << missing_amax;  // "no error": accepted
   const Fp8AttentionPlan& plan = attn.plan(s);
   if (plan.backward_workspace_bytes() > 0) {
     EXPECT_THROW(plan.backward(attn.handle(), p.backward_args(), {nullptr, 0}, dc.stream()), tb::Error);
@@ -344,13 +340,7 @@ TEST(AttentionFp8GpuPlans, RejectsMisalignedOrMissingPointersAndSmallWorkspace) 
 // Host-only checks (no GPU needed).
 TEST(AttentionFp8ShapeCheck, RejectsWhatCuDnnsFp8AttentionCannotDoWithConfigErrors) {
   const auto message = [](const Fp8AttentionShape& s) {
-    try {
-      check_fp8_attention_shape(s);
-    } catch (const tb::Error& e) {
-      EXPECT_EQ(e.kind(), tb::Error::Kind::config);
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return tb::testing_support::config_error([&] { check_fp8_attention_shape(s); });
   };
   EXPECT_EQ(message(fp8_fused_qkv_attention(1, 8192, 32, 8, 128)), "no error");
   EXPECT_EQ(message(fp8_fused_qkv_attention(1, 8192, 32, 8, 128, DType::e4m3)), "no error");

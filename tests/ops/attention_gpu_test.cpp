@@ -39,6 +39,7 @@
 #include "ops/cuda/cudnn.h"
 #include "ops/cuda/fill.h"
 #include "../support/attention_check.h"
+#include "../support/config_error.h"
 
 namespace {
 
@@ -386,13 +387,7 @@ TEST(AttentionGpuPlans, RejectsMisalignedPointersAndSmallWorkspace) {
 // Host-only checks (no GPU needed).
 TEST(AttentionShapeCheck, RejectsBadShapesWithConfigErrors) {
   const auto message = [](const AttentionShape& s) {
-    try {
-      check_attention_shape(s);
-    } catch (const tb::Error& e) {
-      EXPECT_EQ(e.kind(), tb::Error::Kind::config);
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return tb::testing_support::config_error([&] { check_attention_shape(s); });
   };
   EXPECT_EQ(message(fused_qkv_attention(1, 8192, 32, 8, 128)), "no error");
   EXPECT_NE(message(fused_qkv_attention(1, 128, 6, 4, 64)).find("must divide heads"), std::string::npos);

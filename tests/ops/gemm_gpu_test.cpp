@@ -20,6 +20,7 @@
 #include "ops/cuda/context.h"
 #include "ops/cuda/fill.h"
 #include "ops/cuda/gemm.h"
+#include "../support/config_error.h"
 
 namespace {
 
@@ -177,13 +178,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, GemmGpu, testing::ValuesIn(type_cases()), cas
 
 TEST(GemmShapeCheck, RejectsUnsupportedRequestsWithClearMessages) {
   const auto message = [](const GemmShape& s) {
-    try {
-      check_gemm_shape(s);
-    } catch (const tb::Error& e) {
-      EXPECT_EQ(e.kind(), tb::Error::Kind::config);
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return tb::testing_support::config_error([&] { check_gemm_shape(s); });
   };
   EXPECT_NE(message({64, 64, 64, DType::e5m2, DType::e5m2, DType::bf16}).find("no e5m2 x e5m2 GEMM"),
             std::string::npos);

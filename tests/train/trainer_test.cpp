@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "train/trainer.h"
+#include "../support/config_error.h"
 
 namespace {
 tb::train::TrainSpec tiny(int steps) {
@@ -68,14 +69,8 @@ TEST(TrainerCpu, Fp8AttentionRefusalsNameTheFlag) {
   EXPECT_NO_THROW(tb::train::validate(ok));
   ok.tp = 2, ok.pp = 2;  // tensor and pipeline parallel: each rank's heads, each activation set's own q|k|v scale
   EXPECT_NO_THROW(tb::train::validate(ok));
-  const auto refusal = [](tb::train::TrainSpec s) {
-    try {
-      tb::train::validate(s);
-    } catch (const tb::Error& e) {
-      EXPECT_EQ(e.kind(), tb::Error::Kind::config) << e.what();
-      return std::string(e.what());
-    }
-    return std::string("accepted");
+  const auto refusal = [](const tb::train::TrainSpec& s) {
+    return tb::testing_support::config_error([&] { tb::train::validate(s); }, "accepted");
   };
   tb::train::TrainSpec s = ok;
   s.precision = "bf16";

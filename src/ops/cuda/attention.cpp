@@ -1,22 +1,19 @@
 // ops/cuda/attention.cpp: see attention.h. cudnn-frontend comes in through ops/cuda/cudnn_graph.h (with TB_CHECK on its
-// errors and build_graph), shared with attention_fp8.cpp.
-//
-// cuDNN's SDPA tensors are 4-D [batch, heads, seq, head_dim] with arbitrary strides, so each of our
-// [b, s, heads, d] views is described as dims {b, heads, s, d} with strides {batch, head, seq, 1}: a view
-// into the fused QKV buffer is just a base pointer (q at column 0, k at H*d, v at (H+G)*d) and the row
-// stride (H+2G)*d for seq. The softmax statistics (Stats) are fp32 {b, H, s, 1}, i.e. lse [b, H, s].
+// errors and build_graph); the tensor descriptions, uids and pointer checks are ops/cuda/attention_graph.h's, shared
+// with attention_fp8.cpp. A view into the fused QKV buffer is just a base pointer (q at column 0, k at H*d, v at
+// (H+G)*d) and the row stride (H+2G)*d for seq.
 #include "ops/cuda/attention.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "ops/cuda/attention_graph.h"
 #include "ops/cuda/cudnn_graph.h"
 
 namespace fe = cudnn_frontend;
@@ -24,53 +21,15 @@ namespace fe = cudnn_frontend;
 namespace tb::ops {
 namespace {
 
-using Graph = fe::graph::Graph;
-using TensorAttr = fe::graph::Tensor_attributes;
-using TensorPtr = std::shared_ptr<TensorAttr>;
+using namespace sdpa;
 
-// Variant-pack uids (fixed, so a graph and the packs built for it always agree).
-enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kStats, kDout, kDq, kDk, kDv };
-
-constexpr std::size_t kAlign = 16;  // bytes: cuDNN's SDPA reads 16-byte vectors
-
-std::vector<std::int64_t> dims(const AttentionShape& s, std::int64_t heads) {
-  return {s.batch, heads, s.seq, s.head_dim};
-}
 std::vector<std::int64_t> kv_dims(const AttentionShape& s) { return {s.batch, s.kv_heads, s.keys(), s.head_dim}; }
-std::vector<std::int64_t> strides(const HeadStrides& t) { return {t.batch, t.head, t.seq, 1}; }
-std::vector<std::int64_t> stats_dims(const AttentionShape& s) { return {s.batch, s.heads, s.seq, 1}; }
-std::vector<std::int64_t> stats_strides(const AttentionShape& s) { return {s.heads * s.seq, s.seq, 1, 1}; }
-
-std::shared_ptr<Graph> new_graph() {
-  auto g = std::make_shared<Graph>();
-  g->set_io_data_type(fe::DataType_t::BFLOAT16)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  return g;
-}
-
-TensorPtr input(Graph& g, const char* name, Uid uid, std::vector<std::int64_t> dim, std::vector<std::int64_t> stride) {
-  return g.tensor(TensorAttr().set_name(name).set_uid(uid).set_dim(std::move(dim)).set_stride(std::move(stride)));
-}
-
-void output(const TensorPtr& t, Uid uid, std::vector<std::int64_t> dim, std::vector<std::int64_t> stride) {
-  t->set_output(true).set_uid(uid).set_dim(std::move(dim)).set_stride(std::move(stride));
-}
-
-float attn_scale(const AttentionShape& s) { return float(1.0 / std::sqrt(double(s.head_dim))); }
 
 // Top left (j <= i) when queries and keys are the same positions; bottom right (j <= i + keys - seq) when the
 // queries are the last seq of keys() positions. kv_seq == seq keeps the top-left graphs of the plain case.
 fe::DiagonalAlignment_t diagonal(const AttentionShape& s) {
   return s.keys() == s.seq ? fe::DiagonalAlignment_t::TOP_LEFT : fe::DiagonalAlignment_t::BOTTOM_RIGHT;
 }
-
-void require_aligned(const void* p, const char* what) {
-  TB_REQUIRE(p != nullptr && reinterpret_cast<std::uintptr_t>(p) % kAlign == 0,
-             fmt::format("attention: {} must be a device pointer aligned to {} bytes, got {}", what, kAlign, p));
-}
-
-void* mut(const void* p) { return const_cast<void*>(p); }  // the variant pack takes void* for inputs too
 
 }  // namespace
 
@@ -157,11 +116,11 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_
   try {
     // Forward: O and Stats (lse) from Q, K, V; causal with the diagonal at the top left (j <= i), or at the
     // bottom right (j <= i + kv_seq - seq) when the queries are the last seq of kv_seq positions.
-    g_->fwd = new_graph();
+    g_->fwd = new_graph(fe::DataType_t::BFLOAT16);
     Graph& f = *g_->fwd;
-    auto q = input(f, "Q", kQ, dims(s, s.heads), strides(s.q));
-    auto k = input(f, "K", kK, kv_dims(s), strides(s.k));
-    auto v = input(f, "V", kV, kv_dims(s), strides(s.v));
+    auto q = tensor(f, "Q", kQ, dims(s, s.heads), strides(s.q));
+    auto k = tensor(f, "K", kK, kv_dims(s), strides(s.k));
+    auto v = tensor(f, "V", kV, kv_dims(s), strides(s.v));
     auto fwd_opts = fe::graph::SDPA_attributes()
                         .set_name("sdpa_forward")
                         .set_generate_stats(true)
@@ -170,25 +129,19 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_
                         .set_diagonal_band_right_bound(0);
     auto [o, stats] = f.sdpa(q, k, v, fwd_opts);
     output(o, kO, dims(s, s.heads), strides(s.o));
-    output(stats, kStats, stats_dims(s), stats_strides(s));
-    stats->set_data_type(fe::DataType_t::FLOAT);
+    output(stats, kStats, stats_dims(s), stats_strides(s), fe::DataType_t::FLOAT);
     build_graph(f, handle, g_->fwd_ws, g_->fwd_engine);
 
     // Backward: dQ, dK, dV (written through the same strides as Q, K, V) from Q, K, V, O, dO, Stats.
     direction = "backward";
-    g_->bwd = new_graph();
+    g_->bwd = new_graph(fe::DataType_t::BFLOAT16);
     Graph& b = *g_->bwd;
-    auto bq = input(b, "Q", kQ, dims(s, s.heads), strides(s.q));
-    auto bk = input(b, "K", kK, kv_dims(s), strides(s.k));
-    auto bv = input(b, "V", kV, kv_dims(s), strides(s.v));
-    auto bo = input(b, "O", kO, dims(s, s.heads), strides(s.o));
-    auto bdo = input(b, "dO", kDout, dims(s, s.heads), strides(s.o));
-    auto bstats = b.tensor(TensorAttr()
-                               .set_name("Stats")
-                               .set_uid(kStats)
-                               .set_dim(stats_dims(s))
-                               .set_stride(stats_strides(s))
-                               .set_data_type(fe::DataType_t::FLOAT));
+    auto bq = tensor(b, "Q", kQ, dims(s, s.heads), strides(s.q));
+    auto bk = tensor(b, "K", kK, kv_dims(s), strides(s.k));
+    auto bv = tensor(b, "V", kV, kv_dims(s), strides(s.v));
+    auto bo = tensor(b, "O", kO, dims(s, s.heads), strides(s.o));
+    auto bdo = tensor(b, "dO", kDout, dims(s, s.heads), strides(s.o));
+    auto bstats = tensor(b, "Stats", kStats, stats_dims(s), stats_strides(s), fe::DataType_t::FLOAT);
     auto bwd_opts = fe::graph::SDPA_backward_attributes()
                         .set_name("sdpa_backward")
                         .set_attn_scale(attn_scale(s))
@@ -221,14 +174,9 @@ std::string AttentionPlan::describe() const {
 
 void AttentionPlan::forward(cudnnHandle_t handle, const AttentionForwardArgs& a, Workspace ws,
                             cudaStream_t stream) const {
-  require_aligned(a.q, "q");
-  require_aligned(a.k, "k");
-  require_aligned(a.v, "v");
-  require_aligned(a.o, "o");
-  require_aligned(a.lse, "lse");
-  TB_REQUIRE(ws.bytes >= forward_workspace_bytes() && (ws.ptr || forward_workspace_bytes() == 0),
-             fmt::format("attention forward {}: needs {} bytes of workspace, got {}", ops::describe(s_),
-                         forward_workspace_bytes(), ws.bytes));
+  const PointerCheck<AttentionShape> c{s_, "forward"};
+  c.data({{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.o, "o"}, {a.lse, "lse"}});
+  c.workspace(ws, forward_workspace_bytes());
   std::unordered_map<std::int64_t, void*> pack = {
       {kQ, mut(a.q)}, {kK, mut(a.k)}, {kV, mut(a.v)}, {kO, a.o}, {kStats, a.lse}};
   TB_CHECK(cudnnSetStream(handle, stream));
@@ -237,18 +185,10 @@ void AttentionPlan::forward(cudnnHandle_t handle, const AttentionForwardArgs& a,
 
 void AttentionPlan::backward(cudnnHandle_t handle, const AttentionBackwardArgs& a, Workspace ws,
                              cudaStream_t stream) const {
-  require_aligned(a.q, "q");
-  require_aligned(a.k, "k");
-  require_aligned(a.v, "v");
-  require_aligned(a.o, "o");
-  require_aligned(a.dout, "dout");
-  require_aligned(a.lse, "lse");
-  require_aligned(a.dq, "dq");
-  require_aligned(a.dk, "dk");
-  require_aligned(a.dv, "dv");
-  TB_REQUIRE(ws.bytes >= backward_workspace_bytes() && (ws.ptr || backward_workspace_bytes() == 0),
-             fmt::format("attention backward {}: needs {} bytes of workspace, got {}", ops::describe(s_),
-                         backward_workspace_bytes(), ws.bytes));
+  const PointerCheck<AttentionShape> c{s_, "backward"};
+  c.data({{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.o, "o"}, {a.dout, "dout"}, {a.lse, "lse"}, {a.dq, "dq"},
+          {a.dk, "dk"}, {a.dv, "dv"}});
+  c.workspace(ws, backward_workspace_bytes());
   std::unordered_map<std::int64_t, void*> pack = {
       {kQ, mut(a.q)},       {kK, mut(a.k)}, {kV, mut(a.v)}, {kO, mut(a.o)}, {kDout, mut(a.dout)},
       {kStats, mut(a.lse)}, {kDq, a.dq},    {kDk, a.dk},    {kDv, a.dv}};

@@ -1,19 +1,18 @@
 // ops/cuda/attention_fp8.cpp: see attention_fp8.h. The graphs are attention.cpp's with FP8 tensors and the scale
 // and amax scalars: every scalar is a device float {1, 1, 1, 1} tensor, the variant pack binds it to the caller's
-// pointer. q, k, v, o are described as attention.cpp describes them: dims {b, heads, s, d}, strides
-// {batch, head, seq, 1} (in elements, 1 byte each).
+// pointer. q, k, v, o are described through ops/cuda/attention_graph.h, as the bf16 graphs are (strides in elements,
+// 1 byte each).
 #include "ops/cuda/attention_fp8.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "ops/cuda/attention_graph.h"
 #include "ops/cuda/cudnn_graph.h"
 
 namespace fe = cudnn_frontend;
@@ -21,85 +20,16 @@ namespace fe = cudnn_frontend;
 namespace tb::ops {
 namespace {
 
-using Graph = fe::graph::Graph;
-using TensorAttr = fe::graph::Tensor_attributes;
-using TensorPtr = std::shared_ptr<TensorAttr>;
-
-// Variant-pack uids (fixed, so a graph and the packs built for it always agree).
-enum Uid : std::int64_t {
-  kQ = 1, kK, kV, kO, kStats, kDout, kDq, kDk, kDv,
-  kDescaleQ, kDescaleK, kDescaleV, kDescaleO, kDescaleDout, kScaleO, kAmaxO,
-  kScaleS, kDescaleS, kAmaxS, kScaleDp, kDescaleDp, kAmaxDp,
-  kScaleDq, kScaleDk, kScaleDv, kAmaxDq, kAmaxDk, kAmaxDv,
-};
+using namespace sdpa;
 
 constexpr std::int64_t kStrideAlign = 16;  // elements: 16 bytes at 1 byte each (cuDNN's vector loads)
-constexpr std::size_t kAlign = 16;         // bytes, data pointers
 
 fe::DataType_t fe_type(DType t) { return t == DType::e5m2 ? fe::DataType_t::FP8_E5M2 : fe::DataType_t::FP8_E4M3; }
 
-std::vector<std::int64_t> dims(const AttentionShape& s, std::int64_t heads) {
-  return {s.batch, heads, s.seq, s.head_dim};
-}
-std::vector<std::int64_t> strides(const HeadStrides& t) { return {t.batch, t.head, t.seq, 1}; }
-std::vector<std::int64_t> stats_dims(const AttentionShape& s) { return {s.batch, s.heads, s.seq, 1}; }
-std::vector<std::int64_t> stats_strides(const AttentionShape& s) { return {s.heads * s.seq, s.seq, 1, 1}; }
-
-TensorPtr tensor(Graph& g, const char* name, Uid uid, std::vector<std::int64_t> dim, std::vector<std::int64_t> stride,
-                 fe::DataType_t type) {
-  return g.tensor(TensorAttr()
-                      .set_name(name)
-                      .set_uid(uid)
-                      .set_dim(std::move(dim))
-                      .set_stride(std::move(stride))
-                      .set_data_type(type));
-}
 TensorPtr scalar(Graph& g, const char* name, Uid uid) {
   return tensor(g, name, uid, {1, 1, 1, 1}, {1, 1, 1, 1}, fe::DataType_t::FLOAT);
 }
-void output(const TensorPtr& t, Uid uid, std::vector<std::int64_t> dim, std::vector<std::int64_t> stride,
-            fe::DataType_t type) {
-  t->set_output(true).set_uid(uid).set_dim(std::move(dim)).set_stride(std::move(stride)).set_data_type(type);
-}
 void scalar_output(const TensorPtr& t, Uid uid) { output(t, uid, {1, 1, 1, 1}, {1, 1, 1, 1}, fe::DataType_t::FLOAT); }
-
-std::shared_ptr<Graph> new_graph() {
-  auto g = std::make_shared<Graph>();
-  g->set_io_data_type(fe::DataType_t::FP8_E4M3)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  return g;
-}
-
-float attn_scale(const AttentionShape& s) { return float(1.0 / std::sqrt(double(s.head_dim))); }
-
-// Every pointer the variant pack binds, checked before anything is enqueued (cuDNN would read garbage silently).
-struct Named {
-  const void* p;
-  const char* what;
-};
-struct PointerCheck {
-  const std::string& shape;
-  const char* direction;
-  void data(std::initializer_list<Named> ps) const {
-    for (const Named& n : ps)
-      TB_REQUIRE(n.p != nullptr && reinterpret_cast<std::uintptr_t>(n.p) % kAlign == 0,
-                 fmt::format("attention {} {}: {} must be a device pointer aligned to {} bytes, got {}", direction,
-                             shape, n.what, kAlign, n.p));
-  }
-  void scalars(std::initializer_list<Named> ps) const {
-    for (const Named& n : ps)
-      TB_REQUIRE(n.p != nullptr && reinterpret_cast<std::uintptr_t>(n.p) % alignof(float) == 0,
-                 fmt::format("attention {} {}: {} must be a device float (4-byte aligned), got {}", direction, shape,
-                             n.what, n.p));
-  }
-  void workspace(Workspace ws, std::size_t need) const {
-    TB_REQUIRE(ws.bytes >= need && (ws.ptr || need == 0),
-               fmt::format("attention {} {}: needs {} bytes of workspace, got {}", direction, shape, need, ws.bytes));
-  }
-};
-
-void* mut(const void* p) { return const_cast<void*>(p); }  // the variant pack takes void* for inputs too
 
 }  // namespace
 
@@ -150,7 +80,7 @@ Fp8AttentionPlan::Fp8AttentionPlan(cudnnHandle_t handle, const Fp8AttentionShape
   const char* direction = "forward";
   try {
     // Forward: O (E4M3), Stats (lse), Amax_S, Amax_O from Q, K, V (E4M3) and the scalars; causal, top left.
-    g_->fwd = new_graph();
+    g_->fwd = new_graph(fe::DataType_t::FP8_E4M3);
     Graph& f = *g_->fwd;
     auto q = tensor(f, "Q", kQ, dims(s, s.heads), strides(s.q), e4m3);
     auto k = tensor(f, "K", kK, dims(s, s.kv_heads), strides(s.k), e4m3);
@@ -174,7 +104,7 @@ Fp8AttentionPlan::Fp8AttentionPlan(cudnnHandle_t handle, const Fp8AttentionShape
     // Backward: dQ, dK, dV (grad format, through the strides of Q, K, V) and their amaxes, Amax_dP, from Q, K, V,
     // O (E4M3), dO (grad format), Stats and the scalars.
     direction = "backward";
-    g_->bwd = new_graph();
+    g_->bwd = new_graph(fe::DataType_t::FP8_E4M3);
     Graph& b = *g_->bwd;
     auto bq = tensor(b, "Q", kQ, dims(s, s.heads), strides(s.q), e4m3);
     auto bk = tensor(b, "K", kK, dims(s, s.kv_heads), strides(s.k), e4m3);
@@ -221,8 +151,7 @@ std::string Fp8AttentionPlan::describe() const {
 
 void Fp8AttentionPlan::forward(cudnnHandle_t handle, const Fp8AttentionForwardArgs& a, Workspace ws,
                                cudaStream_t stream) const {
-  const std::string shape = ops::describe(s_);
-  const PointerCheck c{shape, "forward"};
+  const PointerCheck<Fp8AttentionShape> c{s_, "forward"};
   c.data({{a.q.data, "q"}, {a.k.data, "k"}, {a.v.data, "v"}, {a.o.data, "o"}, {a.lse, "lse"}});
   c.scalars({{a.q.descale, "q descale"}, {a.k.descale, "k descale"}, {a.v.descale, "v descale"},
              {a.o.scale, "o scale"}, {a.o.amax, "o amax"},
@@ -240,8 +169,7 @@ void Fp8AttentionPlan::forward(cudnnHandle_t handle, const Fp8AttentionForwardAr
 
 void Fp8AttentionPlan::backward(cudnnHandle_t handle, const Fp8AttentionBackwardArgs& a, Workspace ws,
                                 cudaStream_t stream) const {
-  const std::string shape = ops::describe(s_);
-  const PointerCheck c{shape, "backward"};
+  const PointerCheck<Fp8AttentionShape> c{s_, "backward"};
   c.data({{a.q.data, "q"}, {a.k.data, "k"}, {a.v.data, "v"}, {a.o.data, "o"}, {a.dout.data, "dout"},
           {a.lse, "lse"}, {a.dq.data, "dq"}, {a.dk.data, "dk"}, {a.dv.data, "dv"}});
   c.scalars({{a.q.descale, "q descale"}, {a.k.descale, "k descale"}, {a.v.descale, "v descale"},
