@@ -26,6 +26,9 @@
 #              FP8 repeat bit for bit from fp8acc: not rerun)
 #   fp8best:   the issue's FP8 targets in one call: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
 #              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, the torch BF16 peer at 8B
+#   gradbuf:   the weight gradients in the activations' memory (--grad-buffer shared, the default) against a separate
+#              buffer: 8B L8 and 70B L2, BF16 and the best FP8 (delayed + head + attention) at 8B; the torch fp32-state
+#              peer's memory at both shapes
 #   recipes:   the README's main job (check + the default recipe), `trainbench run` of the Llama 3.1 8B, 70B and
 #              405B recipes (proxies on one GPU) and `trainbench compare` over them
 set -uo pipefail
@@ -143,6 +146,15 @@ accuracy() {  # accuracy MODEL PRECISION...: 500 steps of each precision, seeds 
         ours 70b-L2-fp8-best-bf16-moments --model llama3.1-70b --layers 2 --seq 8192 $best --moments bf16 \
           --no-op-profile
         peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
+      gradbuf)
+        for g in shared separate; do
+          ours 8b-L8-grads-$g --model llama3.1-8b --layers 8 --seq 8192 --grad-buffer $g --no-op-profile
+          ours 70b-L2-grads-$g --model llama3.1-70b --layers 2 --seq 8192 --grad-buffer $g --no-op-profile
+          ours 8b-L8-fp8-best-grads-$g --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --fp8-recipe delayed \
+            --fp8-lm-head --fp8-attention --grad-buffer $g --no-op-profile
+        done
+        peer 8b-L8-fp32 --model llama3.1-8b --layers 8 --seq 8192 --state fp32
+        peer 70b-L2-fp32 --model llama3.1-70b --layers 2 --seq 8192 --state fp32 ;;
       fp8run)
         for r in llama3.1-8b llama3.1-70b; do
           for p in bf16 fp8; do log "run $r $p"; $TB run $r --precision $p --out "$OUT/results/run-$r-$p"; done

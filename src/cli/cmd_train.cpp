@@ -82,6 +82,11 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--master", spec.master, "fp32 master weights: split (bf16 weight + 16-bit residual, exact) | f32")
       ->check(CLI::IsMember({"split", "f32"}))
       ->capture_default_str();
+  app.add_option("--grad-buffer", spec.grad_buffer,
+                 "weight gradients: shared (in activation memory already used, one GPU and one micro-batch per step; "
+                 "else separate) | separate")
+      ->check(CLI::IsMember({"shared", "separate"}))
+      ->capture_default_str();
   app.add_option("--precision", spec.precision, "bf16 | fp8 (FP8 linear layers, --device cuda)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
@@ -232,6 +237,7 @@ int cmd_train(int argc, char** argv) {
     r.data["recompute"] = spec.recompute;
     r.data["moments"] = spec.moments;
     r.data["master"] = spec.master;
+    r.data["grad_buffer"] = res.grads_shared ? "shared" : "separate";
     if (spec.precision == "fp8")
       r.data["fp8"] = {{"recipe", spec.fp8_recipe}, {"format", spec.fp8_format}, {"history", spec.fp8_history},
                        {"amax", spec.fp8_amax},
@@ -282,9 +288,10 @@ int cmd_train(int argc, char** argv) {
   std::printf("\n         loss %.4f -> %.4f%s\n", res.steps.front().loss, res.steps.back().loss,
               res.loss_floor > 0 ? fmt::format(" (task floor {:.4f})", res.loss_floor).c_str() : "");
   if (cuda) {
-    std::printf("         memory: peak %.2f GiB allocated by trainbench (estimate %.2f), %.2f GiB in use on the GPU | "
-                "graph: %s | GEMM shapes %d (%d retuned)\n",
-                res.peak_alloc_bytes / kGiB, res.estimate.total() / kGiB, res.device_used_bytes / kGiB,
+    std::printf("         memory: peak %.2f GiB allocated by trainbench (estimate %.2f; gradients %s), %.2f GiB in use "
+                "on the GPU | graph: %s | GEMM shapes %d (%d retuned)\n",
+                res.peak_alloc_bytes / kGiB, res.estimate.total() / kGiB,
+                res.grads_shared ? "in activation memory" : "separate", res.device_used_bytes / kGiB,
                 res.graph.c_str(), res.gemm_plans, res.gemm_retuned);
     if (res.power_w > 0)
       std::printf("         power %.0f W mean | energy %.3f J/token\n", res.power_w, res.energy_j_per_token);

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "model/decoder_common.h"
+#include "model/grad_sharing.h"
 #include "ops/cuda/activation.h"
 #include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/embedding.h"
@@ -91,6 +92,7 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
   buffer_elems_ = std::max(buffer_elems, layout_.total);
   params_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * sizeof(bf16));
   grads_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * sizeof(float));
+  grads_ptr_ = grads_.as<float>();
   TB_CHECK(cudaMemsetAsync(params_.as<bf16>() + layout_.total, 0, (buffer_elems_ - layout_.total) * sizeof(bf16),
                            dc_.stream()));
   zero_grads();
@@ -256,7 +258,7 @@ std::vector<float> CudaDecoder::params_to_host() {
 std::vector<float> CudaDecoder::grads_to_host() {
   std::vector<float> out(layout_.total);
   dc_.activate();
-  TB_CHECK(cudaMemcpyAsync(out.data(), grads_.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost,
+  TB_CHECK(cudaMemcpyAsync(out.data(), grads_ptr_, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
                            dc_.stream()));
   dc_.synchronize();
   return out;
@@ -264,19 +266,36 @@ std::vector<float> CudaDecoder::grads_to_host() {
 
 void CudaDecoder::zero_grads_for_overwrite() {
   dc_.activate();
-  std::vector<bool> linear(layout_.slots.size(), false);
+  std::vector<bool> linear(layout_.slots.size(), false), lazy(layout_.slots.size(), false);
   for (const DenseLayout::Layer& L : layout_.layers)
     for (int i : {L.qkv, L.out, L.fc1, L.fc2}) linear[std::size_t(i)] = true;
+  for (int i : shared_grad_slots()) lazy[std::size_t(i)] = true;
   for (std::size_t i = 0; i < layout_.slots.size(); ++i)
-    if (!linear[i])
-      TB_CHECK(cudaMemsetAsync(grads_.as<float>() + layout_.slots[i].offset, 0,
-                               layout_.slots[i].size * sizeof(float), dc_.stream()));
+    if (!linear[i] && !lazy[i]) zero_grad_slot(int(i));
   overwrite_linear_grads_ = true;
+}
+
+void CudaDecoder::zero_grad_slot(int i) {
+  if (i < 0) return;
+  const Slot& s = layout_.slots[std::size_t(i)];
+  TB_CHECK(cudaMemsetAsync(grads_ptr_ + s.offset, 0, s.size * sizeof(float), dc_.stream()));
+}
+
+std::vector<int> CudaDecoder::shared_grad_slots() const {
+  if (!share_grads_) return {};
+  std::vector<int> out;
+  for (const DenseLayout::Layer& L : layout_.layers)
+    for (int i : {L.norm1_w, L.norm1_b, L.norm2_w, L.norm2_b})
+      if (i >= 0) out.push_back(i);
+  if (!cfg_.tied_embeddings)
+    for (int i : {layout_.embed, layout_.pos_embed})
+      if (i >= 0) out.push_back(i);
+  return out;
 }
 
 void CudaDecoder::zero_grads() {
   dc_.activate();
-  TB_CHECK(cudaMemsetAsync(grads_.get(), 0, buffer_elems_ * sizeof(float), dc_.stream()));
+  TB_CHECK(cudaMemsetAsync(grads_ptr_, 0, buffer_elems_ * sizeof(float), dc_.stream()));
 }
 
 CudaDecoder::ArenaParts CudaDecoder::arena_parts(const ModelConfig& c, LayerRange stage, int slots) {
@@ -284,9 +303,10 @@ CudaDecoder::ArenaParts CudaDecoder::arena_parts(const ModelConfig& c, LayerRang
   return {last - stage.first, slots, stage.first == 0, last == c.layers};
 }
 
-std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq, Recompute rc,
-                              const Fp8Options& fp8_options, int tp, std::byte* base, std::vector<LayerActs>* acts,
-                              std::vector<HeadActs>* heads, Scratch* S) {
+CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq,
+                                          Recompute rc, const Fp8Options& fp8_options, int tp, std::byte* base,
+                                          std::vector<LayerActs>* acts, std::vector<HeadActs>* heads, Scratch* S,
+                                          const std::vector<std::size_t>* block_at) {
   const bool fp8 = fp8_options.enabled, fp8_head = fp8 && fp8_options.lm_head;
   const std::size_t n = std::size_t(batch) * std::size_t(seq);
   const std::size_t nl = n / std::size_t(tp);  // the residual stream's rows on this rank (sequence parallel)
@@ -303,46 +323,47 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, in
   auto bf = [&](std::size_t elems) { return static_cast<bf16*>(take_bytes(elems * sizeof(bf16))); };
   auto f32 = [&](std::size_t elems) { return static_cast<float*>(take_bytes(elems * sizeof(float))); };
 
-  // What every layer keeps (see the header), then the shared copy of the rest.
+  // What every layer keeps (see the header) in one block per (set, layer); the shared copy of the rest after them.
   const bool sel = rc == Recompute::selective, full = rc == Recompute::full;
-  LayerActs shared{};
-  std::vector<LayerActs> layers(std::size_t(parts.layers) * std::size_t(parts.slots));  // every set's layers
-  auto field = [&](auto LayerActs::*member, std::size_t elems, bool per_layer, auto alloc) {
-    if (per_layer)
-      for (LayerActs& A : layers) A.*member = alloc(elems);
-    else
-      shared.*member = alloc(elems);
-  };
-  field(&LayerActs::r1, nl * d, true, bf);
-  field(&LayerActs::mean1, nl, !full, f32);
-  field(&LayerActs::rstd1, nl, !full, f32);
-  field(&LayerActs::y1, n * d, !sel && !full && !fp8, bf);  // FP8: the weight gradients read X^T instead
   const bool fp8_attn = fp8 && fp8_options.attention;  // its backward reads qkv8 and o8; out's wgrad reads X^T
-  field(&LayerActs::qkv, n * width, !full && !fp8_attn, bf);
-  field(&LayerActs::o, n * qd, !full && !fp8_attn, bf);
-  field(&LayerActs::lse, n * std::size_t(c.heads), !full, f32);
-  field(&LayerActs::r2, nl * d, !full, bf);
-  field(&LayerActs::mean2, nl, !full, f32);
-  field(&LayerActs::rstd2, nl, !full, f32);
-  field(&LayerActs::y2, n * d, !sel && !full && !fp8, bf);
-  field(&LayerActs::h, n * fc1_rows, !full, bf);
-  field(&LayerActs::g, n * ffn, !sel && !full && !fp8, bf);
   auto u8 = [&](std::size_t elems) { return static_cast<std::uint8_t*>(take_bytes(elems)); };
-  if (fp8_attn) {
-    field(&LayerActs::qkv8, n * width, !full, u8);
-    field(&LayerActs::o8, n * qd, !full, u8);
-  }
-  if (fp8) {
-    const std::size_t xt_cols[4] = {d, qd, d, ffn};  // the inputs of qkv, out, fc1, fc2
-    for (int k = 0; k < 4; ++k) {
-      if (full)
-        shared.xt[k] = u8(n * xt_cols[k]);
-      else
-        for (LayerActs& A : layers) A.xt[k] = u8(n * xt_cols[k]);
-      for (LayerActs& A : layers)
-        if (full) A.xt[k] = shared.xt[k];
+  auto carve_fields = [&](LayerActs& A, bool per_layer) {  // per_layer: the kept fields; else the shared copy's
+    auto field = [&](auto LayerActs::*member, std::size_t elems, bool kept, auto alloc) {
+      if (kept == per_layer) A.*member = alloc(elems);
+    };
+    field(&LayerActs::r1, nl * d, true, bf);
+    field(&LayerActs::mean1, nl, !full, f32);
+    field(&LayerActs::rstd1, nl, !full, f32);
+    field(&LayerActs::y1, n * d, !sel && !full && !fp8, bf);  // FP8: the weight gradients read X^T instead
+    field(&LayerActs::qkv, n * width, !full && !fp8_attn, bf);
+    field(&LayerActs::o, n * qd, !full && !fp8_attn, bf);
+    field(&LayerActs::lse, n * std::size_t(c.heads), !full, f32);
+    field(&LayerActs::r2, nl * d, !full, bf);
+    field(&LayerActs::mean2, nl, !full, f32);
+    field(&LayerActs::rstd2, nl, !full, f32);
+    field(&LayerActs::y2, n * d, !sel && !full && !fp8, bf);
+    field(&LayerActs::h, n * fc1_rows, !full, bf);
+    field(&LayerActs::g, n * ffn, !sel && !full && !fp8, bf);
+    if (fp8_attn) {
+      field(&LayerActs::qkv8, n * width, !full, u8);
+      field(&LayerActs::o8, n * qd, !full, u8);
     }
+    const std::size_t xt_cols[4] = {d, qd, d, ffn};  // FP8: the inputs of qkv, out, fc1, fc2
+    for (int k = 0; k < 4 && fp8; ++k)
+      if (!full == per_layer) A.xt[k] = u8(n * xt_cols[k]);
+  };
+  std::vector<LayerActs> layers(std::size_t(parts.layers) * std::size_t(parts.slots));  // every set's layers
+  std::size_t block = 0;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const std::size_t at = pad256(used);
+    if (block_at) used = (*block_at)[i];
+    carve_fields(layers[i], true);
+    block = pad256(used) - (block_at ? (*block_at)[i] : at);
+    if (block_at) used = at;
   }
+  const std::size_t blocks_end = pad256(used);
+  LayerActs shared{};
+  carve_fields(shared, false);
   auto fill_shared = [&](auto LayerActs::*member) {
     for (LayerActs& A : layers)
       if (!(A.*member)) A.*member = shared.*member;
@@ -352,6 +373,9 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, in
   fill_shared(&LayerActs::r2), fill_shared(&LayerActs::mean2), fill_shared(&LayerActs::rstd2);
   fill_shared(&LayerActs::y2), fill_shared(&LayerActs::h), fill_shared(&LayerActs::g);
   fill_shared(&LayerActs::qkv8), fill_shared(&LayerActs::o8);
+  for (LayerActs& A : layers)
+    for (int k = 0; k < 4; ++k)
+      if (!A.xt[k]) A.xt[k] = shared.xt[k];
 
   std::vector<HeadActs> head_sets(parts.head ? std::size_t(parts.slots) : 0);
   for (HeadActs& H : head_sets) H.rf = bf(nl * d), H.dyf = bf(nl * d), H.meanf = f32(nl), H.rstdf = f32(nl);
@@ -388,13 +412,37 @@ std::size_t CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, in
   if (acts) *acts = std::move(layers);
   if (heads) *heads = std::move(head_sets);
   if (S) *S = s;
-  return pad256(used);
+  return {pad256(used), pad256(used) - blocks_end, block};
 }
 
 std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
                                           const Fp8Options& fp8, int tp, LayerRange stage, int slots) {
   return carve(cfg, arena_parts(cfg, stage, slots), batch, seq, recompute, fp8, tp, nullptr, nullptr, nullptr,
-               nullptr);
+               nullptr)
+      .total;
+}
+
+// model/grad_sharing.h for this layout: block k may overlap the gradients below layer k's (tied: above the
+// embedding's, which the LM head accumulates first).
+static GradSharing plan_grad_sharing(const DenseLayout& L, bool tied, std::size_t block) {
+  auto begin = [&](std::size_t l) {
+    return std::int64_t(L.slots[std::size_t(L.layers[l].norm1_w)].offset * sizeof(float));
+  };
+  std::vector<std::int64_t> free_end;
+  for (std::size_t l = 0; l < L.layers.size(); ++l) free_end.push_back(begin(l));
+  return place_blocks_over_grads(std::int64_t(block), tied && !L.layers.empty() ? begin(0) : 0, free_end);
+}
+
+std::size_t CudaDecoder::shared_arena_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
+                                            const Fp8Options& fp8) {
+  const ArenaSize size =
+      carve(cfg, arena_parts(cfg, {}, 1), batch, seq, recompute, fp8, 1, nullptr, nullptr, nullptr, nullptr);
+  return size.rest + std::size_t(plan_grad_sharing(model::dense_layout(cfg), cfg.tied_embeddings, size.block).below);
+}
+
+void CudaDecoder::share_grads_with_activations() {
+  TB_REQUIRE(batch_ == 0, "CUDA decoder: share_grads_with_activations() must come before prepare()");
+  share_grads_ = true;
 }
 
 void CudaDecoder::set_tensor_parallel(TensorParallelOps tp) {
@@ -459,12 +507,29 @@ void CudaDecoder::prepare(int batch, int seq, int slots) {
   TB_REQUIRE(!fp8_head() || std::int64_t(batch) * seq / tp_.size % 16 == 0,
              "CUDA decoder: the FP8 LM head needs a multiple of 16 tokens per rank, got " +
                  std::to_string(std::int64_t(batch) * seq / tp_.size) + "; leave the LM head in BF16");
+  TB_REQUIRE(!share_grads_ || (tp_.size == 1 && cp_.size == 1),
+             "CUDA decoder: gradients that share the activations' memory need tp = cp = 1 (one GPU's whole model and "
+             "sequence)");
+  TB_REQUIRE(!share_grads_ || slots == 1,
+             "CUDA decoder: gradients that share the activations' memory allow one activation set, not " +
+                 std::to_string(slots) + " (a pipeline schedule keeps several micro-batches in flight)");
   const ArenaParts parts{layers(), slots, first_stage(), last_stage()};
-  const std::size_t bytes =
-      carve(c, parts, batch, seq, recompute_, fp8_, tp_.size, nullptr, nullptr, nullptr, nullptr);
-  arena_ = ops::DeviceBuffer(dc_.device(), bytes);
-  carve(c, parts, batch, seq, recompute_, fp8_, tp_.size, static_cast<std::byte*>(arena_.get()), &acts_,
-        &heads_, &s_);
+  const ArenaSize size = carve(c, parts, batch, seq, recompute_, fp8_, tp_.size, nullptr, nullptr, nullptr, nullptr);
+  if (!share_grads_) {
+    arena_ = ops::DeviceBuffer(dc_.device(), size.total);
+    carve(c, parts, batch, seq, recompute_, fp8_, tp_.size, static_cast<std::byte*>(arena_.get()), &acts_, &heads_,
+          &s_);
+  } else {  // [rest | below | gradients], the layer blocks over the gradients and below them
+    const GradSharing g = plan_grad_sharing(layout_, cfg_.tied_embeddings, size.block);
+    const std::size_t at = size.rest + std::size_t(g.below);
+    grads_ = ops::DeviceBuffer();  // freed before the arena that replaces it is allocated
+    arena_ = ops::DeviceBuffer(dc_.device(), at + buffer_elems_ * sizeof(float));
+    auto* base = static_cast<std::byte*>(arena_.get());
+    grads_ptr_ = reinterpret_cast<float*>(base + at);
+    std::vector<std::size_t> block_at;
+    for (std::int64_t o : g.block_at) block_at.push_back(std::size_t(std::int64_t(at) + o));
+    carve(c, parts, batch, seq, recompute_, fp8_, tp_.size, base, &acts_, &heads_, &s_, &block_at);
+  }
   if (fp8_.enabled) fp8_assign_input_scales(slots);
   if (fp8_attention())
     fp8_attention_prepare(batch, seq, slots);  // qkv8's scaling slots and the FP8 attention plans
@@ -484,7 +549,7 @@ ops::AttentionShape CudaDecoder::attention_shape(int batch, int seq) const {
 TensorView<const bf16> CudaDecoder::P(int slot) const {
   return TensorView<const bf16>(detail::slot_view(params_.as<bf16>(), layout_, slot));
 }
-TensorView<float> CudaDecoder::G(int slot) const { return detail::slot_view(grads_.as<float>(), layout_, slot); }
+TensorView<float> CudaDecoder::G(int slot) const { return detail::slot_view(grads_ptr_, layout_, slot); }
 
 TensorView<bf16> CudaDecoder::qk_view(bf16* fused_qkv, int batch, int seq) const {
   const std::int64_t hd = cfg_.head_dim, width = cfg_.q_dim() + 2 * std::int64_t(cfg_.kv_dim());
@@ -637,7 +702,7 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
   if (!fp8_.enabled) {
     wgrad = [&] {
       dc_.gemm(gemm_shape(out, in, rows, ops::GemmLayout::atb, overwrite_linear_grads_),
-               grads_.as<float>() + w.offset, dy, x);
+               grads_ptr_ + w.offset, dy, x);
     };
     dgrad = [&] { dc_.gemm(gemm_shape(rows, in, out, ops::GemmLayout::ab), dx, dy, params_.as<bf16>() + w.offset); };
   } else {
@@ -647,7 +712,7 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
       ops::GemmShape gw;
       gw.m = out, gw.n = in, gw.k = rows, gw.a = fp8_.grad, gw.b = DType::e4m3, gw.d = DType::f32;
       gw.accumulate = !overwrite_linear_grads_;
-      dc_.gemm(gw, grads_.as<float>() + w.offset, s_.dyqt, A.xt[k], {dy_inv, A.xs[k].scale_inv});
+      dc_.gemm(gw, grads_ptr_ + w.offset, s_.dyqt, A.xt[k], {dy_inv, A.xs[k].scale_inv});
     };
     dgrad = [&] {
       const std::size_t padded = pad256(w.size);
@@ -683,6 +748,7 @@ double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std:
   TB_CHECK(cudaMemcpyAsync(s_.tokens, host_tokens, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
   TB_CHECK(
       cudaMemcpyAsync(s_.targets, host_targets, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
+  if (share_grads_) zero_grads_for_overwrite();  // the gradients are written, never accumulated
   fp8_begin_step();
   forward_backward_device(s_.tokens, s_.targets, batch, seq, grad_scale, s_.loss);
   fp8_end_step();
@@ -853,6 +919,9 @@ void CudaDecoder::forward_backward_device(const std::int32_t* tokens, const std:
 void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::int32_t* targets, const bf16* in,
                           bf16* out, double grad_scale, float* loss_out) {
   check_prepared(slot, "forward()");
+  TB_REQUIRE(!share_grads_ || overwrite_linear_grads_,
+             "CUDA decoder: with gradients sharing the activations' memory, every step writes them afresh: call "
+             "zero_grads_for_overwrite() before each forward");
   TB_REQUIRE(first_stage() == (in == nullptr) && last_stage() == (out == nullptr),
              "CUDA decoder: forward() takes an input activation exactly when it is not the first stage, and writes "
              "one exactly when it is not the last");
@@ -939,6 +1008,10 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
     mark("stage output gradient");
   }
   for (int l = layers() - 1; l >= 0; --l) {
+    if (share_grads_) {  // the norms' gradients accumulate; until now their bytes held activations
+      const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
+      for (int i : {L.norm1_w, L.norm1_b, L.norm2_w, L.norm2_b}) zero_grad_slot(i);
+    }
     dnext_amax = layer_backward(l, acts(slot, l), batch, seq, dnext_amax);
     grads_ready(layer_begin(l));
   }
@@ -946,6 +1019,7 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
     const std::int32_t* my_tokens = tokens_in + std::size_t(tp_.rank) * std::size_t(nl);
     EmbeddingRows rows{own(s_.dnext, nl), my_tokens, nl, s_.embed_ws, s_.embed_ws_bytes};
     if (gather_embedding_rows) rows = gather_embedding_rows(rows.dnext, my_tokens, nl);
+    if (share_grads_ && !c.tied_embeddings) zero_grad_slot(layout_.embed), zero_grad_slot(layout_.pos_embed);
     ops::embedding_backward(G(layout_.embed), {rows.dnext, {rows.rows, d}}, {rows.tokens, {rows.rows}}, st,
                             {rows.workspace, rows.workspace_bytes});
     if (c.pos == Pos::learned)

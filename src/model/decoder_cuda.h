@@ -179,7 +179,7 @@ class CudaDecoder {
   void zero_grads_for_overwrite();
 
   bf16* params_device() const { return params_.as<bf16>(); }
-  float* grads_device() const { return grads_.as<float>(); }
+  float* grads_device() const { return grads_ptr_; }  // moves at prepare() when the gradients share (below)
 
   // tokens, targets: [batch, seq] row-major host arrays, values in [0, vocab) (checked on the host);
   // 1 <= seq <= config().seq. Returns the mean cross-entropy (synchronizes the stream).
@@ -202,6 +202,18 @@ class CudaDecoder {
   int tp_size() const { return tp_.size; }
   // Context parallel (see ContextParallelOps); before the first prepare().
   void set_context_parallel(ContextParallelOps cp);
+  // Gradients that share the activations' memory (model/grad_sharing.h); before the first prepare(). One
+  // micro-batch per optimizer step, one activation set, no tensor or context parallel: layer k's saved activations
+  // sit in the bytes of gradients written after its backward (the earlier layers', untied: the embedding's), so the
+  // arena mostly disappears into the gradient buffer. prepare() then frees the separate gradient buffer and
+  // grads_device() points into the arena. Every forward_backward overwrites the gradients (the caller calls
+  // zero_grads_for_overwrite() before each forward; forward_backward() does it itself) and they stay valid until the
+  // next forward: read them (clip, AdamW) in between. Bit-identical to separate buffers.
+  void share_grads_with_activations();
+  bool shares_grads() const { return share_grads_; }
+  // The bytes such an arena needs beyond the gradient buffer (whole model, one activation set, tp = cp = 1).
+  static std::size_t shared_arena_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
+                                        const Fp8Options& fp8 = {});
   // Enqueues one micro-batch on dc's stream: tokens, targets device [batch, seq] (unchecked: an id outside the
   // vocabulary gives a NaN loss); *loss_out (device) = the mean cross-entropy. prepare(batch, seq) first.
   void forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
@@ -282,11 +294,18 @@ class CudaDecoder {
     int layers = 0, slots = 1;
     bool embedding = true, head = true;
   };
-  // Carves (or, with base null, only sizes) the arena for batch x seq tokens; returns the bytes. acts: slot-major
-  // (set k's layer l at k * layers + l); heads: one per set (head only).
-  static std::size_t carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq, Recompute rc,
-                           const Fp8Options& fp8, int tp, std::byte* base, std::vector<LayerActs>* acts,
-                           std::vector<HeadActs>* heads, Scratch* scratch);
+  // The arena's bytes: `total` = the (set, layer) blocks back to back (each `block` bytes), then `rest` (the shared
+  // copy, the head sets, the scratch).
+  struct ArenaSize {
+    std::size_t total = 0, rest = 0, block = 0;
+  };
+  // Carves (or, with base null, only sizes) the arena for batch x seq tokens. acts: slot-major (set k's layer l at
+  // k * layers + l); heads: one per set (head only). block_at (byte offsets from base, one per block): where the
+  // blocks go instead (gradient sharing); the rest then starts at base.
+  static ArenaSize carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq, Recompute rc,
+                         const Fp8Options& fp8, int tp, std::byte* base, std::vector<LayerActs>* acts,
+                         std::vector<HeadActs>* heads, Scratch* scratch,
+                         const std::vector<std::size_t>* block_at = nullptr);
   static ArenaParts arena_parts(const ModelConfig& c, LayerRange stage, int slots);
   const LayerActs& acts(int slot, int l) const {
     return acts_[std::size_t(slot) * layout_.layers.size() + std::size_t(l)];
@@ -295,6 +314,8 @@ class CudaDecoder {
   std::size_t slot_end(int slot) const;
   std::size_t layer_end(int l) const;
   std::size_t layer_begin(int l) const;
+  void zero_grad_slot(int slot);              // one gradient slot (slot < 0: none)
+  std::vector<int> shared_grad_slots() const;  // sharing: the accumulated slots the backward zeroes just in time
   void params_needed(std::size_t end) {
     if (on_params_needed) on_params_needed(end);
   }
@@ -362,7 +383,9 @@ class CudaDecoder {
   ModelConfig cfg_;
   DenseLayout layout_;
   std::size_t buffer_elems_ = 0;      // >= layout_.total
-  ops::DeviceBuffer params_, grads_;  // bf16, fp32; buffer_elems_ elements each
+  ops::DeviceBuffer params_, grads_;  // bf16, fp32; buffer_elems_ elements each (grads_ empty when shared)
+  float* grads_ptr_ = nullptr;         // grads_, or its place in the arena (share_grads_)
+  bool share_grads_ = false;
   ops::DeviceBuffer inv_freq_;        // [head_dim / 2] fp32 (pos == rope)
   std::unique_ptr<ops::CudnnAttention> attention_;
 

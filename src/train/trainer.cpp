@@ -64,6 +64,8 @@ void validate(const TrainSpec& spec) {
              fmt::format("--moments must be f32 or bf16, not '{}'", spec.moments));
   TB_REQUIRE(spec.master == "split" || spec.master == "f32",
              fmt::format("--master must be split or f32, not '{}'", spec.master));
+  TB_REQUIRE(spec.grad_buffer == "shared" || spec.grad_buffer == "separate",
+             fmt::format("--grad-buffer must be shared or separate, not '{}'", spec.grad_buffer));
   TB_REQUIRE(spec.precision == "bf16" || spec.precision == "fp8",
              fmt::format("--precision must be bf16 or fp8, not '{}'", spec.precision));
   TB_REQUIRE(spec.precision == "bf16" || spec.device == "cuda", "--precision fp8 needs --device cuda");

@@ -54,6 +54,9 @@ struct TrainSpec {
   std::string moments = "f32";        // AdamW moments: f32 | bf16
   std::string master = "split";       // fp32 master weights as split (bf16 model weight + 16-bit residual: exact,
                                       // ops/cuda/master_split.h) or f32 (a separate fp32 copy)
+  std::string grad_buffer = "shared"; // shared: the weight gradients take the bytes of activations already used
+                                      // (model/grad_sharing.h) where the step allows it (one GPU, one micro-batch);
+                                      // separate: their own buffer. The same numbers either way.
   std::string graph = "auto";         // capture the step as a CUDA graph: on | off | auto (on, except with tensor
                                       // parallel: measured on 2 H200s, 70B L4 tp 2, the captured step was 232 ms and
                                       // eager launches 227 ms, so auto runs tp eagerly)
@@ -116,6 +119,7 @@ struct TrainResult {
   Summary gpu_step_s;                    // CUDA-event time of the measured steps
   MemoryEstimate estimate;
   double peak_alloc_bytes = 0;           // trainbench's own device allocations, high-water mark
+  bool grads_shared = false;             // the gradients shared the activations' memory (TrainSpec::grad_buffer)
   double device_used_bytes = 0;          // cudaMemGetInfo used after the first step (context and libraries included)
   double power_w = 0, energy_j = 0;      // NVML over the measured steps (0: not available)
   double energy_j_per_token = 0;

@@ -118,6 +118,11 @@ static model::Fp8Options fp8_options(const TrainSpec& spec) {
 // Pipeline parallel: the largest of the ranks' needs. A rank holds its chunks' parameters (vp chunks when
 // interleaved) and, per chunk, a decoder with the activation sets of that chunk's passes in flight (1F1B:
 // min(pp - r, micro-batches)), its own scratch and attention workspace; plus the boundary buffers its schedule keeps.
+// TrainSpec::grad_buffer: shared where the step allows it (one rank, one micro-batch per step).
+static bool shares_grads(const TrainSpec& spec, int ranks, int micro_batches) {
+  return spec.grad_buffer == "shared" && ranks == 1 && micro_batches == 1;
+}
+
 MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& full) {
   const int tp = std::max(1, spec.tp), pp = std::max(1, spec.pp), vp = pp > 1 ? std::max(1, spec.vp) : 1;
   const model::ModelConfig m = tp > 1 ? parallel::tp_shard_config(full, tp) : full;  // this rank's shard
@@ -148,6 +153,9 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
     e.master = (spec.master == "split" ? 2 : 4) * P / dp;
     e.moments = (spec.moments == "bf16" ? 4 : 8) * P / dp;
     e.activations += double(plan.buffers) * spec.micro_batch * m.seq * m.d_model * 2.0;
+    if (shares_grads(spec, dp_ranks * tp * pp * cp, micro_batches))  // the layer blocks mostly inside the gradients
+      e.activations = double(model::CudaDecoder::shared_arena_bytes(m, spec.micro_batch, seq,
+                                                                    parse_recompute(spec.recompute), fp8));
     if (fp8.enabled)
       e.fp8_weights = double(model::CudaDecoder::fp8_weight_bytes(m)) * stage_layer_count / m.layers +
                       (fp8.lm_head && r == pp - 1 ? double(model::CudaDecoder::fp8_lm_head_bytes(m)) : 0.0);
@@ -285,6 +293,11 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                                                           fp8, c == 0 ? zl.padded_total : 0,
                                                           stage_layers(m, pp, vp, pp_rank, c)));
   model::CudaDecoder& net = *chunks[0];
+  res.grads_shared = shares_grads(spec, world.size, accum);
+  if (res.grads_shared) {  // before anything takes grads_device(): prepare() moves the gradients into the arena
+    net.share_grads_with_activations();
+    net.prepare(mb, seq);
+  }
   std::unique_ptr<TensorParallelCuda> tpc;  // the tp group is the world (dp 1)
   if (tp > 1) {
     tpc = std::make_unique<TensorParallelCuda>(*nccl, st, ml, layout, net.grads_device(),

@@ -13,7 +13,8 @@
 // 128 (cuDNN's FP8 backward on Hopper takes head_dim 128 only), current and delayed recipes, and full recompute;
 // compared on the third call (the first runs attention's delayed scales at 1, the second's dq, dk, dv scales come
 // from the first's underflowed gradients); it keeps fewer activation bytes than BF16 attention; refused without FP8
-// linear layers and with the deterministic backward.
+// linear layers and with the deterministic backward. Gradients sharing the activations' memory equal a separate
+// buffer's bit for bit (BF16 and FP8, recompute modes, tied and untied embeddings).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -260,6 +261,66 @@ TEST(CudaDecoder, OverwriteStartEqualsZeroedStart) {
     std::vector<double> w(want.begin(), want.end()), g(got.begin(), got.end());
     EXPECT_LT(rel_l2(w, g), 1e-4) << family;
   }
+}
+
+// Gradients in the activations' memory (share_grads_with_activations, model/grad_sharing.h) equal a separate
+// buffer's bit for bit: two steps on different batches (the second starts over the first's leftovers in the shared
+// bytes, so a gradient slot read before it is written, or an activation placed over a live gradient, shows), against
+// a decoder with its own buffer started by zero_grads_for_overwrite (the same GEMM plans). The arena with the
+// gradients inside takes fewer bytes than arena + gradients, and shared_arena_bytes() predicts it exactly.
+void compare_shared_grads(const ModelConfig& cfg, CudaDecoder::Recompute rc, const tb::model::Fp8Options& fp8 = {}) {
+  tb::ops::DeviceContext dc(0);
+  CpuDecoder<float> init(cfg, 21);
+  const std::vector<float> host(init.params().begin(), init.params().end());
+  CudaDecoder sep(dc, cfg, rc, /*deterministic=*/true, fp8), shr(dc, cfg, rc, /*deterministic=*/true, fp8);
+  sep.load_params(host), shr.load_params(host);
+  shr.share_grads_with_activations();
+  std::mt19937_64 rng(13);
+  std::uniform_int_distribution<int> u(0, cfg.vocab - 1);
+  const std::string what = cfg.name + " recompute " + std::to_string(int(rc)) + (fp8.enabled ? " fp8" : "");
+  for (int step = 0; step < 2; ++step) {
+    std::vector<std::int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
+    for (auto& t : tokens) t = u(rng);
+    for (auto& t : targets) t = u(rng);
+    sep.zero_grads_for_overwrite();
+    const double want_loss = sep.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
+    const double got_loss = shr.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
+    const std::vector<float> want = sep.grads_to_host(), got = shr.grads_to_host();
+    EXPECT_EQ(got_loss, want_loss) << what << " step " << step;
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) differ += !(got[i] == want[i]);
+    EXPECT_EQ(differ, 0u) << what << " step " << step << ": gradients differ from the separate buffer's";
+  }
+  const std::size_t grad_bytes = tb::model::dense_layout(cfg).total * sizeof(float);
+  EXPECT_TRUE(shr.shares_grads() && !sep.shares_grads());
+  EXPECT_LT(shr.activation_bytes(), sep.activation_bytes() + grad_bytes) << what;
+  EXPECT_EQ(shr.activation_bytes() - grad_bytes, CudaDecoder::shared_arena_bytes(cfg, kBatch, kSeq, rc, fp8)) << what;
+}
+
+TEST(CudaDecoder, SharedGradientsEqualSeparateOnes) {
+  SKIP_WITHOUT_GPU();
+  for (const char* family : {"llama", "gpt", "nemotron"})  // untied; tied with learned positions; layernorm biases
+    for (auto rc : {CudaDecoder::Recompute::none, CudaDecoder::Recompute::full})
+      compare_shared_grads(config(family, 256, 64), rc);
+  tb::model::Fp8Options fp8;
+  fp8.enabled = fp8.lm_head = true;
+  compare_shared_grads(config("llama", 256, 64), CudaDecoder::Recompute::none, fp8);
+  fp8.delayed = true;
+  compare_shared_grads(config("llama", 256, 64), CudaDecoder::Recompute::selective, fp8);
+}
+
+TEST(CudaDecoder, SharedGradientsRefuseSeveralActivationSetsAndAForwardWithoutOverwrite) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig cfg = config("llama", 256, 64);
+  tb::ops::DeviceContext dc(0);
+  CudaDecoder gpu(dc, cfg);
+  gpu.share_grads_with_activations();
+  EXPECT_THROW(gpu.prepare(kBatch, kSeq, 2), tb::Error);
+  gpu.prepare(kBatch, kSeq);
+  EXPECT_THROW(gpu.share_grads_with_activations(), tb::Error);  // after prepare()
+  tb::ops::DeviceBuffer ids(0, 2 * kBatch * kSeq * sizeof(std::int32_t)), loss(0, sizeof(float));
+  auto* t = ids.as<std::int32_t>();
+  EXPECT_THROW(gpu.forward_backward_device(t, t + kBatch * kSeq, kBatch, kSeq, 1.0, loss.as<float>()), tb::Error);
 }
 
 TEST(CudaDecoder, Fp8MatchesCpuWithinFp8Error) {

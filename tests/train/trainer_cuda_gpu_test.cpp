@@ -3,7 +3,8 @@
 // losses of eager steps, and accumulation (2 x 4 sequences) matches one micro-batch of 8; recompute modes train the
 // same; the split master trains like the fp32 master; FP8 (current, delayed, with the FP8 LM head, and with FP8
 // attention on `small-hd128` against its BF16 run) ends within 3% of BF16's final loss; the memory estimate covers
-// what was allocated; a model that cannot fit is refused before allocation with the knobs that would make it fit.
+// what was allocated; a model that cannot fit is refused before allocation with the knobs that would make it fit;
+// gradients sharing the activations' memory train bit for bit like a separate buffer.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -82,6 +83,31 @@ TEST(TrainerCuda, RecomputeModesTrainTheSame) {
     for (int i = 0; i < 4; ++i) EXPECT_EQ(r.steps[i].loss, none.steps[i].loss) << rc << " step " << i + 1;
     EXPECT_LT(r.estimate.activations, none.estimate.activations) << rc;
   }
+}
+
+// --grad-buffer shared (the default) trains bit for bit like separate gradients (losses and gradient norms over 6
+// graph-replayed steps) with a lower peak; with accumulation (2 micro-batches) it falls back to separate.
+TEST(TrainerCuda, SharedGradientBufferTrainsLikeSeparate) {
+  SKIP_WITHOUT_GPU();
+  auto spec = small(6);
+  spec.deterministic = true;
+  const auto shared = tb::train::train_cuda(spec, nullptr);
+  spec.grad_buffer = "separate";
+  const auto separate = tb::train::train_cuda(spec, nullptr);
+  EXPECT_TRUE(shared.grads_shared);
+  EXPECT_FALSE(separate.grads_shared);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(shared.steps[i].loss, separate.steps[i].loss) << "step " << i + 1;
+    EXPECT_EQ(shared.steps[i].grad_norm, separate.steps[i].grad_norm) << "step " << i + 1;
+  }
+  std::printf("peak %.1f MiB shared, %.1f MiB separate\n", shared.peak_alloc_bytes / 1048576.0,
+              separate.peak_alloc_bytes / 1048576.0);
+  EXPECT_LT(shared.peak_alloc_bytes, separate.peak_alloc_bytes);
+  EXPECT_LT(shared.estimate.total(), separate.estimate.total());
+  spec.grad_buffer = "shared";
+  spec.micro_batch = 4;
+  spec.global_batch = 8;
+  EXPECT_FALSE(tb::train::train_cuda(spec, nullptr).grads_shared);
 }
 
 // The split master is the fp32 master stored exactly; the model weights differ from the f32 master's only where a
