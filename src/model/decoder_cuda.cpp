@@ -256,6 +256,7 @@ std::vector<float> CudaDecoder::params_to_host() {
 }
 
 std::vector<float> CudaDecoder::grads_to_host() {
+  TB_REQUIRE(grads_ptr_, "CUDA decoder: grads_to_host() of shared gradients before prepare()");
   std::vector<float> out(layout_.total);
   dc_.activate();
   TB_CHECK(cudaMemcpyAsync(out.data(), grads_ptr_, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
@@ -294,6 +295,7 @@ std::vector<int> CudaDecoder::shared_grad_slots() const {
 }
 
 void CudaDecoder::zero_grads() {
+  TB_REQUIRE(grads_ptr_, "CUDA decoder: zero_grads() of shared gradients before prepare()");
   dc_.activate();
   TB_CHECK(cudaMemsetAsync(grads_ptr_, 0, buffer_elems_ * sizeof(float), dc_.stream()));
 }
@@ -443,6 +445,8 @@ std::size_t CudaDecoder::shared_arena_bytes(const ModelConfig& cfg, int batch, i
 void CudaDecoder::share_grads_with_activations() {
   TB_REQUIRE(batch_ == 0, "CUDA decoder: share_grads_with_activations() must come before prepare()");
   share_grads_ = true;
+  grads_ = ops::DeviceBuffer();  // the gradients hold nothing between steps: their bytes come back with the arena
+  grads_ptr_ = nullptr;
 }
 
 void CudaDecoder::set_tensor_parallel(TensorParallelOps tp) {
@@ -522,7 +526,6 @@ void CudaDecoder::prepare(int batch, int seq, int slots) {
   } else {  // [rest | below | gradients], the layer blocks over the gradients and below them
     const GradSharing g = plan_grad_sharing(layout_, cfg_.tied_embeddings, size.block);
     const std::size_t at = size.rest + std::size_t(g.below);
-    grads_ = ops::DeviceBuffer();  // freed before the arena that replaces it is allocated
     arena_ = ops::DeviceBuffer(dc_.device(), at + buffer_elems_ * sizeof(float));
     auto* base = static_cast<std::byte*>(arena_.get());
     grads_ptr_ = reinterpret_cast<float*>(base + at);

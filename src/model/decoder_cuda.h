@@ -205,8 +205,8 @@ class CudaDecoder {
   // Gradients that share the activations' memory (model/grad_sharing.h); before the first prepare(). One
   // micro-batch per optimizer step, one activation set, no tensor or context parallel: layer k's saved activations
   // sit in the bytes of gradients written after its backward (the earlier layers', untied: the embedding's), so the
-  // arena mostly disappears into the gradient buffer. prepare() then frees the separate gradient buffer and
-  // grads_device() points into the arena. Every forward_backward overwrites the gradients (the caller calls
+  // arena mostly disappears into the gradient buffer. It frees the separate gradient buffer at once (grads_device()
+  // is null until prepare(), which allocates the arena with the gradients inside). Every forward_backward overwrites the gradients (the caller calls
   // zero_grads_for_overwrite() before each forward; forward_backward() does it itself) and they stay valid until the
   // next forward: read them (clip, AdamW) in between. Bit-identical to separate buffers.
   void share_grads_with_activations();

@@ -293,6 +293,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                                                           fp8, c == 0 ? zl.padded_total : 0,
                                                           stage_layers(m, pp, vp, pp_rank, c)));
   model::CudaDecoder& net = *chunks[0];
+  res.grads_shared = shares_grads(spec, world.size, accum);
+  if (res.grads_shared) net.share_grads_with_activations();  // frees the separate gradient buffer (prepare() below)
   std::unique_ptr<TensorParallelCuda> tpc;  // the tp group is the world (dp 1)
   if (tp > 1) {
     tpc = std::make_unique<TensorParallelCuda>(*nccl, st, ml, layout, net.grads_device(),
@@ -418,14 +420,10 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     }
   }
 
-  // Gradients in the activations' memory: prepare() moves them into the arena, so before anything takes
-  // grads_device() (the optimizer's tensors below), and after the master weights' init (its temporaries, 6 bytes per
+  // Gradients in the activations' memory: the arena that holds them is allocated before anything takes
+  // grads_device() (the optimizer's tensors below), after the master weights' init (its temporaries, 6 bytes per
   // element of the largest slot, would otherwise come on top of the whole arena).
-  res.grads_shared = shares_grads(spec, world.size, accum);
-  if (res.grads_shared) {
-    net.share_grads_with_activations();
-    net.prepare(mb, seq);
-  }
+  if (res.grads_shared) net.prepare(mb, seq);
   std::vector<ops::AdamWTensor> tensors;
   auto* m_base = static_cast<std::byte*>(moments.get());
   std::size_t early_tensors = 0;  // data parallel: the tensors of the buckets all-gathered at the end of the step
