@@ -57,7 +57,13 @@ namespace {
 
 using Recompute = model::CudaDecoder::Recompute;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kAttentionWorkspaceAllowance = 512.0 * 1024 * 1024;  // cuDNN's bwd needs ~257 MiB at 8B, s 8192
+
+// cuDNN's attention backward workspace, per model chunk: bytes per element of the [tokens, heads x head_dim] output,
+// from the plans on an H200 (cuDNN 9.19): BF16 8.0 (257 MiB at 8B, s 8192), FP8 12.2 (389 MiB at 8B, 778 at 70B),
+// rounded up.
+double attention_workspace_allowance(const model::ModelConfig& local, int micro_batch, int seq, bool fp8_attention) {
+  return (fp8_attention ? 13.0 : 9.0) * micro_batch * seq * double(local.q_dim()) + 16.0 * 1024 * 1024;
+}
 
 Recompute parse_recompute(const std::string& s) {
   if (s == "selective") return Recompute::selective;
@@ -159,7 +165,8 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
     if (fp8.enabled)
       e.fp8_weights = double(model::CudaDecoder::fp8_weight_bytes(m)) * stage_layer_count / m.layers +
                       (fp8.lm_head && r == pp - 1 ? double(model::CudaDecoder::fp8_lm_head_bytes(m)) : 0.0);
-    e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) + vp * kAttentionWorkspaceAllowance;
+    e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) +
+                   vp * attention_workspace_allowance(m, spec.micro_batch, seq, fp8.attention);
     if (e.total() > worst.total()) worst = e;
   }
   return worst;

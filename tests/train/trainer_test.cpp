@@ -59,6 +59,10 @@ TEST(TrainerCpu, BadSpecsFailBeforeWork) {
   s = tiny(5);
   s.warmup_steps = 5;
   EXPECT_THROW(tb::train::train_cpu(s, nullptr), tb::Error);
+  s = tiny(5);
+  s.grad_buffer = "pooled";
+  EXPECT_NE(tb::testing_support::config_error([&] { tb::train::validate(s); }).find("--grad-buffer"),
+            std::string::npos);
 }
 
 // --fp8-attention: each combination cuDNN's FP8 attention cannot run is refused by validate() (no GPU needed) with
