@@ -21,6 +21,8 @@
 #   fp8attnpar: FP8 attention (--fp8-attention, current scaling) on `small-hd128` 30 steps: 1 GPU vs dp 2, tp 2, pp 2
 #             (each rank its own attention amaxes; pp: each micro-batch in flight its own q|k|v scale); losses compared
 #   scale:    `trainbench scale llama3.1-8b --gpus 1,2`: proxy, projection and the measured data-parallel runs
+#   tppeer:   tp70b's 2-GPU run, then the PyTorch TP peer (bench/peers/torch_train_tp.py: DTensor tensor + sequence
+#             parallel as TorchTitan, compiled blocks, loss parallel) in bf16 and fp32 state ($TPPEER_STATES)
 #   ppcheck:  `small` 30 steps, global batch 8, micro-batch 2 (4 micro-batches): 1 GPU vs 2 GPUs pipeline parallel
 #             (pp 2, 1F1B); losses compared
 #   pp70b:    Llama 3.1 70B shapes, 4 layers, seq 8192, global batch 4, micro-batch 1: 1 GPU vs pp 2 (2 layers per
@@ -82,6 +84,15 @@ against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, 
         ours 70b-L4-tp2 --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2
         log "tp 70b (job tokens/s: the ratio below is per GPU; x2 for the job)"
         python3 bench/compare_losses.py "$OUT/results/70b-L4-1gpu" "$OUT/results/70b-L4-tp2" --tol 0.01 ;;
+      tppeer)  # tp70b's 2-GPU run against the PyTorch TP peer (bench/peers/torch_train_tp.py, TorchTitan's plan)
+        ours 70b-L4-tp2 --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2 --no-op-profile
+        for st in ${TPPEER_STATES:-bf16 fp32}; do
+          log "torch tp2 $st"
+          python3 -m torch.distributed.run --nproc-per-node 2 bench/peers/torch_train_tp.py --model llama3.1-70b \
+            --layers 4 --seq 8192 --steps "$STEPS" --warmup "$WARM" --state $st > "$OUT/peer-tp2-$st.json"
+          echo "exit $?"; cat "$OUT/peer-tp2-$st.json" >> "$OUT/peers.jsonl"
+          python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('torch tp2', d['state'], 'tokens/s %.0f' % d['tokens_per_s'], 'step %.1f ms' % (d['step_s']['median'] * 1e3), 'TFLOP/s/GPU %.1f' % d['tflops_per_gpu'], 'peak alloc %.2f GiB' % d['max_memory_allocated_gib'], 'compile %.0f s' % d['compile_s'])" "$OUT/peer-tp2-$st.json"
+        done ;;
       ppcheck)
         STEPS=25 WARM=5 ours small-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile
         STEPS=25 WARM=5 ours small-pp2 --model small --global-batch 8 --micro-batch 2 --no-op-profile --gpus 2 --pp 2
