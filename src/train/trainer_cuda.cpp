@@ -382,48 +382,65 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   ops::DeviceBuffer moments(dc.device(), 2 * S * moment_bytes);
   TB_CHECK(cudaMemsetAsync(moments.get(), 0, moments.bytes(), st));
   {  // every rank draws every slot of the full model (the same values), keeps its tensor-parallel shard of the model
-     // weights (parallel/tensor_shard.h) and its own master segments
+     // weights (parallel/tensor_shard.h) and its own master segments. A slot is drawn in pieces of at most
+     // kInitPiece elements (the counter-based draw continues where the last piece ended), but a tensor-parallel
+     // shard of a split slot, which is cut out of the whole slot drawn at once.
+    constexpr std::size_t kInitPiece = std::size_t(1) << 26;  // 256 MiB of fp32 values + 128 MiB of residuals
     const model::DenseLayout full = model::dense_layout(m);
-    std::size_t largest = 0, largest_full = 0;
-    for (const ChunkSlot& cs : slots) largest = std::max(largest, cs.slot->size);
-    for (const model::Slot& s : full.slots) largest_full = std::max(largest_full, s.size);
-    ops::DeviceBuffer init(dc.device(), largest * sizeof(float)), lo(dc.device(), largest * sizeof(std::int16_t));
-    ops::DeviceBuffer whole(dc.device(), tp > 1 ? largest_full * sizeof(float) : 0);
+    auto split_by_tp = [&](const model::Slot& s) { return tp > 1 && !parallel::tp_replicated(s.name); };
+    std::size_t piece = 0, largest_full = 0;
+    for (const ChunkSlot& cs : slots) {
+      piece = std::max(piece, split_by_tp(*cs.slot) ? cs.slot->size : std::min(cs.slot->size, kInitPiece));
+      if (split_by_tp(*cs.slot)) largest_full = std::max(largest_full, full.at(cs.slot->name).size);
+    }
+    ops::DeviceBuffer init(dc.device(), piece * sizeof(float)), lo(dc.device(), piece * sizeof(std::int16_t));
+    ops::DeviceBuffer whole(dc.device(), largest_full * sizeof(float));
     std::size_t seg = 0;
     for (std::size_t i = 0; i < slots.size(); ++i) {
       const model::Slot& s = *slots[i].slot;
-      float* v = init.as<float>();
-      if (tp > 1 && !parallel::tp_replicated(s.name)) {
-        const model::Slot& f = full.at(s.name);
-        ops::fill_normal(whole.as<float>(), f.size, slot_seed(spec.seed, f.name), float(f.init_value),
-                         float(f.init_std), st);
-        const std::size_t cols = std::size_t(f.shape[1]);
-        std::size_t at = 0;
-        for (const parallel::SlotPart& p : parallel::tp_slot_parts(m, f, tp, tpc->rank())) {
-          TB_CHECK(cudaMemcpy2DAsync(v + at, std::size_t(p.cols) * sizeof(float),
-                                     whole.as<float>() + std::size_t(p.row0) * cols + std::size_t(p.col0),
-                                     cols * sizeof(float), std::size_t(p.cols) * sizeof(float), std::size_t(p.rows),
-                                     cudaMemcpyDeviceToDevice, st));
-          at += std::size_t(p.rows * p.cols);
+      const bool cut = split_by_tp(s);
+      const std::size_t step = cut ? s.size : kInitPiece;
+      for (std::size_t p0 = 0; p0 < s.size; p0 += step) {  // elements [p0, p1) of the slot
+        const std::size_t p1 = std::min(s.size, p0 + step);
+        float* v = init.as<float>();
+        if (cut) {
+          const model::Slot& f = full.at(s.name);
+          ops::fill_normal(whole.as<float>(), f.size, slot_seed(spec.seed, f.name), float(f.init_value),
+                           float(f.init_std), st);
+          const std::size_t cols = std::size_t(f.shape[1]);
+          std::size_t at = 0;
+          for (const parallel::SlotPart& p : parallel::tp_slot_parts(m, f, tp, tpc->rank())) {
+            TB_CHECK(cudaMemcpy2DAsync(v + at, std::size_t(p.cols) * sizeof(float),
+                                       whole.as<float>() + std::size_t(p.row0) * cols + std::size_t(p.col0),
+                                       cols * sizeof(float), std::size_t(p.cols) * sizeof(float),
+                                       std::size_t(p.rows), cudaMemcpyDeviceToDevice, st));
+            at += std::size_t(p.rows * p.cols);
+          }
+        } else {
+          ops::fill_normal(v, p1 - p0, slot_seed(spec.seed, s.name), float(s.init_value), float(s.init_std), st,
+                           p0);
         }
-      } else {
-        ops::fill_normal(v, s.size, slot_seed(spec.seed, s.name), float(s.init_value), float(s.init_std), st);
-      }
-      if (split)
-        ops::master_split(v, slots[i].net->params_device() + s.offset, lo.as<std::int16_t>(), s.size, st);
-      else
-        ops::cast_f32_to_bf16(slots[i].net->params_device() + s.offset, v, s.size, st);
-      for (; seg < segments.size() && segments[seg].slot == int(i); ++seg) {
-        const parallel::ZeroSegment& g = segments[seg];
-        const std::size_t at = g.flat - s.offset;
+        auto* weights = slots[i].net->params_device() + s.offset + p0;
         if (split)
-          TB_CHECK(cudaMemcpyAsync(master.as<std::int16_t>() + g.shard, lo.as<std::int16_t>() + at,
-                                   g.count * sizeof(std::int16_t), cudaMemcpyDeviceToDevice, st));
+          ops::master_split(v, weights, lo.as<std::int16_t>(), p1 - p0, st);
         else
-          TB_CHECK(cudaMemcpyAsync(master.as<float>() + g.shard, v + at, g.count * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, st));
+          ops::cast_f32_to_bf16(weights, v, p1 - p0, st);
+        // this rank's master segments of the slot, where they meet [p0, p1)
+        for (std::size_t k = seg; k < segments.size() && segments[k].slot == int(i); ++k) {
+          const parallel::ZeroSegment& g = segments[k];
+          const std::size_t a = std::max(g.flat - s.offset, p0), b = std::min(g.flat - s.offset + g.count, p1);
+          if (a >= b) continue;
+          const std::size_t to = g.shard + (a - (g.flat - s.offset));
+          if (split)
+            TB_CHECK(cudaMemcpyAsync(master.as<std::int16_t>() + to, lo.as<std::int16_t>() + (a - p0),
+                                     (b - a) * sizeof(std::int16_t), cudaMemcpyDeviceToDevice, st));
+          else
+            TB_CHECK(cudaMemcpyAsync(master.as<float>() + to, v + (a - p0), (b - a) * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, st));
+        }
+        dc.synchronize();  // init and lo are reused by the next piece
       }
-      dc.synchronize();  // init and lo are reused by the next slot
+      while (seg < segments.size() && segments[seg].slot == int(i)) ++seg;
     }
   }
 

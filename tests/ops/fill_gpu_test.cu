@@ -1,5 +1,5 @@
 // Tests ops/cuda/fill: fill_normal against the host formula normal_value (every element, fp32 tolerance for the
-// device's logf/cosf/sqrtf) and its moments (mean, std within 1% at 1M draws); cast_f32_to_bf16 bit-exact against
+// device's logf/cosf/sqrtf) and its moments (mean, std within 1% at 1M draws), drawn in two pieces bit-identical; cast_f32_to_bf16 bit-exact against
 // the host conversion float_to_bf16 on random values including specials (ties, denormals, inf, NaN).
 #include <gtest/gtest.h>
 
@@ -39,6 +39,14 @@ TEST(FillNormal, MatchesTheHostFormulaAndHasTheRightMoments) {
   }
   EXPECT_NEAR(s / double(n), mean, 0.01 * std);
   EXPECT_NEAR(std::sqrt(s2 / double(n)), std, 0.01 * std);
+  // Drawn in pieces (`first`), the stream is the same, bit for bit.
+  const std::size_t split = 300001;
+  tb::ops::fill_normal(buf.as<float>(), split, 42, mean, std, dc.stream());
+  tb::ops::fill_normal(buf.as<float>() + split, n - split, 42, mean, std, dc.stream(), split);
+  std::vector<float> pieces(n);
+  cudaMemcpyAsync(pieces.data(), buf.get(), n * sizeof(float), cudaMemcpyDeviceToHost, dc.stream());
+  dc.synchronize();
+  EXPECT_EQ(std::memcmp(pieces.data(), got.data(), n * sizeof(float)), 0);
 }
 
 TEST(CastF32ToBf16, BitExactAgainstTheHostConversion) {

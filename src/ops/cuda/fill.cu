@@ -68,10 +68,10 @@ void launch(void* dst, std::size_t n, std::uint64_t seed, float lo, float hi, cu
 }
 
 __global__ void fill_normal_kernel(float* __restrict__ dst, std::size_t n, std::uint64_t seed, float mean,
-                                   float std) {
+                                   float std, std::uint64_t first) {
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    dst[i] = fmaf(std, normal_value(seed, i), mean);
+    dst[i] = fmaf(std, normal_value(seed, first + i), mean);
 }
 
 __global__ void cast_kernel(unsigned short* __restrict__ dst, const float* __restrict__ src, std::size_t n) {
@@ -84,12 +84,13 @@ unsigned grid_for(std::size_t n) { return unsigned(std::clamp<std::size_t>((n + 
 
 }  // namespace
 
-void fill_normal(float* dst, std::size_t n, std::uint64_t seed, float mean, float std, cudaStream_t stream) {
+void fill_normal(float* dst, std::size_t n, std::uint64_t seed, float mean, float std, cudaStream_t stream,
+                 std::uint64_t first) {
   if (n == 0) return;
   TB_REQUIRE(dst && reinterpret_cast<std::uintptr_t>(dst) % 4 == 0, "fill_normal: dst must be a 4-byte aligned "
                                                                      "device pointer");
   TB_REQUIRE(std >= 0 && std::isfinite(mean) && std::isfinite(std), "fill_normal: needs a finite mean and std >= 0");
-  fill_normal_kernel<<<grid_for(n), 256, 0, stream>>>(dst, n, seed, mean, std);
+  fill_normal_kernel<<<grid_for(n), 256, 0, stream>>>(dst, n, seed, mean, std, first);
   TB_CHECK_LAUNCH();
 }
 

@@ -49,8 +49,10 @@ TB_HOST_DEVICE inline float normal_value(std::uint64_t seed, std::uint64_t i) {
 // Floating types only (f64 f32 tf32 f16 bf16 e4m3 e5m2; tf32 is stored as f32, unrounded).
 void fill_uniform(void* dst, DType t, std::size_t n, std::uint64_t seed, float lo, float hi, cudaStream_t stream);
 
-// n fp32 values at dst (device, 4-byte aligned): mean + std * normal_value(seed, i) (model initialisation).
-void fill_normal(float* dst, std::size_t n, std::uint64_t seed, float mean, float std, cudaStream_t stream);
+// n fp32 values at dst (device, 4-byte aligned): dst[i] = mean + std * normal_value(seed, first + i) (model
+// initialisation; `first` lets a long stream be drawn in pieces).
+void fill_normal(float* dst, std::size_t n, std::uint64_t seed, float mean, float std, cudaStream_t stream,
+                 std::uint64_t first = 0);
 
 // dst[i] = bf16(src[i]) rounded to nearest even, n elements (device pointers, 4-byte aligned).
 void cast_f32_to_bf16(void* dst, const float* src, std::size_t n, cudaStream_t stream);
