@@ -16,6 +16,12 @@ EmbeddingRowsGather::EmbeddingRowsGather(int device, const model::ModelConfig& m
   ws_ = ops::DeviceBuffer(device, ws_bytes_);
 }
 
+std::size_t EmbeddingRowsGather::bytes(const model::ModelConfig& m, std::int64_t rows_per_rank, int ranks) {
+  const std::int64_t all = rows_per_rank * ranks;
+  return std::size_t(all) * (std::size_t(m.d_model) * sizeof(__nv_bfloat16) + sizeof(std::int32_t)) +
+         ops::embedding_backward_workspace_bytes(all, m.vocab, m.d_model);
+}
+
 model::CudaDecoder::EmbeddingRows EmbeddingRowsGather::gather(comm::NcclCommunicator& group,
                                                               const __nv_bfloat16* dnext, const std::int32_t* tokens,
                                                               std::int64_t rows) {

@@ -19,6 +19,8 @@ class EmbeddingRowsGather {
  public:
   // rows_per_rank: the rows each rank contributes per micro-batch; ranks: the group's size.
   EmbeddingRowsGather(int device, const model::ModelConfig& m, std::int64_t rows_per_rank, int ranks);
+  // The device bytes such a gather holds (the memory estimate).
+  static std::size_t bytes(const model::ModelConfig& m, std::int64_t rows_per_rank, int ranks);
   // Enqueues the two all-gathers on group's stream; the decoder's embedding backward then reads the result (the
   // caller orders the streams when group's stream is not the decoder's).
   model::CudaDecoder::EmbeddingRows gather(comm::NcclCommunicator& group, const __nv_bfloat16* dnext,

@@ -47,6 +47,7 @@
 #include "parallel/zero.h"
 #include "train/data.h"
 #include "train/data_parallel_cuda.h"
+#include "train/embedding_rows_cuda.h"
 #include "train/pipeline_cuda.h"
 #include "train/tensor_parallel_cuda.h"
 #include "train/schedule.h"
@@ -167,6 +168,10 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
                       (fp8.lm_head && r == pp - 1 ? double(model::CudaDecoder::fp8_lm_head_bytes(m)) : 0.0);
     e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) +
                    vp * attention_workspace_allowance(m, spec.micro_batch, seq, fp8.attention);
+    const std::int64_t n = std::int64_t(spec.micro_batch) * seq;  // tokens of a micro-batch on this rank
+    if (!m.tied_embeddings && r == 0 && dp > 1)  // the embedding gradient's rows from the other replicas
+      e.workspaces += double(EmbeddingRowsGather::bytes(m, n, int(dp)));
+    if (!m.tied_embeddings && tp > 1) e.workspaces += double(EmbeddingRowsGather::bytes(m, n / tp, tp));
     if (e.total() > worst.total()) worst = e;
   }
   return worst;
