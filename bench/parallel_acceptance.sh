@@ -21,6 +21,8 @@
 #   fp8attnpar: FP8 attention (--fp8-attention, current scaling) on `small-hd128` 30 steps: 1 GPU vs dp 2, tp 2, pp 2
 #             (each rank its own attention amaxes; pp: each micro-batch in flight its own q|k|v scale); losses compared
 #   scale:    `trainbench scale llama3.1-8b --gpus 1,2`: proxy, projection and the measured data-parallel runs
+#   gradbuf:  shared gradients (--grad-buffer shared) against a separate buffer with one micro-batch per rank: `small`
+#             deterministic, dp 2 and tp 2 (BF16) and tp 2 FP8: losses bit for bit
 #   tppeer:   tp70b's 2-GPU run, then the PyTorch TP peer (bench/peers/torch_train_tp.py: DTensor tensor + sequence
 #             parallel as TorchTitan, compiled blocks, loss parallel) in bf16 and fp32 state ($TPPEER_STATES)
 #   ppcheck:  `small` 30 steps, global batch 8, micro-batch 2 (4 micro-batches): 1 GPU vs 2 GPUs pipeline parallel
@@ -84,6 +86,17 @@ against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, 
         ours 70b-L4-tp2 --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2
         log "tp 70b (job tokens/s: the ratio below is per GPU; x2 for the job)"
         python3 bench/compare_losses.py "$OUT/results/70b-L4-1gpu" "$OUT/results/70b-L4-tp2" --tol 0.01 ;;
+      gradbuf)  # one micro-batch per rank, deterministic: shared gradients (the default) give the separate buffer's
+                # losses bit for bit in dp 2 and tp 2 (BF16, and tp 2 in FP8)
+        for lay in "dp" "tp" "tp-fp8"; do
+          args="--model small --no-op-profile --deterministic --gpus 2 --micro-batch 8 --global-batch 8"
+          [ "$lay" = dp ] && args="--model small --no-op-profile --deterministic --gpus 2 --micro-batch 4 --global-batch 8"
+          [ "$lay" != dp ] && args="$args --tp 2"
+          [ "$lay" = tp-fp8 ] && args="$args --precision fp8"
+          for g in shared separate; do STEPS=10 WARM=2 ours small-$lay-$g $args --grad-buffer $g; done
+          log "$lay shared vs separate"
+          python3 bench/compare_losses.py "$OUT/results/small-$lay-separate" "$OUT/results/small-$lay-shared" --tol 0 | tail -1
+        done ;;
       tppeer)  # tp70b's 2-GPU run against the PyTorch TP peer (bench/peers/torch_train_tp.py, TorchTitan's plan)
         ours 70b-L4-tp2 --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2 --no-op-profile
         for st in ${TPPEER_STATES:-bf16 fp32}; do

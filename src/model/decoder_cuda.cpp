@@ -436,9 +436,9 @@ static GradSharing plan_grad_sharing(const DenseLayout& L, bool tied, std::size_
 }
 
 std::size_t CudaDecoder::shared_arena_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
-                                            const Fp8Options& fp8) {
+                                            const Fp8Options& fp8, int tp) {
   const ArenaSize size =
-      carve(cfg, arena_parts(cfg, {}, 1), batch, seq, recompute, fp8, 1, nullptr, nullptr, nullptr, nullptr);
+      carve(cfg, arena_parts(cfg, {}, 1), batch, seq, recompute, fp8, tp, nullptr, nullptr, nullptr, nullptr);
   return size.rest + std::size_t(plan_grad_sharing(model::dense_layout(cfg), cfg.tied_embeddings, size.block).below);
 }
 
@@ -511,9 +511,8 @@ void CudaDecoder::prepare(int batch, int seq, int slots) {
   TB_REQUIRE(!fp8_head() || std::int64_t(batch) * seq / tp_.size % 16 == 0,
              "CUDA decoder: the FP8 LM head needs a multiple of 16 tokens per rank, got " +
                  std::to_string(std::int64_t(batch) * seq / tp_.size) + "; leave the LM head in BF16");
-  TB_REQUIRE(!share_grads_ || (tp_.size == 1 && cp_.size == 1),
-             "CUDA decoder: gradients that share the activations' memory need tp = cp = 1 (one GPU's whole model and "
-             "sequence)");
+  TB_REQUIRE(!share_grads_ || cp_.size == 1,
+             "CUDA decoder: gradients that share the activations' memory need cp = 1 (each rank the whole sequence)");
   TB_REQUIRE(!share_grads_ || slots == 1,
              "CUDA decoder: gradients that share the activations' memory allow one activation set, not " +
                  std::to_string(slots) + " (a pipeline schedule keeps several micro-batches in flight)");

@@ -203,17 +203,19 @@ class CudaDecoder {
   // Context parallel (see ContextParallelOps); before the first prepare().
   void set_context_parallel(ContextParallelOps cp);
   // Gradients that share the activations' memory (model/grad_sharing.h); before the first prepare(). One
-  // micro-batch per optimizer step, one activation set, no tensor or context parallel: layer k's saved activations
+  // micro-batch per optimizer step, one activation set, no context parallel: layer k's saved activations
   // sit in the bytes of gradients written after its backward (the earlier layers', untied: the embedding's), so the
   // arena mostly disappears into the gradient buffer. It frees the separate gradient buffer at once (grads_device()
   // is null until prepare(), which allocates the arena with the gradients inside). Every forward_backward overwrites the gradients (the caller calls
   // zero_grads_for_overwrite() before each forward; forward_backward() does it itself) and they stay valid until the
-  // next forward: read them (clip, AdamW) in between. Bit-identical to separate buffers.
+  // next forward: read them (clip, AdamW, the data- and tensor-parallel reductions) in between. Bit-identical to
+  // separate buffers.
   void share_grads_with_activations();
   bool shares_grads() const { return share_grads_; }
-  // The bytes such an arena needs beyond the gradient buffer (whole model, one activation set, tp = cp = 1).
+  // The bytes such an arena needs beyond the gradient buffer (cfg: this rank's shard of the whole model; one
+  // activation set).
   static std::size_t shared_arena_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
-                                        const Fp8Options& fp8 = {});
+                                        const Fp8Options& fp8 = {}, int tp = 1);
   // Enqueues one micro-batch on dc's stream: tokens, targets device [batch, seq] (unchecked: an id outside the
   // vocabulary gives a NaN loss); *loss_out (device) = the mean cross-entropy. prepare(batch, seq) first.
   void forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,

@@ -60,6 +60,7 @@ class DataParallelCuda {
   model::CudaDecoder::EmbeddingRows embedding_rows(const __nv_bfloat16* dnext, const std::int32_t* tokens,
                                                    std::int64_t rows);
   void finish_grads();
+  void set_grads(float* grads) { grads_ = grads; }  // the decoder moved them (into its arena: shared gradients)
   void all_reduce(void* buf, std::size_t count, DType t);
   void gather_early();
   void finish_step();

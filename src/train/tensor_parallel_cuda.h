@@ -51,6 +51,7 @@ class TensorParallelCuda {
   model::CudaDecoder::EmbeddingRows embedding_rows(const __nv_bfloat16* dnext, const std::int32_t* tokens,
                                                    std::int64_t rows);
   void finish_grads();
+  void set_grads(float* grads) { grads_ = grads; }  // the decoder moved them (into its arena: shared gradients)
   // After each rank updated its 1/tp part of these replicated slots ((offset, size) in the flat buffer): all-gather
   // them in place on the side stream (overlapping the rest of the optimizer); finish_step() joins it.
   void gather_parts(__nv_bfloat16* params, const std::vector<std::pair<std::size_t, std::size_t>>& slots);

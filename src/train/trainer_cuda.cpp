@@ -125,9 +125,12 @@ static model::Fp8Options fp8_options(const TrainSpec& spec) {
 // Pipeline parallel: the largest of the ranks' needs. A rank holds its chunks' parameters (vp chunks when
 // interleaved) and, per chunk, a decoder with the activation sets of that chunk's passes in flight (1F1B:
 // min(pp - r, micro-batches)), its own scratch and attention workspace; plus the boundary buffers its schedule keeps.
-// TrainSpec::grad_buffer: shared where the step allows it (one rank, one micro-batch per step).
-static bool shares_grads(const TrainSpec& spec, int ranks, int micro_batches) {
-  return spec.grad_buffer == "shared" && ranks == 1 && micro_batches == 1;
+// TrainSpec::grad_buffer: shared where the step allows it: one micro-batch per step and rank (the gradients are
+// written, not accumulated), one model chunk with one activation set (no pipeline), each rank the whole sequence (no
+// context parallel). Data and tensor parallel read the gradients (reduce-scatters, all-reduces) before the next
+// forward, as the optimizer does.
+static bool shares_grads(const TrainSpec& spec, int pp, int cp, int micro_batches) {
+  return spec.grad_buffer == "shared" && pp == 1 && cp == 1 && micro_batches == 1;
 }
 
 MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& full) {
@@ -160,9 +163,9 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
     e.master = (spec.master == "split" ? 2 : 4) * P / dp;
     e.moments = (spec.moments == "bf16" ? 4 : 8) * P / dp;
     e.activations += double(plan.buffers) * spec.micro_batch * m.seq * m.d_model * 2.0;
-    if (shares_grads(spec, dp_ranks * tp * pp * cp, micro_batches))  // the layer blocks mostly inside the gradients
+    if (shares_grads(spec, pp, cp, micro_batches))  // the layer blocks mostly inside the gradients
       e.activations = double(model::CudaDecoder::shared_arena_bytes(m, spec.micro_batch, seq,
-                                                                    parse_recompute(spec.recompute), fp8));
+                                                                    parse_recompute(spec.recompute), fp8, tp));
     if (fp8.enabled)
       e.fp8_weights = double(model::CudaDecoder::fp8_weight_bytes(m)) * stage_layer_count / m.layers +
                       (fp8.lm_head && r == pp - 1 ? double(model::CudaDecoder::fp8_lm_head_bytes(m)) : 0.0);
@@ -305,7 +308,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                                                           fp8, c == 0 ? zl.padded_total : 0,
                                                           stage_layers(m, pp, vp, pp_rank, c)));
   model::CudaDecoder& net = *chunks[0];
-  res.grads_shared = shares_grads(spec, world.size, accum);
+  res.grads_shared = shares_grads(spec, pp, cp, accum);
   if (res.grads_shared) net.share_grads_with_activations();  // frees the separate gradient buffer (prepare() below)
   std::unique_ptr<TensorParallelCuda> tpc;  // the tp group is the world (dp 1)
   if (tp > 1) {
@@ -452,7 +455,11 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   // Gradients in the activations' memory: the arena that holds them is allocated before anything takes
   // grads_device() (the optimizer's tensors below), after the master weights' init (its temporaries, 6 bytes per
   // element of the largest slot, would otherwise come on top of the whole arena).
-  if (res.grads_shared) net.prepare(mb, seq);
+  if (res.grads_shared) {
+    net.prepare(mb, seq);
+    if (tpc) tpc->set_grads(net.grads_device());
+    if (ddp) ddp->set_grads(net.grads_device());
+  }
   std::vector<ops::AdamWTensor> tensors;
   auto* m_base = static_cast<std::byte*>(moments.get());
   std::size_t early_tensors = 0;  // data parallel: the tensors of the buckets all-gathered at the end of the step

@@ -229,7 +229,7 @@ TEST(TrainerCuda, PipelineMemoryEstimateIsPerStage) {
 // The memory estimate: with --grad-buffer shared the layer blocks of Llama 3.1 8B L8 (1.21 GB each at seq 8192) sit
 // inside the gradients but for what the last layer's bound leaves below them (model/grad_sharing.h: 8 blocks - where
 // layer 7's gradients start = 1.45 GB), so the estimate drops by ~7.6 GiB; weights, gradients and optimizer state
-// are unchanged; with two micro-batches per step, or two ranks, nothing is shared.
+// are unchanged; with two micro-batches per step nothing is shared, with two data-parallel ranks of one each it is.
 TEST(TrainerCuda, MemoryEstimateCountsSharedGradients) {
   SKIP_WITHOUT_GPU();  // the estimate asks the norm kernels' occupancy for their workspace
   tb::train::TrainSpec s;
@@ -249,8 +249,8 @@ TEST(TrainerCuda, MemoryEstimateCountsSharedGradients) {
   s.global_batch = 2;  // two micro-batches: the gradients accumulate over them
   EXPECT_EQ(tb::train::estimate_memory(s, m).activations, separate.activations);
   s.global_batch = 0;
-  s.dp = 2;
-  EXPECT_EQ(tb::train::estimate_memory(s, m).activations, separate.activations);
+  s.dp = 2;  // one micro-batch on each of two data-parallel ranks: shared
+  EXPECT_EQ(tb::train::estimate_memory(s, m).activations, shared.activations);
 }
 
 }  // namespace
