@@ -510,7 +510,7 @@ TEST(LmHeadCeScratch, ChunkIsRoundedToKeepRowsAligned) {
   EXPECT_EQ(lm_head_ce_scratch(8192, 128256, 4096, 3000).chunk, 3000);
   const auto s = lm_head_ce_scratch(8192, 128256, 4096);
   EXPECT_EQ(s.chunk, kLmHeadDefaultChunk);
-  EXPECT_EQ(s.logits_bytes, std::size_t(4096) * 128256 * 2);
+  EXPECT_EQ(s.logits_bytes, std::size_t(kLmHeadDefaultChunk) * 128256 * 2);
   EXPECT_EQ(s.token_loss_offset % 256, 0u);
   EXPECT_GE(s.token_loss_offset, s.logits_bytes);
   EXPECT_GE(s.bytes, s.token_loss_offset + 8192 * 4);
