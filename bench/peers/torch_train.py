@@ -120,6 +120,26 @@ def pick_sdpa(c, seq, dev):
     sys.exit("torch_train: no fused SDPA backend runs at these shapes")
 
 
+def timed(fn, cuda):
+    """fn() and its seconds: CUDA events around it, synchronized (steps do not overlap); the host clock on the CPU."""
+    if not cuda:
+        t0 = time.perf_counter()
+        out = fn()
+        return out, time.perf_counter() - t0
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    out = fn()
+    stop.record()
+    torch.cuda.synchronize()
+    return out, start.elapsed_time(stop) / 1e3
+
+
+def flops_per_token(c, s):
+    """The `full` convention (model/flops.h): 6 N_matmul + 12 L s H hd, the LM head counted, the embedding not."""
+    L, d, H, G, hd, ffn, V = (c[k] for k in ("layers", "d", "heads", "kv", "hd", "ffn", "vocab"))
+    return 6 * (L * (d * (H + 2 * G) * hd + H * hd * d + 3 * ffn * d) + V * d) + 12 * L * s * H * hd
+
+
 def quantile(xs, q):  # linear interpolation between order statistics (numpy's default, as core/stats.h)
     xs = sorted(xs)
     pos = q * (len(xs) - 1)
@@ -184,17 +204,7 @@ def main():
           f"compile {args.compile} sdpa {backend.name} gqa {'native' if gqa else 'repeated'}", file=sys.stderr)
     times, losses = [], []
     for i in range(n):
-        if cuda:
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            loss, norm = train_step(tokens[i], targets[i])
-            stop.record()
-            torch.cuda.synchronize()
-            sec = start.elapsed_time(stop) / 1e3
-        else:
-            t0 = time.perf_counter()
-            loss, norm = train_step(tokens[i], targets[i])
-            sec = time.perf_counter() - t0
+        (loss, norm), sec = timed(lambda: train_step(tokens[i], targets[i]), cuda)
         times.append(sec)
         losses.append(loss.item())
         tag = "warmup" if i < args.warmup else "step"
@@ -203,8 +213,7 @@ def main():
 
     measured = times[args.warmup:]
     median = quantile(measured, 0.5)
-    n_matmul = L * (d * (H + 2 * G) * hd + H * hd * d + 3 * ffn * d) + V * d
-    flops_per_token = 6 * n_matmul + 12 * L * s * H * hd
+    fpt = flops_per_token(c, s)
     gib = lambda x: x / 2**30
     print(json.dumps({
         "peer": "torch", "bench": "train", "case": f"{args.model}/L{L}/s{s}/mb{B}/gb{B}/{dev.type}",
@@ -213,8 +222,8 @@ def main():
         "params": sum(p.numel() for p in params), "steps": args.steps, "warmup_steps": args.warmup,
         "step_s": {"median": median, "p10": quantile(measured, 0.1), "p90": quantile(measured, 0.9),
                    "n": len(measured)},
-        "tokens_per_s": B * s / median, "flops_per_token": flops_per_token, "flops_per_step": flops_per_token * B * s,
-        "flop_convention": "full", "tflops": flops_per_token * B * s / median / 1e12,
+        "tokens_per_s": B * s / median, "flops_per_token": fpt, "flops_per_step": fpt * B * s,
+        "flop_convention": "full", "tflops": fpt * B * s / median / 1e12,
         "compile_s": times[0], "loss": losses, "loss_first": losses[0], "loss_last": losses[-1],
         "max_memory_allocated_gib": gib(torch.cuda.max_memory_allocated()) if cuda else None,
         "max_memory_reserved_gib": gib(torch.cuda.max_memory_reserved()) if cuda else None,

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -30,7 +29,8 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 from torch.nn.attention import sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_train import EPS, PRESETS, attend, init_, pick_sdpa, quantile, rope, rope_inv_freq  # noqa: E402
+from torch_train import (EPS, PRESETS, attend, flops_per_token, init_, pick_sdpa, quantile, rope,  # noqa: E402
+                         rope_inv_freq, timed)
 
 
 class Attention(nn.Module):
@@ -178,17 +178,7 @@ def main():
     times, losses = [], []
     for i in range(n):
         dist.barrier()
-        if cuda:
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            loss, norm = train_step(tokens[i], targets[i])
-            stop.record()
-            torch.cuda.synchronize()
-            sec = start.elapsed_time(stop) / 1e3
-        else:
-            t0 = time.perf_counter()
-            loss, norm = train_step(tokens[i], targets[i])
-            sec = time.perf_counter() - t0
+        (loss, norm), sec = timed(lambda: train_step(tokens[i], targets[i]), cuda)
         times.append(sec)
         losses.append(float(loss.full_tensor() if hasattr(loss, "full_tensor") else loss))
         if rank == 0:
@@ -198,8 +188,7 @@ def main():
 
     measured = times[args.warmup:]
     median = quantile(measured, 0.5)
-    n_matmul = L * (d * (H + 2 * G) * hd + H * hd * d + 3 * ffn * d) + V * d
-    flops_per_token = 6 * n_matmul + 12 * L * s * H * hd
+    fpt = flops_per_token(c, s)
     if rank == 0:
         gib = lambda x: x / 2**30
         print(json.dumps({
@@ -209,8 +198,8 @@ def main():
             "steps": args.steps, "warmup_steps": args.warmup,
             "step_s": {"median": median, "p10": quantile(measured, 0.1), "p90": quantile(measured, 0.9),
                        "n": len(measured)},
-            "tokens_per_s": s / median, "flops_per_token": flops_per_token, "flop_convention": "full",
-            "tflops_per_gpu": flops_per_token * s / median / 1e12 / world,
+            "tokens_per_s": s / median, "flops_per_token": fpt, "flop_convention": "full",
+            "tflops_per_gpu": fpt * s / median / 1e12 / world,
             "compile_s": times[0], "loss": losses, "loss_first": losses[0], "loss_last": losses[-1],
             "max_memory_allocated_gib": gib(torch.cuda.max_memory_allocated()) if cuda else None,
             "torch": torch.__version__, "gpu": torch.cuda.get_device_name() if cuda else None,
