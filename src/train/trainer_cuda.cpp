@@ -122,9 +122,6 @@ static model::Fp8Options fp8_options(const TrainSpec& spec) {
   return o;
 }
 
-// Pipeline parallel: the largest of the ranks' needs. A rank holds its chunks' parameters (vp chunks when
-// interleaved) and, per chunk, a decoder with the activation sets of that chunk's passes in flight (1F1B:
-// min(pp - r, micro-batches)), its own scratch and attention workspace; plus the boundary buffers its schedule keeps.
 // TrainSpec::grad_buffer: shared where the step allows it: one micro-batch per step and rank (the gradients are
 // written, not accumulated), one model chunk with one activation set (no pipeline), each rank the whole sequence (no
 // context parallel). Data and tensor parallel read the gradients (reduce-scatters, all-reduces) before the next
@@ -133,6 +130,9 @@ static bool shares_grads(const TrainSpec& spec, int pp, int cp, int micro_batche
   return spec.grad_buffer == "shared" && pp == 1 && cp == 1 && micro_batches == 1;
 }
 
+// Pipeline parallel: the largest of the ranks' needs. A rank holds its chunks' parameters (vp chunks when
+// interleaved) and, per chunk, a decoder with the activation sets of that chunk's passes in flight (1F1B:
+// min(pp - r, micro-batches)), its own scratch and attention workspace; plus the boundary buffers its schedule keeps.
 MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& full) {
   const int tp = std::max(1, spec.tp), pp = std::max(1, spec.pp), vp = pp > 1 ? std::max(1, spec.vp) : 1;
   const model::ModelConfig m = tp > 1 ? parallel::tp_shard_config(full, tp) : full;  // this rank's shard
@@ -453,8 +453,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   }
 
   // Gradients in the activations' memory: the arena that holds them is allocated before anything takes
-  // grads_device() (the optimizer's tensors below), after the master weights' init (its temporaries, 6 bytes per
-  // element of the largest slot, would otherwise come on top of the whole arena).
+  // grads_device() (the optimizer's tensors below), after the master weights' init (whose temporaries would otherwise
+  // come on top of the whole arena).
   if (res.grads_shared) {
     net.prepare(mb, seq);
     if (tpc) tpc->set_grads(net.grads_device());
