@@ -270,10 +270,11 @@ void CudaDecoder::zero_grads_for_overwrite() {
   std::vector<bool> linear(layout_.slots.size(), false), lazy(layout_.slots.size(), false);
   for (const DenseLayout::Layer& L : layout_.layers)
     for (int i : {L.qkv, L.out, L.fc1, L.fc2}) linear[std::size_t(i)] = true;
+  if (last_stage()) linear[std::size_t(layout_.lm_head)] = true;  // the first LM head call writes it (tied: first)
   for (int i : shared_grad_slots()) lazy[std::size_t(i)] = true;
   for (std::size_t i = 0; i < layout_.slots.size(); ++i)
     if (!linear[i] && !lazy[i]) zero_grad_slot(int(i));
-  overwrite_linear_grads_ = true;
+  overwrite_linear_grads_ = overwrite_head_grad_ = true;
 }
 
 void CudaDecoder::zero_grad_slot(int i) {
@@ -974,11 +975,15 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
     w.w_scale_inv = fp8_head_->meta(0).scale_inv, w.x = fp8_head_->meta(1), w.dlogits = fp8_head_->meta(2);
     w.margin = fp8_.margin, w.grad = fp8_.grad;
     ops::lm_head_cross_entropy_fp8(dc_, {H.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, w, c.vocab,
-                                   my_targets, lm_head_chunk(true), head_scale, loss_out, {s_.ce, s_.ce_bytes});
+                                   my_targets, lm_head_chunk(true), head_scale, loss_out, {s_.ce, s_.ce_bytes},
+                                   overwrite_head_grad_);
   } else {
     ops::lm_head_cross_entropy(dc_, {H.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, P(layout_.lm_head),
-                               my_targets, lm_head_chunk(false), head_scale, loss_out, {s_.ce, s_.ce_bytes});
+                               my_targets, lm_head_chunk(false), head_scale, loss_out, {s_.ce, s_.ce_bytes},
+                               overwrite_head_grad_);
   }
+  overwrite_head_grad_ = false;  // later micro-batches of the step accumulate (a pipeline runs several forwards
+                                 // before the first backward: the flag of the linears would still be set)
   mark("lm head + cross-entropy");
 }
 

@@ -172,8 +172,8 @@ class CudaDecoder {
   std::vector<float> params_to_host();  // the bf16 parameters, widened
   std::vector<float> grads_to_host();   // the fp32 gradients
   void zero_grads();
-  // Zeroes only the gradients that kernels accumulate into (embeddings, norms, the LM head) and makes the next
-  // forward_backward WRITE the linear layers' weight gradients (GEMM beta = 0) instead of adding to them: the
+  // Zeroes only the gradients that kernels accumulate into (embeddings, norms) and makes the next forward_backward
+  // WRITE the linear layers' and the LM head's weight gradients (GEMM beta = 0) instead of adding to them: the
   // start of an optimizer step without a memset of every gradient (saves 4P bytes of writes and the GEMMs' reads
   // of the old values). Later calls accumulate as usual.
   void zero_grads_for_overwrite();
@@ -412,6 +412,7 @@ class CudaDecoder {
   void fp8_attention_forward(int l, const LayerActs& A, int batch, int seq);   // from A.qkv (bf16, after RoPE)
   void fp8_attention_backward(int l, const LayerActs& A, int batch, int seq);  // from s_.dout into s_.dqkv
   bool overwrite_linear_grads_ = false;  // set by zero_grads_for_overwrite() for the next forward_backward
+  bool overwrite_head_grad_ = false;     // and for the next LM head call (in forward(): the step's first)
   TensorParallelOps tp_;
   ContextParallelOps cp_;
   ops::DeviceBuffer cp_buf_;  // context parallel scratch: K|V local, gathered, natural order; dK|dV per chunk

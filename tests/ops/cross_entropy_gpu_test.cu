@@ -292,10 +292,10 @@ struct Problem {
   TensorView<float> dw_view() const { return TensorView<float>(dw.as<float>(), {c.vocab, c.hidden}); }
   TensorView<const bf16> x_view() const { return TensorView<const bf16>(x.as<const bf16>(), {c.t, c.hidden}); }
   TensorView<const bf16> w_view() const { return TensorView<const bf16>(w.as<const bf16>(), {c.vocab, c.hidden}); }
-  void run(DeviceContext& dc, bool want_dx = true, bool want_dw = true) {
+  void run(DeviceContext& dc, bool want_dx = true, bool want_dw = true, bool dw_overwrite = false) {
     lm_head_cross_entropy(dc, want_dx ? dx_view() : TensorView<bf16>{}, want_dw ? dw_view() : TensorView<float>{},
                           x_view(), w_view(), targets.as<const std::int32_t>(), c.chunk, c.grad_scale,
-                          loss.as<float>(), Workspace{scratch.get(), scratch.bytes()});
+                          loss.as<float>(), Workspace{scratch.get(), scratch.bytes()}, dw_overwrite);
   }
   Result fetch(DeviceContext& dc) const {
     Result r;
@@ -414,6 +414,23 @@ TEST_P(LmHeadCeGpu, PartialRunsAreBitIdenticalAndLeaveOtherOutputsAlone) {
   const Result dw_only = p.fetch(*dc_);
   EXPECT_EQ(full.dw, dw_only.dw);
   EXPECT_TRUE(std::all_of(dw_only.dx.begin(), dw_only.dx.end(), [](std::uint16_t b) { return b == 0xffff; }));
+}
+
+// dw_overwrite: dW is written, whatever it held (D0 here), equal to accumulating into zeros but for the fp32
+// summation order of the beta = 0 GEMM plan; D0 left in would be off by ~100% (|D0| ~ |dW|).
+TEST_P(LmHeadCeGpu, OverwriteWritesWhatAccumulatingIntoZerosGives) {
+  Problem zeros(*dc_, GetParam(), 0.5f, 300, 0.0f), over(*dc_, GetParam(), 0.5f, 300, 1e-2f);
+  zeros.run(*dc_);
+  over.run(*dc_, true, true, true);
+  const Result want = zeros.fetch(*dc_), got = over.fetch(*dc_);
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < want.dw.size(); ++i) {
+    diff += (double(got.dw[i]) - want.dw[i]) * (double(got.dw[i]) - want.dw[i]);
+    norm += double(want.dw[i]) * want.dw[i];
+  }
+  EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm));
+  EXPECT_EQ(got.dx, want.dx);
+  EXPECT_EQ(std::memcmp(&got.loss, &want.loss, 4), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LmHeadCeGpu,

@@ -33,6 +33,7 @@
 #include "ops/cpu/cross_entropy.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/cross_entropy.h"
+#include "ops/cuda/fill.h"
 #include "ops/cuda/fp8.h"
 
 namespace {
@@ -99,14 +100,18 @@ struct Problem {
     return f;
   }
   // Runs the head with `chunk` (backward unless forward_only) into a fresh scratch, which it returns.
-  DeviceBuffer run(DeviceContext& dc, int chunk, bool forward_only = false) {
+  // overwrite: dW starts as garbage (0.5 everywhere) and the call writes it (dw_overwrite); else zeros, accumulated
+  DeviceBuffer run(DeviceContext& dc, int chunk, bool forward_only = false, bool overwrite = false) {
     const LmHeadCeScratch L = lm_head_ce_scratch(c.t, c.vocab, c.h, chunk, true);
     DeviceBuffer scratch(0, L.bytes);
-    TB_CHECK(cudaMemset(dw_.get(), 0, dw_.bytes()));
+    if (overwrite)
+      tb::ops::fill_uniform(dw_.get(), tb::DType::f32, std::size_t(c.vocab * c.h), 5, 0.5f, 0.5001f, dc.stream());
+    else
+      TB_CHECK(cudaMemset(dw_.get(), 0, dw_.bytes()));
     TensorView<bf16> dx = forward_only ? TensorView<bf16>() : TensorView<bf16>(dx_.as<bf16>(), {c.t, c.h});
     TensorView<float> dw = forward_only ? TensorView<float>() : TensorView<float>(dw_.as<float>(), {c.vocab, c.h});
     lm_head_cross_entropy_fp8(dc, dx, dw, {x_.as<bf16>(), {c.t, c.h}}, head(), c.vocab, tg_.as<std::int32_t>(), chunk,
-                              c.grad_scale, loss_.as<float>(), {scratch.get(), L.bytes});
+                              c.grad_scale, loss_.as<float>(), {scratch.get(), L.bytes}, overwrite);
     dc.synchronize();
     return scratch;
   }
@@ -294,6 +299,11 @@ TEST_P(LmHeadFp8Gpu, EndToEndWithinFp8ErrorOfTheExactHead) {
     EXPECT_LT(rel_l2(dx, dx_ref), 0.15) << chunk;
     EXPECT_LT(rel_l2(dw, dw_ref), 0.15) << chunk;
   }
+  // dw_overwrite over garbage (0.5 everywhere, far above |dW|): the accumulated run's dW to fp32 summation order.
+  const auto dw64 = std::get<2>(one(64));
+  P.run(dc, 64, false, true);
+  const auto dw_over = down<float>(P.dw_.get(), vh);
+  EXPECT_LT(rel_l2(dw_over, std::vector<double>(dw64.begin(), dw64.end())), 1e-5);
 
   // Forward only: the same per-token losses, bit for bit, and no gradient written.
   const LmHeadCeScratch L = lm_head_ce_scratch(c.t, c.vocab, c.h, 64, true);

@@ -309,7 +309,7 @@ void check_call(TensorView<__nv_bfloat16> dx, TensorView<float> dw, TensorView<c
 void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<float> dw,
                            TensorView<const __nv_bfloat16> x, TensorView<const __nv_bfloat16> w,
                            const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
-                           Workspace scratch) {
+                           Workspace scratch, bool dw_overwrite) {
   TB_REQUIRE(x.rank() == 2 && w.rank() == 2,
              str("lm_head_cross_entropy: x [t, h] and W [V, h] must be 2-D, got ", x.shape_str(), " and ",
                  w.shape_str()));
@@ -335,8 +335,9 @@ void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, Tens
       dc.gemm(GemmShape{c, h, vocab, DType::bf16, DType::bf16, DType::bf16, false, GemmLayout::ab},
               dx.data() + r0 * h, logits, w.data());
     if (want_dw)
-      dc.gemm(GemmShape{vocab, h, c, DType::bf16, DType::bf16, DType::f32, false, GemmLayout::atb, true}, dw.data(),
-              logits, x_c);
+      dc.gemm(GemmShape{vocab, h, c, DType::bf16, DType::bf16, DType::f32, false, GemmLayout::atb,
+                        !(dw_overwrite && r0 == 0)},
+              dw.data(), logits, x_c);
   }
   mean_loss_kernel<<<1, kMeanThreads, 0, dc.stream()>>>(token_loss, t, loss_out);
   TB_CHECK_LAUNCH();
@@ -345,7 +346,7 @@ void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, Tens
 void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<float> dw,
                                TensorView<const __nv_bfloat16> x, const LmHeadFp8& w, std::int64_t vocab,
                                const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
-                               Workspace scratch) {
+                               Workspace scratch, bool dw_overwrite) {
   TB_REQUIRE(x.rank() == 2, str("lm_head_cross_entropy_fp8: x must be [t, h], got ", x.shape_str()));
   const std::int64_t t = x.size(0), h = x.size(1);
   TB_REQUIRE(t % 16 == 0 && h % 16 == 0 && vocab % 16 == 0,
@@ -398,7 +399,7 @@ void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, 
               {w.dlogits.scale_inv, w.w_scale_inv});
     if (want_dw) {
       GemmShape gw{vocab, h, c, w.grad, DType::e4m3, DType::f32};
-      gw.accumulate = true;
+      gw.accumulate = !(dw_overwrite && r0 == 0);
       dc.gemm(gw, dw.data(), dlqt, xqt, {w.dlogits.scale_inv, w.x.scale_inv});
     }
   }
