@@ -88,14 +88,19 @@ against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, 
         python3 bench/compare_losses.py "$OUT/results/70b-L4-1gpu" "$OUT/results/70b-L4-tp2" --tol 0.01 ;;
       gradbuf)  # one micro-batch per rank, deterministic: shared gradients (the default) give the separate buffer's
                 # losses bit for bit in dp 2 and tp 2 (BF16, and tp 2 in FP8)
-        for lay in "dp" "tp" "tp-fp8"; do
-          args="--model small --no-op-profile --deterministic --gpus 2 --micro-batch 8 --global-batch 8"
-          [ "$lay" = dp ] && args="--model small --no-op-profile --deterministic --gpus 2 --micro-batch 4 --global-batch 8"
-          [ "$lay" != dp ] && args="$args --tp 2"
-          [ "$lay" = tp-fp8 ] && args="$args --precision fp8"
-          for g in shared separate; do STEPS=10 WARM=2 ours small-$lay-$g $args --grad-buffer $g; done
+        for lay in dp tp tp-fp8; do
+          case $lay in
+            dp) args="--micro-batch 4" ;;
+            tp) args="--micro-batch 8 --tp 2" ;;
+            tp-fp8) args="--micro-batch 8 --tp 2 --precision fp8" ;;
+          esac
+          for g in shared separate; do
+            STEPS=10 WARM=2 ours small-$lay-$g --model small --no-op-profile --deterministic --gpus 2 --global-batch 8 \
+              $args --grad-buffer $g
+          done
           log "$lay shared vs separate"
-          python3 bench/compare_losses.py "$OUT/results/small-$lay-separate" "$OUT/results/small-$lay-shared" --tol 0 | tail -1
+          python3 bench/compare_losses.py "$OUT/results/small-$lay-separate" "$OUT/results/small-$lay-shared" \
+            --tol 0 | tail -1
         done ;;
       tppeer)  # tp70b's 2-GPU run against the PyTorch TP peer (bench/peers/torch_train_tp.py, TorchTitan's plan)
         ours 70b-L4-tp2 --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2 --no-op-profile
@@ -104,7 +109,10 @@ against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, 
           python3 -m torch.distributed.run --nproc-per-node 2 bench/peers/torch_train_tp.py --model llama3.1-70b \
             --layers 4 --seq 8192 --steps "$STEPS" --warmup "$WARM" --state $st > "$OUT/peer-tp2-$st.json"
           echo "exit $?"; cat "$OUT/peer-tp2-$st.json" >> "$OUT/peers.jsonl"
-          python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('torch tp2', d['state'], 'tokens/s %.0f' % d['tokens_per_s'], 'step %.1f ms' % (d['step_s']['median'] * 1e3), 'TFLOP/s/GPU %.1f' % d['tflops_per_gpu'], 'peak alloc %.2f GiB' % d['max_memory_allocated_gib'], 'compile %.0f s' % d['compile_s'])" "$OUT/peer-tp2-$st.json"
+          python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('torch tp2', d['state'], \
+            'tokens/s %.0f' % d['tokens_per_s'], 'step %.1f ms' % (d['step_s']['median'] * 1e3), \
+            'TFLOP/s/GPU %.1f' % d['tflops_per_gpu'], 'peak alloc %.2f GiB' % d['max_memory_allocated_gib'], \
+            'compile %.0f s' % d['compile_s'])" "$OUT/peer-tp2-$st.json"
         done ;;
       ppcheck)
         STEPS=25 WARM=5 ours small-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile

@@ -24,10 +24,10 @@
 //                             dnext = add_norm_backward(dy1, r1) + dr2
 //     dE += embedding_backward(dnext, tokens)  (+ dP += position_embedding_backward(dnext))
 // Parameters: ONE bf16 device buffer in model/param_layout.h's DenseLayout (the CPU decoder's), gradients ONE
-// fp32 device buffer of the same layout. forward_backward ACCUMULATES grad_scale * dloss/dparams (the caller
-// zeroes, as with CpuDecoder). Every slot must start 256-byte aligned in the bf16 buffer (offsets multiples of 128
-// elements: the cuBLASLt plans, norm and CE kernels assume it); the constructor refuses a config whose layout
-// breaks that, saying which slot.
+// fp32 device buffer of the same layout (with share_grads_with_activations(): inside the activation arena).
+// forward_backward ACCUMULATES grad_scale * dloss/dparams (the caller zeroes, as with CpuDecoder). Every slot must
+// start 256-byte aligned in the bf16 buffer (offsets multiples of 128 elements: the cuBLASLt plans, norm and CE
+// kernels assume it); the constructor refuses a config whose layout breaks that, saying which slot.
 // Activations: ONE device arena per (batch, seq, activation sets), carved into 256-byte aligned pieces by the same
 // code that sizes it (activation_bytes()). What each layer keeps for its backward depends on the recompute mode:
 //   none:       r1 mean1 rstd1 y1 qkv o lse r2 mean2 rstd2 y2 h g          (per token: (7d + 2 kv + 2 or 3 ffn) bf16)
@@ -203,13 +203,13 @@ class CudaDecoder {
   // Context parallel (see ContextParallelOps); before the first prepare().
   void set_context_parallel(ContextParallelOps cp);
   // Gradients that share the activations' memory (model/grad_sharing.h); before the first prepare(). One
-  // micro-batch per optimizer step, one activation set, no context parallel: layer k's saved activations
-  // sit in the bytes of gradients written after its backward (the earlier layers', untied: the embedding's), so the
-  // arena mostly disappears into the gradient buffer. It frees the separate gradient buffer at once (grads_device()
-  // is null until prepare(), which allocates the arena with the gradients inside). Every forward_backward overwrites the gradients (the caller calls
-  // zero_grads_for_overwrite() before each forward; forward_backward() does it itself) and they stay valid until the
-  // next forward: read them (clip, AdamW, the data- and tensor-parallel reductions) in between. Bit-identical to
-  // separate buffers.
+  // micro-batch per optimizer step, one activation set, no context parallel: layer k's saved activations sit in the
+  // bytes of gradients written after its backward (the earlier layers', untied: the embedding's), so the arena
+  // mostly disappears into the gradient buffer. It frees the separate gradient buffer at once (grads_device() is
+  // null until prepare(), which allocates the arena with the gradients inside). Every forward_backward overwrites
+  // the gradients (the caller calls zero_grads_for_overwrite() before each forward; forward_backward() does it
+  // itself) and they stay valid until the next forward: read them (clip, AdamW, the data- and tensor-parallel
+  // reductions) in between. Bit-identical to separate buffers.
   void share_grads_with_activations();
   bool shares_grads() const { return share_grads_; }
   // The bytes such an arena needs beyond the gradient buffer (cfg: this rank's shard of the whole model; one

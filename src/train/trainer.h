@@ -56,8 +56,8 @@ struct TrainSpec {
                                       // ops/cuda/master_split.h) or f32 (a separate fp32 copy)
   std::string grad_buffer = "shared"; // shared: the weight gradients take the bytes of activations already used
                                       // (model/grad_sharing.h) where the step allows it (one micro-batch per
-                                      // rank, no pipeline or context parallel);
-                                      // separate: their own buffer. The same numbers either way.
+                                      // rank, no pipeline or context parallel); separate: their own buffer. The
+                                      // same numbers either way.
   std::string graph = "auto";         // capture the step as a CUDA graph: on | off | auto (on, except with tensor
                                       // parallel: measured on 2 H200s, 70B L4 tp 2, the captured step was 232 ms and
                                       // eager launches 227 ms, so auto runs tp eagerly)
