@@ -83,8 +83,8 @@ int cmd_train(int argc, char** argv) {
       ->check(CLI::IsMember({"split", "f32"}))
       ->capture_default_str();
   app.add_option("--grad-buffer", spec.grad_buffer,
-                 "weight gradients: shared (in activation memory already used, with one micro-batch per rank and no "
-                 "--pp or --cp; else separate) | separate")
+                 "--device cuda: the weight gradients shared (in activation memory already used, with one micro-batch "
+                 "per rank and no --pp or --cp; else separate) | separate")
       ->check(CLI::IsMember({"shared", "separate"}))
       ->capture_default_str();
   app.add_option("--precision", spec.precision, "bf16 | fp8 (FP8 linear layers, --device cuda)")
