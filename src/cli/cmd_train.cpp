@@ -253,6 +253,11 @@ int cmd_train(int argc, char** argv) {
     r.data["peak_alloc_gib"] = res.peak_alloc_bytes / kGiB;
     r.data["device_used_gib"] = res.device_used_bytes / kGiB;
     r.data["estimate_gib"] = res.estimate.total() / kGiB;
+    const train::MemoryEstimate& e = res.estimate;
+    r.data["estimate_parts_gib"] = {{"weights", e.weights / kGiB},         {"grads", e.grads / kGiB},
+                                    {"master", e.master / kGiB},           {"moments", e.moments / kGiB},
+                                    {"activations", e.activations / kGiB}, {"fp8_weights", e.fp8_weights / kGiB},
+                                    {"workspaces", e.workspaces / kGiB}};
     r.data["power_w"] = res.power_w;
     r.data["energy_j_per_token"] = res.energy_j_per_token;
     r.data["ops"] = ops_json(res);
@@ -293,6 +298,7 @@ int cmd_train(int argc, char** argv) {
                 res.peak_alloc_bytes / kGiB, res.estimate.total() / kGiB,
                 res.grads_shared ? "in activation memory" : "separate", res.device_used_bytes / kGiB,
                 res.graph.c_str(), res.gemm_plans, res.gemm_retuned);
+    std::printf("         estimate: %s\n", res.estimate.parts_gib().c_str());
     if (res.power_w > 0)
       std::printf("         power %.0f W mean | energy %.3f J/token\n", res.power_w, res.energy_j_per_token);
     print_ops(res);

@@ -94,6 +94,15 @@ void validate(const TrainSpec& spec) {
   TB_REQUIRE(spec.gpu >= 0, "--gpu must be a device index >= 0");
 }
 
+std::string MemoryEstimate::parts_gib() const {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return fmt::format("weights {:.2f} + gradients {:.2f} + master {:.2f} + moments {:.2f} + activations {:.2f}{} + "
+                     "workspaces {:.2f} GiB",
+                     weights / kGiB, grads / kGiB, master / kGiB, moments / kGiB, activations / kGiB,
+                     fp8_weights > 0 ? fmt::format(" + FP8 copies {:.2f}", fp8_weights / kGiB) : "",
+                     workspaces / kGiB);
+}
+
 LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m) {
   const double lr = spec.lr > 0 ? spec.lr : model::param_count(m) < 100'000'000 ? 3e-3 : 3e-4;
   return LrSchedule{lr, spec.min_lr >= 0 ? spec.min_lr : lr / 10, std::min(spec.lr_warmup, spec.steps), spec.steps};

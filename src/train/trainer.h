@@ -84,10 +84,12 @@ struct TrainSpec {
 // Device memory a CUDA run needs, before anything is allocated (bytes).
 struct MemoryEstimate {
   double weights = 0, grads = 0, master = 0, moments = 0;  // bf16 2P, fp32 4P, 2P split (4P f32), 8P (bf16: 4P)
-  double activations = 0;                                  // the decoder's arena for one micro-batch
-  double fp8_weights = 0;                                  // FP8: the W and W^T copies (1 + 1 bytes per weight)
-  double workspaces = 0;                                   // cuBLASLt + an allowance for cuDNN attention
+  double activations = 0;  // the decoder's arena for one micro-batch (shared gradients: what lies beyond them)
+  double fp8_weights = 0;  // FP8: the W and W^T copies (1 + 1 bytes per weight)
+  double workspaces = 0;   // cuBLASLt, cuDNN attention's allowance, the gathered embedding rows
   double total() const { return weights + grads + master + moments + activations + fp8_weights + workspaces; }
+  // "weights 5.21 + gradients 10.41 + ... GiB": the parts (FP8 copies only when there are some)
+  std::string parts_gib() const;
 };
 
 struct StepStats {

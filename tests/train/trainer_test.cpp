@@ -104,3 +104,16 @@ TEST(TrainerCpu, StopsAfterTheCurrentStepOnInterrupt) {
   EXPECT_EQ(res.steps.size(), 3u);  // the steps that finished, no more
   EXPECT_GT(res.tokens_per_s, 0);
 }
+
+// The summary's memory line: every part in GiB, FP8 copies only when there are some, the parts add to total().
+TEST(MemoryEstimate, PartsInGiB) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  tb::train::MemoryEstimate e;
+  e.weights = 2 * kGiB, e.grads = 4 * kGiB, e.master = 2 * kGiB, e.moments = 8 * kGiB, e.activations = 1.5 * kGiB;
+  e.workspaces = 0.25 * kGiB;
+  EXPECT_EQ(e.parts_gib(), "weights 2.00 + gradients 4.00 + master 2.00 + moments 8.00 + activations 1.50 + "
+                           "workspaces 0.25 GiB");
+  e.fp8_weights = 1 * kGiB;
+  EXPECT_NE(e.parts_gib().find("activations 1.50 + FP8 copies 1.00 + workspaces"), std::string::npos);
+  EXPECT_DOUBLE_EQ(e.total(), 18.75 * kGiB);
+}
