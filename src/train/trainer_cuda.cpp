@@ -183,15 +183,11 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
 std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, double free_bytes) {
   const MemoryEstimate e = estimate_memory(spec, m);
   if (e.total() <= free_bytes) return "";
-  std::string msg = fmt::format(
-      "{} with {} layers, seq {}, micro-batch {}{} needs about {:.1f} GiB on the GPU (weights {:.1f}, gradients "
-      "{:.1f}, "
-      "master weights {:.1f}, AdamW moments {:.1f}, activations {:.1f} with --recompute {}, workspaces {:.1f}); "
-      "{:.1f} GiB are free.",
-      m.name, m.layers, m.seq, spec.micro_batch,
-      spec.pp > 1 ? fmt::format(", pp {} vp {} (the fullest rank)", spec.pp, spec.vp) : "",
-      e.total() / kGiB, e.weights / kGiB, e.grads / kGiB,
-      e.master / kGiB, e.moments / kGiB, e.activations / kGiB, spec.recompute, e.workspaces / kGiB, free_bytes / kGiB);
+  std::string msg = fmt::format("{} with {} layers, seq {}, micro-batch {}{}, --recompute {} needs about {:.1f} GiB on "
+                                "the GPU ({}); {:.1f} GiB are free.",
+                                m.name, m.layers, m.seq, spec.micro_batch,
+                                spec.pp > 1 ? fmt::format(", pp {} vp {} (the fullest rank)", spec.pp, spec.vp) : "",
+                                spec.recompute, e.total() / kGiB, e.parts_gib(), free_bytes / kGiB);
   std::vector<std::string> knobs;
   auto try_knob = [&](TrainSpec alt, const model::ModelConfig& am, const std::string& what) {
     const double t = estimate_memory(alt, am).total();
