@@ -120,6 +120,19 @@ def pick_sdpa(c, seq, dev):
     sys.exit("torch_train: no fused SDPA backend runs at these shapes")
 
 
+def common_args(ap, model, cpu_note):
+    """The options both peers take (torch_train_tp.py too): model, shape, steps, optimizer state, compile, device."""
+    ap.add_argument("--model", default=model, choices=PRESETS)
+    ap.add_argument("--layers", type=int, help="override the preset's layer count")
+    ap.add_argument("--seq", type=int, default=8192)
+    ap.add_argument("--steps", type=int, default=20, help="measured steps")
+    ap.add_argument("--warmup", type=int, default=5, help="unmeasured steps before them")
+    ap.add_argument("--state", default="bf16", choices=["bf16", "fp32"])
+    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="default: on for cuda")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help=cpu_note)
+    ap.add_argument("--seed", type=int, default=1234)
+
+
 def timed(fn, cuda):
     """fn() and its seconds: CUDA events around it, synchronized (steps do not overlap); the host clock on the CPU."""
     if not cuda:
@@ -149,16 +162,8 @@ def quantile(xs, q):  # linear interpolation between order statistics (numpy's d
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="llama3.1-8b", choices=PRESETS)
-    ap.add_argument("--layers", type=int, help="override the preset's layer count")
-    ap.add_argument("--seq", type=int, default=8192)
+    common_args(ap, "llama3.1-8b", "cpu: smoke tests only")
     ap.add_argument("--micro-batch", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=20, help="measured steps")
-    ap.add_argument("--warmup", type=int, default=5, help="unmeasured steps before them")
-    ap.add_argument("--state", default="bf16", choices=["bf16", "fp32"])
-    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="default: on for cuda")
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: smoke tests only")
-    ap.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.seq < 2 or args.micro_batch < 1:
         ap.error("need --steps >= 1, --warmup >= 0, --seq >= 2, --micro-batch >= 1")

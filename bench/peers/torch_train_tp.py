@@ -29,8 +29,8 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 from torch.nn.attention import sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_train import (EPS, PRESETS, attend, flops_per_token, init_, pick_sdpa, quantile, rope,  # noqa: E402
-                         rope_inv_freq, timed)
+from torch_train import (EPS, PRESETS, attend, common_args, flops_per_token, init_, pick_sdpa, quantile,  # noqa
+                         rope, rope_inv_freq, timed)
 
 
 class Attention(nn.Module):
@@ -111,15 +111,7 @@ def tensor_parallel(model, mesh):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="llama3.1-70b", choices=PRESETS)
-    ap.add_argument("--layers", type=int, help="override the preset's layer count")
-    ap.add_argument("--seq", type=int, default=8192)
-    ap.add_argument("--steps", type=int, default=20, help="measured steps")
-    ap.add_argument("--warmup", type=int, default=5, help="unmeasured steps before them")
-    ap.add_argument("--state", default="bf16", choices=["bf16", "fp32"])
-    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="default: on for cuda")
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: smoke tests only (gloo)")
-    ap.add_argument("--seed", type=int, default=1234)
+    common_args(ap, "llama3.1-70b", "cpu: smoke tests only (gloo)")
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.seq < 2:
         ap.error("need --steps >= 1, --warmup >= 0, --seq >= 2")

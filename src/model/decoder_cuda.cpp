@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -283,11 +284,16 @@ void CudaDecoder::zero_grad_slot(int i) {
   TB_CHECK(cudaMemsetAsync(grads_ptr_ + s.offset, 0, s.size * sizeof(float), dc_.stream()));
 }
 
+// A layer's norm weights and biases (-1: absent): the gradients its backward accumulates into.
+static std::array<int, 4> norm_slots(const DenseLayout::Layer& L) {
+  return {L.norm1_w, L.norm1_b, L.norm2_w, L.norm2_b};
+}
+
 std::vector<int> CudaDecoder::shared_grad_slots() const {
   if (!share_grads_) return {};
   std::vector<int> out;
   for (const DenseLayout::Layer& L : layout_.layers)
-    for (int i : {L.norm1_w, L.norm1_b, L.norm2_w, L.norm2_b})
+    for (int i : norm_slots(L))
       if (i >= 0) out.push_back(i);
   if (!cfg_.tied_embeddings)
     for (int i : {layout_.embed, layout_.pos_embed})
@@ -357,12 +363,12 @@ CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts
   };
   std::vector<LayerActs> layers(std::size_t(parts.layers) * std::size_t(parts.slots));  // every set's layers
   std::size_t block = 0;
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    const std::size_t at = pad256(used);
-    if (block_at) used = (*block_at)[i];
+  for (std::size_t i = 0; i < layers.size(); ++i) {  // back to back, or where block_at says (used resumes after)
+    const std::size_t next = used, at = block_at ? (*block_at)[i] : pad256(used);
+    used = at;
     carve_fields(layers[i], true);
-    block = pad256(used) - (block_at ? (*block_at)[i] : at);
-    if (block_at) used = at;
+    block = pad256(used) - at;
+    if (block_at) used = next;
   }
   const std::size_t blocks_end = pad256(used);
   LayerActs shared{};
@@ -1015,10 +1021,8 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
     mark("stage output gradient");
   }
   for (int l = layers() - 1; l >= 0; --l) {
-    if (share_grads_) {  // the norms' gradients accumulate; until now their bytes held activations
-      const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
-      for (int i : {L.norm1_w, L.norm1_b, L.norm2_w, L.norm2_b}) zero_grad_slot(i);
-    }
+    if (share_grads_)  // the norms' gradients accumulate; until now their bytes held activations
+      for (int i : norm_slots(layout_.layers[std::size_t(l)])) zero_grad_slot(i);
     dnext_amax = layer_backward(l, acts(slot, l), batch, seq, dnext_amax);
     grads_ready(layer_begin(l));
   }

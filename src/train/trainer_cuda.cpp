@@ -442,10 +442,10 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
             TB_CHECK(cudaMemcpyAsync(master.as<float>() + to, v + (a - p0), (b - a) * sizeof(float),
                                      cudaMemcpyDeviceToDevice, st));
         }
-        dc.synchronize();  // init and lo are reused by the next piece
-      }
+      }  // init and lo are reused by the next piece in stream order
       while (seg < segments.size() && segments[seg].slot == int(i)) ++seg;
     }
+    dc.synchronize();  // before the temporaries are freed
   }
 
   // Gradients in the activations' memory: the arena that holds them is allocated before anything takes
