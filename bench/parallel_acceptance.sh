@@ -23,6 +23,11 @@
 #   scale:    `trainbench scale llama3.1-8b --gpus 1,2`: proxy, projection and the measured data-parallel runs
 #   gradbuf:  shared gradients (--grad-buffer shared) against a separate buffer with one micro-batch per rank: `small`
 #             deterministic, dp 2 and tp 2 (BF16) and tp 2 FP8: losses bit for bit
+#   mixes:    layout mixes as 4 or 8 ranks on 2 GPUs (--share-gpus: rank -> GPU (dp + tp + pp) mod 2, so every
+#             group spans distinct GPUs, as NCCL needs): `small` 30 steps, global batch 8, micro-batch 1, 1 GPU against
+#             dp2 x tp2, tp2 x pp2, dp2 x pp2 and dp2 x tp2 x pp2, in BF16, FP8 current and FP8 delayed (amaxes reduced
+#             over the tp and dp groups); then dp2 x tp2 with shared against separate gradients (one micro-batch per
+#             rank, deterministic): losses bit for bit. Subsets: MIX_VARIANTS, MIX_LAYOUTS, MIX_GRADBUF ("" skips)
 #   tppeer:   tp70b's 2-GPU run, then the PyTorch TP peer (bench/peers/torch_train_tp.py: DTensor tensor + sequence
 #             parallel as TorchTitan, compiled blocks, loss parallel) in bf16 and fp32 state ($TPPEER_STATES)
 #   ppcheck:  `small` 30 steps, global batch 8, micro-batch 2 (4 micro-batches): 1 GPU vs 2 GPUs pipeline parallel
@@ -102,6 +107,33 @@ against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, 
           python3 bench/compare_losses.py "$OUT/results/small-$lay-separate" "$OUT/results/small-$lay-shared" \
             --tol 0 | tail -1
         done ;;
+      mixes)
+        d="--model small --global-batch 8 --micro-batch 1 --no-op-profile"
+        for v in ${MIX_VARIANTS:-bf16 fp8 fp8d}; do
+          case $v in
+            bf16) a="$d"; tol=0.01 ;;
+            fp8) a="$d --precision fp8"; tol=0.05 ;;  # each tp rank's own current scales: the fp8par drift
+            fp8d) a="$d --precision fp8 --fp8-recipe delayed"; tol=0.05 ;;  # tp's separate casts: fp8delayed's tp
+          esac
+          STEPS=25 WARM=5 ours mix-$v-1gpu $a
+          for name in ${MIX_LAYOUTS:-dp2tp2 tp2pp2 dp2pp2 dp2tp2pp2}; do
+            case $name in
+              dp2tp2) lay="--gpus 4 --tp 2" ;;
+              tp2pp2) lay="--gpus 4 --tp 2 --pp 2" ;;
+              dp2pp2) lay="--gpus 4 --pp 2" ;;
+              dp2tp2pp2) lay="--gpus 8 --tp 2 --pp 2" ;;
+            esac
+            STEPS=25 WARM=5 ours mix-$v-$name $a $lay --share-gpus
+            log "$name $v losses"
+            python3 bench/compare_losses.py "$OUT/results/mix-$v-1gpu" "$OUT/results/mix-$v-$name" --tol $tol | tail -1
+          done
+        done
+        for g in ${MIX_GRADBUF-shared separate}; do
+          STEPS=10 WARM=2 ours mix-$g --model small --no-op-profile --deterministic --global-batch 8 --micro-batch 4 \
+            --grad-buffer $g --gpus 4 --tp 2 --share-gpus
+        done
+        [ -n "${MIX_GRADBUF-x}" ] && log "dp2 x tp2 shared vs separate" &&
+          python3 bench/compare_losses.py "$OUT/results/mix-separate" "$OUT/results/mix-shared" --tol 0 | tail -1 ;;
       tppeer)  # tp70b's 2-GPU run against the PyTorch TP peer (bench/peers/torch_train_tp.py, TorchTitan's plan)
         ours 70b-L4-tp2 --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2 --no-op-profile
         for st in ${TPPEER_STATES:-bf16 fp32}; do

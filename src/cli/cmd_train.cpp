@@ -126,6 +126,9 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--min-lr", spec.min_lr, "final learning rate (default: lr / 10)");
   app.add_option("--clip", spec.clip, "gradient norm clipping (0: off)")->capture_default_str();
   app.add_option("--seed", spec.seed, "seed of the initial weights and the data")->capture_default_str();
+  app.add_flag("--share-gpus", spec.share_gpus,
+               "--gpus N above the node's GPU count: ranks share GPUs, each tp and dp group on distinct ones (a dp x tp "
+               "layout tested on a smaller node; correctness only, the times mean nothing)");
   app.add_option("--comm-timeout", spec.comm_timeout_s,
                  "several GPUs: seconds a step's NCCL work may take before the job is aborted as hung, naming the rank")
       ->capture_default_str();
@@ -161,7 +164,7 @@ int cmd_train(int argc, char** argv) {
   if (cuda && bench::visible_gpu_count() == 0)  // raised: in a job of several ranks the error ends every rank
     raise_config(fmt::format("needs a GPU: {} (or use --device cpu)", bench::no_gpu_reason()));
 
-  if (auto rc = start_ranks(gpus, "train", argc, argv)) return *rc;  // re-executes as `gpus` ranks
+  if (auto rc = start_ranks(gpus, "train", argc, argv, spec.share_gpus)) return *rc;  // re-executes as `gpus` ranks
   const bool rank0 = is_rank0();
   const int ranks = job_ranks();
   spec.job_ranks = true;
@@ -174,7 +177,8 @@ int cmd_train(int argc, char** argv) {
   const parallel::MeshShape layout = train::mesh_shape(spec, ranks);
   const int global = train::global_batch(spec, layout.dp);
   const std::string where = !cuda       ? (ranks > 1 ? fmt::format("{} CPU ranks ({})", ranks, layout.str()) : "cpu")
-                            : ranks > 1 ? fmt::format("{} GPUs ({}{})", ranks, layout.str(),
+                            : ranks > 1 ? fmt::format("{} {} ({}{})", ranks,
+                                                      spec.share_gpus ? "ranks sharing GPUs" : "GPUs", layout.str(),
                                                       layout.dp > 1 ? ", ZeRO-1" : "")
                                         : fmt::format("GPU {}", spec.gpu);
   if (rank0)
@@ -272,7 +276,7 @@ int cmd_train(int argc, char** argv) {
     rs.bench = "rank_steps";
     rs.name = fmt::format("rank{}", lr.rank);
     rs.world = lr.world;
-    if (cuda) rs.device = ranks > 1 ? comm::world().local_rank : spec.gpu;
+    if (cuda) rs.device = res.gpu;
     auto ms = nlohmann::json::array();
     for (const auto& s : res.steps)
       if (s.step > spec.warmup_steps) ms.push_back(s.step_s * 1e3);

@@ -71,6 +71,17 @@ void validate_layout(const MeshShape& s, const model::ModelConfig& m, int world,
   }
 }
 
+int shared_gpu(const Coord& c, int gpus) { return (c.dp + c.cp + c.pp + c.tp) % gpus; }
+
+std::string shared_gpu_problems(const MeshShape& s, int gpus) {
+  std::string out;
+  for (const auto& [name, n] : {std::pair{"dp", s.dp}, {"cp", s.cp}, {"pp", s.pp}, {"tp", s.tp}})
+    if (n > gpus) out += fmt::format("{}{} ({}) is above the GPU count ({})", out.empty() ? "" : "; ", name, n, gpus);
+  if (s.dp > 1 && s.cp > 1)
+    out += fmt::format("{}dp x cp shares one optimizer group of {} ranks", out.empty() ? "" : "; ", s.dp * s.cp);
+  return out;
+}
+
 Mesh::Mesh(comm::Communicator& world, const MeshShape& shape) : shape_(shape) {
   TB_REQUIRE(shape.world() == world.size(),
              fmt::format("mesh {} has {} ranks, the communicator {}", shape.str(), shape.world(), world.size()));

@@ -36,6 +36,13 @@ std::string layout_problems(const MeshShape& s, const model::ModelConfig& m, int
 // Raises Error{config} "parallel layout <shape> does not fit <model> on <world> ranks: <problems>".
 void validate_layout(const MeshShape& s, const model::ModelConfig& m, int world, int micro_batch, int global_batch);
 
+// More ranks than GPUs (train --share-gpus, a layout checked on a smaller node): the GPU of the rank at `c`,
+// (dp + cp + pp + tp) mod gpus. The ranks of a one-coordinate group (tp, cp, pp or dp) then sit on distinct GPUs when
+// the group has at most `gpus` ranks, as NCCL needs; dp x cp (ZeRO-1 with cp) is not such a group.
+int shared_gpu(const Coord& c, int gpus);
+// "" when every one-coordinate group of `s` fits on `gpus` distinct GPUs, else what does not.
+std::string shared_gpu_problems(const MeshShape& s, int gpus);
+
 // This rank's groups, split from the world communicator (collective over it: every rank constructs one).
 class Mesh {
  public:

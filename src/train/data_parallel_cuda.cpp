@@ -60,6 +60,7 @@ void DataParallelCuda::grads_ready(std::size_t from) {
     const parallel::ZeroBucket& k = z_.buckets[b];
     TB_CHECK(cudaEventRecord(ready_[b], st_));
     TB_CHECK(cudaStreamWaitEvent(cs_.get(), ready_[b], 0));
+    if (before_reduce) before_reduce(cs_.get());
     dp_.reduce_scatter(grads_ + k.begin, shard_grads_.as<float>() + k.shard_offset, z_.piece_size(k), DType::f32);
   }
 }
@@ -78,9 +79,9 @@ void DataParallelCuda::finish_grads() {
   params_needed(z_.padded_total);  // (no-op after a forward) keeps every all-gather joined into st
 }
 
-void DataParallelCuda::all_reduce(void* buf, std::size_t count, DType t) {
+void DataParallelCuda::all_reduce(void* buf, std::size_t count, DType t, comm::ReduceOp op) {
   cs_.fork();
-  dp_.all_reduce(buf, buf, count, t);
+  dp_.all_reduce(buf, buf, count, t, op);
   cs_.join();
 }
 

@@ -11,11 +11,14 @@
 //                    (the embedding) needs no reduce-scatter: dp n (2 d + 4) bytes gathered instead of 4 vocab d
 //                    reduced, and nothing left for after the backward. Its optimizer reads the full gradient buffer.
 //   finish_grads:    cs -> st (every shard gradient summed)
-//   all_reduce(x):   st -> cs -> st: a small sum over the dp ranks (the gradient norm squared, the losses)
+//   all_reduce(x):   st -> cs -> st: a small sum (or max) over the dp ranks (the gradient norm squared, the losses,
+//                    FP8 amaxes)
 //   gather_early:    after the optimizer updated buckets [0, early): st -> cs, all-gather them (overlapping the
 //                    optimizer of the other buckets) — the next forward starts with them, so they cannot wait for it
 //   finish_step:     cs -> st (the step's graph ends with every stream joined)
-// Gradients are averaged by the caller's grad_scale (1 / (accumulation · dp)), so a sum is the mean.
+// Gradients are averaged by the caller's grad_scale (1 / (accumulation · dp)), so a sum is the mean. Combined with
+// tensor parallel (dp x tp), `before_reduce` orders each reduce-scatter after the tp all-reduces of the replicated
+// slots' gradients in the same bytes (the reduce-scatter must read the tp-summed values).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -23,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -61,9 +65,11 @@ class DataParallelCuda {
                                                    std::int64_t rows);
   void finish_grads();
   void set_grads(float* grads) { grads_ = grads; }  // the decoder moved them (into its arena: shared gradients)
-  void all_reduce(void* buf, std::size_t count, DType t);
+  void all_reduce(void* buf, std::size_t count, DType t, comm::ReduceOp op = comm::ReduceOp::sum);
   void gather_early();
   void finish_step();
+  // Called with the comm stream before grads_ready() enqueues reduce-scatters (dp x tp: waits for the tp all-reduces).
+  std::function<void(cudaStream_t)> before_reduce;
 
  private:
   void gather(std::size_t b);

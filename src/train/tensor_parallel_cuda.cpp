@@ -26,6 +26,15 @@ TensorParallelCuda::TensorParallelCuda(comm::Communicator& tp_group, cudaStream_
   if (!local_cfg.tied_embeddings)
     rows_ = std::make_unique<EmbeddingRowsGather>(act_->device(), local_cfg, rows_per_rank, act_->size());
   next_ = replicated_.size();
+  TB_CHECK(cudaEventCreateWithFlags(&grads_done_, cudaEventDisableTiming));
+}
+
+TensorParallelCuda::~TensorParallelCuda() { cudaEventDestroy(grads_done_); }
+
+void TensorParallelCuda::order_after_grads(cudaStream_t s) {
+  gs_.fork();  // (a graph capture needs the side stream joined to the captured work before its event is recorded)
+  TB_CHECK(cudaEventRecord(grads_done_, gs_.get()));
+  TB_CHECK(cudaStreamWaitEvent(s, grads_done_, 0));
 }
 
 model::TensorParallelOps TensorParallelCuda::ops() {

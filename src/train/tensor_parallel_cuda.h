@@ -56,7 +56,12 @@ class TensorParallelCuda {
   // them in place on the side stream (overlapping the rest of the optimizer); finish_step() joins it.
   void gather_parts(__nv_bfloat16* params, const std::vector<std::pair<std::size_t, std::size_t>>& slots);
   void finish_step();
-  void all_reduce(void* buf, std::size_t count, DType t) { act_->all_reduce(buf, buf, count, t); }
+  void all_reduce(void* buf, std::size_t count, DType t, comm::ReduceOp op = comm::ReduceOp::sum) {
+    act_->all_reduce(buf, buf, count, t, op);
+  }
+  // `s` waits for the gradient all-reduces enqueued so far (dp x tp: the dp reduce-scatter reads their results).
+  void order_after_grads(cudaStream_t s);
+  ~TensorParallelCuda();
 
  private:
   cudaStream_t st_;
@@ -67,6 +72,7 @@ class TensorParallelCuda {
   std::size_t next_ = 0;                        // replicated_[next_..] already reduced this step
   std::vector<std::pair<std::size_t, std::size_t>> split_;
   std::unique_ptr<EmbeddingRowsGather> rows_;
+  cudaEvent_t grads_done_ = nullptr;
 };
 
 }  // namespace tb::train

@@ -50,6 +50,8 @@ struct TrainSpec {
   int tp = 1, pp = 1, vp = 1, cp = 1; // tensor (with sequence parallel), pipeline, virtual stages, context parallel
   bool job_ranks = false;             // train across the job's MPI ranks (train --gpus / mpirun); false: this
                                       // process alone, whatever the launcher (the recipe runner's per-rank proxies)
+  bool share_gpus = false;            // more ranks than GPUs (testing a layout on a smaller node; times meaningless):
+                                      // GPU = (dp + tp coordinates) mod the node's GPUs, each group on distinct GPUs
   std::string recompute = "none";     // none | selective | full (model/decoder_cuda.h)
   std::string moments = "f32";        // AdamW moments: f32 | bf16
   std::string master = "split";       // fp32 master weights as split (bf16 model weight + 16-bit residual: exact,
@@ -127,6 +129,7 @@ struct TrainResult {
   double power_w = 0, energy_j = 0;      // NVML over the measured steps (0: not available)
   double energy_j_per_token = 0;
   std::vector<OpShare> ops;              // breakdown of one eager step; empty without op_profile
+  int gpu = 0;                           // the CUDA device this rank ran on
   int gpus = 1;                          // ranks of the job (data parallel); tokens_per_s is the job's, tflops per GPU
   int buckets = 0;                       // data parallel: gradient buckets reduce-scattered per step
 };

@@ -233,18 +233,30 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                          world.size));
   const parallel::MeshShape mesh = mesh_shape(spec, world.size);
   spec.dp = mesh.dp;
-  TB_REQUIRE(spec.dp == 1 || spec.tp == 1,
-             "data parallel combined with tensor parallel is not implemented on the CUDA backend yet: use --tp equal "
-             "to the GPU count, or --tp 1");
-  TB_REQUIRE(spec.pp == 1 || world.size == spec.pp,
-             fmt::format("pipeline parallel on the CUDA backend runs alone for now (dp = tp = cp = 1): use --pp equal "
-                         "to the GPU count ({}), or --pp 1",
+  // A mix of data, tensor and pipeline parallel: one NCCL communicator per group (parallel::Mesh), none over the world.
+  const bool mix = (spec.dp > 1) + (spec.tp > 1) + (spec.pp > 1) >= 2;
+  TB_REQUIRE(spec.vp == 1 || world.size == spec.pp,
+             fmt::format("the interleaved pipeline (--vp) on the CUDA backend runs alone for now (dp = tp = cp = 1): "
+                         "use --pp equal to the GPU count ({}), or --vp 1",
                          world.size));
-  if (world.size > 1) spec.gpu = world.local_rank;
+  const parallel::Coord place = parallel::coord_of(mesh, world.rank);  // this rank's coordinates in the mesh
+  int devices = 0;
+  TB_CHECK(cudaGetDeviceCount(&devices));
+  if (spec.share_gpus && world.size > devices) {
+    const std::string problems = parallel::shared_gpu_problems(mesh, devices);
+    TB_REQUIRE(mix && problems.empty(),
+               fmt::format("--share-gpus: {} ranks of layout {} cannot share this node's {} GPUs: {} (a mix of dp, "
+                           "tp and pp whose groups each fit on distinct GPUs, as NCCL needs)",
+                           world.size, mesh.str(), devices, mix ? problems : "not a mix of dp, tp and pp"));
+    spec.gpu = parallel::shared_gpu(place, devices);
+  } else if (world.size > 1) {
+    spec.gpu = world.local_rank;
+  }
   validate(spec);
   TrainResult res;
   res.model = resolve_model(spec);
   res.gpus = world.size;
+  res.gpu = spec.gpu;
   const model::ModelConfig& m = res.model;
   const int tp = spec.tp;
   const int global = global_batch(spec, spec.dp);
@@ -257,7 +269,6 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                          m.name));
   const model::ModelConfig ml = tp > 1 ? parallel::tp_shard_config(m, tp) : m;  // this rank's shard of the model
   const int dp = spec.dp, accum = global / (spec.micro_batch * dp);
-  const parallel::Coord place = parallel::coord_of(mesh, world.rank);  // this rank's coordinates in the mesh
   const int dp_rank = place.dp, cp_rank = place.cp, pp_rank = place.pp;
   const int zero_ranks = dp * cp, zero_rank = dp_rank * cp + cp_rank;  // the distributed optimizer's group: dp x cp
   const int mb = spec.micro_batch, seq = m.seq / cp;  // context parallel: this rank's two chunks of every sequence
@@ -269,8 +280,6 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   res.estimate = estimate_memory(spec, m);
 
   // ---- Fit check before any allocation.
-  int devices = 0;
-  TB_CHECK(cudaGetDeviceCount(&devices));
   TB_REQUIRE(spec.gpu < devices, fmt::format("rank {} of {} needs GPU {} of this node, which has {} GPU{}: run at most "
                                              "{} ranks per node",
                                              world.rank, world.size, spec.gpu, devices, devices == 1 ? "" : "s", devices));
@@ -290,11 +299,24 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const model::DenseLayout layout = model::dense_layout(ml, stage_layers(m, pp, vp, pp_rank, 0));  // chunk 0 (`net`)
   const parallel::ZeroLayout zl = parallel::zero_layout(layout, zero_ranks, zero_rank);
   std::unique_ptr<comm::Communicator> host_world;
-  std::unique_ptr<comm::NcclCommunicator> nccl;
+  std::unique_ptr<parallel::Mesh> host_mesh;
+  std::unique_ptr<comm::NcclCommunicator> nccl, tp_nccl, pp_nccl, dp_nccl;  // the world's, or (a mix) the groups'
   if (world.size > 1) {
     host_world = comm::world_communicator();
-    nccl = comm::NcclCommunicator::create(*host_world, spec.gpu, st);
+    if (mix) {
+      host_mesh = std::make_unique<parallel::Mesh>(*host_world, mesh);
+      if (tp > 1) tp_nccl = comm::NcclCommunicator::create(host_mesh->tp(), spec.gpu, st);
+      if (pp > 1) pp_nccl = comm::NcclCommunicator::create(host_mesh->pp(), spec.gpu, st);
+      if (spec.dp > 1) dp_nccl = comm::NcclCommunicator::create(host_mesh->dp(), spec.gpu, st);
+    } else {
+      nccl = comm::NcclCommunicator::create(*host_world, spec.gpu, st);
+    }
   }
+  // Each group's communicator (used only where the group has several ranks): its own, or the world's.
+  comm::NcclCommunicator* tp_comm = tp_nccl ? tp_nccl.get() : nccl.get();
+  comm::NcclCommunicator* pp_comm = pp_nccl ? pp_nccl.get() : nccl.get();
+  comm::NcclCommunicator* dp_comm = dp_nccl ? dp_nccl.get() : nccl.get();
+  comm::NcclCommunicator* waiter = nccl ? nccl.get() : tp_nccl ? tp_nccl.get() : pp_nccl.get();  // step completion
   // This rank's model chunks: the whole model, its pipeline stage, or (interleaved, --vp) vp chunks, chunk c = global
   // stage c·pp + r, each a decoder of its layers' slots (named as the whole model's: the same initial values). Data,
   // tensor and context parallel (vp 1) use the one, `net`.
@@ -306,9 +328,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   model::CudaDecoder& net = *chunks[0];
   res.grads_shared = shares_grads(spec, pp, cp, accum);
   if (res.grads_shared) net.share_grads_with_activations();  // frees the separate gradient buffer (prepare() below)
-  std::unique_ptr<TensorParallelCuda> tpc;  // the tp group is the world (dp 1)
+  std::unique_ptr<TensorParallelCuda> tpc;  // over the world (dp 1) or the tp group (dp x tp)
   if (tp > 1) {
-    tpc = std::make_unique<TensorParallelCuda>(*nccl, st, ml, layout, net.grads_device(),
+    tpc = std::make_unique<TensorParallelCuda>(*tp_comm, st, ml, layout, net.grads_device(),
                                                std::int64_t(n) / tp);
     net.set_tensor_parallel(tpc->ops());
   }
@@ -326,19 +348,23 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     net.set_context_parallel(std::move(ops));
   }
   std::unique_ptr<comm::NcclCommunicator> amax_split;  // FP8 delayed scaling: the ranks holding the same layers
-  if (fp8.enabled && fp8.delayed && spec.fp8_reduce_amax && world.size > pp) {
-    comm::NcclCommunicator* group = nccl.get();
-    if (pp > 1) group = (amax_split = nccl->split_nccl(pp_rank, world.rank)).get();
-    for (const auto& chunk : chunks)
-      chunk->fp8_reduce_amax = [group](float* buffer, std::size_t floats) {
-        group->all_reduce(buffer, buffer, floats, DType::f32, comm::ReduceOp::max);
-      };
-  }
   std::unique_ptr<DataParallelCuda> ddp;  // over dp x cp (the cp ranks' gradients are partial sums too)
   if (zero_ranks > 1) {
-    ddp = std::make_unique<DataParallelCuda>(*nccl, zl, st, net.params_device(), net.grads_device(), ml,
-                                             m.tied_embeddings ? 0 : std::int64_t(n));
+    const bool rows = !m.tied_embeddings && pp_rank == 0;  // the embedding gradient exchanged as rows (bucket 0)
+    ddp = std::make_unique<DataParallelCuda>(*dp_comm, zl, st, net.params_device(), net.grads_device(), ml,
+                                             rows ? std::int64_t(n) : 0);
     res.buckets = int(zl.buckets.size());
+    if (tpc) ddp->before_reduce = [&](cudaStream_t s) { tpc->order_after_grads(s); };
+  }
+  if (fp8.enabled && fp8.delayed && spec.fp8_reduce_amax && world.size > pp) {
+    comm::NcclCommunicator* group = nccl.get();
+    if (pp > 1 && nccl) group = (amax_split = nccl->split_nccl(pp_rank, world.rank)).get();
+    for (const auto& chunk : chunks)
+      chunk->fp8_reduce_amax = [group, &tpc, &ddp](float* buffer, std::size_t floats) {
+        if (group) return group->all_reduce(buffer, buffer, floats, DType::f32, comm::ReduceOp::max);
+        if (tpc) tpc->all_reduce(buffer, floats, DType::f32, comm::ReduceOp::max);  // a mix: the max over the tp
+        if (ddp) ddp->all_reduce(buffer, floats, DType::f32, comm::ReduceOp::max);  // group, then over the dp group
+      };
   }
   const bool bf16_moments = spec.moments == "bf16";
   const std::size_t moment_bytes = bf16_moments ? 2 : 4;
@@ -370,8 +396,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   // Tensor parallel: the replicated embedding and LM head are updated a 1/tp part per rank (their gradients are
   // equal on every rank), then all-gathered while the other parameters update: tp times less optimizer work on them.
   std::vector<std::pair<std::size_t, std::size_t>> split_slots;  // (offset, size) of those slots
-  auto split_update = [&](const model::Slot& sl) {
-    return tpc && (sl.name == "embed.weight" || sl.name == "lm_head.weight") && sl.size % std::size_t(tp) == 0;
+  auto split_update = [&](const model::Slot& sl) {  // (with data parallel the ZeRO-1 shards already split them)
+    return tpc && !ddp && (sl.name == "embed.weight" || sl.name == "lm_head.weight") && sl.size % std::size_t(tp) == 0;
   };
   if (tpc)
     for (parallel::ZeroSegment& g : segments)
@@ -509,7 +535,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   // ---- Pipeline parallel: this rank's schedule (1F1B, or interleaved over the chunks), its activation sets and
   // boundary buffers.
   std::unique_ptr<PipelineCuda> pipe;
-  if (pp > 1) pipe = std::make_unique<PipelineCuda>(*nccl, st, chunks, parallel::PipelineShape{pp, vp, accum});
+  if (pp > 1) pipe = std::make_unique<PipelineCuda>(*pp_comm, st, chunks, parallel::PipelineShape{pp, vp, accum});
 
   // ---- Step inputs and outputs: pinned host memory <-> device.
   for (std::size_t c = 0; c < chunks.size(); ++c) chunks[c]->prepare(mb, seq, pipe ? pipe->activation_sets(int(c)) : 1);
@@ -538,12 +564,18 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     };
   }
   if (ddp) {
-    if (ddp->sparse_embedding())
+    if (ddp->sparse_embedding())  // dp x tp: the tp group's rows (the micro-batch's), then every dp replica's
       net.gather_embedding_rows = [&](const model::CudaDecoder::bf16* dnext, const std::int32_t* tokens,
-                                      std::int64_t rows) { return ddp->embedding_rows(dnext, tokens, rows); };
+                                      std::int64_t rows) {
+        if (!tpc) return ddp->embedding_rows(dnext, tokens, rows);
+        const model::CudaDecoder::EmbeddingRows tp_rows = tpc->embedding_rows(dnext, tokens, rows);
+        return ddp->embedding_rows(tp_rows.dnext, tp_rows.tokens, tp_rows.rows);
+      };
     net.on_params_needed = [&](std::size_t end) { ddp->params_needed(end); };
     net.on_grads_ready = [&](std::size_t from) {
-      if (last_micro) ddp->grads_ready(from);
+      if (!last_micro) return;
+      if (tpc) tpc->grads_ready(from);  // the replicated slots summed over tp first (before_reduce orders them)
+      ddp->grads_ready(from);
     };
   }
   auto enqueue_step = [&] {
@@ -558,7 +590,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     for (const auto& chunk : chunks) chunk->fp8_begin_step();  // FP8 copies of the weights AdamW just wrote
     if (pipe) {  // the schedule's forwards, backwards and sends / receives; losses only on the last stage
       TB_CHECK(cudaMemsetAsync(d_losses.get(), 0, h_losses.bytes(), st));
-      pipe->enqueue(d_tokens.as<std::int32_t>(), d_targets.as<std::int32_t>(), n, 1.0 / accum, d_losses.as<float>());
+      pipe->enqueue(d_tokens.as<std::int32_t>(), d_targets.as<std::int32_t>(), n, 1.0 / (accum * dp),
+                    d_losses.as<float>());
     }
     for (int a = 0; a < accum && !pipe; ++a) {
       last_micro = a == accum - 1;
@@ -568,13 +601,13 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     }
     for (const auto& chunk : chunks) chunk->fp8_end_step();
     auto* norm = d_norm.as<ops::GradNormResult>();
-    if (ddp) {
-      ddp->finish_grads();
-      mark("gradient reduce-scatter (exposed)");
-    }
     if (tpc) {
       tpc->finish_grads();
       mark("tp gradient all-reduce (exposed)");
+    }
+    if (ddp) {  // (dp x tp: after the tp all-reduces, whose sums it reads)
+      ddp->finish_grads();
+      mark("gradient reduce-scatter (exposed)");
     }
     ops::grad_norm(norm_group, max_norm, norm, st);
     if (tpc) {
@@ -583,9 +616,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       tpc->all_reduce(d_losses.get(), std::size_t(accum), DType::f32);
     }
     if (pipe) {  // the stages' sums of squares; the last stage's losses to every rank
-      nccl->all_reduce(&norm->norm_sq, &norm->norm_sq, 1, DType::f64);
+      pp_comm->all_reduce(&norm->norm_sq, &norm->norm_sq, 1, DType::f64);
       ops::clip_from_norm_sq(norm, max_norm, st);
-      nccl->all_reduce(d_losses.get(), d_losses.get(), std::size_t(accum), DType::f32);
+      pp_comm->all_reduce(d_losses.get(), d_losses.get(), std::size_t(accum), DType::f32);
     }
     if (ddp) {  // the shards' sums of squares, then the norm and clip scale from the total
       ddp->all_reduce(&norm->norm_sq, 1, DType::f64);
@@ -684,8 +717,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     else
       enqueue_step();
     TB_CHECK(cudaEventRecord(ev1, st));
-    if (nccl)
-      nccl->wait(st, spec.comm_timeout_s);  // raises naming this rank when a peer died, hung or NCCL failed
+    if (waiter)
+      waiter->wait(st, spec.comm_timeout_s);  // raises naming this rank when a peer died, hung or NCCL failed
     else
       TB_CHECK(cudaStreamSynchronize(st));
     StepStats s;

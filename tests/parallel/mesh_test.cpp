@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include "comm/communicator.h"
 #include "core/error.h"
 
@@ -47,6 +50,41 @@ TEST(Mesh, EveryProblemIsNamed) {
   EXPECT_NE(layout_problems({.dp = 2}, model::preset("tiny"), 2, 1, 3).find("global batch (3)"), std::string::npos);
   EXPECT_NE(layout_problems({.pp = 1, .vp = 2}, model::preset("tiny"), 1, 1, 1).find("needs pp > 1"),
             std::string::npos);
+}
+
+// --share-gpus: on every shape whose groups fit, each one-coordinate group's ranks are on distinct GPUs; shapes that
+// do not fit are named.
+TEST(Mesh, SharedGpusPutEachGroupOnDistinctGpus) {
+  for (int gpus = 1; gpus <= 4; ++gpus)
+    for (int dp = 1; dp <= 4; ++dp)
+      for (int pp = 1; pp <= 4; ++pp)
+        for (int tp = 1; tp <= 4; ++tp)
+          for (int cp = 1; cp <= 2; ++cp) {
+            const MeshShape s{.dp = dp, .cp = cp, .pp = pp, .tp = tp};
+            const bool fits = dp <= gpus && pp <= gpus && tp <= gpus && cp <= gpus && !(dp > 1 && cp > 1);
+            EXPECT_EQ(shared_gpu_problems(s, gpus).empty(), fits) << s.str() << " on " << gpus;
+            if (!fits) continue;
+            // group id (the coordinates held fixed) -> the GPUs of its ranks
+            std::map<std::pair<int, int>, std::set<int>> groups;
+            std::map<std::pair<int, int>, int> members;
+            for (int r = 0; r < s.world(); ++r) {
+              const Coord c = coord_of(s, r);
+              const int g = shared_gpu(c, gpus);
+              ASSERT_GE(g, 0);
+              ASSERT_LT(g, gpus);
+              const int keys[] = {rank_of(s, {c.dp, c.cp, c.pp, 0}), rank_of(s, {c.dp, c.cp, 0, c.tp}),
+                                  rank_of(s, {c.dp, 0, c.pp, c.tp}), rank_of(s, {0, c.cp, c.pp, c.tp})};
+              for (int dim = 0; dim < 4; ++dim) {
+                groups[{dim, keys[dim]}].insert(g);
+                ++members[{dim, keys[dim]}];
+              }
+            }
+            for (const auto& [key, gs] : groups)
+              EXPECT_EQ(int(gs.size()), members[key]) << s.str() << " on " << gpus << ": group " << key.first;
+          }
+  const std::string p = shared_gpu_problems({.dp = 2, .cp = 2, .tp = 4}, 2);
+  EXPECT_NE(p.find("tp (4) is above the GPU count (2)"), std::string::npos) << p;
+  EXPECT_NE(p.find("dp x cp shares one optimizer group of 4 ranks"), std::string::npos) << p;
 }
 
 TEST(SelfCommunicator, CopiesAndExchangesWithItself) {
