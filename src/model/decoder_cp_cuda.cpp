@@ -37,7 +37,6 @@ void CudaDecoder::set_context_parallel(ContextParallelOps cp) {
     TB_REQUIRE(cp.all_gather && cp.reduce_scatter, "CUDA decoder: context parallel needs all_gather and reduce_scatter");
     TB_REQUIRE(cfg_.pos == Pos::rope, "context parallel on the CUDA backend supports RoPE models only: use cp 1 for " +
                                           cfg_.name);
-    TB_REQUIRE(tp_.size == 1, "context parallel with tensor parallel is not implemented on the CUDA backend yet");
     TB_REQUIRE(!fp8_attention(), "CUDA decoder: FP8 attention does not combine with context parallel (cuDNN's FP8 "
                                  "attention has no bottom-right causal mask on Hopper): leave it off");
   }

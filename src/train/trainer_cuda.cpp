@@ -225,16 +225,14 @@ std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, doubl
 TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const StepStats&)>& on_step) {
   TrainSpec spec = spec_in;
   const comm::World world = spec.job_ranks ? comm::world() : comm::World{};  // else this process alone
-  TB_REQUIRE(spec.cp == 1 || (spec.tp == 1 && spec.pp == 1),
-             "context parallel on the CUDA backend combines with data parallel only for now (tp = pp = 1); the CPU "
-             "backend (--device cpu) runs every mix");
   TB_REQUIRE(spec.tp >= 1 && spec.pp >= 1 && spec.cp >= 1 && world.size % (spec.tp * spec.pp * spec.cp) == 0,
              fmt::format("--tp {} x --pp {} x --cp {} does not divide the job's {} ranks", spec.tp, spec.pp, spec.cp,
                          world.size));
   const parallel::MeshShape mesh = mesh_shape(spec, world.size);
   spec.dp = mesh.dp;
-  // A mix of data, tensor and pipeline parallel: one NCCL communicator per group (parallel::Mesh), none over the world.
-  const bool mix = (spec.dp > 1) + (spec.tp > 1) + (spec.pp > 1) >= 2;
+  // A mix with tensor or pipeline parallel: one NCCL communicator per group (parallel::Mesh), none over the world
+  // (data and context parallel alone, or together, use the world's).
+  const bool mix = (spec.dp > 1) + (spec.cp > 1) + (spec.tp > 1) + (spec.pp > 1) >= 2 && (spec.tp > 1 || spec.pp > 1);
   TB_REQUIRE(spec.vp == 1 || world.size == spec.pp,
              fmt::format("the interleaved pipeline (--vp) on the CUDA backend runs alone for now (dp = tp = cp = 1): "
                          "use --pp equal to the GPU count ({}), or --vp 1",
@@ -245,9 +243,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   if (spec.share_gpus && world.size > devices) {
     const std::string problems = parallel::shared_gpu_problems(mesh, devices);
     TB_REQUIRE(mix && problems.empty(),
-               fmt::format("--share-gpus: {} ranks of layout {} cannot share this node's {} GPUs: {} (a mix of dp, "
-                           "tp and pp whose groups each fit on distinct GPUs, as NCCL needs)",
-                           world.size, mesh.str(), devices, mix ? problems : "not a mix of dp, tp and pp"));
+               fmt::format("--share-gpus: {} ranks of layout {} cannot share this node's {} GPUs: {} (a mix with tp "
+                           "or pp whose groups each fit on distinct GPUs, as NCCL needs)",
+                           world.size, mesh.str(), devices, mix ? problems : "not a mix with tp or pp"));
     spec.gpu = parallel::shared_gpu(place, devices);
   } else if (world.size > 1) {
     spec.gpu = world.local_rank;
@@ -300,14 +298,16 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const parallel::ZeroLayout zl = parallel::zero_layout(layout, zero_ranks, zero_rank);
   std::unique_ptr<comm::Communicator> host_world;
   std::unique_ptr<parallel::Mesh> host_mesh;
-  std::unique_ptr<comm::NcclCommunicator> nccl, tp_nccl, pp_nccl, dp_nccl;  // the world's, or (a mix) the groups'
+  // the world's, or (a mix) the groups': tp, pp, cp and dp x cp (ZeRO-1)
+  std::unique_ptr<comm::NcclCommunicator> nccl, tp_nccl, pp_nccl, cp_nccl, dp_nccl;
   if (world.size > 1) {
     host_world = comm::world_communicator();
     if (mix) {
       host_mesh = std::make_unique<parallel::Mesh>(*host_world, mesh);
       if (tp > 1) tp_nccl = comm::NcclCommunicator::create(host_mesh->tp(), spec.gpu, st);
       if (pp > 1) pp_nccl = comm::NcclCommunicator::create(host_mesh->pp(), spec.gpu, st);
-      if (spec.dp > 1) dp_nccl = comm::NcclCommunicator::create(host_mesh->dp(), spec.gpu, st);
+      if (cp > 1) cp_nccl = comm::NcclCommunicator::create(host_mesh->cp(), spec.gpu, st);
+      if (zero_ranks > 1) dp_nccl = comm::NcclCommunicator::create(host_mesh->dp_cp(), spec.gpu, st);
     } else {
       nccl = comm::NcclCommunicator::create(*host_world, spec.gpu, st);
     }
@@ -336,7 +336,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   }
   std::unique_ptr<comm::NcclCommunicator> cp_comm;  // K, V all-gathers and dK, dV reduce-scatters, compute stream
   if (cp > 1) {
-    cp_comm = nccl->split_nccl(dp_rank, cp_rank);
+    cp_comm = cp_nccl ? std::move(cp_nccl) : nccl->split_nccl(dp_rank, cp_rank);
     model::ContextParallelOps ops;
     ops.size = cp, ops.rank = cp_rank;
     ops.all_gather = [&](const model::CudaDecoder::bf16* local, model::CudaDecoder::bf16* all, std::size_t elems) {
