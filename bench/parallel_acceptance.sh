@@ -25,8 +25,8 @@
 #             deterministic, dp 2 and tp 2 (BF16) and tp 2 FP8: losses bit for bit
 #   mixes:    layout mixes as 4 or 8 ranks on 2 GPUs (--share-gpus: rank -> GPU (dp + cp + pp + tp) mod 2, so every
 #             group spans distinct GPUs, as NCCL needs): `small` 30 steps, global batch 8, micro-batch 1, 1 GPU against
-#             dp2 x tp2, tp2 x pp2, dp2 x pp2, dp2 x tp2 x pp2, tp2 x cp2 and pp2 x cp2, in BF16, FP8 current and FP8
-#             delayed (amaxes reduced over the tp and dp x cp groups); then dp2 x tp2 with shared against separate
+#             dp2 x tp2, tp2 x pp2, dp2 x pp2, dp2 x tp2 x pp2, tp2 x cp2, pp2 x cp2, and interleaved tp2 x pp2 x vp2
+#             and dp2 x pp2 x vp2 (one layer per chunk), in BF16, FP8 current and FP8 delayed (amaxes reduced over the tp and dp x cp groups); then dp2 x tp2 with shared against separate
 #             gradients (one micro-batch per rank, deterministic): losses bit for bit. About 20 minutes: run subsets
 #             in separate calls with MIX_VARIANTS, MIX_LAYOUTS, MIX_GRADBUF ("" skips)
 #   tppeer:   tp70b's 2-GPU run, then the PyTorch TP peer (bench/peers/torch_train_tp.py: DTensor tensor + sequence
@@ -117,8 +117,10 @@ against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, 
             fp8d) a="$d --precision fp8 --fp8-recipe delayed"; tol=0.05 ;;  # tp's separate casts: fp8delayed's tp
           esac
           STEPS=25 WARM=5 ours mix-$v-1gpu $a
-          for name in ${MIX_LAYOUTS:-dp2tp2 tp2pp2 dp2pp2 dp2tp2pp2 tp2cp2 pp2cp2}; do
+          for name in ${MIX_LAYOUTS:-dp2tp2 tp2pp2 dp2pp2 dp2tp2pp2 tp2cp2 pp2cp2 tp2pp2vp2 dp2pp2vp2}; do
             case $name in
+              tp2pp2vp2) lay="--gpus 4 --tp 2 --pp 2 --vp 2" ;;
+              dp2pp2vp2) lay="--gpus 4 --pp 2 --vp 2" ;;
               tp2cp2) lay="--gpus 4 --tp 2 --cp 2" ;;
               pp2cp2) lay="--gpus 4 --pp 2 --cp 2" ;;
               dp2tp2) lay="--gpus 4 --tp 2" ;;

@@ -41,7 +41,8 @@ namespace tb::train {
 
 class DataParallelCuda {
  public:
-  // dp: the NCCL communicator over the data-parallel ranks (its stream is replaced by this object's comm stream).
+  // dp: the NCCL communicator over the data-parallel ranks (its stream is replaced by this object's comm stream, so
+  // two DataParallelCuda objects cannot share one: split one per object).
   // sparse_embedding_rows: tokens per micro-batch when the embedding gradient is exchanged as rows (untied
   // embeddings), else 0. early: buckets all-gathered at the end of the step (clamped to the bucket count).
   DataParallelCuda(comm::NcclCommunicator& dp, const parallel::ZeroLayout& z, cudaStream_t compute,

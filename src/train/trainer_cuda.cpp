@@ -233,10 +233,6 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   // A mix with tensor or pipeline parallel: one NCCL communicator per group (parallel::Mesh), none over the world
   // (data and context parallel alone, or together, use the world's).
   const bool mix = (spec.dp > 1) + (spec.cp > 1) + (spec.tp > 1) + (spec.pp > 1) >= 2 && (spec.tp > 1 || spec.pp > 1);
-  TB_REQUIRE(spec.vp == 1 || world.size == spec.pp,
-             fmt::format("the interleaved pipeline (--vp) on the CUDA backend runs alone for now (dp = tp = cp = 1): "
-                         "use --pp equal to the GPU count ({}), or --vp 1",
-                         world.size));
   const parallel::Coord place = parallel::coord_of(mesh, world.rank);  // this rank's coordinates in the mesh
   int devices = 0;
   TB_CHECK(cudaGetDeviceCount(&devices));
@@ -294,8 +290,12 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   cudaStream_t st = dc.stream();
   const model::Fp8Options fp8 = fp8_options(spec);
   // ---- Data parallel: the ZeRO-1 partition, NCCL over the job's ranks.
-  const model::DenseLayout layout = model::dense_layout(ml, stage_layers(m, pp, vp, pp_rank, 0));  // chunk 0 (`net`)
-  const parallel::ZeroLayout zl = parallel::zero_layout(layout, zero_ranks, zero_rank);
+  // Each model chunk's layout and ZeRO-1 partition (vp 1: the one chunk, `net`).
+  std::vector<parallel::ZeroLayout> zls;
+  for (int c = 0; c < vp; ++c)
+    zls.push_back(parallel::zero_layout(model::dense_layout(ml, stage_layers(m, pp, vp, pp_rank, c)), zero_ranks,
+                                        zero_rank));
+  const parallel::ZeroLayout& zl = zls[0];
   std::unique_ptr<comm::Communicator> host_world;
   std::unique_ptr<parallel::Mesh> host_mesh;
   // the world's, or (a mix) the groups': tp, pp, cp and dp x cp (ZeRO-1)
@@ -323,17 +323,19 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   std::vector<std::unique_ptr<model::CudaDecoder>> chunks;
   for (int c = 0; c < vp; ++c)
     chunks.push_back(std::make_unique<model::CudaDecoder>(dc, ml, parse_recompute(spec.recompute), spec.deterministic,
-                                                          fp8, c == 0 ? zl.padded_total : 0,
+                                                          fp8, zls[std::size_t(c)].padded_total,
                                                           stage_layers(m, pp, vp, pp_rank, c)));
   model::CudaDecoder& net = *chunks[0];
   res.grads_shared = shares_grads(spec, pp, cp, accum);
   if (res.grads_shared) net.share_grads_with_activations();  // frees the separate gradient buffer (prepare() below)
-  std::unique_ptr<TensorParallelCuda> tpc;  // over the world (dp 1) or the tp group (dp x tp)
-  if (tp > 1) {
-    tpc = std::make_unique<TensorParallelCuda>(*tp_comm, st, ml, layout, net.grads_device(),
-                                               std::int64_t(n) / tp);
-    net.set_tensor_parallel(tpc->ops());
+  // Tensor and data parallel per model chunk (its parameters and gradients); tpc and ddp: chunk 0's.
+  std::vector<std::unique_ptr<TensorParallelCuda>> tpcs;  // over the world (alone) or the tp group (a mix)
+  for (std::size_t c = 0; c < chunks.size() && tp > 1; ++c) {
+    tpcs.push_back(std::make_unique<TensorParallelCuda>(*tp_comm, st, ml, chunks[c]->dense_layout(),
+                                                        chunks[c]->grads_device(), std::int64_t(n) / tp));
+    chunks[c]->set_tensor_parallel(tpcs[c]->ops());
   }
+  TensorParallelCuda* tpc = tpcs.empty() ? nullptr : tpcs[0].get();
   std::unique_ptr<comm::NcclCommunicator> cp_comm;  // K, V all-gathers and dK, dV reduce-scatters, compute stream
   if (cp > 1) {
     cp_comm = cp_nccl ? std::move(cp_nccl) : nccl->split_nccl(dp_rank, cp_rank);
@@ -345,22 +347,29 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     ops.reduce_scatter = [&](const model::CudaDecoder::bf16* all, model::CudaDecoder::bf16* local, std::size_t elems) {
       cp_comm->reduce_scatter(all, local, elems, DType::bf16);
     };
-    net.set_context_parallel(std::move(ops));
+    for (const auto& chunk : chunks) chunk->set_context_parallel(ops);
   }
   std::unique_ptr<comm::NcclCommunicator> amax_split;  // FP8 delayed scaling: the ranks holding the same layers
-  std::unique_ptr<DataParallelCuda> ddp;  // over dp x cp (the cp ranks' gradients are partial sums too)
-  if (zero_ranks > 1) {
-    const bool rows = !m.tied_embeddings && pp_rank == 0;  // the embedding gradient exchanged as rows (bucket 0)
-    ddp = std::make_unique<DataParallelCuda>(*dp_comm, zl, st, net.params_device(), net.grads_device(), ml,
-                                             rows ? std::int64_t(n) : 0);
-    res.buckets = int(zl.buckets.size());
-    if (tpc) ddp->before_reduce = [&](cudaStream_t s) { tpc->order_after_grads(s); };
+  // A DataParallelCuda runs its communicator on its own stream: the later chunks' get communicators of their own.
+  std::vector<std::unique_ptr<comm::NcclCommunicator>> chunk_dp_comms;
+  std::vector<std::unique_ptr<DataParallelCuda>> ddps;  // over dp x cp (the cp ranks' gradients are partial sums too)
+  for (std::size_t c = 0; c < chunks.size() && zero_ranks > 1; ++c) {
+    // the embedding gradient exchanged as rows (bucket 0 of global stage 0)
+    const bool rows = !m.tied_embeddings && pp_rank == 0 && c == 0;
+    comm::NcclCommunicator* chunk_comm = dp_comm;
+    if (c > 0) chunk_comm = chunk_dp_comms.emplace_back(dp_comm->split_nccl(0, dp_comm->rank())).get();
+    ddps.push_back(std::make_unique<DataParallelCuda>(*chunk_comm, zls[c], st, chunks[c]->params_device(),
+                                                      chunks[c]->grads_device(), ml, rows ? std::int64_t(n) : 0,
+                                                      vp == 1 ? 2 : 0));
+    res.buckets += int(zls[c].buckets.size());
+    if (!tpcs.empty()) ddps[c]->before_reduce = [t = tpcs[c].get()](cudaStream_t s) { t->order_after_grads(s); };
   }
+  DataParallelCuda* ddp = ddps.empty() ? nullptr : ddps[0].get();
   if (fp8.enabled && fp8.delayed && spec.fp8_reduce_amax && world.size > pp) {
     comm::NcclCommunicator* group = nccl.get();
     if (pp > 1 && nccl) group = (amax_split = nccl->split_nccl(pp_rank, world.rank)).get();
     for (const auto& chunk : chunks)
-      chunk->fp8_reduce_amax = [group, &tpc, &ddp](float* buffer, std::size_t floats) {
+      chunk->fp8_reduce_amax = [group, tpc, ddp](float* buffer, std::size_t floats) {
         if (group) return group->all_reduce(buffer, buffer, floats, DType::f32, comm::ReduceOp::max);
         if (tpc) tpc->all_reduce(buffer, floats, DType::f32, comm::ReduceOp::max);  // a mix: the max over the tp
         if (ddp) ddp->all_reduce(buffer, floats, DType::f32, comm::ReduceOp::max);  // group, then over the dp group
@@ -382,11 +391,22 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     for (const model::Slot& sl : chunk->dense_layout().slots) slots.push_back({chunk.get(), &sl});
   // The optimizer's tensors: every slot (one rank), or this rank's ZeRO-1 segments (flat offset in the model
   // weights, shard offset in the master, moments and reduced gradients, which hold the chunks' slots back to back).
+  // (several chunks: their segments back to back, each segment's slot an index into `slots`)
   std::vector<parallel::ZeroSegment> segments;
+  std::vector<std::size_t> shard_base;  // per chunk: where its shard starts in the optimizer's tensors
   std::size_t S = 0;  // optimizer state elements on this rank
   if (zero_ranks > 1) {
-    segments = zl.segments;
-    S = zl.shard_size;
+    std::size_t slot_base = 0;
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      shard_base.push_back(S);
+      for (parallel::ZeroSegment g : zls[c].segments) {
+        g.slot += int(slot_base);
+        g.shard += S;
+        segments.push_back(g);
+      }
+      S += zls[c].shard_size;
+      slot_base += chunks[c]->dense_layout().slots.size();
+    }
   } else {
     for (std::size_t i = 0; i < slots.size(); ++i) {
       segments.push_back({slots[i].slot->offset, S, slots[i].slot->size, int(i)});
@@ -397,11 +417,11 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   // equal on every rank), then all-gathered while the other parameters update: tp times less optimizer work on them.
   std::vector<std::pair<std::size_t, std::size_t>> split_slots;  // (offset, size) of those slots
   auto split_update = [&](const model::Slot& sl) {  // (with data parallel the ZeRO-1 shards already split them)
-    return tpc && !ddp && (sl.name == "embed.weight" || sl.name == "lm_head.weight") && sl.size % std::size_t(tp) == 0;
+    return tpc && !ddp && vp == 1 && (sl.name == "embed.weight" || sl.name == "lm_head.weight") && sl.size % std::size_t(tp) == 0;
   };
   if (tpc)
     for (parallel::ZeroSegment& g : segments)
-      if (const model::Slot& sl = layout.slots[std::size_t(g.slot)]; split_update(sl)) {
+      if (const model::Slot& sl = *slots[std::size_t(g.slot)].slot; split_update(sl)) {
         split_slots.emplace_back(sl.offset, sl.size);
         g.count = sl.size / std::size_t(tp);
         g.flat += std::size_t(tpc->rank()) * g.count;
@@ -492,7 +512,16 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     else
       t.master = master.as<float>() + g.shard;
     const ChunkSlot& cs = slots[std::size_t(g.slot)];
-    t.grad = ddp ? ddp->segment_grads(g) : cs.net->grads_device() + g.flat;
+    if (ddp) {  // the chunk's data parallel, with the segment's shard offset in its own partition
+      const std::size_t c = std::size_t(std::find_if(chunks.begin(), chunks.end(),
+                                                     [&](const auto& k) { return k.get() == cs.net; }) -
+                                        chunks.begin());
+      parallel::ZeroSegment local = g;
+      local.shard -= shard_base[c];
+      t.grad = ddps[c]->segment_grads(local);
+    } else {
+      t.grad = cs.net->grads_device() + g.flat;
+    }
     if (ddp && ddp->early() > 0 && g.flat < zl.buckets[std::size_t(ddp->early() - 1)].end) ++early_tensors;
     t.exp_avg = m_base + g.shard * moment_bytes;
     t.exp_avg_sq = m_base + (S + g.shard) * moment_bytes;
@@ -512,7 +541,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   if (tpc) {
     std::vector<ops::AdamWTensor> counted, first, rest;
     for (std::size_t i = 0; i < segments.size(); ++i) {
-      const model::Slot& sl = layout.slots[std::size_t(segments[i].slot)];
+      const model::Slot& sl = *slots[std::size_t(segments[i].slot)].slot;
       if (!parallel::tp_replicated(sl.name) || split_update(sl) || tpc->rank() == 0) counted.push_back(tensors[i]);
       (split_update(sl) ? first : rest).push_back(tensors[i]);
     }
@@ -555,38 +584,39 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   };
   for (const auto& chunk : chunks) chunk->on_op = mark;
   bool last_micro = false;
-  if (tpc) {
-    if (!m.tied_embeddings)
-      net.gather_embedding_rows = [&](const model::CudaDecoder::bf16* dnext, const std::int32_t* tokens,
-                                      std::int64_t rows) { return tpc->embedding_rows(dnext, tokens, rows); };
-    net.on_grads_ready = [&](std::size_t from) {
-      if (last_micro) tpc->grads_ready(from);
+  // The embedding's rows (chunk 0 of the first stage): over the tp group (the micro-batch's rows), then every dp
+  // replica's. Each chunk's gradients: the tp all-reduces first (before_reduce orders the dp reduce-scatters after
+  // them); on the last micro-batch only (a pipeline's at the step's end, finish_grads).
+  if (tpc && !m.tied_embeddings)
+    net.gather_embedding_rows = [&](const model::CudaDecoder::bf16* dnext, const std::int32_t* tokens,
+                                    std::int64_t rows) { return tpc->embedding_rows(dnext, tokens, rows); };
+  if (ddp && ddp->sparse_embedding())
+    net.gather_embedding_rows = [&](const model::CudaDecoder::bf16* dnext, const std::int32_t* tokens,
+                                    std::int64_t rows) {
+      if (!tpc) return ddp->embedding_rows(dnext, tokens, rows);
+      const model::CudaDecoder::EmbeddingRows tp_rows = tpc->embedding_rows(dnext, tokens, rows);
+      return ddp->embedding_rows(tp_rows.dnext, tp_rows.tokens, tp_rows.rows);
     };
-  }
-  if (ddp) {
-    if (ddp->sparse_embedding())  // dp x tp: the tp group's rows (the micro-batch's), then every dp replica's
-      net.gather_embedding_rows = [&](const model::CudaDecoder::bf16* dnext, const std::int32_t* tokens,
-                                      std::int64_t rows) {
-        if (!tpc) return ddp->embedding_rows(dnext, tokens, rows);
-        const model::CudaDecoder::EmbeddingRows tp_rows = tpc->embedding_rows(dnext, tokens, rows);
-        return ddp->embedding_rows(tp_rows.dnext, tp_rows.tokens, tp_rows.rows);
-      };
-    net.on_params_needed = [&](std::size_t end) { ddp->params_needed(end); };
-    net.on_grads_ready = [&](std::size_t from) {
+  for (std::size_t c = 0; c < chunks.size() && (tpc || ddp); ++c) {
+    TensorParallelCuda* t = tpc ? tpcs[c].get() : nullptr;
+    DataParallelCuda* d = ddp ? ddps[c].get() : nullptr;
+    if (d) chunks[c]->on_params_needed = [d](std::size_t end) { d->params_needed(end); };
+    chunks[c]->on_grads_ready = [t, d, &last_micro](std::size_t from) {
       if (!last_micro) return;
-      if (tpc) tpc->grads_ready(from);  // the replicated slots summed over tp first (before_reduce orders them)
-      ddp->grads_ready(from);
+      if (t) t->grads_ready(from);
+      if (d) d->grads_ready(from);
     };
   }
   auto enqueue_step = [&] {
     TB_CHECK(cudaMemcpyAsync(d_tokens.get(), h_tokens.get(), h_tokens.bytes(), cudaMemcpyHostToDevice, st));
     TB_CHECK(cudaMemcpyAsync(d_targets.get(), h_targets.get(), h_targets.bytes(), cudaMemcpyHostToDevice, st));
     TB_CHECK(cudaMemcpyAsync(d_scalars.get(), h_scalars.get(), h_scalars.bytes(), cudaMemcpyHostToDevice, st));
-    if (ddp) ddp->start_step();  // all-gather the weights the ranks' optimizers wrote (overlapped with the forward)
-    if (tpc) tpc->start_step();
+    for (const auto& d : ddps) d->start_step();  // all-gather the weights the ranks' optimizers wrote (overlapped
+    for (const auto& t : tpcs) t->start_step();  // with the forward)
     for (const auto& chunk : chunks) chunk->zero_grads_for_overwrite();
     mark("inputs + zero grads");
-    if (ddp && net.fp8()) ddp->params_needed(zl.padded_total);  // the FP8 casts read every weight
+    for (std::size_t c = 0; c < ddps.size() && net.fp8(); ++c)
+      ddps[c]->params_needed(zls[c].padded_total);  // the FP8 casts read every weight
     for (const auto& chunk : chunks) chunk->fp8_begin_step();  // FP8 copies of the weights AdamW just wrote
     if (pipe) {  // the schedule's forwards, backwards and sends / receives; losses only on the last stage
       TB_CHECK(cudaMemsetAsync(d_losses.get(), 0, h_losses.bytes(), st));
@@ -601,14 +631,10 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     }
     for (const auto& chunk : chunks) chunk->fp8_end_step();
     auto* norm = d_norm.as<ops::GradNormResult>();
-    if (tpc) {
-      tpc->finish_grads();
-      mark("tp gradient all-reduce (exposed)");
-    }
-    if (ddp) {  // (dp x tp: after the tp all-reduces, whose sums it reads)
-      ddp->finish_grads();
-      mark("gradient reduce-scatter (exposed)");
-    }
+    for (const auto& t : tpcs) t->finish_grads();
+    if (tpc) mark("tp gradient all-reduce (exposed)");
+    for (const auto& d : ddps) d->finish_grads();  // (dp x tp: after the tp all-reduces, whose sums it reads)
+    if (ddp) mark("gradient reduce-scatter (exposed)");
     ops::grad_norm(norm_group, max_norm, norm, st);
     if (tpc) {
       tpc->all_reduce(&norm->norm_sq, 1, DType::f64);
@@ -634,10 +660,10 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       ops::adamw_step(*late_group, hp, scalars, clip, st);
     } else {
       ops::adamw_step(group, hp, scalars, clip, st);
-      if (ddp) ddp->gather_early();
+      for (const auto& d : ddps) d->gather_early();
     }
-    if (ddp) ddp->finish_step();
-    if (tpc) tpc->finish_step();
+    for (const auto& d : ddps) d->finish_step();
+    for (const auto& t : tpcs) t->finish_step();
     mark("grad norm + AdamW");
     TB_CHECK(cudaMemcpyAsync(h_losses.get(), d_losses.get(), h_losses.bytes(), cudaMemcpyDeviceToHost, st));
     TB_CHECK(cudaMemcpyAsync(h_norm.get(), d_norm.get(), h_norm.bytes(), cudaMemcpyDeviceToHost, st));
