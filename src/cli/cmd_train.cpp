@@ -127,8 +127,8 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--clip", spec.clip, "gradient norm clipping (0: off)")->capture_default_str();
   app.add_option("--seed", spec.seed, "seed of the initial weights and the data")->capture_default_str();
   app.add_flag("--share-gpus", spec.share_gpus,
-               "--gpus N above the node's GPU count: ranks share GPUs, each tp and dp group on distinct ones (a dp x tp "
-               "layout tested on a smaller node; correctness only, the times mean nothing)");
+               "--gpus N above the node's GPU count: ranks share GPUs, each group on distinct ones (a layout mix "
+               "checked on a smaller node; correctness only, the times mean nothing)");
   app.add_option("--comm-timeout", spec.comm_timeout_s,
                  "several GPUs: seconds a step's NCCL work may take before the job is aborted as hung, naming the rank")
       ->capture_default_str();

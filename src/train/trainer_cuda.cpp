@@ -13,6 +13,8 @@
 // last stage's is non-zero) and so is the gradient norm's sum of squares; AdamW updates the stage's parameters.
 // Interleaved (--vp > 1): the rank holds vp decoders, chunk c = global stage c·pp + r of pp·vp, run by the interleaved
 // schedule; the optimizer's tensors, the gradient norm and the FP8 / gradient-zeroing step hooks cover every chunk.
+// Mixes (docs/PARALLEL.md): one NCCL communicator per mesh group; each chunk has its tensor- and data-parallel objects;
+// the reductions run per group in turn (tp, then pp, then dp x cp).
 // Memory: weights bf16 2P + gradients fp32 4P + master 2P (split: the residual halves; f32: 4P) + moments 8P
 // (bf16: 4P) + the activation arena
 // + workspaces, estimated and checked against the GPU's free memory before anything is allocated.
@@ -349,7 +351,6 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     };
     for (const auto& chunk : chunks) chunk->set_context_parallel(ops);
   }
-  std::unique_ptr<comm::NcclCommunicator> amax_split;  // FP8 delayed scaling: the ranks holding the same layers
   // A DataParallelCuda runs its communicator on its own stream: the later chunks' get communicators of their own.
   std::vector<std::unique_ptr<comm::NcclCommunicator>> chunk_dp_comms;
   std::vector<std::unique_ptr<DataParallelCuda>> ddps;  // over dp x cp (the cp ranks' gradients are partial sums too)
@@ -365,14 +366,15 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     if (!tpcs.empty()) ddps[c]->before_reduce = [t = tpcs[c].get()](cudaStream_t s) { t->order_after_grads(s); };
   }
   DataParallelCuda* ddp = ddps.empty() ? nullptr : ddps[0].get();
+  // FP8 delayed scaling: the amaxes' max over the ranks holding the same layers: the world's (dp, tp, cp, dp x cp
+  // alone), or in a mix the tp group's, then dp x cp's (pipeline alone: none).
   if (fp8.enabled && fp8.delayed && spec.fp8_reduce_amax && world.size > pp) {
-    comm::NcclCommunicator* group = nccl.get();
-    if (pp > 1 && nccl) group = (amax_split = nccl->split_nccl(pp_rank, world.rank)).get();
+    comm::NcclCommunicator* all = nccl.get();
     for (const auto& chunk : chunks)
-      chunk->fp8_reduce_amax = [group, tpc, ddp](float* buffer, std::size_t floats) {
-        if (group) return group->all_reduce(buffer, buffer, floats, DType::f32, comm::ReduceOp::max);
-        if (tpc) tpc->all_reduce(buffer, floats, DType::f32, comm::ReduceOp::max);  // a mix: the max over the tp
-        if (ddp) ddp->all_reduce(buffer, floats, DType::f32, comm::ReduceOp::max);  // group, then over the dp group
+      chunk->fp8_reduce_amax = [all, tpc, ddp](float* buffer, std::size_t floats) {
+        if (all) return all->all_reduce(buffer, buffer, floats, DType::f32, comm::ReduceOp::max);
+        if (tpc) tpc->all_reduce(buffer, floats, DType::f32, comm::ReduceOp::max);
+        if (ddp) ddp->all_reduce(buffer, floats, DType::f32, comm::ReduceOp::max);
       };
   }
   const bool bf16_moments = spec.moments == "bf16";
@@ -383,12 +385,13 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const bool split = spec.master == "split";
   // The parameter slots of this rank, chunk after chunk, each with its decoder (vp 1: net's layout.slots).
   struct ChunkSlot {
+    std::size_t chunk;
     model::CudaDecoder* net;
     const model::Slot* slot;
   };
   std::vector<ChunkSlot> slots;
-  for (const auto& chunk : chunks)
-    for (const model::Slot& sl : chunk->dense_layout().slots) slots.push_back({chunk.get(), &sl});
+  for (std::size_t c = 0; c < chunks.size(); ++c)
+    for (const model::Slot& sl : chunks[c]->dense_layout().slots) slots.push_back({c, chunks[c].get(), &sl});
   // The optimizer's tensors: every slot (one rank), or this rank's ZeRO-1 segments (flat offset in the model
   // weights, shard offset in the master, moments and reduced gradients, which hold the chunks' slots back to back).
   // (several chunks: their segments back to back, each segment's slot an index into `slots`)
@@ -417,7 +420,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   // equal on every rank), then all-gathered while the other parameters update: tp times less optimizer work on them.
   std::vector<std::pair<std::size_t, std::size_t>> split_slots;  // (offset, size) of those slots
   auto split_update = [&](const model::Slot& sl) {  // (with data parallel the ZeRO-1 shards already split them)
-    return tpc && !ddp && vp == 1 && (sl.name == "embed.weight" || sl.name == "lm_head.weight") && sl.size % std::size_t(tp) == 0;
+    return tpc && !ddp && vp == 1 && (sl.name == "embed.weight" || sl.name == "lm_head.weight") &&
+           sl.size % std::size_t(tp) == 0;
   };
   if (tpc)
     for (parallel::ZeroSegment& g : segments)
@@ -513,12 +517,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       t.master = master.as<float>() + g.shard;
     const ChunkSlot& cs = slots[std::size_t(g.slot)];
     if (ddp) {  // the chunk's data parallel, with the segment's shard offset in its own partition
-      const std::size_t c = std::size_t(std::find_if(chunks.begin(), chunks.end(),
-                                                     [&](const auto& k) { return k.get() == cs.net; }) -
-                                        chunks.begin());
       parallel::ZeroSegment local = g;
-      local.shard -= shard_base[c];
-      t.grad = ddps[c]->segment_grads(local);
+      local.shard -= shard_base[cs.chunk];
+      t.grad = ddps[cs.chunk]->segment_grads(local);
     } else {
       t.grad = cs.net->grads_device() + g.flat;
     }
