@@ -23,7 +23,7 @@ TensorParallelCuda::TensorParallelCuda(comm::Communicator& tp_group, cudaStream_
   for (const model::Slot& s : local.slots)
     if (parallel::tp_replicated(s.name) && !(s.name == "embed.weight" && !local_cfg.tied_embeddings))
       replicated_.push_back(&s);
-  if (!local_cfg.tied_embeddings)
+  if (!local_cfg.tied_embeddings && local.embed >= 0)  // (a pipeline stage without the embedding needs none)
     rows_ = std::make_unique<EmbeddingRowsGather>(act_->device(), local_cfg, rows_per_rank, act_->size());
   next_ = replicated_.size();
   TB_CHECK(cudaEventCreateWithFlags(&grads_done_, cudaEventDisableTiming));

@@ -39,6 +39,19 @@ int global_batch(const TrainSpec& spec, int dp) {
   return spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * dp;
 }
 
+bool is_group_mix(const parallel::MeshShape& s) {
+  return (s.dp > 1) + (s.cp > 1) + (s.tp > 1) + (s.pp > 1) >= 2 && (s.tp > 1 || s.pp > 1);
+}
+
+std::string share_gpus_problem(const parallel::MeshShape& s, int gpus) {
+  const bool mix = is_group_mix(s);
+  const std::string problems = mix ? parallel::shared_gpu_problems(s, gpus) : "not a mix with tp or pp";
+  if (problems.empty()) return "";
+  return fmt::format("--share-gpus: {} ranks of layout {} cannot share this node's {} GPU{}: {} (a mix with tp or pp "
+                     "whose groups each fit on distinct GPUs, as NCCL needs; without --share-gpus: one rank per GPU)",
+                     s.world(), s.str(), gpus, gpus == 1 ? "" : "s", problems);
+}
+
 void validate(const TrainSpec& spec) {
   TB_REQUIRE(spec.micro_batch > 0, "--micro-batch must be at least 1");
   TB_REQUIRE(spec.comm_timeout_s > 0, fmt::format("--comm-timeout must be > 0 seconds, got {}", spec.comm_timeout_s));

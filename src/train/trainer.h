@@ -144,6 +144,12 @@ LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m);
 parallel::MeshShape mesh_shape(const TrainSpec& spec, int world);
 // Sequences per optimizer step: spec.global_batch, or one micro-batch per data-parallel rank.
 int global_batch(const TrainSpec& spec, int dp);
+// A mix with tensor or pipeline parallel: the CUDA backend builds one NCCL communicator per mesh group and none
+// over the world (data and context parallel, alone or together, use the world's).
+bool is_group_mix(const parallel::MeshShape& s);
+// --share-gpus with more ranks than `gpus`: "" when the layout can share them (a group mix whose one-coordinate groups
+// each fit on distinct GPUs, parallel::shared_gpu_problems), else the whole message of why not.
+std::string share_gpus_problem(const parallel::MeshShape& s, int gpus);
 
 // The preset with the spec's overrides, validated; batch sizes checked. Raises Error{config}.
 model::ModelConfig resolve_model(const TrainSpec& spec);

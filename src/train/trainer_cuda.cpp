@@ -176,7 +176,7 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
     const std::int64_t n = std::int64_t(spec.micro_batch) * seq;  // tokens of a micro-batch on this rank
     if (!m.tied_embeddings && r == 0 && dp > 1)  // the embedding gradient's rows from the other replicas
       e.workspaces += double(EmbeddingRowsGather::bytes(m, n, int(dp)));
-    if (!m.tied_embeddings && tp > 1) e.workspaces += double(EmbeddingRowsGather::bytes(m, n / tp, tp));
+    if (!m.tied_embeddings && tp > 1 && r == 0) e.workspaces += double(EmbeddingRowsGather::bytes(m, n / tp, tp));
     if (e.total() > worst.total()) worst = e;
   }
   return worst;
@@ -234,16 +234,12 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   spec.dp = mesh.dp;
   // A mix with tensor or pipeline parallel: one NCCL communicator per group (parallel::Mesh), none over the world
   // (data and context parallel alone, or together, use the world's).
-  const bool mix = (spec.dp > 1) + (spec.cp > 1) + (spec.tp > 1) + (spec.pp > 1) >= 2 && (spec.tp > 1 || spec.pp > 1);
+  const bool mix = is_group_mix(mesh);
   const parallel::Coord place = parallel::coord_of(mesh, world.rank);  // this rank's coordinates in the mesh
   int devices = 0;
   TB_CHECK(cudaGetDeviceCount(&devices));
   if (spec.share_gpus && world.size > devices) {
-    const std::string problems = parallel::shared_gpu_problems(mesh, devices);
-    TB_REQUIRE(mix && problems.empty(),
-               fmt::format("--share-gpus: {} ranks of layout {} cannot share this node's {} GPUs: {} (a mix with tp "
-                           "or pp whose groups each fit on distinct GPUs, as NCCL needs)",
-                           world.size, mesh.str(), devices, mix ? problems : "not a mix with tp or pp"));
+    if (const std::string problem = share_gpus_problem(mesh, devices); !problem.empty()) raise_config(problem);
     spec.gpu = parallel::shared_gpu(place, devices);
   } else if (world.size > 1) {
     spec.gpu = world.local_rank;

@@ -117,3 +117,25 @@ TEST(MemoryEstimate, PartsInGiB) {
   EXPECT_NE(e.parts_gib().find("activations 1.50 + FP8 copies 1.00 + workspaces"), std::string::npos);
   EXPECT_DOUBLE_EQ(e.total(), 18.75 * kGiB);
 }
+
+// Which layouts build per-group communicators (a mix with tp or pp), and which can share a node's GPUs.
+TEST(LayoutMix, GroupMixesAndSharedGpus) {
+  using tb::parallel::MeshShape;
+  EXPECT_FALSE(tb::train::is_group_mix({.dp = 4}));
+  EXPECT_FALSE(tb::train::is_group_mix({.tp = 8}));
+  EXPECT_FALSE(tb::train::is_group_mix({.dp = 2, .cp = 2}));  // the world's communicator
+  EXPECT_TRUE(tb::train::is_group_mix({.dp = 2, .tp = 2}));
+  EXPECT_TRUE(tb::train::is_group_mix({.cp = 2, .pp = 2}));
+  EXPECT_TRUE(tb::train::is_group_mix({.dp = 2, .cp = 2, .pp = 2, .tp = 2}));
+  EXPECT_EQ(tb::train::share_gpus_problem({.dp = 2, .pp = 2, .tp = 2}, 2), "");
+  EXPECT_EQ(tb::train::share_gpus_problem({.cp = 2, .tp = 2}, 2), "");
+  const std::string alone = tb::train::share_gpus_problem({.dp = 4}, 2);
+  EXPECT_NE(alone.find("--share-gpus: 4 ranks of layout dp4 cp1 pp1 tp1 vp1 cannot share this node's 2 GPUs: not a "
+                       "mix with tp or pp"),
+            std::string::npos)
+      << alone;
+  const std::string big = tb::train::share_gpus_problem({.dp = 2, .tp = 4, .sequence_parallel = true}, 2);
+  EXPECT_NE(big.find("tp (4) is above the GPU count (2)"), std::string::npos) << big;
+  EXPECT_NE(tb::train::share_gpus_problem({.dp = 2, .cp = 2, .tp = 2}, 2).find("dp x cp shares one optimizer group"),
+            std::string::npos);
+}
