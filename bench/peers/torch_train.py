@@ -153,6 +153,28 @@ def flops_per_token(c, s):
     return 6 * (L * (d * (H + 2 * G) * hd + H * hd * d + 3 * ffn * d) + V * d) + 12 * L * s * H * hd
 
 
+def log_step(i, args, loss, norm, sec):
+    """One step's line on stderr (warmup steps tagged)."""
+    tag = "warmup" if i < args.warmup else "step"
+    print(f"{tag} {i + 1}/{args.steps + args.warmup} | loss {loss:.4f} | grad_norm {norm:.3f} | {sec * 1e3:.1f} ms",
+          file=sys.stderr, flush=True)
+
+
+def step_record(args, times, losses, tokens_per_step, cuda):
+    """What both peers report of their timed steps: step-time quantiles after warmup, tokens/s, losses, memory."""
+    measured = times[args.warmup:]
+    median = quantile(measured, 0.5)
+    return {
+        "steps": args.steps, "warmup_steps": args.warmup,
+        "step_s": {"median": median, "p10": quantile(measured, 0.1), "p90": quantile(measured, 0.9),
+                   "n": len(measured)},
+        "tokens_per_s": tokens_per_step / median,
+        "compile_s": times[0], "loss": losses, "loss_first": losses[0], "loss_last": losses[-1],
+        "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "torch": torch.__version__, "gpu": torch.cuda.get_device_name() if cuda else None, "options": vars(args),
+    }
+
+
 def quantile(xs, q):  # linear interpolation between order statistics (numpy's default, as core/stats.h)
     xs = sorted(xs)
     pos = q * (len(xs) - 1)
@@ -212,28 +234,19 @@ def main():
         (loss, norm), sec = timed(lambda: train_step(tokens[i], targets[i]), cuda)
         times.append(sec)
         losses.append(loss.item())
-        tag = "warmup" if i < args.warmup else "step"
-        print(f"{tag} {i + 1}/{n} | loss {losses[-1]:.4f} | grad_norm {norm.item():.3f} | {sec * 1e3:.1f} ms",
-              file=sys.stderr, flush=True)
+        log_step(i, args, losses[-1], norm.item(), sec)
 
-    measured = times[args.warmup:]
-    median = quantile(measured, 0.5)
+    record = step_record(args, times, losses, B * s, cuda)
     fpt = flops_per_token(c, s)
-    gib = lambda x: x / 2**30
     print(json.dumps({
         "peer": "torch", "bench": "train", "case": f"{args.model}/L{L}/s{s}/mb{B}/gb{B}/{dev.type}",
         "model": args.model, "layers": L, "seq": s, "micro_batch": B, "global_batch": B, "device": dev.type,
         "state": args.state, "compile": args.compile, "sdpa": backend.name, "gqa": "native" if gqa else "repeated",
-        "params": sum(p.numel() for p in params), "steps": args.steps, "warmup_steps": args.warmup,
-        "step_s": {"median": median, "p10": quantile(measured, 0.1), "p90": quantile(measured, 0.9),
-                   "n": len(measured)},
-        "tokens_per_s": B * s / median, "flops_per_token": fpt, "flops_per_step": fpt * B * s,
-        "flop_convention": "full", "tflops": fpt * B * s / median / 1e12,
-        "compile_s": times[0], "loss": losses, "loss_first": losses[0], "loss_last": losses[-1],
-        "max_memory_allocated_gib": gib(torch.cuda.max_memory_allocated()) if cuda else None,
-        "max_memory_reserved_gib": gib(torch.cuda.max_memory_reserved()) if cuda else None,
-        "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-        "gpu": torch.cuda.get_device_name() if cuda else None, "options": vars(args),
+        "params": sum(p.numel() for p in params), **record,
+        "flops_per_token": fpt, "flops_per_step": fpt * B * s,
+        "flop_convention": "full", "tflops": fpt * B * s / record["step_s"]["median"] / 1e12,
+        "max_memory_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
+        "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
     }), flush=True)
 
 

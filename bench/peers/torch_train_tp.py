@@ -29,8 +29,8 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 from torch.nn.attention import sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_train import (EPS, PRESETS, attend, common_args, flops_per_token, init_, pick_sdpa, quantile,  # noqa
-                         rope, rope_inv_freq, timed)
+from torch_train import (EPS, PRESETS, attend, common_args, flops_per_token, init_, log_step, pick_sdpa,  # noqa
+                         rope, rope_inv_freq, step_record, timed)
 
 
 class Attention(nn.Module):
@@ -174,28 +174,17 @@ def main():
         times.append(sec)
         losses.append(float(loss.full_tensor() if hasattr(loss, "full_tensor") else loss))
         if rank == 0:
-            tag = "warmup" if i < args.warmup else "step"
-            print(f"{tag} {i + 1}/{n} | loss {losses[-1]:.4f} | grad_norm {float(norm):.3f} | {sec * 1e3:.1f} ms",
-                  file=sys.stderr, flush=True)
+            log_step(i, args, losses[-1], float(norm), sec)
 
-    measured = times[args.warmup:]
-    median = quantile(measured, 0.5)
-    fpt = flops_per_token(c, s)
     if rank == 0:
-        gib = lambda x: x / 2**30
+        record = step_record(args, times, losses, s, cuda)
+        fpt = flops_per_token(c, s)
         print(json.dumps({
             "peer": "torch", "bench": "train", "case": f"{args.model}/L{L}/s{s}/mb1/gb1/{dev.type}/tp{world}",
             "model": args.model, "layers": L, "seq": s, "micro_batch": 1, "global_batch": 1, "tp": world,
-            "device": dev.type, "state": args.state, "compile": args.compile, "sdpa": backend.name,
-            "steps": args.steps, "warmup_steps": args.warmup,
-            "step_s": {"median": median, "p10": quantile(measured, 0.1), "p90": quantile(measured, 0.9),
-                       "n": len(measured)},
-            "tokens_per_s": s / median, "flops_per_token": fpt, "flop_convention": "full",
-            "tflops_per_gpu": fpt * s / median / 1e12 / world,
-            "compile_s": times[0], "loss": losses, "loss_first": losses[0], "loss_last": losses[-1],
-            "max_memory_allocated_gib": gib(torch.cuda.max_memory_allocated()) if cuda else None,
-            "torch": torch.__version__, "gpu": torch.cuda.get_device_name() if cuda else None,
-            "options": vars(args),
+            "device": dev.type, "state": args.state, "compile": args.compile, "sdpa": backend.name, **record,
+            "flops_per_token": fpt, "flop_convention": "full",
+            "tflops_per_gpu": fpt * s / record["step_s"]["median"] / 1e12 / world,
         }), flush=True)
     dist.destroy_process_group()
 

@@ -161,11 +161,11 @@ int cmd_train(int argc, char** argv) {
   const int world_n = launched_by_mpi() ? job_ranks() : gpus;
   const parallel::MeshShape planned = train::mesh_shape(spec, world_n);
   parallel::validate_layout(planned, m, world_n, spec.micro_batch, train::global_batch(spec, planned.dp));
-  if (cuda && bench::visible_gpu_count() == 0)  // raised: in a job of several ranks the error ends every rank
+  const int visible = cuda ? bench::visible_gpu_count() : 0;
+  if (cuda && visible == 0)  // raised: in a job of several ranks the error ends every rank
     raise_config(fmt::format("needs a GPU: {} (or use --device cpu)", bench::no_gpu_reason()));
-
-  if (cuda && spec.share_gpus && world_n > bench::visible_gpu_count())  // before any rank starts
-    if (const std::string problem = train::share_gpus_problem(planned, bench::visible_gpu_count()); !problem.empty())
+  if (cuda && spec.share_gpus && world_n > visible)  // before any rank starts
+    if (const std::string problem = train::share_gpus_problem(planned, visible); !problem.empty())
       raise_config(problem);
   if (auto rc = start_ranks(gpus, "train", argc, argv, spec.share_gpus)) return *rc;  // re-executes as `gpus` ranks
   const bool rank0 = is_rank0();

@@ -54,13 +54,17 @@ void DataParallelCuda::params_needed(std::size_t end) {
 }
 
 void DataParallelCuda::grads_ready(std::size_t from) {
+  bool ordered = false;  // before_reduce called for this call's reduce-scatters
   while (next_reduce_ > 0 && z_.buckets[next_reduce_ - 1].begin >= from) {
     const std::size_t b = --next_reduce_;
     if (b == 0 && sparse_embedding()) break;  // the embedding's rows were exchanged by embedding_rows()
     const parallel::ZeroBucket& k = z_.buckets[b];
     TB_CHECK(cudaEventRecord(ready_[b], st_));
     TB_CHECK(cudaStreamWaitEvent(cs_.get(), ready_[b], 0));
-    if (before_reduce) before_reduce(cs_.get());
+    if (before_reduce && !ordered) {  // (the comm stream runs in order: once covers this call's buckets)
+      before_reduce(cs_.get());
+      ordered = true;
+    }
     dp_.reduce_scatter(grads_ + k.begin, shard_grads_.as<float>() + k.shard_offset, z_.piece_size(k), DType::f32);
   }
 }

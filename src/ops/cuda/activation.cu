@@ -275,15 +275,8 @@ void activation_forward_fp8(Activation act, TensorView<const bf16> x, const Fp8C
   TB_REQUIRE(x.rank() == 2, what + ": x must be [t, n] (swiglu: [t, 2f]), got " + x.shape_str());
   const std::int64_t rows = x.size(0), n = act == Activation::swiglu ? swiglu_width(x, what) : x.size(1);
   require_rows16(x, rows, x.size(1), what + ": x");
-  TB_REQUIRE(cast.x == nullptr && cast.rows == rows && cast.cols == n,
-             str(what, ": cast must describe the output [", rows, ", ", n, "] with x = null, got [", cast.rows, ", ",
-                 cast.cols, "]"));
-  TB_REQUIRE(is_fp8(cast.type) && cast.qt && cast.scale && cast.scale_inv && !cast.amax_in,
-             what + ": needs an fp8 type, qt, scale and scale_inv, and a known scale (amax_in is for current scaling)");
-  TB_REQUIRE(cast.margin >= 0 && cast.margin < 64, what + ": margin must be in [0, 64)");
+  const detail::CastTarget p = detail::fused_cast_target(cast, rows, n, what);
   if (rows == 0 || n == 0) return;
-  const detail::CastTarget p{rows, n, static_cast<std::uint8_t*>(cast.q), static_cast<std::uint8_t*>(cast.qt),
-                             nullptr, cast.scale, cast.scale_inv, cast.amax_out, fp8_max(cast.type), cast.margin};
   const bool e4 = cast.type == DType::e4m3, vec = aligned16(x.data()) && x.stride(0) % kVec == 0;
   switch (act) {
     case Activation::swiglu:

@@ -47,6 +47,26 @@ struct CastTarget {
   int margin;
 };
 
+// The target of an op that writes its own output [rows, cols] as FP8 (norm_forward_fp8, activation_forward_fp8: delayed
+// scaling). Checks that `cast` describes that output (x null), has an fp8 type, qt, scale and scale_inv, a known scale
+// (no amax_in) and a margin in [0, 64); raises Error{config} naming `what` before the caller launches anything.
+inline CastTarget fused_cast_target(const Fp8CastArgs& cast, std::int64_t rows, std::int64_t cols,
+                                    const std::string& what) {
+  TB_REQUIRE(cast.x == nullptr && cast.rows == rows && cast.cols == cols,
+             str(what, ": cast must describe the output [", rows, ", ", cols, "] with x = null, got [", cast.rows, ", ",
+                 cast.cols, "]"));
+  TB_REQUIRE(cast.amax_in == nullptr,
+             what +
+                 ": cast.amax_in (current scaling) is refused: the scale must be known before the pass (delayed "
+                 "scaling, *cast.scale); for current scaling run the bf16 op with amax, then fp8_cast");
+  TB_REQUIRE(is_fp8(cast.type) && cast.qt && cast.scale && cast.scale_inv,
+             what + ": needs an fp8 type, qt, scale and scale_inv");
+  TB_REQUIRE(cast.margin >= 0 && cast.margin < 64, what + ": margin must be in [0, 64)");
+  TB_REQUIRE((rows + kCastTile - 1) / kCastTile < 65536, str(what, ": at most ", 65535 * kCastTile, " rows"));
+  return {rows, cols, static_cast<std::uint8_t*>(cast.q), static_cast<std::uint8_t*>(cast.qt), nullptr, cast.scale,
+          cast.scale_inv, cast.amax_out, fp8_max(cast.type), cast.margin};
+}
+
 __device__ __forceinline__ void atomic_max_nonneg(float* p, float v) {
   atomicMax(reinterpret_cast<int*>(p), __float_as_int(v));
 }

@@ -282,13 +282,19 @@ int backward_blocks(std::int64_t rows, const RowPlan& plan) {
   return int(std::min<std::int64_t>(rows, std::int64_t(std::max(per_sm, 1)) * sm_count()));
 }
 
+// A bias or its gradient (`name`): none for RMSNorm, else optional and [dim].
+template <class T>
+void check_bias(NormKind kind, std::int64_t dim, const TensorView<T>& b, const std::string& what, const char* name) {
+  if (kind == NormKind::rmsnorm)
+    TB_REQUIRE(b.data() == nullptr, what + ": rmsnorm has no bias (" + name + " must be an empty view)");
+  else if (b.data())
+    require_vec(b, dim, true, what + ": " + name);
+}
+
 void check_params(NormKind kind, std::int64_t dim, const TensorView<const bf16>& w, const TensorView<const bf16>& b,
                   const std::string& what) {
   require_vec(w, dim, true, what + ": w");
-  if (kind == NormKind::rmsnorm)
-    TB_REQUIRE(b.data() == nullptr, what + ": rmsnorm has no bias (b must be an empty view)");
-  else if (b.data())
-    require_vec(b, dim, true, what + ": b");
+  check_bias(kind, dim, b, what, "b");
 }
 
 void backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorView<float> db, TensorView<const bf16> dy,
@@ -307,10 +313,7 @@ void backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorVi
   require_vec(rstd, rows, false, what + ": rstd");
   if (kind != NormKind::rmsnorm) require_vec(mean, rows, false, what + ": mean");
   if (dw.data()) require_vec(dw, dim, true, what + ": dw");
-  if (kind == NormKind::rmsnorm)
-    TB_REQUIRE(db.data() == nullptr, what + ": rmsnorm has no bias (db must be an empty view)");
-  else if (db.data())
-    require_vec(db, dim, true, what + ": db");
+  check_bias(kind, dim, db, what, "db");
   const bool want_dw = dw.data() != nullptr, want_db = db.data() != nullptr;
   if (rows == 0 || (!dx.data() && !want_dw && !want_db)) return;
 

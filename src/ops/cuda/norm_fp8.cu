@@ -54,32 +54,12 @@ void forward_fp8(NormKind kind, const Fp8CastArgs& cast, TensorView<bf16> r, Ten
   const std::string what = str(name, "(", dtype_name(cast.type), ")");
   TB_REQUIRE(x.rank() == 2, what + ": x must be [rows, dim], got " + x.shape_str());
   const std::int64_t rows = x.size(0), dim = x.size(1);
-  TB_REQUIRE(cast.x == nullptr && cast.rows == rows && cast.cols == dim,
-             str(what, ": cast must describe the output [", rows, ", ", dim, "] with x = null, got [", cast.rows, ", ",
-                 cast.cols, "]"));
-  TB_REQUIRE(cast.amax_in == nullptr,
-             what +
-                 ": cast.amax_in (current scaling) is refused: the scale must be known before the pass (delayed "
-                 "scaling, *cast.scale); for current scaling run the bf16 op with amax, then fp8_cast");
-  TB_REQUIRE(is_fp8(cast.type) && cast.qt && cast.scale && cast.scale_inv,
-             what + ": needs an fp8 type, qt, scale and scale_inv");
-  TB_REQUIRE(cast.margin >= 0 && cast.margin < 64, what + ": margin must be in [0, 64)");
-  TB_REQUIRE(ceil_div(rows, kCastTile) < 65536, str(what, ": at most ", 65535 * kCastTile, " rows"));
+  const CastTarget p = fused_cast_target(cast, rows, dim, what);
   norm_forward_rows(kind, {}, r, mean, rstd, x, residual_in, w, b, eps, stream, nullptr, what);
   if (rows == 0) return;
   const TensorView<const bf16> src = r.data() ? TensorView<const bf16>(r) : x;
   const NormSource s{src.data(),  src.stride(0), w.data(), b.data(), kind == NormKind::rmsnorm ? nullptr : mean.data(),
                      rstd.data(), int(kind)};
-  const CastTarget p{rows,
-                     dim,
-                     static_cast<std::uint8_t*>(cast.q),
-                     static_cast<std::uint8_t*>(cast.qt),
-                     nullptr,
-                     cast.scale,
-                     cast.scale_inv,
-                     cast.amax_out,
-                     fp8_max(cast.type),
-                     cast.margin};
   // Rows of r / x and w, b allow 16-byte loads (checked by norm_forward_rows): the 64 x 64 tiles when the shape does.
   launch_cast_transpose(s, p, cast.type == DType::e4m3, true, what, stream);
 }
