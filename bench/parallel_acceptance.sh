@@ -29,6 +29,11 @@
 #             and dp2 x pp2 x vp2 (one layer per chunk), in BF16, FP8 current and FP8 delayed (amaxes reduced over the tp and dp x cp groups); then dp2 x tp2 with shared against separate
 #             gradients (one micro-batch per rank, deterministic): losses bit for bit. About 20 minutes: run subsets
 #             in separate calls with MIX_VARIANTS, MIX_LAYOUTS, MIX_GRADBUF ("" skips)
+#   gpt:      `small-gpt` (GPT-3's form: LayerNorm, GELU, learned positions, tied embeddings) 30 steps, global batch
+#             8, micro-batch 1: 1 GPU against dp 2, tp 2 (each rank's positions from its first row), pp 2 and pp 2 vp 2
+#             (the last stage's copy of the embedding as its LM head, the two gradients summed), and as 4 or 8 ranks
+#             sharing the GPUs tp2 x pp2, dp2 x tp2 x pp2, tp2 x pp2 x vp2; BF16 and FP8 current scaling (subsets:
+#             GPT_VARIANTS, GPT_LAYOUTS; variant fp8lrX: FP8 at peak learning rate X)
 #   tppeer:   tp70b's 2-GPU run, then the PyTorch TP peer (bench/peers/torch_train_tp.py: DTensor tensor + sequence
 #             parallel as TorchTitan, compiled blocks, loss parallel) in bf16 and fp32 state ($TPPEER_STATES)
 #   ppcheck:  `small` 30 steps, global batch 8, micro-batch 2 (4 micro-batches): 1 GPU vs 2 GPUs pipeline parallel
@@ -57,6 +62,20 @@ ours() {  # ours NAME ARGS...
   local name=$1; shift
   log "trainbench $name: $*"
   $TB train --steps $((STEPS + WARM)) --warmup-steps "$WARM" --out "$OUT/results/$name" "$@"; echo "exit $?"
+}
+
+layout_flags() {  # layout_flags NAME: the train flags of a layout named like dp2tp2pp2 or tp2pp2vp2 (2 GPUs; 4 or 8
+                 # ranks share them: --share-gpus)
+  local name=$1 ranks=1 flags="" dim n
+  for dim in dp tp pp vp cp; do
+    n=$(echo "$name" | grep -o "$dim[0-9]*" | tr -d a-z)
+    [ -z "$n" ] && continue
+    [ $dim != vp ] && ranks=$((ranks * n))
+    [ $dim != dp ] && flags="$flags --$dim $n"
+  done
+  flags="--gpus $ranks$flags"
+  [ $ranks -gt 2 ] && flags="$flags --share-gpus"
+  echo "$flags"
 }
 
 against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, then on 2 GPUs in each layout (dp, tp,
@@ -118,17 +137,7 @@ against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, 
           esac
           STEPS=25 WARM=5 ours mix-$v-1gpu $a
           for name in ${MIX_LAYOUTS:-dp2tp2 tp2pp2 dp2pp2 dp2tp2pp2 tp2cp2 pp2cp2 tp2pp2vp2 dp2pp2vp2}; do
-            case $name in
-              tp2pp2vp2) lay="--gpus 4 --tp 2 --pp 2 --vp 2" ;;
-              dp2pp2vp2) lay="--gpus 4 --pp 2 --vp 2" ;;
-              tp2cp2) lay="--gpus 4 --tp 2 --cp 2" ;;
-              pp2cp2) lay="--gpus 4 --pp 2 --cp 2" ;;
-              dp2tp2) lay="--gpus 4 --tp 2" ;;
-              tp2pp2) lay="--gpus 4 --tp 2 --pp 2" ;;
-              dp2pp2) lay="--gpus 4 --pp 2" ;;
-              dp2tp2pp2) lay="--gpus 8 --tp 2 --pp 2" ;;
-            esac
-            STEPS=25 WARM=5 ours mix-$v-$name $a $lay --share-gpus
+            STEPS=25 WARM=5 ours mix-$v-$name $a $(layout_flags $name)
             log "$name $v losses"
             python3 bench/compare_losses.py "$OUT/results/mix-$v-1gpu" "$OUT/results/mix-$v-$name" --tol $tol | tail -1
           done
@@ -139,6 +148,21 @@ against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, 
         done
         [ -n "${MIX_GRADBUF-x}" ] && log "dp2 x tp2 shared vs separate" &&
           python3 bench/compare_losses.py "$OUT/results/mix-separate" "$OUT/results/mix-shared" --tol 0 | tail -1 ;;
+      gpt)  # small-gpt (GPT-3's form) against 1 GPU in single and mixed layouts, BF16 and FP8 (header)
+        d="--model small-gpt --global-batch 8 --micro-batch 1 --no-op-profile"
+        for v in ${GPT_VARIANTS:-bf16 fp8}; do
+          case $v in
+            bf16) a="$d"; tol=0.01 ;;
+            fp8) a="$d --precision fp8"; tol=0.05 ;;
+            fp8lr*) a="$d --precision fp8 --lr ${v#fp8lr}"; tol=0.05 ;;  # e.g. fp8lr1e-3: a calmer descent
+          esac
+          STEPS=25 WARM=5 ours gpt-$v-1gpu $a
+          for name in ${GPT_LAYOUTS:-dp2 tp2 pp2 pp2vp2 tp2pp2 dp2tp2pp2 tp2pp2vp2}; do
+            STEPS=25 WARM=5 ours gpt-$v-$name $a $(layout_flags $name)
+            log "gpt $name $v losses"
+            python3 bench/compare_losses.py "$OUT/results/gpt-$v-1gpu" "$OUT/results/gpt-$v-$name" --tol $tol | tail -1
+          done
+        done ;;
       tppeer)  # tp70b's 2-GPU run against the PyTorch TP peer (bench/peers/torch_train_tp.py, TorchTitan's plan)
         ours 70b-L4-tp2 --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2 --no-op-profile
         for st in ${TPPEER_STATES:-bf16 fp32}; do

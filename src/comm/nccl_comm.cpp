@@ -145,7 +145,8 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) { retu
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::split_nccl(int color, int key) {
   ncclComm_t c = nullptr;
-  TB_CHECK(ncclCommSplit(comm_, color, key, &c, nullptr));
+  TB_CHECK(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &c, nullptr));
+  if (color < 0) return nullptr;
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(c, device_, stream_));
 }
 

@@ -32,7 +32,8 @@ class NcclCommunicator final : public Communicator {
   // Waits for `stream` (e.g. a compute stream that joined this communicator's work) the way synchronize() does.
   void wait(cudaStream_t stream, double timeout_s = 600);
   std::unique_ptr<Communicator> split(int color, int key) override;  // ncclCommSplit; same GPU and stream
-  std::unique_ptr<NcclCommunicator> split_nccl(int color, int key);  // split() with its NCCL type
+  // split() with its NCCL type; a negative color joins no group (NCCL_SPLIT_NOCOLOR) and returns nullptr.
+  std::unique_ptr<NcclCommunicator> split_nccl(int color, int key);
 
   cudaStream_t stream() const { return stream_; }
   void set_stream(cudaStream_t s) { stream_ = s; }

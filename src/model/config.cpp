@@ -61,6 +61,11 @@ std::vector<ModelConfig> make_presets() {
   small.rope_theta = 10000.0;
   small.rope_scaling.enabled = false;
   p.push_back(small);
+  ModelConfig small_gpt = gpt;  // `small` in the GPT-3 form (LayerNorm, GELU, MHA, learned positions, tied)
+  small_gpt.name = "small-gpt";
+  small_gpt.layers = 4, small_gpt.d_model = 256, small_gpt.ffn = 1024, small_gpt.heads = small_gpt.kv_heads = 4;
+  small_gpt.head_dim = 64, small_gpt.vocab = 512, small_gpt.seq = 256;
+  p.push_back(small_gpt);
   ModelConfig small128 = small;  // `small` with head_dim 128 (2 heads, MHA): what cuDNN's FP8 attention takes
   small128.name = "small-hd128";
   small128.heads = small128.kv_heads = 2, small128.head_dim = 128;

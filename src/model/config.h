@@ -1,6 +1,6 @@
 // model/config.h: the dense decoder family (Llama 3.x, GPT-3, Nemotron-4, Mistral) as one config, and
 // the named presets of the reference recipes (shapes from the DGXC recipe files) plus `tiny` for CPUs and `small`,
-// `small-hd128` (its head_dim 128 for FP8 attention) for quick GPU runs.
+// `small-hd128` (its head_dim 128 for FP8 attention), `small-gpt` (GPT-3's form) for quick GPU runs.
 //   attention: heads query heads, kv_heads key/value heads (GQA when kv_heads < heads), head_dim each;
 //   mlp: swiglu (3 GEMMs: gate, up, down), gelu or sqrelu (2 GEMMs: up, down), ffn wide;
 //   norm: rmsnorm, layernorm, or layernorm1p (LayerNorm with weight stored as w - 1, Nemotron);

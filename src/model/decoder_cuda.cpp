@@ -461,8 +461,6 @@ void CudaDecoder::set_tensor_parallel(TensorParallelOps tp) {
   TB_REQUIRE(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size, "CUDA decoder: tensor-parallel rank out of range");
   if (tp.size > 1) {
     TB_REQUIRE(tp.all_gather && tp.reduce_scatter, "CUDA decoder: tensor parallel needs all_gather and reduce_scatter");
-    TB_REQUIRE(cfg_.pos == Pos::rope, "tensor parallel on the CUDA backend supports RoPE models only (learned "
-                                      "positions would need this rank's position offset): use tp 1 for " + cfg_.name);
   }
   tp_ = std::move(tp);
 }
@@ -946,7 +944,8 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
     const TensorView<const std::int32_t> tokens(tokens_in + std::size_t(tp_.rank) * std::size_t(nl), {nl});
     params_needed(std::max(slot_end(layout_.embed), slot_end(layout_.pos_embed)));
     ops::embedding_forward({s_.x0, {nl, d}}, P(layout_.embed), tokens, st);
-    if (c.pos == Pos::learned) ops::position_embedding_add({s_.x0, {nl, d}}, P(layout_.pos_embed), seq, st);
+    if (c.pos == Pos::learned)  // this rank's rows start at flat row rank nl of the [batch, seq] tokens
+      ops::position_embedding_add({s_.x0, {nl, d}}, P(layout_.pos_embed), seq, st, tp_.rank * nl);
     mark("embedding fwd");
     x = s_.x0;
   }
@@ -1029,12 +1028,13 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
   if (first_stage()) {
     const std::int32_t* my_tokens = tokens_in + std::size_t(tp_.rank) * std::size_t(nl);
     EmbeddingRows rows{own(s_.dnext, nl), my_tokens, nl, s_.embed_ws, s_.embed_ws_bytes};
-    if (gather_embedding_rows) rows = gather_embedding_rows(rows.dnext, my_tokens, nl);
+    std::int64_t first_row = tp_.rank * nl;  // the rows' place in [batch, seq]: gathered, whole micro-batches
+    if (gather_embedding_rows) rows = gather_embedding_rows(rows.dnext, my_tokens, nl), first_row = 0;
     if (share_grads_ && !c.tied_embeddings) zero_grad_slot(layout_.embed), zero_grad_slot(layout_.pos_embed);
     ops::embedding_backward(G(layout_.embed), {rows.dnext, {rows.rows, d}}, {rows.tokens, {rows.rows}}, st,
                             {rows.workspace, rows.workspace_bytes});
     if (c.pos == Pos::learned)
-      ops::position_embedding_backward(G(layout_.pos_embed), {rows.dnext, {rows.rows, d}}, seq, st);
+      ops::position_embedding_backward(G(layout_.pos_embed), {rows.dnext, {rows.rows, d}}, seq, st, first_row);
     mark("embedding bwd");
   } else {  // the first layer's r1 was the input h: its gradient is dnext
     TB_CHECK(cudaMemcpyAsync(din, own(s_.dnext, nl), boundary_bytes, cudaMemcpyDeviceToDevice, st));

@@ -250,8 +250,9 @@ class CudaDecoder {
   // on_grads_ready(from): every gradient at flat offset >= `from` is final for this call (descending; 0 last).
   std::function<void(std::size_t end)> on_params_needed;
   std::function<void(std::size_t from)> on_grads_ready;
-  // Data parallel with untied embeddings: the rows the embedding backward accumulates, from every rank (the caller
-  // all-gathers this rank's dnext [rows, d] and tokens [rows]), with a workspace for that many rows. Unset: local.
+  // Data or tensor parallel with untied embeddings: the rows the embedding backward accumulates, from every rank (the
+  // caller all-gathers this rank's dnext [rows, d] and tokens [rows] over tp, then dp: whole micro-batches, so the
+  // learned positions' gradient is taken from them as well), with a workspace for that many rows. Unset: local.
   struct EmbeddingRows {
     const bf16* dnext;
     const std::int32_t* tokens;

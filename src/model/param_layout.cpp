@@ -51,10 +51,6 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range) {
              "dense layout: layer range [" + std::to_string(first) + ", " + std::to_string(last) +
                  ") is not a non-empty part of the model's " + std::to_string(c.layers) + " layers");
   const bool embedding = first == 0, head = last == c.layers;
-  TB_REQUIRE(!c.tied_embeddings || (embedding && head),
-             "dense layout: " + c.name + " ties its embeddings, which cannot be split over pipeline stages (layers [" +
-                 std::to_string(first) + ", " + std::to_string(last) + ") of " + std::to_string(c.layers) +
-                 "): untie them or use pp 1");
   DenseLayout L;
   L.first_layer = first;
   const std::int64_t d = c.d_model;
@@ -88,7 +84,10 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range) {
   }
   if (!head) return L;
   norm("final_norm", L.final_norm_w, L.final_norm_b);
-  L.lm_head = c.tied_embeddings ? L.embed : add("lm_head.weight", {c.vocab, d}, std_in, 0.0);
+  if (c.tied_embeddings)  // the embedding itself, or on a last stage without it a copy of the same name and values
+    L.lm_head = embedding ? L.embed : add("embed.weight", {c.vocab, d}, std_in, 0.0);
+  else
+    L.lm_head = add("lm_head.weight", {c.vocab, d}, std_in, 0.0);
   return L;
 }
 

@@ -11,6 +11,7 @@
 //   layers.<i>.mlp.fc2.weight     [d_model, ffn]
 //   final_norm.weight             [d_model]   (+ .bias)
 //   lm_head.weight                [vocab, d_model]                     (absent when tied_embeddings: embed.weight)
+//   embed.weight (copy)           [vocab, d_model]                     (tied, a last stage without the embedding)
 // Linear layers have no bias (Llama, Nemotron, Mistral have none; GPT-3's linear biases are left out).
 // Init: value = init_value + init_std * N(0, 1); matrices and embeddings std 0.02, the output projections
 // (attn.out, mlp.fc2) 0.02 / sqrt(2 layers); norm weights 1 (0 for layernorm1p, which stores w - 1); biases 0.
@@ -19,8 +20,9 @@
 // Pipeline stages: dense_layout(c, LayerRange{first, last}) is the part of the layout one stage holds, layers
 // [first, last) of the model c: the same slot names (global layer indices, so a stage draws the full model's
 // values), packed from offset 0 in the same order; embed.weight (and pos_embed) only when first == 0,
-// final_norm and lm_head only when last == c.layers. Tied embeddings cannot be split over stages (the copies
-// would need a gradient exchange between the first and last stage): a partial range raises for them.
+// final_norm and lm_head only when last == c.layers. Tied embeddings split over stages: the last stage holds a copy
+// of the embedding as its LM head, a slot named embed.weight (the same initial values) after final_norm, with
+// lm_head its index and embed -1 (the trainer sums the two copies' gradients, so they stay equal).
 #pragma once
 
 #include <cstddef>

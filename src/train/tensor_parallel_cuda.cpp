@@ -20,9 +20,12 @@ TensorParallelCuda::TensorParallelCuda(comm::Communicator& tp_group, cudaStream_
   grads_comm_->set_stream(gs_.get());
   act_async_ = nccl->split_nccl(0, nccl->rank());
   act_async_->set_stream(as_.get());
+  // Untied, the embedding and learned positions take their gradients from every rank's rows (embedding_rows): no sum.
+  auto from_rows = [&](const model::Slot& s) {
+    return !local_cfg.tied_embeddings && (s.name == "embed.weight" || s.name == "pos_embed.weight");
+  };
   for (const model::Slot& s : local.slots)
-    if (parallel::tp_replicated(s.name) && !(s.name == "embed.weight" && !local_cfg.tied_embeddings))
-      replicated_.push_back(&s);
+    if (parallel::tp_replicated(s.name) && !from_rows(s)) replicated_.push_back(&s);
   if (!local_cfg.tied_embeddings && local.embed >= 0)  // (a pipeline stage without the embedding needs none)
     rows_ = std::make_unique<EmbeddingRowsGather>(act_->device(), local_cfg, rows_per_rank, act_->size());
   next_ = replicated_.size();

@@ -255,9 +255,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const int pp = spec.pp, vp = spec.vp, cp = spec.cp;
   parallel::validate_layout(mesh, m, world.size,
                             spec.micro_batch, global);
-  TB_REQUIRE(pp == 1 || !m.tied_embeddings,
-             fmt::format("{} ties its input and output embeddings; pipeline parallel on the CUDA backend needs untied "
-                         "ones (the first and last stage would share the weight): use --pp 1",
+  TB_REQUIRE(cp == 1 || m.pos == model::Pos::rope,
+             fmt::format("{} has learned positions; context parallel on the CUDA backend supports RoPE models only "
+                         "(its ranks hold two chunks of every sequence): use --cp 1, or --device cpu",
                          m.name));
   const model::ModelConfig ml = tp > 1 ? parallel::tp_shard_config(m, tp) : m;  // this rank's shard of the model
   const int dp = spec.dp, accum = global / (spec.micro_batch * dp);
@@ -315,6 +315,13 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   comm::NcclCommunicator* pp_comm = pp_nccl ? pp_nccl.get() : nccl.get();
   comm::NcclCommunicator* dp_comm = dp_nccl ? dp_nccl.get() : nccl.get();
   comm::NcclCommunicator* waiter = nccl ? nccl.get() : tp_nccl ? tp_nccl.get() : pp_nccl.get();  // step completion
+  // Tied embeddings over pipeline stages: the first stage's embedding and the last stage's copy (its LM head) each
+  // get the sum of both gradients, over pipeline ranks 0 and pp - 1 (ncclCommSplit: every pp rank takes part).
+  std::unique_ptr<comm::NcclCommunicator> tied_comm;
+  if (pp > 1 && m.tied_embeddings) {
+    tied_comm = pp_comm->split_nccl(pp_rank == 0 || pp_rank == pp - 1 ? 0 : -1, pp_rank);
+    if (tied_comm) tied_comm->set_stream(st);
+  }
   // This rank's model chunks: the whole model, its pipeline stage, or (interleaved, --vp) vp chunks, chunk c = global
   // stage c·pp + r, each a decoder of its layers' slots (named as the whole model's: the same initial values). Data,
   // tensor and context parallel (vp 1) use the one, `net`.
@@ -388,6 +395,14 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   std::vector<ChunkSlot> slots;
   for (std::size_t c = 0; c < chunks.size(); ++c)
     for (const model::Slot& sl : chunks[c]->dense_layout().slots) slots.push_back({c, chunks[c].get(), &sl});
+  // The last stage's copy of a tied embedding: in no gradient norm (the first stage's counts it).
+  auto is_tied_copy = [](const ChunkSlot& cs) { return cs.slot->name == "embed.weight" && !cs.net->first_stage(); };
+  float* tied_grads = nullptr;  // with tied_comm: this rank's embedding, or its copy
+  std::size_t tied_elems = 0;
+  for (const ChunkSlot& cs : slots)
+    if (tied_comm && cs.slot->name == "embed.weight")
+      tied_grads = cs.net->grads_device() + cs.slot->offset, tied_elems = cs.slot->size;
+  TB_REQUIRE(!tied_comm || tied_grads, "train: a first or last pipeline stage of a tied model without its embedding");
   // The optimizer's tensors: every slot (one rank), or this rank's ZeRO-1 segments (flat offset in the model
   // weights, shard offset in the master, moments and reduced gradients, which hold the chunks' slots back to back).
   // (several chunks: their segments back to back, each segment's slot an index into `slots`)
@@ -531,24 +546,26 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const ops::AdamWGroup group(dc.device(), tensors, moment_type);
   // Data parallel: the optimizer in two launches, the early buckets first (their all-gather overlaps the second).
   std::unique_ptr<ops::AdamWGroup> early_group, late_group;
-  // Tensor parallel: the gradient norm counts a replicated parameter once (tp rank 0's copy; the split embedding and
-  // LM head: each rank's part), the shards on every rank; the ranks' sums of squares are then added up. The split
-  // parts update first (early), so their all-gather overlaps the rest.
-  std::unique_ptr<ops::AdamWGroup> sharded_group;
-  if (tpc) {
-    std::vector<ops::AdamWTensor> counted, first, rest;
-    for (std::size_t i = 0; i < segments.size(); ++i) {
-      const model::Slot& sl = *slots[std::size_t(segments[i].slot)].slot;
-      if (!parallel::tp_replicated(sl.name) || split_update(sl) || tpc->rank() == 0) counted.push_back(tensors[i]);
-      (split_update(sl) ? first : rest).push_back(tensors[i]);
-    }
-    sharded_group = std::make_unique<ops::AdamWGroup>(dc.device(), counted, moment_type);
-    if (!first.empty() && !rest.empty()) {
-      early_group = std::make_unique<ops::AdamWGroup>(dc.device(), first, moment_type);
-      late_group = std::make_unique<ops::AdamWGroup>(dc.device(), rest, moment_type);
-    }
+  // The gradient norm counts every parameter once: a tensor-parallel replicated one on tp rank 0 (the split embedding
+  // and LM head: each rank's part), the shards on every rank, a tied embedding on the first stage only; the ranks'
+  // sums of squares are then added up. Tensor parallel: the split parts update first (early), so their all-gather
+  // overlaps the rest.
+  std::vector<ops::AdamWTensor> counted, first, rest;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const ChunkSlot& cs = slots[std::size_t(segments[i].slot)];
+    const model::Slot& sl = *cs.slot;
+    if (!is_tied_copy(cs) && (!tpc || !parallel::tp_replicated(sl.name) || split_update(sl) || tpc->rank() == 0))
+      counted.push_back(tensors[i]);
+    (split_update(sl) ? first : rest).push_back(tensors[i]);
   }
-  const ops::AdamWGroup& norm_group = sharded_group ? *sharded_group : group;
+  std::unique_ptr<ops::AdamWGroup> counted_group;  // (every tensor counts: `group`)
+  if (counted.size() < tensors.size())
+    counted_group = std::make_unique<ops::AdamWGroup>(dc.device(), counted, moment_type);
+  if (tpc && !first.empty() && !rest.empty()) {
+    early_group = std::make_unique<ops::AdamWGroup>(dc.device(), first, moment_type);
+    late_group = std::make_unique<ops::AdamWGroup>(dc.device(), rest, moment_type);
+  }
+  const ops::AdamWGroup& norm_group = counted_group ? *counted_group : group;
   if (ddp && early_tensors > 0 && early_tensors < tensors.size()) {
     const std::span<const ops::AdamWTensor> all(tensors);
     early_group = std::make_unique<ops::AdamWGroup>(dc.device(), all.first(early_tensors), moment_type);
@@ -630,6 +647,10 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     auto* norm = d_norm.as<ops::GradNormResult>();
     for (const auto& t : tpcs) t->finish_grads();
     if (tpc) mark("tp gradient all-reduce (exposed)");
+    if (tied_comm) {  // (after the tp sums, before the dp reduce-scatters read it)
+      tied_comm->all_reduce(tied_grads, tied_grads, tied_elems, DType::f32);
+      mark("tied embedding gradient all-reduce");
+    }
     for (const auto& d : ddps) d->finish_grads();  // (dp x tp: after the tp all-reduces, whose sums it reads)
     if (ddp) mark("gradient reduce-scatter (exposed)");
     ops::grad_norm(norm_group, max_norm, norm, st);

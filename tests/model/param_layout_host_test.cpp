@@ -2,7 +2,8 @@
 // model's slots, by name, once each, packed from offset 0 with the same shapes and initial values; the embedding
 // only on the first stage and the final norm and LM head only on the last; the 256-byte slot alignment of the CUDA
 // decoder kept; the default range is the whole model (every existing caller's layout); the stage split is
-// parallel/trainer_cpu.h's; tied embeddings and bad ranges raise.
+// parallel/trainer_cpu.h's; tied embeddings split over stages put a copy of the embedding (same name, shape and
+// values) after the last stage's final norm as its LM head; bad ranges raise.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -83,15 +84,41 @@ TEST(ParamLayout, StagesHoldEveryWholeSlotOnceWithItsValues) {
   }
 }
 
-TEST(ParamLayout, TiedEmbeddingsAndBadRangesRaise) {
-  tb::model::ModelConfig c = untied_small();
+TEST(ParamLayout, BadRangesRaise) {
+  const tb::model::ModelConfig c = untied_small();
   EXPECT_THROW(tb::model::dense_layout(c, LayerRange{2, 2}), tb::Error);
   EXPECT_THROW(tb::model::dense_layout(c, LayerRange{0, 6}), tb::Error);
   EXPECT_THROW(tb::model::dense_layout(c, LayerRange{-1, 2}), tb::Error);
+}
+
+TEST(ParamLayout, TiedStagesCopyTheEmbeddingToTheLastStage) {
+  tb::model::ModelConfig c = untied_small();
   c.tied_embeddings = true;
-  EXPECT_NO_THROW(tb::model::dense_layout(c, LayerRange{0, c.layers}));
-  EXPECT_THROW(tb::model::dense_layout(c, LayerRange{0, 2}), tb::Error);
-  EXPECT_THROW(tb::model::dense_layout(c, LayerRange{2, c.layers}), tb::Error);
+  const DenseLayout full = tb::model::dense_layout(c);
+  ASSERT_EQ(full.lm_head, full.embed);  // one slot for both
+  std::vector<float> full_values(full.total);
+  tb::model::init_params<float>(full_values, full, 7);
+  const tb::model::Slot& e = full.at("embed.weight");
+  for (int pp : {2, 3}) {
+    const DenseLayout first = tb::model::dense_layout(c, tb::model::pipeline_stage_layers(c.layers, pp, 0));
+    const DenseLayout last = tb::model::dense_layout(c, tb::model::pipeline_stage_layers(c.layers, pp, pp - 1));
+    EXPECT_TRUE(first.has_embedding() && !first.has_head()) << "pp " << pp;
+    EXPECT_TRUE(!last.has_embedding() && last.has_head()) << "pp " << pp;
+    const tb::model::Slot& copy = last.slots[std::size_t(last.lm_head)];
+    EXPECT_EQ(copy.name, "embed.weight");
+    EXPECT_EQ(last.lm_head, int(last.slots.size()) - 1) << "the copy comes last";
+    EXPECT_EQ(copy.shape, e.shape);
+    EXPECT_EQ(copy.offset + copy.size, last.total);
+    std::vector<float> values(last.total);
+    tb::model::init_params<float>(values, last, 7);
+    for (std::size_t i = 0; i < e.size; ++i)
+      ASSERT_EQ(values[copy.offset + i], full_values[e.offset + i]) << "element " << i;
+    if (pp == 3) {
+      const DenseLayout mid = tb::model::dense_layout(c, tb::model::pipeline_stage_layers(c.layers, pp, 1));
+      EXPECT_FALSE(mid.has_embedding() || mid.has_head());
+      EXPECT_THROW(mid.at("embed.weight"), tb::Error);
+    }
+  }
 }
 
 }  // namespace

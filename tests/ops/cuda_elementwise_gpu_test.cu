@@ -10,7 +10,8 @@
 //   rope: GQA on the Q+K part of a fused QKV buffer (V untouched bit for bit), Llama 3.1 scaling, forward and
 //     backward, a long sequence; pos_offset > 0 (context parallel chunks) against rope_*_at at p + offset;
 //   embeddings: forward (exact gather, NaN rows for out-of-range tokens), backward (repeated tokens, one token
-//     crossing many chunks, invalid tokens skipped; bitwise identical when repeated), learned positions.
+//     crossing many chunks, invalid tokens skipped; bitwise identical when repeated), learned positions (also rows
+//     from flat row `first` on, partial sequences: a sequence-parallel slice, against the _at forms).
 // Shapes include 1 row, a prime row count, dim 8 and 8192 x 4096. Outputs are poisoned first (0xFF bytes: NaN), so
 // an unwritten element fails. Tolerances: bf16 outputs |got - ref| <= 2^-7 |ref| + 1e-3 rms(ref); fp32 statistics
 // 1e-4 relative; fp32 gradients 1e-3 relative + 1e-3 rms(ref) (rope adds the fp32-angle term, see there).
@@ -1046,13 +1047,15 @@ TEST(CudaEmbedding, MatchesReference) {
 
 TEST(CudaEmbedding, PositionsMatchReference) {
   SKIP_WITHOUT_GPU();
+  // rows: the rows held, from flat row `first` of [batch, seq] (tensor parallel: a sequence-parallel slice)
   struct Case {
-    std::int64_t batch, seq, max_seq, d;
+    std::int64_t rows, seq, max_seq, d, first;
   };
-  for (const Case& c : {Case{1, 1, 1, 8}, Case{3, 37, 40, 72}, Case{2, 2048, 2048, 4096}}) {
-    SCOPED_TRACE("positions batch=" + std::to_string(c.batch) + " seq=" + std::to_string(c.seq) +
-                 " d=" + std::to_string(c.d));
-    const std::int64_t n = c.batch * c.seq, d = c.d;
+  for (const Case& c : {Case{1, 1, 1, 8, 0}, Case{111, 37, 40, 72, 0}, Case{4096, 2048, 2048, 4096, 0},
+                        Case{50, 37, 40, 72, 61}, Case{20, 64, 64, 16, 32}, Case{300, 64, 70, 24, 5000}}) {
+    SCOPED_TRACE("positions rows=" + std::to_string(c.rows) + " seq=" + std::to_string(c.seq) +
+                 " d=" + std::to_string(c.d) + " first=" + std::to_string(c.first));
+    const std::int64_t n = c.rows, d = c.d;
     Dev<bf16> y(sz(n * d)), p(sz(c.max_seq * d)), dy(sz(n * d));
     Dev<float> dp(sz(c.max_seq * d));
     fill(y, 6001, -1.f, 1.f);
@@ -1061,10 +1064,12 @@ TEST(CudaEmbedding, PositionsMatchReference) {
     fill(dp, 6004, -1.f, 1.f);
     Vec want_y = decode(y), want_dp = decode(dp);
     const Vec hp = decode(p), hdy = decode(dy);
-    gpu::position_embedding_add(y.view({n, d}), p.view({c.max_seq, d}), int(c.seq), nullptr);
-    gpu::position_embedding_backward(dp.view({c.max_seq, d}), dy.view({n, d}), int(c.seq), nullptr);
-    cpu::position_embedding_add<double>(hv(want_y, {n, d}), hc(hp, {c.max_seq, d}), int(c.seq));
-    cpu::position_embedding_backward<double>(hv(want_dp, {c.max_seq, d}), hc(hdy, {n, d}), int(c.seq));
+    std::vector<std::int64_t> at(sz(n));
+    for (std::int64_t t = 0; t < n; ++t) at[sz(t)] = (c.first + t) % c.seq;
+    gpu::position_embedding_add(y.view({n, d}), p.view({c.max_seq, d}), int(c.seq), nullptr, c.first);
+    gpu::position_embedding_backward(dp.view({c.max_seq, d}), dy.view({n, d}), int(c.seq), nullptr, c.first);
+    cpu::position_embedding_add_at<double>(hv(want_y, {n, d}), hc(hp, {c.max_seq, d}), at);
+    cpu::position_embedding_backward_at<double>(hv(want_dp, {c.max_seq, d}), hc(hdy, {n, d}), at);
     const Vec got_y = decode(y), got_dp = decode(dp);
     EXPECT_CHECK(check_bf16(got_y, want_y), "y");
     EXPECT_CHECK(check_grad32(got_dp, want_dp), "dP");
@@ -1081,7 +1086,7 @@ TEST(CudaEmbedding, RejectsBadShapes) {
   EXPECT_THROW(gpu::embedding_forward(y.view({8, 12}), table.view({64, 12}), tok.view({8}), nullptr), tb::Error);
   EXPECT_THROW(gpu::embedding_forward(y.view({7, 16}), table.view({64, 16}), tok.view({8}), nullptr), tb::Error);
   EXPECT_THROW(gpu::embedding_backward(de.view({64, 16}), y.view({4, 16}), tok.view({8}), nullptr), tb::Error);
-  EXPECT_THROW(gpu::position_embedding_add(y.view({8, 16}), table.view({64, 16}), 3, nullptr), tb::Error);  // 3 !| 8
+  EXPECT_THROW(gpu::position_embedding_add(y.view({8, 16}), table.view({64, 16}), 3, nullptr, -1), tb::Error);
   EXPECT_THROW(gpu::position_embedding_add(y.view({8, 16}), table.view({4, 16}), 8, nullptr), tb::Error);   // seq > 4
 }
 

@@ -126,7 +126,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    position_add_kernel(bf16* y, std::int64_t ys, const bf16* p, std::int64_t ps, std::int64_t rows, int seq, int nv) {
+    position_add_kernel(bf16* y, std::int64_t ys, const bf16* p, std::int64_t ps, std::int64_t rows, int seq,
+                        std::int64_t first, int nv) {
   const int v = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (v >= nv) return;
   const int col = v * kVec;
@@ -134,25 +135,28 @@ __global__ void __launch_bounds__(kThreads)
        t += std::int64_t(gridDim.y) * blockDim.y) {
     float a[8], b[8];
     unpack8(load8_rw(y + t * ys + col), a);
-    unpack8(load8(p + (t % seq) * ps + col), b);
+    unpack8(load8(p + ((first + t) % seq) * ps + col), b);
 #pragma unroll
     for (int k = 0; k < 8; ++k) a[k] += b[k];
     store8(y + t * ys + col, pack8(a));
   }
 }
 
+// Position s collects the rows t = ((s - first) mod seq) + k seq, k = 0, 1, ... (in row order: deterministic).
 __global__ void __launch_bounds__(kThreads)
-    position_backward_kernel(float* dp, std::int64_t dps, const bf16* dy, std::int64_t dys, std::int64_t batch, int seq,
-                             int nv) {
+    position_backward_kernel(float* dp, std::int64_t dps, const bf16* dy, std::int64_t dys, std::int64_t rows,
+                             int seq, std::int64_t first, int nv) {
   const int v = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (v >= nv) return;
   const int col = v * kVec;
   for (std::int64_t s = std::int64_t(blockIdx.y) * blockDim.y + threadIdx.y; s < seq;
        s += std::int64_t(gridDim.y) * blockDim.y) {
+    const std::int64_t t0 = ((s - first) % seq + seq) % seq;
+    if (t0 >= rows) continue;  // (fewer rows than positions: this one is not held)
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t t = t0; t < rows; t += seq) {
       float g[8];
-      unpack8(load8(dy + (b * seq + s) * dys + col), g);
+      unpack8(load8(dy + t * dys + col), g);
 #pragma unroll
       for (int k = 0; k < 8; ++k) acc[k] += g[k];
     }
@@ -190,6 +194,12 @@ BackwardLayout backward_layout(std::int64_t n, std::int64_t vocab, std::int64_t 
                                            int(std::bit_width(std::uint32_t(vocab)))));
   l.total = l.cub + round_up256(l.cub_bytes);
   return l;
+}
+
+void check_positions(const std::string& what, int seq, std::int64_t table_rows, std::int64_t first) {
+  TB_REQUIRE(seq >= 1 && seq <= table_rows && first >= 0,
+             what + ": seq " + std::to_string(seq) + " must be in [1, the table's " + std::to_string(table_rows) +
+                 " positions] and the first row's index (" + std::to_string(first) + ") >= 0");
 }
 
 }  // namespace
@@ -251,41 +261,38 @@ void embedding_backward(TensorView<float> dtable, TensorView<const bf16> dy, Ten
   TB_CHECK_LAUNCH();
 }
 
-void position_embedding_add(TensorView<bf16> y, TensorView<const bf16> pos_table, int seq, cudaStream_t stream) {
+void position_embedding_add(TensorView<bf16> y, TensorView<const bf16> pos_table, int seq, cudaStream_t stream,
+                            std::int64_t first) {
   const std::string what = "position_embedding_add";
   TB_REQUIRE(y.rank() == 2 && pos_table.rank() == 2 && pos_table.size(1) == y.size(1),
              what + ": y [n, d] and the table [max_seq, d] must have the same width, got " + y.shape_str() + " and " +
                  pos_table.shape_str());
   const std::int64_t rows = y.size(0), d = y.size(1);
-  TB_REQUIRE(seq >= 1 && seq <= pos_table.size(0) && rows % seq == 0,
-             what + ": seq " + std::to_string(seq) + " must divide the " + std::to_string(rows) +
-                 " rows and be at most the table's " + std::to_string(pos_table.size(0)) + " positions");
+  check_positions(what, seq, pos_table.size(0), first);
   require_rows16(y, rows, d, what + ": y");
   require_rows16(pos_table, pos_table.size(0), d, what + ": table");
   if (rows == 0 || d == 0) return;
   const RowLaunch l = row_launch(rows, int(d / kVec), kThreads);
   position_add_kernel<<<l.grid, l.block, 0, stream>>>(y.data(), y.stride(0), pos_table.data(), pos_table.stride(0),
-                                                      rows, seq, int(d / kVec));
+                                                      rows, seq, first % seq, int(d / kVec));
   TB_CHECK_LAUNCH();
 }
 
 void position_embedding_backward(TensorView<float> dpos_table, TensorView<const bf16> dy, int seq,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, std::int64_t first) {
   const std::string what = "position_embedding_backward";
   TB_REQUIRE(dy.rank() == 2 && dpos_table.rank() == 2 && dpos_table.size(1) == dy.size(1),
              what + ": dy [n, d] and dtable [max_seq, d] must have the same width, got " + dy.shape_str() + " and " +
                  dpos_table.shape_str());
   const std::int64_t rows = dy.size(0), d = dy.size(1);
-  TB_REQUIRE(seq >= 1 && seq <= dpos_table.size(0) && rows % seq == 0,
-             what + ": seq " + std::to_string(seq) + " must divide the " + std::to_string(rows) +
-                 " rows and be at most the table's " + std::to_string(dpos_table.size(0)) + " positions");
+  check_positions(what, seq, dpos_table.size(0), first);
   TB_REQUIRE(d % kVec == 0, what + ": d must be a multiple of 8, got " + std::to_string(d));
   require_rows16(dy, rows, d, what + ": dy");
   require_rows16(dpos_table, dpos_table.size(0), d, what + ": dtable");
   if (rows == 0 || d == 0) return;
   const RowLaunch l = row_launch(seq, int(d / kVec), kThreads);
   position_backward_kernel<<<l.grid, l.block, 0, stream>>>(dpos_table.data(), dpos_table.stride(0), dy.data(),
-                                                           dy.stride(0), rows / seq, seq, int(d / kVec));
+                                                           dy.stride(0), rows, seq, first % seq, int(d / kVec));
   TB_CHECK_LAUNCH();
 }
 

@@ -2,8 +2,10 @@
 // ops/cpu/embedding.h (the reference these kernels are tested against):
 //   token:    y[t,:] = E[tok[t],:]               E: [V, d] bf16, tok: [n] int32 on the device, y: [n, d] bf16
 //             dE[tok[t],:] += dy[t,:]            dE: [V, d] fp32, accumulated (a repeated token adds up)
-//   position: y[t,:] += P[t mod seq, :]          P: [max_seq, d] bf16, y: [batch * seq, d] bf16 (in place)
-//             dP[s,:] += sum_b dy[b * seq + s,:]   dP: [max_seq, d] fp32, accumulated
+//   position: y[t,:] += P[(first + t) mod seq, :]   P: [max_seq, d] bf16, y: [n, d] bf16 (in place)
+//             dP[s,:] += sum of dy[t,:] over the rows t at position s, in row order   dP: [max_seq, d] fp32
+//             rows of y are [batch, seq] flattened from flat row `first` on (0: whole sequences; tensor parallel's
+//             sequence-parallel slice starts at row rank * n)
 // d is a multiple of 8; 2-D views have contiguous rows (row strides that are multiples of 8 bf16 / 4 fp32).
 // Tokens stay on the device, so they are not checked on the host: a token outside [0, V) gives a NaN row in y
 // (visible in the loss) and is skipped by the backward.
@@ -19,7 +21,7 @@
 //   embedding_backward:           2 n d (read dy) + 8 u d (read-modify-write the u distinct tokens' fp32 rows)
 //                                 + ~40n (tokens, sort) + 8 d n/64 (chunk-crossing partials, worst case)
 //   position_embedding_add:       4 n d (read and write y in place) + 2 seq d (P, read once per batch from L2)
-//   position_embedding_backward:  2 n d (read dy) + 8 seq d (read-modify-write dP)
+//   position_embedding_backward:  2 n d (read dy) + 8 min(n, seq) d (read-modify-write dP)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -45,7 +47,9 @@ std::size_t embedding_backward_workspace_bytes(std::int64_t n, std::int64_t voca
 void embedding_backward(TensorView<float> dtable, TensorView<const bf16> dy, TensorView<const std::int32_t> tokens,
                         cudaStream_t stream, Workspace workspace = {});
 
-void position_embedding_add(TensorView<bf16> y, TensorView<const bf16> pos_table, int seq, cudaStream_t stream);
-void position_embedding_backward(TensorView<float> dpos_table, TensorView<const bf16> dy, int seq, cudaStream_t stream);
+void position_embedding_add(TensorView<bf16> y, TensorView<const bf16> pos_table, int seq, cudaStream_t stream,
+                            std::int64_t first = 0);
+void position_embedding_backward(TensorView<float> dpos_table, TensorView<const bf16> dy, int seq, cudaStream_t stream,
+                                 std::int64_t first = 0);
 
 }  // namespace tb::ops
