@@ -8,7 +8,8 @@
 //             causal with the diagonal at the bottom right; o and lse of the chunk (lse: [2][batch, H, c])
 //   backward: dq of chunk k into its rows; dK|dV of chunk k over [0, (g_k + 1) c) into dkv_full[k] (zeroed first),
 //             dkv_full[0] += dkv_full[1], permuted to rank order, reduce-scattered over cp -> this rank's [n_l, kv]
-//             -> the K|V columns of dqkv. RoPE forward and backward per chunk at offset g_k c.
+//             -> the K|V columns of dqkv. RoPE forward and backward per chunk at offset g_k c (learned positions:
+//             model/position_pieces.h, in the embedding).
 // Bytes moved per layer and rank: forward all-gather cp·n_l·kv·2 (K and V of the sequence), backward the same again
 // (K, V re-gathered) plus a reduce-scatter of the same size (dK, dV): the K|V width (2 G hd = 2048 for Llama 3.1 8B)
 // is a quarter of d_model... times 2, so CP moves far less than TP's four [n, d] collectives.
@@ -35,8 +36,6 @@ void CudaDecoder::set_context_parallel(ContextParallelOps cp) {
   TB_REQUIRE(cp.size >= 1 && cp.rank >= 0 && cp.rank < cp.size, "CUDA decoder: context-parallel rank out of range");
   if (cp.size > 1) {
     TB_REQUIRE(cp.all_gather && cp.reduce_scatter, "CUDA decoder: context parallel needs all_gather and reduce_scatter");
-    TB_REQUIRE(cfg_.pos == Pos::rope, "context parallel on the CUDA backend supports RoPE models only: use cp 1 for " +
-                                          cfg_.name);
     TB_REQUIRE(!fp8_attention(), "CUDA decoder: FP8 attention does not combine with context parallel (cuDNN's FP8 "
                                  "attention has no bottom-right causal mask on Hopper): leave it off");
   }

@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "model/decoder_common.h"
 #include "model/grad_sharing.h"
+#include "model/position_pieces.h"
 #include "ops/cuda/activation.h"
 #include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/embedding.h"
@@ -776,7 +777,7 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
 
   linear_forward(A.qkv, A.y1, l, 0, A, n, pre_norm(l, 0, x_in, resid_in, A, nl));
   if (cp_.size > 1) {  // this rank's chunks against every rank's keys (model/decoder_cp_cuda.cpp)
-    cp_rope(A.qkv, batch, seq, false);
+    if (c.pos == Pos::rope) cp_rope(A.qkv, batch, seq, false);
     cp_attention_forward(A, batch, seq);
   } else {
     if (c.pos == Pos::rope) {
@@ -859,7 +860,7 @@ bool CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq, 
   linear_backward(s_.dout, l, 1, s_.dr2, A.o, A, n, {}, dr2_amax != nullptr);
   if (cp_.size > 1) {
     cp_attention_backward(A, batch, seq);
-    cp_rope(s_.dqkv, batch, seq, true);
+    if (c.pos == Pos::rope) cp_rope(s_.dqkv, batch, seq, true);
   } else {
     if (fp8_attention()) {
       fp8_attention_backward(l, A, batch, seq);
@@ -944,8 +945,10 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
     const TensorView<const std::int32_t> tokens(tokens_in + std::size_t(tp_.rank) * std::size_t(nl), {nl});
     params_needed(std::max(slot_end(layout_.embed), slot_end(layout_.pos_embed)));
     ops::embedding_forward({s_.x0, {nl, d}}, P(layout_.embed), tokens, st);
-    if (c.pos == Pos::learned)  // this rank's rows start at flat row rank nl of the [batch, seq] tokens
-      ops::position_embedding_add({s_.x0, {nl, d}}, P(layout_.pos_embed), seq, st, tp_.rank * nl);
+    if (c.pos == Pos::learned)  // this rank's rows start at row rank nl of the [batch, seq] local tokens
+      for (const PositionPiece& p : position_pieces(tp_.rank * nl, nl, n, seq, cp_.size, cp_.rank))
+        ops::position_embedding_add({s_.x0 + std::size_t(p.row * d), {p.rows, d}}, P(layout_.pos_embed), c.seq, st,
+                                    p.position);
     mark("embedding fwd");
     x = s_.x0;
   }
@@ -1028,13 +1031,16 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
   if (first_stage()) {
     const std::int32_t* my_tokens = tokens_in + std::size_t(tp_.rank) * std::size_t(nl);
     EmbeddingRows rows{own(s_.dnext, nl), my_tokens, nl, s_.embed_ws, s_.embed_ws_bytes};
-    std::int64_t first_row = tp_.rank * nl;  // the rows' place in [batch, seq]: gathered, whole micro-batches
-    if (gather_embedding_rows) rows = gather_embedding_rows(rows.dnext, my_tokens, nl), first_row = 0;
+    std::int64_t first_row = tp_.rank * nl;  // the rows' place: in the local rows (this cp rank's), or gathered (tp,
+    int first_rank = cp_.rank;                // then dp x cp: blocks of the local rows of cp rank 0, 1, ...)
+    if (gather_embedding_rows) rows = gather_embedding_rows(rows.dnext, my_tokens, nl), first_row = 0, first_rank = 0;
     if (share_grads_ && !c.tied_embeddings) zero_grad_slot(layout_.embed), zero_grad_slot(layout_.pos_embed);
     ops::embedding_backward(G(layout_.embed), {rows.dnext, {rows.rows, d}}, {rows.tokens, {rows.rows}}, st,
                             {rows.workspace, rows.workspace_bytes});
     if (c.pos == Pos::learned)
-      ops::position_embedding_backward(G(layout_.pos_embed), {rows.dnext, {rows.rows, d}}, seq, st, first_row);
+      for (const PositionPiece& p : position_pieces(first_row, rows.rows, n, seq, cp_.size, first_rank))
+        ops::position_embedding_backward(G(layout_.pos_embed), {rows.dnext + std::size_t(p.row * d), {p.rows, d}},
+                                         c.seq, st, p.position);
     mark("embedding bwd");
   } else {  // the first layer's r1 was the input h: its gradient is dnext
     TB_CHECK(cudaMemcpyAsync(din, own(s_.dnext, nl), boundary_bytes, cudaMemcpyDeviceToDevice, st));

@@ -14,9 +14,11 @@
 // compared on the third call (the first runs attention's delayed scales at 1, the second's dq, dk, dv scales come
 // from the first's underflowed gradients); it keeps fewer activation bytes than BF16 attention; refused without FP8
 // linear layers and with the deterministic backward. Gradients sharing the activations' memory equal a separate
-// buffer's bit for bit (BF16 and FP8, recompute modes, tied and untied embeddings).
+// buffer's bit for bit (BF16 and FP8, recompute modes, tied and untied embeddings). Embedding rows gathered from other
+// ranks add up (embedding and learned positions).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +33,7 @@
 #include "model/decoder_cpu.h"
 #include "model/decoder_cuda.h"
 #include "ops/cuda/context.h"
+#include "ops/cuda/embedding.h"
 
 namespace {
 
@@ -260,6 +263,56 @@ TEST(CudaDecoder, OverwriteStartEqualsZeroedStart) {
     const std::vector<float> got = gpu.grads_to_host();
     std::vector<double> w(want.begin(), want.end()), g(got.begin(), got.end());
     EXPECT_LT(rel_l2(w, g), 1e-4) << family;
+  }
+}
+
+// The embedding rows of other ranks (gather_embedding_rows, data or tensor parallel with untied embeddings): handed
+// this rank's own rows twice, as a second replica with the same micro-batch would send them, the embedding's and the
+// learned positions' gradients double (each gathered block of rows at the positions of its [batch, seq] rows) and
+// every other slot is unchanged bit for bit. GPT-like with untied embeddings (learned positions).
+TEST(CudaDecoder, GatheredEmbeddingRowsAddUp) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig cfg = config("gpt", 256, 64);
+  cfg.tied_embeddings = false;
+  tb::ops::DeviceContext dc(0);
+  CpuDecoder<float> init(cfg, 5);
+  const std::vector<float> host(init.params().begin(), init.params().end());
+  std::mt19937_64 rng(17);
+  std::uniform_int_distribution<int> u(0, cfg.vocab - 1);
+  std::vector<std::int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
+  for (auto& t : tokens) t = u(rng);
+  for (auto& t : targets) t = u(rng);
+  const std::int64_t n = std::int64_t(kBatch) * kSeq, d = cfg.d_model;
+  CudaDecoder one(dc, cfg, CudaDecoder::Recompute::none, true), two(dc, cfg, CudaDecoder::Recompute::none, true);
+  tb::ops::DeviceBuffer rows(dc.device(), std::size_t(2 * n * d) * sizeof(CudaDecoder::bf16));
+  tb::ops::DeviceBuffer toks(dc.device(), std::size_t(2 * n) * sizeof(std::int32_t));
+  tb::ops::DeviceBuffer ws(dc.device(), tb::ops::embedding_backward_workspace_bytes(2 * n, cfg.vocab, d));
+  two.gather_embedding_rows = [&](const CudaDecoder::bf16* dnext, const std::int32_t* tok, std::int64_t count) {
+    EXPECT_EQ(count, n);
+    for (int k = 0; k < 2; ++k) {
+      TB_CHECK(cudaMemcpyAsync(rows.as<CudaDecoder::bf16>() + k * n * d, dnext, std::size_t(n * d) * 2,
+                               cudaMemcpyDeviceToDevice, dc.stream()));
+      TB_CHECK(cudaMemcpyAsync(toks.as<std::int32_t>() + k * n, tok, std::size_t(n) * 4, cudaMemcpyDeviceToDevice,
+                               dc.stream()));
+    }
+    return CudaDecoder::EmbeddingRows{rows.as<CudaDecoder::bf16>(), toks.as<std::int32_t>(), 2 * n, ws.get(),
+                                      ws.bytes()};
+  };
+  for (CudaDecoder* x : {&one, &two}) {
+    x->load_params(host);
+    x->zero_grads();
+    x->forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
+  }
+  const std::vector<float> g1 = one.grads_to_host(), g2 = two.grads_to_host();
+  for (const tb::model::Slot& s : one.dense_layout().slots) {
+    const bool doubled = s.name == "embed.weight" || s.name == "pos_embed.weight";
+    double err = 0, scale = 0;
+    for (std::size_t i = s.offset; i < s.offset + s.size; ++i) {
+      err = std::max(err, std::fabs(double(g2[i]) - (doubled ? 2.0 : 1.0) * double(g1[i])));
+      scale = std::max(scale, std::fabs(double(g1[i])));
+    }
+    ASSERT_GT(scale, 0) << s.name;
+    EXPECT_LE(err, doubled ? 1e-6 * scale : 0.0) << s.name;
   }
 }
 
