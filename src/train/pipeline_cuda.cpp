@@ -115,6 +115,10 @@ PipelinePlan plan_pipeline(const parallel::PipelineShape& shape, int rank) {
                          rank));
   for (const FreeList& s : sets) plan.activation_sets.push_back(s.count());
   plan.buffers = pool.count();
+  std::vector<bool> seen(std::size_t(shape.vp), false);  // each chunk's last backward: the first one from the end
+  for (auto op = plan.ops.rbegin(); op != plan.ops.rend(); ++op)
+    if (op->kind == PipeAction::Kind::backward && !seen[std::size_t(op->chunk)])
+      op->last_of_chunk = seen[std::size_t(op->chunk)] = true;
   return plan;
 }
 
@@ -191,6 +195,7 @@ void PipelineCuda::enqueue(const std::int32_t* tokens, const std::int32_t* targe
         break;
       case PipeAction::Kind::backward:
         wait_for_buffers(op.in, op.out);
+        if (before_backward) before_backward(op.chunk, op.last_of_chunk);
         chunks_[std::size_t(op.chunk)]->backward(op.set, tokens + at, buffer(op.in), buffer(op.out));
         break;
       case PipeAction::Kind::exchange:

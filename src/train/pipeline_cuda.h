@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -50,6 +51,7 @@ struct PipelinePlan {
     int set = -1;                     // forward / backward: the activation set in chunk `chunk`'s decoder
     int in = -1, out = -1;            // forward: h received / h to send; backward: dh received / dh to send (-1: none)
     std::vector<Transfer> transfers;  // exchange
+    bool last_of_chunk = false;       // backward: the chunk's last of the step (its gradients are final after it)
   };
   std::vector<Op> ops;               // one per action of parallel::pipeline_schedule(shape, rank), in its order
   std::vector<int> activation_sets;  // per chunk: the activation sets its decoder needs at once
@@ -71,6 +73,9 @@ class PipelineCuda {
   PipelineCuda& operator=(const PipelineCuda&) = delete;
 
   int activation_sets(int chunk) const { return plan_.activation_sets[std::size_t(chunk)]; }
+  // Called (while enqueueing) before each backward, with its chunk and whether it is that chunk's last of the step:
+  // from then on the chunk's gradients become final as its backward goes (the caller's reductions can start).
+  std::function<void(int chunk, bool last)> before_backward;
   const PipelinePlan& plan() const { return plan_; }
   // After chunk c's prepare(batch, seq, activation_sets(c)) for every c (the same batch and seq): allocates the
   // boundary buffers (synchronizing) when their size changed.

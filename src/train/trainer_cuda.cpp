@@ -399,11 +399,11 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     for (const model::Slot& sl : chunks[c]->dense_layout().slots) slots.push_back({c, chunks[c].get(), &sl});
   // The last stage's copy of a tied embedding: in no gradient norm (the first stage's counts it).
   auto is_tied_copy = [](const ChunkSlot& cs) { return cs.slot->name == "embed.weight" && !cs.net->first_stage(); };
-  float* tied_grads = nullptr;  // with tied_comm: this rank's embedding, or its copy
-  std::size_t tied_elems = 0;
+  float* tied_grads = nullptr;  // with tied_comm: this rank's embedding, or its copy, in chunk tied_chunk
+  std::size_t tied_elems = 0, tied_chunk = chunks.size();
   for (const ChunkSlot& cs : slots)
     if (tied_comm && cs.slot->name == "embed.weight")
-      tied_grads = cs.net->grads_device() + cs.slot->offset, tied_elems = cs.slot->size;
+      tied_grads = cs.net->grads_device() + cs.slot->offset, tied_elems = cs.slot->size, tied_chunk = cs.chunk;
   TB_REQUIRE(!tied_comm || tied_grads, "train: a first or last pipeline stage of a tied model without its embedding");
   // The optimizer's tensors: every slot (one rank), or this rank's ZeRO-1 segments (flat offset in the model
   // weights, shard offset in the master, moments and reduced gradients, which hold the chunks' slots back to back).
@@ -600,9 +600,18 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   };
   for (const auto& chunk : chunks) chunk->on_op = mark;
   bool last_micro = false;
+  // Pipeline: the chunks whose last backward of the step is running. A chunk holding a tied embedding (or its copy)
+  // reduces at the step's end: its dp reduce-scatter must follow the two stages' all-reduce, which the first stage
+  // can only join after its whole schedule.
+  std::vector<char> final_pass(chunks.size(), 0);
+  if (pipe)
+    pipe->before_backward = [&](int chunk, bool last) {
+      final_pass[std::size_t(chunk)] = last && std::size_t(chunk) != tied_chunk;
+    };
   // The embedding's rows (chunk 0 of the first stage): over the tp group (the micro-batch's rows), then every dp
   // replica's. Each chunk's gradients: the tp all-reduces first (before_reduce orders the dp reduce-scatters after
-  // them); on the last micro-batch only (a pipeline's at the step's end, finish_grads).
+  // them); on the last micro-batch only (a pipeline chunk's: during its last backward, overlapping the rest of the
+  // schedule; the rest at finish_grads).
   if (tpc && !m.tied_embeddings)
     net.gather_embedding_rows = [&](const model::CudaDecoder::bf16* dnext, const std::int32_t* tokens,
                                     std::int64_t rows) { return tpc->embedding_rows(dnext, tokens, rows); };
@@ -617,8 +626,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     TensorParallelCuda* t = tpc ? tpcs[c].get() : nullptr;
     DataParallelCuda* d = ddp ? ddps[c].get() : nullptr;
     if (d) chunks[c]->on_params_needed = [d](std::size_t end) { d->params_needed(end); };
-    chunks[c]->on_grads_ready = [t, d, &last_micro](std::size_t from) {
-      if (!last_micro) return;
+    chunks[c]->on_grads_ready = [t, d, &last_micro, &final_pass, c](std::size_t from) {
+      if (!last_micro && !final_pass[c]) return;
       if (t) t->grads_ready(from);
       if (d) d->grads_ready(from);
     };

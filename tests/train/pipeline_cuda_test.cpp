@@ -6,6 +6,7 @@
 //     buffer sent holds what the transfer names and each buffer read holds the pass's input;
 //   - across ranks, what rank r sends to a peer is what that peer receives from r, in the same order (the same
 //     micro-batch across the same stage boundary);
+//   - each chunk has exactly one backward flagged as its last of the step, after all its micro-batches;
 //   - a shape the interleaved schedule cannot run (m not a multiple of pp) is refused with a clear message.
 #include <gtest/gtest.h>
 
@@ -194,6 +195,33 @@ TEST(PipelinePlan, TransfersPairUpAcrossRanks) {
       }
     EXPECT_EQ(messages, 2 * s.micro_batches * (s.stages() - 1)) << s.str();  // every boundary, both directions
   }
+}
+
+// Exactly one backward per chunk is its last of the step (so its gradient reductions may start there): the one
+// after which the schedule runs no other backward of that chunk, with every micro-batch of the chunk done by then.
+TEST(PipelinePlan, EachChunkHasOneLastBackward) {
+  for (const PipelineShape& s : shapes())
+    for (int r = 0; r < s.pp; ++r) {
+      const PipelinePlan plan = tb::train::plan_pipeline(s, r);
+      std::vector<int> marked(std::size_t(s.vp), 0), after(std::size_t(s.vp), 0), done(std::size_t(s.vp), 0);
+      for (const PipelinePlan::Op& op : plan.ops) {
+        if (op.kind != Kind::backward) {
+          EXPECT_FALSE(op.last_of_chunk) << where(s, r);
+          continue;
+        }
+        const std::size_t c = std::size_t(op.chunk);
+        ++done[c];
+        if (marked[c] > 0) ++after[c];
+        if (op.last_of_chunk) {
+          ++marked[c];
+          EXPECT_EQ(done[c], s.micro_batches) << where(s, r) << " chunk " << c << ": marked before its last micro-batch";
+        }
+      }
+      for (int c = 0; c < s.vp; ++c) {
+        EXPECT_EQ(marked[std::size_t(c)], 1) << where(s, r) << " chunk " << c;
+        EXPECT_EQ(after[std::size_t(c)], 0) << where(s, r) << " chunk " << c << ": a backward after the last";
+      }
+    }
 }
 
 TEST(PipelinePlan, InterleavedNeedsMicroBatchesAMultipleOfPp) {
