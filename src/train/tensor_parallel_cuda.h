@@ -68,7 +68,7 @@ class TensorParallelCuda {
   SideStream gs_, as_;  // declared before the communicators that use them: destroyed after them
   std::unique_ptr<comm::NcclCommunicator> act_, grads_comm_, act_async_;
   float* grads_;
-  std::vector<const model::Slot*> replicated_;  // ascending offsets; the embedding left out when untied (rows)
+  std::vector<const model::Slot*> replicated_;  // ascending offsets; untied: embedding and positions left out (rows)
   std::size_t next_ = 0;                        // replicated_[next_..] already reduced this step
   std::vector<std::pair<std::size_t, std::size_t>> split_;
   std::unique_ptr<EmbeddingRowsGather> rows_;

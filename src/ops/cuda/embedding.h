@@ -4,8 +4,8 @@
 //             dE[tok[t],:] += dy[t,:]            dE: [V, d] fp32, accumulated (a repeated token adds up)
 //   position: y[t,:] += P[(first + t) mod seq, :]   P: [max_seq, d] bf16, y: [n, d] bf16 (in place)
 //             dP[s,:] += sum of dy[t,:] over the rows t at position s, in row order   dP: [max_seq, d] fp32
-//             rows of y are [batch, seq] flattened from flat row `first` on (0: whole sequences; tensor parallel's
-//             sequence-parallel slice starts at row rank * n)
+//             rows of y are [batch, seq] flattened from flat row `first` on (0: whole sequences; a run of
+//             consecutive positions from p: first = p, model/position_pieces.h)
 // d is a multiple of 8; 2-D views have contiguous rows (row strides that are multiples of 8 bf16 / 4 fp32).
 // Tokens stay on the device, so they are not checked on the host: a token outside [0, V) gives a NaN row in y
 // (visible in the loss) and is skipped by the backward.
