@@ -255,12 +255,6 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const int pp = spec.pp, vp = spec.vp, cp = spec.cp;
   parallel::validate_layout(mesh, m, world.size,
                             spec.micro_batch, global);
-  // (the decoder places the positions of cp chunks, model/position_pieces.h, host-tested; the 2-GPU loss check of
-  // GPT's form with cp is still to run: bench/parallel_acceptance.sh gpt with GPT_LAYOUTS="cp2 tp2cp2 pp2cp2")
-  TB_REQUIRE(cp == 1 || m.pos == model::Pos::rope,
-             fmt::format("{} has learned positions: context parallel on the CUDA backend takes RoPE models only so "
-                         "far; use --cp 1, or --device cpu",
-                         m.name));
   const model::ModelConfig ml = tp > 1 ? parallel::tp_shard_config(m, tp) : m;  // this rank's shard of the model
   const int dp = spec.dp, accum = global / (spec.micro_batch * dp);
   const int dp_rank = place.dp, cp_rank = place.cp, pp_rank = place.pp;
