@@ -26,9 +26,10 @@
 #   mixes:    layout mixes as 4 or 8 ranks on 2 GPUs (--share-gpus: rank -> GPU (dp + cp + pp + tp) mod 2, so every
 #             group spans distinct GPUs, as NCCL needs): `small` 30 steps, global batch 8, micro-batch 1, 1 GPU against
 #             dp2 x tp2, tp2 x pp2, dp2 x pp2, dp2 x tp2 x pp2, tp2 x cp2, pp2 x cp2, and interleaved tp2 x pp2 x vp2
-#             and dp2 x pp2 x vp2 (one layer per chunk), in BF16, FP8 current and FP8 delayed (amaxes reduced over the tp and dp x cp groups); then dp2 x tp2 with shared against separate
-#             gradients (one micro-batch per rank, deterministic): losses bit for bit. About 20 minutes: run subsets
-#             in separate calls with MIX_VARIANTS, MIX_LAYOUTS, MIX_GRADBUF ("" skips)
+#             and dp2 x pp2 x vp2 (one layer per chunk), in BF16, FP8 current and FP8 delayed (amaxes reduced over
+#             the tp and dp x cp groups); then dp2 x tp2 with shared against separate gradients (one micro-batch per
+#             rank, deterministic): losses bit for bit. About 20 minutes: run subsets in separate calls with
+#             MIX_VARIANTS, MIX_LAYOUTS (as layout_flags names them), MIX_GRADBUF ("" skips)
 #   gpt:      `small-gpt` (GPT-3's form: LayerNorm, GELU, learned positions, tied embeddings) 30 steps, global batch
 #             8, micro-batch 1: 1 GPU against dp 2, tp 2 (each rank's positions from its first row), pp 2 and pp 2 vp 2
 #             (the last stage's copy of the embedding as its LM head, the two gradients summed), and as 4 or 8 ranks
@@ -78,16 +79,35 @@ layout_flags() {  # layout_flags NAME: the train flags of a layout named like dp
   echo "$flags"
 }
 
-against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, then on 2 GPUs in each layout (dp, tp,
-                  # cp, pp), losses compared with compare_losses.py at TOL
-  local name=$1 tol=$2 layouts=$3 lay; shift 3
+against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, then in each layout (named as
+                  # layout_flags takes them: dp2, tp2, tp2pp2vp2, ...), losses compared with compare_losses.py at TOL
+  local name=$1 tol=$2 layouts=$3 l; shift 3
   STEPS=25 WARM=5 ours "$name-1gpu" "$@"
   for l in $layouts; do
-    [ "$l" = dp ] && lay="" || lay="--$l 2"
-    STEPS=25 WARM=5 ours "$name-${l}2" "$@" --gpus 2 $lay
+    STEPS=25 WARM=5 ours "$name-$l" "$@" $(layout_flags $l)
     log "$l $name losses"
-    python3 bench/compare_losses.py "$OUT/results/$name-1gpu" "$OUT/results/$name-${l}2" --tol "$tol" | tail -1
+    python3 bench/compare_losses.py "$OUT/results/$name-1gpu" "$OUT/results/$name-$l" --tol "$tol" | tail -1
   done
+}
+
+variant() {  # variant BASE V: sets $a (BASE with V's precision flags) and $tol for against_1gpu: bf16, fp8 (current
+             # scaling: each tp rank its own scales, hence 0.05), fp8d (delayed), fp8lrX (FP8 at peak learning rate X)
+  case $2 in
+    bf16) a="$1"; tol=0.01 ;;
+    fp8) a="$1 --precision fp8"; tol=0.05 ;;
+    fp8d) a="$1 --precision fp8 --fp8-recipe delayed"; tol=0.05 ;;
+    fp8lr*) a="$1 --precision fp8 --lr ${2#fp8lr}"; tol=0.05 ;;
+  esac
+}
+
+shared_vs_separate() {  # shared_vs_separate NAME ARGS...: `small`, 10 deterministic steps with shared gradients, then
+                        # with a separate buffer (one micro-batch per rank): losses compared bit for bit
+  local name=$1 g; shift
+  for g in shared separate; do
+    STEPS=10 WARM=2 ours $name-$g --model small --no-op-profile --deterministic --global-batch 8 "$@" --grad-buffer $g
+  done
+  log "$name shared vs separate"
+  python3 bench/compare_losses.py "$OUT/results/$name-separate" "$OUT/results/$name-shared" --tol 0 | tail -1
 }
 {
   for mode in ${*:-env dpcheck dp8b}; do
@@ -113,55 +133,19 @@ against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, 
         python3 bench/compare_losses.py "$OUT/results/70b-L4-1gpu" "$OUT/results/70b-L4-tp2" --tol 0.01 ;;
       gradbuf)  # one micro-batch per rank, deterministic: shared gradients (the default) give the separate buffer's
                 # losses bit for bit in dp 2 and tp 2 (BF16, and tp 2 in FP8)
-        for lay in dp tp tp-fp8; do
-          case $lay in
-            dp) args="--micro-batch 4" ;;
-            tp) args="--micro-batch 8 --tp 2" ;;
-            tp-fp8) args="--micro-batch 8 --tp 2 --precision fp8" ;;
-          esac
-          for g in shared separate; do
-            STEPS=10 WARM=2 ours small-$lay-$g --model small --no-op-profile --deterministic --gpus 2 --global-batch 8 \
-              $args --grad-buffer $g
-          done
-          log "$lay shared vs separate"
-          python3 bench/compare_losses.py "$OUT/results/small-$lay-separate" "$OUT/results/small-$lay-shared" \
-            --tol 0 | tail -1
-        done ;;
+        shared_vs_separate small-dp --gpus 2 --micro-batch 4
+        shared_vs_separate small-tp --gpus 2 --micro-batch 8 --tp 2
+        shared_vs_separate small-tp-fp8 --gpus 2 --micro-batch 8 --tp 2 --precision fp8 ;;
       mixes)
-        d="--model small --global-batch 8 --micro-batch 1 --no-op-profile"
         for v in ${MIX_VARIANTS:-bf16 fp8 fp8d}; do
-          case $v in
-            bf16) a="$d"; tol=0.01 ;;
-            fp8) a="$d --precision fp8"; tol=0.05 ;;  # each tp rank's own current scales: the fp8par drift
-            fp8d) a="$d --precision fp8 --fp8-recipe delayed"; tol=0.05 ;;  # tp's separate casts: fp8delayed's tp
-          esac
-          STEPS=25 WARM=5 ours mix-$v-1gpu $a
-          for name in ${MIX_LAYOUTS:-dp2tp2 tp2pp2 dp2pp2 dp2tp2pp2 tp2cp2 pp2cp2 tp2pp2vp2 dp2pp2vp2}; do
-            STEPS=25 WARM=5 ours mix-$v-$name $a $(layout_flags $name)
-            log "$name $v losses"
-            python3 bench/compare_losses.py "$OUT/results/mix-$v-1gpu" "$OUT/results/mix-$v-$name" --tol $tol | tail -1
-          done
+          variant "--model small --global-batch 8 --micro-batch 1 --no-op-profile" $v
+          against_1gpu mix-$v $tol "${MIX_LAYOUTS:-dp2tp2 tp2pp2 dp2pp2 dp2tp2pp2 tp2cp2 pp2cp2 tp2pp2vp2 dp2pp2vp2}" $a
         done
-        for g in ${MIX_GRADBUF-shared separate}; do
-          STEPS=10 WARM=2 ours mix-$g --model small --no-op-profile --deterministic --global-batch 8 --micro-batch 4 \
-            --grad-buffer $g --gpus 4 --tp 2 --share-gpus
-        done
-        [ -n "${MIX_GRADBUF-x}" ] && log "dp2 x tp2 shared vs separate" &&
-          python3 bench/compare_losses.py "$OUT/results/mix-separate" "$OUT/results/mix-shared" --tol 0 | tail -1 ;;
+        [ -n "${MIX_GRADBUF-x}" ] && shared_vs_separate mix --micro-batch 4 --gpus 4 --tp 2 --share-gpus ;;
       gpt)  # small-gpt (GPT-3's form) against 1 GPU in single and mixed layouts, BF16 and FP8 (header)
-        d="--model small-gpt --global-batch 8 --micro-batch 1 --no-op-profile"
         for v in ${GPT_VARIANTS:-bf16 fp8}; do
-          case $v in
-            bf16) a="$d"; tol=0.01 ;;
-            fp8) a="$d --precision fp8"; tol=0.05 ;;
-            fp8lr*) a="$d --precision fp8 --lr ${v#fp8lr}"; tol=0.05 ;;  # e.g. fp8lr1e-3: a calmer descent
-          esac
-          STEPS=25 WARM=5 ours gpt-$v-1gpu $a
-          for name in ${GPT_LAYOUTS:-dp2 tp2 pp2 pp2vp2 tp2pp2 dp2tp2pp2 tp2pp2vp2}; do
-            STEPS=25 WARM=5 ours gpt-$v-$name $a $(layout_flags $name)
-            log "gpt $name $v losses"
-            python3 bench/compare_losses.py "$OUT/results/gpt-$v-1gpu" "$OUT/results/gpt-$v-$name" --tol $tol | tail -1
-          done
+          variant "--model small-gpt --global-batch 8 --micro-batch 1 --no-op-profile" $v
+          against_1gpu gpt-$v $tol "${GPT_LAYOUTS:-dp2 tp2 pp2 pp2vp2 tp2pp2 dp2tp2pp2 tp2pp2vp2}" $a
         done ;;
       tppeer)  # tp70b's 2-GPU run against the PyTorch TP peer (bench/peers/torch_train_tp.py, TorchTitan's plan)
         ours 70b-L4-tp2 --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2 --no-op-profile
@@ -220,9 +204,11 @@ against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, 
         python3 bench/compare_losses.py "$OUT/results/8b-L8-s16k-1gpu" "$OUT/results/8b-L8-s16k-cp2" --tol 0.01 ;;
       fp8par)  # FP8 rounds each rank's tensors with their own scales: the curves agree at step 1 (<= 2e-4) and drift
                # a few 1e-2 in the steep part of the descent (measured 3.1e-2 tp, 2.1e-2 cp; BF16: 1.2e-3, 1.5e-3)
-        against_1gpu small-fp8 0.05 "tp cp" --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile ;;
+        against_1gpu small-fp8 0.05 "tp2 cp2" --model small --global-batch 8 --micro-batch 2 --precision fp8 \
+          --no-op-profile ;;
       ppfp8)
-        against_1gpu small-fp8 0.01 pp --model small --global-batch 8 --micro-batch 2 --precision fp8 --no-op-profile ;;
+        against_1gpu small-fp8 0.01 pp2 --model small --global-batch 8 --micro-batch 2 --precision fp8 \
+          --no-op-profile ;;
       fp8delayed)
         d="--model small --global-batch 8 --micro-batch 2 --precision fp8 --fp8-recipe delayed --no-op-profile"
         STEPS=25 WARM=5 ours small-fp8d-1gpu $d
@@ -237,14 +223,14 @@ against_1gpu() {  # against_1gpu NAME TOL "LAYOUTS" ARGS...: 30 steps on 1 GPU, 
           python3 bench/compare_losses.py "$OUT/results/small-fp8d-1gpu" "$OUT/results/small-fp8dl-${l}2" --tol 0.05 | tail -1
         done ;;
       fp8head)
-        against_1gpu small-fp8h 0.05 "dp tp cp pp" --model small --global-batch 8 --micro-batch 2 --precision fp8 \
+        against_1gpu small-fp8h 0.05 "dp2 tp2 cp2 pp2" --model small --global-batch 8 --micro-batch 2 --precision fp8 \
           --fp8-lm-head --no-op-profile ;;
       fp8e4m3par)
-        against_1gpu small-fp8e4m3 0.05 "dp tp cp pp" --model small --global-batch 8 --micro-batch 2 --precision fp8 \
-          --fp8-format e4m3 --no-op-profile ;;
+        against_1gpu small-fp8e4m3 0.05 "dp2 tp2 cp2 pp2" --model small --global-batch 8 --micro-batch 2 \
+          --precision fp8 --fp8-format e4m3 --no-op-profile ;;
       fp8attnpar)
-        against_1gpu small-fp8attn 0.05 "dp tp pp" --model small-hd128 --global-batch 8 --micro-batch 2 --precision fp8 \
-          --fp8-attention --no-op-profile ;;
+        against_1gpu small-fp8attn 0.05 "dp2 tp2 pp2" --model small-hd128 --global-batch 8 --micro-batch 2 \
+          --precision fp8 --fp8-attention --no-op-profile ;;
       dpfp8)
         ours 8b-L8-fp8-1gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --no-op-profile
         ours 8b-L8-fp8-2gpu --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --gpus 2 --global-batch 2 --no-op-profile

@@ -74,10 +74,10 @@ def attend(q, k, v, gqa):  # [B, heads, S, hd]; gqa False: K/V heads repeated (f
 
 
 class Decoder(nn.Module):
-    def __init__(self, c, seq, dtype):  # dtype: the parameters'; compute (and the rope tables) is bf16
+    def __init__(self, c, seq, dtype, block=Block):  # dtype: the parameters'; compute (and the rope tables) is bf16
         super().__init__()
         self.embed = nn.Embedding(c["vocab"], c["d"], dtype=dtype)
-        self.blocks = nn.ModuleList(Block(c, dtype) for _ in range(c["layers"]))
+        self.blocks = nn.ModuleList(block(c, dtype) for _ in range(c["layers"]))
         self.norm = nn.RMSNorm(c["d"], eps=EPS, dtype=dtype)
         self.lm_head = nn.Linear(c["d"], c["vocab"], bias=False, dtype=dtype)  # untied
         angles = torch.outer(torch.arange(seq, dtype=torch.float64), rope_inv_freq(c["hd"])).repeat(1, 2)[:, None]
@@ -193,7 +193,7 @@ def main():
     cuda = dev.type == "cuda"
     args.compile = cuda if args.compile is None else args.compile
     c = dict(PRESETS[args.model], layers=args.layers or PRESETS[args.model]["layers"])
-    L, d, H, G, hd, ffn, V = (c[k] for k in ("layers", "d", "heads", "kv", "hd", "ffn", "vocab"))
+    L, V = c["layers"], c["vocab"]
     s, B = args.seq, args.micro_batch
 
     backend, gqa = pick_sdpa(c, s, dev)

@@ -29,8 +29,9 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 from torch.nn.attention import sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_train  # noqa: E402
 from torch_train import (EPS, PRESETS, attend, common_args, flops_per_token, init_, log_step, pick_sdpa,  # noqa
-                         rope, rope_inv_freq, step_record, timed)
+                         rope, step_record, timed)
 
 
 class Attention(nn.Module):
@@ -69,16 +70,9 @@ class Block(nn.Module):
         return h + self.mlp(self.norm2(h))
 
 
-class Decoder(nn.Module):
+class Decoder(torch_train.Decoder):  # its blocks with the names TorchTitan's plan shards
     def __init__(self, c, seq, dtype):
-        super().__init__()
-        self.embed = nn.Embedding(c["vocab"], c["d"], dtype=dtype)
-        self.blocks = nn.ModuleList(Block(c, dtype) for _ in range(c["layers"]))
-        self.norm = nn.RMSNorm(c["d"], eps=EPS, dtype=dtype)
-        self.lm_head = nn.Linear(c["d"], c["vocab"], bias=False, dtype=dtype)
-        angles = torch.outer(torch.arange(seq, dtype=torch.float64), rope_inv_freq(c["hd"])).repeat(1, 2)[:, None]
-        self.register_buffer("cos", angles.cos().to(torch.bfloat16), persistent=False)
-        self.register_buffer("sin", angles.sin().to(torch.bfloat16), persistent=False)
+        super().__init__(c, seq, dtype, block=Block)
 
     def forward(self, tokens):  # the logits, sharded over the vocabulary (a DTensor)
         x = self.embed(tokens)
@@ -125,7 +119,7 @@ def main():
     dev = torch.device(f"cuda:{torch.cuda.current_device()}" if cuda else "cpu")
     mesh = init_device_mesh("cuda" if cuda else "cpu", (world,))
     c = dict(PRESETS[args.model], layers=args.layers or PRESETS[args.model]["layers"])
-    L, d, H, G, hd, ffn, V = (c[k] for k in ("layers", "d", "heads", "kv", "hd", "ffn", "vocab"))
+    L, H, G, ffn, V = (c[k] for k in ("layers", "heads", "kv", "ffn", "vocab"))
     s = args.seq
     if H % world or G % world or ffn % world or V % world or s % world:
         ap.error(f"heads {H}, kv heads {G}, ffn {ffn}, vocabulary {V} and --seq {s} must divide by {world} ranks")

@@ -167,7 +167,11 @@ int cmd_train(int argc, char** argv) {
   if (cuda && spec.share_gpus && world_n > visible)  // before any rank starts
     if (const std::string problem = train::share_gpus_problem(planned, visible); !problem.empty())
       raise_config(problem);
-  if (auto rc = start_ranks(gpus, "train", argc, argv, spec.share_gpus)) return *rc;  // re-executes as `gpus` ranks
+  if (cuda && !spec.share_gpus && !launched_by_mpi() && gpus > visible)
+    raise_config(fmt::format("--gpus {}: this node shows {} GPU{} (see `trainbench info`); lower --gpus or check "
+                             "CUDA_VISIBLE_DEVICES",
+                             gpus, visible, visible == 1 ? "" : "s"));
+  if (auto rc = start_ranks(gpus, "train", argc, argv)) return *rc;  // re-executes as `gpus` ranks
   const bool rank0 = is_rank0();
   const int ranks = job_ranks();
   spec.job_ranks = true;

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "bench/sysinfo.h"
 #include "comm/mpi.h"
 #include "comm/mpi_comm.h"
 #include "core/error.h"
@@ -29,7 +28,7 @@ void share_run_id(comm::Communicator& world) {
   setenv("TRAINBENCH_RUN_ID", id.c_str(), 1);
 }
 
-std::optional<int> start_ranks(int gpus, const char* command, int argc, char** argv, bool share_gpus) {
+std::optional<int> start_ranks(int gpus, const char* command, int argc, char** argv) {
   TB_REQUIRE(gpus >= 1, fmt::format("--gpus {}: must be at least 1", gpus));
   if (launched_by_mpi()) {
     const comm::World& w = comm::world();
@@ -40,11 +39,6 @@ std::optional<int> start_ranks(int gpus, const char* command, int argc, char** a
     return std::nullopt;
   }
   if (gpus == 1) return std::nullopt;
-  const int visible = bench::visible_gpu_count();
-  TB_REQUIRE(visible >= (share_gpus ? 1 : gpus),
-             fmt::format("--gpus {}: this node shows {} GPU{} ({}); lower --gpus or check CUDA_VISIBLE_DEVICES",
-                         gpus, visible, visible == 1 ? "" : "s",
-                         visible == 0 ? bench::no_gpu_reason() : "see `trainbench info`"));
   const std::string mpirun = launch::find_on_path("mpirun");
   TB_REQUIRE(!mpirun.empty(), "--gpus: mpirun is not on PATH (install Open MPI: openmpi-bin, or start the ranks with "
                               "your own launcher: mpirun -np N / srun --mpi=pmix)");

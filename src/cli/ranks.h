@@ -11,8 +11,8 @@ namespace tb::cli {
 
 // nullopt: this process does the work (one rank, or a rank of the job); otherwise the exit status to return
 // (exec failed). Does not return when it re-executes. args: the command's own argv (argv[0] "trainbench <cmd>").
-// share_gpus: N may exceed the node's GPUs (the command places its ranks: train --share-gpus).
-std::optional<int> start_ranks(int gpus, const char* command, int argc, char** argv, bool share_gpus = false);
+// The caller checks the node's GPUs against N (train: N may exceed them with --share-gpus).
+std::optional<int> start_ranks(int gpus, const char* command, int argc, char** argv);
 // The job's rank count: the launcher's world size, 1 without a launcher.
 int job_ranks();
 // True in rank 0 (or without a launcher): the rank that prints progress and summaries.

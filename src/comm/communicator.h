@@ -46,7 +46,8 @@ class Communicator {
   // Waits for what was enqueued (NCCL: the stream; raises naming the rank on an asynchronous error or after
   // timeout_s, aborting the communicator). MPI and self: nothing to wait for.
   virtual void synchronize(double timeout_s = 600) { (void)timeout_s; }
-  // The ranks passing the same color, ordered by key; collective over this communicator.
+  // The ranks passing the same color, ordered by key; collective over this communicator. (NCCL's split_nccl also
+  // takes a negative color: that rank joins no group and gets nullptr.)
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   // Typed conveniences (host or device spans, as the backend wants).

@@ -75,10 +75,10 @@ int shared_gpu(const Coord& c, int gpus) { return (c.dp + c.cp + c.pp + c.tp) % 
 
 std::string shared_gpu_problems(const MeshShape& s, int gpus) {
   std::string out;
+  auto add = [&](const std::string& problem) { out += (out.empty() ? "" : "; ") + problem; };
   for (const auto& [name, n] : {std::pair{"dp", s.dp}, {"cp", s.cp}, {"pp", s.pp}, {"tp", s.tp}})
-    if (n > gpus) out += fmt::format("{}{} ({}) is above the GPU count ({})", out.empty() ? "" : "; ", name, n, gpus);
-  if (s.dp > 1 && s.cp > 1)
-    out += fmt::format("{}dp x cp shares one optimizer group of {} ranks", out.empty() ? "" : "; ", s.dp * s.cp);
+    if (n > gpus) add(fmt::format("{} ({}) is above the GPU count ({})", name, n, gpus));
+  if (s.dp > 1 && s.cp > 1) add(fmt::format("dp x cp shares one optimizer group of {} ranks", s.dp * s.cp));
   return out;
 }
 

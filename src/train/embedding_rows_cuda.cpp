@@ -9,17 +9,23 @@ namespace tb::train {
 EmbeddingRowsGather::EmbeddingRowsGather(int device, const model::ModelConfig& m, std::int64_t rows_per_rank,
                                          int ranks)
     : rows_per_rank_(rows_per_rank), d_model_(m.d_model) {
-  const std::int64_t all = rows_per_rank * ranks;
-  dnext_ = ops::DeviceBuffer(device, std::size_t(all) * std::size_t(d_model_) * sizeof(__nv_bfloat16));
-  tokens_ = ops::DeviceBuffer(device, std::size_t(all) * sizeof(std::int32_t));
-  ws_bytes_ = ops::embedding_backward_workspace_bytes(all, m.vocab, m.d_model);
+  const Sizes z = sizes(m, rows_per_rank, ranks);
+  dnext_ = ops::DeviceBuffer(device, z.dnext);
+  tokens_ = ops::DeviceBuffer(device, z.tokens);
+  ws_bytes_ = z.workspace;
   ws_ = ops::DeviceBuffer(device, ws_bytes_);
 }
 
-std::size_t EmbeddingRowsGather::bytes(const model::ModelConfig& m, std::int64_t rows_per_rank, int ranks) {
+EmbeddingRowsGather::Sizes EmbeddingRowsGather::sizes(const model::ModelConfig& m, std::int64_t rows_per_rank,
+                                                      int ranks) {
   const std::int64_t all = rows_per_rank * ranks;
-  return std::size_t(all) * (std::size_t(m.d_model) * sizeof(__nv_bfloat16) + sizeof(std::int32_t)) +
-         ops::embedding_backward_workspace_bytes(all, m.vocab, m.d_model);
+  return {std::size_t(all) * std::size_t(m.d_model) * sizeof(__nv_bfloat16), std::size_t(all) * sizeof(std::int32_t),
+          ops::embedding_backward_workspace_bytes(all, m.vocab, m.d_model)};
+}
+
+std::size_t EmbeddingRowsGather::bytes(const model::ModelConfig& m, std::int64_t rows_per_rank, int ranks) {
+  const Sizes z = sizes(m, rows_per_rank, ranks);
+  return z.dnext + z.tokens + z.workspace;
 }
 
 model::CudaDecoder::EmbeddingRows EmbeddingRowsGather::gather(comm::NcclCommunicator& group,

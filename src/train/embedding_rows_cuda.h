@@ -27,6 +27,10 @@ class EmbeddingRowsGather {
                                            const std::int32_t* tokens, std::int64_t rows);
 
  private:
+  struct Sizes {
+    std::size_t dnext, tokens, workspace;  // bytes: the gathered rows, their tokens, the backward's workspace
+  };
+  static Sizes sizes(const model::ModelConfig& m, std::int64_t rows_per_rank, int ranks);
   std::int64_t rows_per_rank_;
   int d_model_;
   ops::DeviceBuffer dnext_, tokens_, ws_;

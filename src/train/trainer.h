@@ -51,7 +51,7 @@ struct TrainSpec {
   bool job_ranks = false;             // train across the job's MPI ranks (train --gpus / mpirun); false: this
                                       // process alone, whatever the launcher (the recipe runner's per-rank proxies)
   bool share_gpus = false;            // more ranks than GPUs (testing a layout on a smaller node; times meaningless):
-                                      // GPU = (dp + tp coordinates) mod the node's GPUs, each group on distinct GPUs
+                                      // GPU = (dp + cp + pp + tp) mod the node's GPUs, each group on distinct GPUs
   std::string recompute = "none";     // none | selective | full (model/decoder_cuda.h)
   std::string moments = "f32";        // AdamW moments: f32 | bf16
   std::string master = "split";       // fp32 master weights as split (bf16 model weight + 16-bit residual: exact,

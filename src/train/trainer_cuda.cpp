@@ -593,10 +593,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     if (profiling) profiler.mark(op);
   };
   for (const auto& chunk : chunks) chunk->on_op = mark;
-  bool last_micro = false;
-  // Pipeline: the chunks whose last backward of the step is running. A chunk holding a tied embedding (or its copy)
-  // reduces at the step's end: its dp reduce-scatter must follow the two stages' all-reduce, which the first stage
-  // can only join after its whole schedule.
+  // The chunks whose last backward of the step is running (one chunk: the last micro-batch's; a pipeline's: set by
+  // its schedule). A chunk holding a tied embedding (or its copy) reduces at the step's end: its dp reduce-scatter
+  // must follow the two stages' all-reduce, which the first stage can only join after its whole schedule.
   std::vector<char> final_pass(chunks.size(), 0);
   if (pipe)
     pipe->before_backward = [&](int chunk, bool last) {
@@ -620,8 +619,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     TensorParallelCuda* t = tpc ? tpcs[c].get() : nullptr;
     DataParallelCuda* d = ddp ? ddps[c].get() : nullptr;
     if (d) chunks[c]->on_params_needed = [d](std::size_t end) { d->params_needed(end); };
-    chunks[c]->on_grads_ready = [t, d, &last_micro, &final_pass, c](std::size_t from) {
-      if (!last_micro && !final_pass[c]) return;
+    chunks[c]->on_grads_ready = [t, d, &final_pass, c](std::size_t from) {
+      if (!final_pass[c]) return;
       if (t) t->grads_ready(from);
       if (d) d->grads_ready(from);
     };
@@ -643,7 +642,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                     d_losses.as<float>());
     }
     for (int a = 0; a < accum && !pipe; ++a) {
-      last_micro = a == accum - 1;
+      final_pass[0] = a == accum - 1;
       net.forward_backward_device(d_tokens.as<std::int32_t>() + std::size_t(a) * n,
                                   d_targets.as<std::int32_t>() + std::size_t(a) * n, mb, seq, 1.0 / (accum * dp),
                                   d_losses.as<float>() + a);
@@ -659,20 +658,17 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     for (const auto& d : ddps) d->finish_grads();  // (dp x tp: after the tp all-reduces, whose sums it reads)
     if (ddp) mark("gradient reduce-scatter (exposed)");
     ops::grad_norm(norm_group, max_norm, norm, st);
-    if (tpc) {
-      tpc->all_reduce(&norm->norm_sq, 1, DType::f64);
+    // Sums over the groups in turn (tp, the pipeline's stages, the dp x cp shards): the squares of the gradient norm,
+    // then the norm and clip scale from the total; the losses (the last stage's reach every rank).
+    auto sum_over_groups = [&](void* buf, std::size_t count, DType t) {
+      if (tpc) tpc->all_reduce(buf, count, t);
+      if (pipe) pp_comm->all_reduce(buf, buf, count, t);
+      if (ddp) ddp->all_reduce(buf, count, t);
+    };
+    if (tpc || pipe || ddp) {
+      sum_over_groups(&norm->norm_sq, 1, DType::f64);
       ops::clip_from_norm_sq(norm, max_norm, st);
-      tpc->all_reduce(d_losses.get(), std::size_t(accum), DType::f32);
-    }
-    if (pipe) {  // the stages' sums of squares; the last stage's losses to every rank
-      pp_comm->all_reduce(&norm->norm_sq, &norm->norm_sq, 1, DType::f64);
-      ops::clip_from_norm_sq(norm, max_norm, st);
-      pp_comm->all_reduce(d_losses.get(), d_losses.get(), std::size_t(accum), DType::f32);
-    }
-    if (ddp) {  // the shards' sums of squares, then the norm and clip scale from the total
-      ddp->all_reduce(&norm->norm_sq, 1, DType::f64);
-      ops::clip_from_norm_sq(norm, max_norm, st);
-      ddp->all_reduce(d_losses.get(), std::size_t(accum), DType::f32);
+      sum_over_groups(d_losses.get(), std::size_t(accum), DType::f32);
     }
     const auto* scalars = d_scalars.as<ops::AdamWStepScalars>();
     const ops::GradNormResult* clip = spec.clip > 0 ? norm : nullptr;

@@ -1,6 +1,7 @@
 // Tests ops/cuda/fill: fill_normal against the host formula normal_value (every element, fp32 tolerance for the
-// device's logf/cosf/sqrtf) and its moments (mean, std within 1% at 1M draws), drawn in two pieces bit-identical; cast_f32_to_bf16 bit-exact against
-// the host conversion float_to_bf16 on random values including specials (ties, denormals, inf, NaN).
+// device's logf/cosf/sqrtf) and its moments (mean, std within 1% at 1M draws), drawn in two pieces bit-identical;
+// cast_f32_to_bf16 bit-exact against the host conversion float_to_bf16 on random values including specials (ties,
+// denormals, inf, NaN).
 #include <gtest/gtest.h>
 
 #include <cmath>

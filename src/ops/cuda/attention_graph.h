@@ -1,5 +1,5 @@
 // ops/cuda/attention_graph.h: what the two SDPA graph builders share (attention.cpp: bf16, attention_fp8.cpp: FP8;
-// include from those .cpp files only, after cudnn_graph.h): the variant-pack uids, the tensor descriptions and the
+// include from those .cpp files only): the variant-pack uids, the tensor descriptions and the
 // pointer checks. cuDNN's SDPA tensors are 4-D [batch, heads, seq, head_dim] with arbitrary strides, so each of our
 // [b, s, heads, d] views is dims {b, heads, s, d} with strides {batch, head, seq, 1}; the softmax statistics (Stats)
 // are fp32 {b, H, s, 1}, i.e. lse [b, H, s]; attention scale 1 / sqrt(d).

@@ -161,9 +161,7 @@ void fp8_cast(const Fp8CastArgs& a, cudaStream_t stream) {
   TB_REQUIRE(a.x && (a.q || a.qt) && a.scale && a.scale_inv, what + ": needs x, q or qt, scale and scale_inv");
   TB_REQUIRE(a.rows >= 1 && a.cols >= 1, what + ": empty tensor");
   TB_REQUIRE(a.margin >= 0 && a.margin < 64, what + ": margin must be in [0, 64)");
-  const detail::CastTarget p{a.rows,      a.cols,        static_cast<std::uint8_t*>(a.q),
-                             static_cast<std::uint8_t*>(a.qt), a.amax_in, a.scale, a.scale_inv, a.amax_out,
-                             fp8_max(a.type), a.margin};
+  const detail::CastTarget p = detail::cast_target(a);
   const bool e4 = a.type == DType::e4m3;
   if (a.qt) {
     detail::launch_cast_transpose(detail::Bf16Source{a.x, a.cols}, p, e4,

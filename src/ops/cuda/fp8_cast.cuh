@@ -47,6 +47,12 @@ struct CastTarget {
   int margin;
 };
 
+// The kernels' view of a cast's arguments (unchecked).
+inline CastTarget cast_target(const Fp8CastArgs& a) {
+  return {a.rows, a.cols, static_cast<std::uint8_t*>(a.q), static_cast<std::uint8_t*>(a.qt), a.amax_in,
+          a.scale, a.scale_inv, a.amax_out, fp8_max(a.type), a.margin};
+}
+
 // The target of an op that writes its own output [rows, cols] as FP8 (norm_forward_fp8, activation_forward_fp8: delayed
 // scaling). Checks that `cast` describes that output (x null), has an fp8 type, qt, scale and scale_inv, a known scale
 // (no amax_in) and a margin in [0, 64); raises Error{config} naming `what` before the caller launches anything.
@@ -62,9 +68,8 @@ inline CastTarget fused_cast_target(const Fp8CastArgs& cast, std::int64_t rows, 
   TB_REQUIRE(is_fp8(cast.type) && cast.qt && cast.scale && cast.scale_inv,
              what + ": needs an fp8 type, qt, scale and scale_inv");
   TB_REQUIRE(cast.margin >= 0 && cast.margin < 64, what + ": margin must be in [0, 64)");
-  TB_REQUIRE((rows + kCastTile - 1) / kCastTile < 65536, str(what, ": at most ", 65535 * kCastTile, " rows"));
-  return {rows, cols, static_cast<std::uint8_t*>(cast.q), static_cast<std::uint8_t*>(cast.qt), nullptr, cast.scale,
-          cast.scale_inv, cast.amax_out, fp8_max(cast.type), cast.margin};
+  TB_REQUIRE(ceil_div(rows, kCastTile) < 65536, str(what, ": at most ", 65535 * kCastTile, " rows"));
+  return cast_target(cast);
 }
 
 __device__ __forceinline__ void atomic_max_nonneg(float* p, float v) {
