@@ -97,7 +97,8 @@ def init_(model, layers):  # normal(0, 0.02), output projections 0.02/sqrt(2L), 
         if p.dim() == 1:
             nn.init.ones_(p)
         else:
-            std = 0.02 / math.sqrt(2 * layers) if name.endswith(("out.weight", "fc2.weight")) else 0.02
+            out_proj = name.endswith(("out.weight", "fc2.weight", "wo.weight", "w2.weight"))  # (TP peer: wo, w2)
+            std = 0.02 / math.sqrt(2 * layers) if out_proj else 0.02
             nn.init.normal_(p, 0.0, std)
 
 

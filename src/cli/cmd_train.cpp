@@ -185,7 +185,7 @@ int cmd_train(int argc, char** argv) {
   const int global = train::global_batch(spec, layout.dp);
   const std::string where = !cuda       ? (ranks > 1 ? fmt::format("{} CPU ranks ({})", ranks, layout.str()) : "cpu")
                             : ranks > 1 ? fmt::format("{} {} ({}{})", ranks,
-                                                      spec.share_gpus ? "ranks sharing GPUs" : "GPUs", layout.str(),
+                                                      spec.share_gpus && ranks > visible ? "ranks sharing GPUs" : "GPUs", layout.str(),
                                                       layout.dp > 1 ? ", ZeRO-1" : "")
                                         : fmt::format("GPU {}", spec.gpu);
   if (rank0)
