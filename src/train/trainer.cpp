@@ -104,14 +104,6 @@ void validate(const TrainSpec& spec) {
                                               "Hopper takes no other); {} has head_dim {}: leave --fp8-attention off",
                                               m.name, m.head_dim));
   }
-  if (spec.device == "cuda" && spec.cp > 1) {  // (model/position_pieces.h places them, host-tested; the 2-GPU loss
-                                                // check of GPT's form with cp is still to run: docs/PARALLEL.md)
-    const model::ModelConfig m = resolve_model(spec);
-    TB_REQUIRE(m.pos == model::Pos::rope,
-               fmt::format("--cp {}: {} has learned positions, and context parallel on the CUDA backend takes RoPE "
-                           "models only so far: use --cp 1, or --device cpu",
-                           spec.cp, m.name));
-  }
   TB_REQUIRE(spec.gpu >= 0, "--gpu must be a device index >= 0");
 }
 
