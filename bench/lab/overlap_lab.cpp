@@ -6,13 +6,20 @@
 // stream.
 // Timed (bench/loop.h, median of 10 after 3): GEMMs alone (T_g), AdamW alone (T_a), both launched together with the
 // AdamW stream at high / normal priority (T_both). hidden = (T_g + T_a - T_both) / T_a: the share of the optimizer
-// that overlapping could remove from a step. Usage: overlap_lab [P_millions=1000] [K=20] [G=8]
+// that overlapping could remove from a step. Then the GPU split between the two, for each S in the list:
+//   sms S:   the GEMMs planned for (SMs - S) (cuBLASLt's SM count target), AdamW at high priority taking the S left
+//   green S: as sms S, AdamW on a stream of a green context holding S SMs (CUDA driver API), so it never takes the
+//            GEMMs' SMs either
+// Usage: overlap_lab [P_millions=1000] [K=20] [G=8] [S,S,...=8,16,24,32]
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "bench/loop.h"
@@ -25,6 +32,9 @@ int main(int argc, char** argv) {
   using namespace tb;
   const std::size_t P = std::size_t(argc > 1 ? std::atol(argv[1]) : 1000) * 1000000;
   const int K = argc > 2 ? std::atoi(argv[2]) : 20, G = argc > 3 ? std::atoi(argv[3]) : 8;
+  std::vector<int> splits;
+  std::stringstream list(argc > 4 ? argv[4] : "8,16,24,32");
+  for (std::string item; std::getline(list, item, ',');) splits.push_back(std::atoi(item.c_str()));
   ops::DeviceContext dc(0);
   cudaStream_t st = dc.stream();
   const std::int64_t m = 8192, n = 14336, k = 4096;
@@ -62,17 +72,22 @@ int main(int argc, char** argv) {
   cudaEvent_t fork, join;
   TB_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
   TB_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-  auto gemms = [&] {
-    for (int i = 0; i < K; ++i) dc.gemm(g, y.get(), x.get(), w.get());
+  int sms = 0;
+  TB_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  auto gemms_on = [&](int sm_target) {
+    ops::GemmShape gs = g;
+    gs.sm_target = sm_target;
+    for (int i = 0; i < K; ++i) dc.gemm(gs, y.get(), x.get(), w.get());
   };
+  auto gemms = [&] { gemms_on(0); };
   auto adamw = [&](cudaStream_t s) {
     for (auto& grp : groups) ops::adamw_step(*grp, {}, sc, nullptr, s);
   };
-  auto both = [&](cudaStream_t side) {
+  auto both = [&](cudaStream_t side, int sm_target = 0) {
     TB_CHECK(cudaEventRecord(fork, st));
     TB_CHECK(cudaStreamWaitEvent(side, fork, 0));
     adamw(side);
-    gemms();
+    gemms_on(sm_target);
     TB_CHECK(cudaEventRecord(join, side));
     TB_CHECK(cudaStreamWaitEvent(st, join, 0));
   };
@@ -85,5 +100,41 @@ int main(int argc, char** argv) {
   for (auto [name, t] : {std::pair{"high", th}, std::pair{"normal", tl}})
     std::printf("both, AdamW stream %-6s priority %8.2f ms: hidden %.0f%% of AdamW\n", name, t,
                 100.0 * (tg + ta - t) / ta);
+  for (int S : splits) {
+    const int target = sms - S;
+    const double tgs = median_ms(0, st, [&] { gemms_on(target); });
+    const double tb = median_ms(0, st, [&] { both(hi, target); });
+    std::printf("sms %3d: GEMMs on %3d SMs alone %8.2f ms (%.0f TFLOP/s), with AdamW %8.2f ms: hidden %.0f%%\n", S,
+                target, tgs, 2e-9 * m * n * k * K / tgs, tb, 100.0 * (tg + ta - tb) / ta);
+    CUdevice dev;
+    CUdevResource all, part, rest;
+    unsigned groups = 1;
+    CUdevResourceDesc desc;
+    CUgreenCtx green;
+    CUstream gs;
+    const bool ok = cuDeviceGet(&dev, 0) == CUDA_SUCCESS &&
+                    cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS &&
+                    cuDevSmResourceSplitByCount(&part, &groups, &all, &rest, 0, unsigned(S)) == CUDA_SUCCESS &&
+                    cuDevResourceGenerateDesc(&desc, &part, 1) == CUDA_SUCCESS &&
+                    cuGreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM) == CUDA_SUCCESS &&
+                    cuGreenCtxStreamCreate(&gs, green, CU_STREAM_NON_BLOCKING, highest) == CUDA_SUCCESS;
+    if (!ok) {
+      std::printf("green %3d: no green context of %d SMs\n", S, S);
+      continue;
+    }
+    const auto side = reinterpret_cast<cudaStream_t>(gs);
+    const double ta_g = median_ms(0, st, [&] {
+      TB_CHECK(cudaEventRecord(fork, st));
+      TB_CHECK(cudaStreamWaitEvent(side, fork, 0));
+      adamw(side);
+      TB_CHECK(cudaEventRecord(join, side));
+      TB_CHECK(cudaStreamWaitEvent(st, join, 0));
+    });
+    const double tb_g = median_ms(0, st, [&] { both(side, target); });
+    std::printf("green %3d (%u SMs): AdamW alone %8.2f ms (%.2f TB/s), with the GEMMs %8.2f ms: hidden %.0f%%\n", S,
+                part.sm.smCount, ta_g, 30e-9 * P / ta_g, tb_g, 100.0 * (tg + ta - tb_g) / ta);
+    cuStreamDestroy(gs);
+    cuGreenCtxDestroy(green);
+  }
   return 0;
 }

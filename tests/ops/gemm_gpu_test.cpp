@@ -124,6 +124,20 @@ TEST_P(GemmGpu, MatchesReferenceOnSampledElementsOfALargeShape) {
                       << "]";
 }
 
+// Planned for part of the GPU (leaving SMs to a concurrent stream): the same product, its own plan.
+TEST_P(GemmGpu, PlannedForFewerSmsMatchesReference) {
+  GemmShape s = shape(3000, 2048, 4096);
+  s.sm_target = 66;
+  Operands op(*dc_, s);
+  dc_->gemm(s, op.d.get(), op.a.get(), op.b.get(), op.scales);
+  const GemmCheck c = op.check(*dc_, s, 512);
+  EXPECT_TRUE(c.ok()) << describe(s) << ": " << c.worst_message();
+  EXPECT_NE(describe(s).find(" sms 66"), std::string::npos) << describe(s);
+  GemmShape whole = s;
+  whole.sm_target = 0;
+  EXPECT_NE(&dc_->gemm_plan(whole), &dc_->gemm_plan(s));
+}
+
 // The check can fail: one corrupted element of D is found, and (fp8) ignoring the scales is found.
 TEST_P(GemmGpu, CorruptedElementFailsTheCheck) {
   const GemmShape s = shape(96, 160, 64);
@@ -187,6 +201,9 @@ TEST(GemmShapeCheck, RejectsUnsupportedRequestsWithClearMessages) {
   EXPECT_NE(message({64, 64, 64, DType::bf16, DType::f16, DType::bf16}).find("supported are"), std::string::npos);
   EXPECT_NE(message({64, 64, 64, DType::bf16, DType::bf16, DType::bf16, true}).find("fast_accum"), std::string::npos);
   EXPECT_NE(message({0, 64, 64}).find("at least 1"), std::string::npos);
+  GemmShape negative{64, 64, 64};
+  negative.sm_target = -1;
+  EXPECT_NE(message(negative).find("sm_target must be >= 0"), std::string::npos);
   EXPECT_EQ(message({40, 48, 32, DType::e4m3, DType::e5m2, DType::bf16, true}), "no error");
 }
 

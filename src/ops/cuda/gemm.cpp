@@ -72,15 +72,16 @@ std::string_view gemm_layout_name(GemmLayout l) {
 }
 
 std::string describe(const GemmShape& s) {
-  return fmt::format("{}->{} m={} n={} k={}{}{}{}{}", gemm_types_name(s.a, s.b), dtype_name(s.d), s.m, s.n, s.k,
+  return fmt::format("{}->{} m={} n={} k={}{}{}{}{}{}", gemm_types_name(s.a, s.b), dtype_name(s.d), s.m, s.n, s.k,
                      s.fast_accum ? " fast_accum" : "", s.layout == GemmLayout::abt ? "" : " ",
                      s.layout == GemmLayout::abt ? std::string_view() : gemm_layout_name(s.layout),
-                     s.accumulate ? " accumulate" : "");
+                     s.accumulate ? " accumulate" : "", s.sm_target > 0 ? fmt::format(" sms {}", s.sm_target) : "");
 }
 
 void check_gemm_shape(const GemmShape& s) {
   TB_REQUIRE(s.m >= 1 && s.n >= 1 && s.k >= 1,
              fmt::format("GEMM {}: every dimension must be at least 1", describe(s)));
+  TB_REQUIRE(s.sm_target >= 0, fmt::format("GEMM {}: sm_target must be >= 0 (0: the whole GPU)", describe(s)));
   TB_REQUIRE(!(s.a == DType::e5m2 && s.b == DType::e5m2),
              "cuBLASLt has no e5m2 x e5m2 GEMM; use e4m3 or e4m3xe5m2");
   const bool known = std::any_of(std::begin(kTypes), std::end(kTypes),
@@ -116,6 +117,7 @@ GemmPlan::GemmPlan(cublasLtHandle_t lt, const GemmShape& s, std::size_t workspac
   set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_TRANSA, b_nk ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_TRANSB, a_mk ? CUBLAS_OP_N : CUBLAS_OP_T);
   if (is_fp8(s.a)) set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_FAST_ACCUM, std::int8_t(s.fast_accum ? 1 : 0));
+  if (s.sm_target > 0) set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, std::int32_t(s.sm_target));
 
   if (b_nk)
     TB_CHECK(cublasLtMatrixLayoutCreate(lay_a_.out(), cuda_type(s.b), s.k, s.n, s.k));  // our B [n,k]

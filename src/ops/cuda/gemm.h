@@ -51,6 +51,8 @@ struct GemmShape {
   bool fast_accum = false;  // fp8 only: CUBLASLT_MATMUL_DESC_FAST_ACCUM (no periodic promotion to fp32)
   GemmLayout layout = GemmLayout::abt;
   bool accumulate = false;  // D += product (beta = 1, C = D) instead of D = product
+  int sm_target = 0;  // > 0: plan for this many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), leaving the rest to a
+                      // concurrent stream; 0: the whole GPU
   auto operator<=>(const GemmShape&) const = default;
 };
 
