@@ -8,7 +8,10 @@
 #   tpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs tensor parallel (tp 2, sequence parallel)
 #   tp70b:    Llama 3.1 70B shapes, 4 layers, seq 8192, micro-batch 1: 1 GPU vs tp 2 (the same global batch 1);
 #             the job's tokens/s compared (target: tp 2 >= 1.8 x one GPU)
-#   cpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs context parallel (cp 2); losses compared
+#   cpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs context parallel (cp 2); losses compared; again with
+#             full recompute
+#   cpfull:   cp8b with full recompute: 1 GPU, then cp 2 with carry/trainbench-prev (an earlier build) and with
+#             carry/trainbench (the backward reuses the K|V its recomputed forward gathered)
 #   cp8b:     Llama 3.1 8B shapes, 8 layers, seq 16384, micro-batch 1: 1 GPU vs cp 2 (the same global batch 1);
 #             must complete and match the 1-GPU losses; the job's tokens/s reported
 #   fp8par:   tpcheck and cpcheck in FP8 (current scaling): `small` 30 steps, 1 GPU FP8 vs tp 2 / cp 2 FP8
@@ -196,7 +199,23 @@ shared_vs_separate() {  # shared_vs_separate NAME ARGS...: `small`, 10 determini
       cpcheck)
         STEPS=25 WARM=5 ours small-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile
         STEPS=25 WARM=5 ours small-cp2 --model small --global-batch 8 --micro-batch 2 --no-op-profile --gpus 2 --cp 2
-        log "cp losses"; python3 bench/compare_losses.py "$OUT/results/small-1gpu" "$OUT/results/small-cp2" --tol 0.01 ;;
+        log "cp losses"; python3 bench/compare_losses.py "$OUT/results/small-1gpu" "$OUT/results/small-cp2" --tol 0.01
+        STEPS=25 WARM=5 ours small-full-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile \
+          --recompute full
+        STEPS=25 WARM=5 ours small-full-cp2 --model small --global-batch 8 --micro-batch 2 --no-op-profile --gpus 2 \
+          --cp 2 --recompute full
+        log "cp losses, full recompute"
+        python3 bench/compare_losses.py "$OUT/results/small-full-1gpu" "$OUT/results/small-full-cp2" --tol 0.01 ;;
+      cpfull)
+        ours 8b-L8-s16k-full-1gpu --model llama3.1-8b --layers 8 --seq 16384 --recompute full
+        if [[ -x carry/trainbench-prev ]]; then
+          TB=$PWD/carry/trainbench-prev ours 8b-L8-s16k-full-cp2-prev --model llama3.1-8b --layers 8 --seq 16384 \
+            --recompute full --gpus 2 --cp 2
+        fi
+        ours 8b-L8-s16k-full-cp2 --model llama3.1-8b --layers 8 --seq 16384 --recompute full --gpus 2 --cp 2
+        log "cp 8b full recompute (job tokens/s: the ratio below is per GPU; x2 for the job)"
+        python3 bench/compare_losses.py "$OUT/results/8b-L8-s16k-full-1gpu" "$OUT/results/8b-L8-s16k-full-cp2" \
+          --tol 0.05 ;;
       cp8b)
         ours 8b-L8-s16k-1gpu --model llama3.1-8b --layers 8 --seq 16384 --recompute selective
         ours 8b-L8-s16k-cp2 --model llama3.1-8b --layers 8 --seq 16384 --recompute selective --gpus 2 --cp 2

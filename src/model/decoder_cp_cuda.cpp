@@ -11,8 +11,10 @@
 //             -> the K|V columns of dqkv. RoPE forward and backward per chunk at offset g_k c (learned positions:
 //             model/position_pieces.h, in the embedding).
 // Bytes moved per layer and rank: forward all-gather cp·n_l·kv·2 (K and V of the sequence), backward the same again
-// (K, V re-gathered) plus a reduce-scatter of the same size (dK, dV): the K|V width (2 G hd = 2048 for Llama 3.1 8B)
-// is a quarter of d_model... times 2, so CP moves far less than TP's four [n, d] collectives.
+// (K, V re-gathered, unless kv_full still holds them: the last layer, whose backward follows its forward, and every
+// layer under full recompute, whose recomputed forward gathers them just before) plus a reduce-scatter of the same
+// size (dK, dV): the K|V width (2 G hd = 2048 for Llama 3.1 8B) is a quarter of d_model... times 2, so CP moves far
+// less than TP's four [n, d] collectives.
 #include <cuda_runtime_api.h>
 
 #include "core/error.h"
@@ -57,6 +59,7 @@ void CudaDecoder::cp_prepare(int batch, int seq) {
     p += (elems[i] * sizeof(bf16) + 255) / 256 * 256;
   }
   cp_s_ = {ptrs[0], ptrs[1], ptrs[2], {ptrs[3], ptrs[4]}};
+  cp_kv_of_ = nullptr;
   for (int k = 0; k < 2; ++k) attention_->plan(cp_attention_shape(batch, seq, k));
 }
 
@@ -98,6 +101,7 @@ void CudaDecoder::cp_gather_kv(const bf16* qkv, int batch, int seq) {
       copy2d(cp_s_.kv_full + g * c * kv, S * row, cp_s_.kv_all + (std::size_t(r) * n + std::size_t(k) * c) * kv,
              std::size_t(seq) * row, c * row, std::size_t(batch), st);
     }
+  cp_kv_of_ = qkv;
   mark("cp kv all-gather");
 }
 
@@ -119,7 +123,7 @@ void CudaDecoder::cp_attention_backward(const LayerActs& A, int batch, int seq) 
   const std::int64_t c = seq / 2, width = cfg_.q_dim() + 2 * std::int64_t(cfg_.kv_dim()), qd = cfg_.q_dim();
   const std::size_t n = std::size_t(batch) * std::size_t(seq), kv = 2 * std::size_t(cfg_.kv_dim());
   const std::size_t S = std::size_t(seq) * std::size_t(cp_.size), row = kv * sizeof(bf16);
-  cp_gather_kv(A.qkv, batch, seq);  // K and V again (not kept: [batch, S] per layer)
+  if (cp_kv_of_ != A.qkv) cp_gather_kv(A.qkv, batch, seq);  // K and V again (not kept: [batch, S] per layer)
   for (int k = 0; k < 2; ++k) {
     const ops::AttentionShape as = cp_attention_shape(batch, seq, k);
     TB_CHECK(cudaMemsetAsync(cp_s_.dkv_full[k], 0, std::size_t(batch) * S * row, st));  // rows past its keys stay 0

@@ -420,6 +420,8 @@ class CudaDecoder {
   struct CpScratch {
     bf16 *kv_local, *kv_all, *kv_full, *dkv_full[2];
   } cp_s_{};
+  const bf16* cp_kv_of_ = nullptr;  // whose K|V kv_full holds (the qkv rows last gathered): the backward of those
+                                    // rows skips its gather (the last layer; every layer under full recompute)
   void cp_prepare(int batch, int seq);
   int cp_chunk(int k) const { return k == 0 ? cp_.rank : 2 * cp_.size - 1 - cp_.rank; }  // global chunk of local k
   ops::AttentionShape cp_attention_shape(int batch, int seq, int k) const;
