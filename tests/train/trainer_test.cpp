@@ -94,8 +94,8 @@ TEST(TrainerCpu, Fp8AttentionRefusalsNameTheFlag) {
   EXPECT_EQ(refusal(s), "--fp8-format must be hybrid or e4m3, not 'e5m2'");
 }
 
-// Context parallel with learned positions (GPT-3's form) is refused on the CUDA backend before any rank starts; the
-// CPU backend and RoPE models take it.
+// Every CUDA layout takes GPT-3's form (learned positions, tied embeddings): validate() refuses none of them (context
+// parallel with learned positions was refused until its 2-GPU check passed).
 TEST(TrainerCpu, CudaLayoutsTakeLearnedPositionsAndTiedEmbeddings) {
   tb::train::TrainSpec s;
   s.model = "small-gpt", s.device = "cuda";
