@@ -52,12 +52,20 @@
 #   ctas:     dp8b's 2-GPU run with NCCL_MAX_CTAS in $CTAS (default 16 8 4 2)
 #   comm:     bench/lab/nccl_ranks_lab: all-gather / reduce-scatter bandwidth between 2 ranks (normal and high
 #             stream priority)
+#   widecheck: 4 or 8 GPUs (all visible; one rank per GPU): `small-gpt` 30 steps against 1 GPU in the layouts 2 GPUs
+#             cannot hold (tp 4: the row-parallel forward without the 2-rank exchange; pp 4: the tied embedding's
+#             exchange past middle stages; dp 4: the tied copies' sums over 4 ranks) and the 4-rank mixes; with 8 GPUs
+#             also dp4 x pp2, dp2 x tp2 x pp2, tp4 x pp2, tp2 x pp2 x vp2 x dp2
+#   wide:     4 or 8 GPUs, throughput: data parallel 8B L8 per GPU against 1 GPU (global batch scaled: target >= 0.97);
+#             70B L4, global batch 4, micro-batch 1, job tokens/s against 1 GPU in tp 4 and the mixes dp2 x tp2,
+#             tp2 x pp2, dp2 x pp2 (8 GPUs: tp 8, dp2 x tp4, tp4 x pp2, dp2 x tp2 x pp2)
 #   faults:   a rank that fails (an unknown GPU index) ends the whole job with its rank named; then a rank killed
 #             (SIGKILL) and a rank stopped (SIGSTOP, a hang: --comm-timeout 20) mid-run end the job, the rank named
 set -uo pipefail
 OUT=${OUT:-/tmp/tb-out}
 mkdir -p "$OUT"
-TB=$PWD/carry/trainbench
+TB=${TB:-$PWD/carry/trainbench}
+GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}  # visible GPUs: layouts with more ranks share them
 source bench/gpu_env.sh
 STEPS=${STEPS:-20}
 WARM=${WARM:-5}
@@ -68,8 +76,8 @@ ours() {  # ours NAME ARGS...
   $TB train --steps $((STEPS + WARM)) --warmup-steps "$WARM" --out "$OUT/results/$name" "$@"; echo "exit $?"
 }
 
-layout_flags() {  # layout_flags NAME: the train flags of a layout named like dp2tp2pp2 or tp2pp2vp2 (2 GPUs; 4 or 8
-                 # ranks share them: --share-gpus)
+layout_flags() {  # layout_flags NAME: the train flags of a layout named like dp2tp2pp2 or tp2pp2vp2 (more ranks than
+                 # the $GPUS visible GPUs share them: --share-gpus)
   local name=$1 ranks=1 flags="" dim n
   for dim in dp tp pp vp cp; do
     n=$(echo "$name" | grep -o "$dim[0-9]*" | tr -d a-z)
@@ -78,7 +86,7 @@ layout_flags() {  # layout_flags NAME: the train flags of a layout named like dp
     [ $dim != dp ] && flags="$flags --$dim $n"
   done
   flags="--gpus $ranks$flags"
-  [ $ranks -gt 2 ] && flags="$flags --share-gpus"
+  [ $ranks -gt "$GPUS" ] && flags="$flags --share-gpus"
   echo "$flags"
 }
 
@@ -149,6 +157,28 @@ shared_vs_separate() {  # shared_vs_separate NAME ARGS...: `small`, 10 determini
         for v in ${GPT_VARIANTS:-bf16 fp8}; do
           variant "--model small-gpt --global-batch 8 --micro-batch 1 --no-op-profile" $v
           against_1gpu gpt-$v $tol "${GPT_LAYOUTS:-dp2 tp2 pp2 pp2vp2 tp2pp2 dp2tp2pp2 tp2pp2vp2}" $a
+        done ;;
+      widecheck)
+        [ "$GPUS" -ge 4 ] || { echo "widecheck needs 4 or more GPUs ($GPUS visible)"; continue; }
+        layouts="tp4 pp4 dp4 dp2tp2 tp2pp2 dp2pp2 tp2pp2vp2"
+        [ "$GPUS" -ge 8 ] && layouts="$layouts dp4pp2 dp2tp2pp2 tp4pp2 dp2tp2pp2vp2"
+        against_1gpu wide-gpt 0.01 "$layouts" --model small-gpt --global-batch 8 --micro-batch 1 --no-op-profile ;;
+      wide)
+        [ "$GPUS" -ge 4 ] || { echo "wide needs 4 or more GPUs ($GPUS visible)"; continue; }
+        g=$([ "$GPUS" -ge 8 ] && echo 8 || echo 4)
+        ours 8b-L8-1gpu --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile
+        ours 8b-L8-dp$g --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile --gpus $g --global-batch $g
+        log "dp $g 8b (tokens/s per GPU)"
+        python3 bench/compare_losses.py "$OUT/results/8b-L8-1gpu" "$OUT/results/8b-L8-dp$g" --tol 1 | tail -1
+        ours 70b-L4-gb4-1gpu --model llama3.1-70b --layers 4 --seq 8192 --global-batch 4 --micro-batch 1 --no-op-profile
+        layouts="tp4 dp2tp2 tp2pp2 dp2pp2"
+        [ $g = 8 ] && layouts="$layouts tp8 dp2tp4 tp4pp2 dp2tp2pp2"
+        for l in $layouts; do
+          ours 70b-L4-gb4-$l --model llama3.1-70b --layers 4 --seq 8192 --global-batch 4 --micro-batch 1 \
+            --no-op-profile $(layout_flags $l)
+          log "$l 70b (the ratio below is per GPU; x the GPUs for the job)"
+          python3 bench/compare_losses.py "$OUT/results/70b-L4-gb4-1gpu" "$OUT/results/70b-L4-gb4-$l" --tol 0.05 \
+            | tail -1
         done ;;
       tppeer)  # tp70b's 2-GPU run against the PyTorch TP peer (bench/peers/torch_train_tp.py, TorchTitan's plan)
         ours 70b-L4-tp2 --model llama3.1-70b --layers 4 --seq 8192 --gpus 2 --tp 2 --no-op-profile

@@ -99,7 +99,7 @@ TEST(TrainerCpu, Fp8AttentionRefusalsNameTheFlag) {
 TEST(TrainerCpu, CudaLayoutsTakeLearnedPositionsAndTiedEmbeddings) {
   tb::train::TrainSpec s;
   s.model = "small-gpt", s.device = "cuda";
-  for (auto [tp, pp, cp] : {std::tuple{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}}) {
+  for (auto [tp, pp, cp] : {std::tuple{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}, {4, 1, 1}, {1, 4, 1}, {4, 2, 1}}) {
     s.tp = tp, s.pp = pp, s.cp = cp;
     EXPECT_NO_THROW(tb::train::validate(s)) << tp << " " << pp << " " << cp;
   }
