@@ -594,6 +594,15 @@ void CudaDecoder::fp8_activation_forward(const LayerActs& A, std::int64_t rows, 
                               fp8_input_cast(A, 3, rows, cfg_.ffn, transpose_only), dc_.stream());
 }
 
+void CudaDecoder::fp8_activation_backward(int l, const LayerActs& A, std::int64_t rows) {
+  const std::int64_t fc1_rows = cfg_.act == Act::swiglu ? 2 * cfg_.ffn : cfg_.ffn;
+  const ops::Fp8Meta& m = fp8_bwd_->meta(l * 4 + 2);
+  ops::Fp8CastArgs a;
+  a.rows = rows, a.cols = fc1_rows, a.q = s_.dyq, a.qt = s_.dyqt, a.type = fp8_.grad;
+  a.scale = m.scale, a.scale_inv = m.scale_inv, a.amax_out = m.amax, a.margin = fp8_.margin;
+  ops::activation_backward_fp8(activation(), {A.g, {rows, cfg_.ffn}}, {A.h, {rows, fc1_rows}}, a, dc_.stream());
+}
+
 CudaDecoder::LinearInput CudaDecoder::pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A,
                                             std::int64_t rows) {
   const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
@@ -714,8 +723,10 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
     };
     dgrad = [&] { dc_.gemm(gemm_shape(rows, in, out, ops::GemmLayout::ab), dx, dy, params_.as<bf16>() + w.offset); };
   } else {
-    fp8_cast_input(dy, rows, out, fp8_bwd_->meta(i), false, amax_ready, s_.dyq, s_.dyqt);
-    mark("fp8 casts");
+    if (dy) {  // (null: its producer wrote the FP8 copies)
+      fp8_cast_input(dy, rows, out, fp8_bwd_->meta(i), false, amax_ready, s_.dyq, s_.dyqt);
+      mark("fp8 casts");
+    }
     wgrad = [&] {
       ops::GemmShape gw;
       gw.m = out, gw.n = in, gw.k = rows, gw.a = fp8_.grad, gw.b = DType::e4m3, gw.d = DType::f32;
@@ -843,12 +854,19 @@ bool CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq, 
   // In place: dg over g (fc2's weight gradient reads g first), dh over h (the activation backward reads each element
   // before writing it); neither is needed afterwards.
   linear_backward(A.g, l, 3, s_.dnext, A.g, A, n, {}, dnext_amax_ready);
-  const TensorView<bf16> dh(A.h, {n, fc1_rows});
-  const TensorView<const bf16> dg(A.g, {n, ffn}), h(A.h, {n, fc1_rows});
-  float* dh_amax = fp8_.enabled ? fused_amax(fp8_bwd_->meta(l * 4 + 2)) : nullptr;  // fc1's output gradient scale
-  ops::activation_backward(activation(), dh, dg, h, st, dh_amax);
+  const bf16* dh = A.h;  // fc1's output gradient, in place over h; null: emitted in FP8 (s_.dyq, s_.dyqt) instead
+  bool dh_amax_ready = false;
+  if (fp8_.enabled && fp8_.delayed) {  // the scale is known: the backward writes fc1's FP8 output gradient itself
+    fp8_activation_backward(l, A, n);
+    dh = nullptr;
+  } else {
+    float* dh_amax = fp8_.enabled ? fused_amax(fp8_bwd_->meta(l * 4 + 2)) : nullptr;  // fc1's output gradient scale
+    ops::activation_backward(activation(), {A.h, {n, fc1_rows}}, {A.g, {n, ffn}}, {A.h, {n, fc1_rows}}, st,
+                             dh_amax);
+    dh_amax_ready = dh_amax != nullptr;
+  }
   mark("activation bwd");
-  linear_backward(s_.dy, l, 2, A.h, A.y2, A, n, tp_scatter_async(s_.dy, s_.dyl, nl), dh_amax != nullptr);
+  linear_backward(s_.dy, l, 2, dh, A.y2, A, n, tp_scatter_async(s_.dy, s_.dyl, nl), dh_amax_ready);
   tp_wait(s_.dy, s_.dyl, nl);
   float* dr2_amax = fused_grad_amax(l, 1);  // the out-projection's output gradient
   ops::add_norm_backward(nk, {own(s_.dr2, nl), {nl, d}}, G(L.norm2_w), G(L.norm2_b), {dy_local, {nl, d}},

@@ -351,6 +351,9 @@ class CudaDecoder {
                             LinearInput input = LinearInput::bf16);
   // FP8 delayed scaling: the activation straight into fc2's FP8 input (s_.xq unless `transpose_only`, and A.xt[3]).
   void fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only);
+  // FP8 delayed scaling: the activation's backward straight into fc1's FP8 output gradient (s_.dyq, s_.dyqt) from
+  // dg (A.g) and h; its bf16 gradient is not written.
+  void fp8_activation_backward(int l, const LayerActs& A, std::int64_t rows);
   // Delayed scaling: the cast of linear k's input ([rows, cols]) that its producer writes itself: E4M3 into s_.xq
   // (unless transpose_only) and A.xt[k], with the slot's scale, recording its amax.
   ops::Fp8CastArgs fp8_input_cast(const LayerActs& A, int k, std::int64_t rows, std::int64_t cols,
@@ -363,6 +366,8 @@ class CudaDecoder {
   // Current scaling at tp 1: linear k of layer l's output-gradient amax slot zeroed for the kernel producing that
   // gradient (a norm backward) to record into; null otherwise (and for l < 0).
   float* fused_grad_amax(int l, int k);
+  // dy: the output gradient (FP8: cast into s_.dyq / s_.dyqt first; null: already there); amax_ready: its amax was
+  // recorded by its producer (current scaling).
   void linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A, std::int64_t rows,
                        const std::function<void()>& after_dgrad = {}, bool amax_ready = false);
   // Current scaling: the slot's amax zeroed, for the kernel producing the tensor to record into (the activation's

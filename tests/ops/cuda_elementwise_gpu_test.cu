@@ -819,6 +819,30 @@ void run_act_case(Act act, std::int64_t rows, std::int64_t n, std::int64_t pad, 
     const Vec m = decode(meta);
     EXPECT_EQ(m[1], double(1.0f / scale)) << tb::dtype_name(type);
     EXPECT_EQ(m[2], my) << tb::dtype_name(type);
+
+    // The backward likewise: q and qt of dx ([rows, xn]) bit for bit, amax = max |dx|, dx not touched.
+    const float gscale = type == tb::DType::e4m3 ? 5.0f : 3000.0f;
+    Dev<std::uint8_t> gq(sz(rows * xn)), gqt(sz(rows * xn));
+    const float ginit[3] = {gscale, 0.f, 0.f};
+    TB_CHECK(cudaMemcpy(meta.get(), ginit, sizeof ginit, cudaMemcpyHostToDevice));
+    c.rows = rows, c.cols = xn, c.q = gq.get(), c.qt = gqt.get();
+    gpu::activation_backward_fp8(a, dyv, xv, c, nullptr);
+    EXPECT_EQ(raw(dx), dx_bits);
+    TB_CHECK(cudaDeviceSynchronize());
+    std::vector<std::uint8_t> hg(sz(rows * xn)), hgt(sz(rows * xn));
+    TB_CHECK(cudaMemcpy(hg.data(), gq.get(), hg.size(), cudaMemcpyDeviceToHost));
+    TB_CHECK(cudaMemcpy(hgt.data(), gqt.get(), hgt.size(), cudaMemcpyDeviceToHost));
+    bad = 0;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t i = 0; i < xn; ++i) {
+        const float v = float(got_dx[sz(r * xn + i)]) * gscale;
+        const std::uint8_t want = type == tb::DType::e4m3 ? tb::float_to_e4m3(v) : tb::float_to_e5m2(v);
+        bad += hg[sz(r * xn + i)] != want || hgt[sz(i * rows + r)] != want;
+      }
+    EXPECT_EQ(bad, 0u) << "backward " << tb::dtype_name(type);
+    const Vec gm = decode(meta);
+    EXPECT_EQ(gm[1], double(1.0f / gscale)) << "backward " << tb::dtype_name(type);
+    EXPECT_EQ(gm[2], mdx) << "backward " << tb::dtype_name(type);
   }
 }
 
@@ -856,7 +880,7 @@ TEST(CudaActivation, RejectsBadShapes) {
   EXPECT_THROW(gpu::swiglu_forward(y.view({4, 16}), x.view({4, 16}), nullptr), tb::Error);  // y not [t, f]
   EXPECT_THROW(gpu::gelu_forward(y.view({4, 12}), x.view({4, 12}), nullptr), tb::Error);    // width 12
   EXPECT_THROW(gpu::gelu_forward(y.view({4, 16}), x.view({5, 16}), nullptr), tb::Error);    // rows differ
-  Dev<std::uint8_t> q(64), qt(64);
+  Dev<std::uint8_t> q(128), qt(128);
   Dev<float> meta(3);
   tb::ops::Fp8CastArgs c;
   c.rows = 4, c.cols = 16, c.q = q.get(), c.qt = qt.get(), c.scale = meta.get(), c.scale_inv = meta.get() + 1;
@@ -865,6 +889,10 @@ TEST(CudaActivation, RejectsBadShapes) {
   EXPECT_THROW(gpu::activation_forward_fp8(gpu::Activation::gelu, x.view({4, 16}), c, nullptr), tb::Error);
   c.amax_in = nullptr, c.cols = 8;  // not the output's shape
   EXPECT_THROW(gpu::activation_forward_fp8(gpu::Activation::gelu, x.view({4, 16}), c, nullptr), tb::Error);
+  c.cols = 32;  // swiglu's backward: dx [4, 32] from dy [4, 16] and x [4, 32]
+  EXPECT_NO_THROW(gpu::activation_backward_fp8(gpu::Activation::swiglu, y.view({4, 16}), x.view({4, 32}), c, nullptr));
+  EXPECT_THROW(gpu::activation_backward_fp8(gpu::Activation::swiglu, y.view({4, 32}), x.view({4, 32}), c, nullptr),
+               tb::Error);  // dy not [t, f]
   EXPECT_THROW(
       gpu::sqrelu_backward(y.view({4, 16}), x.view({4, 16}), TensorView<const bf16>(x.get() + 1, {4, 16}), nullptr),
       tb::Error);  // misaligned

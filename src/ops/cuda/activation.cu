@@ -204,6 +204,47 @@ struct MapSource {
   }
 };
 
+// Sources of the backward's FP8 cast tiles: dx at (r, c) as the backward kernels store it (the same expressions,
+// rounded to bf16). swiglu: dx = [dg | du], columns [0, 2f), dy [t, f].
+struct SwigluBackwardSource {
+  const bf16 *x, *dy;
+  std::int64_t xs, dys, f;
+  __device__ __forceinline__ static float grad(float g, float u, float d, bool gate) {
+    const Sigmoid sg(g);
+    return round_bf16(gate ? d * u * sg.s * (1.f + g * sg.one_minus_s) : d * g * sg.s);
+  }
+  __device__ __forceinline__ float at(std::int64_t r, std::int64_t c) const {
+    const std::int64_t j = c < f ? c : c - f;
+    return grad(__bfloat162float(x[r * xs + j]), __bfloat162float(x[r * xs + f + j]),
+                __bfloat162float(dy[r * dys + j]), c < f);
+  }
+  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&v)[8]) const {
+    const std::int64_t j = c < f ? c : c - f;  // f is a multiple of 8: the 8 columns lie in one half
+    float u[8], d[8];
+    unpack8(detail::load8(x + r * xs + j), v);
+    unpack8(detail::load8(x + r * xs + f + j), u);
+    unpack8(detail::load8(dy + r * dys + j), d);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = grad(v[k], u[k], d[k], c < f);
+  }
+};
+
+template <class Op>
+struct MapBackwardSource {
+  const bf16 *x, *dy;
+  std::int64_t xs, dys;
+  __device__ __forceinline__ float at(std::int64_t r, std::int64_t c) const {
+    return round_bf16(__bfloat162float(dy[r * dys + c]) * Op::df(__bfloat162float(x[r * xs + c])));
+  }
+  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&v)[8]) const {
+    float d[8];
+    unpack8(detail::load8(x + r * xs + c), v);
+    unpack8(detail::load8(dy + r * dys + c), d);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = round_bf16(d[k] * Op::df(v[k]));
+  }
+};
+
 std::int64_t swiglu_width(const TensorView<const bf16>& x, const std::string& what) {
   TB_REQUIRE(x.rank() == 2 && x.size(1) % 16 == 0,
              what + ": x must be [t, 2f] (gate then up) with f a multiple of 8, got " + x.shape_str());
@@ -287,6 +328,35 @@ void activation_forward_fp8(Activation act, TensorView<const bf16> x, const Fp8C
       break;
     case Activation::sqrelu:
       detail::launch_cast_transpose(MapSource<SqRelu>{x.data(), x.stride(0)}, p, e4, vec, what, stream);
+      break;
+  }
+}
+
+void activation_backward_fp8(Activation act, TensorView<const bf16> dy, TensorView<const bf16> x,
+                             const Fp8CastArgs& cast, cudaStream_t stream) {
+  const std::string what = str("activation_backward_fp8(", dtype_name(cast.type), ")");
+  TB_REQUIRE(x.rank() == 2 && dy.rank() == 2,
+             what + ": x must be [t, n] (swiglu: [t, 2f]) and dy [t, n] (swiglu: [t, f]), got " + x.shape_str() +
+                 " and " + dy.shape_str());
+  const std::int64_t rows = x.size(0), n = x.size(1), f = act == Activation::swiglu ? swiglu_width(x, what) : n;
+  require_rows16(x, rows, n, what + ": x");
+  require_rows16(dy, rows, f, what + ": dy");
+  const detail::CastTarget p = detail::fused_cast_target(cast, rows, n, what);
+  if (rows == 0 || n == 0) return;
+  const bool e4 = cast.type == DType::e4m3, vec = aligned16(x.data()) && x.stride(0) % kVec == 0 &&
+                                                  aligned16(dy.data()) && dy.stride(0) % kVec == 0;
+  switch (act) {
+    case Activation::swiglu:
+      detail::launch_cast_transpose(SwigluBackwardSource{x.data(), dy.data(), x.stride(0), dy.stride(0), f}, p, e4,
+                                    vec, what, stream);
+      break;
+    case Activation::gelu:
+      detail::launch_cast_transpose(MapBackwardSource<Gelu>{x.data(), dy.data(), x.stride(0), dy.stride(0)}, p, e4,
+                                    vec, what, stream);
+      break;
+    case Activation::sqrelu:
+      detail::launch_cast_transpose(MapBackwardSource<SqRelu>{x.data(), dy.data(), x.stride(0), dy.stride(0)}, p, e4,
+                                    vec, what, stream);
       break;
   }
 }

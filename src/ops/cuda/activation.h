@@ -53,6 +53,13 @@ void sqrelu_forward(TensorView<bf16> y, TensorView<const bf16> x, cudaStream_t s
 // forward followed by fp8_cast. cast.x must be null and cast.rows / cols the output's [t, n]; cast.amax_in is
 // refused (current scaling needs the amax before the cast: use *_forward with amax, then fp8_cast).
 void activation_forward_fp8(Activation act, TensorView<const bf16> x, const Fp8CastArgs& cast, cudaStream_t stream);
+// The backward straight into FP8 likewise, for the FP8 GEMMs of the layer below (fc1's dgrad and wgrad): dx = the bf16
+// value *_backward writes ([t, 2f] for swiglu, [t, n] otherwise: cast.rows / cols), cast to q and qt, amax_out
+// recording max |dx|; dx is not written: one pass reading dy and x (swiglu: read 6f, write 4f bytes per row) instead
+// of the backward plus the cast (read 10f, write 8f). Bit for bit the backward followed by fp8_cast; the same
+// refusals as activation_forward_fp8.
+void activation_backward_fp8(Activation act, TensorView<const bf16> dy, TensorView<const bf16> x,
+                             const Fp8CastArgs& cast, cudaStream_t stream);
 void sqrelu_backward(TensorView<bf16> dx, TensorView<const bf16> dy, TensorView<const bf16> x, cudaStream_t stream,
                      float* amax = nullptr);
 
