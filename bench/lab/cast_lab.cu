@@ -4,10 +4,10 @@
 // activation backward moved its bytes at ~2.3 TB/s through it, streaming kernels at ~4 TB/s.
 // Per element: read 2 bytes (bf16 x), write 2 (q and its transpose qt), so the floor is 4 rows cols / DRAM bandwidth
 // (~4.0-4.3 TB/s measured for copies on an H200: 1.7 ms for 8192 x 57344).
-// Variants V<TR, TC, SB>: TR x TC tiles of x per block of 256 threads, all of a thread's 8-value loads issued before
-// any is used, transposed stores of SB bytes (SB consecutive rows of one column of the tile); V<64, 64, 8> is the
-// production kernel's geometry. Delayed scaling (the scale given), E4M3. Each variant's q, qt and amax are checked bit
-// for bit against ops::fp8_cast before it is timed (bench/loop.h, median of 10 after 3).
+// Variants V<TR, TC, SB>: the production kernel (detail::cast_transpose_tiles_kernel) at other geometries, TR x TC
+// tiles of x per block of 256 threads, transposed stores of SB bytes (SB consecutive rows of one column of the tile);
+// V<64, 64, 8> is what fp8_cast runs. Delayed scaling (the scale given), E4M3. Each variant's q, qt and amax are
+// checked bit for bit against ops::fp8_cast before it is timed (bench/loop.h, median of 10 after 3).
 // Usage: cast_lab [RxC ...] (default: the 8B L8 step's casts 8192x4096 8192x14336 8192x28672 4096x14336 14336x4096)
 #include <cuda_runtime_api.h>
 
@@ -27,76 +27,21 @@ namespace {
 
 using namespace tb::ops::detail;
 
-template <int TR, int TC, int SB>
-__global__ void __launch_bounds__(256) cast_transpose_variant(const __nv_bfloat16* __restrict__ x, CastTarget p) {
-  constexpr int kLoads = TR * TC / 8 / 256, kStores = TR * TC / SB / 256;
-  static_assert(kLoads >= 1 && kStores >= 1 && TR * TC / 8 % 256 == 0 && TR * TC / SB % 256 == 0);
-  __shared__ __align__(16) std::uint8_t tile[TR][TC + 8];
-  const float s = *p.scale;
-  const std::int64_t r0 = std::int64_t(blockIdx.y) * TR, c0 = std::int64_t(blockIdx.x) * TC;
-  const int t = threadIdx.x;
-  uint4 raw[kLoads];
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    const int v = i * 256 + t, r = v / (TC / 8), cg = (v % (TC / 8)) * 8;
-    raw[i] = load8(x + (r0 + r) * p.cols + c0 + cg);
-  }
-  float m = 0.0f;
-  bool nan = false;
-#pragma unroll
-  for (int i = 0; i < kLoads; ++i) {
-    const int v = i * 256 + t, r = v / (TC / 8), cg = (v % (TC / 8)) * 8;
-    float f[8];
-    unpack8(raw[i], f);
-    union {
-      uint2 v2;
-      std::uint8_t b[8];
-    } out;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      m = fmaxf(m, abs_or_nan(f[k], nan));
-      out.b[k] = to_fp8<__NV_E4M3>(f[k] * s);
-    }
-    *reinterpret_cast<uint2*>(p.q + (r0 + r) * p.cols + c0 + cg) = out.v2;
-    *reinterpret_cast<uint2*>(&tile[r][cg]) = out.v2;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int i = 0; i < kStores; ++i) {  // qt row c0 + c, rows r0 + rg .. + SB of x
-    const int v = i * 256 + t, c = v / (TR / SB), rg = (v % (TR / SB)) * SB;
-    union {
-      uint4 v4;
-      uint2 v2;
-      std::uint8_t b[16];
-    } out;
-#pragma unroll
-    for (int k = 0; k < SB; ++k) out.b[k] = tile[rg + k][c];
-    std::uint8_t* dst = p.qt + (c0 + c) * p.rows + r0 + rg;
-    if constexpr (SB == 16)
-      *reinterpret_cast<uint4*>(dst) = out.v4;
-    else
-      *reinterpret_cast<uint2*>(dst) = out.v2;
-  }
-  record_block_amax(m, nan, p.amax_out);
-}
-
 struct Variant {
   const char* name;
-  int tr, tc;
   void (*launch)(const __nv_bfloat16*, CastTarget, cudaStream_t);
 };
 
 template <int TR, int TC, int SB>
 void launch(const __nv_bfloat16* x, CastTarget p, cudaStream_t st) {
   const dim3 grid(unsigned(p.cols / TC), unsigned(p.rows / TR));
-  cast_transpose_variant<TR, TC, SB><<<grid, 256, 0, st>>>(x, p);
+  cast_transpose_tiles_kernel<__NV_E4M3, TR, TC, SB><<<grid, kCastThreads, 0, st>>>(Bf16Source{x, p.cols}, p);
   TB_CHECK_LAUNCH();
 }
 
 const Variant kVariants[] = {
-    {"V<64,64,8>", 64, 64, launch<64, 64, 8>},     {"V<64,64,16>", 64, 64, launch<64, 64, 16>},
-    {"V<64,128,8>", 64, 128, launch<64, 128, 8>},  {"V<128,64,16>", 128, 64, launch<128, 64, 16>},
-    {"V<128,128,16>", 128, 128, launch<128, 128, 16>},
+    {"V<64,64,8>", launch<64, 64, 8>},    {"V<64,64,16>", launch<64, 64, 16>},     {"V<64,128,8>", launch<64, 128, 8>},
+    {"V<128,64,16>", launch<128, 64, 16>}, {"V<128,128,16>", launch<128, 128, 16>},
 };
 
 std::vector<std::uint8_t> host(const tb::ops::DeviceBuffer& b) {

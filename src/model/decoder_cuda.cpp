@@ -579,13 +579,17 @@ ops::Activation CudaDecoder::activation() const {
   return ops::Activation::sqrelu;
 }
 
-ops::Fp8CastArgs CudaDecoder::fp8_input_cast(const LayerActs& A, int k, std::int64_t rows, std::int64_t cols,
-                                             bool transpose_only) const {
-  const ops::Fp8Meta& m = A.xs[k];
+ops::Fp8CastArgs CudaDecoder::fp8_delayed_cast(const ops::Fp8Meta& m, DType type, std::int64_t rows,
+                                               std::int64_t cols, std::uint8_t* q, std::uint8_t* qt) const {
   ops::Fp8CastArgs a;
-  a.rows = rows, a.cols = cols, a.q = transpose_only ? nullptr : s_.xq, a.qt = A.xt[k], a.type = DType::e4m3;
+  a.rows = rows, a.cols = cols, a.q = q, a.qt = qt, a.type = type;
   a.scale = m.scale, a.scale_inv = m.scale_inv, a.amax_out = m.amax, a.margin = fp8_.margin;
   return a;
+}
+
+ops::Fp8CastArgs CudaDecoder::fp8_input_cast(const LayerActs& A, int k, std::int64_t rows, std::int64_t cols,
+                                             bool transpose_only) const {
+  return fp8_delayed_cast(A.xs[k], DType::e4m3, rows, cols, transpose_only ? nullptr : s_.xq, A.xt[k]);
 }
 
 void CudaDecoder::fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only) {
@@ -596,11 +600,9 @@ void CudaDecoder::fp8_activation_forward(const LayerActs& A, std::int64_t rows, 
 
 void CudaDecoder::fp8_activation_backward(int l, const LayerActs& A, std::int64_t rows) {
   const std::int64_t fc1_rows = cfg_.act == Act::swiglu ? 2 * cfg_.ffn : cfg_.ffn;
-  const ops::Fp8Meta& m = fp8_bwd_->meta(l * 4 + 2);
-  ops::Fp8CastArgs a;
-  a.rows = rows, a.cols = fc1_rows, a.q = s_.dyq, a.qt = s_.dyqt, a.type = fp8_.grad;
-  a.scale = m.scale, a.scale_inv = m.scale_inv, a.amax_out = m.amax, a.margin = fp8_.margin;
-  ops::activation_backward_fp8(activation(), {A.g, {rows, cfg_.ffn}}, {A.h, {rows, fc1_rows}}, a, dc_.stream());
+  ops::activation_backward_fp8(activation(), {A.g, {rows, cfg_.ffn}}, {A.h, {rows, fc1_rows}},
+                               fp8_delayed_cast(fp8_bwd_->meta(l * 4 + 2), fp8_.grad, rows, fc1_rows, s_.dyq, s_.dyqt),
+                               dc_.stream());
 }
 
 CudaDecoder::LinearInput CudaDecoder::pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A,

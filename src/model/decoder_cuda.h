@@ -358,6 +358,9 @@ class CudaDecoder {
   // (unless transpose_only) and A.xt[k], with the slot's scale, recording its amax.
   ops::Fp8CastArgs fp8_input_cast(const LayerActs& A, int k, std::int64_t rows, std::int64_t cols,
                                   bool transpose_only) const;
+  // A delayed-scaling cast of a [rows, cols] output into q (or null) and qt with slot m's scale, recording its amax.
+  ops::Fp8CastArgs fp8_delayed_cast(const ops::Fp8Meta& m, DType type, std::int64_t rows, std::int64_t cols,
+                                    std::uint8_t* q, std::uint8_t* qt) const;
   // The pre-norm of linear k (0: norm1 before qkv, 2: norm2 before fc1): r = x + residual (r = x without one),
   // y = norm(r) into A.y1 / A.y2. With FP8 at tp 1 (y whole on this rank) the norm feeds the GEMM's FP8 input:
   // delayed scaling writes s_.xq and A.xt[k] itself (y is not written), current scaling records y's amax. With tp > 1

@@ -156,19 +156,23 @@ __global__ void __launch_bounds__(kCastTile* kCastRowsPerPass) cast_transpose32_
   if (p.amax_out) record_block_amax(m, nan, p.amax_out);
 }
 
-// 64 x 64 tiles, 256 threads, rows and cols multiples of 64: 8 values per load, 8-byte stores of q and of qt
-// (8 consecutive rows of one column, gathered from the tile in shared memory).
-template <__nv_fp8_interpretation_t Kind, class Src>
-__global__ void __launch_bounds__(kCastThreads) cast_transpose64_kernel(Src src, CastTarget p) {
-  __shared__ std::uint8_t tile[kCastBig][kCastBig + 8];
+// TR x TC tiles (rows x cols of the source), 256 threads, rows and cols multiples of the tile: 8 values per load,
+// 8-byte stores of q, SB-byte stores of qt (SB = 8 or 16 consecutive rows of one column, gathered from the tile in
+// shared memory). Production runs 64 x 64 with SB 8; bench/lab/cast_lab times other geometries of this kernel.
+template <__nv_fp8_interpretation_t Kind, int TR, int TC, int SB, class Src>
+__global__ void __launch_bounds__(kCastThreads) cast_transpose_tiles_kernel(Src src, CastTarget p) {
+  constexpr int kLoads = TR * TC / 8 / kCastThreads, kStores = TR * TC / SB / kCastThreads;
+  static_assert((SB == 8 || SB == 16) && kLoads * 8 * kCastThreads == TR * TC &&
+                kStores * SB * kCastThreads == TR * TC);
+  __shared__ __align__(16) std::uint8_t tile[TR][TC + 8];
   const float s = cast_scale(p);
-  const std::int64_t r0 = std::int64_t(blockIdx.y) * kCastBig, c0 = std::int64_t(blockIdx.x) * kCastBig;
+  const std::int64_t r0 = std::int64_t(blockIdx.y) * TR, c0 = std::int64_t(blockIdx.x) * TC;
   const int t = threadIdx.x;
   float m = 0.0f;
   bool nan = false;
 #pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {  // 512 vectors of 8: row = v / 8, column group = v % 8
-    const int v = pass * 256 + t, r = v / 8, cg = (v % 8) * 8;
+  for (int pass = 0; pass < kLoads; ++pass) {  // vectors of 8: row = v / (TC / 8), column group = v % (TC / 8)
+    const int v = pass * kCastThreads + t, r = v / (TC / 8), cg = (v % (TC / 8)) * 8;
     const std::int64_t row = r0 + r;
     float f[8];
     src.load8(row, c0 + cg, f);
@@ -186,15 +190,20 @@ __global__ void __launch_bounds__(kCastThreads) cast_transpose64_kernel(Src src,
   }
   __syncthreads();
 #pragma unroll
-  for (int pass = 0; pass < 2; ++pass) {  // qt row c (a column of the tile), 8 rows of x per store
-    const int v = pass * 256 + t, c = v / 8, rg = (v % 8) * 8;
+  for (int pass = 0; pass < kStores; ++pass) {  // qt row c (a column of the tile), SB rows of x per store
+    const int v = pass * kCastThreads + t, c = v / (TR / SB), rg = (v % (TR / SB)) * SB;
     union {
+      uint4 v4;
       uint2 v2;
-      std::uint8_t b[8];
+      std::uint8_t b[16];
     } out;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) out.b[k] = tile[rg + k][c];
-    *reinterpret_cast<uint2*>(p.qt + (c0 + c) * p.rows + r0 + rg) = out.v2;
+    for (int k = 0; k < SB; ++k) out.b[k] = tile[rg + k][c];
+    std::uint8_t* dst = p.qt + (c0 + c) * p.rows + r0 + rg;
+    if constexpr (SB == 16)
+      *reinterpret_cast<uint4*>(dst) = out.v4;
+    else
+      *reinterpret_cast<uint2*>(dst) = out.v2;
   }
   if (p.amax_out) record_block_amax(m, nan, p.amax_out);
 }
@@ -210,9 +219,9 @@ void launch_cast_transpose(const Src& src, const CastTarget& p, bool e4m3, bool 
   if (big) {
     const dim3 grid(unsigned(p.cols / kCastBig), unsigned(p.rows / kCastBig));
     if (e4m3)
-      cast_transpose64_kernel<__NV_E4M3><<<grid, kCastThreads, 0, stream>>>(src, p);
+      cast_transpose_tiles_kernel<__NV_E4M3, kCastBig, kCastBig, 8><<<grid, kCastThreads, 0, stream>>>(src, p);
     else
-      cast_transpose64_kernel<__NV_E5M2><<<grid, kCastThreads, 0, stream>>>(src, p);
+      cast_transpose_tiles_kernel<__NV_E5M2, kCastBig, kCastBig, 8><<<grid, kCastThreads, 0, stream>>>(src, p);
   } else {
     const dim3 grid(unsigned((p.cols + kCastTile - 1) / kCastTile), unsigned((p.rows + kCastTile - 1) / kCastTile));
     TB_REQUIRE(grid.y < 65536, what + ": too many rows for one launch");
