@@ -856,6 +856,8 @@ TEST(CudaActivation, MatchesReference) {
     run_act_case(act, 13, 2056, 0, seed += 10);
     run_act_case(act, 29, 136, 8, seed += 10);  // padded rows
     run_act_case(act, 33, 576, 0, seed += 10);  // 72 vectors a row: blocks of 96 x 2 threads
+    run_act_case(act, 128, 96, 0, seed += 10);  // FP8 tiles: swiglu's halves not multiples of 64 (32 x 32 tiles)
+    run_act_case(act, 192, 320, 0, seed += 10);  // 64 x 64 tiles, swiglu's backward a tile of each half per block
     run_act_case(act, 8192, act == Act::swiglu ? 2048 : 4096, 0, seed += 10);
   }
 }

@@ -205,27 +205,31 @@ struct MapSource {
 };
 
 // Sources of the backward's FP8 cast tiles: dx at (r, c) as the backward kernels store it (the same expressions,
-// rounded to bf16). swiglu: dx = [dg | du], columns [0, 2f), dy [t, f].
+// rounded to bf16). swiglu: dx = [dg | du], columns [0, 2f), dy [t, f]; both halves from one read of g, u and dy.
 struct SwigluBackwardSource {
+  static constexpr int kHalves = 2;
   const bf16 *x, *dy;
   std::int64_t xs, dys, f;
   __device__ __forceinline__ static float grad(float g, float u, float d, bool gate) {
     const Sigmoid sg(g);
     return round_bf16(gate ? d * u * sg.s * (1.f + g * sg.one_minus_s) : d * g * sg.s);
   }
+  __host__ __device__ __forceinline__ std::int64_t half() const { return f; }
   __device__ __forceinline__ float at(std::int64_t r, std::int64_t c) const {
     const std::int64_t j = c < f ? c : c - f;
     return grad(__bfloat162float(x[r * xs + j]), __bfloat162float(x[r * xs + f + j]),
                 __bfloat162float(dy[r * dys + j]), c < f);
   }
-  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&v)[8]) const {
-    const std::int64_t j = c < f ? c : c - f;  // f is a multiple of 8: the 8 columns lie in one half
-    float u[8], d[8];
-    unpack8(detail::load8(x + r * xs + j), v);
+  __device__ __forceinline__ void load8x2(std::int64_t r, std::int64_t j, float (&dg)[8], float (&du)[8]) const {
+    float g[8], u[8], d[8];
+    unpack8(detail::load8(x + r * xs + j), g);
     unpack8(detail::load8(x + r * xs + f + j), u);
     unpack8(detail::load8(dy + r * dys + j), d);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) v[k] = grad(v[k], u[k], d[k], c < f);
+    for (int k = 0; k < 8; ++k) {
+      dg[k] = grad(g[k], u[k], d[k], true);
+      du[k] = grad(g[k], u[k], d[k], false);
+    }
   }
 };
 

@@ -2,6 +2,11 @@
 // .cu only). A source maps an element (row, col) of a [rows, cols] matrix to a float:
 //   src.at(r, c)              one value (32 x 32 tiles: any shape)
 //   src.load8(r, c, f)        f[k] = value (r, c + k), k < 8; c a multiple of 8 (64 x 64 tiles: shapes multiples of 64)
+// A source whose columns come in two halves computed from the same reads (SwiGLU's backward: dg and du from one read of
+// gate, up and dy) declares kHalves = 2 and gives both from one call, the 64 x 64 tiles then covering a column block
+// of each half:
+//   src.half()                the column offset of the second half (cols / 2)
+//   src.load8x2(r, c, f, g)   f = load8(r, c), g = load8(r, half + c), c < half
 // Bf16Source reads a bf16 matrix (fp8_cast); the LM head's FP8 backward reads softmax - onehot computed on the fly
 // from its logits (ops/cuda/cross_entropy.cu); NormSource recomputes a norm's output from its input and statistics
 // (ops/cuda/norm_fp8.cu). Per element: q = fp8(v * scale) (round to nearest even, saturating),
@@ -156,15 +161,27 @@ __global__ void __launch_bounds__(kCastTile* kCastRowsPerPass) cast_transpose32_
   if (p.amax_out) record_block_amax(m, nan, p.amax_out);
 }
 
-// TR x TC tiles (rows x cols of the source), 256 threads, rows and cols multiples of the tile: 8 values per load,
-// 8-byte stores of q, SB-byte stores of qt (SB = 8 or 16 consecutive rows of one column, gathered from the tile in
-// shared memory). Production runs 64 x 64 with SB 8; bench/lab/cast_lab times other geometries of this kernel.
+template <class Src>
+__host__ __device__ constexpr int source_halves() {
+  if constexpr (requires { Src::kHalves; })
+    return Src::kHalves;
+  else
+    return 1;
+}
+
+// TR x TC tiles (rows x cols of the source; with two halves, one such tile of each), 256 threads, rows and cols
+// multiples of the tile: 8 values per load, 8-byte stores of q, SB-byte stores of qt (SB = 8 or 16 consecutive rows of
+// one column, gathered from the tile in shared memory). Production runs 64 x 64 with SB 8; bench/lab/cast_lab times
+// other geometries of this kernel.
 template <__nv_fp8_interpretation_t Kind, int TR, int TC, int SB, class Src>
 __global__ void __launch_bounds__(kCastThreads) cast_transpose_tiles_kernel(Src src, CastTarget p) {
+  constexpr int H = source_halves<Src>();
   constexpr int kLoads = TR * TC / 8 / kCastThreads, kStores = TR * TC / SB / kCastThreads;
   static_assert((SB == 8 || SB == 16) && kLoads * 8 * kCastThreads == TR * TC &&
-                kStores * SB * kCastThreads == TR * TC);
-  __shared__ __align__(16) std::uint8_t tile[TR][TC + 8];
+                kStores * SB * kCastThreads == TR * TC && (H == 1 || H == 2));
+  __shared__ __align__(16) std::uint8_t tile[H][TR][TC + 8];
+  std::int64_t half = 0;  // column offset of tile h: h * half
+  if constexpr (H == 2) half = src.half();
   const float s = cast_scale(p);
   const std::int64_t r0 = std::int64_t(blockIdx.y) * TR, c0 = std::int64_t(blockIdx.x) * TC;
   const int t = threadIdx.x;
@@ -174,50 +191,62 @@ __global__ void __launch_bounds__(kCastThreads) cast_transpose_tiles_kernel(Src 
   for (int pass = 0; pass < kLoads; ++pass) {  // vectors of 8: row = v / (TC / 8), column group = v % (TC / 8)
     const int v = pass * kCastThreads + t, r = v / (TC / 8), cg = (v % (TC / 8)) * 8;
     const std::int64_t row = r0 + r;
-    float f[8];
-    src.load8(row, c0 + cg, f);
-    union {
-      uint2 v2;
-      std::uint8_t b[8];
-    } out;
+    float f[H][8];
+    if constexpr (H == 2)
+      src.load8x2(row, c0 + cg, f[0], f[1]);
+    else
+      src.load8(row, c0 + cg, f[0]);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      m = fmaxf(m, abs_or_nan(f[k], nan));
-      out.b[k] = to_fp8<Kind>(f[k] * s);
+    for (int h = 0; h < H; ++h) {
+      union {
+        uint2 v2;
+        std::uint8_t b[8];
+      } out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        m = fmaxf(m, abs_or_nan(f[h][k], nan));
+        out.b[k] = to_fp8<Kind>(f[h][k] * s);
+      }
+      if (p.q) *reinterpret_cast<uint2*>(p.q + row * p.cols + h * half + c0 + cg) = out.v2;
+      *reinterpret_cast<uint2*>(&tile[h][r][cg]) = out.v2;
     }
-    if (p.q) *reinterpret_cast<uint2*>(p.q + row * p.cols + c0 + cg) = out.v2;
-    *reinterpret_cast<uint2*>(&tile[r][cg]) = out.v2;
   }
   __syncthreads();
 #pragma unroll
-  for (int pass = 0; pass < kStores; ++pass) {  // qt row c (a column of the tile), SB rows of x per store
-    const int v = pass * kCastThreads + t, c = v / (TR / SB), rg = (v % (TR / SB)) * SB;
-    union {
-      uint4 v4;
-      uint2 v2;
-      std::uint8_t b[16];
-    } out;
+  for (int h = 0; h < H; ++h) {
 #pragma unroll
-    for (int k = 0; k < SB; ++k) out.b[k] = tile[rg + k][c];
-    std::uint8_t* dst = p.qt + (c0 + c) * p.rows + r0 + rg;
-    if constexpr (SB == 16)
-      *reinterpret_cast<uint4*>(dst) = out.v4;
-    else
-      *reinterpret_cast<uint2*>(dst) = out.v2;
+    for (int pass = 0; pass < kStores; ++pass) {  // qt row c (a column of the tile), SB rows of x per store
+      const int v = pass * kCastThreads + t, c = v / (TR / SB), rg = (v % (TR / SB)) * SB;
+      union {
+        uint4 v4;
+        uint2 v2;
+        std::uint8_t b[16];
+      } out;
+#pragma unroll
+      for (int k = 0; k < SB; ++k) out.b[k] = tile[h][rg + k][c];
+      std::uint8_t* dst = p.qt + (h * half + c0 + c) * p.rows + r0 + rg;
+      if constexpr (SB == 16)
+        *reinterpret_cast<uint4*>(dst) = out.v4;
+      else
+        *reinterpret_cast<uint2*>(dst) = out.v2;
+    }
   }
   if (p.amax_out) record_block_amax(m, nan, p.amax_out);
 }
 
-// Launches the cast + transpose of src into p.qt (and p.q): 64 x 64 tiles when `vector_ok` (rows, cols multiples of
-// 64 and the source's 8-value loads aligned), else 32 x 32 tiles. `what` names the caller in errors.
+// Launches the cast + transpose of src into p.qt (and p.q): 64 x 64 tiles when `vector_ok` (rows, cols / halves
+// multiples of 64 and the source's 8-value loads aligned), else 32 x 32 tiles (src.at: each half on its own). `what` names the caller in errors.
 template <class Src>
 void launch_cast_transpose(const Src& src, const CastTarget& p, bool e4m3, bool vector_ok, const std::string& what,
                            cudaStream_t stream) {
-  const bool big = vector_ok && p.rows % kCastBig == 0 && p.cols % kCastBig == 0 &&
+  constexpr int H = source_halves<Src>();
+  const std::int64_t tile_cols = p.cols / H;  // the columns the grid covers (each block: a tile of each half)
+  if constexpr (H == 2) TB_REQUIRE(src.half() * 2 == p.cols, what + ": the source's halves must split the columns");
+  const bool big = vector_ok && p.rows % kCastBig == 0 && tile_cols % kCastBig == 0 &&
                    reinterpret_cast<std::uintptr_t>(p.q) % 8 == 0 && reinterpret_cast<std::uintptr_t>(p.qt) % 8 == 0 &&
                    p.rows / kCastBig < 65536;
   if (big) {
-    const dim3 grid(unsigned(p.cols / kCastBig), unsigned(p.rows / kCastBig));
+    const dim3 grid(unsigned(tile_cols / kCastBig), unsigned(p.rows / kCastBig));
     if (e4m3)
       cast_transpose_tiles_kernel<__NV_E4M3, kCastBig, kCastBig, 8><<<grid, kCastThreads, 0, stream>>>(src, p);
     else
