@@ -7,6 +7,8 @@
 //   Memory: 56 bytes per device per tick, ~20 MiB per device-hour at the default 10 ms.
 #include "bench/telemetry.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -259,6 +261,18 @@ nlohmann::json to_json(const TelemetrySummary& s) {
   put("temp_c_max", s.temp_c_max);
   j["throttle"] = s.throttle;
   return j;
+}
+
+std::string describe(const TelemetrySummary& s) {
+  if (s.samples == 0) return "";
+  std::vector<std::string> parts;
+  if (s.power_w_mean > 0)
+    parts.push_back(fmt::format("power {:.0f} W mean (max {:.0f})", s.power_w_mean, s.power_w_max));
+  if (s.sm_clock_mhz_mean > 0)
+    parts.push_back(fmt::format("SM clock {:.0f} MHz mean (min {:.0f})", s.sm_clock_mhz_mean, s.sm_clock_mhz_min));
+  if (s.temp_c_max > 0) parts.push_back(fmt::format("{:.0f} C max", s.temp_c_max));
+  if (!s.throttle.empty()) parts.push_back("clocks limited by: " + fmt::format("{}", fmt::join(s.throttle, ", ")));
+  return fmt::format("{}", fmt::join(parts, " | "));
 }
 
 }  // namespace tb::bench

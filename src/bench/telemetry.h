@@ -32,6 +32,9 @@ struct TelemetrySummary {
   std::vector<std::string> throttle;  // their names: "sw_power_cap", "hw_slowdown", "sw_thermal", ...
 };
 nlohmann::json to_json(const TelemetrySummary& s);
+// One line for people, the unmeasured parts left out: "power 688 W mean (max 701) | SM clock 1712 MHz mean (min 1485)
+// | 61 C max | clocks limited by: sw_power_cap" ("" without samples).
+std::string describe(const TelemetrySummary& s);
 
 class Telemetry {
  public:

@@ -271,6 +271,7 @@ int cmd_train(int argc, char** argv) {
                                     {"workspaces", e.workspaces / kGiB}};
     r.data["power_w"] = res.power_w;
     r.data["energy_j_per_token"] = res.energy_j_per_token;
+    if (res.telemetry) r.data["telemetry"] = bench::to_json(*res.telemetry);
     r.data["ops"] = ops_json(res);
   } else {
     r.data["peak_rss_gib"] = peak_rss_gib();
@@ -310,8 +311,9 @@ int cmd_train(int argc, char** argv) {
                 res.grads_shared ? "in activation memory" : "separate", res.device_used_bytes / kGiB,
                 res.graph.c_str(), res.gemm_plans, res.gemm_retuned);
     std::printf("         estimate: %s\n", res.estimate.parts_gib().c_str());
-    if (res.power_w > 0)
-      std::printf("         power %.0f W mean | energy %.3f J/token\n", res.power_w, res.energy_j_per_token);
+    if (res.telemetry && res.telemetry->samples > 0)
+      std::printf("         %s | energy %.3f J/token\n", bench::describe(*res.telemetry).c_str(),
+                  res.energy_j_per_token);
     print_ops(res);
   }
   print_results_location(run);

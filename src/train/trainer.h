@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/telemetry.h"
 #include "core/stats.h"
 #include "model/config.h"
 #include "model/flops.h"
@@ -128,6 +129,7 @@ struct TrainResult {
   double device_used_bytes = 0;          // cudaMemGetInfo used after the first step (context and libraries included)
   double power_w = 0, energy_j = 0;      // NVML over the measured steps (0: not available)
   double energy_j_per_token = 0;
+  std::optional<bench::TelemetrySummary> telemetry;  // the same window: clocks, temperature, clock-limit reasons
   std::vector<OpShare> ops;              // breakdown of one eager step; empty without op_profile
   int gpu = 0;                           // the CUDA device this rank ran on
   int gpus = 1;                          // ranks of the job (data parallel); tokens_per_s is the job's, tflops per GPU

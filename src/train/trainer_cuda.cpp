@@ -818,6 +818,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     res.power_w = ts.power_w_mean;
     res.energy_j = ts.energy_j;
     res.energy_j_per_token = ts.energy_j / (res.tokens_per_step / world.size * double(measured.size()));  // per GPU
+    res.telemetry = ts;
   }
 
   // ---- One more step, eager, with an event after every op: the breakdown.

@@ -55,6 +55,9 @@ TEST(Telemetry, MarksAndSummariesNeverThrow) {
     EXPECT_EQ(s.energy_j, 0);
     EXPECT_TRUE(s.throttle.empty());
   }
+  if (s.samples == 0) {
+    EXPECT_EQ(describe(s), "");
+  }
   EXPECT_EQ(tel.summary(7, from, to).samples, 0);   // a device not asked for
   EXPECT_EQ(tel.summary(0, to, from).samples, 0);   // reversed marks
 }
@@ -117,6 +120,19 @@ TEST(SysInfoDeathTest, EmptyCudaVisibleDevicesIsExplained) {
         std::exit(visible_gpu_count() == 0 && gpu_info()["gpus"].empty() ? 0 : 1);
       },
       testing::ExitedWithCode(0), expected);
+}
+
+TEST(Telemetry, DescribeSaysWhatWasMeasuredAndWhatLimitedTheClocks) {
+  TelemetrySummary s;
+  EXPECT_EQ(describe(s), "");  // no samples: nothing to say
+  s.samples = 40, s.power_w_mean = 687.6, s.power_w_max = 701.2;
+  s.sm_clock_mhz_mean = 1712.4, s.sm_clock_mhz_min = 1485, s.temp_c_max = 61;
+  s.throttle = {"sw_power_cap", "hw_slowdown"};
+  EXPECT_EQ(describe(s),
+            "power 688 W mean (max 701) | SM clock 1712 MHz mean (min 1485) | 61 C max | clocks limited by: "
+            "sw_power_cap, hw_slowdown");
+  s.power_w_mean = 0, s.temp_c_max = 0, s.throttle.clear();  // unmeasured parts are left out, not printed as 0
+  EXPECT_EQ(describe(s), "SM clock 1712 MHz mean (min 1485)");
 }
 
 }  // namespace
