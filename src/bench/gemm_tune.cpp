@@ -12,9 +12,10 @@ namespace tb::bench {
 
 void tune_plan(ops::DeviceContext& dc, ops::GemmPlan& plan, const std::function<void(int)>& body) {
   if (plan.candidates() < 2) return;
-  LoopSpec probe;
-  probe.warmup = 3;
-  probe.iters = 10;
+  LoopSpec probe;  // sustained: each candidate warms until the clocks have settled (a power-limited GPU slows within
+  probe.warmup = 3;  // tens of ms), so it is timed at the clock a training step runs it at, not at the idle boost
+  probe.min_warmup_ms = kTuneSustainMs;
+  probe.iters = 20;
   double best = std::numeric_limits<double>::infinity();
   int best_rank = 0;
   for (int rank = 0; rank < plan.candidates(); ++rank) {

@@ -1,7 +1,7 @@
 // bench/gemm_tune.h: GEMM autotuning. The cuBLASLt heuristic offers up to GemmPlan::kCandidates algorithms per
-// shape and ranks them by a model, not by measurement; tuning times each candidate (bench/loop.h, 3 warmup + 10
-// timed runs, median) and keeps the fastest. A candidate that fails to run is passed over; the heuristic's first
-// choice stays when none is faster.
+// shape and ranks them by a model, not by measurement; tuning times each candidate (bench/loop.h: warmup of at least
+// kTuneSustainMs of GPU time, then 20 timed runs, median) and keeps the fastest. A candidate that fails to run is
+// passed over; the heuristic's first choice stays when none is faster.
 #pragma once
 
 #include <functional>
@@ -9,6 +9,8 @@
 #include "ops/cuda/context.h"
 
 namespace tb::bench {
+
+inline constexpr double kTuneSustainMs = 200;  // a candidate's warmup: the clocks settle under its load
 
 // Times plan's candidates with `body` (which enqueues one run of the plan on dc's stream) and selects the fastest.
 void tune_plan(ops::DeviceContext& dc, ops::GemmPlan& plan, const std::function<void(int iter)>& body);

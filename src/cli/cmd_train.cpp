@@ -117,7 +117,9 @@ int cmd_train(int argc, char** argv) {
       ->check(CLI::IsMember({"on", "off", "auto"}))
       ->capture_default_str();
   app.add_flag_callback("--no-graph", [&] { spec.graph = "off"; }, "the same as --graph off");
-  app.add_flag("--autotune", spec.autotune, "time cuBLASLt's candidates for every GEMM shape after step 1");
+  app.add_flag("--autotune", spec.autotune,
+               "time cuBLASLt's candidates for every GEMM shape after step 1, each at its settled (power-limited) "
+               "clock; on an H200 no faster than the heuristic's picks (bench/RESULTS.md)");
   app.add_flag("!--no-op-profile", spec.op_profile, "skip the extra eager step that times each op");
   app.add_flag("--deterministic", spec.deterministic, "deterministic attention backward (repeatable, slower)");
   app.add_option("--data", spec.data, "markov | copy | random (synthetic tasks) or a token file")->capture_default_str();
