@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "bench/sysinfo.h"
+#include "bench/telemetry.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
@@ -152,6 +153,7 @@ int cmd_run(int argc, char** argv) {
                 layers, step, opt_s,
                 res.tokens_per_s, res.tflops, res.steps.front().loss, res.steps.back().loss,
                 res.interrupted ? " | interrupted" : "");
+    if (res.telemetry && res.telemetry->samples > 0) std::printf("    %s\n", bench::describe(*res.telemetry).c_str());
     std::fflush(stdout);
     points_json.push_back({{"layers", layers},
                            {"step_ms", to_json(scaled(res.step_s, 1e3))},
@@ -159,6 +161,7 @@ int cmd_run(int argc, char** argv) {
                            {"tokens_per_s", res.tokens_per_s},
                            {"peak_alloc_gib", res.peak_alloc_bytes / double(1 << 30)},
                            {"graph", res.graph}});
+    if (res.telemetry) points_json.back()["telemetry"] = bench::to_json(*res.telemetry);
     timings.push_back({layers, step - opt_s, opt_s});
     if (res.interrupted) {
       stopped = true;

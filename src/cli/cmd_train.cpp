@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "bench/sysinfo.h"
+#include "bench/telemetry.h"
 #include "core/interrupt.h"
 #include "core/provenance.h"
 #include "core/error.h"
