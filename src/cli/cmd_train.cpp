@@ -272,7 +272,7 @@ int cmd_train(int argc, char** argv) {
                                     {"master", e.master / kGiB},           {"moments", e.moments / kGiB},
                                     {"activations", e.activations / kGiB}, {"fp8_weights", e.fp8_weights / kGiB},
                                     {"workspaces", e.workspaces / kGiB}};
-    r.data["power_w"] = res.power_w;
+    r.data["power_w"] = res.telemetry ? res.telemetry->power_w_mean : 0.0;
     r.data["energy_j_per_token"] = res.energy_j_per_token;
     if (res.telemetry) r.data["telemetry"] = bench::to_json(*res.telemetry);
     r.data["ops"] = ops_json(res);

@@ -127,9 +127,8 @@ struct TrainResult {
   double peak_alloc_bytes = 0;           // trainbench's own device allocations, high-water mark
   bool grads_shared = false;             // the gradients shared the activations' memory (TrainSpec::grad_buffer)
   double device_used_bytes = 0;          // cudaMemGetInfo used after the first step (context and libraries included)
-  double power_w = 0, energy_j = 0;      // NVML over the measured steps (0: not available)
-  double energy_j_per_token = 0;
-  std::optional<bench::TelemetrySummary> telemetry;  // the same window: clocks, temperature, clock-limit reasons
+  std::optional<bench::TelemetrySummary> telemetry;  // NVML over the measured steps: power, energy, clocks, limits
+  double energy_j_per_token = 0;                     // from it, per GPU (0: no telemetry)
   std::vector<OpShare> ops;              // breakdown of one eager step; empty without op_profile
   int gpu = 0;                           // the CUDA device this rank ran on
   int gpus = 1;                          // ranks of the job (data parallel); tokens_per_s is the job's, tflops per GPU

@@ -815,8 +815,6 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   res.peak_alloc_bytes = double(ops::device_memory_stats().peak);
   if (telemetry.available()) {
     const bench::TelemetrySummary ts = telemetry.summary(dc.device(), tm_from, tm_to);
-    res.power_w = ts.power_w_mean;
-    res.energy_j = ts.energy_j;
     res.energy_j_per_token = ts.energy_j / (res.tokens_per_step / world.size * double(measured.size()));  // per GPU
     res.telemetry = ts;
   }

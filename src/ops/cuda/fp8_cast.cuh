@@ -235,7 +235,8 @@ __global__ void __launch_bounds__(kCastThreads) cast_transpose_tiles_kernel(Src 
 }
 
 // Launches the cast + transpose of src into p.qt (and p.q): 64 x 64 tiles when `vector_ok` (rows, cols / halves
-// multiples of 64 and the source's 8-value loads aligned), else 32 x 32 tiles (src.at: each half on its own). `what` names the caller in errors.
+// multiples of 64 and the source's 8-value loads aligned), else 32 x 32 tiles (src.at: each half on its own). `what`
+// names the caller in errors.
 template <class Src>
 void launch_cast_transpose(const Src& src, const CastTarget& p, bool e4m3, bool vector_ok, const std::string& what,
                            cudaStream_t stream) {
