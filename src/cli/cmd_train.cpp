@@ -292,6 +292,7 @@ int cmd_train(int argc, char** argv) {
     for (const auto& s : res.steps)
       if (s.step > spec.warmup_steps) ms.push_back(s.step_s * 1e3);
     rs.data = {{"rank", lr.rank}, {"host", hostname()}, {"step_ms", ms}};
+    if (res.telemetry) rs.data["telemetry"] = bench::to_json(*res.telemetry);  // this rank's GPU
     if (spec.debug_delay_rank >= 0)
       rs.data["debug_delay"] = {{"rank", spec.debug_delay_rank}, {"ms", spec.debug_delay_ms}};
     run.sink->write(rs);

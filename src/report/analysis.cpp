@@ -2,6 +2,7 @@
 #include "report/analysis.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -15,13 +16,25 @@ std::string StragglerReport::summary() const {
   std::string where = s.host.empty() ? "" : s.host;
   if (s.device >= 0) where += fmt::format("{}GPU {}", where.empty() ? "" : " ", s.device);
   int n = 0;
-  for (const auto& r : ranks) n += r.straggler;
+  std::vector<double> clocks;
+  for (const auto& r : ranks) {
+    n += r.straggler;
+    if (r.sm_clock_mhz > 0) clocks.push_back(r.sm_clock_mhz);
+  }
+  std::string clock;
+  if (s.sm_clock_mhz > 0 && clocks.size() > 1) {
+    const double mid = quantile(clocks, 0.5);
+    if (s.sm_clock_mhz < (1 - kClockLowFraction) * mid)
+      clock = fmt::format("; its GPU's SM clock {:.0f} MHz against the ranks' median {:.0f}{}", s.sm_clock_mhz, mid,
+                          s.throttle.empty() ? "" : fmt::format(" (limited by: {})", fmt::join(s.throttle, ", ")));
+  }
   return fmt::format("slowest rank {}{}: median {:.2f} ms, {:+.1f}% against the median of the {} ranks; spread {:.1f}%, "
                      "jitter (p90-p10)/median up to {:.1f}%; {}",
                      slowest, where.empty() ? "" : " (" + where + ")", s.step_ms.median, 100 * s.vs_median,
                      ranks.size(), 100 * spread, 100 * jitter,
                      n ? fmt::format("{} straggler{} (> {:.0f}% slower)", n, n > 1 ? "s" : "", 100 * kStragglerFraction)
-                       : "no straggler");
+                       : "no straggler") +
+         clock;
 }
 
 std::vector<StragglerReport> analyze_stragglers(const std::vector<const nlohmann::json*>& rank_steps) {
@@ -44,6 +57,11 @@ std::vector<StragglerReport> analyze_stragglers(const std::vector<const nlohmann
       s.rank = rank, s.device = r->value("device", -1), s.host = r->value("host", "");
       s.step_ms = summarize(steps);
       s.jitter = s.step_ms.median > 0 ? (s.step_ms.p90 - s.step_ms.p10) / s.step_ms.median : 0;
+      if (const auto t = r->find("telemetry"); t != r->end() && t->is_object()) {
+        s.sm_clock_mhz = t->value("sm_clock_mhz_mean", 0.0);
+        if (t->contains("throttle") && (*t)["throttle"].is_array())
+          s.throttle = (*t)["throttle"].get<std::vector<std::string>>();
+      }
       rep.ranks.push_back(s);
       rep.steps.push_back(steps);
     }

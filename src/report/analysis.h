@@ -5,6 +5,9 @@
 //   vs_median = rank median / median of the rank medians - 1; straggler when vs_median > 5% (kStragglerFraction)
 //   slowest rank = the largest rank median;  spread = (max rank median - min rank median) / min rank median
 //   jitter of a rank = (p90 - p10) / median; the run's jitter = the largest rank's
+//   with telemetry (the rank's GPU over its measured steps): its mean SM clock and what limited it; the summary
+//   names the slowest rank's clock when it is more than 3% (kClockLowFraction) below the median of the ranks' clocks
+//   (a GPU held back by power, heat or a slowdown, not by the work or the network)
 // Scaling, from "scale.point" records (data.gpus, data.source, data.tokens_per_s_per_gpu, ...):
 //   efficiency(N) = tokens/s per GPU at N / tokens/s per GPU at the smallest N of the same source. This is both
 //   weak-scaling efficiency (global batch grows with N) and strong-scaling efficiency (fixed global batch:
@@ -23,6 +26,7 @@
 namespace tb::report {
 
 inline constexpr double kStragglerFraction = 0.05;
+inline constexpr double kClockLowFraction = 0.03;
 
 struct RankStat {
   int rank = 0, device = -1;
@@ -30,6 +34,8 @@ struct RankStat {
   Summary step_ms;
   double vs_median = 0, jitter = 0;
   bool straggler = false;
+  double sm_clock_mhz = 0;            // mean over the measured steps; 0: no telemetry
+  std::vector<std::string> throttle;  // clock-limit reasons seen
 };
 
 struct StragglerReport {

@@ -133,7 +133,13 @@ Table scaling(const Inputs& in) {
 }
 
 Table stragglers(const Inputs& in) {
-  Table t{"stragglers", "Step time per rank (stragglers, jitter)", {}, {"run", "rank", "host", "GPU", "steps", "median ms", "p10 ms", "p90 ms", "max ms", "vs median of ranks", "jitter", "straggler"}, {}, {}};
+  Table t{"stragglers",
+          "Step time per rank (stragglers, jitter)",
+          {},
+          {"run", "rank", "host", "GPU", "steps", "median ms", "p10 ms", "p90 ms", "max ms", "vs median of ranks", "jitter",
+           "straggler", "SM clock MHz", "clocks limited by"},
+          {},
+          {}};
   for (const auto& rep : analyze_stragglers(select(in, "rank_steps"))) {
     t.notes.push_back(fmt::format("{}: {}", rep.run, rep.summary()));
     for (const auto& s : rep.ranks) {
@@ -141,7 +147,9 @@ Table stragglers(const Inputs& in) {
       t.rows.push_back({rep.run, std::to_string(s.rank), s.host.empty() ? "-" : s.host, s.device < 0 ? "-" : std::to_string(s.device),
                         std::to_string(s.step_ms.n), num(s.step_ms.median, 2), num(s.step_ms.p10, 2), num(s.step_ms.p90, 2),
                         num(s.step_ms.max, 2), fmt::format("{:+.1f}%", 100 * s.vs_median), pct(s.jitter),
-                        s.straggler ? (s.rank == rep.slowest ? "yes (slowest)" : "yes") : "no"});
+                        s.straggler ? (s.rank == rep.slowest ? "yes (slowest)" : "yes") : "no",
+                        s.sm_clock_mhz > 0 ? num(s.sm_clock_mhz, 0) : "-",
+                        s.throttle.empty() ? "-" : fmt::format("{}", fmt::join(s.throttle, ", "))});
     }
   }
   return t;

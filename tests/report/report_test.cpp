@@ -130,6 +130,23 @@ TEST(Report, StragglerIsTheSlowRank) {
   // rank 1 jitters most (gauss sigma 6 ms on 100): (p90 - p10) / median about 2 x 1.28 x 6%
   EXPECT_GT(reps[0].ranks[1].jitter, reps[0].ranks[0].jitter);
   EXPECT_NE(reps[0].summary().find("slowest rank 2 (node01 GPU 2)"), std::string::npos) << reps[0].summary();
+  // its GPU held a lower clock: the summary says so, with the reason; the ranks at the common clock are not named
+  EXPECT_EQ(reps[0].ranks[2].sm_clock_mhz, 1262);
+  EXPECT_NE(reps[0].summary().find("its GPU's SM clock 1262 MHz against the ranks' median 1502 (limited by: "
+                                   "sw_power_cap, sw_thermal)"),
+            std::string::npos)
+      << reps[0].summary();
+  const auto g = golden();  // the same clocks everywhere: no clock note
+  std::vector<nlohmann::json> copies;
+  for (const auto* r : select(g, "rank_steps")) {
+    copies.push_back(*r);
+    copies.back()["telemetry"]["sm_clock_mhz_mean"] = 1500.0;
+  }
+  std::vector<const nlohmann::json*> ptrs;
+  for (const auto& c : copies) ptrs.push_back(&c);
+  const auto same = analyze_stragglers(ptrs);
+  ASSERT_EQ(same.size(), 1u);
+  EXPECT_EQ(same[0].summary().find("SM clock"), std::string::npos) << same[0].summary();
 }
 
 TEST(Report, SweepDedupesAndMarksTheBest) {

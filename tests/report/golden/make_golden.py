@@ -13,14 +13,19 @@ def write(name, recs):
         for r in recs:
             f.write(json.dumps(r, sort_keys=True) + "\n")
 
-# Four ranks of 30 measured steps; rank 2 is 18% slower (an injected delay), rank 1 jitters more.
+# Four ranks of 30 measured steps; rank 2 is 18% slower (its GPU held a lower clock: thermal), rank 1 jitters more.
 ranks = []
+clocks = [1505.0, 1498.0, 1262.0, 1510.0]
 for rank in range(4):
     base = 100.0 * (1.18 if rank == 2 else 1.0)
     jit = 6.0 if rank == 1 else 1.5
     steps = [round(base + rnd.gauss(0, jit), 3) for _ in range(30)]
+    tel = {"device": rank, "samples": 300, "seconds": 3.0, "power_w_mean": 690.0, "sm_clock_mhz_mean": clocks[rank],
+           "sm_clock_mhz_min": clocks[rank] - 120,
+           "throttle": ["sw_power_cap", "sw_thermal"] if rank == 2 else ["sw_power_cap"]}
     ranks.append({"schema": S, "run": "20261130T120000Z-golden-0001", "bench": "rank_steps", "case": f"llama3.1-8b/rank{rank}",
-                  "world": 4, "status": "ok", "rank": rank, "device": rank, "host": "node01", "step_ms": steps})
+                  "world": 4, "status": "ok", "rank": rank, "device": rank, "host": "node01", "step_ms": steps,
+                  "telemetry": tel})
 write("rank_steps.jsonl", ranks)
 
 # A sweep over micro_batch x recompute: one point skipped (does not fit), one resumed twice (the last wins).
