@@ -82,6 +82,7 @@ void validate(const TrainSpec& spec) {
   TB_REQUIRE(spec.precision == "bf16" || spec.precision == "fp8",
              fmt::format("--precision must be bf16 or fp8, not '{}'", spec.precision));
   TB_REQUIRE(spec.precision == "bf16" || spec.device == "cuda", "--precision fp8 needs --device cuda");
+  TB_REQUIRE(!spec.autotune || spec.device == "cuda", "--autotune tunes cuBLASLt's GEMMs: it needs --device cuda");
   TB_REQUIRE(spec.fp8_recipe == "current" || spec.fp8_recipe == "delayed",
              fmt::format("--fp8-recipe must be current or delayed, not '{}'", spec.fp8_recipe));
   TB_REQUIRE(spec.fp8_format == "hybrid" || spec.fp8_format == "e4m3",

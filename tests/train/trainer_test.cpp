@@ -64,6 +64,9 @@ TEST(TrainerCpu, BadSpecsFailBeforeWork) {
   s.grad_buffer = "pooled";
   EXPECT_NE(tb::testing_support::config_error([&] { tb::train::validate(s); }).find("--grad-buffer"),
             std::string::npos);
+  s = tiny(5);
+  s.autotune = true;  // nothing to tune on the CPU: refused, not ignored
+  EXPECT_NE(tb::testing_support::config_error([&] { tb::train::validate(s); }).find("--autotune"), std::string::npos);
 }
 
 // --fp8-attention: each combination cuDNN's FP8 attention cannot run is refused by validate() (no GPU needed) with
