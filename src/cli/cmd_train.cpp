@@ -186,9 +186,9 @@ int cmd_train(int argc, char** argv) {
   auto run = open_run(common, argc, argv);
   const parallel::MeshShape layout = train::mesh_shape(spec, ranks);
   const int global = train::global_batch(spec, layout.dp);
+  const char* units = spec.share_gpus && ranks > visible ? "ranks sharing GPUs" : "GPUs";
   const std::string where = !cuda       ? (ranks > 1 ? fmt::format("{} CPU ranks ({})", ranks, layout.str()) : "cpu")
-                            : ranks > 1 ? fmt::format("{} {} ({}{})", ranks,
-                                                      spec.share_gpus && ranks > visible ? "ranks sharing GPUs" : "GPUs", layout.str(),
+                            : ranks > 1 ? fmt::format("{} {} ({}{})", ranks, units, layout.str(),
                                                       layout.dp > 1 ? ", ZeRO-1" : "")
                                         : fmt::format("GPU {}", spec.gpu);
   if (rank0)

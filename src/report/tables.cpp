@@ -136,8 +136,8 @@ Table stragglers(const Inputs& in) {
   Table t{"stragglers",
           "Step time per rank (stragglers, jitter)",
           {},
-          {"run", "rank", "host", "GPU", "steps", "median ms", "p10 ms", "p90 ms", "max ms", "vs median of ranks", "jitter",
-           "straggler", "SM clock MHz", "clocks limited by"},
+          {"run", "rank", "host", "GPU", "steps", "median ms", "p10 ms", "p90 ms", "max ms", "vs median of ranks",
+           "jitter", "straggler", "SM clock MHz", "clocks limited by"},
           {},
           {}};
   for (const auto& rep : analyze_stragglers(select(in, "rank_steps"))) {

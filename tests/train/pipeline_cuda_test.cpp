@@ -214,7 +214,8 @@ TEST(PipelinePlan, EachChunkHasOneLastBackward) {
         if (marked[c] > 0) ++after[c];
         if (op.last_of_chunk) {
           ++marked[c];
-          EXPECT_EQ(done[c], s.micro_batches) << where(s, r) << " chunk " << c << ": marked before its last micro-batch";
+          EXPECT_EQ(done[c], s.micro_batches)
+              << where(s, r) << " chunk " << c << ": marked before its last micro-batch";
         }
       }
       for (int c = 0; c < s.vp; ++c) {

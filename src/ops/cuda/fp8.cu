@@ -21,6 +21,7 @@ using detail::str;
 using detail::abs_or_nan;
 using detail::record_block_amax;
 using detail::to_fp8;
+using detail::unpack8;
 constexpr int kThreads = detail::kCastThreads;
 
 __global__ void __launch_bounds__(kThreads) amax_kernel(const __nv_bfloat16* __restrict__ x, std::size_t n, float* amax) {
@@ -49,20 +50,9 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const __nv_bfloat16* __r
   float m = 0.0f;
   bool nan = false;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < nv; i += stride) {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(x) + i);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-    union {
-      uint2 v;
-      std::uint8_t b[8];
-    } out;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 f = __bfloat1622float2(h[k]);
-      m = fmaxf(m, fmaxf(abs_or_nan(f.x, nan), abs_or_nan(f.y, nan)));
-      out.b[2 * k] = to_fp8<Kind>(f.x * s);
-      out.b[2 * k + 1] = to_fp8<Kind>(f.y * s);
-    }
-    reinterpret_cast<uint2*>(p.q)[i] = out.v;
+    float f[8];
+    unpack8(__ldg(reinterpret_cast<const uint4*>(x) + i), f);
+    reinterpret_cast<uint2*>(p.q)[i] = detail::cast8<Kind>(f, s, m, nan);
   }
   for (std::size_t i = nv * 8 + std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float f = __bfloat162float(x[i]);

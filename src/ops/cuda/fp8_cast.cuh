@@ -123,6 +123,22 @@ __device__ __forceinline__ std::uint8_t to_fp8(float v) {
   return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, Kind);
 }
 
+// Eight values times s to FP8 (one 8-byte store), their largest |value| into m (NaN carried as the flag): what every
+// cast kernel does per vector.
+template <__nv_fp8_interpretation_t Kind>
+__device__ __forceinline__ uint2 cast8(const float (&f)[8], float s, float& m, bool& nan) {
+  union {
+    uint2 v;
+    std::uint8_t b[8];
+  } out;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    m = fmaxf(m, abs_or_nan(f[k], nan));
+    out.b[k] = to_fp8<Kind>(f[k] * s);
+  }
+  return out.v;
+}
+
 // The scale every block uses; block (0, 0)'s first thread writes it back.
 __device__ __forceinline__ float cast_scale(const CastTarget& p) {
   const float s = p.amax_in ? fp8_scale_for(*p.amax_in, p.max_finite, p.margin) : *p.scale;
@@ -198,17 +214,9 @@ __global__ void __launch_bounds__(kCastThreads) cast_transpose_tiles_kernel(Src 
       src.load8(row, c0 + cg, f[0]);
 #pragma unroll
     for (int h = 0; h < H; ++h) {
-      union {
-        uint2 v2;
-        std::uint8_t b[8];
-      } out;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        m = fmaxf(m, abs_or_nan(f[h][k], nan));
-        out.b[k] = to_fp8<Kind>(f[h][k] * s);
-      }
-      if (p.q) *reinterpret_cast<uint2*>(p.q + row * p.cols + h * half + c0 + cg) = out.v2;
-      *reinterpret_cast<uint2*>(&tile[h][r][cg]) = out.v2;
+      const uint2 out = cast8<Kind>(f[h], s, m, nan);
+      if (p.q) *reinterpret_cast<uint2*>(p.q + row * p.cols + h * half + c0 + cg) = out;
+      *reinterpret_cast<uint2*>(&tile[h][r][cg]) = out;
     }
   }
   __syncthreads();
