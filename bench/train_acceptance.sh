@@ -26,6 +26,9 @@
 #              FP8 repeat bit for bit from fp8acc: not rerun)
 #   fp8best:   the issue's FP8 targets in one call: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
 #              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, the torch BF16 peer at 8B
+#   accum:     the same shapes at the recipes' gradient accumulation: global batch $GB (default 16, the micro-batches
+#              per GPU of the DGXC Llama 3.1 8B FP8 recipe: global batch 16 x GPUs, data parallel over all of them):
+#              trainbench 8B L8 BF16, FP8 and FP8 best, torch bf16 and fp32 state; 70B L2 BF16, FP8 best, torch bf16
 #   gradbuf:   the weight gradients in the activations' memory (--grad-buffer shared, the default) against a separate
 #              buffer: 8B L8 and 70B L2, BF16 and the best FP8 (delayed + head + attention) at 8B; the torch fp32-state
 #              peer's memory at both shapes
@@ -146,6 +149,20 @@ accuracy() {  # accuracy MODEL PRECISION...: 500 steps of each precision, seeds 
         ours 70b-L2-fp8-best-bf16-moments --model llama3.1-70b --layers 2 --seq 8192 $best --moments bf16 \
           --no-op-profile
         peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
+      accum)
+        best="--precision fp8 --fp8-recipe delayed --fp8-lm-head --fp8-attention"
+        gb=${GB:-16}; e8="--model llama3.1-8b --layers 8 --seq 8192 --global-batch $gb"
+        e70="--model llama3.1-70b --layers 2 --seq 8192 --global-batch $gb"
+        steps0=$STEPS warm0=$WARM; STEPS=${ACC_STEPS:-6} WARM=2  # each step is $gb micro-batches
+        ours 8b-L8-gb$gb-bf16 $e8 --no-op-profile
+        ours 8b-L8-gb$gb-fp8 $e8 --precision fp8 --no-op-profile
+        ours 8b-L8-gb$gb-fp8-best $e8 $best --no-op-profile
+        peer 8b-L8-gb$gb-bf16 $e8 --state bf16
+        peer 8b-L8-gb$gb-fp32 $e8 --state fp32
+        ours 70b-L2-gb$gb-bf16 $e70 --no-op-profile
+        ours 70b-L2-gb$gb-fp8-best $e70 $best --no-op-profile
+        peer 70b-L2-gb$gb-bf16 $e70 --state bf16
+        STEPS=$steps0 WARM=$warm0 ;;
       gradbuf)
         for g in shared separate; do
           ours 8b-L8-grads-$g --model llama3.1-8b --layers 8 --seq 8192 --grad-buffer $g --no-op-profile

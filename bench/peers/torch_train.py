@@ -8,6 +8,8 @@ torch.compile, cuDNN SDPA (causal, native GQA), fused AdamW, foreach grad clippi
 and moments, bf16 compute under torch.autocast (the usual AMP form; the same optimizer state as ours).
 FLOPs per token (the `full` convention of model/flops.h, no causal halving):
   6·N_matmul + 12·L·s·H·hd,  N_matmul = L·(d·(H+2G)·hd + H·hd·d + 3·ffn·d) + V·d (LM head; no embedding)
+--global-batch G: G / micro-batch micro-batches per step, their gradients summed in .grad (bf16 under --state bf16,
+fp32 under AMP) with each loss divided by their count, then one clip and one AdamW step (as trainbench's accumulation).
 Timing: CUDA events around each step (synchronized, so steps don't overlap); median/p10/p90 over the
 steps after --warmup. Progress on stderr, one JSON line on stdout.
 """
@@ -187,15 +189,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common_args(ap, "llama3.1-8b", "cpu: smoke tests only")
     ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--global-batch", type=int, help="sequences per step, a multiple of --micro-batch (default: it)")
     args = ap.parse_args()
+    args.global_batch = args.global_batch or args.micro_batch
     if args.steps < 1 or args.warmup < 0 or args.seq < 2 or args.micro_batch < 1:
         ap.error("need --steps >= 1, --warmup >= 0, --seq >= 2, --micro-batch >= 1")
+    if args.global_batch % args.micro_batch:
+        ap.error(f"--global-batch {args.global_batch} is not a multiple of --micro-batch {args.micro_batch}")
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
     args.compile = cuda if args.compile is None else args.compile
     c = dict(PRESETS[args.model], layers=args.layers or PRESETS[args.model]["layers"])
     L, V = c["layers"], c["vocab"]
-    s, B = args.seq, args.micro_batch
+    s, B, G = args.seq, args.micro_batch, args.global_batch
+    accum = G // B
 
     backend, gqa = pick_sdpa(c, s, dev)
     if cuda:
@@ -215,20 +222,23 @@ def main():
     # are traced unrolled), which is reported as compile_s and kept out of the measured steps by --warmup.
     fwd = torch.compile(model) if args.compile else model
 
-    def train_step(tokens, targets):
-        with sdpa_kernel([backend]), torch.autocast(dev.type, torch.bfloat16, enabled=args.state == "fp32"):
-            loss = fwd(tokens, targets)
-        loss.backward()
+    def train_step(tokens, targets):  # [accum, B, s] each; returns the step's mean loss and the gradient norm
+        total = 0.0
+        for a in range(accum):
+            with sdpa_kernel([backend]), torch.autocast(dev.type, torch.bfloat16, enabled=args.state == "fp32"):
+                loss = fwd(tokens[a], targets[a]) / accum
+            loss.backward()
+            total = total + loss.detach()
         norm = torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.detach(), norm
+        return total, norm
 
     n = args.warmup + args.steps  # random tokens and targets, drawn on the device before the loop
     gen = torch.Generator(dev).manual_seed(args.seed)
-    tokens = torch.randint(V, (n, B, s), generator=gen, device=dev)
-    targets = torch.randint(V, (n, B, s), generator=gen, device=dev)
-    print(f"# torch {torch.__version__}: {args.model} L{L} seq {s} micro-batch {B} state {args.state} "
+    tokens = torch.randint(V, (n, accum, B, s), generator=gen, device=dev)
+    targets = torch.randint(V, (n, accum, B, s), generator=gen, device=dev)
+    print(f"# torch {torch.__version__}: {args.model} L{L} seq {s} micro-batch {B} global batch {G} state {args.state} "
           f"compile {args.compile} sdpa {backend.name} gqa {'native' if gqa else 'repeated'}", file=sys.stderr)
     times, losses = [], []
     for i in range(n):
@@ -237,15 +247,15 @@ def main():
         losses.append(loss.item())
         log_step(i, args, losses[-1], norm.item(), sec)
 
-    record = step_record(args, times, losses, B * s, cuda)
+    record = step_record(args, times, losses, G * s, cuda)
     fpt = flops_per_token(c, s)
     print(json.dumps({
-        "peer": "torch", "bench": "train", "case": f"{args.model}/L{L}/s{s}/mb{B}/gb{B}/{dev.type}",
-        "model": args.model, "layers": L, "seq": s, "micro_batch": B, "global_batch": B, "device": dev.type,
+        "peer": "torch", "bench": "train", "case": f"{args.model}/L{L}/s{s}/mb{B}/gb{G}/{dev.type}",
+        "model": args.model, "layers": L, "seq": s, "micro_batch": B, "global_batch": G, "device": dev.type,
         "state": args.state, "compile": args.compile, "sdpa": backend.name, "gqa": "native" if gqa else "repeated",
         "params": sum(p.numel() for p in params), **record,
-        "flops_per_token": fpt, "flops_per_step": fpt * B * s,
-        "flop_convention": "full", "tflops": fpt * B * s / record["step_s"]["median"] / 1e12,
+        "flops_per_token": fpt, "flops_per_step": fpt * G * s,
+        "flop_convention": "full", "tflops": fpt * G * s / record["step_s"]["median"] / 1e12,
         "max_memory_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
     }), flush=True)
