@@ -300,8 +300,14 @@ int cmd_train(int argc, char** argv) {
 
   if (!rank0) return res.interrupted ? kFailed : kOk;  // rank 0 prints the summary
   if (res.interrupted) std::printf("\ninterrupted after %zu of %d steps\n", res.steps.size(), spec.steps);
-  std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps | tokens/s %.0f%s | TFLOP/s/GPU %.1f",
-              res.step_s.median, res.step_s.p10, res.step_s.p90, res.step_s.n, res.tokens_per_s,
+  const int accum = global / (spec.micro_batch * layout.dp);  // micro-batches per rank per step
+  std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps%s | tokens/s %.0f%s | "
+              "TFLOP/s/GPU %.1f",
+              res.step_s.median, res.step_s.p10, res.step_s.p90, res.step_s.n,
+              accum > 1 ? fmt::format(" ({} micro-batches each: {:.1f} ms per micro-batch)", accum,
+                                      1e3 * res.step_s.median / accum).c_str()
+                        : "",
+              res.tokens_per_s,
               res.gpus > 1 ? fmt::format(" ({:.0f} per GPU, {} GPUs)", res.tokens_per_s / res.gpus, res.gpus).c_str()
                            : "",
               res.tflops);

@@ -89,6 +89,7 @@ TEST(Cli, TrainTinyOnTheCpuWritesARecord) {
                 "--micro-batch", "2", "--global-batch", "4", "--out", dir.string()});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("step 4/4 | loss "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("over 3 steps (2 micro-batches each: "), std::string::npos) << r.out;
   std::ifstream in(dir / "results.jsonl");
   std::string line;
   ASSERT_TRUE(std::getline(in, line));
