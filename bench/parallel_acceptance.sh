@@ -5,6 +5,8 @@
 #   dpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs (data parallel, ZeRO-1); losses compared
 #   dp8b:     Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: 1 GPU (global batch 1) vs 2 GPUs (global
 #             batch 2: scaled with the GPUs); tokens/s per GPU compared
+#   dp8bacc:  dp8b at the recipes' accumulation: $PER_GPU (default 16) micro-batches per GPU per step, so global batch
+#             16 on 1 GPU against 32 on 2; 6 measured steps after 2 warmup steps; tokens/s per GPU compared
 #   tpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs tensor parallel (tp 2, sequence parallel)
 #   tp70b:    Llama 3.1 70B shapes, 4 layers, seq 8192, micro-batch 1: 1 GPU vs tp 2 (the same global batch 1);
 #             the job's tokens/s compared (target: tp 2 >= 1.8 x one GPU)
@@ -133,6 +135,13 @@ shared_vs_separate() {  # shared_vs_separate NAME ARGS...: `small`, 10 determini
         ours 8b-L8-1gpu --model llama3.1-8b --layers 8 --seq 8192
         ours 8b-L8-2gpu --model llama3.1-8b --layers 8 --seq 8192 --gpus 2 --global-batch 2
         log "dp 8b"; python3 bench/compare_losses.py "$OUT/results/8b-L8-1gpu" "$OUT/results/8b-L8-2gpu" --tol 1 ;;
+      dp8bacc)
+        a=${PER_GPU:-16}
+        STEPS=6 WARM=2 ours 8b-L8-gb$a-1gpu --model llama3.1-8b --layers 8 --seq 8192 --global-batch $a --no-op-profile
+        STEPS=6 WARM=2 ours 8b-L8-gb$((2 * a))-2gpu --model llama3.1-8b --layers 8 --seq 8192 --gpus 2 \
+          --global-batch $((2 * a)) --no-op-profile
+        log "dp 8b, $a micro-batches per GPU"
+        python3 bench/compare_losses.py "$OUT/results/8b-L8-gb$a-1gpu" "$OUT/results/8b-L8-gb$((2 * a))-2gpu" --tol 1 ;;
       tpcheck)
         STEPS=25 WARM=5 ours small-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile
         STEPS=25 WARM=5 ours small-tp2 --model small --global-batch 8 --micro-batch 2 --no-op-profile --gpus 2 --tp 2
