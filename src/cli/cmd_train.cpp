@@ -65,7 +65,9 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--layers", spec.layers, "layers (default: the preset's)")->check(CLI::PositiveNumber);
   app.add_option("--seq", spec.seq, "sequence length (default: the preset's)")->check(CLI::PositiveNumber);
   app.add_option("--micro-batch", spec.micro_batch, "sequences per micro-batch")->capture_default_str();
-  app.add_option("--global-batch", spec.global_batch, "sequences per step (default: the micro-batch)");
+  app.add_option("--global-batch", spec.global_batch,
+                 "sequences per step (default: micro-batch x dp, one micro-batch per rank); each rank runs "
+                 "global / (micro-batch x dp) micro-batches per step and accumulates their gradients");
   app.add_option("--steps", spec.steps, "optimizer steps")->capture_default_str();
   app.add_option("--warmup-steps", spec.warmup_steps, "steps not measured")->capture_default_str();
   app.add_option("--device", spec.device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
