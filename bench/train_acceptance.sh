@@ -149,11 +149,11 @@ accuracy() {  # accuracy MODEL PRECISION...: 500 steps of each precision, seeds 
         ours 70b-L2-fp8-best-bf16-moments --model llama3.1-70b --layers 2 --seq 8192 $best --moments bf16 \
           --no-op-profile
         peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
-      accum)
-        best="--precision fp8 --fp8-recipe delayed --fp8-lm-head --fp8-attention"
+      accum)  # in a subshell: its shorter runs (each step is $gb micro-batches) leave STEPS and WARM as they were
+        (best="--precision fp8 --fp8-recipe delayed --fp8-lm-head --fp8-attention"
         gb=${GB:-16}; e8="--model llama3.1-8b --layers 8 --seq 8192 --global-batch $gb"
         e70="--model llama3.1-70b --layers 2 --seq 8192 --global-batch $gb"
-        steps0=$STEPS warm0=$WARM; STEPS=${ACC_STEPS:-6} WARM=2  # each step is $gb micro-batches
+        STEPS=${ACC_STEPS:-6} WARM=2
         ours 8b-L8-gb$gb-bf16 $e8 --no-op-profile
         ours 8b-L8-gb$gb-fp8 $e8 --precision fp8 --no-op-profile
         ours 8b-L8-gb$gb-fp8-best $e8 $best --no-op-profile
@@ -161,8 +161,7 @@ accuracy() {  # accuracy MODEL PRECISION...: 500 steps of each precision, seeds 
         peer 8b-L8-gb$gb-fp32 $e8 --state fp32
         ours 70b-L2-gb$gb-bf16 $e70 --no-op-profile
         ours 70b-L2-gb$gb-fp8-best $e70 $best --no-op-profile
-        peer 70b-L2-gb$gb-bf16 $e70 --state bf16
-        STEPS=$steps0 WARM=$warm0 ;;
+        peer 70b-L2-gb$gb-bf16 $e70 --state bf16) ;;
       gradbuf)
         for g in shared separate; do
           ours 8b-L8-grads-$g --model llama3.1-8b --layers 8 --seq 8192 --grad-buffer $g --no-op-profile

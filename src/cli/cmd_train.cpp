@@ -302,7 +302,7 @@ int cmd_train(int argc, char** argv) {
 
   if (!rank0) return res.interrupted ? kFailed : kOk;  // rank 0 prints the summary
   if (res.interrupted) std::printf("\ninterrupted after %zu of %d steps\n", res.steps.size(), spec.steps);
-  const int accum = global / (spec.micro_batch * layout.dp);  // micro-batches per rank per step
+  const int accum = train::micro_batches_per_rank(spec, layout.dp);
   std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps%s | tokens/s %.0f%s | "
               "TFLOP/s/GPU %.1f",
               res.step_s.median, res.step_s.p10, res.step_s.p90, res.step_s.n,

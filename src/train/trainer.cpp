@@ -39,6 +39,10 @@ int global_batch(const TrainSpec& spec, int dp) {
   return spec.global_batch > 0 ? spec.global_batch : spec.micro_batch * dp;
 }
 
+int micro_batches_per_rank(const TrainSpec& spec, int dp) {
+  return global_batch(spec, dp) / (spec.micro_batch * dp);
+}
+
 bool is_group_mix(const parallel::MeshShape& s) {
   return (s.dp > 1) + (s.cp > 1) + (s.tp > 1) + (s.pp > 1) >= 2 && (s.tp > 1 || s.pp > 1);
 }

@@ -145,6 +145,8 @@ LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m);
 parallel::MeshShape mesh_shape(const TrainSpec& spec, int world);
 // Sequences per optimizer step: spec.global_batch, or one micro-batch per data-parallel rank.
 int global_batch(const TrainSpec& spec, int dp);
+// Micro-batches each rank runs per optimizer step (their gradients accumulate): global_batch / (micro_batch·dp).
+int micro_batches_per_rank(const TrainSpec& spec, int dp);
 // A mix with tensor or pipeline parallel: the CUDA backend builds one NCCL communicator per mesh group and none
 // over the world (data and context parallel, alone or together, use the world's).
 bool is_group_mix(const parallel::MeshShape& s);

@@ -141,8 +141,7 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
   const int cp = std::max(1, spec.cp), seq = full.seq / cp;  // context parallel: this rank's tokens per sequence
   const int dp_ranks = std::max(1, spec.dp);
   const double dp = dp_ranks * cp;  // ZeRO-1 over dp x cp: master weights, moments and reduced gradients sharded
-  const int global = global_batch(spec, dp_ranks);
-  const int micro_batches = std::max(1, global / (spec.micro_batch * dp_ranks));
+  const int micro_batches = std::max(1, micro_batches_per_rank(spec, dp_ranks));
   const model::Fp8Options fp8 = fp8_options(spec);
   MemoryEstimate worst;
   for (int r = 0; r < pp; ++r) {
@@ -256,7 +255,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   parallel::validate_layout(mesh, m, world.size,
                             spec.micro_batch, global);
   const model::ModelConfig ml = tp > 1 ? parallel::tp_shard_config(m, tp) : m;  // this rank's shard of the model
-  const int dp = spec.dp, accum = global / (spec.micro_batch * dp);
+  const int dp = spec.dp, accum = micro_batches_per_rank(spec, dp);
   const int dp_rank = place.dp, cp_rank = place.cp, pp_rank = place.pp;
   const int zero_ranks = dp * cp, zero_rank = dp_rank * cp + cp_rank;  // the distributed optimizer's group: dp x cp
   const int mb = spec.micro_batch, seq = m.seq / cp;  // context parallel: this rank's two chunks of every sequence
