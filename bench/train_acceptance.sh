@@ -25,7 +25,8 @@
 #   fp8fmtacc: the accuracy runs over seeds 1, 2, 3 of FP8 current and delayed in the all-E4M3 format (BF16 and hybrid
 #              FP8 repeat bit for bit from fp8acc: not rerun)
 #   fp8best:   the issue's FP8 targets in one call: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
-#              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, the torch BF16 peer at 8B
+#              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, BF16 with bf16 moments
+#              at both shapes (the FP8 / BF16 ratios and memory at the peer's moment precision), the torch BF16 peer
 #   accum:     the same shapes at the recipes' gradient accumulation: global batch $GB (default 16, the micro-batches
 #              per GPU of the DGXC Llama 3.1 8B FP8 recipe: global batch 16 x GPUs, data parallel over all of them):
 #              trainbench 8B L8 BF16, FP8 and FP8 best, torch bf16 and fp32 state; 70B L2 BF16, FP8 best, torch bf16
@@ -144,7 +145,9 @@ accuracy() {  # accuracy MODEL PRECISION...: 500 steps of each precision, seeds 
         ours 8b-L8-fp8 --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --no-op-profile
         ours 8b-L8-fp8-best --model llama3.1-8b --layers 8 --seq 8192 $best
         ours 8b-L8-fp8-best-bf16-moments --model llama3.1-8b --layers 8 --seq 8192 $best --moments bf16 --no-op-profile
+        ours 8b-L8-bf16-bf16-moments --model llama3.1-8b --layers 8 --seq 8192 --moments bf16 --no-op-profile
         ours 70b-L2-bf16 --model llama3.1-70b --layers 2 --seq 8192 --no-op-profile
+        ours 70b-L2-bf16-bf16-moments --model llama3.1-70b --layers 2 --seq 8192 --moments bf16 --no-op-profile
         ours 70b-L2-fp8-best --model llama3.1-70b --layers 2 --seq 8192 $best --no-op-profile
         ours 70b-L2-fp8-best-bf16-moments --model llama3.1-70b --layers 2 --seq 8192 $best --moments bf16 \
           --no-op-profile
