@@ -16,6 +16,7 @@
 #include "comm/mpi.h"
 #include "parallel/mesh.h"
 #include "comm/mpi_comm.h"
+#include "model/config_override.h"
 #include "model/flops.h"
 #include "train/rank_agreement.h"
 #include "train/trainer.h"
@@ -64,6 +65,11 @@ int cmd_train(int argc, char** argv) {
   app.add_option("-m,--model", spec.model, "model preset")->check(CLI::IsMember(models))->capture_default_str();
   app.add_option("--layers", spec.layers, "layers (default: the preset's)")->check(CLI::PositiveNumber);
   app.add_option("--seq", spec.seq, "sequence length (default: the preset's)")->check(CLI::PositiveNumber);
+  std::vector<std::string> sets;
+  app.add_option("--set", sets,
+                 "change the preset's shape, key=value, repeatable: layers d_model ffn heads kv_heads head_dim vocab "
+                 "seq (integers), norm rmsnorm|layernorm|layernorm1p, act swiglu|gelu|sqrelu, pos rope|learned, tied "
+                 "true|false, rope_theta, rope_scaling on|off, norm_eps (--layers and --seq apply after)");
   app.add_option("--micro-batch", spec.micro_batch, "sequences per micro-batch")->capture_default_str();
   app.add_option("--global-batch", spec.global_batch,
                  "sequences per step (default: micro-batch x dp, one micro-batch per rank); each rank runs "
@@ -156,6 +162,7 @@ int cmd_train(int argc, char** argv) {
     TB_REQUIRE(spec.debug_delay_rank >= 0 && spec.debug_delay_ms >= 0,
                fmt::format("--debug-delay-rank {}: rank and milliseconds must be >= 0", delay));
   }
+  if (!sets.empty()) spec.model_config = model::with_overrides(model::preset(spec.model), sets);
   train::validate(spec);
   const model::ModelConfig m = train::resolve_model(spec);  // bad shapes fail before any work
   const bool cuda = spec.device == "cuda";

@@ -38,8 +38,6 @@ NormKind norm_kind(Norm n) {
   return NormKind::rmsnorm;
 }
 
-constexpr std::size_t kSlotAlignElements = 128;  // 256 bytes of bf16 (512 of fp32)
-
 // A GEMM shape in one of the three layouts; the weight gradient (atb) is fp32, accumulated unless `overwrite`.
 ops::GemmShape gemm_shape(std::int64_t m, std::int64_t n, std::int64_t k, ops::GemmLayout layout,
                           bool overwrite = false) {
@@ -82,14 +80,8 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
   TB_REQUIRE(fp8_.grad == DType::e5m2 || fp8_.grad == DType::e4m3,
              "CUDA decoder: the FP8 gradient format (Fp8Options::grad) must be e5m2 or e4m3, got " +
                  std::string(dtype_name(fp8_.grad)));
-  for (const Slot& s : layout_.slots)
-    TB_REQUIRE(s.offset % kSlotAlignElements == 0,
-               "CUDA decoder: parameter slot " + s.name + " starts at element " + std::to_string(s.offset) +
-                   ", not a multiple of " + std::to_string(kSlotAlignElements) +
-                   " (256 bytes of bf16, which the GEMM, norm and cross-entropy kernels assume); choose d_model, ffn "
-                   "and head sizes that are multiples of 128");
-  TB_REQUIRE(cfg_.head_dim % 16 == 0 || cfg_.pos != Pos::rope,
-             "CUDA decoder: RoPE needs head_dim a multiple of 16, got " + std::to_string(cfg_.head_dim));
+  const std::string problem = model::cuda_layout_problem(cfg_, layout_);
+  TB_REQUIRE(problem.empty(), "CUDA decoder: " + problem);
   dc_.activate();
   buffer_elems_ = std::max(buffer_elems, layout_.total);
   params_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * sizeof(bf16));

@@ -1,6 +1,8 @@
 // model/param_layout.cpp: the dense decoder's flat parameter layout and its deterministic init (see the .h).
 #include "model/param_layout.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <numbers>
 #include <random>
@@ -108,5 +110,19 @@ void init_params(std::span<T> params, const DenseLayout& layout, std::uint64_t s
 
 template void init_params<float>(std::span<float>, const DenseLayout&, std::uint64_t);
 template void init_params<double>(std::span<double>, const DenseLayout&, std::uint64_t);
+
+std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l) {
+  constexpr std::size_t kAlign = 128;  // elements: 256 bytes of bf16
+  for (const Slot& s : l.slots)
+    if (s.offset % kAlign != 0)
+      return fmt::format("parameter slot {} starts at element {}, not a multiple of {} (256 bytes of bf16, which the "
+                         "CUDA GEMM, norm and cross-entropy kernels assume); choose d_model, ffn and head sizes that "
+                         "are multiples of 128",
+                         s.name, s.offset, kAlign);
+  if (c.head_dim % 8 != 0) return fmt::format("head_dim {} is not a multiple of 8 (cuDNN's attention)", c.head_dim);
+  if (c.pos == Pos::rope && c.head_dim % 16 != 0)
+    return fmt::format("RoPE on CUDA needs head_dim a multiple of 16, got {}", c.head_dim);
+  return "";
+}
 
 }  // namespace tb::model

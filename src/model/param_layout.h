@@ -71,6 +71,11 @@ LayerRange pipeline_stage_layers(int layers, int stages, int stage);
 
 DenseLayout dense_layout(const ModelConfig& c, LayerRange range = {});
 
+// What the CUDA backend cannot run of model c laid out as l ("" when it can): every slot at a multiple of 128 elements
+// (256 bytes of bf16, which the GEMM, norm and cross-entropy kernels assume), head_dim a multiple of 8 (cuDNN's SDPA)
+// and, with RoPE, of 16. The CUDA decoder checks its layout; train::validate the whole model's before any GPU work.
+std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l);
+
 // Fills params (layout.total elements) with the initial values.
 template <class T>
 void init_params(std::span<T> params, const DenseLayout& layout, std::uint64_t seed);

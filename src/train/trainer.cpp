@@ -110,6 +110,11 @@ void validate(const TrainSpec& spec) {
                                               m.name, m.head_dim));
   }
   TB_REQUIRE(spec.gpu >= 0, "--gpu must be a device index >= 0");
+  if (spec.device == "cuda" && spec.tp == 1) {  // (tensor-parallel shards: each rank's decoder checks its own)
+    const model::ModelConfig m = resolve_model(spec);
+    const std::string problem = model::cuda_layout_problem(m, model::dense_layout(m));
+    TB_REQUIRE(problem.empty(), fmt::format("model '{}' on --device cuda: {}", m.name, problem));
+  }
 }
 
 std::string MemoryEstimate::parts_gib() const {

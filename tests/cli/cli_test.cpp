@@ -104,6 +104,26 @@ TEST(Cli, TrainTinyOnTheCpuWritesARecord) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Cli, TrainSetChangesTheShapeAndNamesIt) {
+  const auto dir = std::filesystem::temp_directory_path() / "tb_cli_train_set";
+  std::filesystem::remove_all(dir);
+  auto r = run({"train", "--model", "tiny", "--device", "cpu", "--steps", "2", "--warmup-steps", "1", "--set",
+                "d_model=32", "--set", "act=gelu", "--out", dir.string()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("train tiny[d_model=32,act=gelu] on cpu: 2 layers, d_model 32,"), std::string::npos) << r.out;
+  std::ifstream in(dir / "results.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_EQ(nlohmann::json::parse(line)["model"], "tiny[d_model=32,act=gelu]");
+  std::filesystem::remove_all(dir);
+  r = run({"train", "--model", "tiny", "--device", "cpu", "--set", "dmodel=32"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("did you mean 'd_model'?"), std::string::npos) << r.err;
+  r = run({"train", "--model", "small", "--set", "head_dim=100"});  // refused on the host, GPU or not
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("head_dim 100 is not a multiple of 8"), std::string::npos) << r.err;
+}
+
 TEST(Cli, TrainRejectsBadConfigurationsBeforeWork) {
   auto r = run({"train", "--model", "tiny", "--device", "cpu", "--micro-batch", "3", "--global-batch", "4"});
   EXPECT_EQ(r.rc, 2);

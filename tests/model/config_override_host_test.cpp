@@ -1,0 +1,111 @@
+// Tests model/config_override (host only): every key of `train --set` changes its field and nothing else; later
+// overrides win; the result is named after the preset and its overrides, and no overrides leave the preset as it
+// is; unknown keys (with the nearest key), a missing '=', and bad values of each kind raise config errors naming
+// the key and what it takes. Also model/param_layout's cuda_layout_problem on the presets and bad shapes.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/config_override.h"
+#include "model/param_layout.h"
+
+namespace {
+
+using tb::model::ModelConfig;
+
+ModelConfig over(const std::string& preset, std::vector<std::string> sets) {
+  return tb::model::with_overrides(tb::model::preset(preset), sets);
+}
+
+std::string error_of(std::vector<std::string> sets) {
+  try {
+    over("llama3.1-8b", std::move(sets));
+  } catch (const tb::Error& e) {
+    EXPECT_EQ(e.kind(), tb::Error::Kind::config) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(ConfigOverride, EveryKeySetsItsField) {
+  const ModelConfig m = over("llama3.1-8b", {"layers=3", "d_model=2048", "ffn=5632", "heads=16", "kv_heads=4",
+                                             "head_dim=64", "vocab=32000", "seq=1024", "norm=layernorm1p", "act=sqrelu",
+                                             "pos=learned", "tied=true", "rope_theta=10000", "rope_scaling=off",
+                                             "norm_eps=1e-6"});
+  EXPECT_EQ(m.layers, 3);
+  EXPECT_EQ(m.d_model, 2048);
+  EXPECT_EQ(m.ffn, 5632);
+  EXPECT_EQ(m.heads, 16);
+  EXPECT_EQ(m.kv_heads, 4);
+  EXPECT_EQ(m.head_dim, 64);
+  EXPECT_EQ(m.vocab, 32000);
+  EXPECT_EQ(m.seq, 1024);
+  EXPECT_EQ(m.norm, tb::model::Norm::layernorm1p);
+  EXPECT_EQ(m.act, tb::model::Act::sqrelu);
+  EXPECT_EQ(m.pos, tb::model::Pos::learned);
+  EXPECT_TRUE(m.tied_embeddings);
+  EXPECT_EQ(m.rope_theta, 10000.0);
+  EXPECT_FALSE(m.rope_scaling.enabled);
+  EXPECT_EQ(m.norm_eps, 1e-6);
+  EXPECT_EQ(m.family, "llama");
+  m.validate();
+}
+
+TEST(ConfigOverride, OneKeyChangesOnlyItsField) {
+  const ModelConfig& base = tb::model::preset("llama3.1-8b");
+  ModelConfig m = over("llama3.1-8b", {"ffn=8192"});
+  EXPECT_EQ(m.ffn, 8192);
+  m.ffn = base.ffn, m.name = base.name;
+  EXPECT_EQ(m.d_model, base.d_model);
+  EXPECT_EQ(m.heads, base.heads);
+  EXPECT_EQ(m.kv_heads, base.kv_heads);
+  EXPECT_EQ(m.vocab, base.vocab);
+  EXPECT_EQ(m.act, base.act);
+  EXPECT_EQ(m.rope_scaling.enabled, base.rope_scaling.enabled);
+  EXPECT_EQ(m.rope_theta, base.rope_theta);
+}
+
+TEST(ConfigOverride, NamesTheOverridesAndLaterOnesWin) {
+  const ModelConfig m = over("small", {"layers=2", "d_model=512", "layers=6"});
+  EXPECT_EQ(m.layers, 6);
+  EXPECT_EQ(m.name, "small[layers=2,d_model=512,layers=6]");
+  EXPECT_EQ(over("small", {}).name, "small");
+}
+
+TEST(ConfigOverride, BadInputNamesTheKeyAndWhatItTakes) {
+  EXPECT_NE(error_of({"dmodel=4096"}).find("unknown key 'dmodel' (did you mean 'd_model'?); keys: layers, d_model"),
+            std::string::npos);
+  EXPECT_NE(error_of({"d_model"}).find("expected key=value"), std::string::npos);
+  EXPECT_NE(error_of({"=4"}).find("expected key=value"), std::string::npos);
+  for (const char* v : {"0", "-8", "abc", "12x", "", "1.5", "99999999999"})
+    EXPECT_NE(error_of({std::string("heads=") + v}).find("heads takes a positive integer"), std::string::npos) << v;
+  for (const char* v : {"0", "-1", "nan", "inf", "x", ""})
+    EXPECT_NE(error_of({std::string("rope_theta=") + v}).find("rope_theta takes a positive number"), std::string::npos)
+        << v;
+  EXPECT_NE(error_of({"act=relu"}).find("act takes swiglu | gelu | sqrelu"), std::string::npos);
+  EXPECT_NE(error_of({"norm=batchnorm"}).find("norm takes rmsnorm | layernorm | layernorm1p"), std::string::npos);
+  EXPECT_NE(error_of({"pos=alibi"}).find("pos takes rope | learned"), std::string::npos);
+  EXPECT_NE(error_of({"tied=yes"}).find("tied takes true | false"), std::string::npos);
+  EXPECT_NE(error_of({"rope_scaling=true"}).find("rope_scaling takes on | off"), std::string::npos);
+}
+
+TEST(CudaLayoutProblem, PresetsRunAndBadShapesAreNamed) {
+  for (const char* name : {"llama3.1-8b", "llama3.1-70b", "nemotron4-15b", "gpt3-175b", "mistral-7b", "small",
+                           "small-gpt", "small-hd128"}) {
+    const ModelConfig& c = tb::model::preset(name);
+    EXPECT_EQ(tb::model::cuda_layout_problem(c, tb::model::dense_layout(c)), "") << name;
+  }
+  auto problem = [](const ModelConfig& c) { return tb::model::cuda_layout_problem(c, tb::model::dense_layout(c)); };
+  EXPECT_NE(problem(tb::model::preset("tiny")).find("not a multiple of 128"), std::string::npos);
+  EXPECT_NE(problem(over("small", {"d_model=200"})).find("starts at element"), std::string::npos);
+  EXPECT_NE(problem(over("small", {"head_dim=100"})).find("head_dim 100 is not a multiple of 8"), std::string::npos);
+  EXPECT_NE(problem(over("small", {"heads=8", "kv_heads=8", "head_dim=24"})).find("RoPE on CUDA needs head_dim"),
+            std::string::npos);
+  EXPECT_EQ(problem(over("small-gpt", {"heads=8", "kv_heads=8", "head_dim=32"})), "");  // learned positions
+}
+
+}  // namespace
