@@ -212,11 +212,16 @@ int cmd_train(int argc, char** argv) {
                    .c_str()
              : "");
   std::fflush(stdout);
+  // GPUs in TFLOP/s per GPU; a CPU rank's model FLOP rate in GFLOP/s (a tiny model's TFLOP/s reads 0.0).
+  auto flop_rate = [&](double tflops) {
+    return cuda ? fmt::format("TFLOP/s/GPU {:.1f}", tflops)
+                : fmt::format("GFLOP/s{} {:.2f}", ranks > 1 ? "/rank" : "", 1e3 * tflops);
+  };
   auto on_step = [&](const train::StepStats& s) {
     if (!rank0) return;
-    std::printf("step %d/%d | loss %.4f | lr %.2e | grad_norm %.3f | step_s %.4f | tokens/s %.0f | TFLOP/s/GPU %.1f | "
-                "mem %.2f GiB\n",
-                s.step, spec.steps, s.loss, s.lr, s.grad_norm, s.step_s, s.tokens_per_s, s.tflops, s.mem_gib);
+    std::printf("step %d/%d | loss %.4f | lr %.2e | grad_norm %.3f | step_s %.4f | tokens/s %.0f | %s | mem %.2f GiB\n",
+                s.step, spec.steps, s.loss, s.lr, s.grad_norm, s.step_s, s.tokens_per_s, flop_rate(s.tflops).c_str(),
+                s.mem_gib);
     std::fflush(stdout);
   };
   install_interrupt_handler();
@@ -310,8 +315,7 @@ int cmd_train(int argc, char** argv) {
   if (!rank0) return res.interrupted ? kFailed : kOk;  // rank 0 prints the summary
   if (res.interrupted) std::printf("\ninterrupted after %zu of %d steps\n", res.steps.size(), spec.steps);
   const int accum = train::micro_batches_per_rank(spec, layout.dp);
-  std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps%s | tokens/s %.0f%s | "
-              "TFLOP/s/GPU %.1f",
+  std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps%s | tokens/s %.0f%s | %s",
               res.step_s.median, res.step_s.p10, res.step_s.p90, res.step_s.n,
               accum > 1 ? fmt::format(" ({} micro-batches each: {:.1f} ms per micro-batch)", accum,
                                       1e3 * res.step_s.median / accum).c_str()
@@ -319,7 +323,7 @@ int cmd_train(int argc, char** argv) {
               res.tokens_per_s,
               res.gpus > 1 ? fmt::format(" ({:.0f} per GPU, {} GPUs)", res.tokens_per_s / res.gpus, res.gpus).c_str()
                            : "",
-              res.tflops);
+              flop_rate(res.tflops).c_str());
   if (mfu > 0) std::printf(" | MFU %.1f%% of %.0f", 100 * mfu, peak);
   std::printf("\n         loss %.4f -> %.4f%s\n", res.steps.front().loss, res.steps.back().loss,
               res.loss_floor > 0 ? fmt::format(" (task floor {:.4f})", res.loss_floor).c_str() : "");

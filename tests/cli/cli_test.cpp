@@ -90,6 +90,8 @@ TEST(Cli, TrainTinyOnTheCpuWritesARecord) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("step 4/4 | loss "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("over 3 steps (2 micro-batches each: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | GFLOP/s "), std::string::npos) << r.out;  // a CPU's rate, not "TFLOP/s/GPU 0.0"
+  EXPECT_EQ(r.out.find("TFLOP/s"), std::string::npos) << r.out;
   std::ifstream in(dir / "results.jsonl");
   std::string line;
   ASSERT_TRUE(std::getline(in, line));
