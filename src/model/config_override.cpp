@@ -6,7 +6,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -43,44 +42,50 @@ E one_of(std::string_view key, std::string_view v, std::initializer_list<std::pa
   raise_config(fmt::format("--set {}={}: {} takes {}", key, v, key, names));
 }
 
-struct Key {
-  std::string_view name;
-  std::function<void(ModelConfig&, std::string_view)> set;
-};
+using Setter = void (*)(ModelConfig&, std::string_view key, std::string_view value);
 
-const std::vector<Key>& keys() {
-  static const std::vector<Key> all = {
-      {"layers", [](ModelConfig& m, std::string_view v) { m.layers = positive_int("layers", v); }},
-      {"d_model", [](ModelConfig& m, std::string_view v) { m.d_model = positive_int("d_model", v); }},
-      {"ffn", [](ModelConfig& m, std::string_view v) { m.ffn = positive_int("ffn", v); }},
-      {"heads", [](ModelConfig& m, std::string_view v) { m.heads = positive_int("heads", v); }},
-      {"kv_heads", [](ModelConfig& m, std::string_view v) { m.kv_heads = positive_int("kv_heads", v); }},
-      {"head_dim", [](ModelConfig& m, std::string_view v) { m.head_dim = positive_int("head_dim", v); }},
-      {"vocab", [](ModelConfig& m, std::string_view v) { m.vocab = positive_int("vocab", v); }},
-      {"seq", [](ModelConfig& m, std::string_view v) { m.seq = positive_int("seq", v); }},
+template <int ModelConfig::*field>
+void set_int(ModelConfig& m, std::string_view k, std::string_view v) {
+  m.*field = positive_int(k, v);
+}
+template <double ModelConfig::*field>
+void set_number(ModelConfig& m, std::string_view k, std::string_view v) {
+  m.*field = positive_number(k, v);
+}
+
+const std::vector<std::pair<std::string_view, Setter>>& keys() {
+  static const std::vector<std::pair<std::string_view, Setter>> all = {
+      {"layers", set_int<&ModelConfig::layers>},
+      {"d_model", set_int<&ModelConfig::d_model>},
+      {"ffn", set_int<&ModelConfig::ffn>},
+      {"heads", set_int<&ModelConfig::heads>},
+      {"kv_heads", set_int<&ModelConfig::kv_heads>},
+      {"head_dim", set_int<&ModelConfig::head_dim>},
+      {"vocab", set_int<&ModelConfig::vocab>},
+      {"seq", set_int<&ModelConfig::seq>},
       {"norm",
-       [](ModelConfig& m, std::string_view v) {
-         m.norm = one_of<Norm>("norm", v, {{"rmsnorm", Norm::rmsnorm}, {"layernorm", Norm::layernorm},
-                                           {"layernorm1p", Norm::layernorm1p}});
+       [](ModelConfig& m, std::string_view k, std::string_view v) {
+         m.norm = one_of<Norm>(k, v, {{"rmsnorm", Norm::rmsnorm}, {"layernorm", Norm::layernorm},
+                                      {"layernorm1p", Norm::layernorm1p}});
        }},
       {"act",
-       [](ModelConfig& m, std::string_view v) {
-         m.act = one_of<Act>("act", v, {{"swiglu", Act::swiglu}, {"gelu", Act::gelu}, {"sqrelu", Act::sqrelu}});
+       [](ModelConfig& m, std::string_view k, std::string_view v) {
+         m.act = one_of<Act>(k, v, {{"swiglu", Act::swiglu}, {"gelu", Act::gelu}, {"sqrelu", Act::sqrelu}});
        }},
       {"pos",
-       [](ModelConfig& m, std::string_view v) {
-         m.pos = one_of<Pos>("pos", v, {{"rope", Pos::rope}, {"learned", Pos::learned}});
+       [](ModelConfig& m, std::string_view k, std::string_view v) {
+         m.pos = one_of<Pos>(k, v, {{"rope", Pos::rope}, {"learned", Pos::learned}});
        }},
       {"tied",
-       [](ModelConfig& m, std::string_view v) {
-         m.tied_embeddings = one_of<bool>("tied", v, {{"true", true}, {"false", false}});
+       [](ModelConfig& m, std::string_view k, std::string_view v) {
+         m.tied_embeddings = one_of<bool>(k, v, {{"true", true}, {"false", false}});
        }},
-      {"rope_theta", [](ModelConfig& m, std::string_view v) { m.rope_theta = positive_number("rope_theta", v); }},
+      {"rope_theta", set_number<&ModelConfig::rope_theta>},
       {"rope_scaling",
-       [](ModelConfig& m, std::string_view v) {
-         m.rope_scaling.enabled = one_of<bool>("rope_scaling", v, {{"on", true}, {"off", false}});
+       [](ModelConfig& m, std::string_view k, std::string_view v) {
+         m.rope_scaling.enabled = one_of<bool>(k, v, {{"on", true}, {"off", false}});
        }},
-      {"norm_eps", [](ModelConfig& m, std::string_view v) { m.norm_eps = positive_number("norm_eps", v); }},
+      {"norm_eps", set_number<&ModelConfig::norm_eps>},
   };
   return all;
 }
@@ -95,18 +100,18 @@ ModelConfig with_overrides(const ModelConfig& base, std::span<const std::string>
     if (eq == std::string::npos || eq == 0)
       raise_config(fmt::format("--set {}: expected key=value, e.g. --set d_model=2048", kv));
     const std::string_view key = std::string_view(kv).substr(0, eq), value = std::string_view(kv).substr(eq + 1);
-    const Key* found = nullptr;
+    Setter found = nullptr;
     std::vector<std::string> names;
-    for (const Key& k : keys()) {
-      if (k.name == key) found = &k;
-      names.emplace_back(k.name);
+    for (const auto& [name, set] : keys()) {
+      if (name == key) found = set;
+      names.emplace_back(name);
     }
     if (!found) {
       std::string list;
       for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
       raise_config(fmt::format("--set {}: unknown key '{}'{}; keys: {}", kv, key, did_you_mean(key, names), list));
     }
-    found->set(m, value);
+    found(m, key, value);
     applied += (applied.empty() ? "" : ",") + kv;
   }
   if (!applied.empty()) m.name = fmt::format("{}[{}]", base.name, applied);
