@@ -785,7 +785,10 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       TB_CHECK(cudaMemGetInfo(&fr, &tot));
       res.device_used_bytes = double(tot - fr);
       dc.for_each_plan([&](ops::GemmPlan&) { ++res.gemm_plans; });
-      if (spec.autotune) {
+      if (spec.autotune) {  // up to kCandidates x (200 ms + 20 runs) per shape: say so before the silence
+        if (world.rank == 0)
+          log::info("train: --autotune: timing cuBLASLt's candidates of {} GEMM shapes (up to ~{:.0f} s)",
+                    res.gemm_plans, res.gemm_plans * ops::GemmPlan::kCandidates * bench::kTuneSustainMs * 1.2e-3);
         res.gemm_retuned = bench::tune_all_plans(dc);
         ops::reset_device_memory_peak();  // its scratch operands are gone: not part of a training step
       }
