@@ -2,7 +2,9 @@
 #include "model/config_override.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -100,18 +102,14 @@ ModelConfig with_overrides(const ModelConfig& base, std::span<const std::string>
     if (eq == std::string::npos || eq == 0)
       raise_config(fmt::format("--set {}: expected key=value, e.g. --set d_model=2048", kv));
     const std::string_view key = std::string_view(kv).substr(0, eq), value = std::string_view(kv).substr(eq + 1);
-    Setter found = nullptr;
-    std::vector<std::string> names;
-    for (const auto& [name, set] : keys()) {
-      if (name == key) found = set;
-      names.emplace_back(name);
+    const auto found = std::find_if(keys().begin(), keys().end(), [&](const auto& k) { return k.first == key; });
+    if (found == keys().end()) {
+      std::vector<std::string> names;
+      for (const auto& k : keys()) names.emplace_back(k.first);
+      raise_config(fmt::format("--set {}: unknown key '{}'{}; keys: {}", kv, key, did_you_mean(key, names),
+                               fmt::join(names, ", ")));
     }
-    if (!found) {
-      std::string list;
-      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-      raise_config(fmt::format("--set {}: unknown key '{}'{}; keys: {}", kv, key, did_you_mean(key, names), list));
-    }
-    found(m, key, value);
+    found->second(m, key, value);
     applied += (applied.empty() ? "" : ",") + kv;
   }
   if (!applied.empty()) m.name = fmt::format("{}[{}]", base.name, applied);
