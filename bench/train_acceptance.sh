@@ -22,8 +22,12 @@
 #              attention takes) in BF16, FP8 and FP8 with FP8 attention (the accuracy modes take $ACC_ARGS)
 #   fp8fmt:    all-E4M3 (--fp8-format e4m3) against the hybrid format: 8B L8 FP8 current, and delayed with the FP8
 #              head and FP8 attention, in each format
-#   fp8fmtacc: the accuracy runs over seeds 1, 2, 3 of FP8 current and delayed in the all-E4M3 format (BF16 and hybrid
-#              FP8 repeat bit for bit from fp8acc: not rerun)
+#   fp8fmtacc: the accuracy runs over seeds 1, 2, 3 of BF16 and of FP8 current and delayed in the all-E4M3 format
+#   fp8accmid: the accuracy criterion per seed at a size where it means something: a 76 M-parameter Llama-like model
+#              (`small` with 12 layers, d_model 768, 6 heads of 128, 2 KV heads, ffn 2048, seq 1024), micro-batch
+#              ${ACC_MB:-8}, LR ${ACC_LR:-3e-4}, seeds ${ACC_SEEDS:-1..6}, 500 steps in BF16, BF16 --deterministic (the
+#              control: the same arithmetic summed in another order), FP8 current, FP8 delayed and FP8 delayed + FP8
+#              head + FP8 attention; make the text with `TEXT_BYTES=8000000 scripts/carry.sh` (half an epoch at mb 8)
 #   fp8best:   the issue's FP8 targets in one call: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
 #              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, BF16 with bf16 moments
 #              at both shapes (the FP8 / BF16 ratios and memory at the peer's moment precision), the torch BF16 peer
@@ -58,18 +62,21 @@ peer() {  # peer NAME ARGS...: one torch_train.py run, its JSON line appended to
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('torch', sys.argv[2], 'tokens/s %.0f' % d['tokens_per_s'], 'TFLOP/s %.1f' % d['tflops'], 'peak alloc %.2f GiB' % d['max_memory_allocated_gib'], 'reserved %.2f GiB' % d['max_memory_reserved_gib'], 'sdpa', d['sdpa'])" "$OUT/peer-$name.json" "$name"
 }
 
-accuracy() {  # accuracy MODEL PRECISION...: 500 steps of each precision, seeds 1 2 3, markov and real text (extra
-              # train options in $ACC_ARGS, e.g. --lr 1e-3); the JSONL keeps every loss
-  local model=$1; shift
-  for seed in 1 2 3; do
-    for data in markov carry/text-bytes.u16; do
+accuracy() {  # accuracy TAG "MODEL [ARGS]" PRECISION...: 500 steps of each precision, seeds 1 2 3 (or $ACC_SEEDS),
+              # markov and real text (or $ACC_DATA), results in $OUT/results/TAG-sSEED-DATA-PRECISION (extra train
+              # options in $ACC_ARGS, e.g. --lr 1e-3); the JSONL keeps every loss; then bench/accuracy_table.py's
+              # per-seed table
+  local tag=$1 model=$2; shift 2
+  for seed in ${ACC_SEEDS:-1 2 3}; do
+    for data in ${ACC_DATA:-markov carry/text-bytes.u16}; do
       for p in "$@"; do
         echo "-- seed $seed $(basename $data) $p"
         $TB train --model $model --steps 500 --warmup-steps 5 --data $data --precision $p --no-op-profile \
-          --seed $seed ${ACC_ARGS:-} --out "$OUT/results/acc-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
+          --seed $seed ${ACC_ARGS:-} --out "$OUT/results/$tag-s$seed-$(basename $data)-${p// /_}" | grep -E "^ +loss"
       done
     done
   done
+  python3 bench/accuracy_table.py "$OUT/results" --tag "$tag"; echo "exit $?"
 }
 
 {
@@ -108,7 +115,12 @@ accuracy() {  # accuracy MODEL PRECISION...: 500 steps of each precision, seeds 
           done
         done ;;
       fp8acc)
-        accuracy small "bf16" "fp8" "fp8 --fp8-recipe delayed" ;;
+        accuracy acc small "bf16" "fp8" "fp8 --fp8-recipe delayed" ;;
+      fp8accmid)
+        mid="small --set layers=12 --set d_model=768 --set heads=6 --set kv_heads=2 --set head_dim=128 --set ffn=2048"
+        ACC_SEEDS=${ACC_SEEDS:-1 2 3 4 5 6} ACC_ARGS="--seq 1024 --micro-batch ${ACC_MB:-8} --lr ${ACC_LR:-3e-4} \
+          ${ACC_ARGS:-}" accuracy accmid "$mid" "bf16" "bf16 --deterministic" "fp8" "fp8 --fp8-recipe delayed" \
+          "fp8 --fp8-recipe delayed --fp8-lm-head --fp8-attention" ;;
       fp8head)
         log "lm_head_lab"; carry/lm_head_lab
         ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile
@@ -121,7 +133,7 @@ accuracy() {  # accuracy MODEL PRECISION...: 500 steps of each precision, seeds 
         ours 70b-L2-fp8-head --model llama3.1-70b --layers 2 --seq 8192 --precision fp8 --fp8-lm-head --no-op-profile
         peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
       fp8headacc)
-        accuracy small "bf16" "fp8" "fp8 --fp8-lm-head" ;;
+        accuracy acc small "bf16" "fp8" "fp8 --fp8-lm-head" ;;
       fp8attn)
         log "attention_fp8_lab"; carry/attention_fp8_lab
         ours 8b-L8-fp8-head --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --fp8-lm-head
@@ -130,7 +142,7 @@ accuracy() {  # accuracy MODEL PRECISION...: 500 steps of each precision, seeds 
         ours 70b-L2-fp8-head-attn --model llama3.1-70b --layers 2 --seq 8192 --precision fp8 --fp8-lm-head \
           --fp8-attention --no-op-profile ;;
       fp8attnacc)
-        accuracy small-hd128 "bf16" "fp8" "fp8 --fp8-attention" ;;
+        accuracy acc small-hd128 "bf16" "fp8" "fp8 --fp8-attention" ;;
       fp8fmt)
         for f in hybrid e4m3; do
           ours 8b-L8-fp8-$f --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --fp8-format $f --no-op-profile
@@ -138,7 +150,7 @@ accuracy() {  # accuracy MODEL PRECISION...: 500 steps of each precision, seeds 
             --fp8-recipe delayed --fp8-lm-head --fp8-attention --fp8-format $f --no-op-profile
         done ;;
       fp8fmtacc)
-        accuracy small "fp8 --fp8-format e4m3" "fp8 --fp8-format e4m3 --fp8-recipe delayed" ;;
+        accuracy acc small "bf16" "fp8 --fp8-format e4m3" "fp8 --fp8-format e4m3 --fp8-recipe delayed" ;;
       fp8best)
         best="--precision fp8 --fp8-recipe delayed --fp8-lm-head --fp8-attention"
         ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile

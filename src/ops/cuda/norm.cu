@@ -1,8 +1,9 @@
 // ops/cuda/norm.cu: see norm.h. One block per row in the forward (the row stays in registers between the
-// statistics and the output); a persistent grid in the backward, each block striding over rows and keeping its
-// dw/db partial sums in registers (thread t owns the same columns in every row), then a small kernel that sums
-// the [blocks, dim] partials in a fixed order into dw/db. The FP8 forward (norm_fp8.cu) runs the forward kernel
-// without y; its output formula lives in norm_common.cuh, shared with the FP8 cast's source.
+// statistics and the output); a persistent grid in the backward, each block striding over rows (loading the next
+// row while it reduces this one) and keeping its dw/db partial sums in registers (thread t owns the same columns in
+// every row), then a small kernel that sums the [blocks, dim] partials in a fixed order into dw/db. The FP8 forward
+// (norm_fp8.cu) runs the forward kernel without y; its output formula lives in norm_common.cuh, shared with the FP8
+// cast's source.
 #include "ops/cuda/norm.h"
 
 #include <algorithm>
@@ -130,31 +131,50 @@ __global__ void __launch_bounds__(kMaxThreads) norm_forward_kernel(const FwdArgs
   om.record(a.amax);
 }
 
+// One row's inputs as loaded (bf16 vectors): dy and x, which the row's sums need first.
 template <int V>
+struct BwdRow {
+  uint4 dy[V], x[V];
+};
+
+template <int V>
+__device__ __forceinline__ void load_bwd_row(const BwdArgs& a, std::int64_t row, BwdRow<V>& in) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int col = (j * int(blockDim.x) + int(threadIdx.x)) * kVec;
+    in.dy[j] = in.x[j] = make_uint4(0, 0, 0, 0);
+    if (row < a.rows && col < a.dim) {
+      in.dy[j] = load8(a.dy + row * a.dy_stride + col);
+      in.x[j] = load8(a.x + row * a.x_stride + col);
+    }
+  }
+}
+
+// Bias gradient partials only when HasDb (registers: RMSNorm and bias-free layernorms keep none). With V <= 2 the next
+// row's dy and x are loaded before this row's block reduction, so the loads overlap it (one row in flight per block
+// leaves the SM idle while it syncs; wider rows have no registers to spare); the rows each block sums, and their
+// order, are the same either way.
+template <int V, bool HasDb>
 __global__ void __launch_bounds__(kMaxThreads) norm_backward_kernel(const BwdArgs a) {
+  constexpr bool kPrefetch = V <= 2;
   __shared__ float smem[2 * 32];
   const int T = int(blockDim.x);
-  float dw_acc[V][8], db_acc[V][8];
+  float dw_acc[V][8], db_acc[HasDb ? V : 1][8];
 #pragma unroll
   for (int j = 0; j < V; ++j)
 #pragma unroll
-    for (int k = 0; k < 8; ++k) dw_acc[j][k] = db_acc[j][k] = 0.f;
+    for (int k = 0; k < 8; ++k) dw_acc[j][k] = 0.f;
+  if constexpr (HasDb)
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) db_acc[j][k] = 0.f;
   OutMax om;  // over all of this thread's rows, recorded once
 
+  BwdRow<V> cur;
+  if constexpr (kPrefetch) load_bwd_row(a, blockIdx.x, cur);
   for (std::int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
-    uint4 dyv[V], xv[V], dresv[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int col = (j * T + int(threadIdx.x)) * kVec;
-      dyv[j] = make_uint4(0, 0, 0, 0);
-      xv[j] = dyv[j];
-      dresv[j] = dyv[j];
-      if (col < a.dim) {
-        dyv[j] = load8(a.dy + row * a.dy_stride + col);
-        xv[j] = load8(a.x + row * a.x_stride + col);
-        if (a.dres && a.dx) dresv[j] = load8(a.dres + row * a.dres_stride + col);
-      }
-    }
+    if constexpr (!kPrefetch) load_bwd_row(a, row, cur);
     const float mu = a.kind == kNormRms ? 0.f : a.mean[row];
     const float rs = a.rstd[row];
     float sums[2] = {0.f, 0.f};  // sum of g, sum of g * xh
@@ -163,8 +183,8 @@ __global__ void __launch_bounds__(kMaxThreads) norm_backward_kernel(const BwdArg
       const int col = (j * T + int(threadIdx.x)) * kVec;
       if (col >= a.dim) continue;
       float dy[8], x[8], w[8];
-      unpack8(dyv[j], dy);
-      unpack8(xv[j], x);
+      unpack8(cur.dy[j], dy);
+      unpack8(cur.x[j], x);
       norm_weight8(a.w, col, a.kind, w);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -173,31 +193,42 @@ __global__ void __launch_bounds__(kMaxThreads) norm_backward_kernel(const BwdArg
         sums[0] += g;
         sums[1] += g * xh;
         dw_acc[j][k] += dy[k] * xh;
-        db_acc[j][k] += dy[k];
+        if constexpr (HasDb) db_acc[j][k] += dy[k];
       }
     }
-    block_sum(sums, smem);
-    if (!a.dx) continue;
-    const float mean_g = a.kind == kNormRms ? 0.f : sums[0] / float(a.dim);
-    const float mean_gxh = sums[1] / float(a.dim);
+    uint4 dresv[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int col = (j * T + int(threadIdx.x)) * kVec;
-      if (col >= a.dim) continue;
-      float dy[8], x[8], w[8], dres[8], out[8];
-      unpack8(dyv[j], dy);
-      unpack8(xv[j], x);
-      unpack8(dresv[j], dres);  // zeros without dr_next
-      norm_weight8(a.w, col, a.kind, w);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const float xh = (x[k] - mu) * rs;
-        out[k] = rs * (dy[k] * w[k] - mean_g - xh * mean_gxh) + dres[k];
-      }
-      const uint4 packed = pack8(out);
-      store8(a.dx + row * a.dx_stride + col, packed);
-      if (a.amax) om.add(packed);
+      dresv[j] = make_uint4(0, 0, 0, 0);
+      if (a.dres && a.dx && col < a.dim) dresv[j] = load8(a.dres + row * a.dres_stride + col);
     }
+    BwdRow<V> next;
+    if constexpr (kPrefetch) load_bwd_row(a, row + gridDim.x, next);
+    block_sum(sums, smem);
+    if (a.dx) {
+      const float mean_g = a.kind == kNormRms ? 0.f : sums[0] / float(a.dim);
+      const float mean_gxh = sums[1] / float(a.dim);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int col = (j * T + int(threadIdx.x)) * kVec;
+        if (col >= a.dim) continue;
+        float dy[8], x[8], w[8], dres[8], out[8];
+        unpack8(cur.dy[j], dy);
+        unpack8(cur.x[j], x);
+        unpack8(dresv[j], dres);  // zeros without dr_next
+        norm_weight8(a.w, col, a.kind, w);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float xh = (x[k] - mu) * rs;
+          out[k] = rs * (dy[k] * w[k] - mean_g - xh * mean_gxh) + dres[k];
+        }
+        const uint4 packed = pack8(out);
+        store8(a.dx + row * a.dx_stride + col, packed);
+        if (a.amax) om.add(packed);
+      }
+    }
+    if constexpr (kPrefetch) cur = next;
   }
   om.record(a.amax);
   if (!a.partial) return;
@@ -211,7 +242,7 @@ __global__ void __launch_bounds__(kMaxThreads) norm_backward_kernel(const BwdArg
       reinterpret_cast<float4*>(pdw + col)[0] = make_float4(dw_acc[j][0], dw_acc[j][1], dw_acc[j][2], dw_acc[j][3]);
       reinterpret_cast<float4*>(pdw + col)[1] = make_float4(dw_acc[j][4], dw_acc[j][5], dw_acc[j][6], dw_acc[j][7]);
     }
-    if (a.want_db) {
+    if constexpr (HasDb) {
       reinterpret_cast<float4*>(pdb + col)[0] = make_float4(db_acc[j][0], db_acc[j][1], db_acc[j][2], db_acc[j][3]);
       reinterpret_cast<float4*>(pdb + col)[1] = make_float4(db_acc[j][4], db_acc[j][5], db_acc[j][6], db_acc[j][7]);
     }
@@ -272,12 +303,23 @@ void dispatch_vecs(int vecs, F&& f) {
   }
 }
 
+// Calls f(integral_constant V, bool_constant HasDb) for the backward kernel that fits the plan.
+template <class F>
+void dispatch_backward(int vecs, bool has_db, F&& f) {
+  dispatch_vecs(vecs, [&](auto v) {
+    if (has_db)
+      f(v, std::true_type{});
+    else
+      f(v, std::false_type{});
+  });
+}
+
 // Blocks of the persistent backward grid: as many as can be resident at once, at most one per row.
-int backward_blocks(std::int64_t rows, const RowPlan& plan) {
+int backward_blocks(std::int64_t rows, const RowPlan& plan, bool has_db) {
   int per_sm = 0;
-  dispatch_vecs(plan.vecs, [&](auto v) {
-    TB_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_backward_kernel<decltype(v)::value>,
-                                                           plan.threads, 0));
+  dispatch_backward(plan.vecs, has_db, [&](auto v, auto db) {
+    TB_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, norm_backward_kernel<decltype(v)::value, decltype(db)::value>, plan.threads, 0));
   });
   return int(std::min<std::int64_t>(rows, std::int64_t(std::max(per_sm, 1)) * sm_count()));
 }
@@ -317,7 +359,7 @@ void backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorVi
   const bool want_dw = dw.data() != nullptr, want_db = db.data() != nullptr;
   if (rows == 0 || (!dx.data() && !want_dw && !want_db)) return;
 
-  const int blocks = backward_blocks(rows, plan);
+  const int blocks = backward_blocks(rows, plan, want_db);
   const std::size_t partial_bytes =
       (want_dw || want_db) ? std::size_t(2) * std::size_t(blocks) * std::size_t(dim) * sizeof(float) : 0;
   ScratchBuffer scratch(workspace, partial_bytes, stream, what);
@@ -330,8 +372,8 @@ void backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorVi
                   rows,        int(dim),
                   int(kind),   want_dw,
                   want_db,     amax};
-  dispatch_vecs(plan.vecs, [&](auto v) {
-    norm_backward_kernel<decltype(v)::value><<<unsigned(blocks), plan.threads, 0, stream>>>(a);
+  dispatch_backward(plan.vecs, want_db, [&](auto v, auto db) {
+    norm_backward_kernel<decltype(v)::value, decltype(db)::value><<<unsigned(blocks), plan.threads, 0, stream>>>(a);
   });
   TB_CHECK_LAUNCH();
   if (!partial_bytes) return;
@@ -431,7 +473,8 @@ void add_norm_forward(NormKind kind, TensorView<bf16> y, TensorView<bf16> r, Ten
 std::size_t norm_backward_workspace_bytes(std::int64_t rows, std::int64_t dim) {
   if (rows <= 0) return 0;
   const RowPlan plan = plan_rows(dim, "norm_backward_workspace_bytes");
-  return std::size_t(2) * std::size_t(backward_blocks(rows, plan)) * std::size_t(dim) * sizeof(float);
+  const int blocks = std::max(backward_blocks(rows, plan, false), backward_blocks(rows, plan, true));
+  return std::size_t(2) * std::size_t(blocks) * std::size_t(dim) * sizeof(float);
 }
 
 void norm_backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorView<float> db,

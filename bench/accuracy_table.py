@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""accuracy_table.py: the FP8 accuracy criterion over the runs of bench/train_acceptance.sh's accuracy modes.
+
+Each run's folder is RESULTS/TAG-sSEED-DATA-PRECISION (one `trainbench train` JSONL record with every step's loss).
+Per run: the final loss = the mean of the last --last steps' losses (one step's loss is one batch: noisy). Per
+(data, seed): each precision's final loss relative to the BF16 run of the same seed, d = final / final_bf16 - 1; the
+criterion (the FP8 issue) is |d| <= --tol for every seed. Prints one table per data set, with the mean and sample
+standard deviation of d over the seeds (a shift common to all seeds, against the spread of the runs), and exits 1
+when a run is missing or a precision misses the bound on some seed.
+
+Usage: accuracy_table.py RESULTS [--tag acc] [--last 50] [--tol 0.015]"""
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("results")
+ap.add_argument("--tag", default="acc")
+ap.add_argument("--last", type=int, default=50)
+ap.add_argument("--tol", type=float, default=0.015)
+a = ap.parse_args()
+
+pattern = re.compile(rf"^{re.escape(a.tag)}-s(\d+)-(.+?)-((?:bf16|fp8).*)$")
+runs = {}  # (data, seed, precision) -> final loss
+for folder in sorted(glob.glob(os.path.join(a.results, f"{a.tag}-s*"))):
+    m = pattern.match(os.path.basename(folder))
+    if not m:
+        continue
+    seed, data, precision = int(m[1]), m[2], m[3]
+    losses = None
+    for path in sorted(glob.glob(f"{folder}/*.jsonl")):
+        for line in open(path):
+            r = json.loads(line)
+            if r.get("bench") == "train":
+                losses = r["loss"]
+    if not losses or len(losses) < a.last:
+        sys.exit(f"{folder}: no train record with at least {a.last} losses")
+    runs[(data, seed, precision)] = sum(losses[-a.last:]) / a.last
+if not runs:
+    sys.exit(f"no runs named {a.tag}-sSEED-DATA-PRECISION under {a.results}")
+
+failed = False
+for data in sorted({d for d, _, _ in runs}):
+    seeds = sorted({s for d, s, _ in runs if d == data})
+    precisions = ["bf16"] + sorted({p for d, _, p in runs if d == data and p != "bf16"})
+    print(f"\n{data}: mean loss of the last {a.last} steps; in brackets the difference to BF16 of the same seed")
+    print("| precision | " + " | ".join(f"seed {s}" for s in seeds) + " | mean (sd) | largest difference |")
+    print("|---" * (len(seeds) + 3) + "|")
+    for p in precisions:
+        cells, diffs = [], []
+        for s in seeds:
+            if (data, s, p) not in runs or (data, s, "bf16") not in runs:
+                cells.append("missing")
+                failed = True
+                continue
+            v, ref = runs[(data, s, p)], runs[(data, s, "bf16")]
+            d = v / ref - 1
+            diffs.append(d)
+            cells.append(f"{v:.4f}" if p == "bf16" else f"{v:.4f} ({d:+.2%})")
+        worst = max((abs(d) for d in diffs), default=0.0)
+        ok = p == "bf16" or worst <= a.tol
+        failed |= not ok
+        shift = "" if p == "bf16" or not diffs else f"{statistics.mean(diffs):+.2%}"
+        if shift and len(diffs) > 1:
+            shift += f" ({statistics.stdev(diffs):.2%})"
+        verdict = "" if p == "bf16" else f"{worst:.2%} {'within' if ok else 'OVER'} {a.tol:.1%}"
+        print(f"| {p.replace('_', ' ')} | " + " | ".join(cells) + f" | {shift} | {verdict} |")
+sys.exit(1 if failed else 0)
