@@ -118,10 +118,11 @@ int cmd_train(int argc, char** argv) {
                         "the data-, tensor- and context-parallel ranks, as one GPU would see them)");
   app.add_flag("--fp8-lm-head", spec.fp8_lm_head,
                "FP8: the LM head's three GEMMs in FP8 too, current scaling (default: BF16, as Transformer Engine and "
-               "NeMo keep it; docs/TRAINING.md)");
+               "NeMo keep it); its E5M2 logit gradients cost accuracy at high learning rates, E4M3 ones "
+               "(--fp8-format e4m3) did not (docs/TRAINING.md)");
   app.add_flag("--fp8-attention", spec.fp8_attention,
                "FP8: attention through cuDNN's FP8 SDPA too (Hopper: head_dim 128; O, dP and dQKV with delayed "
-               "scales); off by default");
+               "scales); off by default: it costs accuracy at high learning rates (docs/TRAINING.md)");
   app.add_option("--graph", spec.graph, "capture the step as a CUDA graph: on | off | auto (on; off with --tp > 1)")
       ->check(CLI::IsMember({"on", "off", "auto"}))
       ->capture_default_str();

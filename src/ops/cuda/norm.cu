@@ -57,7 +57,7 @@ struct BwdArgs {
   std::int64_t rows;
   int dim;
   int kind;
-  bool want_dw, want_db;
+  bool want_dw;  // the bias gradient: the kernel's HasDb
   float* amax;  // null: not recorded (dx must be written)
 };
 
@@ -371,7 +371,7 @@ void backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorVi
                   rstd.data(), partial_bytes ? scratch.as<float>() : nullptr,
                   rows,        int(dim),
                   int(kind),   want_dw,
-                  want_db,     amax};
+                  amax};
   dispatch_backward(plan.vecs, want_db, [&](auto v, auto db) {
     norm_backward_kernel<decltype(v)::value, decltype(db)::value><<<unsigned(blocks), plan.threads, 0, stream>>>(a);
   });
