@@ -1,0 +1,90 @@
+// bench/accuracy_table.py (the FP8 accuracy criterion per seed) on crafted run folders: the mean of the last N losses,
+// the difference to BF16 of the same seed, the mean and sd over seeds, and the exit code (0 only when every seed of
+// every precision is within the bound and no run is missing).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Out {
+  int rc;
+  std::string text;
+};
+
+Out sh(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string text;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) text.append(buf, n);
+  const int status = pclose(p);
+  return {WEXITSTATUS(status), text};
+}
+
+class AccuracyTable : public testing::Test {
+ protected:
+  fs::path dir = fs::temp_directory_path() / ("tb_acc_" + std::to_string(::getpid()));
+  void SetUp() override { fs::create_directories(dir); }
+  void TearDown() override { fs::remove_all(dir); }
+
+  // A run with the given losses (one JSONL record of the train bench, after another record).
+  void run(const std::string& name, const std::vector<double>& losses) {
+    fs::create_directories(dir / name);
+    std::ofstream f(dir / name / "train.jsonl");
+    f << R"({"bench":"info"})" << "\n" << R"({"bench":"train","loss":[)";
+    for (std::size_t i = 0; i < losses.size(); ++i) f << (i ? "," : "") << losses[i];
+    f << "]}\n";
+  }
+  // Losses whose last two are a and b, after values the table must not read.
+  void run(const std::string& name, double a, double b) { run(name, {9.0, 9.0, 9.0, a, b}); }
+  Out table(const std::string& extra = "") {
+    return sh("python3 bench/accuracy_table.py " + dir.string() + " --tag t --last 2 " + extra);
+  }
+};
+
+TEST_F(AccuracyTable, WithinTheBoundOnEverySeedExitsZero) {
+  for (int s : {1, 2}) {
+    run("t-s" + std::to_string(s) + "-text-bf16", 1.9, 2.1);                         // mean 2.0
+    run("t-s" + std::to_string(s) + "-text-fp8_--fp8-recipe_delayed", 2.01, 2.01);  // +0.50%
+  }
+  const Out o = table();
+  EXPECT_EQ(o.rc, 0) << o.text;
+  EXPECT_NE(o.text.find("| fp8 --fp8-recipe delayed | 2.0100 (+0.50%) | 2.0100 (+0.50%) | +0.50% (0.00%) | "
+                        "0.50% within 1.5% |"),
+            std::string::npos)
+      << o.text;
+}
+
+TEST_F(AccuracyTable, OneSeedOverTheBoundFailsAndTheMeanShowsTheShift) {
+  run("t-s1-markov-bf16", 2.0, 2.0);
+  run("t-s2-markov-bf16", 2.0, 2.0);
+  run("t-s1-markov-fp8", 2.04, 2.04);  // +2%
+  run("t-s2-markov-fp8", 1.98, 1.98);  // -1%
+  const Out o = table();
+  EXPECT_EQ(o.rc, 1) << o.text;
+  EXPECT_NE(o.text.find("+0.50% (2.12%) | 2.00% OVER 1.5%"), std::string::npos) << o.text;
+  EXPECT_EQ(table("--tol 0.025").rc, 0);
+}
+
+TEST_F(AccuracyTable, MissingBf16RunOrTooFewLossesFail) {
+  run("t-s1-text-bf16", 2.0, 2.0);
+  run("t-s1-text-fp8", 2.0, 2.0);
+  run("t-s2-text-fp8", 2.0, 2.0);  // no BF16 run for seed 2
+  Out o = table();
+  EXPECT_EQ(o.rc, 1);
+  EXPECT_NE(o.text.find("missing"), std::string::npos) << o.text;
+  run("t-s2-text-bf16", std::vector<double>{2.0});  // one loss, --last 2
+  o = table();
+  EXPECT_NE(o.rc, 0);
+  EXPECT_NE(o.text.find("no train record with at least 2 losses"), std::string::npos) << o.text;
+  EXPECT_NE(sh("python3 bench/accuracy_table.py " + dir.string() + " --tag none").rc, 0);
+}
+
+}  // namespace
