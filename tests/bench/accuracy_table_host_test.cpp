@@ -4,29 +4,19 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "../support/shell.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Out {
-  int rc;
-  std::string text;
-};
-
-Out sh(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string text;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) text.append(buf, n);
-  const int status = pclose(p);
-  return {WEXITSTATUS(status), text};
-}
+using Out = tb::testing_support::ShellResult;
+Out sh(const std::string& cmd) { return tb::testing_support::run_shell(cmd + " 2>&1"); }
 
 class AccuracyTable : public testing::Test {
  protected:
@@ -55,11 +45,11 @@ TEST_F(AccuracyTable, WithinTheBoundOnEverySeedExitsZero) {
     run("t-s" + std::to_string(s) + "-text-fp8_--fp8-recipe_delayed", 2.01, 2.01);  // +0.50%
   }
   const Out o = table();
-  EXPECT_EQ(o.rc, 0) << o.text;
-  EXPECT_NE(o.text.find("| fp8 --fp8-recipe delayed | 2.0100 (+0.50%) | 2.0100 (+0.50%) | +0.50% (0.00%) | "
+  EXPECT_EQ(o.rc, 0) << o.out;
+  EXPECT_NE(o.out.find("| fp8 --fp8-recipe delayed | 2.0100 (+0.50%) | 2.0100 (+0.50%) | +0.50% (0.00%) | "
                         "0.50% within 1.5% |"),
             std::string::npos)
-      << o.text;
+      << o.out;
 }
 
 TEST_F(AccuracyTable, OneSeedOverTheBoundFailsAndTheMeanShowsTheShift) {
@@ -68,8 +58,8 @@ TEST_F(AccuracyTable, OneSeedOverTheBoundFailsAndTheMeanShowsTheShift) {
   run("t-s1-markov-fp8", 2.04, 2.04);  // +2%
   run("t-s2-markov-fp8", 1.98, 1.98);  // -1%
   const Out o = table();
-  EXPECT_EQ(o.rc, 1) << o.text;
-  EXPECT_NE(o.text.find("+0.50% (2.12%) | 2.00% OVER 1.5%"), std::string::npos) << o.text;
+  EXPECT_EQ(o.rc, 1) << o.out;
+  EXPECT_NE(o.out.find("+0.50% (2.12%) | 2.00% OVER 1.5%"), std::string::npos) << o.out;
   EXPECT_EQ(table("--tol 0.025").rc, 0);
 }
 
@@ -79,11 +69,11 @@ TEST_F(AccuracyTable, MissingBf16RunOrTooFewLossesFail) {
   run("t-s2-text-fp8", 2.0, 2.0);  // no BF16 run for seed 2
   Out o = table();
   EXPECT_EQ(o.rc, 1);
-  EXPECT_NE(o.text.find("missing"), std::string::npos) << o.text;
+  EXPECT_NE(o.out.find("missing"), std::string::npos) << o.out;
   run("t-s2-text-bf16", std::vector<double>{2.0});  // one loss, --last 2
   o = table();
   EXPECT_NE(o.rc, 0);
-  EXPECT_NE(o.text.find("no train record with at least 2 losses"), std::string::npos) << o.text;
+  EXPECT_NE(o.out.find("no train record with at least 2 losses"), std::string::npos) << o.out;
   EXPECT_NE(sh("python3 bench/accuracy_table.py " + dir.string() + " --tag none").rc, 0);
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "golden.h"
+#include "../support/shell.h"
 #include "launch/yaml.h"
 #include "recipe/recipe.h"
 
@@ -25,19 +26,8 @@ const std::vector<tb::recipe::Recipe>& recipes() {
   return r;
 }
 
-struct Out {
-  int rc;
-  std::string text;
-};
-Out sh(const std::string& cmd) {
-  Out o{0, ""};
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  for (size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) o.text.append(buf, n);
-  const int st = p ? ::pclose(p) : -1;
-  o.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return o;
-}
+using Out = tb::testing_support::ShellResult;
+Out sh(const std::string& cmd) { return tb::testing_support::run_shell(cmd); }
 
 fs::path write_temp(const std::string& name, const std::string& text) {
   const auto f = fs::temp_directory_path() / ("tb_k8s_" + std::to_string(::getpid()) + "_" + name);
@@ -54,16 +44,16 @@ nlohmann::json render_and_read(const std::string& golden, const K8sJob& job) {
   const auto file = write_temp(golden, yaml);
   const Out o = sh(kChecker + " " + file.string());
   fs::remove(file);
-  EXPECT_EQ(o.rc, 0) << o.text;
-  return nlohmann::json::parse(o.text);
+  EXPECT_EQ(o.rc, 0) << o.out;
+  return nlohmann::json::parse(o.out);
 }
 
 void validate(const std::string& name, const std::string& yaml) {
   const auto file = write_temp(name, yaml);
   const Out o = sh("PYTHONPATH=.deps/kubeval " + kChecker + " --validate " + file.string() + " 2>&1");
   fs::remove(file);
-  if (o.rc == 77) GTEST_SKIP() << o.text;
-  EXPECT_EQ(o.rc, 0) << o.text;
+  if (o.rc == 77) GTEST_SKIP() << o.out;
+  EXPECT_EQ(o.rc, 0) << o.out;
 }
 
 K8sRequest request(int nodes) {
@@ -195,8 +185,8 @@ TEST(Yaml, ScalarsReadBackAsTheSameValues) {
   const auto file = write_temp("scalars.yaml", to_yaml(doc));
   const Out o = sh(kChecker + " " + file.string());
   fs::remove(file);
-  ASSERT_EQ(o.rc, 0) << o.text;
-  const auto back = nlohmann::json::parse(o.text);
+  ASSERT_EQ(o.rc, 0) << o.out;
+  const auto back = nlohmann::json::parse(o.out);
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[0], nlohmann::json::parse(doc.dump()));
 }

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/shell.h"
+
 namespace tb::cli {
 int cmd_slurm(int argc, char** argv);  // cli/commands.h
 }
@@ -22,19 +24,8 @@ int cmd_slurm(int argc, char** argv);  // cli/commands.h
 namespace {
 namespace fs = std::filesystem;
 
-struct Shell {
-  int rc;
-  std::string out;
-};
-Shell sh(const std::string& cmd) {
-  Shell o{0, ""};
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  for (size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) o.out.append(buf, n);
-  const int st = p ? ::pclose(p) : -1;
-  o.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return o;
-}
+using Shell = tb::testing_support::ShellResult;
+Shell sh(const std::string& cmd) { return tb::testing_support::run_shell(cmd + " 2>&1"); }
 
 // The trainbench binary the jobs run: $TRAINBENCH_BIN, else next to the tests folder of the build.
 fs::path trainbench_binary() {
