@@ -28,6 +28,12 @@
 #              ${ACC_MB:-8}, LR ${ACC_LR:-3e-4}, seeds ${ACC_SEEDS:-1..6}, 500 steps in BF16, BF16 --deterministic (the
 #              control: the same arithmetic summed in another order), FP8 current, FP8 delayed and FP8 delayed + FP8
 #              head + FP8 attention; make the text with `TEXT_BYTES=8000000 scripts/carry.sh` (half an epoch at mb 8)
+#   fp8headgrad: the FP8 head's logit-gradient format (--fp8-lm-head-grad): 8B L8 BF16, FP8 delayed + FP8 head with
+#              E4M3 and with E5M2 (the hybrid default) logit gradients, and + FP8 attention (op profile on the first
+#              FP8 run); 70B L2 BF16 and FP8 delayed + head; the torch BF16 peer at 8B
+#   fp8headgradacc: its accuracy per seed on the 76 M model of fp8accmid (micro-batch ${ACC_MB:-4}, LR ${ACC_LR:-1e-3},
+#              seeds ${ACC_SEEDS:-1..3}; the Llama vocabulary with ACC_ARGS="--set vocab=128256"): BF16, the control,
+#              FP8 delayed alone, + head in both formats, + FP8 attention
 #   fp8best:   the issue's FP8 targets in one call: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
 #              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, BF16 with bf16 moments
 #              at both shapes (the FP8 / BF16 ratios and memory at the peer's moment precision), the torch BF16 peer
@@ -121,6 +127,21 @@ accuracy() {  # accuracy TAG "MODEL [ARGS]" PRECISION...: 500 steps of each prec
         ACC_SEEDS=${ACC_SEEDS:-1 2 3 4 5 6} ACC_ARGS="--seq 1024 --micro-batch ${ACC_MB:-8} --lr ${ACC_LR:-3e-4} \
           ${ACC_ARGS:-}" accuracy accmid "$mid" "bf16" "bf16 --deterministic" "fp8" "fp8 --fp8-recipe delayed" \
           "fp8 --fp8-recipe delayed --fp8-lm-head --fp8-attention" ;;
+      fp8headgrad)
+        dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head"
+        ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile
+        ours 8b-L8-fp8-delayed-head-e4m3 --model llama3.1-8b --layers 8 --seq 8192 $dh --fp8-lm-head-grad e4m3
+        ours 8b-L8-fp8-delayed-head-e5m2 --model llama3.1-8b --layers 8 --seq 8192 $dh --no-op-profile
+        ours 8b-L8-fp8-delayed-head-attn --model llama3.1-8b --layers 8 --seq 8192 $dh --fp8-attention --no-op-profile
+        ours 70b-L2-bf16 --model llama3.1-70b --layers 2 --seq 8192 --no-op-profile
+        ours 70b-L2-fp8-delayed-head --model llama3.1-70b --layers 2 --seq 8192 $dh --no-op-profile
+        peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
+      fp8headgradacc)
+        mid="small --set layers=12 --set d_model=768 --set heads=6 --set kv_heads=2 --set head_dim=128 --set ffn=2048"
+        dh="fp8 --fp8-recipe delayed --fp8-lm-head"
+        ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_ARGS="--seq 1024 --micro-batch ${ACC_MB:-4} \
+          --lr ${ACC_LR:-1e-3} ${ACC_ARGS:-}" accuracy accmid "$mid" "bf16" "bf16 --deterministic" \
+          "fp8 --fp8-recipe delayed" "$dh" "$dh --fp8-lm-head-grad e4m3" "$dh --fp8-attention" ;;
       fp8head)
         log "lm_head_lab"; carry/lm_head_lab
         ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile

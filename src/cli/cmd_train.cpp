@@ -118,8 +118,11 @@ int cmd_train(int argc, char** argv) {
                         "the data-, tensor- and context-parallel ranks, as one GPU would see them)");
   app.add_flag("--fp8-lm-head", spec.fp8_lm_head,
                "FP8: the LM head's three GEMMs in FP8 too, current scaling (default: BF16, as Transformer Engine and "
-               "NeMo keep it); its E5M2 logit gradients cost accuracy at high learning rates, E4M3 ones "
-               "(--fp8-format e4m3) did not (docs/TRAINING.md)");
+               "NeMo keep it)");
+  app.add_option("--fp8-lm-head-grad", spec.fp8_lm_head_grad,
+                 "--fp8-lm-head: its logit gradients' format, e4m3 | e5m2 (default: --fp8-format's, E5M2 in hybrid; "
+                 "E4M3 cost more accuracy at the Llama vocabulary, docs/TRAINING.md)")
+      ->check(CLI::IsMember({"e4m3", "e5m2"}));
   app.add_flag("--fp8-attention", spec.fp8_attention,
                "FP8: attention through cuDNN's FP8 SDPA too (Hopper: head_dim 128; O, dP and dQKV with delayed "
                "scales); off by default: it costs accuracy at high learning rates (docs/TRAINING.md)");
@@ -201,15 +204,20 @@ int cmd_train(int argc, char** argv) {
                             : ranks > 1 ? fmt::format("{} {} ({}{})", ranks, units, layout.str(),
                                                       layout.dp > 1 ? ", ZeRO-1" : "")
                                         : fmt::format("GPU {}", spec.gpu);
+  std::string fp8;  // "(delayed scaling, hybrid, FP8 LM head with E5M2 logit gradients, FP8 attention)"
+  if (spec.precision == "fp8")
+    fp8 = fmt::format(" ({} scaling, {}{}{})", spec.fp8_recipe, spec.fp8_format,
+                      spec.fp8_lm_head ? fmt::format(", FP8 LM head with {} logit gradients",
+                                                     train::fp8_head_grad_format(spec) == "e4m3" ? "E4M3" : "E5M2")
+                                       : "",
+                      spec.fp8_attention ? ", FP8 attention" : "");
   if (rank0)
     std::printf(
         "train %s on %s: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps%s\n",
         m.name.c_str(), where.c_str(), m.layers, m.d_model, m.seq,
         fmt::format("{:.3g}", double(model::param_count(m))).c_str(), spec.micro_batch, global, spec.steps,
-        cuda ? fmt::format(", {}{}, recompute {}, master {}, moments {}", spec.precision,
-                           spec.precision == "fp8" ? fmt::format(" ({} scaling, {})", spec.fp8_recipe, spec.fp8_format)
-                                                   : "",
-                           spec.recompute, spec.master, spec.moments)
+        cuda ? fmt::format(", {}{}, recompute {}, master {}, moments {}", spec.precision, fp8, spec.recompute,
+                           spec.master, spec.moments)
                    .c_str()
              : "");
   std::fflush(stdout);
@@ -273,6 +281,7 @@ int cmd_train(int argc, char** argv) {
                        {"margin", spec.fp8_margin}, {"reduce_amax", spec.fp8_reduce_amax},
                        {"lm_head", spec.fp8_lm_head ? "fp8" : "bf16"},
                        {"attention", spec.fp8_attention ? "fp8" : "bf16"}};
+    if (spec.precision == "fp8" && spec.fp8_lm_head) r.data["fp8"]["lm_head_grad"] = train::fp8_head_grad_format(spec);
     r.data["graph"] = res.graph;
     r.data["gemm_plans"] = res.gemm_plans;
     r.data["gemm_retuned"] = res.gemm_retuned;

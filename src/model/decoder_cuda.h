@@ -142,6 +142,7 @@ struct Fp8Options {
   bool lm_head = false;      // the LM head's three GEMMs in FP8 too (ops/cuda/cross_entropy.h: current scaling)
   bool attention = false;    // attention through cuDNN's FP8 SDPA too (needs enabled)
   DType grad = DType::e5m2;  // the gradients' format: e5m2 ("hybrid", as Transformer Engine) or e4m3 (all-E4M3)
+  DType head_grad = DType::e5m2;  // lm_head: the logit gradients' format (trainbench train: `grad` unless told)
 };
 
 class CudaDecoder {

@@ -81,6 +81,7 @@ std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s)
           {"fp8_margin", num(s.fp8_margin)},
           {"fp8_reduce_amax", num(s.fp8_reduce_amax)},
           {"fp8_lm_head", num(s.fp8_lm_head)},
+          {"fp8_lm_head_grad", s.fp8_lm_head_grad},
           {"fp8_attention", num(s.fp8_attention)}};
 }
 

@@ -96,6 +96,10 @@ void validate(const TrainSpec& spec) {
   TB_REQUIRE(spec.fp8_history >= 1 && spec.fp8_history <= 1024, "--fp8-history must be in [1, 1024]");
   TB_REQUIRE(spec.fp8_margin >= 0 && spec.fp8_margin < 32, "--fp8-margin must be in [0, 32)");
   TB_REQUIRE(!spec.fp8_lm_head || spec.precision == "fp8", "--fp8-lm-head needs --precision fp8");
+  TB_REQUIRE(spec.fp8_lm_head_grad.empty() || spec.fp8_lm_head_grad == "e4m3" || spec.fp8_lm_head_grad == "e5m2",
+             fmt::format("--fp8-lm-head-grad must be e4m3 or e5m2, not '{}'", spec.fp8_lm_head_grad));
+  TB_REQUIRE(spec.fp8_lm_head_grad.empty() || spec.fp8_lm_head,
+             "--fp8-lm-head-grad sets the FP8 LM head's logit gradients: add --fp8-lm-head (or drop it)");
   if (spec.fp8_attention) {  // what cuDNN's FP8 attention (ops/cuda/attention_fp8.h) cannot do, before any GPU work
     TB_REQUIRE(spec.precision == "fp8", "--fp8-attention needs --precision fp8");
     TB_REQUIRE(spec.cp == 1, fmt::format("--fp8-attention does not combine with context parallel (--cp {}): cuDNN's "
@@ -115,6 +119,11 @@ void validate(const TrainSpec& spec) {
     const std::string problem = model::cuda_layout_problem(m, model::dense_layout(m));
     TB_REQUIRE(problem.empty(), fmt::format("model '{}' on --device cuda: {}", m.name, problem));
   }
+}
+
+std::string fp8_head_grad_format(const TrainSpec& spec) {
+  if (!spec.fp8_lm_head_grad.empty()) return spec.fp8_lm_head_grad;
+  return spec.fp8_format == "e4m3" ? "e4m3" : "e5m2";
 }
 
 std::string MemoryEstimate::parts_gib() const {

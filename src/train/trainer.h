@@ -80,6 +80,7 @@ struct TrainSpec {
   int fp8_margin = 0;                 // scale = fp8_max / amax / 2^margin
   bool fp8_reduce_amax = true;        // delayed, several ranks: amaxes maxed over the ranks holding the same layers
   bool fp8_lm_head = false;           // the LM head's GEMMs in FP8 too (current scaling; off: BF16, as TE and NeMo)
+  std::string fp8_lm_head_grad;       // its logit gradients: e4m3 | e5m2 | empty: as fp8_format's gradients
   bool fp8_attention = false;         // attention through cuDNN's FP8 SDPA too (Fp8Options::attention): FP8 only;
                                       // head_dim 128, no context parallel, not deterministic (validate())
 };
@@ -157,6 +158,9 @@ std::string share_gpus_problem(const parallel::MeshShape& s, int gpus);
 // The preset with the spec's overrides, validated; batch sizes checked. Raises Error{config}.
 model::ModelConfig resolve_model(const TrainSpec& spec);
 void validate(const TrainSpec& spec);
+
+// The FP8 LM head's logit-gradient format: "e4m3" or "e5m2" (fp8_lm_head_grad, else fp8_format's gradients).
+std::string fp8_head_grad_format(const TrainSpec& spec);
 
 // Trains on the CPU backend; on_step is called after every step (log lines, records). Under an MPI launcher with
 // several ranks, or with a parallel layout (tp, pp, vp, cp), it runs train_cpu_parallel (train/trainer_cpu_parallel.cpp).

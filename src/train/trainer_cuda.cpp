@@ -121,6 +121,7 @@ static model::Fp8Options fp8_options(const TrainSpec& spec) {
   o.lm_head = spec.fp8_lm_head;
   o.attention = spec.fp8_attention;
   o.grad = spec.fp8_format == "e4m3" ? DType::e4m3 : DType::e5m2;
+  o.head_grad = fp8_head_grad_format(spec) == "e4m3" ? DType::e4m3 : DType::e5m2;
   return o;
 }
 

@@ -126,28 +126,32 @@ TEST(TrainerCuda, SplitMasterTrainsLikeTheF32Master) {
   EXPECT_LT(split.peak_alloc_bytes, f32.peak_alloc_bytes);
 }
 
-// FP8 (current scaling, also with the FP8 LM head, and delayed, also all-E4M3) learns the markov task like BF16: the
-// final loss within 3% of the BF16 run's (the acceptance's 500-step comparison at 1.5% runs in bench/,
-// bench/RESULTS.md).
+// FP8 (current scaling, also with the FP8 LM head in both logit-gradient formats, and delayed, also all-E4M3) learns
+// the markov task like BF16: the final loss within 3% of the BF16 run's (the acceptance's 500-step comparison at 1.5%
+// runs in bench/, bench/RESULTS.md).
 TEST(TrainerCuda, Fp8LearnsLikeBf16) {
   SKIP_WITHOUT_GPU();
   auto spec = small(200);
   const auto bf16 = tb::train::train_cuda(spec, nullptr);
   spec.precision = "fp8";
   const auto cur = tb::train::train_cuda(spec, nullptr);
-  spec.fp8_lm_head = true;
+  spec.fp8_lm_head = true;  // logit gradients E5M2 (the hybrid format's), then E4M3
   const auto head = tb::train::train_cuda(spec, nullptr);
-  spec.fp8_lm_head = false;
+  spec.fp8_lm_head_grad = "e4m3";
+  const auto head_e4m3 = tb::train::train_cuda(spec, nullptr);
+  spec.fp8_lm_head = false, spec.fp8_lm_head_grad.clear();  // (refused without the FP8 head)
   spec.fp8_recipe = "delayed";
   const auto del = tb::train::train_cuda(spec, nullptr);
   spec.fp8_format = "e4m3";
   const auto e4m3 = tb::train::train_cuda(spec, nullptr);
-  std::printf("final loss: bf16 %.4f, fp8 current %.4f (+ FP8 LM head %.4f), fp8 delayed %.4f (all-E4M3 %.4f) "
-              "(floor %.4f)\n",
-              bf16.steps.back().loss, cur.steps.back().loss, head.steps.back().loss, del.steps.back().loss,
-              e4m3.steps.back().loss, bf16.loss_floor);
+  std::printf("final loss: bf16 %.4f, fp8 current %.4f (+ FP8 LM head %.4f, with E4M3 logit gradients %.4f), "
+              "fp8 delayed %.4f (all-E4M3 %.4f) (floor %.4f)\n",
+              bf16.steps.back().loss, cur.steps.back().loss, head.steps.back().loss, head_e4m3.steps.back().loss,
+              del.steps.back().loss, e4m3.steps.back().loss, bf16.loss_floor);
   EXPECT_NEAR(cur.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
   EXPECT_NEAR(head.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
+  EXPECT_NEAR(head_e4m3.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
+  EXPECT_NE(head_e4m3.steps.back().loss, head.steps.back().loss);  // the format reached the head's casts
   EXPECT_NEAR(del.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
   EXPECT_NEAR(e4m3.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
   EXPECT_EQ(cur.graph, "captured");
