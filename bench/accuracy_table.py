@@ -5,7 +5,8 @@ Each run's folder is RESULTS/TAG-sSEED-DATA-PRECISION (one `trainbench train` JS
 Per run: the final loss = the mean of the last --last steps' losses (one step's loss is one batch: noisy). Per
 (data, seed): each precision's final loss relative to the BF16 run of the same seed, d = final / final_bf16 - 1; the
 criterion (the FP8 issue) is |d| <= --tol for every seed. Prints one table per data set, with the mean and sample
-standard deviation of d over the seeds (a shift common to all seeds, against the spread of the runs), and exits 1
+standard deviation of d over the seeds (a shift common to all seeds, against the spread of the runs) and on how
+many seeds a precision misses the bound, and exits 1
 when a run is missing or a precision misses the bound on some seed.
 
 Usage: accuracy_table.py RESULTS [--tag acc] [--last 50] [--tol 0.015]"""
@@ -67,6 +68,8 @@ for data in sorted({d for d, _, _ in runs}):
         shift = "" if p == "bf16" or not diffs else f"{statistics.mean(diffs):+.2%}"
         if shift and len(diffs) > 1:
             shift += f" ({statistics.stdev(diffs):.2%})"
-        verdict = "" if p == "bf16" else f"{worst:.2%} {'within' if ok else 'OVER'} {a.tol:.1%}"
+        over = sum(abs(d) > a.tol for d in diffs)
+        verdict = "" if p == "bf16" else (f"{worst:.2%}: within {a.tol:.1%} on every seed" if ok else
+                                          f"{worst:.2%}: OVER {a.tol:.1%} on {over} of {len(diffs)} seeds")
         print(f"| {p.replace('_', ' ')} | " + " | ".join(cells) + f" | {shift} | {verdict} |")
 sys.exit(1 if failed else 0)

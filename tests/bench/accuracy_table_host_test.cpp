@@ -47,7 +47,7 @@ TEST_F(AccuracyTable, WithinTheBoundOnEverySeedExitsZero) {
   const Out o = table();
   EXPECT_EQ(o.rc, 0) << o.out;
   EXPECT_NE(o.out.find("| fp8 --fp8-recipe delayed | 2.0100 (+0.50%) | 2.0100 (+0.50%) | +0.50% (0.00%) | "
-                        "0.50% within 1.5% |"),
+                        "0.50%: within 1.5% on every seed |"),
             std::string::npos)
       << o.out;
 }
@@ -59,7 +59,7 @@ TEST_F(AccuracyTable, OneSeedOverTheBoundFailsAndTheMeanShowsTheShift) {
   run("t-s2-markov-fp8", 1.98, 1.98);  // -1%
   const Out o = table();
   EXPECT_EQ(o.rc, 1) << o.out;
-  EXPECT_NE(o.out.find("+0.50% (2.12%) | 2.00% OVER 1.5%"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("+0.50% (2.12%) | 2.00%: OVER 1.5% on 1 of 2 seeds |"), std::string::npos) << o.out;
   EXPECT_EQ(table("--tol 0.025").rc, 0);
 }
 
