@@ -281,7 +281,8 @@ int cmd_train(int argc, char** argv) {
                        {"margin", spec.fp8_margin}, {"reduce_amax", spec.fp8_reduce_amax},
                        {"lm_head", spec.fp8_lm_head ? "fp8" : "bf16"},
                        {"attention", spec.fp8_attention ? "fp8" : "bf16"}};
-    if (spec.precision == "fp8" && spec.fp8_lm_head) r.data["fp8"]["lm_head_grad"] = train::fp8_head_grad_format(spec);
+    if (spec.precision == "fp8" && spec.fp8_lm_head)
+      r.data["fp8"]["lm_head_grad"] = train::fp8_head_grad_format(spec);
     r.data["graph"] = res.graph;
     r.data["gemm_plans"] = res.gemm_plans;
     r.data["gemm_retuned"] = res.gemm_retuned;

@@ -95,13 +95,23 @@ TEST(TrainerCpu, Fp8AttentionRefusalsNameTheFlag) {
   EXPECT_EQ(refusal(s), "accepted");
   s = ok, s.fp8_format = "e5m2";
   EXPECT_EQ(refusal(s), "--fp8-format must be hybrid or e4m3, not 'e5m2'");
-  s = ok, s.fp8_lm_head = true, s.fp8_lm_head_grad = "e5m2";
+}
+
+// --fp8-lm-head-grad: refused without the FP8 head or with an unknown format; the head's logit gradients follow
+// --fp8-format unless told.
+TEST(TrainerCpu, Fp8LmHeadGradFormat) {
+  tb::train::TrainSpec ok;
+  ok.model = "small", ok.device = "cuda", ok.precision = "fp8", ok.fp8_lm_head = true;
+  const auto refusal = [](const tb::train::TrainSpec& s) {
+    return tb::testing_support::config_error([&] { tb::train::validate(s); }, "accepted");
+  };
+  tb::train::TrainSpec s = ok;
+  s.fp8_lm_head_grad = "e5m2";
   EXPECT_EQ(refusal(s), "accepted");
   s.fp8_lm_head_grad = "hybrid";
   EXPECT_EQ(refusal(s), "--fp8-lm-head-grad must be e4m3 or e5m2, not 'hybrid'");
-  s = ok, s.fp8_lm_head_grad = "e4m3";  // without the FP8 head
+  s = ok, s.fp8_lm_head = false, s.fp8_lm_head_grad = "e4m3";
   EXPECT_EQ(refusal(s), "--fp8-lm-head-grad sets the FP8 LM head's logit gradients: add --fp8-lm-head (or drop it)");
-  // The head's logit gradients follow --fp8-format unless told.
   s = ok;
   EXPECT_EQ(tb::train::fp8_head_grad_format(s), "e5m2");
   s.fp8_format = "e4m3";
