@@ -1,22 +1,20 @@
 #!/usr/bin/env python3
 """accuracy_table.py: the FP8 accuracy criterion over the runs of bench/train_acceptance.sh's accuracy modes.
 
-Each run's folder is RESULTS/TAG-sSEED-DATA-PRECISION (one `trainbench train` JSONL record with every step's loss).
-Per run: the final loss = the mean of the last --last steps' losses (one step's loss is one batch: noisy). Per
-(data, seed): each precision's final loss relative to the BF16 run of the same seed, d = final / final_bf16 - 1; the
-criterion (the FP8 issue) is |d| <= --tol for every seed. Prints one table per data set, with the mean and sample
-standard deviation of d over the seeds (a shift common to all seeds, against the spread of the runs) and on how
-many seeds a precision misses the bound, and exits 1
-when a run is missing or a precision misses the bound on some seed.
+Each run's folder is RESULTS/TAG-sSEED-DATA-PRECISION (one `trainbench train` JSONL record with every step's loss;
+accuracy_runs.py reads them). Per run: the final loss = the mean of the last --last steps' losses (one step's loss is
+one batch: noisy). Per (data, seed): each precision's final loss relative to the BF16 run of the same seed, d = final
+/ final_bf16 - 1; the criterion (the FP8 issue) is |d| <= --tol for every seed. Prints one table per data set, with
+the mean and sample standard deviation of d over the seeds (a shift common to all seeds, against the spread of the
+runs) and on how many seeds a precision misses the bound, and exits 1 when a run is missing or a precision misses the
+bound on some seed.
 
 Usage: accuracy_table.py RESULTS [--tag acc] [--last 50] [--tol 0.015]"""
 import argparse
-import glob
-import json
-import os
-import re
 import statistics
 import sys
+
+import accuracy_runs
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("results")
@@ -25,24 +23,7 @@ ap.add_argument("--last", type=int, default=50)
 ap.add_argument("--tol", type=float, default=0.015)
 a = ap.parse_args()
 
-pattern = re.compile(rf"^{re.escape(a.tag)}-s(\d+)-(.+?)-((?:bf16|fp8).*)$")
-runs = {}  # (data, seed, precision) -> final loss
-for folder in sorted(glob.glob(os.path.join(a.results, f"{a.tag}-s*"))):
-    m = pattern.match(os.path.basename(folder))
-    if not m:
-        continue
-    seed, data, precision = int(m[1]), m[2], m[3]
-    losses = None
-    for path in sorted(glob.glob(f"{folder}/*.jsonl")):
-        for line in open(path):
-            r = json.loads(line)
-            if r.get("bench") == "train":
-                losses = r["loss"]
-    if not losses or len(losses) < a.last:
-        sys.exit(f"{folder}: no train record with at least {a.last} losses")
-    runs[(data, seed, precision)] = sum(losses[-a.last:]) / a.last
-if not runs:
-    sys.exit(f"no runs named {a.tag}-sSEED-DATA-PRECISION under {a.results}")
+runs = {k: sum(v[-a.last:]) / a.last for k, v in accuracy_runs.load(a.results, a.tag, a.last).items()}
 
 failed = False
 for data in sorted({d for d, _, _ in runs}):

@@ -1,6 +1,7 @@
 // bench/accuracy_table.py (the FP8 accuracy criterion per seed) on crafted run folders: the mean of the last N losses,
 // the difference to BF16 of the same seed, the mean and sd over seeds, and the exit code (0 only when every seed of
-// every precision is within the bound and no run is missing).
+// every precision is within the bound and no run is missing); bench/accuracy_curves.py (the loss curves) on the same
+// folders: the trailing mean's difference at the last step, the chart, a missing BF16 run.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -75,6 +76,23 @@ TEST_F(AccuracyTable, MissingBf16RunOrTooFewLossesFail) {
   EXPECT_NE(o.rc, 0);
   EXPECT_NE(o.out.find("no train record with at least 2 losses"), std::string::npos) << o.out;
   EXPECT_NE(sh("python3 bench/accuracy_table.py " + dir.string() + " --tag none").rc, 0);
+}
+
+TEST_F(AccuracyTable, CurvesEndAtTheTablesDifferenceAndDrawAChart) {
+  for (int s : {1, 2}) {  // a trailing mean over 2 steps ends at 2.0 and 2.02: +1.00% (over all 3 steps: +0.50%)
+    run("t-s" + std::to_string(s) + "-text-bf16", {4.0, 2.0, 2.0});
+    run("t-s" + std::to_string(s) + "-text-fp8", {4.0, 2.02, 2.02});
+  }
+  const std::string curves = "python3 bench/accuracy_curves.py " + dir.string() + " --tag t --window 2 --out ";
+  const Out o = sh(curves + (dir / "c").string());
+  EXPECT_EQ(o.rc, 0) << o.out;
+  EXPECT_NE(o.out.find("  fp8: +1.00% (2 seeds)"), std::string::npos) << o.out;
+  ASSERT_TRUE(fs::exists(dir / "c-text.png")) << o.out;
+  EXPECT_GT(fs::file_size(dir / "c-text.png"), 1000u);
+  fs::remove_all(dir / "t-s2-text-bf16");
+  const Out missing = sh(curves + (dir / "d").string());
+  EXPECT_NE(missing.rc, 0);
+  EXPECT_NE(missing.out.find("text: no BF16 run for seed(s) [2]"), std::string::npos) << missing.out;
 }
 
 }  // namespace
