@@ -45,11 +45,10 @@ def quoted(text):  # a gnuplot string in single quotes
 runs = accuracy_runs.load(a.results, a.tag, a.window)
 with tempfile.TemporaryDirectory() as tmp:
     for data in sorted({d for d, _, _ in runs}):
-        seeds = sorted({s for d, s, _ in runs if d == data})
+        seeds, precisions = accuracy_runs.seeds_and_precisions(runs, data)
         missing = [s for s in seeds if (data, s, "bf16") not in runs]
         if missing:
             sys.exit(f"{data}: no BF16 run for seed(s) {missing}: every difference is to BF16 of the same seed")
-        precisions = ["bf16"] + sorted({p for d, _, p in runs if d == data and p != "bf16"})
         smooth = {(s, p): trailing_mean(runs[(d, s, p)], a.window) for d, s, p in runs if d == data}
         steps = min(len(v) for v in smooth.values())
         columns = []  # per precision: (mean loss, mean d) over the seeds that ran it

@@ -4,7 +4,7 @@ accuracy_curves.py.
 A run's folder is RESULTS/TAG-sSEED-DATA-PRECISION and holds one `trainbench train` JSONL record (bench "train")
 with every step's loss. load() returns {(data, seed, precision): [loss per step]}, precision as in the folder name
 (spaces written as underscores); it exits with a message when a run has fewer than min_losses losses or when no
-folder matches."""
+folder matches. seeds_and_precisions() orders one data set's seeds and precisions (BF16 first)."""
 import glob
 import json
 import os
@@ -31,3 +31,8 @@ def load(results, tag, min_losses=1):
     if not runs:
         sys.exit(f"no runs named {tag}-sSEED-DATA-PRECISION under {results}")
     return runs
+
+
+def seeds_and_precisions(runs, data):
+    seeds = sorted({s for d, s, _ in runs if d == data})
+    return seeds, ["bf16"] + sorted({p for d, _, p in runs if d == data and p != "bf16"})

@@ -27,8 +27,7 @@ runs = {k: sum(v[-a.last:]) / a.last for k, v in accuracy_runs.load(a.results, a
 
 failed = False
 for data in sorted({d for d, _, _ in runs}):
-    seeds = sorted({s for d, s, _ in runs if d == data})
-    precisions = ["bf16"] + sorted({p for d, _, p in runs if d == data and p != "bf16"})
+    seeds, precisions = accuracy_runs.seeds_and_precisions(runs, data)
     print(f"\n{data}: mean loss of the last {a.last} steps; in brackets the difference to BF16 of the same seed")
     print("| precision | " + " | ".join(f"seed {s}" for s in seeds) + " | mean (sd) | largest difference |")
     print("|---" * (len(seeds) + 3) + "|")

@@ -53,6 +53,8 @@ source bench/gpu_env.sh
 modes=${*:-tests 8b}
 STEPS=${STEPS:-20}
 WARM=${WARM:-5}
+# The accuracy modes' 76 M-parameter Llama-like model (fp8accmid, fp8headgradacc)
+MID="small --set layers=12 --set d_model=768 --set heads=6 --set kv_heads=2 --set head_dim=128 --set ffn=2048"
 log() { echo; echo "### $*"; }
 
 ours() {  # ours NAME ARGS...: one trainbench train run, results in $OUT/results/NAME
@@ -123,9 +125,8 @@ accuracy() {  # accuracy TAG "MODEL [ARGS]" PRECISION...: 500 steps of each prec
       fp8acc)
         accuracy acc small "bf16" "fp8" "fp8 --fp8-recipe delayed" ;;
       fp8accmid)
-        mid="small --set layers=12 --set d_model=768 --set heads=6 --set kv_heads=2 --set head_dim=128 --set ffn=2048"
         ACC_SEEDS=${ACC_SEEDS:-1 2 3 4 5 6} ACC_ARGS="--seq 1024 --micro-batch ${ACC_MB:-8} --lr ${ACC_LR:-3e-4} \
-          ${ACC_ARGS:-}" accuracy accmid "$mid" "bf16" "bf16 --deterministic" "fp8" "fp8 --fp8-recipe delayed" \
+          ${ACC_ARGS:-}" accuracy accmid "$MID" "bf16" "bf16 --deterministic" "fp8" "fp8 --fp8-recipe delayed" \
           "fp8 --fp8-recipe delayed --fp8-lm-head --fp8-attention" ;;
       fp8headgrad)
         dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head"
@@ -137,10 +138,9 @@ accuracy() {  # accuracy TAG "MODEL [ARGS]" PRECISION...: 500 steps of each prec
         ours 70b-L2-fp8-delayed-head --model llama3.1-70b --layers 2 --seq 8192 $dh --no-op-profile
         peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
       fp8headgradacc)
-        mid="small --set layers=12 --set d_model=768 --set heads=6 --set kv_heads=2 --set head_dim=128 --set ffn=2048"
         dh="fp8 --fp8-recipe delayed --fp8-lm-head"
         ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_ARGS="--seq 1024 --micro-batch ${ACC_MB:-4} \
-          --lr ${ACC_LR:-1e-3} ${ACC_ARGS:-}" accuracy accmid "$mid" "bf16" "bf16 --deterministic" \
+          --lr ${ACC_LR:-1e-3} ${ACC_ARGS:-}" accuracy accmid "$MID" "bf16" "bf16 --deterministic" \
           "fp8 --fp8-recipe delayed" "$dh" "$dh --fp8-lm-head-grad e4m3" "$dh --fp8-attention" ;;
       fp8head)
         log "lm_head_lab"; carry/lm_head_lab
