@@ -1,6 +1,6 @@
 // bench/accuracy_table.py (the FP8 accuracy criterion per seed) on crafted run folders: the mean of the last N losses,
 // the difference to BF16 of the same seed, the mean and sd over seeds, and the exit code (0 only when every seed of
-// every precision is within the bound and no run is missing); bench/accuracy_curves.py (the loss curves) on the same
+// every precision is within the bound and no run is missing), --against another precision; bench/accuracy_curves.py (the loss curves) on the same
 // folders: the trailing mean's difference at the last step, the chart, a missing BF16 run.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -76,6 +76,25 @@ TEST_F(AccuracyTable, MissingBf16RunOrTooFewLossesFail) {
   EXPECT_NE(o.rc, 0);
   EXPECT_NE(o.out.find("no train record with at least 2 losses"), std::string::npos) << o.out;
   EXPECT_NE(sh("python3 bench/accuracy_table.py " + dir.string() + " --tag none").rc, 0);
+}
+
+TEST_F(AccuracyTable, AgainstAnotherPrecisionOfTheSameSeed) {
+  run("t-s1-text-bf16", 2.0, 2.0);
+  run("t-s1-text-fp8", 2.02, 2.02);                // +1% over BF16
+  run("t-s1-text-fp8_--fp8-lm-head", 2.0402, 2.0402);  // +1% over fp8, +2.01% over BF16
+  Out o = table("--against fp8");
+  EXPECT_EQ(o.rc, 0) << o.out;
+  EXPECT_NE(o.out.find("difference to fp8 of the same seed"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("| bf16 | 2.0000 (-0.99%) | -0.99% |"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("| fp8 | 2.0200 |  |  |"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("| fp8 --fp8-lm-head | 2.0402 (+1.00%) | +1.00% |"), std::string::npos) << o.out;
+  EXPECT_NE(table("--against 'fp8 --fp8-lm-head'").out.find("| fp8 | 2.0200 (-0.99%) |"), std::string::npos);
+  EXPECT_EQ(table().rc, 1);  // against BF16 the head's +2.01% is over the bound
+  o = table("--against fp8_delayed");
+  EXPECT_NE(o.rc, 0);
+  EXPECT_NE(o.out.find("text: no runs of --against 'fp8_delayed'; the precisions are: bf16, fp8, fp8_--fp8-lm-head"),
+            std::string::npos)
+      << o.out;
 }
 
 TEST_F(AccuracyTable, CurvesEndAtTheTablesDifferenceAndDrawAChart) {
