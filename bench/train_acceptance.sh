@@ -3,6 +3,8 @@
 # repository root, with carry/ from scripts/carry.sh): the training GPU tests, then trainbench and its PyTorch peer
 # (bench/peers/torch_train.py) on the same GPU, one after the other, at the issue's shapes. Logs and JSONL to $OUT.
 # Usage: bench/train_acceptance.sh [tests|8b|70b|recompute|fp8...|recipes]...  (default: tests 8b)
+# (Since session 16 `--fp8-lm-head` rounds its logit gradients stochastically unless told `--fp8-lm-head-rounding
+# nearest`; the results of the modes from fp8head to fp8headgradacc and of fp8best, all earlier, rounded to nearest.)
 #   8b:        Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: trainbench (fp32 master + moments; recompute
 #              none and selective), torch bf16
 #              state, torch fp32 state (AMP)
@@ -34,6 +36,18 @@
 #   fp8headgradacc: its accuracy per seed on the 76 M model of fp8accmid (micro-batch ${ACC_MB:-4}, LR ${ACC_LR:-1e-3},
 #              seeds ${ACC_SEEDS:-1..3}; the Llama vocabulary with ACC_ARGS="--set vocab=128256"): BF16, the control,
 #              FP8 delayed alone, + head in both formats, + FP8 attention
+#   fp8headgemms: which of the FP8 head's GEMMs cost its accuracy (--fp8-lm-head-gemms), their speed: 8B L8 BF16, FP8
+#              delayed, + FP8 head (rounding to nearest) with all three GEMMs in FP8, with the backward's two (forward
+#              BF16), with the forward alone (op profile on the head runs)
+#   fp8headgemmsacc: their accuracy per seed on the 76 M model at the Llama vocabulary (micro-batch 8, LR 3e-4, seeds
+#              ${ACC_SEEDS:-1..6}, text): BF16, FP8 delayed, + head with every non-empty set of its GEMMs in FP8
+#   fp8headsr: stochastic rounding of the FP8 head's logit gradients (--fp8-lm-head-rounding stochastic), its speed:
+#              8B L8 FP8 delayed + head with nearest and with stochastic rounding (op profile on)
+#   fp8headsracc: its accuracy per seed as fp8headgemmsacc: BF16, FP8 delayed, + head rounding to nearest, + head
+#              rounding stochastically, in E5M2 and in E4M3
+#   fp8srtargets: the FP8 targets with the stochastic head in one call: 8B L8 BF16, FP8 delayed + head with nearest
+#              and with stochastic rounding, the latter + FP8 attention; 70B L2 BF16 and FP8 delayed + stochastic head;
+#              the torch BF16 peer at 8B
 #   fp8best:   the issue's FP8 targets in one call: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
 #              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, BF16 with bf16 moments
 #              at both shapes (the FP8 / BF16 ratios and memory at the peer's moment precision), the torch BF16 peer
@@ -142,6 +156,41 @@ accuracy() {  # accuracy TAG "MODEL [ARGS]" PRECISION...: 500 steps of each prec
         ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_ARGS="--seq 1024 --micro-batch ${ACC_MB:-4} \
           --lr ${ACC_LR:-1e-3} ${ACC_ARGS:-}" accuracy accmid "$MID" "bf16" "bf16 --deterministic" \
           "fp8 --fp8-recipe delayed" "$dh" "$dh --fp8-lm-head-grad e4m3" "$dh --fp8-attention" ;;
+      fp8headgemms)
+        rn="--precision fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding nearest"
+        ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile
+        ours 8b-L8-fp8-delayed --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --fp8-recipe delayed \
+          --no-op-profile
+        ours 8b-L8-fp8-delayed-head --model llama3.1-8b --layers 8 --seq 8192 $rn
+        ours 8b-L8-fp8-delayed-head-bwd --model llama3.1-8b --layers 8 --seq 8192 $rn --fp8-lm-head-gemms dgrad,wgrad
+        ours 8b-L8-fp8-delayed-head-fwd --model llama3.1-8b --layers 8 --seq 8192 $rn --fp8-lm-head-gemms forward ;;
+      fp8headgemmsacc)
+        rn="fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding nearest"
+        ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_SEEDS=${ACC_SEEDS:-1 2 3 4 5 6} ACC_ARGS="--seq 1024 \
+          --micro-batch 8 --lr 3e-4 --set vocab=128256 ${ACC_ARGS:-}" accuracy accmid "$MID" "bf16" \
+          "fp8 --fp8-recipe delayed" "$rn" "$rn --fp8-lm-head-gemms dgrad,wgrad" "$rn --fp8-lm-head-gemms forward" \
+          "$rn --fp8-lm-head-gemms dgrad" "$rn --fp8-lm-head-gemms wgrad" ;;
+      fp8headsr)
+        dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding"
+        ours 8b-L8-fp8-delayed-head --model llama3.1-8b --layers 8 --seq 8192 $dh nearest
+        ours 8b-L8-fp8-delayed-head-sr --model llama3.1-8b --layers 8 --seq 8192 $dh stochastic
+        ours 8b-L8-fp8-delayed-head-2 --model llama3.1-8b --layers 8 --seq 8192 $dh nearest --no-op-profile
+        ours 8b-L8-fp8-delayed-head-sr-2 --model llama3.1-8b --layers 8 --seq 8192 $dh stochastic --no-op-profile ;;
+      fp8srtargets)
+        dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding"
+        ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile
+        ours 8b-L8-fp8-delayed-head --model llama3.1-8b --layers 8 --seq 8192 $dh nearest --no-op-profile
+        ours 8b-L8-fp8-delayed-head-sr --model llama3.1-8b --layers 8 --seq 8192 $dh stochastic --no-op-profile
+        ours 8b-L8-fp8-delayed-head-sr-attn --model llama3.1-8b --layers 8 --seq 8192 $dh stochastic --fp8-attention \
+          --no-op-profile
+        ours 70b-L2-bf16 --model llama3.1-70b --layers 2 --seq 8192 --no-op-profile
+        ours 70b-L2-fp8-delayed-head-sr --model llama3.1-70b --layers 2 --seq 8192 $dh stochastic --no-op-profile
+        peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
+      fp8headsracc)
+        dh="fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding"
+        ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_SEEDS=${ACC_SEEDS:-1 2 3 4 5 6} ACC_ARGS="--seq 1024 \
+          --micro-batch 8 --lr 3e-4 --set vocab=128256 ${ACC_ARGS:-}" accuracy accmid "$MID" "bf16" \
+          "fp8 --fp8-recipe delayed" "$dh nearest" "$dh stochastic" "$dh stochastic --fp8-lm-head-grad e4m3" ;;
       fp8head)
         log "lm_head_lab"; carry/lm_head_lab
         ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile

@@ -1,6 +1,7 @@
 // cli/cmd_train.cpp: `trainbench train`: one model, real training steps, per-step log lines, a summary and one
 // "train" record (train/trainer.h). MFU = TFLOP/s / the GPU's dense peak of the run's precision (references/systems).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -123,6 +124,13 @@ int cmd_train(int argc, char** argv) {
                  "--fp8-lm-head: its logit gradients' format, e4m3 | e5m2 (default: --fp8-format's, E5M2 in hybrid; "
                  "E4M3 cost more accuracy at the Llama vocabulary, docs/TRAINING.md)")
       ->check(CLI::IsMember({"e4m3", "e5m2"}));
+  app.add_option("--fp8-lm-head-rounding", spec.fp8_lm_head_rounding,
+                 "--fp8-lm-head: how its logit gradients round to FP8, nearest | stochastic (the default: unbiased; "
+                 "nearest rounding moves a row's many small probabilities the same way and cost more loss)")
+      ->check(CLI::IsMember({"nearest", "stochastic"}));
+  app.add_option("--fp8-lm-head-gemms", spec.fp8_lm_head_gemms,
+                 "--fp8-lm-head: which of its GEMMs run in FP8, comma-separated forward, dgrad, wgrad (default: all "
+                 "three; the others run in BF16: where FP8 costs the head accuracy, docs/TRAINING.md)");
   app.add_flag("--fp8-attention", spec.fp8_attention,
                "FP8: attention through cuDNN's FP8 SDPA too (Hopper: head_dim 128; O, dP and dQKV with delayed "
                "scales); off by default: it costs accuracy at high learning rates (docs/TRAINING.md)");
@@ -204,13 +212,20 @@ int cmd_train(int argc, char** argv) {
                             : ranks > 1 ? fmt::format("{} {} ({}{})", ranks, units, layout.str(),
                                                       layout.dp > 1 ? ", ZeRO-1" : "")
                                         : fmt::format("GPU {}", spec.gpu);
-  std::string fp8;  // "(delayed scaling, hybrid, FP8 LM head with E5M2 logit gradients, FP8 attention)"
-  if (spec.precision == "fp8")
+  // "(delayed scaling, hybrid, FP8 LM head with E5M2 logit gradients rounded stochastically, FP8 attention)"; a head
+  // with some GEMMs in BF16: "FP8 LM head (dgrad, wgrad in FP8) with ..."
+  std::string fp8;
+  if (spec.precision == "fp8") {
+    const std::vector<std::string> head_gemms = train::fp8_head_gemms(spec);
+    const std::string which = head_gemms.size() == 3 ? "" : fmt::format(" ({} in FP8)", fmt::join(head_gemms, ", "));
     fp8 = fmt::format(" ({} scaling, {}{}{})", spec.fp8_recipe, spec.fp8_format,
-                      spec.fp8_lm_head ? fmt::format(", FP8 LM head with {} logit gradients",
-                                                     train::fp8_head_grad_format(spec) == "e4m3" ? "E4M3" : "E5M2")
-                                       : "",
+                      spec.fp8_lm_head
+                          ? fmt::format(", FP8 LM head{} with {} logit gradients rounded {}", which,
+                                        train::fp8_head_grad_format(spec) == "e4m3" ? "E4M3" : "E5M2",
+                                        train::fp8_head_rounding(spec) == "stochastic" ? "stochastically" : "to nearest")
+                          : "",
                       spec.fp8_attention ? ", FP8 attention" : "");
+  }
   if (rank0)
     std::printf(
         "train %s on %s: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps%s\n",
@@ -281,8 +296,11 @@ int cmd_train(int argc, char** argv) {
                        {"margin", spec.fp8_margin}, {"reduce_amax", spec.fp8_reduce_amax},
                        {"lm_head", spec.fp8_lm_head ? "fp8" : "bf16"},
                        {"attention", spec.fp8_attention ? "fp8" : "bf16"}};
-    if (spec.precision == "fp8" && spec.fp8_lm_head)
+    if (spec.precision == "fp8" && spec.fp8_lm_head) {
       r.data["fp8"]["lm_head_grad"] = train::fp8_head_grad_format(spec);
+      r.data["fp8"]["lm_head_gemms"] = train::fp8_head_gemms(spec);
+      r.data["fp8"]["lm_head_rounding"] = train::fp8_head_rounding(spec);
+    }
     r.data["graph"] = res.graph;
     r.data["gemm_plans"] = res.gemm_plans;
     r.data["gemm_retuned"] = res.gemm_retuned;

@@ -993,7 +993,9 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
     ops::LmHeadFp8 w;
     w.wq = fp8_head_w_.as<std::uint8_t>(), w.wqt = w.wq + fp8_lm_head_bytes(cfg_) / 2;
     w.w_scale_inv = fp8_head_->meta(0).scale_inv, w.x = fp8_head_->meta(1), w.dlogits = fp8_head_->meta(2);
-    w.margin = fp8_.margin, w.grad = fp8_.head_grad;
+    w.margin = fp8_.margin, w.grad = fp8_.head_grad, w.stochastic = fp8_.head_stochastic;
+    w.fp8_gemms = fp8_.head_gemms;
+    w.w_bf16 = P(layout_.lm_head).data();
     ops::lm_head_cross_entropy_fp8(dc_, {H.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, w, c.vocab,
                                    my_targets, lm_head_chunk(true), head_scale, loss_out, {s_.ce, s_.ce_bytes},
                                    overwrite_head_grad_);

@@ -69,6 +69,7 @@
 #include "ops/cuda/attention.h"
 #include "ops/cuda/attention_fp8.h"
 #include "ops/cuda/context.h"
+#include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/fp8.h"
 
 namespace tb::model {
@@ -143,6 +144,8 @@ struct Fp8Options {
   bool attention = false;    // attention through cuDNN's FP8 SDPA too (needs enabled)
   DType grad = DType::e5m2;  // the gradients' format: e5m2 ("hybrid", as Transformer Engine) or e4m3 (all-E4M3)
   DType head_grad = DType::e5m2;  // lm_head: the logit gradients' format (trainbench train: `grad` unless told)
+  bool head_stochastic = false;   // lm_head: its logit gradients rounded stochastically to FP8
+  unsigned head_gemms = ops::kHeadAllGemms;  // lm_head: which of its GEMMs run in FP8 (ops::LmHeadGemm bits)
 };
 
 class CudaDecoder {

@@ -82,6 +82,8 @@ std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s)
           {"fp8_reduce_amax", num(s.fp8_reduce_amax)},
           {"fp8_lm_head", num(s.fp8_lm_head)},
           {"fp8_lm_head_grad", s.fp8_lm_head_grad},
+          {"fp8_lm_head_gemms", s.fp8_lm_head_gemms},
+          {"fp8_lm_head_rounding", s.fp8_lm_head_rounding},
           {"fp8_attention", num(s.fp8_attention)}};
 }
 

@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <memory>
+#include <sstream>
 
 #include "comm/mpi_comm.h"
 #include "core/error.h"
@@ -100,6 +102,14 @@ void validate(const TrainSpec& spec) {
              fmt::format("--fp8-lm-head-grad must be e4m3 or e5m2, not '{}'", spec.fp8_lm_head_grad));
   TB_REQUIRE(spec.fp8_lm_head_grad.empty() || spec.fp8_lm_head,
              "--fp8-lm-head-grad sets the FP8 LM head's logit gradients: add --fp8-lm-head (or drop it)");
+  TB_REQUIRE(spec.fp8_lm_head_rounding.empty() || spec.fp8_lm_head_rounding == "nearest" ||
+                 spec.fp8_lm_head_rounding == "stochastic",
+             fmt::format("--fp8-lm-head-rounding must be nearest or stochastic, not '{}'", spec.fp8_lm_head_rounding));
+  TB_REQUIRE(spec.fp8_lm_head_rounding.empty() || spec.fp8_lm_head,
+             "--fp8-lm-head-rounding rounds the FP8 LM head's logit gradients: add --fp8-lm-head (or drop it)");
+  fp8_head_gemms(spec);  // (its own message for a bad list)
+  TB_REQUIRE(spec.fp8_lm_head_gemms.empty() || spec.fp8_lm_head,
+             "--fp8-lm-head-gemms chooses the FP8 LM head's GEMMs: add --fp8-lm-head (or drop it)");
   if (spec.fp8_attention) {  // what cuDNN's FP8 attention (ops/cuda/attention_fp8.h) cannot do, before any GPU work
     TB_REQUIRE(spec.precision == "fp8", "--fp8-attention needs --precision fp8");
     TB_REQUIRE(spec.cp == 1, fmt::format("--fp8-attention does not combine with context parallel (--cp {}): cuDNN's "
@@ -124,6 +134,31 @@ void validate(const TrainSpec& spec) {
 std::string fp8_head_grad_format(const TrainSpec& spec) {
   if (!spec.fp8_lm_head_grad.empty()) return spec.fp8_lm_head_grad;
   return spec.fp8_format == "e4m3" ? "e4m3" : "e5m2";
+}
+
+std::string fp8_head_rounding(const TrainSpec& spec) {
+  return spec.fp8_lm_head_rounding.empty() ? "stochastic" : spec.fp8_lm_head_rounding;
+}
+
+std::vector<std::string> fp8_head_gemms(const TrainSpec& spec) {
+  static const std::vector<std::string> kAll = {"forward", "dgrad", "wgrad"};
+  if (spec.fp8_lm_head_gemms.empty()) return kAll;
+  std::vector<std::string> given;
+  std::stringstream in(spec.fp8_lm_head_gemms);
+  for (std::string item; std::getline(in, item, ',');) {
+    TB_REQUIRE(std::find(kAll.begin(), kAll.end(), item) != kAll.end(),
+               fmt::format("--fp8-lm-head-gemms takes forward, dgrad and wgrad, comma-separated; '{}' is none of them",
+                           item));
+    TB_REQUIRE(std::find(given.begin(), given.end(), item) == given.end(),
+               fmt::format("--fp8-lm-head-gemms names '{}' twice", item));
+    given.push_back(item);
+  }
+  TB_REQUIRE(spec.fp8_lm_head_gemms.back() != ',',
+             "--fp8-lm-head-gemms takes forward, dgrad and wgrad, comma-separated; it ends with an empty item");
+  std::vector<std::string> out;  // in the head's order
+  for (const auto& g : kAll)
+    if (std::find(given.begin(), given.end(), g) != given.end()) out.push_back(g);
+  return out;
 }
 
 std::string MemoryEstimate::parts_gib() const {

@@ -81,6 +81,9 @@ struct TrainSpec {
   bool fp8_reduce_amax = true;        // delayed, several ranks: amaxes maxed over the ranks holding the same layers
   bool fp8_lm_head = false;           // the LM head's GEMMs in FP8 too (current scaling; off: BF16, as TE and NeMo)
   std::string fp8_lm_head_grad;       // its logit gradients: e4m3 | e5m2 | empty: as fp8_format's gradients
+  std::string fp8_lm_head_rounding;   // its logit gradients' rounding: nearest | stochastic | empty: stochastic
+  std::string fp8_lm_head_gemms;      // its GEMMs in FP8: comma-separated forward, dgrad, wgrad | empty: all three
+                                      // (the others BF16; where FP8 costs the head accuracy, bench/RESULTS.md)
   bool fp8_attention = false;         // attention through cuDNN's FP8 SDPA too (Fp8Options::attention): FP8 only;
                                       // head_dim 128, no context parallel, not deterministic (validate())
 };
@@ -161,6 +164,12 @@ void validate(const TrainSpec& spec);
 
 // The FP8 LM head's logit-gradient format: "e4m3" or "e5m2" (fp8_lm_head_grad, else fp8_format's gradients).
 std::string fp8_head_grad_format(const TrainSpec& spec);
+// The FP8 LM head's logit-gradient rounding: "nearest" or "stochastic" (fp8_lm_head_rounding, else stochastic: at the
+// Llama vocabulary it lowered the loss against nearest rounding on every seed, bench/RESULTS.md).
+std::string fp8_head_rounding(const TrainSpec& spec);
+// The FP8 LM head's GEMMs that run in FP8, in the order forward, dgrad, wgrad (fp8_lm_head_gemms; empty: all three).
+// Raises Error{config} for an unknown or repeated name or an empty item.
+std::vector<std::string> fp8_head_gemms(const TrainSpec& spec);
 
 // Trains on the CPU backend; on_step is called after every step (log lines, records). Under an MPI launcher with
 // several ranks, or with a parallel layout (tp, pp, vp, cp), it runs train_cpu_parallel (train/trainer_cpu_parallel.cpp).

@@ -122,6 +122,10 @@ static model::Fp8Options fp8_options(const TrainSpec& spec) {
   o.attention = spec.fp8_attention;
   o.grad = spec.fp8_format == "e4m3" ? DType::e4m3 : DType::e5m2;
   o.head_grad = fp8_head_grad_format(spec) == "e4m3" ? DType::e4m3 : DType::e5m2;
+  o.head_stochastic = fp8_head_rounding(spec) == "stochastic";
+  o.head_gemms = 0;
+  for (const std::string& g : fp8_head_gemms(spec))
+    o.head_gemms |= g == "forward" ? ops::kHeadForward : g == "dgrad" ? ops::kHeadDgrad : ops::kHeadWgrad;
   return o;
 }
 

@@ -3,7 +3,8 @@
 // that are and are not multiples of the 32 x 32 tile, with scale = fp8_max / amax written back; saturation when a
 // delayed scale overflows the format; the amax recorded during a delayed cast; the delayed-scaling update (history
 // roll, max / most_recent, margin); the dequantisation back to bf16 (every code of both formats, whole tensors and a
-// column range of a wider buffer).
+// column range of a wider buffer); stochastic rounding (every code one of the value's two FP8 neighbours, unbiased
+// where nearest rounding is not, the same codes from the same inputs and from every kernel, others from another scale).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -136,6 +137,96 @@ TEST(Fp8, CurrentScalingCastsAreBitExact) {
     check_cast(t, 33, 50, true);  // edge tiles
     check_cast(t, 7, 9, false);   // scalar tail
     check_cast(t, 1024, 4096, false);
+  }
+}
+
+// The FP8 value of a code (host), and the magnitude code one step away from code c towards larger magnitudes.
+float host_value(std::uint8_t c, DType t) { return t == DType::e4m3 ? tb::e4m3_to_float(c) : tb::e5m2_to_float(c); }
+
+// Stochastic rounding with a delayed scale of 1 (so v * scale = v exactly) on three kernels (64 x 64 tiles, 32 x 32
+// tiles, q alone). Inputs: random values over many binades of both signs, values on the FP8 grid, values in the
+// subnormal range, 0 and NaN, then a block of one repeated value whose nearest rounding is biased.
+TEST(Fp8, StochasticRoundingIsUnbiasedAndRepeatable) {
+  SKIP_WITHOUT_GPU();
+  Dev d;
+  Fp8Scales sc(0, 1, 1, d.dc.stream());
+  const Fp8Meta m = sc.meta(0);
+  for (DType t : {DType::e4m3, DType::e5m2}) {
+    const float sub = t == DType::e4m3 ? 0x1p-9f : 0x1p-16f;  // the subnormal spacing
+    const float same = t == DType::e4m3 ? 1.0625f : 1.125f;   // half a step above 1: nearest rounds to 1 (even)
+    const float step = t == DType::e4m3 ? 0.125f : 0.25f;     // the spacing at 1
+    std::vector<std::uint8_t> tiles;                            // the 256 x 512 codes of the 64 x 64 tiles
+    for (auto [rows, cols, transpose] : {std::tuple{256, 512, true}, std::tuple{96, 160, true},
+                                         std::tuple{256, 512, false}}) {
+      const std::size_t n = std::size_t(rows) * cols, half = n / 2;
+      std::mt19937 rng(unsigned(rows + cols));
+      std::uniform_real_distribution<float> ue(-20.0f, 8.0f), u01(0.0f, 1.0f);
+      std::vector<std::uint16_t> x(n);
+      for (std::size_t i = 0; i < half; ++i) {
+        const float mag = std::exp2(ue(rng)) * (i % 2 ? -1.0f : 1.0f);
+        x[i] = tb::float_to_bf16(i % 7 == 0 ? host_value(host_fp8(mag, t), t)      // on the grid
+                                 : i % 7 == 1 ? sub * 4.0f * u01(rng) : mag);       // subnormal range
+      }
+      x[0] = 0, x[1] = 0x7fc0;  // zero, NaN
+      for (std::size_t i = half; i < n; ++i) x[i] = tb::float_to_bf16(same);
+      ASSERT_EQ(tb::bf16_to_float(x[n - 1]), same);
+      const auto xb = d.up(x);
+      DeviceBuffer q(0, n + 16), qt(0, n + 16);
+      const auto cast = [&](float scale) {
+        cudaMemcpy(m.scale, &scale, 4, cudaMemcpyHostToDevice);
+        Fp8CastArgs a;
+        a.x = xb.as<__nv_bfloat16>(), a.rows = rows, a.cols = cols, a.type = t, a.stochastic = true;
+        a.q = q.get(), a.qt = transpose ? qt.get() : nullptr, a.scale = m.scale, a.scale_inv = m.scale_inv;
+        fp8_cast(a, d.dc.stream());
+        return d.down<std::uint8_t>(q, n);
+      };
+      const auto got = cast(1.0f);
+      const std::string where = std::string(dtype_name(t)) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+                                (transpose ? " transpose" : "");
+      if (transpose) {
+        const auto gqt = d.down<std::uint8_t>(qt, n);
+        std::size_t t_bad = 0;
+        for (int r = 0; r < rows; ++r)
+          for (int c = 0; c < cols; ++c) t_bad += gqt[std::size_t(c) * rows + r] != got[std::size_t(r) * cols + c];
+        EXPECT_EQ(t_bad, 0u) << where;
+      }
+      EXPECT_EQ(cast(1.0f), got) << where << ": the same inputs, the same codes";
+      std::size_t bad = 0, not_nearest = 0, inexact = 0;
+      for (std::size_t i = 0; i < half; ++i) {
+        const float v = tb::bf16_to_float(x[i]);
+        if (std::isnan(v)) {
+          EXPECT_TRUE(std::isnan(host_value(got[i], t))) << where;
+          continue;
+        }
+        const std::uint8_t nearest = host_fp8(v, t);
+        const float vn = host_value(nearest, t);
+        if (vn == v) {
+          bad += got[i] != nearest;
+          continue;
+        }
+        ++inexact;
+        // The other neighbour: one magnitude code away from nearest, on v's side of it (sign bit kept).
+        const std::uint8_t other = std::fabs(vn) < std::fabs(v) ? nearest + 1 : nearest - 1;
+        bad += got[i] != nearest && got[i] != other;
+        not_nearest += got[i] == other;
+      }
+      EXPECT_EQ(bad, 0u) << where;
+      EXPECT_GT(inexact, half / 2) << where;
+      EXPECT_GT(not_nearest, inexact / 10) << where;  // (~1/4 expected; nearest rounding: none)
+      // The repeated value: the mean of its codes is the value (to 5 standard errors); nearest rounding's is 1.
+      double sum = 0;
+      for (std::size_t i = half; i < n; ++i) sum += host_value(got[i], t);
+      const double mean = sum / double(n - half), se = 0.5 * step / std::sqrt(double(n - half));
+      EXPECT_NEAR(mean, same, 5 * se) << where;
+      EXPECT_GT(std::fabs(1.0 - same), 20 * se) << where;
+      // Another scale draws anew: about half the repeated value's codes change.
+      const auto other_scale = cast(1.0f + 0x1p-20f);
+      std::size_t changed = 0;
+      for (std::size_t i = half; i < n; ++i) changed += other_scale[i] != got[i];
+      EXPECT_GT(changed, (n - half) / 4) << where;
+      if (rows == 256 && transpose) tiles = got;
+      if (!transpose) EXPECT_EQ(got, tiles) << where << ": q alone draws as the 64 x 64 tiles do";
+    }
   }
 }
 

@@ -6,8 +6,8 @@
 //   amax      = max |g| over the chunk, g = (2^(z log2 e - lse2) - onehot) grad_scale / t recomputed in double from the
 //               GPU's logits and lse2: 1e-5 relative
 //   dlq       = fp8(g s_g), s_g = fp8_max / amax (E5M2 57344; all-E4M3 448): equal codes, or neighbouring codes
-//               where g s_g lies within 1e-4 (relative) of the rounding midpoint (fp32 vs double); dlq^T its exact
-//               transpose
+//               where g s_g lies within 1e-4 (relative) of the rounding midpoint (fp32 vs double); stochastic rounding:
+//               one of the two codes around g s_g; dlq^T its exact transpose
 //   dx, dW    = the products of the dequantised FP8 operands (in double): bf16 output 2^-8 |ref| + 2^-9 sum |terms|;
 //               fp32 output 2^-9 sum |terms|. Not fp32's 2^-24: Hopper's FP8 tensor cores add products at reduced
 //               precision between promotions to fp32 even without fast accumulation (measured on an H200: errors up to
@@ -49,6 +49,7 @@ struct Case {
   std::int64_t t, vocab, h;
   float grad_scale;
   tb::DType grad = tb::DType::e5m2;  // the logit gradients' format
+  bool stochastic = false;           // ... rounded stochastically
 };
 
 template <class T>
@@ -93,16 +94,19 @@ struct Problem {
     fp8_cast(a, nullptr);
     TB_CHECK(cudaDeviceSynchronize());
   }
-  LmHeadFp8 head() const {
+  LmHeadFp8 head(unsigned fp8_gemms = kHeadAllGemms) const {
     LmHeadFp8 f;
     f.wq = wq_.as<std::uint8_t>(), f.wqt = wqt_.as<std::uint8_t>(), f.w_scale_inv = scales.meta(0).scale_inv;
-    f.x = scales.meta(1), f.dlogits = scales.meta(2), f.grad = c.grad;
+    f.x = scales.meta(1), f.dlogits = scales.meta(2), f.grad = c.grad, f.stochastic = c.stochastic;
+    f.fp8_gemms = fp8_gemms, f.w_bf16 = fp8_gemms == kHeadAllGemms ? nullptr : w_.as<bf16>();
     return f;
   }
   // Runs the head with `chunk` (backward unless forward_only) into a fresh scratch, which it returns.
-  // overwrite: dW starts as garbage (0.5 everywhere) and the call writes it (dw_overwrite); else zeros, accumulated
-  DeviceBuffer run(DeviceContext& dc, int chunk, bool forward_only = false, bool overwrite = false) {
-    const LmHeadCeScratch L = lm_head_ce_scratch(c.t, c.vocab, c.h, chunk, true);
+  // overwrite: dW starts as garbage (0.5 everywhere) and the call writes it (dw_overwrite); else zeros, accumulated.
+  // fp8_gemms: the GEMMs in FP8 (the others BF16); bf16_head: the bf16 head (lm_head_cross_entropy) instead.
+  DeviceBuffer run(DeviceContext& dc, int chunk, bool forward_only = false, bool overwrite = false,
+                   unsigned fp8_gemms = kHeadAllGemms, bool bf16_head = false) {
+    const LmHeadCeScratch L = lm_head_ce_scratch(c.t, c.vocab, c.h, chunk, !bf16_head);
     DeviceBuffer scratch(0, L.bytes);
     if (overwrite)
       tb::ops::fill_uniform(dw_.get(), tb::DType::f32, std::size_t(c.vocab * c.h), 5, 0.5f, 0.5001f, dc.stream());
@@ -110,8 +114,14 @@ struct Problem {
       TB_CHECK(cudaMemset(dw_.get(), 0, dw_.bytes()));
     TensorView<bf16> dx = forward_only ? TensorView<bf16>() : TensorView<bf16>(dx_.as<bf16>(), {c.t, c.h});
     TensorView<float> dw = forward_only ? TensorView<float>() : TensorView<float>(dw_.as<float>(), {c.vocab, c.h});
-    lm_head_cross_entropy_fp8(dc, dx, dw, {x_.as<bf16>(), {c.t, c.h}}, head(), c.vocab, tg_.as<std::int32_t>(), chunk,
-                              c.grad_scale, loss_.as<float>(), {scratch.get(), L.bytes}, overwrite);
+    if (bf16_head)
+      lm_head_cross_entropy(dc, dx, dw, {x_.as<bf16>(), {c.t, c.h}}, {w_.as<bf16>(), {c.vocab, c.h}},
+                            tg_.as<std::int32_t>(), chunk, c.grad_scale, loss_.as<float>(), {scratch.get(), L.bytes},
+                            overwrite);
+    else
+      lm_head_cross_entropy_fp8(dc, dx, dw, {x_.as<bf16>(), {c.t, c.h}}, head(fp8_gemms), c.vocab,
+                                tg_.as<std::int32_t>(), chunk, c.grad_scale, loss_.as<float>(),
+                                {scratch.get(), L.bytes}, overwrite);
     dc.synchronize();
     return scratch;
   }
@@ -232,6 +242,12 @@ TEST_P(LmHeadFp8Gpu, EveryStageMatchesItsHostModel) {
       const double val = g[i] * s_g;
       const std::uint8_t want = code(val);
       if (dlq[i] == want) continue;
+      if (c.stochastic) {  // the other code around val: one magnitude step from the nearest, on val's side
+        const double a = value(want);
+        if (a != val && dlq[i] == (std::fabs(a) < std::fabs(val) ? want + 1 : want - 1)) continue;
+        if (code_bad++ < 3) ADD_FAILURE() << "dlq[" << r << ", " << v << "] = " << value(dlq[i]) << ", value " << val;
+        continue;
+      }
       // Accept the neighbouring code only when val sits at the midpoint of the two (fp32 vs double rounding).
       const double a = value(dlq[i]), b = value(want);
       if (std::fabs(val - 0.5 * (a + b)) <= 1e-4 * std::fabs(val))
@@ -317,13 +333,70 @@ TEST_P(LmHeadFp8Gpu, EndToEndWithinFp8ErrorOfTheExactHead) {
   EXPECT_EQ(dxb[0], 0x7f7f);
 }
 
+// fp8_gemms: each GEMM in FP8 or BF16. The per-token losses are the FP8 head's or the bf16 head's, bit for bit, as the
+// forward GEMM is; a backward GEMM in the forward's precision gives that head's gradient bit for bit (none in FP8: the
+// bf16 head exactly); one in the other precision a gradient equal to neither pure head's, within FP8 error of the
+// exact head.
+TEST_P(LmHeadFp8Gpu, EachGemmInFp8OrBf16) {
+  SKIP_WITHOUT_GPU();
+  const Case c = GetParam();
+  DeviceContext dc(0);
+  Problem P(c);
+  const std::size_t th = std::size_t(c.t * c.h), vh = std::size_t(c.vocab * c.h);
+  std::vector<double> x(th), w(vh), dx_ref(th), dw_ref(vh, 0.0);
+  for (std::size_t i = 0; i < th; ++i) x[i] = bf(P.x[i]);
+  for (std::size_t i = 0; i < vh; ++i) w[i] = bf(P.w[i]);
+  cpu::lm_head_cross_entropy<double>({dx_ref.data(), {c.t, c.h}}, {dw_ref.data(), {c.vocab, c.h}},
+                                     {x.data(), {c.t, c.h}}, {w.data(), {c.vocab, c.h}}, P.targets, int(c.t),
+                                     c.grad_scale);
+  struct Out {
+    std::vector<float> loss;  // per token
+    std::vector<std::uint16_t> dx;
+    std::vector<float> dw;
+  };
+  const int chunk = 64;  // several chunks, the same in both heads (whole 64-token tiles for the FP8 one)
+  const auto one = [&](unsigned gemms, bool bf16_head = false) {
+    const DeviceBuffer scr = P.run(dc, chunk, false, false, gemms, bf16_head);
+    const LmHeadCeScratch L = lm_head_ce_scratch(c.t, c.vocab, c.h, chunk, !bf16_head);
+    return Out{down<float>(static_cast<const unsigned char*>(scr.get()) + L.token_loss_offset, std::size_t(c.t)),
+               down<std::uint16_t>(P.dx_.get(), th), down<float>(P.dw_.get(), vh)};
+  };
+  const Out bf16 = one(0, true), fp8 = one(kHeadAllGemms);
+  ASSERT_NE(bf16.loss, fp8.loss);
+  ASSERT_NE(bf16.dx, fp8.dx);
+  for (unsigned g = 0; g <= kHeadAllGemms; ++g) {
+    const Out o = one(g);
+    const bool f8 = g & kHeadForward;
+    const Out& same = f8 ? fp8 : bf16;
+    EXPECT_EQ(o.loss, same.loss) << "fp8_gemms " << g;
+    if (bool(g & kHeadDgrad) == f8) {
+      EXPECT_EQ(o.dx, same.dx) << "fp8_gemms " << g;
+    } else {
+      EXPECT_NE(o.dx, bf16.dx) << g;
+      EXPECT_NE(o.dx, fp8.dx) << g;
+      std::vector<float> dx(th);
+      for (std::size_t i = 0; i < th; ++i) dx[i] = bf(o.dx[i]);
+      EXPECT_LT(rel_l2(dx, dx_ref), 0.15) << "fp8_gemms " << g;
+    }
+    if (bool(g & kHeadWgrad) == f8) {
+      EXPECT_EQ(o.dw, same.dw) << "fp8_gemms " << g;
+    } else {
+      EXPECT_NE(o.dw, bf16.dw) << g;
+      EXPECT_NE(o.dw, fp8.dw) << g;
+      EXPECT_LT(rel_l2(o.dw, dw_ref), 0.15) << "fp8_gemms " << g;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, LmHeadFp8Gpu,
                          testing::Values(Case{256, 1024, 128, 1.0f},  // 64 x 64 cast tiles for the gradients
                                          Case{192, 1008, 64, 0.5f},   // V not a multiple of 64: 32 x 32 tiles
-                                         Case{256, 1024, 128, 1.0f, tb::DType::e4m3}),  // all-E4M3
+                                         Case{256, 1024, 128, 1.0f, tb::DType::e4m3},  // all-E4M3
+                                         Case{256, 1024, 128, 1.0f, tb::DType::e5m2, true}),  // stochastic rounding
                          [](const testing::TestParamInfo<Case>& i) {
                            return "t" + std::to_string(i.param.t) + "_V" + std::to_string(i.param.vocab) + "_h" +
-                                  std::to_string(i.param.h) + "_" + std::string(tb::dtype_name(i.param.grad));
+                                  std::to_string(i.param.h) + "_" + std::string(tb::dtype_name(i.param.grad)) +
+                                  (i.param.stochastic ? "_stochastic" : "");
                          });
 
 TEST(LmHeadFp8GpuChecks, BadArgumentsThrowBeforeRunning) {
@@ -345,6 +418,11 @@ TEST(LmHeadFp8GpuChecks, BadArgumentsThrowBeforeRunning) {
   bf16_grad.grad = tb::DType::bf16;
   EXPECT_THROW(call(64, bf16_grad, L.bytes), tb::Error);
   EXPECT_THROW(call(64, P.head(), L.bytes - 256), tb::Error);  // scratch too small
+  LmHeadFp8 no_bf16_w = P.head(kHeadDgrad);
+  no_bf16_w.w_bf16 = nullptr;  // the forward and wgrad in BF16 need W in bf16
+  EXPECT_THROW(call(64, no_bf16_w, L.bytes), tb::Error);
+  EXPECT_THROW(call(64, P.head(8), L.bytes), tb::Error);  // not a set of LmHeadGemm bits
+  EXPECT_NO_THROW(call(64, P.head(kHeadDgrad), L.bytes));
   EXPECT_NO_THROW(call(64, P.head(), L.bytes));
 }
 

@@ -122,6 +122,54 @@ TEST(TrainerCpu, Fp8LmHeadGradFormat) {
   EXPECT_EQ(tb::train::fp8_head_grad_format(s), "e4m3");
 }
 
+// --fp8-lm-head-gemms: a subset of forward, dgrad, wgrad in the head's order (empty: all three); refused without the
+// FP8 head, with an unknown, repeated or empty name.
+TEST(TrainerCpu, Fp8LmHeadGemms) {
+  tb::train::TrainSpec ok;
+  ok.model = "small", ok.device = "cuda", ok.precision = "fp8", ok.fp8_lm_head = true;
+  const auto refusal = [](const tb::train::TrainSpec& s) {
+    return tb::testing_support::config_error([&] { tb::train::validate(s); }, "accepted");
+  };
+  using V = std::vector<std::string>;
+  tb::train::TrainSpec s = ok;
+  EXPECT_EQ(tb::train::fp8_head_gemms(s), (V{"forward", "dgrad", "wgrad"}));
+  s.fp8_lm_head_gemms = "wgrad,dgrad";
+  EXPECT_EQ(refusal(s), "accepted");
+  EXPECT_EQ(tb::train::fp8_head_gemms(s), (V{"dgrad", "wgrad"}));
+  s.fp8_lm_head_gemms = "forward";
+  EXPECT_EQ(tb::train::fp8_head_gemms(s), (V{"forward"}));
+  s.fp8_lm_head_gemms = "forward,fwd";
+  EXPECT_EQ(refusal(s), "--fp8-lm-head-gemms takes forward, dgrad and wgrad, comma-separated; 'fwd' is none of them");
+  s.fp8_lm_head_gemms = "dgrad,dgrad";
+  EXPECT_EQ(refusal(s), "--fp8-lm-head-gemms names 'dgrad' twice");
+  s.fp8_lm_head_gemms = "dgrad,";
+  EXPECT_EQ(refusal(s), "--fp8-lm-head-gemms takes forward, dgrad and wgrad, comma-separated; it ends with an empty "
+                        "item");
+  s = ok, s.fp8_lm_head = false, s.fp8_lm_head_gemms = "dgrad";
+  EXPECT_EQ(refusal(s), "--fp8-lm-head-gemms chooses the FP8 LM head's GEMMs: add --fp8-lm-head (or drop it)");
+}
+
+// --fp8-lm-head-rounding: nearest or stochastic (the default), only with the FP8 head.
+TEST(TrainerCpu, Fp8LmHeadRounding) {
+  tb::train::TrainSpec ok;
+  ok.model = "small", ok.device = "cuda", ok.precision = "fp8", ok.fp8_lm_head = true;
+  const auto refusal = [](const tb::train::TrainSpec& s) {
+    return tb::testing_support::config_error([&] { tb::train::validate(s); }, "accepted");
+  };
+  tb::train::TrainSpec s = ok;
+  EXPECT_EQ(tb::train::fp8_head_rounding(s), "stochastic");
+  s.fp8_lm_head_rounding = "nearest";
+  EXPECT_EQ(refusal(s), "accepted");
+  EXPECT_EQ(tb::train::fp8_head_rounding(s), "nearest");
+  s.fp8_lm_head_rounding = "random";
+  EXPECT_EQ(refusal(s), "--fp8-lm-head-rounding must be nearest or stochastic, not 'random'");
+  s = ok, s.fp8_lm_head = false;
+  EXPECT_EQ(refusal(s), "accepted");
+  s.fp8_lm_head_rounding = "nearest";
+  EXPECT_EQ(refusal(s), "--fp8-lm-head-rounding rounds the FP8 LM head's logit gradients: add --fp8-lm-head (or drop "
+                        "it)");
+}
+
 // Every CUDA layout takes GPT-3's form (learned positions, tied embeddings): validate() refuses none of them (context
 // parallel with learned positions was refused until its 2-GPU check passed).
 TEST(TrainerCpu, CudaLayoutsTakeLearnedPositionsAndTiedEmbeddings) {

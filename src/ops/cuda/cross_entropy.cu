@@ -358,9 +358,15 @@ void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, 
   TB_REQUIRE(w.grad == DType::e5m2 || w.grad == DType::e4m3,
              str("lm_head_cross_entropy_fp8: the logit gradients' format must be e5m2 or e4m3, got ",
                  dtype_name(w.grad)));
+  TB_REQUIRE(w.fp8_gemms <= kHeadAllGemms && (w.fp8_gemms == kHeadAllGemms || w.w_bf16),
+             str("lm_head_cross_entropy_fp8: fp8_gemms must be a set of LmHeadGemm bits (got ", w.fp8_gemms,
+                 "), and the GEMMs not in it need W in bf16 (w_bf16)"));
   const LmHeadCeScratch layout = lm_head_ce_scratch(t, vocab, h, chunk, true);
   check_call(dx, dw, x, vocab, targets, grad_scale, loss_out, scratch, layout);
-  const bool want_dx = dx.data() != nullptr, want_dw = dw.data() != nullptr, backward = want_dx || want_dw;
+  const bool want_dx = dx.data() != nullptr, want_dw = dw.data() != nullptr;
+  const bool fp8_fwd = w.fp8_gemms & kHeadForward, fp8_dx = want_dx && (w.fp8_gemms & kHeadDgrad),
+             fp8_dw = want_dw && (w.fp8_gemms & kHeadWgrad);
+  const bool fp8_grad = fp8_dx || fp8_dw, bf16_grad = (want_dx && !fp8_dx) || (want_dw && !fp8_dw);
 
   auto* base = static_cast<unsigned char*>(scratch.ptr);
   auto* logits = reinterpret_cast<__nv_bfloat16*>(base);
@@ -371,36 +377,51 @@ void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, 
   const float scale = float(double(grad_scale) / double(t));
   cudaStream_t st = dc.stream();
   dc.activate();
-  TB_CHECK(cudaMemsetAsync(w.x.amax, 0, sizeof(float), st));
-  fp8_amax(x.data(), std::size_t(t) * std::size_t(h), w.x.amax, st);
+  if (fp8_fwd || fp8_dw) {
+    TB_CHECK(cudaMemsetAsync(w.x.amax, 0, sizeof(float), st));
+    fp8_amax(x.data(), std::size_t(t) * std::size_t(h), w.x.amax, st);
+  }
   for (std::int64_t r0 = 0; r0 < t; r0 += layout.chunk) {
     const std::int64_t c = std::min(layout.chunk, t - r0);
-    Fp8CastArgs xa;  // every chunk with the whole x's scale
-    xa.x = x.data() + r0 * h, xa.rows = c, xa.cols = h, xa.q = xq, xa.qt = backward && want_dw ? xqt : nullptr;
-    xa.type = DType::e4m3, xa.amax_in = w.x.amax, xa.scale = w.x.scale, xa.scale_inv = w.x.scale_inv;
-    xa.margin = w.margin;
-    fp8_cast(xa, st);
-    GemmShape fwd{c, vocab, h, DType::e4m3, DType::e4m3, DType::bf16, true};
-    dc.gemm(fwd, logits, xq, w.wq, {w.x.scale_inv, w.w_scale_inv});
-    if (!backward) {
-      launch_softmax_xent(logits, c, vocab, targets + r0, token_loss + r0, scale, false, st);
-      continue;
+    const __nv_bfloat16* x_c = x.data() + r0 * h;
+    if (fp8_fwd || fp8_dw) {
+      Fp8CastArgs xa;  // every chunk with the whole x's scale
+      xa.x = x_c, xa.rows = c, xa.cols = h, xa.q = fp8_fwd ? xq : nullptr, xa.qt = fp8_dw ? xqt : nullptr;
+      xa.type = DType::e4m3, xa.amax_in = w.x.amax, xa.scale = w.x.scale, xa.scale_inv = w.x.scale_inv;
+      xa.margin = w.margin;
+      fp8_cast(xa, st);
     }
-    TB_CHECK(cudaMemsetAsync(w.dlogits.amax, 0, sizeof(float), st));
-    launch_softmax_xent<true>(logits, c, vocab, targets + r0, token_loss + r0, scale, false, st,
-                              Fp8Stats{lse2, w.dlogits.amax});
-    const detail::CastTarget gt{c, vocab, dlq, dlqt, w.dlogits.amax, w.dlogits.scale, w.dlogits.scale_inv, nullptr,
-                                fp8_max(w.grad), w.margin};
-    detail::launch_cast_transpose(SoftmaxGradSource{logits, vocab, lse2, targets + r0, scale}, gt,
-                                  w.grad == DType::e4m3,
-                                  vocab % kVec == 0, "lm_head_cross_entropy_fp8 (dlogits)", st);
-    if (want_dx)
+    if (fp8_fwd)
+      dc.gemm(GemmShape{c, vocab, h, DType::e4m3, DType::e4m3, DType::bf16, true}, logits, xq, w.wq,
+              {w.x.scale_inv, w.w_scale_inv});
+    else
+      dc.gemm(GemmShape{c, vocab, h, DType::bf16, DType::bf16, DType::bf16}, logits, x_c, w.w_bf16);
+    if (fp8_grad) {  // pass 1 (lse, loss, the gradients' amax), then the FP8 copies of the gradients
+      TB_CHECK(cudaMemsetAsync(w.dlogits.amax, 0, sizeof(float), st));
+      launch_softmax_xent<true>(logits, c, vocab, targets + r0, token_loss + r0, scale, false, st,
+                                Fp8Stats{lse2, w.dlogits.amax});
+      const detail::CastTarget gt{c, vocab, fp8_dx ? dlq : nullptr, dlqt, w.dlogits.amax, w.dlogits.scale,
+                                  w.dlogits.scale_inv, nullptr, fp8_max(w.grad), w.margin, w.stochastic};
+      detail::launch_cast_transpose(SoftmaxGradSource{logits, vocab, lse2, targets + r0, scale}, gt,
+                                    w.grad == DType::e4m3,
+                                    vocab % kVec == 0, "lm_head_cross_entropy_fp8 (dlogits)", st);
+    }
+    if (!fp8_grad || bf16_grad)  // the loss (forward only), or bf16 dlogits over the logits as the bf16 head writes
+      launch_softmax_xent(logits, c, vocab, targets + r0, token_loss + r0, scale, bf16_grad, st);
+    if (fp8_dx)
       dc.gemm(GemmShape{c, h, vocab, w.grad, DType::e4m3, DType::bf16}, dx.data() + r0 * h, dlq, w.wqt,
               {w.dlogits.scale_inv, w.w_scale_inv});
-    if (want_dw) {
+    else if (want_dx)
+      dc.gemm(GemmShape{c, h, vocab, DType::bf16, DType::bf16, DType::bf16, false, GemmLayout::ab},
+              dx.data() + r0 * h, logits, w.w_bf16);
+    const bool overwrite = dw_overwrite && r0 == 0;
+    if (fp8_dw) {
       GemmShape gw{vocab, h, c, w.grad, DType::e4m3, DType::f32};
-      gw.accumulate = !(dw_overwrite && r0 == 0);
+      gw.accumulate = !overwrite;
       dc.gemm(gw, dw.data(), dlqt, xqt, {w.dlogits.scale_inv, w.x.scale_inv});
+    } else if (want_dw) {
+      dc.gemm(GemmShape{vocab, h, c, DType::bf16, DType::bf16, DType::f32, false, GemmLayout::atb, !overwrite},
+              dw.data(), logits, x_c);
     }
   }
   mean_loss_kernel<<<1, kMeanThreads, 0, st>>>(token_loss, t, loss_out);

@@ -42,11 +42,17 @@
 //              max(|g(z_target, target)|, |g(max of the other z, not target)|), g(z, onehot) = (e^(z-lse) - onehot)
 //              * grad_scale / t (monotone in z)
 //   pass 2 (64 x 64 tiles): dlq, dlq^T = fp8(g s_g) (E5M2, or E4M3 for all-E4M3), g recomputed from the bf16 logits
-//              and lse, s_g from that amax
+//              and lse, s_g from that amax; rounded to nearest, or stochastically (LmHeadFp8::stochastic: most of
+//              the V gradients of a row are small positive probabilities of similar size, which nearest rounding
+//              moves the same way, biasing dx and dW's sums; stochastic rounding is unbiased)
 //   dx_c  = (dlq / s_g)(Wq^T / s_w)^T;   dW += (dlq^T / s_g)(xq_c^T / s_x)^T    (fp32, beta = 1)
 // DRAM traffic beyond the GEMMs equals the bf16 path's (logits read twice; 2 chunk V fp8 bytes written instead of
 // 2 chunk V bf16 bytes); the GEMMs read half the bytes and run at the FP8 rate. Its scratch adds the two FP8 copies
 // of dlogits (2 chunk V bytes) and of x_c (2 chunk h), so chunk 4096 takes what chunk 8192 takes in bf16.
+// LmHeadFp8::fp8_gemms picks which of the three GEMMs run in FP8; the others run as in the bf16 head, from W's bf16
+// copy (w_bf16) and, for a BF16 dgrad or wgrad, bf16 dlogits written over the logits after the FP8 copies are made
+// (the softmax again). With none in FP8 the results are the bf16 head's, bit for bit; with all three, the above.
+// Mixed sets locate FP8's accuracy cost (bench/RESULTS.md); they cost an extra softmax pass when the backward mixes.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -91,6 +97,9 @@ void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, Tens
                            const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
                            Workspace scratch, bool dw_overwrite = false);
 
+// The head's GEMMs (LmHeadFp8::fp8_gemms, a bit set): logits = x W^T, dx = dlogits W, dW += dlogits^T x.
+enum LmHeadGemm : unsigned { kHeadForward = 1, kHeadDgrad = 2, kHeadWgrad = 4, kHeadAllGemms = 7 };
+
 // The FP8 head's weights and scaling slots (device). x and dlogits are written by the call (current scaling).
 struct LmHeadFp8 {
   const std::uint8_t* wq = nullptr;    // [V, h] e4m3: W s_w
@@ -99,6 +108,9 @@ struct LmHeadFp8 {
   Fp8Meta x, dlogits;                  // amax, scale, scale_inv of each (history unused)
   int margin = 0;                      // scale = fp8_max / amax / 2^margin
   DType grad = DType::e5m2;            // the logit gradients' format: e5m2 (hybrid) or e4m3
+  bool stochastic = false;             // dlogits rounded stochastically to FP8 (unbiased; Fp8CastArgs::stochastic)
+  unsigned fp8_gemms = kHeadAllGemms;  // which GEMMs run in FP8 (LmHeadGemm bits); the others in BF16 from w_bf16
+  const __nv_bfloat16* w_bf16 = nullptr;  // W [V, h] bf16: needed unless all three GEMMs are FP8
 };
 // As lm_head_cross_entropy, with W given by its FP8 copies (above). h, V and t multiples of 16; scratch from
 // lm_head_ce_scratch(t, V, h, chunk, true).

@@ -45,6 +45,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const __nv_bfloat16* __r
 template <__nv_fp8_interpretation_t Kind>
 __global__ void __launch_bounds__(kThreads) cast_kernel(const __nv_bfloat16* __restrict__ x, detail::CastTarget p) {
   const float s = detail::cast_scale(p);
+  const detail::Rounding rnd = detail::cast_rounding(p, s);
   const std::size_t n = std::size_t(p.rows) * std::size_t(p.cols), nv = n / 8;
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   float m = 0.0f;
@@ -52,12 +53,12 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const __nv_bfloat16* __r
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < nv; i += stride) {
     float f[8];
     unpack8(__ldg(reinterpret_cast<const uint4*>(x) + i), f);
-    reinterpret_cast<uint2*>(p.q)[i] = detail::cast8<Kind>(f, s, m, nan);
+    reinterpret_cast<uint2*>(p.q)[i] = detail::cast8<Kind>(f, s, m, nan, rnd, i * 8);
   }
   for (std::size_t i = nv * 8 + std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float f = __bfloat162float(x[i]);
     m = fmaxf(m, abs_or_nan(f, nan));
-    p.q[i] = to_fp8<Kind>(f * s);
+    p.q[i] = rnd.to<Kind>(f * s, i);
   }
   if (p.amax_out) record_block_amax(m, nan, p.amax_out);
 }

@@ -9,7 +9,7 @@
 //   src.load8x2(r, c, f, g)   f = load8(r, c), g = load8(r, half + c), c < half
 // Bf16Source reads a bf16 matrix (fp8_cast); the LM head's FP8 backward reads softmax - onehot computed on the fly
 // from its logits (ops/cuda/cross_entropy.cu); NormSource recomputes a norm's output from its input and statistics
-// (ops/cuda/norm_fp8.cu). Per element: q = fp8(v * scale) (round to nearest even, saturating),
+// (ops/cuda/norm_fp8.cu). Per element: q = fp8(v * scale) (round to nearest even, saturating; or stochastically, below),
 // written to q[r, c] (if q) and qt[c, r]; scale = fp8_max / *amax_in / 2^margin (current scaling, written to *scale)
 // or *scale (delayed), *scale_inv = 1 / scale; amax_out (if set) = max(*amax_out, max |v|), NaN propagating.
 // OutMax / record_block_amax also give the bf16 kernels (activations, norms) their fused amax.
@@ -50,12 +50,13 @@ struct CastTarget {
   float* amax_out;
   float max_finite;
   int margin;
+  bool stochastic = false;  // stochastic rounding (Fp8CastArgs::stochastic)
 };
 
 // The kernels' view of a cast's arguments (unchecked).
 inline CastTarget cast_target(const Fp8CastArgs& a) {
   return {a.rows, a.cols, static_cast<std::uint8_t*>(a.q), static_cast<std::uint8_t*>(a.qt), a.amax_in,
-          a.scale, a.scale_inv, a.amax_out, fp8_max(a.type), a.margin};
+          a.scale, a.scale_inv, a.amax_out, fp8_max(a.type), a.margin, a.stochastic};
 }
 
 // The target of an op that writes its own output [rows, cols] as FP8 (norm_forward_fp8, activation_forward_fp8: delayed
@@ -123,10 +124,48 @@ __device__ __forceinline__ std::uint8_t to_fp8(float v) {
   return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, Kind);
 }
 
-// Eight values times s to FP8 (one 8-byte store), their largest |value| into m (NaN carried as the flag): what every
-// cast kernel does per vector.
+// A 32-bit integer hash (bijective, well mixed: xorshift-multiply, Wellons' "lowbias32" constants).
+__host__ __device__ __forceinline__ std::uint32_t hash32(std::uint32_t x) {
+  x ^= x >> 16, x *= 0x7feb352du, x ^= x >> 15, x *= 0x846ca68bu, x ^= x >> 16;
+  return x;
+}
+
+// Stochastic rounding to FP8: with lo <= |u| < lo + d the two neighbouring FP8 magnitudes (d: the spacing of u's
+// binade, or of the subnormals below the smallest normal), |u| rounds to lo + d with probability (|u| - lo) / d, so
+// E[result] = u. bits: 32 uniform random bits (24 used). Every step is exact in fp32 (scaling by powers of two,
+// floor), so the result is an FP8 value and the final conversion only saturates; NaN and inf go as nearest rounding.
 template <__nv_fp8_interpretation_t Kind>
-__device__ __forceinline__ uint2 cast8(const float (&f)[8], float s, float& m, bool& nan) {
+__device__ __forceinline__ std::uint8_t to_fp8_stochastic(float u, std::uint32_t bits) {
+  constexpr int kMant = Kind == __NV_E4M3 ? 3 : 2, kEmin = Kind == __NV_E4M3 ? -6 : -14;
+  if (!isfinite(u)) return to_fp8<Kind>(u);
+  const float a = fabsf(u);
+  const int e = max(int((__float_as_uint(a) >> 23) & 0xff) - 127, kEmin);  // the binade (subnormals: kEmin's spacing)
+  const float steps = a * __uint_as_float(std::uint32_t(127 + kMant - e) << 23);  // a / d, d = 2^(e - kMant)
+  const float lo = floorf(steps);
+  const float up = float(bits >> 8) * 0x1p-24f < steps - lo ? 1.0f : 0.0f;
+  return to_fp8<Kind>(copysignf((lo + up) * __uint_as_float(std::uint32_t(127 - kMant + e) << 23), u));
+}
+
+// One cast's rounding: nearest even, or stochastic (CastTarget::stochastic) with draws hashed from the element's index
+// r * cols + c and a seed from the scale's bits (the same inputs give the same codes; q and qt the same code).
+struct Rounding {
+  bool stochastic;
+  std::uint32_t seed;
+  template <__nv_fp8_interpretation_t Kind>
+  __device__ __forceinline__ std::uint8_t to(float u, std::uint64_t index) const {
+    return stochastic ? to_fp8_stochastic<Kind>(u, hash32(std::uint32_t(index) ^ seed ^ std::uint32_t(index >> 32)))
+                      : to_fp8<Kind>(u);
+  }
+};
+__device__ __forceinline__ Rounding cast_rounding(const CastTarget& p, float s) {
+  return {p.stochastic, p.stochastic ? hash32(__float_as_uint(s)) : 0u};
+}
+
+// Eight values times s to FP8 (one 8-byte store), their largest |value| into m (NaN carried as the flag): what every
+// cast kernel does per vector. index: the first value's element index (stochastic rounding's draws).
+template <__nv_fp8_interpretation_t Kind>
+__device__ __forceinline__ uint2 cast8(const float (&f)[8], float s, float& m, bool& nan, Rounding rnd = {false, 0},
+                                       std::uint64_t index = 0) {
   union {
     uint2 v;
     std::uint8_t b[8];
@@ -134,7 +173,7 @@ __device__ __forceinline__ uint2 cast8(const float (&f)[8], float s, float& m, b
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     m = fmaxf(m, abs_or_nan(f[k], nan));
-    out.b[k] = to_fp8<Kind>(f[k] * s);
+    out.b[k] = rnd.to<Kind>(f[k] * s, index + k);
   }
   return out.v;
 }
@@ -154,6 +193,7 @@ template <__nv_fp8_interpretation_t Kind, class Src>
 __global__ void __launch_bounds__(kCastTile* kCastRowsPerPass) cast_transpose32_kernel(Src src, CastTarget p) {
   __shared__ std::uint8_t tile[kCastTile][kCastTile + 4];
   const float s = cast_scale(p);
+  const Rounding rnd = cast_rounding(p, s);
   const std::int64_t r0 = std::int64_t(blockIdx.y) * kCastTile, c0 = std::int64_t(blockIdx.x) * kCastTile;
   const int tx = threadIdx.x, ty = threadIdx.y;
   float m = 0.0f;
@@ -164,7 +204,7 @@ __global__ void __launch_bounds__(kCastTile* kCastRowsPerPass) cast_transpose32_
     if (row < p.rows && col < p.cols) {
       const float f = src.at(row, col);
       m = fmaxf(m, abs_or_nan(f, nan));
-      b = to_fp8<Kind>(f * s);
+      b = rnd.to<Kind>(f * s, std::uint64_t(row * p.cols + col));
       if (p.q) p.q[row * p.cols + col] = b;
     }
     tile[r][tx] = b;
@@ -199,6 +239,7 @@ __global__ void __launch_bounds__(kCastThreads) cast_transpose_tiles_kernel(Src 
   std::int64_t half = 0;  // column offset of tile h: h * half
   if constexpr (H == 2) half = src.half();
   const float s = cast_scale(p);
+  const Rounding rnd = cast_rounding(p, s);
   const std::int64_t r0 = std::int64_t(blockIdx.y) * TR, c0 = std::int64_t(blockIdx.x) * TC;
   const int t = threadIdx.x;
   float m = 0.0f;
@@ -214,7 +255,7 @@ __global__ void __launch_bounds__(kCastThreads) cast_transpose_tiles_kernel(Src 
       src.load8(row, c0 + cg, f[0]);
 #pragma unroll
     for (int h = 0; h < H; ++h) {
-      const uint2 out = cast8<Kind>(f[h], s, m, nan);
+      const uint2 out = cast8<Kind>(f[h], s, m, nan, rnd, std::uint64_t(row * p.cols + h * half + c0 + cg));
       if (p.q) *reinterpret_cast<uint2*>(p.q + row * p.cols + h * half + c0 + cg) = out;
       *reinterpret_cast<uint2*>(&tile[h][r][cg]) = out;
     }
