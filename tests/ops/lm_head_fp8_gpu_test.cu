@@ -94,6 +94,22 @@ struct Problem {
     fp8_cast(a, nullptr);
     TB_CHECK(cudaDeviceSynchronize());
   }
+  // The unquantised head in fp64 (ops/cpu/cross_entropy.h) on the same bf16 x and W: mean loss, dx, dW.
+  struct Exact {
+    double loss;
+    std::vector<double> dx, dw;
+  };
+  Exact exact() const {
+    const std::size_t th = std::size_t(c.t * c.h), vh = std::size_t(c.vocab * c.h);
+    std::vector<double> xd(th), wd(vh);
+    for (std::size_t i = 0; i < th; ++i) xd[i] = tb::bf16_to_float(x[i]);
+    for (std::size_t i = 0; i < vh; ++i) wd[i] = tb::bf16_to_float(w[i]);
+    Exact e{0, std::vector<double>(th), std::vector<double>(vh, 0.0)};
+    e.loss = cpu::lm_head_cross_entropy<double>({e.dx.data(), {c.t, c.h}}, {e.dw.data(), {c.vocab, c.h}},
+                                                {xd.data(), {c.t, c.h}}, {wd.data(), {c.vocab, c.h}}, targets,
+                                                int(c.t), c.grad_scale);
+    return e;
+  }
   LmHeadFp8 head(unsigned fp8_gemms = kHeadAllGemms) const {
     LmHeadFp8 f;
     f.wq = wq_.as<std::uint8_t>(), f.wqt = wqt_.as<std::uint8_t>(), f.w_scale_inv = scales.meta(0).scale_inv;
@@ -288,12 +304,7 @@ TEST_P(LmHeadFp8Gpu, EndToEndWithinFp8ErrorOfTheExactHead) {
   DeviceContext dc(0);
   Problem P(c);
   const std::size_t th = std::size_t(c.t * c.h), vh = std::size_t(c.vocab * c.h);
-  std::vector<double> x(th), w(vh), dx_ref(th), dw_ref(vh, 0.0);
-  for (std::size_t i = 0; i < th; ++i) x[i] = bf(P.x[i]);
-  for (std::size_t i = 0; i < vh; ++i) w[i] = bf(P.w[i]);
-  const double loss_ref = cpu::lm_head_cross_entropy<double>({dx_ref.data(), {c.t, c.h}}, {dw_ref.data(), {c.vocab, c.h}},
-                                                             {x.data(), {c.t, c.h}}, {w.data(), {c.vocab, c.h}},
-                                                             P.targets, int(c.t), c.grad_scale);
+  const auto [loss_ref, dx_ref, dw_ref] = P.exact();
   const auto one = [&](int chunk) {
     P.run(dc, chunk);
     std::vector<float> dx(th);
@@ -343,12 +354,7 @@ TEST_P(LmHeadFp8Gpu, EachGemmInFp8OrBf16) {
   DeviceContext dc(0);
   Problem P(c);
   const std::size_t th = std::size_t(c.t * c.h), vh = std::size_t(c.vocab * c.h);
-  std::vector<double> x(th), w(vh), dx_ref(th), dw_ref(vh, 0.0);
-  for (std::size_t i = 0; i < th; ++i) x[i] = bf(P.x[i]);
-  for (std::size_t i = 0; i < vh; ++i) w[i] = bf(P.w[i]);
-  cpu::lm_head_cross_entropy<double>({dx_ref.data(), {c.t, c.h}}, {dw_ref.data(), {c.vocab, c.h}},
-                                     {x.data(), {c.t, c.h}}, {w.data(), {c.vocab, c.h}}, P.targets, int(c.t),
-                                     c.grad_scale);
+  const auto [loss_ref, dx_ref, dw_ref] = P.exact();
   struct Out {
     std::vector<float> loss;  // per token
     std::vector<std::uint16_t> dx;

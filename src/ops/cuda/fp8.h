@@ -68,7 +68,7 @@ struct Fp8CastArgs {
   int margin = 0;
   // Round stochastically instead of to nearest even: up with probability (|v| - lo) / spacing, unbiased in
   // expectation (ops/cuda/fp8_cast.cuh: draws hashed from the element index and the scale; the same inputs give the
-  // same codes). Used for the FP8 LM head's logit gradients when asked (LmHeadFp8::stochastic).
+  // same codes). The FP8 LM head rounds its logit gradients this way (LmHeadFp8::stochastic).
   bool stochastic = false;
 };
 // One pass over x: rows and cols multiples of 16 when qt is wanted (32 x 32 tiles through shared memory), any sizes
