@@ -140,7 +140,7 @@ TEST(Fp8, CurrentScalingCastsAreBitExact) {
   }
 }
 
-// The FP8 value of a code (host), and the magnitude code one step away from code c towards larger magnitudes.
+// The FP8 value of a code (host).
 float host_value(std::uint8_t c, DType t) { return t == DType::e4m3 ? tb::e4m3_to_float(c) : tb::e5m2_to_float(c); }
 
 // Stochastic rounding with a delayed scale of 1 (so v * scale = v exactly) on three kernels (64 x 64 tiles, 32 x 32

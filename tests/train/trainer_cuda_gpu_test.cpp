@@ -160,8 +160,8 @@ TEST(TrainerCuda, Fp8LearnsLikeBf16) {
   EXPECT_NEAR(head_e4m3.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
   EXPECT_NE(head_e4m3.steps.back().loss, head.steps.back().loss);  // the format reached the head's casts
   EXPECT_NEAR(head_bwd.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
-  // Step 1's loss comes from the forward alone: the BF16 forward GEMM's, as the BF16 run's (the same weights and
-  // batch; the layers before it in FP8, so close, not equal), not the FP8 head's.
+  // Step 1's loss comes from the forward alone: with the head's forward GEMM in BF16 it is bit for bit that of the FP8
+  // run with the BF16 head (`cur`: the same weights, batch and FP8 layers), not the FP8 head's.
   EXPECT_NE(head_bwd.steps[0].loss, head.steps[0].loss);
   EXPECT_EQ(head_bwd.steps[0].loss, cur.steps[0].loss);
   EXPECT_NEAR(head_sr.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
