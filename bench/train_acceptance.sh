@@ -101,6 +101,12 @@ accuracy() {  # accuracy TAG "MODEL [ARGS]" PRECISION...: 500 steps of each prec
   python3 bench/accuracy_table.py "$OUT/results" --tag "$tag"; echo "exit $?"
 }
 
+llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model at the Llama vocabulary on text
+                     # (or $ACC_DATA), micro-batch 8, LR 3e-4, seeds $ACC_SEEDS (default 1..6): the FP8 head's setting
+  ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_SEEDS=${ACC_SEEDS:-1 2 3 4 5 6} ACC_ARGS="--seq 1024 --micro-batch 8 \
+    --lr 3e-4 --set vocab=128256 ${ACC_ARGS:-}" accuracy accmid "$MID" "$@"
+}
+
 {
   log "machine"; nvidia-smi -L; nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
   for mode in $modes; do
@@ -166,10 +172,8 @@ accuracy() {  # accuracy TAG "MODEL [ARGS]" PRECISION...: 500 steps of each prec
         ours 8b-L8-fp8-delayed-head-fwd --model llama3.1-8b --layers 8 --seq 8192 $rn --fp8-lm-head-gemms forward ;;
       fp8headgemmsacc)
         rn="fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding nearest"
-        ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_SEEDS=${ACC_SEEDS:-1 2 3 4 5 6} ACC_ARGS="--seq 1024 \
-          --micro-batch 8 --lr 3e-4 --set vocab=128256 ${ACC_ARGS:-}" accuracy accmid "$MID" "bf16" \
-          "fp8 --fp8-recipe delayed" "$rn" "$rn --fp8-lm-head-gemms dgrad,wgrad" "$rn --fp8-lm-head-gemms forward" \
-          "$rn --fp8-lm-head-gemms dgrad" "$rn --fp8-lm-head-gemms wgrad" ;;
+        llama_vocab_acc "bf16" "fp8 --fp8-recipe delayed" "$rn" "$rn --fp8-lm-head-gemms dgrad,wgrad" \
+          "$rn --fp8-lm-head-gemms forward" "$rn --fp8-lm-head-gemms dgrad" "$rn --fp8-lm-head-gemms wgrad" ;;
       fp8headsr)
         dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding"
         ours 8b-L8-fp8-delayed-head --model llama3.1-8b --layers 8 --seq 8192 $dh nearest
@@ -188,9 +192,8 @@ accuracy() {  # accuracy TAG "MODEL [ARGS]" PRECISION...: 500 steps of each prec
         peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
       fp8headsracc)
         dh="fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding"
-        ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_SEEDS=${ACC_SEEDS:-1 2 3 4 5 6} ACC_ARGS="--seq 1024 \
-          --micro-batch 8 --lr 3e-4 --set vocab=128256 ${ACC_ARGS:-}" accuracy accmid "$MID" "bf16" \
-          "fp8 --fp8-recipe delayed" "$dh nearest" "$dh stochastic" "$dh stochastic --fp8-lm-head-grad e4m3" ;;
+        llama_vocab_acc "bf16" "fp8 --fp8-recipe delayed" "$dh nearest" "$dh stochastic" \
+          "$dh stochastic --fp8-lm-head-grad e4m3" ;;
       fp8head)
         log "lm_head_lab"; carry/lm_head_lab
         ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile

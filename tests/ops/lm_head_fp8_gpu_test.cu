@@ -144,6 +144,11 @@ struct Problem {
 };
 
 float bf(std::uint16_t b) { return tb::bf16_to_float(b); }
+std::vector<float> widen(const std::vector<std::uint16_t>& bf16_bits) {  // bf16 values as floats
+  std::vector<float> f(bf16_bits.size());
+  for (std::size_t i = 0; i < f.size(); ++i) f[i] = bf(bf16_bits[i]);
+  return f;
+}
 
 // Counts elements with |got - ref| > rel |ref| + abs_coef * mag (mag: the sum of |terms| of that element); reports
 // the first three as test failures when `what` is not empty.
@@ -279,9 +284,7 @@ TEST_P(LmHeadFp8Gpu, EveryStageMatchesItsHostModel) {
   const float gi = scalar(f.dlogits.scale_inv);
   const Products dx_ref = products({dlq, e5m2, gi}, {wqt, false, wi}, c.t, c.h, c.vocab);
   const Products dw_ref = products({dlqt, e5m2, gi}, {xqt, false, xi}, c.vocab, c.h, c.t);
-  std::vector<float> dx(th);
-  const auto dxb = down<std::uint16_t>(P.dx_.get(), th);
-  for (std::size_t i = 0; i < th; ++i) dx[i] = bf(dxb[i]);
+  const std::vector<float> dx = widen(down<std::uint16_t>(P.dx_.get(), th));
   const auto dw = down<float>(P.dw_.get(), vh);
   EXPECT_EQ(violations(dx, dx_ref.sum, dx_ref.mag, 0x1p-8, 0x1p-9, "dx"), 0);
   EXPECT_EQ(violations(dw, dw_ref.sum, dw_ref.mag, 0.0, 0x1p-9, "dW"), 0);
@@ -307,10 +310,8 @@ TEST_P(LmHeadFp8Gpu, EndToEndWithinFp8ErrorOfTheExactHead) {
   const auto [loss_ref, dx_ref, dw_ref] = P.exact();
   const auto one = [&](int chunk) {
     P.run(dc, chunk);
-    std::vector<float> dx(th);
-    const auto dxb = down<std::uint16_t>(P.dx_.get(), th);
-    for (std::size_t i = 0; i < th; ++i) dx[i] = bf(dxb[i]);
-    return std::tuple{double(scalar(P.loss_.as<float>())), dx, down<float>(P.dw_.get(), vh)};
+    return std::tuple{double(scalar(P.loss_.as<float>())), widen(down<std::uint16_t>(P.dx_.get(), th)),
+                      down<float>(P.dw_.get(), vh)};
   };
   const auto [loss1, dx1, dw1] = one(int(c.t));
   std::printf("t %lld V %lld h %lld: loss %.6f (exact %.6f, rel %.2e), dx rel L2 %.3f, dW rel L2 %.3f\n",
@@ -380,9 +381,7 @@ TEST_P(LmHeadFp8Gpu, EachGemmInFp8OrBf16) {
     } else {
       EXPECT_NE(o.dx, bf16.dx) << g;
       EXPECT_NE(o.dx, fp8.dx) << g;
-      std::vector<float> dx(th);
-      for (std::size_t i = 0; i < th; ++i) dx[i] = bf(o.dx[i]);
-      EXPECT_LT(rel_l2(dx, dx_ref), 0.15) << "fp8_gemms " << g;
+      EXPECT_LT(rel_l2(widen(o.dx), dx_ref), 0.15) << "fp8_gemms " << g;
     }
     if (bool(g & kHeadWgrad) == f8) {
       EXPECT_EQ(o.dw, same.dw) << "fp8_gemms " << g;

@@ -25,6 +25,19 @@ tb::train::TrainSpec tiny(int steps) {
   s.data = "markov";
   return s;
 }
+
+// validate()'s config error for s, or "accepted".
+std::string refusal(const tb::train::TrainSpec& s) {
+  return tb::testing_support::config_error([&] { tb::train::validate(s); }, "accepted");
+}
+
+// A CUDA run of `small` in FP8 with the FP8 LM head (validated only: no GPU needed).
+tb::train::TrainSpec fp8_head_spec() {
+  tb::train::TrainSpec s;
+  s.model = "small", s.device = "cuda", s.precision = "fp8", s.fp8_lm_head = true;
+  return s;
+}
+
 }  // namespace
 
 TEST(TrainerCpu, LearnsTheMarkovTaskToNearItsFloor) {
@@ -77,9 +90,6 @@ TEST(TrainerCpu, Fp8AttentionRefusalsNameTheFlag) {
   EXPECT_NO_THROW(tb::train::validate(ok));
   ok.tp = 2, ok.pp = 2;  // tensor and pipeline parallel: each rank's heads, each activation set's own q|k|v scale
   EXPECT_NO_THROW(tb::train::validate(ok));
-  const auto refusal = [](const tb::train::TrainSpec& s) {
-    return tb::testing_support::config_error([&] { tb::train::validate(s); }, "accepted");
-  };
   tb::train::TrainSpec s = ok;
   s.precision = "bf16";
   EXPECT_EQ(refusal(s), "--fp8-attention needs --precision fp8");
@@ -100,11 +110,7 @@ TEST(TrainerCpu, Fp8AttentionRefusalsNameTheFlag) {
 // --fp8-lm-head-grad: refused without the FP8 head or with an unknown format; the head's logit gradients follow
 // --fp8-format unless told.
 TEST(TrainerCpu, Fp8LmHeadGradFormat) {
-  tb::train::TrainSpec ok;
-  ok.model = "small", ok.device = "cuda", ok.precision = "fp8", ok.fp8_lm_head = true;
-  const auto refusal = [](const tb::train::TrainSpec& s) {
-    return tb::testing_support::config_error([&] { tb::train::validate(s); }, "accepted");
-  };
+  const tb::train::TrainSpec ok = fp8_head_spec();
   tb::train::TrainSpec s = ok;
   s.fp8_lm_head_grad = "e5m2";
   EXPECT_EQ(refusal(s), "accepted");
@@ -125,11 +131,7 @@ TEST(TrainerCpu, Fp8LmHeadGradFormat) {
 // --fp8-lm-head-gemms: a subset of forward, dgrad, wgrad in the head's order (empty: all three); refused without the
 // FP8 head, with an unknown, repeated or empty name.
 TEST(TrainerCpu, Fp8LmHeadGemms) {
-  tb::train::TrainSpec ok;
-  ok.model = "small", ok.device = "cuda", ok.precision = "fp8", ok.fp8_lm_head = true;
-  const auto refusal = [](const tb::train::TrainSpec& s) {
-    return tb::testing_support::config_error([&] { tb::train::validate(s); }, "accepted");
-  };
+  const tb::train::TrainSpec ok = fp8_head_spec();
   using V = std::vector<std::string>;
   tb::train::TrainSpec s = ok;
   EXPECT_EQ(tb::train::fp8_head_gemms(s), (V{"forward", "dgrad", "wgrad"}));
@@ -151,11 +153,7 @@ TEST(TrainerCpu, Fp8LmHeadGemms) {
 
 // --fp8-lm-head-rounding: nearest or stochastic (the default), only with the FP8 head.
 TEST(TrainerCpu, Fp8LmHeadRounding) {
-  tb::train::TrainSpec ok;
-  ok.model = "small", ok.device = "cuda", ok.precision = "fp8", ok.fp8_lm_head = true;
-  const auto refusal = [](const tb::train::TrainSpec& s) {
-    return tb::testing_support::config_error([&] { tb::train::validate(s); }, "accepted");
-  };
+  const tb::train::TrainSpec ok = fp8_head_spec();
   tb::train::TrainSpec s = ok;
   EXPECT_EQ(tb::train::fp8_head_rounding(s), "stochastic");
   s.fp8_lm_head_rounding = "nearest";

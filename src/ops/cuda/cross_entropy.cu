@@ -287,6 +287,25 @@ LmHeadCeScratch lm_head_ce_scratch(std::int64_t tokens, std::int64_t vocab, std:
 
 namespace {
 
+// The bf16 head's three GEMMs on one chunk of c tokens (lm_head_cross_entropy; the FP8 head's GEMMs that run in BF16
+// call the same, so with none in FP8 it is the bf16 head bit for bit): logits = x_c W^T; dx_c = dlogits W;
+// dW (+)= dlogits^T x_c (fp32; accumulate false: written).
+struct Bf16HeadGemms {
+  DeviceContext& dc;
+  const __nv_bfloat16* w;
+  std::int64_t vocab, h;
+  void logits(std::int64_t c, __nv_bfloat16* out, const __nv_bfloat16* x_c) const {
+    dc.gemm(GemmShape{c, vocab, h, DType::bf16, DType::bf16, DType::bf16}, out, x_c, w);
+  }
+  void dx(std::int64_t c, __nv_bfloat16* dx_c, const __nv_bfloat16* dlogits) const {
+    dc.gemm(GemmShape{c, h, vocab, DType::bf16, DType::bf16, DType::bf16, false, GemmLayout::ab}, dx_c, dlogits, w);
+  }
+  void dw(std::int64_t c, float* dw, const __nv_bfloat16* dlogits, const __nv_bfloat16* x_c, bool accumulate) const {
+    dc.gemm(GemmShape{vocab, h, c, DType::bf16, DType::bf16, DType::f32, false, GemmLayout::atb, accumulate}, dw,
+            dlogits, x_c);
+  }
+};
+
 // The checks both variants share (x, dx, dW, targets, loss, scale, scratch); W is checked by the caller.
 void check_call(TensorView<__nv_bfloat16> dx, TensorView<float> dw, TensorView<const __nv_bfloat16> x,
                 std::int64_t vocab, const std::int32_t* targets, float grad_scale, float* loss_out,
@@ -325,19 +344,15 @@ void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, Tens
   auto* token_loss = reinterpret_cast<float*>(static_cast<unsigned char*>(scratch.ptr) + layout.token_loss_offset);
   const bool backward = want_dx || want_dw;
   const float scale = float(double(grad_scale) / double(t));
+  const Bf16HeadGemms gemm{dc, w.data(), vocab, h};
   dc.activate();
   for (std::int64_t r0 = 0; r0 < t; r0 += layout.chunk) {
     const std::int64_t c = std::min(layout.chunk, t - r0);
     const __nv_bfloat16* x_c = x.data() + r0 * h;
-    dc.gemm(GemmShape{c, vocab, h, DType::bf16, DType::bf16, DType::bf16}, logits, x_c, w.data());
+    gemm.logits(c, logits, x_c);
     launch_softmax_xent(logits, c, vocab, targets + r0, token_loss + r0, scale, backward, dc.stream());
-    if (want_dx)
-      dc.gemm(GemmShape{c, h, vocab, DType::bf16, DType::bf16, DType::bf16, false, GemmLayout::ab},
-              dx.data() + r0 * h, logits, w.data());
-    if (want_dw)
-      dc.gemm(GemmShape{vocab, h, c, DType::bf16, DType::bf16, DType::f32, false, GemmLayout::atb,
-                        !(dw_overwrite && r0 == 0)},
-              dw.data(), logits, x_c);
+    if (want_dx) gemm.dx(c, dx.data() + r0 * h, logits);
+    if (want_dw) gemm.dw(c, dw.data(), logits, x_c, !(dw_overwrite && r0 == 0));
   }
   mean_loss_kernel<<<1, kMeanThreads, 0, dc.stream()>>>(token_loss, t, loss_out);
   TB_CHECK_LAUNCH();
@@ -375,6 +390,7 @@ void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, 
   std::uint8_t *xq = base + layout.xq_offset, *xqt = base + layout.xqt_offset;
   auto* lse2 = reinterpret_cast<float*>(base + layout.lse_offset);
   const float scale = float(double(grad_scale) / double(t));
+  const Bf16HeadGemms bf16{dc, w.w_bf16, vocab, h};  // the GEMMs not in fp8_gemms
   cudaStream_t st = dc.stream();
   dc.activate();
   if (fp8_fwd || fp8_dw) {
@@ -395,7 +411,7 @@ void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, 
       dc.gemm(GemmShape{c, vocab, h, DType::e4m3, DType::e4m3, DType::bf16, true}, logits, xq, w.wq,
               {w.x.scale_inv, w.w_scale_inv});
     else
-      dc.gemm(GemmShape{c, vocab, h, DType::bf16, DType::bf16, DType::bf16}, logits, x_c, w.w_bf16);
+      bf16.logits(c, logits, x_c);
     if (fp8_grad) {  // pass 1 (lse, loss, the gradients' amax), then the FP8 copies of the gradients
       TB_CHECK(cudaMemsetAsync(w.dlogits.amax, 0, sizeof(float), st));
       launch_softmax_xent<true>(logits, c, vocab, targets + r0, token_loss + r0, scale, false, st,
@@ -412,16 +428,14 @@ void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, 
       dc.gemm(GemmShape{c, h, vocab, w.grad, DType::e4m3, DType::bf16}, dx.data() + r0 * h, dlq, w.wqt,
               {w.dlogits.scale_inv, w.w_scale_inv});
     else if (want_dx)
-      dc.gemm(GemmShape{c, h, vocab, DType::bf16, DType::bf16, DType::bf16, false, GemmLayout::ab},
-              dx.data() + r0 * h, logits, w.w_bf16);
+      bf16.dx(c, dx.data() + r0 * h, logits);
     const bool overwrite = dw_overwrite && r0 == 0;
     if (fp8_dw) {
       GemmShape gw{vocab, h, c, w.grad, DType::e4m3, DType::f32};
       gw.accumulate = !overwrite;
       dc.gemm(gw, dw.data(), dlqt, xqt, {w.dlogits.scale_inv, w.x.scale_inv});
     } else if (want_dw) {
-      dc.gemm(GemmShape{vocab, h, c, DType::bf16, DType::bf16, DType::f32, false, GemmLayout::atb, !overwrite},
-              dw.data(), logits, x_c);
+      bf16.dw(c, dw.data(), logits, x_c, !overwrite);
     }
   }
   mean_loss_kernel<<<1, kMeanThreads, 0, st>>>(token_loss, t, loss_out);

@@ -57,7 +57,7 @@ struct BwdArgs {
   std::int64_t rows;
   int dim;
   int kind;
-  bool want_dw;  // the bias gradient: the kernel's HasDb
+  bool want_dw;  // (the bias gradient's flag is the kernel's HasDb)
   float* amax;  // null: not recorded (dx must be written)
 };
 
