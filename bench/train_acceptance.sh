@@ -48,6 +48,12 @@
 #   fp8srtargets: the FP8 targets with the stochastic head in one call: 8B L8 BF16, FP8 delayed + head with nearest
 #              and with stochastic rounding, the latter + FP8 attention; 70B L2 BF16 and FP8 delayed + stochastic head;
 #              the torch BF16 peer at 8B
+#   fp8gradsr: the linear layers' gradients rounded stochastically (--fp8-grad-rounding stochastic), accuracy per seed
+#              as fp8headsracc at LR $ACC_LR (default 1e-4): BF16, FP8 delayed, + gradients rounded stochastically, +
+#              the FP8 head (stochastic), FP8 delayed + the head
+#   fp8fused:  AdamW writing the FP8 weight copies (--fp8-weight-cast fused, the default) against the cast at each
+#              step's start (separate): 8B L8 FP8 delayed + stochastic head (op profiles), + FP8 attention, the latter
+#              with bf16 moments too; 70B L2 FP8 delayed + head; BF16 (also with bf16 moments) and the torch BF16 peer
 #   fp8best:   the issue's FP8 targets in one call: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
 #              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, BF16 with bf16 moments
 #              at both shapes (the FP8 / BF16 ratios and memory at the peer's moment precision), the torch BF16 peer
@@ -102,9 +108,10 @@ accuracy() {  # accuracy TAG "MODEL [ARGS]" PRECISION...: 500 steps of each prec
 }
 
 llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model at the Llama vocabulary on text
-                     # (or $ACC_DATA), micro-batch 8, LR 3e-4, seeds $ACC_SEEDS (default 1..6): the FP8 head's setting
+                     # (or $ACC_DATA), micro-batch 8, LR $ACC_LR (default 3e-4), seeds $ACC_SEEDS (default 1..6):
+                     # the FP8 head's setting
   ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_SEEDS=${ACC_SEEDS:-1 2 3 4 5 6} ACC_ARGS="--seq 1024 --micro-batch 8 \
-    --lr 3e-4 --set vocab=128256 ${ACC_ARGS:-}" accuracy accmid "$MID" "$@"
+    --lr ${ACC_LR:-3e-4} --set vocab=128256 ${ACC_ARGS:-}" accuracy accmid "$MID" "$@"
 }
 
 {
@@ -190,6 +197,28 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
         ours 70b-L2-bf16 --model llama3.1-70b --layers 2 --seq 8192 --no-op-profile
         ours 70b-L2-fp8-delayed-head-sr --model llama3.1-70b --layers 2 --seq 8192 $dh stochastic --no-op-profile
         peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
+      fp8fused)
+        dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head"
+        s8="--model llama3.1-8b --layers 8 --seq 8192"
+        s70="--model llama3.1-70b --layers 2 --seq 8192"
+        ours 8b-L8-bf16 $s8 --no-op-profile
+        ours 8b-L8-fp8-dh-separate $s8 $dh --fp8-weight-cast separate
+        ours 8b-L8-fp8-dh-fused $s8 $dh
+        ours 8b-L8-fp8-dh-attn-separate $s8 $dh --fp8-attention --fp8-weight-cast separate --no-op-profile
+        ours 8b-L8-fp8-dh-attn-fused $s8 $dh --fp8-attention --no-op-profile
+        ours 8b-L8-bf16-m16 $s8 --moments bf16 --no-op-profile
+        ours 8b-L8-fp8-dh-attn-fused-m16 $s8 $dh --fp8-attention --moments bf16 --no-op-profile
+        ours 8b-L8-fp8-dh-attn-separate-m16 $s8 $dh --fp8-attention --moments bf16 --fp8-weight-cast separate \
+          --no-op-profile
+        peer 8b-L8-bf16 $s8 --state bf16
+        ours 70b-L2-bf16 $s70 --no-op-profile
+        ours 70b-L2-fp8-dh-separate $s70 $dh --fp8-weight-cast separate --no-op-profile
+        ours 70b-L2-fp8-dh-fused $s70 $dh --no-op-profile ;;
+      fp8gradsr)
+        ACC_LR=${ACC_LR:-1e-4} llama_vocab_acc "bf16" "fp8 --fp8-recipe delayed" \
+          "fp8 --fp8-recipe delayed --fp8-grad-rounding stochastic" \
+          "fp8 --fp8-recipe delayed --fp8-grad-rounding stochastic --fp8-lm-head" \
+          "fp8 --fp8-recipe delayed --fp8-lm-head" ;;
       fp8headsracc)
         dh="fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding"
         llama_vocab_acc "bf16" "fp8 --fp8-recipe delayed" "$dh nearest" "$dh stochastic" \

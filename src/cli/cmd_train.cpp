@@ -131,6 +131,16 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--fp8-lm-head-gemms", spec.fp8_lm_head_gemms,
                  "--fp8-lm-head: which of its GEMMs run in FP8, comma-separated forward, dgrad, wgrad (default: all "
                  "three; the others run in BF16: where FP8 costs the head accuracy, docs/TRAINING.md)");
+  app.add_option("--fp8-grad-rounding", spec.fp8_grad_rounding,
+                 "FP8: how the linear layers' output gradients round to FP8, nearest | stochastic (unbiased sums; "
+                 "draws hashed from the element and the scale, so runs repeat)")
+      ->check(CLI::IsMember({"nearest", "stochastic"}))
+      ->capture_default_str();
+  app.add_option("--fp8-weight-cast", spec.fp8_weight_cast,
+                 "FP8: who makes the linear layers' FP8 weight copies, fused (AdamW in its update, where it can: "
+                 "delayed scaling without data parallel) | separate (a cast at each step's start); the same numbers")
+      ->check(CLI::IsMember({"fused", "separate"}))
+      ->capture_default_str();
   app.add_flag("--fp8-attention", spec.fp8_attention,
                "FP8: attention through cuDNN's FP8 SDPA too (Hopper: head_dim 128; O, dP and dQKV with delayed "
                "scales); off by default: it costs accuracy at high learning rates (docs/TRAINING.md)");
@@ -218,7 +228,8 @@ int cmd_train(int argc, char** argv) {
   if (spec.precision == "fp8") {
     const std::vector<std::string> head_gemms = train::fp8_head_gemms(spec);
     const std::string which = head_gemms.size() == 3 ? "" : fmt::format(" ({} in FP8)", fmt::join(head_gemms, ", "));
-    fp8 = fmt::format(" ({} scaling, {}{}{})", spec.fp8_recipe, spec.fp8_format,
+    fp8 = fmt::format(" ({} scaling, {}{}{}{})", spec.fp8_recipe, spec.fp8_format,
+                      spec.fp8_grad_rounding == "stochastic" ? ", gradients rounded stochastically" : "",
                       spec.fp8_lm_head
                           ? fmt::format(", FP8 LM head{} with {} logit gradients rounded {}", which,
                                         train::fp8_head_grad_format(spec) == "e4m3" ? "E4M3" : "E5M2",
@@ -295,7 +306,8 @@ int cmd_train(int argc, char** argv) {
                        {"amax", spec.fp8_amax},
                        {"margin", spec.fp8_margin}, {"reduce_amax", spec.fp8_reduce_amax},
                        {"lm_head", spec.fp8_lm_head ? "fp8" : "bf16"},
-                       {"attention", spec.fp8_attention ? "fp8" : "bf16"}};
+                       {"attention", spec.fp8_attention ? "fp8" : "bf16"},
+                       {"weight_cast", res.fp8_weight_cast}, {"grad_rounding", spec.fp8_grad_rounding}};
     if (spec.precision == "fp8" && spec.fp8_lm_head) {
       r.data["fp8"]["lm_head_grad"] = train::fp8_head_grad_format(spec);
       r.data["fp8"]["lm_head_gemms"] = train::fp8_head_gemms(spec);

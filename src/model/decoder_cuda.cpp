@@ -145,6 +145,7 @@ void CudaDecoder::fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t 
                                  bool fwd, bool amax_ready, std::uint8_t* q, std::uint8_t* qt) {
   ops::Fp8CastArgs a;
   a.x = x, a.rows = rows, a.cols = cols, a.q = q, a.qt = qt, a.type = fwd ? DType::e4m3 : fp8_.grad;
+  a.stochastic = !fwd && fp8_.grad_stochastic;
   fp8_scaled_cast(a, m, fp8_.delayed, amax_ready);
 }
 
@@ -186,17 +187,31 @@ void CudaDecoder::fp8_assign_input_scales(int slots) {
       }
 }
 
-void CudaDecoder::fp8_begin_step() {
-  if (!fp8_.enabled) return;
-  dc_.activate();
+std::vector<CudaDecoder::Fp8WeightCopy> CudaDecoder::fp8_weight_copies() const {
+  std::vector<Fp8WeightCopy> out;
+  if (!fp8_.enabled || !fp8_.delayed) return out;
   for (int l = 0; l < layers(); ++l)
     for (int k = 0; k < 4; ++k) {
       const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
       auto* base = fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(l * 4 + k)];
-      const std::size_t padded = pad256(w.size);
-      fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], fp8_fwd_->meta(2 * (l * 4 + k) + 1),
-                     true, false, base, base + padded);
+      out.push_back({w.offset, w.size, fp8_delayed_cast(fp8_fwd_->meta(2 * (l * 4 + k) + 1), DType::e4m3, w.shape[0],
+                                                        w.shape[1], base, base + pad256(w.size))});
     }
+  return out;
+}
+
+void CudaDecoder::fp8_begin_step() {
+  if (!fp8_.enabled) return;
+  dc_.activate();
+  if (!fp8_weights_by_optimizer_ || fp8_weights_stale_)
+    for (int l = 0; l < layers(); ++l)
+      for (int k = 0; k < 4; ++k) {
+        const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
+        auto* base = fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(l * 4 + k)];
+        fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], fp8_fwd_->meta(2 * (l * 4 + k) + 1),
+                       true, false, base, base + pad256(w.size));
+      }
+  fp8_weights_stale_ = false;
   if (fp8_head()) {  // current scaling whatever the recipe
     const Slot& w = layout_.slots[std::size_t(layout_.lm_head)];
     ops::Fp8CastArgs a;
@@ -232,6 +247,7 @@ void CudaDecoder::load_params(std::span<const float> host_params) {
                                                       std::to_string(layout_.total));
   std::vector<std::uint16_t> bits(host_params.size());
   for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = float_to_bf16(host_params[i]);
+  fp8_weights_stale_ = true;
   dc_.activate();
   TB_CHECK(cudaMemcpyAsync(params_.get(), bits.data(), bits.size() * sizeof(std::uint16_t), cudaMemcpyHostToDevice,
                            dc_.stream()));
@@ -592,9 +608,9 @@ void CudaDecoder::fp8_activation_forward(const LayerActs& A, std::int64_t rows, 
 
 void CudaDecoder::fp8_activation_backward(int l, const LayerActs& A, std::int64_t rows) {
   const std::int64_t fc1_rows = cfg_.act == Act::swiglu ? 2 * cfg_.ffn : cfg_.ffn;
-  ops::activation_backward_fp8(activation(), {A.g, {rows, cfg_.ffn}}, {A.h, {rows, fc1_rows}},
-                               fp8_delayed_cast(fp8_bwd_->meta(l * 4 + 2), fp8_.grad, rows, fc1_rows, s_.dyq, s_.dyqt),
-                               dc_.stream());
+  ops::Fp8CastArgs cast = fp8_delayed_cast(fp8_bwd_->meta(l * 4 + 2), fp8_.grad, rows, fc1_rows, s_.dyq, s_.dyqt);
+  cast.stochastic = fp8_.grad_stochastic;
+  ops::activation_backward_fp8(activation(), {A.g, {rows, cfg_.ffn}}, {A.h, {rows, fc1_rows}}, cast, dc_.stream());
 }
 
 CudaDecoder::LinearInput CudaDecoder::pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A,

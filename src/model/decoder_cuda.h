@@ -143,6 +143,7 @@ struct Fp8Options {
   bool lm_head = false;      // the LM head's three GEMMs in FP8 too (ops/cuda/cross_entropy.h: current scaling)
   bool attention = false;    // attention through cuDNN's FP8 SDPA too (needs enabled)
   DType grad = DType::e5m2;  // the gradients' format: e5m2 ("hybrid", as Transformer Engine) or e4m3 (all-E4M3)
+  bool grad_stochastic = false;  // the linear layers' output gradients rounded stochastically to FP8 (else nearest)
   DType head_grad = DType::e5m2;  // lm_head: the logit gradients' format (trainbench train: `grad` unless told)
   bool head_stochastic = false;   // lm_head: its logit gradients rounded stochastically to FP8
   unsigned head_gemms = ops::kHeadAllGemms;  // lm_head: which of its GEMMs run in FP8 (ops::LmHeadGemm bits)
@@ -196,6 +197,17 @@ class CudaDecoder {
   void fp8_begin_step();
   void fp8_end_step();
   bool fp8() const { return fp8_.enabled; }
+  // Delayed scaling: the linear layers' FP8 weight copies as fp8_begin_step() casts them (W and W^T, E4M3, each
+  // weight's delayed scale), for an optimizer that writes them in its own update (ops::AdamWTensor::fp8_copy); flat
+  // and count: the weight in params_device(). Empty without FP8 or with current scaling (its scale needs the new
+  // weight's amax first). After fp8_weights_from_optimizer(), fp8_begin_step() casts them only while they are stale:
+  // the first step, and after load_params().
+  struct Fp8WeightCopy {
+    std::size_t flat = 0, count = 0;
+    ops::Fp8CastArgs cast;
+  };
+  std::vector<Fp8WeightCopy> fp8_weight_copies() const;
+  void fp8_weights_from_optimizer() { fp8_weights_by_optimizer_ = true; }
 
   // Sizes the activation arena (`slots` activation sets, at least) and plans attention for (batch, seq); allocates
   // (synchronizing) when they change or more slots are asked for.
@@ -407,6 +419,8 @@ class CudaDecoder {
   Recompute recompute_;
   Fp8Options fp8_;
   ops::DeviceBuffer fp8_weights_;                       // per linear slot: W (E4M3) then W^T
+  bool fp8_weights_by_optimizer_ = false;               // fp8_weights_from_optimizer()
+  bool fp8_weights_stale_ = true;                       // the bf16 weights changed since fp8_weights_ were cast
   std::vector<std::size_t> fp8_w_offset_;               // per linear index l * 4 + k: W's byte offset (W^T after it)
   std::unique_ptr<ops::Fp8Scales> fp8_fwd_, fp8_bwd_;   // fwd: x at 2i, W at 2i + 1 (E4M3); bwd: dy at i (E5M2)
   std::unique_ptr<ops::Fp8Scales> fp8_inputs_;          // current scaling, activation sets 1..: x of linear i

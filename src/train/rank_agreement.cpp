@@ -84,6 +84,8 @@ std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s)
           {"fp8_lm_head_grad", s.fp8_lm_head_grad},
           {"fp8_lm_head_gemms", s.fp8_lm_head_gemms},
           {"fp8_lm_head_rounding", s.fp8_lm_head_rounding},
+          {"fp8_weight_cast", s.fp8_weight_cast},
+          {"fp8_grad_rounding", s.fp8_grad_rounding},
           {"fp8_attention", num(s.fp8_attention)}};
 }
 

@@ -85,6 +85,8 @@ void validate(const TrainSpec& spec) {
              fmt::format("--master must be split or f32, not '{}'", spec.master));
   TB_REQUIRE(spec.grad_buffer == "shared" || spec.grad_buffer == "separate",
              fmt::format("--grad-buffer must be shared or separate, not '{}'", spec.grad_buffer));
+  TB_REQUIRE(spec.fp8_weight_cast == "fused" || spec.fp8_weight_cast == "separate",
+             fmt::format("--fp8-weight-cast must be fused or separate, not '{}'", spec.fp8_weight_cast));
   TB_REQUIRE(spec.precision == "bf16" || spec.precision == "fp8",
              fmt::format("--precision must be bf16 or fp8, not '{}'", spec.precision));
   TB_REQUIRE(spec.precision == "bf16" || spec.device == "cuda", "--precision fp8 needs --device cuda");
@@ -107,6 +109,10 @@ void validate(const TrainSpec& spec) {
              fmt::format("--fp8-lm-head-rounding must be nearest or stochastic, not '{}'", spec.fp8_lm_head_rounding));
   TB_REQUIRE(spec.fp8_lm_head_rounding.empty() || spec.fp8_lm_head,
              "--fp8-lm-head-rounding rounds the FP8 LM head's logit gradients: add --fp8-lm-head (or drop it)");
+  TB_REQUIRE(spec.fp8_grad_rounding == "nearest" || spec.fp8_grad_rounding == "stochastic",
+             fmt::format("--fp8-grad-rounding must be nearest or stochastic, not '{}'", spec.fp8_grad_rounding));
+  TB_REQUIRE(spec.fp8_grad_rounding == "nearest" || spec.precision == "fp8",
+             "--fp8-grad-rounding rounds the FP8 linear layers' gradients: add --precision fp8 (or drop it)");
   fp8_head_gemms(spec);  // (its own message for a bad list)
   TB_REQUIRE(spec.fp8_lm_head_gemms.empty() || spec.fp8_lm_head,
              "--fp8-lm-head-gemms chooses the FP8 LM head's GEMMs: add --fp8-lm-head (or drop it)");

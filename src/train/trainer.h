@@ -82,8 +82,12 @@ struct TrainSpec {
   bool fp8_lm_head = false;           // the LM head's GEMMs in FP8 too (current scaling; off: BF16, as TE and NeMo)
   std::string fp8_lm_head_grad;       // its logit gradients: e4m3 | e5m2 | empty: as fp8_format's gradients
   std::string fp8_lm_head_rounding;   // its logit gradients' rounding: nearest | stochastic | empty: stochastic
+  std::string fp8_grad_rounding = "nearest";  // the linear layers' output gradients' rounding: nearest | stochastic
   std::string fp8_lm_head_gemms;      // its GEMMs in FP8: comma-separated forward, dgrad, wgrad | empty: all three
                                       // (the others BF16; where FP8 costs the head accuracy, bench/RESULTS.md)
+  std::string fp8_weight_cast = "fused";  // fused: AdamW writes the linear layers' FP8 weight copies in its update
+                                      // where it can (delayed scaling, no data parallel: ops/cuda/adamw.h); separate:
+                                      // cast at each step's start (always so otherwise). The same numbers either way.
   bool fp8_attention = false;         // attention through cuDNN's FP8 SDPA too (Fp8Options::attention): FP8 only;
                                       // head_dim 128, no context parallel, not deterministic (validate())
 };
@@ -130,6 +134,7 @@ struct TrainResult {
   MemoryEstimate estimate;
   double peak_alloc_bytes = 0;           // trainbench's own device allocations, high-water mark
   bool grads_shared = false;             // the gradients shared the activations' memory (TrainSpec::grad_buffer)
+  std::string fp8_weight_cast;           // FP8: who made the linear layers' FP8 weight copies: "adamw" or "separate"
   double device_used_bytes = 0;          // cudaMemGetInfo used after the first step (context and libraries included)
   std::optional<bench::TelemetrySummary> telemetry;  // NVML over the measured steps: power, energy, clocks, limits
   double energy_j_per_token = 0;                     // from it, per GPU (0: no telemetry)

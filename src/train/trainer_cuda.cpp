@@ -121,6 +121,7 @@ static model::Fp8Options fp8_options(const TrainSpec& spec) {
   o.lm_head = spec.fp8_lm_head;
   o.attention = spec.fp8_attention;
   o.grad = spec.fp8_format == "e4m3" ? DType::e4m3 : DType::e5m2;
+  o.grad_stochastic = spec.fp8_grad_rounding == "stochastic";
   o.head_grad = fp8_head_grad_format(spec) == "e4m3" ? DType::e4m3 : DType::e5m2;
   o.head_stochastic = fp8_head_rounding(spec) == "stochastic";
   o.head_gemms = 0;
@@ -541,6 +542,23 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     t.numel = std::int64_t(g.count);
     t.decay = decays(*cs.slot);
     tensors.push_back(t);
+  }
+  // FP8 with delayed scaling, each rank updating whole weights (no data parallel's shards): AdamW writes the linear
+  // layers' FP8 copies in its update (TrainSpec::fp8_weight_cast), and fp8_begin_step() stops casting them.
+  if (net.fp8()) res.fp8_weight_cast = "separate";
+  for (std::size_t c = 0; c < chunks.size() && spec.fp8_weight_cast == "fused" && !ddp; ++c) {
+    const auto copies = chunks[c]->fp8_weight_copies();
+    std::size_t found = 0;
+    for (std::size_t i = 0; i < segments.size(); ++i)
+      for (const model::CudaDecoder::Fp8WeightCopy& copy : copies)
+        if (slots[std::size_t(segments[i].slot)].chunk == c && copy.flat == segments[i].flat &&
+            copy.count == segments[i].count)
+          tensors[i].fp8_copy = copy.cast, ++found;
+    TB_REQUIRE(found == copies.size(),
+               fmt::format("internal: {} of the {} FP8 weight copies of model chunk {} match an optimizer tensor; "
+                           "rerun with --fp8-weight-cast separate",
+                           found, copies.size(), c));
+    if (found > 0) chunks[c]->fp8_weights_from_optimizer(), res.fp8_weight_cast = "adamw";
   }
   const DType moment_type = bf16_moments ? DType::bf16 : DType::f32;
   const ops::AdamWGroup group(dc.device(), tensors, moment_type);

@@ -34,6 +34,7 @@
 #include "ops/cuda/adamw.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/fill.h"
+#include "ops/cuda/fp8.h"
 #include "ops/cuda/master_split.h"
 #include "../support/config_error.h"
 
@@ -384,7 +385,163 @@ TEST(AdamWGroupArgs, RejectsBadTensorsBeforeAllocating) {
   bad = t;
   bad.master = reinterpret_cast<float*>(std::uintptr_t(0x10002));
   EXPECT_NE(message(std::span(&bad, 1), DType::f32).find("aligned"), std::string::npos);
+  // FP8 copies: a model weight to cast, the tensor's shape, a known (delayed) scale.
+  AdamWTensor copy = t;
+  copy.model = reinterpret_cast<__nv_bfloat16*>(fake);
+  copy.fp8_copy.rows = 2, copy.fp8_copy.cols = 5, copy.fp8_copy.qt = fake;
+  copy.fp8_copy.scale = fake, copy.fp8_copy.scale_inv = fake;
+  bad = copy;
+  bad.model = nullptr;
+  EXPECT_NE(message(std::span(&bad, 1), DType::f32).find("no bf16 model weight"), std::string::npos);
+  bad = copy;
+  bad.fp8_copy.cols = 4;
+  EXPECT_NE(message(std::span(&bad, 1), DType::f32).find("rows * cols = 10"), std::string::npos);
+  bad = copy;
+  bad.fp8_copy.amax_in = fake;
+  EXPECT_NE(message(std::span(&bad, 1), DType::f32).find("current scaling"), std::string::npos);
+  bad = copy;
+  bad.fp8_copy.type = DType::bf16;
+  EXPECT_NE(message(std::span(&bad, 1), DType::f32).find("fp8 type"), std::string::npos);
 }
+
+// FP8 copies (AdamWTensor::fp8_copy) are bit for bit adamw_step followed by fp8_cast of the model weight: master (or
+// its split halves), moments, model, q, q^T, scale_inv and amax, over 3 clipped steps, on three tensors with copies,
+// one for each kernel that makes them: [64, 256] (32 x 128 tiles), [128, 192] (the cast's 64 x 64 tiles) and [48, 80]
+// starting at an odd element (32 x 32 tiles, scalar accesses), and one without; each step changes some of the codes.
+// A step 0 then changes nothing, and its copies are the cast of the weights as they are.
+struct CopyCase {
+  DType moments;
+  bool split;
+  DType type;
+};
+
+class AdamWFp8Copies : public testing::TestWithParam<CopyCase> {};
+
+TEST_P(AdamWFp8Copies, BitForBitTheStepThenTheCast) {
+  SKIP_WITHOUT_GPU();
+  const CopyCase cc = GetParam();
+  DeviceContext dc(0);
+  cudaStream_t st = dc.stream();
+  constexpr int kCopies = 3;
+  const std::int64_t rows[kCopies] = {64, 128, 48}, cols[kCopies] = {256, 192, 80};
+  const std::int64_t n[kCopies + 1] = {64 * 256, 128 * 192, 48 * 80, 1000};
+  std::int64_t off[kCopies + 1] = {0, n[0], n[0] + n[1] + 1, 0}, qoff[kCopies] = {0, n[0], n[0] + n[1]};
+  off[3] = off[2] + n[2] + 3;
+  const std::int64_t total = off[3] + n[3], qbytes = qoff[2] + n[2];
+  const std::size_t ms = tb::dtype_size(cc.moments);
+  struct State {
+    DeviceBuffer master, lo, model, mom, q, qt;
+    std::unique_ptr<Fp8Scales> scales;
+  };
+  DeviceBuffer init(0, total * 4), grad(0, total * 4), scalars(0, sizeof(AdamWStepScalars));
+  DeviceBuffer norm(0, sizeof(GradNormResult));
+  fill_normal(init.as<float>(), std::size_t(total), 5, 0.0f, 0.05f, st);
+  const float scale[kCopies] = {cc.type == DType::e4m3 ? 3000.5f : 400000.5f,
+                                cc.type == DType::e4m3 ? 1500.25f : 90000.5f, cc.type == DType::e4m3 ? 2500.f : 2e5f};
+  auto make_state = [&] {
+    State s{DeviceBuffer(0, total * 4), DeviceBuffer(0, total * 2), DeviceBuffer(0, total * 2),
+            DeviceBuffer(0, 2 * total * ms), DeviceBuffer(0, qbytes), DeviceBuffer(0, qbytes),
+            std::make_unique<Fp8Scales>(0, kCopies, 1, st)};
+    TB_CHECK(cudaMemcpyAsync(s.master.get(), init.get(), total * 4, cudaMemcpyDeviceToDevice, st));
+    if (cc.split)
+      master_split(init.as<float>(), s.model.as<__nv_bfloat16>(), s.lo.as<std::int16_t>(), std::size_t(total), st);
+    else
+      cast_f32_to_bf16(s.model.get(), init.as<float>(), std::size_t(total), st);
+    TB_CHECK(cudaMemsetAsync(s.mom.get(), 0, s.mom.bytes(), st));
+    for (int k = 0; k < kCopies; ++k)
+      TB_CHECK(cudaMemcpyAsync(s.scales->meta(k).scale, &scale[k], 4, cudaMemcpyHostToDevice, st));
+    return s;
+  };
+  State a = make_state(), b = make_state();  // a: the step, then fp8_cast; b: the step with its copies
+  auto cast_args = [&](State& s, int k, bool with_x) {
+    Fp8CastArgs c;
+    c.x = with_x ? s.model.as<__nv_bfloat16>() + off[k] : nullptr;
+    c.rows = rows[k], c.cols = cols[k], c.type = cc.type, c.margin = 1;
+    c.q = s.q.as<std::uint8_t>() + qoff[k], c.qt = s.qt.as<std::uint8_t>() + qoff[k];
+    const Fp8Meta m = s.scales->meta(k);
+    c.scale = m.scale, c.scale_inv = m.scale_inv, c.amax_out = m.amax;
+    return c;
+  };
+  auto group = [&](State& s, bool copies) {
+    std::vector<AdamWTensor> ts(kCopies + 1);
+    for (int k = 0; k <= kCopies; ++k) {
+      AdamWTensor& t = ts[std::size_t(k)];
+      if (cc.split)
+        t.master_lo = s.lo.as<std::int16_t>() + off[k];
+      else
+        t.master = s.master.as<float>() + off[k];
+      t.grad = grad.as<float>() + off[k];
+      t.exp_avg = s.mom.as<unsigned char>() + std::size_t(off[k]) * ms;
+      t.exp_avg_sq = s.mom.as<unsigned char>() + std::size_t(total + off[k]) * ms;
+      t.model = s.model.as<__nv_bfloat16>() + off[k];
+      t.numel = n[k];
+      t.decay = k != 1;
+      if (copies && k < kCopies) t.fp8_copy = cast_args(s, k, false);
+    }
+    return std::make_unique<AdamWGroup>(0, ts, cc.moments);
+  };
+  const auto ga = group(a, false), gb = group(b, true);
+  ASSERT_EQ(gb->fp8_copies().size(), std::size_t(kCopies));
+  auto bytes = [&](const DeviceBuffer& d) {
+    std::vector<std::uint8_t> h(d.bytes());
+    TB_CHECK(cudaMemcpyAsync(h.data(), d.get(), h.size(), cudaMemcpyDeviceToHost, st));
+    dc.synchronize();
+    return h;
+  };
+  auto slots = [&](const State& s) {
+    std::vector<float> h(kCopies * Fp8Scales::kSlotFloats);
+    TB_CHECK(cudaMemcpyAsync(h.data(), s.scales->base(), h.size() * 4, cudaMemcpyDeviceToHost, st));
+    dc.synchronize();
+    return h;
+  };
+  auto expect_equal = [&](const char* when) {
+    EXPECT_TRUE(bytes(a.master) == bytes(b.master) || cc.split) << when << ": master";
+    EXPECT_TRUE(bytes(a.lo) == bytes(b.lo) || !cc.split) << when << ": master halves";
+    EXPECT_TRUE(bytes(a.model) == bytes(b.model)) << when << ": model";
+    EXPECT_TRUE(bytes(a.mom) == bytes(b.mom)) << when << ": moments";
+    EXPECT_TRUE(bytes(a.q) == bytes(b.q)) << when << ": q";
+    EXPECT_TRUE(bytes(a.qt) == bytes(b.qt)) << when << ": qt";
+    EXPECT_TRUE(slots(a) == slots(b)) << when << ": amax, scale, scale_inv";
+  };
+  AdamWConfig cfg;
+  cfg.weight_decay = 0.1;
+  std::vector<std::uint8_t> before;
+  for (int step = 0; step <= 3; ++step) {  // step 0 last: a step < 1 changes nothing
+    const std::int64_t t = step == 3 ? 0 : step + 1;
+    fill_uniform(grad.get(), DType::f32, std::size_t(total), 200 + step, -0.05f, 0.05f, st);
+    const AdamWStepScalars sc{float(kLr[step % 3]), 0, t};
+    TB_CHECK(cudaMemcpyAsync(scalars.get(), &sc, sizeof sc, cudaMemcpyHostToDevice, st));
+    for (State* s : {&a, &b})
+      for (int k = 0; k < kCopies; ++k) TB_CHECK(cudaMemsetAsync(s->scales->meta(k).amax, 0, 4, st));
+    for (const AdamWGroup* g : {ga.get(), gb.get()}) {
+      grad_norm(*g, 1.0f, norm.as<GradNormResult>(), st);
+      adamw_step(*g, cfg, scalars.as<AdamWStepScalars>(), norm.as<GradNormResult>(), st);
+    }
+    for (int k = 0; k < kCopies; ++k) fp8_cast(cast_args(a, k, true), st);
+    dc.synchronize();  // sc is on this stack frame
+    expect_equal(t == 0 ? "step 0" : "step");
+    const std::vector<std::uint8_t> after = bytes(b.q);
+    std::int64_t changed = 0;
+    for (std::size_t i = 0; i < before.size(); ++i) changed += after[i] != before[i];
+    if (t == 0)
+      EXPECT_EQ(changed, 0) << "step 0 changed codes";
+    else if (step > 0)  // (no copies before step 1)
+      EXPECT_GT(changed, qbytes / 100) << "step " << t << " changed only " << changed << " codes";
+    before = after;
+    for (int k = 0; k < kCopies; ++k) EXPECT_GT(slots(b)[k * Fp8Scales::kSlotFloats], 0.0f) << "amax " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MomentsMastersFormats, AdamWFp8Copies,
+                         testing::Values(CopyCase{DType::f32, true, DType::e4m3},
+                                         CopyCase{DType::f32, false, DType::e4m3},
+                                         CopyCase{DType::bf16, true, DType::e4m3},
+                                         CopyCase{DType::bf16, false, DType::e5m2}),
+                         [](const testing::TestParamInfo<CopyCase>& i) {
+                           return std::string(tb::dtype_name(i.param.moments)) + "_moments_" +
+                                  (i.param.split ? "split" : "f32") + "_master_" +
+                                  std::string(tb::dtype_name(i.param.type));
+                         });
 
 // Split master (master_lo): the same updates bit for bit as the fp32 master, over 5 clipped steps on two tensors
 // (one starting at an odd element, so the scalar path runs too); the model half is the master rounded to nearest.

@@ -4,12 +4,14 @@
 // same; the split master trains like the fp32 master; FP8 (current, delayed, with the FP8 LM head, and with FP8
 // attention on `small-hd128` against its BF16 run) ends within 3% of BF16's final loss; the memory estimate covers
 // what was allocated; a model that cannot fit is refused before allocation with the knobs that would make it fit;
-// gradients sharing the activations' memory train bit for bit like a separate buffer.
+// gradients sharing the activations' memory train bit for bit like a separate buffer, and so does AdamW writing the
+// FP8 weight copies like the cast at each step's start.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "bench/sysinfo.h"
 #include "core/error.h"
@@ -126,10 +128,40 @@ TEST(TrainerCuda, SplitMasterTrainsLikeTheF32Master) {
   EXPECT_LT(split.peak_alloc_bytes, f32.peak_alloc_bytes);
 }
 
+// FP8 with delayed scaling: AdamW writing the linear layers' FP8 weight copies in its update (--fp8-weight-cast fused,
+// the default) trains bit for bit like the cast at each step's start (losses and gradient norms over 8 graph-replayed
+// steps), with the split master and fp32 moments and with the fp32 master and bf16 moments; current scaling casts.
+TEST(TrainerCuda, Fp8WeightCopiesFromAdamWTrainLikeTheCast) {
+  SKIP_WITHOUT_GPU();
+  auto spec = small(8);
+  spec.deterministic = true;
+  spec.precision = "fp8";
+  spec.fp8_recipe = "delayed";
+  spec.fp8_lm_head = true;
+  for (const auto& [master, moments] : {std::pair{"split", "f32"}, std::pair{"f32", "bf16"}}) {
+    spec.master = master, spec.moments = moments;
+    spec.fp8_weight_cast = "fused";
+    const auto fused = tb::train::train_cuda(spec, nullptr);
+    spec.fp8_weight_cast = "separate";
+    const auto cast = tb::train::train_cuda(spec, nullptr);
+    EXPECT_EQ(fused.fp8_weight_cast, "adamw");
+    EXPECT_EQ(cast.fp8_weight_cast, "separate");
+    EXPECT_EQ(fused.graph, "captured");
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(fused.steps[i].loss, cast.steps[i].loss) << master << " master, step " << i + 1;
+      EXPECT_EQ(fused.steps[i].grad_norm, cast.steps[i].grad_norm) << master << " master, step " << i + 1;
+    }
+    EXPECT_NE(fused.steps[7].loss, fused.steps[0].loss) << "it must train";
+  }
+  spec.fp8_recipe = "current";
+  spec.fp8_weight_cast = "fused";
+  EXPECT_EQ(tb::train::train_cuda(spec, nullptr).fp8_weight_cast, "separate");
+}
+
 // FP8 (current scaling, also with the FP8 LM head in both logit-gradient formats, with its forward GEMM in BF16 and
-// with stochastic rounding, and delayed, also all-E4M3) learns
-// the markov task like BF16: the final loss within 3% of the BF16 run's (the acceptance's 500-step comparison at 1.5%
-// runs in bench/, bench/RESULTS.md).
+// with stochastic rounding, and delayed, also all-E4M3; both recipes with the linear layers' gradients rounded
+// stochastically) learns the markov task like BF16: the final loss within 3% of the BF16 run's (the acceptance's
+// 500-step comparison at 1.5% runs in bench/, bench/RESULTS.md).
 TEST(TrainerCuda, Fp8LearnsLikeBf16) {
   SKIP_WITHOUT_GPU();
   auto spec = small(200);
@@ -148,13 +180,19 @@ TEST(TrainerCuda, Fp8LearnsLikeBf16) {
   spec.fp8_lm_head = false;
   spec.fp8_recipe = "delayed";
   const auto del = tb::train::train_cuda(spec, nullptr);
+  spec.fp8_grad_rounding = "stochastic";  // the linear layers' gradient casts, and the activation's (delayed)
+  const auto del_sr = tb::train::train_cuda(spec, nullptr);
+  spec.fp8_recipe = "current";
+  const auto cur_sr = tb::train::train_cuda(spec, nullptr);
+  spec.fp8_grad_rounding = "nearest", spec.fp8_recipe = "delayed";
   spec.fp8_format = "e4m3";
   const auto e4m3 = tb::train::train_cuda(spec, nullptr);
   std::printf("final loss: bf16 %.4f, fp8 current %.4f (+ FP8 LM head %.4f, with E4M3 logit gradients %.4f, its "
-              "forward in BF16 %.4f, stochastic rounding %.4f), fp8 delayed %.4f (all-E4M3 %.4f) (floor %.4f)\n",
+              "forward in BF16 %.4f, stochastic rounding %.4f; gradients rounded stochastically %.4f), fp8 delayed "
+              "%.4f (all-E4M3 %.4f, gradients rounded stochastically %.4f) (floor %.4f)\n",
               bf16.steps.back().loss, cur.steps.back().loss, head.steps.back().loss, head_e4m3.steps.back().loss,
-              head_bwd.steps.back().loss, head_sr.steps.back().loss, del.steps.back().loss, e4m3.steps.back().loss,
-              bf16.loss_floor);
+              head_bwd.steps.back().loss, head_sr.steps.back().loss, cur_sr.steps.back().loss, del.steps.back().loss,
+              e4m3.steps.back().loss, del_sr.steps.back().loss, bf16.loss_floor);
   EXPECT_NEAR(cur.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
   EXPECT_NEAR(head.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
   EXPECT_NEAR(head_e4m3.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
@@ -168,6 +206,10 @@ TEST(TrainerCuda, Fp8LearnsLikeBf16) {
   EXPECT_NE(head_sr.steps.back().loss, head.steps.back().loss);  // the rounding reached the head's cast
   EXPECT_NEAR(del.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
   EXPECT_NEAR(e4m3.steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
+  for (const auto* sr : {&del_sr, &cur_sr})
+    EXPECT_NEAR(sr->steps.back().loss, bf16.steps.back().loss, 0.03 * bf16.steps.back().loss);
+  EXPECT_NE(del_sr.steps.back().loss, del.steps.back().loss);  // the rounding reached the gradients' casts
+  EXPECT_NE(cur_sr.steps.back().loss, cur.steps.back().loss);
   EXPECT_EQ(cur.graph, "captured");
   EXPECT_EQ(head.graph, "captured");
   // FP8 attention (cuDNN: head_dim 128): `small-hd128` against itself in BF16.

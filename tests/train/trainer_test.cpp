@@ -168,6 +168,29 @@ TEST(TrainerCpu, Fp8LmHeadRounding) {
                         "it)");
 }
 
+// --fp8-grad-rounding: nearest (the default) or stochastic, only in FP8.
+TEST(TrainerCpu, Fp8GradRounding) {
+  tb::train::TrainSpec s = fp8_head_spec();
+  EXPECT_EQ(s.fp8_grad_rounding, "nearest");
+  s.fp8_grad_rounding = "stochastic";
+  EXPECT_EQ(refusal(s), "accepted");
+  s.fp8_grad_rounding = "random";
+  EXPECT_EQ(refusal(s), "--fp8-grad-rounding must be nearest or stochastic, not 'random'");
+  s.fp8_grad_rounding = "stochastic", s.fp8_lm_head = false, s.precision = "bf16";
+  EXPECT_EQ(refusal(s),
+            "--fp8-grad-rounding rounds the FP8 linear layers' gradients: add --precision fp8 (or drop it)");
+}
+
+// --fp8-weight-cast: fused (the default) or separate.
+TEST(TrainerCpu, Fp8WeightCast) {
+  tb::train::TrainSpec s = fp8_head_spec();
+  EXPECT_EQ(s.fp8_weight_cast, "fused");
+  s.fp8_weight_cast = "separate";
+  EXPECT_EQ(refusal(s), "accepted");
+  s.fp8_weight_cast = "adamw";
+  EXPECT_EQ(refusal(s), "--fp8-weight-cast must be fused or separate, not 'adamw'");
+}
+
 // Every CUDA layout takes GPT-3's form (learned positions, tied embeddings): validate() refuses none of them (context
 // parallel with learned positions was refused until its 2-GPU check passed).
 TEST(TrainerCpu, CudaLayoutsTakeLearnedPositionsAndTiedEmbeddings) {

@@ -30,6 +30,12 @@
 // weight is the master rounded to nearest (ties away from zero instead of to even).
 // Ideal DRAM bytes per element: AdamW with fp32 moments 16 read (p, g, m, v) + 14 written (p, m, v, bf16 model) = 30
 // (split master: 16 read + 12 written = 28; bf16 moments: 8 fewer); grad norm 4 read. ~4 FLOPs per element for the norm, ~15 for the update: memory-bound.
+//
+// FP8 weight copies (AdamWTensor::fp8_copy, delayed scaling): a tensor that feeds FP8 GEMMs gets its copies
+//   q = fp8(model * scale), qt = q^T, *scale_inv = 1 / scale, *amax_out = max(*amax_out, max |model|)
+// written in the same pass as its update (the FP8 cast kernels of ops/cuda/fp8_cast.cuh, whose source updates the
+// elements it reads), bit for bit adamw_step followed by fp8_cast of the model weight, without reading the model
+// weight back: 2 bytes per element fewer (the cast's read), its q and qt writes unchanged.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,10 +43,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <vector>
 
 #include "core/dtype.h"
 #include "ops/cuda/context.h"
+#include "ops/cuda/fp8.h"
 
 namespace tb::ops {
 
@@ -57,6 +66,10 @@ struct AdamWTensor {
   __nv_bfloat16* model = nullptr;  // bf16 model weights written from the updated master; null: none
   std::int64_t numel = 0;
   bool decay = true;               // false: no weight decay (norm gains, biases)
+  // FP8 copies of the updated model weight, made in the same pass (see the top; used when fp8_copy.qt is set): the
+  // tensor as [rows, cols] row-major (rows * cols == numel), x null, q (or null), qt, type, scale (read: delayed
+  // scaling, no amax_in), scale_inv, amax_out (or null) and margin as fp8_cast takes them; needs `model`.
+  Fp8CastArgs fp8_copy;
 };
 
 // Hyperparameters fixed for a run, passed by value to each launch (torch.optim.AdamW's defaults).
@@ -86,7 +99,7 @@ struct GradNormResult {
 class AdamWGroup {
  public:
   // Throws tb::Error{config}: empty list, numel < 1, null master / grad / m / v, misaligned pointers (fp32 must be
-  // 4-byte, bf16 2-byte aligned), moments not f32 or bf16.
+  // 4-byte, bf16 2-byte aligned), moments not f32 or bf16, an FP8 copy not as described at fp8_copy.
   AdamWGroup(int device, std::span<const AdamWTensor> tensors, DType moments = DType::f32);
 
   int device() const { return device_; }
@@ -97,13 +110,20 @@ class AdamWGroup {
   const void* tensor_table() const { return table_.get(); }  // device: kernel-side tensor records
   const void* chunk_table() const { return chunk_table_.get(); }
   double* partials() const { return partials_.as<double>(); }  // device: one norm partial per chunk
+  // The update's chunks: those of the tensors without FP8 copies (chunk_table() when there are none).
+  const void* update_chunk_table() const { return update_chunks_ ? update_table_.get() : chunk_table_.get(); }
+  std::int64_t update_chunks() const { return update_chunks_ ? *update_chunks_ : chunks_; }
+  const std::vector<AdamWTensor>& fp8_copies() const { return fp8_copies_; }  // the tensors with FP8 copies
+  void* step_consts() const { return consts_.get(); }  // device scratch: the step's constants (FP8 copies only)
 
  private:
   int device_;
   DType moments_;
   int tensors_ = 0;
   std::int64_t chunks_ = 0, numel_ = 0;
-  DeviceBuffer table_, chunk_table_, partials_;
+  std::optional<std::int64_t> update_chunks_;  // set when some tensors have FP8 copies
+  std::vector<AdamWTensor> fp8_copies_;
+  DeviceBuffer table_, chunk_table_, update_table_, partials_, consts_;
 };
 
 // Split master conversions, n elements (device pointers): src fp32 -> (hi, lo), and back.
@@ -117,7 +137,8 @@ void grad_norm(const AdamWGroup& group, float max_norm, GradNormResult* out, cud
 // (data-parallel shards) after grad_norm() on each rank's own group.
 void clip_from_norm_sq(GradNormResult* r, float max_norm, cudaStream_t stream);
 
-// One AdamW step over every tensor of the group: one launch on stream. scalars: device lr and step (step >= 1;
+// One AdamW step over every tensor of the group: one launch on stream (and, with FP8 copies, one more per such
+// tensor after a one-thread launch of the step's constants). scalars: device lr and step (step >= 1;
 // a step < 1 leaves everything unchanged, as the device cannot throw). clip: the grad_norm() result whose
 // clip_scale multiplies the gradients, or null for no clipping.
 void adamw_step(const AdamWGroup& group, const AdamWConfig& cfg, const AdamWStepScalars* scalars,
