@@ -51,6 +51,9 @@
 #   fp8gradsr: the linear layers' gradients rounded stochastically (--fp8-grad-rounding stochastic), accuracy per seed
 #              as fp8headsracc at LR $ACC_LR (default 1e-4): BF16, FP8 delayed, + gradients rounded stochastically, +
 #              the FP8 head (stochastic), FP8 delayed + the head
+#   fp8attnmargin: whether FP8 attention's loss at LR 1e-3 (fourteenth session: +14% where FP8 delayed is +5%) is
+#              saturation of its delayed-scaled outputs: the 76 M model, micro-batch $ACC_MB (4), LR $ACC_LR (1e-3),
+#              text, seeds $ACC_SEEDS (1 2 3): BF16, FP8 delayed, + FP8 attention, each FP8 run with --fp8-margin 0 and 2
 #   fp8fused:  AdamW writing the FP8 weight copies (--fp8-weight-cast fused, the default) against the cast at each
 #              step's start (separate): 8B L8 FP8 delayed + stochastic head (op profiles), + FP8 attention, the latter
 #              with bf16 moments too; 70B L2 FP8 delayed + head; BF16 (also with bf16 moments) and the torch BF16 peer
@@ -214,6 +217,11 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
         ours 70b-L2-bf16 $s70 --no-op-profile
         ours 70b-L2-fp8-dh-separate $s70 $dh --fp8-weight-cast separate --no-op-profile
         ours 70b-L2-fp8-dh-fused $s70 $dh --no-op-profile ;;
+      fp8attnmargin)
+        dl="fp8 --fp8-recipe delayed"
+        ACC_SEEDS=${ACC_SEEDS:-1 2 3} ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_ARGS="--seq 1024 --micro-batch \
+          ${ACC_MB:-4} --lr ${ACC_LR:-1e-3} ${ACC_ARGS:-}" accuracy accmid "$MID" "bf16" "$dl" "$dl --fp8-margin 2" \
+          "$dl --fp8-attention" "$dl --fp8-attention --fp8-margin 2" ;;
       fp8gradsr)
         ACC_LR=${ACC_LR:-1e-4} llama_vocab_acc "bf16" "fp8 --fp8-recipe delayed" \
           "fp8 --fp8-recipe delayed --fp8-grad-rounding stochastic" \

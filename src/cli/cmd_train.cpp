@@ -132,13 +132,13 @@ int cmd_train(int argc, char** argv) {
                  "--fp8-lm-head: which of its GEMMs run in FP8, comma-separated forward, dgrad, wgrad (default: all "
                  "three; the others run in BF16: where FP8 costs the head accuracy, docs/TRAINING.md)");
   app.add_option("--fp8-grad-rounding", spec.fp8_grad_rounding,
-                 "FP8: how the linear layers' output gradients round to FP8, nearest | stochastic (unbiased sums; "
-                 "draws hashed from the element and the scale, so runs repeat)")
+                 "FP8: how the linear layers' output gradients round to FP8, nearest | stochastic (a diagnostic: it "
+                 "cost loss where measured, docs/TRAINING.md)")
       ->check(CLI::IsMember({"nearest", "stochastic"}))
       ->capture_default_str();
   app.add_option("--fp8-weight-cast", spec.fp8_weight_cast,
                  "FP8: who makes the linear layers' FP8 weight copies, fused (AdamW in its update, where it can: "
-                 "delayed scaling without data parallel) | separate (a cast at each step's start); the same numbers")
+                 "delayed scaling on one GPU) | separate (a cast at each step's start); the same numbers")
       ->check(CLI::IsMember({"fused", "separate"}))
       ->capture_default_str();
   app.add_flag("--fp8-attention", spec.fp8_attention,

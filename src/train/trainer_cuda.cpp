@@ -543,10 +543,12 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     t.decay = decays(*cs.slot);
     tensors.push_back(t);
   }
-  // FP8 with delayed scaling, each rank updating whole weights (no data parallel's shards): AdamW writes the linear
-  // layers' FP8 copies in its update (TrainSpec::fp8_weight_cast), and fp8_begin_step() stops casting them.
+  // FP8 with delayed scaling on one GPU: AdamW writes the linear layers' FP8 copies in its update
+  // (TrainSpec::fp8_weight_cast), and fp8_begin_step() stops casting them. Not yet with several ranks: data parallel's
+  // optimizer updates shards (the copies need whole weights), and tensor and pipeline parallel are untested with it.
   if (net.fp8()) res.fp8_weight_cast = "separate";
-  for (std::size_t c = 0; c < chunks.size() && spec.fp8_weight_cast == "fused" && !ddp; ++c) {
+  const bool one_rank = world.size == 1;
+  for (std::size_t c = 0; c < chunks.size() && spec.fp8_weight_cast == "fused" && one_rank; ++c) {
     const auto copies = chunks[c]->fp8_weight_copies();
     std::size_t found = 0;
     for (std::size_t i = 0; i < segments.size(); ++i)

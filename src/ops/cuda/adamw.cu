@@ -1,6 +1,7 @@
 // ops/cuda/adamw.cu: see adamw.h. Three kernels over the group's chunk table (one block per chunk): the gradient
 // norm partials, a one-block finaliser (norm, clip scale), and the AdamW update (moments, master, bf16 model copy);
-// a tensor with FP8 copies is updated instead by the FP8 cast kernels reading it through AdamWSource.
+// a tensor with FP8 copies is updated instead by adamw_fp8_copy_kernel (or, in shapes it does not take, by the FP8
+// cast kernels reading it through AdamWSource).
 #include "ops/cuda/adamw.h"
 
 #include <cmath>
@@ -271,9 +272,9 @@ __global__ void step_consts_kernel(const AdamWStepScalars* scalars, const GradNo
 constexpr int kCopyRows = 32, kCopyCols = 128;
 static_assert(kCopyCols == 4 * 32 && kThreads == 8 * 32 && kCopyRows % 8 == 0 && 2 * kCopyCols == kThreads);
 
-template <__nv_fp8_interpretation_t Kind, class M>
 // 5 blocks per SM (at most 51 registers instead of 61-63): bench/lab/adamw_lab over 1745 M weights on an H200, fp32
 // moments 13.11 ms (13.27 at 4 blocks), bf16 moments 11.61 (12.24); plain AdamW 12.06 / 8.86.
+template <__nv_fp8_interpretation_t Kind, class M>
 __global__ void __launch_bounds__(kThreads, 5)
     adamw_fp8_copy_kernel(TensorRec t, const StepConsts* __restrict__ consts, detail::CastTarget p) {
   __shared__ __align__(16) std::uint8_t tile[kCopyRows][kCopyCols + 4];
