@@ -82,9 +82,9 @@ struct TrainSpec {
   bool fp8_lm_head = false;           // the LM head's GEMMs in FP8 too (current scaling; off: BF16, as TE and NeMo)
   std::string fp8_lm_head_grad;       // its logit gradients: e4m3 | e5m2 | empty: as fp8_format's gradients
   std::string fp8_lm_head_rounding;   // its logit gradients' rounding: nearest | stochastic | empty: stochastic
-  std::string fp8_grad_rounding = "nearest";  // the linear layers' output gradients' rounding: nearest | stochastic
   std::string fp8_lm_head_gemms;      // its GEMMs in FP8: comma-separated forward, dgrad, wgrad | empty: all three
                                       // (the others BF16; where FP8 costs the head accuracy, bench/RESULTS.md)
+  std::string fp8_grad_rounding = "nearest";  // the linear layers' output gradients' rounding: nearest | stochastic
   std::string fp8_weight_cast = "fused";  // fused: AdamW writes the linear layers' FP8 weight copies in its update
                                       // where it can (delayed scaling on one GPU: ops/cuda/adamw.h); separate: cast at
                                       // each step's start (always so otherwise). The same numbers either way.

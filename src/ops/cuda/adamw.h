@@ -33,9 +33,10 @@
 //
 // FP8 weight copies (AdamWTensor::fp8_copy, delayed scaling): a tensor that feeds FP8 GEMMs gets its copies
 //   q = fp8(model * scale), qt = q^T, *scale_inv = 1 / scale, *amax_out = max(*amax_out, max |model|)
-// written in the same pass as its update (the FP8 cast kernels of ops/cuda/fp8_cast.cuh, whose source updates the
-// elements it reads), bit for bit adamw_step followed by fp8_cast of the model weight, without reading the model
-// weight back: 2 bytes per element fewer (the cast's read), its q and qt writes unchanged.
+// written in the same pass as its update (one launch per such tensor: a kernel of its own for shapes of 32 x 128
+// tiles, else the FP8 cast kernels of ops/cuda/fp8_cast.cuh with a source that updates the elements it reads), bit for
+// bit adamw_step followed by fp8_cast of the model weight, without reading the model weight back: 2 bytes per element
+// fewer (the cast's read), its q and qt writes unchanged.
 #pragma once
 
 #include <cuda_bf16.h>
