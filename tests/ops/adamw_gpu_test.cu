@@ -405,8 +405,8 @@ TEST(AdamWGroupArgs, RejectsBadTensorsBeforeAllocating) {
 }
 
 // FP8 copies (AdamWTensor::fp8_copy) are bit for bit adamw_step followed by fp8_cast of the model weight: master (or
-// its split halves), moments, model, q, q^T, scale_inv and amax, over 3 clipped steps, on three tensors with copies,
-// one for each kernel that makes them: [64, 256] (32 x 128 tiles), [128, 192] (the cast's 64 x 64 tiles) and [48, 80]
+// its split halves), moments, model, q, q^T, scale_inv and amax, over 3 clipped steps, on four tensors with copies,
+// [128, 256] and [32, 128] (the copy kernel's 32 x 128 tiles), [128, 192] (the cast's 64 x 64 tiles) and [48, 80]
 // starting at an odd element (32 x 32 tiles, scalar accesses), and one without; each step changes some of the codes.
 // A step 0 then changes nothing, and its copies are the cast of the weights as they are.
 struct CopyCase {
@@ -422,12 +422,16 @@ TEST_P(AdamWFp8Copies, BitForBitTheStepThenTheCast) {
   const CopyCase cc = GetParam();
   DeviceContext dc(0);
   cudaStream_t st = dc.stream();
-  constexpr int kCopies = 3;
-  const std::int64_t rows[kCopies] = {64, 128, 48}, cols[kCopies] = {256, 192, 80};
-  const std::int64_t n[kCopies + 1] = {64 * 256, 128 * 192, 48 * 80, 1000};
-  std::int64_t off[kCopies + 1] = {0, n[0], n[0] + n[1] + 1, 0}, qoff[kCopies] = {0, n[0], n[0] + n[1]};
-  off[3] = off[2] + n[2] + 3;
-  const std::int64_t total = off[3] + n[3], qbytes = qoff[2] + n[2];
+  constexpr int kCopies = 4;
+  const std::int64_t rows[kCopies] = {128, 32, 128, 48}, cols[kCopies] = {256, 128, 192, 80};
+  std::int64_t n[kCopies + 1], off[kCopies + 1], qoff[kCopies];
+  std::int64_t total = 0, qbytes = 0;
+  for (int k = 0; k <= kCopies; ++k) {
+    n[k] = k < kCopies ? rows[k] * cols[k] : 1000;
+    off[k] = total + (k == 3 ? 1 : 0);  // tensor 3 at an odd element: pointers of mixed alignment phases
+    total = off[k] + n[k] + (k == 3 ? 3 : 0);
+    if (k < kCopies) qoff[k] = qbytes, qbytes += n[k];
+  }
   const std::size_t ms = tb::dtype_size(cc.moments);
   struct State {
     DeviceBuffer master, lo, model, mom, q, qt;
@@ -436,8 +440,9 @@ TEST_P(AdamWFp8Copies, BitForBitTheStepThenTheCast) {
   DeviceBuffer init(0, total * 4), grad(0, total * 4), scalars(0, sizeof(AdamWStepScalars));
   DeviceBuffer norm(0, sizeof(GradNormResult));
   fill_normal(init.as<float>(), std::size_t(total), 5, 0.0f, 0.05f, st);
-  const float scale[kCopies] = {cc.type == DType::e4m3 ? 3000.5f : 400000.5f,
-                                cc.type == DType::e4m3 ? 1500.25f : 90000.5f, cc.type == DType::e4m3 ? 2500.f : 2e5f};
+  const bool e4 = cc.type == DType::e4m3;
+  const float scale[kCopies] = {e4 ? 3000.5f : 400000.5f, e4 ? 1500.25f : 90000.5f, e4 ? 2500.f : 2e5f,
+                                e4 ? 2000.75f : 150000.5f};
   auto make_state = [&] {
     State s{DeviceBuffer(0, total * 4), DeviceBuffer(0, total * 2), DeviceBuffer(0, total * 2),
             DeviceBuffer(0, 2 * total * ms), DeviceBuffer(0, qbytes), DeviceBuffer(0, qbytes),
@@ -488,8 +493,8 @@ TEST_P(AdamWFp8Copies, BitForBitTheStepThenTheCast) {
     dc.synchronize();
     return h;
   };
-  auto slots = [&](const State& s) {
-    std::vector<float> h(kCopies * Fp8Scales::kSlotFloats);
+  auto slots = [&](const State& s) {  // every tensor's amax, scale, scale_inv (and history) blocks
+    std::vector<float> h(kCopies * s.scales->slot_stride());
     TB_CHECK(cudaMemcpyAsync(h.data(), s.scales->base(), h.size() * 4, cudaMemcpyDeviceToHost, st));
     dc.synchronize();
     return h;
@@ -528,7 +533,8 @@ TEST_P(AdamWFp8Copies, BitForBitTheStepThenTheCast) {
     else if (step > 0)  // (no copies before step 1)
       EXPECT_GT(changed, qbytes / 100) << "step " << t << " changed only " << changed << " codes";
     before = after;
-    for (int k = 0; k < kCopies; ++k) EXPECT_GT(slots(b)[k * Fp8Scales::kSlotFloats], 0.0f) << "amax " << k;
+    const std::vector<float> recorded = slots(b);
+    for (int k = 0; k < kCopies; ++k) EXPECT_GT(recorded[k * b.scales->slot_stride()], 0.0f) << "amax " << k;
   }
 }
 
