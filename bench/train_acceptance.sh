@@ -54,9 +54,10 @@
 #   fp8attnmargin: whether FP8 attention's loss at LR 1e-3 (fourteenth session: +14% where FP8 delayed is +5%) is
 #              saturation of its delayed-scaled outputs: the 76 M model, micro-batch $ACC_MB (4), LR $ACC_LR (1e-3),
 #              text, seeds $ACC_SEEDS (1 2 3): BF16, FP8 delayed, + FP8 attention, each FP8 run with --fp8-margin 0 and 2
-#   fp8fused:  AdamW writing the FP8 weight copies (--fp8-weight-cast fused, the default) against the cast at each
-#              step's start (separate): 8B L8 FP8 delayed + stochastic head (op profiles), + FP8 attention, the latter
-#              with bf16 moments too; 70B L2 FP8 delayed + head; BF16 (also with bf16 moments) and the torch BF16 peer
+#   fp8fused:  AdamW writing the FP8 weight copies (--fp8-weight-cast fused; auto, the default, does with fp32
+#              moments) against the cast at each step's start (separate): 8B L8 FP8 delayed + stochastic head (op
+#              profiles), + FP8 attention, the latter with bf16 moments too; 70B L2 FP8 delayed + head; BF16 (also with
+#              bf16 moments) and the torch BF16 peer
 #   fp8best:   the issue's FP8 targets in one call: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
 #              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, BF16 with bf16 moments
 #              at both shapes (the FP8 / BF16 ratios and memory at the peer's moment precision), the torch BF16 peer
@@ -206,17 +207,18 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
         s70="--model llama3.1-70b --layers 2 --seq 8192"
         ours 8b-L8-bf16 $s8 --no-op-profile
         ours 8b-L8-fp8-dh-separate $s8 $dh --fp8-weight-cast separate
-        ours 8b-L8-fp8-dh-fused $s8 $dh
+        ours 8b-L8-fp8-dh-fused $s8 $dh --fp8-weight-cast fused
         ours 8b-L8-fp8-dh-attn-separate $s8 $dh --fp8-attention --fp8-weight-cast separate --no-op-profile
-        ours 8b-L8-fp8-dh-attn-fused $s8 $dh --fp8-attention --no-op-profile
+        ours 8b-L8-fp8-dh-attn-fused $s8 $dh --fp8-attention --fp8-weight-cast fused --no-op-profile
         ours 8b-L8-bf16-m16 $s8 --moments bf16 --no-op-profile
-        ours 8b-L8-fp8-dh-attn-fused-m16 $s8 $dh --fp8-attention --moments bf16 --no-op-profile
+        ours 8b-L8-fp8-dh-attn-fused-m16 $s8 $dh --fp8-attention --moments bf16 --fp8-weight-cast fused \
+          --no-op-profile
         ours 8b-L8-fp8-dh-attn-separate-m16 $s8 $dh --fp8-attention --moments bf16 --fp8-weight-cast separate \
           --no-op-profile
         peer 8b-L8-bf16 $s8 --state bf16
         ours 70b-L2-bf16 $s70 --no-op-profile
         ours 70b-L2-fp8-dh-separate $s70 $dh --fp8-weight-cast separate --no-op-profile
-        ours 70b-L2-fp8-dh-fused $s70 $dh --no-op-profile ;;
+        ours 70b-L2-fp8-dh-fused $s70 $dh --fp8-weight-cast fused --no-op-profile ;;
       fp8attnmargin)
         dl="fp8 --fp8-recipe delayed"
         ACC_SEEDS=${ACC_SEEDS:-1 2 3} ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_ARGS="--seq 1024 --micro-batch \

@@ -85,8 +85,8 @@ void validate(const TrainSpec& spec) {
              fmt::format("--master must be split or f32, not '{}'", spec.master));
   TB_REQUIRE(spec.grad_buffer == "shared" || spec.grad_buffer == "separate",
              fmt::format("--grad-buffer must be shared or separate, not '{}'", spec.grad_buffer));
-  TB_REQUIRE(spec.fp8_weight_cast == "fused" || spec.fp8_weight_cast == "separate",
-             fmt::format("--fp8-weight-cast must be fused or separate, not '{}'", spec.fp8_weight_cast));
+  TB_REQUIRE(spec.fp8_weight_cast == "auto" || spec.fp8_weight_cast == "fused" || spec.fp8_weight_cast == "separate",
+             fmt::format("--fp8-weight-cast must be auto, fused or separate, not '{}'", spec.fp8_weight_cast));
   TB_REQUIRE(spec.precision == "bf16" || spec.precision == "fp8",
              fmt::format("--precision must be bf16 or fp8, not '{}'", spec.precision));
   TB_REQUIRE(spec.precision == "bf16" || spec.device == "cuda", "--precision fp8 needs --device cuda");

@@ -546,9 +546,10 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   // FP8 with delayed scaling on one GPU: AdamW writes the linear layers' FP8 copies in its update
   // (TrainSpec::fp8_weight_cast), and fp8_begin_step() stops casting them. Not yet with several ranks: data parallel's
   // optimizer updates shards (the copies need whole weights), and tensor and pipeline parallel are untested with it.
+  // auto: only with fp32 moments (8B L8 on an H200: -0.83 ms; with bf16 moments +0.16 ms, bench/RESULTS.md).
   if (net.fp8()) res.fp8_weight_cast = "separate";
-  const bool one_rank = world.size == 1;
-  for (std::size_t c = 0; c < chunks.size() && spec.fp8_weight_cast == "fused" && one_rank; ++c) {
+  const bool fuse = spec.fp8_weight_cast == "fused" || (spec.fp8_weight_cast == "auto" && !bf16_moments);
+  for (std::size_t c = 0; c < chunks.size() && fuse && world.size == 1; ++c) {
     const auto copies = chunks[c]->fp8_weight_copies();
     std::size_t found = 0;
     for (std::size_t i = 0; i < segments.size(); ++i)

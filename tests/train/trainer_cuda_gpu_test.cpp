@@ -128,9 +128,10 @@ TEST(TrainerCuda, SplitMasterTrainsLikeTheF32Master) {
   EXPECT_LT(split.peak_alloc_bytes, f32.peak_alloc_bytes);
 }
 
-// FP8 with delayed scaling: AdamW writing the linear layers' FP8 weight copies in its update (--fp8-weight-cast fused,
-// the default) trains bit for bit like the cast at each step's start (losses and gradient norms over 8 graph-replayed
-// steps), with the split master and fp32 moments and with the fp32 master and bf16 moments; current scaling casts.
+// FP8 with delayed scaling: AdamW writing the linear layers' FP8 weight copies in its update (--fp8-weight-cast fused)
+// trains bit for bit like the cast at each step's start (losses and gradient norms over 8 graph-replayed steps), with
+// the split master and fp32 moments and with the fp32 master and bf16 moments; the default (auto) fuses with fp32
+// moments only; current scaling casts.
 TEST(TrainerCuda, Fp8WeightCopiesFromAdamWTrainLikeTheCast) {
   SKIP_WITHOUT_GPU();
   auto spec = small(8);
@@ -153,6 +154,10 @@ TEST(TrainerCuda, Fp8WeightCopiesFromAdamWTrainLikeTheCast) {
     }
     EXPECT_NE(fused.steps[7].loss, fused.steps[0].loss) << "it must train";
   }
+  spec.fp8_weight_cast = "auto", spec.steps = 2;  // the default: fused with fp32 moments only
+  EXPECT_EQ(tb::train::train_cuda(spec, nullptr).fp8_weight_cast, "separate");  // (bf16 moments, from the loop)
+  spec.moments = "f32";
+  EXPECT_EQ(tb::train::train_cuda(spec, nullptr).fp8_weight_cast, "adamw");
   spec.fp8_recipe = "current";
   spec.fp8_weight_cast = "fused";
   EXPECT_EQ(tb::train::train_cuda(spec, nullptr).fp8_weight_cast, "separate");

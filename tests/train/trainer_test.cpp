@@ -181,14 +181,16 @@ TEST(TrainerCpu, Fp8GradRounding) {
             "--fp8-grad-rounding rounds the FP8 linear layers' gradients: add --precision fp8 (or drop it)");
 }
 
-// --fp8-weight-cast: fused (the default) or separate.
+// --fp8-weight-cast: auto (the default), fused or separate.
 TEST(TrainerCpu, Fp8WeightCast) {
   tb::train::TrainSpec s = fp8_head_spec();
-  EXPECT_EQ(s.fp8_weight_cast, "fused");
-  s.fp8_weight_cast = "separate";
-  EXPECT_EQ(refusal(s), "accepted");
+  EXPECT_EQ(s.fp8_weight_cast, "auto");
+  for (const char* v : {"fused", "separate"}) {
+    s.fp8_weight_cast = v;
+    EXPECT_EQ(refusal(s), "accepted") << v;
+  }
   s.fp8_weight_cast = "adamw";
-  EXPECT_EQ(refusal(s), "--fp8-weight-cast must be fused or separate, not 'adamw'");
+  EXPECT_EQ(refusal(s), "--fp8-weight-cast must be auto, fused or separate, not 'adamw'");
 }
 
 // Every CUDA layout takes GPT-3's form (learned positions, tied embeddings): validate() refuses none of them (context
