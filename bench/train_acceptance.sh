@@ -54,6 +54,9 @@
 #   fp8attnmargin: whether FP8 attention's loss at LR 1e-3 (fourteenth session: +14% where FP8 delayed is +5%) is
 #              saturation of its delayed-scaled outputs: the 76 M model, micro-batch $ACC_MB (4), LR $ACC_LR (1e-3),
 #              text, seeds $ACC_SEEDS (1 2 3): BF16, FP8 delayed, + FP8 attention, each FP8 run with --fp8-margin 0 and 2
+#   fp8attnemu: where FP8 attention's cost comes from, in fp8attnmargin's setting (seeds $ACC_SEEDS, 1..6): BF16, FP8
+#              delayed, + FP8 attention, + BF16 attention on E4M3-rounded q, k, v, on an E4M3-rounded O, on both
+#              (--fp8-attention-emulate qkv | o | qkv,o)
 #   fp8fused:  AdamW writing the FP8 weight copies (--fp8-weight-cast fused; auto, the default, does with fp32
 #              moments) against the cast at each step's start (separate): 8B L8 FP8 delayed + stochastic head (op
 #              profiles), + FP8 attention, the latter with bf16 moments too; 70B L2 FP8 delayed + head; BF16 (also with
@@ -224,6 +227,12 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
         ACC_SEEDS=${ACC_SEEDS:-1 2 3} ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_ARGS="--seq 1024 --micro-batch \
           ${ACC_MB:-4} --lr ${ACC_LR:-1e-3} ${ACC_ARGS:-}" accuracy accmid "$MID" "bf16" "$dl" "$dl --fp8-margin 2" \
           "$dl --fp8-attention" "$dl --fp8-attention --fp8-margin 2" ;;
+      fp8attnemu)
+        dl="fp8 --fp8-recipe delayed"
+        ACC_SEEDS=${ACC_SEEDS:-1 2 3 4 5 6} ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_ARGS="--seq 1024 \
+          --micro-batch ${ACC_MB:-4} --lr ${ACC_LR:-1e-3} ${ACC_ARGS:-}" accuracy accmid "$MID" "bf16" "$dl" \
+          "$dl --fp8-attention" "$dl --fp8-attention-emulate qkv" "$dl --fp8-attention-emulate o" \
+          "$dl --fp8-attention-emulate qkv,o" ;;
       fp8gradsr)
         ACC_LR=${ACC_LR:-1e-4} llama_vocab_acc "bf16" "fp8 --fp8-recipe delayed" \
           "fp8 --fp8-recipe delayed --fp8-grad-rounding stochastic" \

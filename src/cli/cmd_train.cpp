@@ -138,10 +138,14 @@ int cmd_train(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--fp8-weight-cast", spec.fp8_weight_cast,
                  "FP8: who makes the linear layers' FP8 weight copies, fused (AdamW in its update, where it can: "
-                 "delayed scaling on one GPU) | separate (a cast at each step's start) | auto (fused with fp32 moments, "
-                 "where it is faster); the same numbers")
+                 "delayed scaling on one GPU) | separate (a cast at each step's start) | auto (fused with fp32 "
+                 "moments, where it is faster); the same numbers")
       ->check(CLI::IsMember({"auto", "fused", "separate"}))
       ->capture_default_str();
+  app.add_option("--fp8-attention-emulate", spec.fp8_attention_emulate,
+                 "FP8, a diagnostic: BF16 attention with its inputs (qkv) and/or output (o) rounded to E4M3 and back "
+                 "as --fp8-attention stores them, qkv | o | qkv,o (where FP8 attention costs accuracy)")
+      ->check(CLI::IsMember({"qkv", "o", "qkv,o"}));
   app.add_flag("--fp8-attention", spec.fp8_attention,
                "FP8: attention through cuDNN's FP8 SDPA too (Hopper: head_dim 128; O, dP and dQKV with delayed "
                "scales); off by default: it costs accuracy at high learning rates (docs/TRAINING.md)");
@@ -229,6 +233,9 @@ int cmd_train(int argc, char** argv) {
   if (spec.precision == "fp8") {
     const std::vector<std::string> head_gemms = train::fp8_head_gemms(spec);
     const std::string which = head_gemms.size() == 3 ? "" : fmt::format(" ({} in FP8)", fmt::join(head_gemms, ", "));
+    const std::string attention = spec.fp8_attention                   ? std::string(", FP8 attention")
+                                  : spec.fp8_attention_emulate.empty() ? std::string()
+                                  : ", BF16 attention, E4M3-rounded " + spec.fp8_attention_emulate;
     fp8 = fmt::format(" ({} scaling, {}{}{}{})", spec.fp8_recipe, spec.fp8_format,
                       spec.fp8_grad_rounding == "stochastic" ? ", gradients rounded stochastically" : "",
                       spec.fp8_lm_head
@@ -236,7 +243,7 @@ int cmd_train(int argc, char** argv) {
                                         train::fp8_head_grad_format(spec) == "e4m3" ? "E4M3" : "E5M2",
                                         train::fp8_head_rounding(spec) == "stochastic" ? "stochastically" : "to nearest")
                           : "",
-                      spec.fp8_attention ? ", FP8 attention" : "");
+                      attention);
   }
   if (rank0)
     std::printf(
@@ -308,6 +315,7 @@ int cmd_train(int argc, char** argv) {
                        {"margin", spec.fp8_margin}, {"reduce_amax", spec.fp8_reduce_amax},
                        {"lm_head", spec.fp8_lm_head ? "fp8" : "bf16"},
                        {"attention", spec.fp8_attention ? "fp8" : "bf16"},
+                       {"attention_emulate", spec.fp8_attention_emulate},
                        {"weight_cast", res.fp8_weight_cast}, {"grad_rounding", spec.fp8_grad_rounding}};
     if (spec.precision == "fp8" && spec.fp8_lm_head) {
       r.data["fp8"]["lm_head_grad"] = train::fp8_head_grad_format(spec);

@@ -118,6 +118,12 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
     fp8_head_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 3, 1, dc_.stream());  // W, x, dlogits
   }
   if (fp8_.attention) fp8_attention_setup();
+  if (fp8_.attention_emulate) {
+    TB_REQUIRE(fp8_.enabled && !fp8_.attention && recompute_ == Recompute::none,
+               "CUDA decoder: the FP8 attention emulation (a diagnostic of BF16 attention) needs FP8, not FP8 "
+               "attention itself, and no recompute");
+    fp8_emulate_scales_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 2, 1, dc_.stream());
+  }
   dc_.synchronize();
 }
 
@@ -553,6 +559,11 @@ void CudaDecoder::prepare(int batch, int seq, int slots) {
     cp_prepare(batch, seq);  // its scratch and the two chunks' attention plans
   else
     attention_->plan(attention_shape(batch, seq));  // may grow its workspace
+  if (fp8_.attention_emulate) {
+    TB_REQUIRE(cp_.size == 1, "CUDA decoder: the FP8 attention emulation takes no context parallel");
+    const std::size_t n = std::size_t(batch) * std::size_t(seq);
+    fp8_emulate_buf_ = ops::DeviceBuffer(dc_.device(), n * std::size_t(cfg_.q_dim() + 2 * cfg_.kv_dim()));
+  }
   batch_ = batch;
   seq_ = seq;
   slots_ = slots;
@@ -808,9 +819,12 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
     if (fp8_attention()) {
       fp8_attention_forward(l, A, batch, seq);
     } else {
+      const std::int64_t qd = c.q_dim(), width = qd + 2 * std::int64_t(c.kv_dim());
+      if (fp8_.attention_emulate & kEmulateQkv) fp8_attention_emulate(A.qkv, n, width, 0);
       const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
       attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o, A.lse}, st);
       mark("attention fwd");
+      if (fp8_.attention_emulate & kEmulateO) fp8_attention_emulate(A.o, n, qd, 1);
     }
   }
   row_parallel_forward(A.o, l, 1, A, n);  // the attention output lands in m (free until the MLP)

@@ -134,6 +134,9 @@ struct ContextParallelOps {
   std::function<void(const __nv_bfloat16* all, __nv_bfloat16* local, std::size_t local_elems)> reduce_scatter;
 };
 
+// Fp8Options::attention_emulate bits.
+enum Fp8AttentionEmulate : unsigned { kEmulateQkv = 1, kEmulateO = 2 };
+
 struct Fp8Options {
   bool enabled = false;
   bool delayed = false;
@@ -142,6 +145,10 @@ struct Fp8Options {
   int margin = 0;
   bool lm_head = false;      // the LM head's three GEMMs in FP8 too (ops/cuda/cross_entropy.h: current scaling)
   bool attention = false;    // attention through cuDNN's FP8 SDPA too (needs enabled)
+  // A diagnostic of where FP8 attention costs accuracy: BF16 attention whose inputs q, k, v (kEmulateQkv) and/or output
+  // O (kEmulateO) are rounded to E4M3 and back, as FP8 attention stores them (one current scale per tensor); the
+  // softmax, P and the backward stay BF16. Needs enabled, not attention; no context parallel, no recompute.
+  unsigned attention_emulate = 0;
   DType grad = DType::e5m2;  // the gradients' format: e5m2 ("hybrid", as Transformer Engine) or e4m3 (all-E4M3)
   bool grad_stochastic = false;  // the linear layers' output gradients rounded stochastically to FP8 (else nearest)
   DType head_grad = DType::e5m2;  // lm_head: the logit gradients' format (trainbench train: `grad` unless told)
@@ -429,11 +436,15 @@ class CudaDecoder {
   bool fp8_head() const { return fp8_.enabled && fp8_.lm_head && last_stage(); }
   // FP8 attention (Fp8Options::attention): model/decoder_fp8_attention_cuda.cpp.
   std::unique_ptr<ops::CudnnFp8Attention> fp8_attention_;
+  ops::DeviceBuffer fp8_emulate_buf_;                   // Fp8Options::attention_emulate: the E4M3 codes (prepare())
+  std::unique_ptr<ops::Fp8Scales> fp8_emulate_scales_;  // its qkv and O slots
   std::unique_ptr<ops::Fp8Scales> fp8_attn_o_;     // delayed, E4M3: o of layer l at l
   std::unique_ptr<ops::Fp8Scales> fp8_attn_grad_;  // delayed, Fp8Options::grad: dS, dq, dk, dv of layer l at 4 l + 0..3
   std::unique_ptr<ops::Fp8Scales> fp8_attn_now_;   // P (fixed), dO (current), then qkv8 per activation set and layer
   bool fp8_attention() const { return fp8_.enabled && fp8_.attention; }
   void fp8_attention_setup();  // the constructor's part
+  // Fp8Options::attention_emulate: x [rows, cols] rounded to E4M3 and back in place, current scaling in slot `slot`.
+  void fp8_attention_emulate(bf16* x, std::int64_t rows, std::int64_t cols, int slot);
   void fp8_attention_prepare(int batch, int seq, int slots);
   ops::Fp8AttentionShape fp8_attention_shape(int batch, int seq) const;
   void fp8_attention_forward(int l, const LayerActs& A, int batch, int seq);   // from A.qkv (bf16, after RoPE)

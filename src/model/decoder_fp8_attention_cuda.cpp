@@ -36,6 +36,15 @@ void CudaDecoder::fp8_attention_setup() {  // after the constructor's check that
   fp8_attn_grad_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 4 * layers(), fp8_.history, dc_.stream());
 }
 
+void CudaDecoder::fp8_attention_emulate(bf16* x, std::int64_t rows, std::int64_t cols, int slot) {
+  ops::Fp8CastArgs c;
+  c.x = x, c.rows = rows, c.cols = cols, c.q = fp8_emulate_buf_.get(), c.type = DType::e4m3;
+  const ops::Fp8Meta m = fp8_emulate_scales_->meta(slot);
+  fp8_scaled_cast(c, m, /*delayed=*/false, /*amax_ready=*/false);
+  ops::fp8_dequantize({fp8_emulate_buf_.get(), cols, x, cols, rows, cols, DType::e4m3, m.scale_inv}, dc_.stream());
+  mark("fp8 attention emulation");
+}
+
 ops::Fp8AttentionShape CudaDecoder::fp8_attention_shape(int batch, int seq) const {
   return {attention_shape(batch, seq), fp8_.grad};  // deterministic: refused by the op's shape check
 }

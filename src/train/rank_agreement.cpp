@@ -86,7 +86,8 @@ std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s)
           {"fp8_lm_head_rounding", s.fp8_lm_head_rounding},
           {"fp8_weight_cast", s.fp8_weight_cast},
           {"fp8_grad_rounding", s.fp8_grad_rounding},
-          {"fp8_attention", num(s.fp8_attention)}};
+          {"fp8_attention", num(s.fp8_attention)},
+          {"fp8_attention_emulate", s.fp8_attention_emulate}};
 }
 
 void check_ranks_agree(const TrainSpec& spec, comm::Communicator& world) {

@@ -116,6 +116,13 @@ void validate(const TrainSpec& spec) {
   fp8_head_gemms(spec);  // (its own message for a bad list)
   TB_REQUIRE(spec.fp8_lm_head_gemms.empty() || spec.fp8_lm_head,
              "--fp8-lm-head-gemms chooses the FP8 LM head's GEMMs: add --fp8-lm-head (or drop it)");
+  TB_REQUIRE(spec.fp8_attention_emulate.empty() || spec.fp8_attention_emulate == "qkv" ||
+                 spec.fp8_attention_emulate == "o" || spec.fp8_attention_emulate == "qkv,o",
+             fmt::format("--fp8-attention-emulate takes qkv, o or qkv,o, not '{}'", spec.fp8_attention_emulate));
+  TB_REQUIRE(spec.fp8_attention_emulate.empty() ||
+                 (spec.precision == "fp8" && !spec.fp8_attention && spec.cp == 1 && spec.recompute == "none"),
+             "--fp8-attention-emulate (a diagnostic of BF16 attention) needs --precision fp8 without --fp8-attention, "
+             "--cp 1 and --recompute none");
   if (spec.fp8_attention) {  // what cuDNN's FP8 attention (ops/cuda/attention_fp8.h) cannot do, before any GPU work
     TB_REQUIRE(spec.precision == "fp8", "--fp8-attention needs --precision fp8");
     TB_REQUIRE(spec.cp == 1, fmt::format("--fp8-attention does not combine with context parallel (--cp {}): cuDNN's "

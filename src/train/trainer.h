@@ -91,6 +91,8 @@ struct TrainSpec {
                                       // it was faster on an H200), else separate. The same numbers either way.
   bool fp8_attention = false;         // attention through cuDNN's FP8 SDPA too (Fp8Options::attention): FP8 only;
                                       // head_dim 128, no context parallel, not deterministic (validate())
+  std::string fp8_attention_emulate;  // a diagnostic: BF16 attention with its inputs (qkv) and/or output (o) rounded
+                                      // to E4M3 and back as FP8 attention stores them: qkv | o | qkv,o | empty: off
 };
 
 // Device memory a CUDA run needs, before anything is allocated (bytes).

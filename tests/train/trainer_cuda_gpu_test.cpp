@@ -224,9 +224,16 @@ TEST(TrainerCuda, Fp8LearnsLikeBf16) {
   hd.precision = "fp8";
   hd.fp8_attention = true;
   const auto hd_attn = tb::train::train_cuda(hd, nullptr);
-  std::printf("small-hd128 final loss: bf16 %.4f, fp8 + fp8 attention %.4f\n", hd_bf16.steps.back().loss,
-              hd_attn.steps.back().loss);
+  hd.fp8_attention = false;  // its emulation (a diagnostic): BF16 attention on E4M3-rounded q, k, v and O
+  const auto hd_fp8 = tb::train::train_cuda(hd, nullptr);
+  hd.fp8_attention_emulate = "qkv,o";
+  const auto hd_emu = tb::train::train_cuda(hd, nullptr);
+  std::printf("small-hd128 final loss: bf16 %.4f, fp8 %.4f, + fp8 attention %.4f, + its emulation %.4f\n",
+              hd_bf16.steps.back().loss, hd_fp8.steps.back().loss, hd_attn.steps.back().loss,
+              hd_emu.steps.back().loss);
   EXPECT_NEAR(hd_attn.steps.back().loss, hd_bf16.steps.back().loss, 0.03 * hd_bf16.steps.back().loss);
+  EXPECT_NEAR(hd_emu.steps.back().loss, hd_bf16.steps.back().loss, 0.03 * hd_bf16.steps.back().loss);
+  EXPECT_NE(hd_emu.steps.back().loss, hd_fp8.steps.back().loss);  // the rounding reached the attention's tensors
   EXPECT_EQ(hd_attn.graph, "captured");
 }
 

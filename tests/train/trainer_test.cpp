@@ -181,6 +181,23 @@ TEST(TrainerCpu, Fp8GradRounding) {
             "--fp8-grad-rounding rounds the FP8 linear layers' gradients: add --precision fp8 (or drop it)");
 }
 
+// --fp8-attention-emulate: qkv, o or both, with FP8 and BF16 attention only.
+TEST(TrainerCpu, Fp8AttentionEmulate) {
+  tb::train::TrainSpec s = fp8_head_spec();
+  for (const char* v : {"qkv", "o", "qkv,o"}) {
+    s.fp8_attention_emulate = v;
+    EXPECT_EQ(refusal(s), "accepted") << v;
+  }
+  s.fp8_attention_emulate = "p";
+  EXPECT_EQ(refusal(s), "--fp8-attention-emulate takes qkv, o or qkv,o, not 'p'");
+  const std::string needs = "--fp8-attention-emulate (a diagnostic of BF16 attention) needs --precision fp8 without "
+                            "--fp8-attention, --cp 1 and --recompute none";
+  s.fp8_attention_emulate = "qkv", s.recompute = "selective";
+  EXPECT_EQ(refusal(s), needs);
+  s.recompute = "none", s.precision = "bf16", s.fp8_lm_head = false;
+  EXPECT_EQ(refusal(s), needs);
+}
+
 // --fp8-weight-cast: auto (the default), fused or separate.
 TEST(TrainerCpu, Fp8WeightCast) {
   tb::train::TrainSpec s = fp8_head_spec();
