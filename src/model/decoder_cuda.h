@@ -147,7 +147,8 @@ struct Fp8Options {
   bool attention = false;    // attention through cuDNN's FP8 SDPA too (needs enabled)
   // A diagnostic of where FP8 attention costs accuracy: BF16 attention whose inputs q, k, v (kEmulateQkv) and/or output
   // O (kEmulateO) are rounded to E4M3 and back, as FP8 attention stores them (one current scale per tensor); the
-  // softmax, P and the backward stay BF16. Needs enabled, not attention; no context parallel, no recompute.
+  // softmax, P and the backward stay BF16. Needs enabled, not attention; no context parallel, no recompute. Its scratch
+  // (tokens x (q + 2 kv) bytes) is outside the memory estimate.
   unsigned attention_emulate = 0;
   DType grad = DType::e5m2;  // the gradients' format: e5m2 ("hybrid", as Transformer Engine) or e4m3 (all-E4M3)
   bool grad_stochastic = false;  // the linear layers' output gradients rounded stochastically to FP8 (else nearest)
