@@ -196,13 +196,11 @@ void CudaDecoder::fp8_assign_input_scales(int slots) {
 std::vector<CudaDecoder::Fp8WeightCopy> CudaDecoder::fp8_weight_copies() const {
   std::vector<Fp8WeightCopy> out;
   if (!fp8_.enabled || !fp8_.delayed) return out;
-  for (int l = 0; l < layers(); ++l)
-    for (int k = 0; k < 4; ++k) {
-      const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
-      auto* base = fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(l * 4 + k)];
-      out.push_back({w.offset, w.size, fp8_delayed_cast(fp8_fwd_->meta(2 * (l * 4 + k) + 1), DType::e4m3, w.shape[0],
-                                                        w.shape[1], base, base + pad256(w.size))});
-    }
+  for (int i = 0; i < 4 * layers(); ++i) {
+    const Slot& w = layout_.slots[std::size_t(linear_slot(i / 4, i % 4))];
+    out.push_back({w.offset, w.size, fp8_delayed_cast(fp8_fwd_->meta(2 * i + 1), DType::e4m3, w.shape[0], w.shape[1],
+                                                      fp8_w(i), fp8_w(i) + pad256(w.size))});
+  }
   return out;
 }
 
@@ -210,13 +208,11 @@ void CudaDecoder::fp8_begin_step() {
   if (!fp8_.enabled) return;
   dc_.activate();
   if (!fp8_weights_by_optimizer_ || fp8_weights_stale_)
-    for (int l = 0; l < layers(); ++l)
-      for (int k = 0; k < 4; ++k) {
-        const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
-        auto* base = fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(l * 4 + k)];
-        fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], fp8_fwd_->meta(2 * (l * 4 + k) + 1),
-                       true, false, base, base + pad256(w.size));
-      }
+    for (int i = 0; i < 4 * layers(); ++i) {
+      const Slot& w = layout_.slots[std::size_t(linear_slot(i / 4, i % 4))];
+      fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], fp8_fwd_->meta(2 * i + 1), true, false,
+                     fp8_w(i), fp8_w(i) + pad256(w.size));
+    }
   fp8_weights_stale_ = false;
   if (fp8_head()) {  // current scaling whatever the recipe
     const Slot& w = layout_.slots[std::size_t(layout_.lm_head)];
@@ -720,8 +716,7 @@ void CudaDecoder::forward_gemm(bf16* y, const bf16* x, int l, int k, const Layer
     const int i = l * 4 + k;
     ops::GemmShape g;
     g.m = m, g.n = out, g.k = in, g.a = g.b = DType::e4m3, g.d = DType::bf16, g.fast_accum = true;
-    dc_.gemm(g, y + r0 * out, s_.xq + r0 * in, fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)],
-             {A.xs[k].scale_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
+    dc_.gemm(g, y + r0 * out, s_.xq + r0 * in, fp8_w(i), {A.xs[k].scale_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
   }
   mark("gemm fwd");
 }
@@ -755,11 +750,9 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
       dc_.gemm(gw, grads_ptr_ + w.offset, s_.dyqt, A.xt[k], {dy_inv, A.xs[k].scale_inv});
     };
     dgrad = [&] {
-      const std::size_t padded = pad256(w.size);
       ops::GemmShape gd;
       gd.m = rows, gd.n = in, gd.k = out, gd.a = fp8_.grad, gd.b = DType::e4m3, gd.d = DType::bf16;
-      dc_.gemm(gd, dx, s_.dyq, fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)] + padded,
-               {dy_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
+      dc_.gemm(gd, dx, s_.dyq, fp8_w(i) + pad256(w.size), {dy_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
     };
   }
   if (after_dgrad) {

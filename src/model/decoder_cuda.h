@@ -430,6 +430,7 @@ class CudaDecoder {
   bool fp8_weights_by_optimizer_ = false;               // fp8_weights_from_optimizer()
   bool fp8_weights_stale_ = true;                       // the bf16 weights changed since fp8_weights_ were cast
   std::vector<std::size_t> fp8_w_offset_;               // per linear index l * 4 + k: W's byte offset (W^T after it)
+  std::uint8_t* fp8_w(int i) const { return fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)]; }
   std::unique_ptr<ops::Fp8Scales> fp8_fwd_, fp8_bwd_;   // fwd: x at 2i, W at 2i + 1 (E4M3); bwd: dy at i (E5M2)
   std::unique_ptr<ops::Fp8Scales> fp8_inputs_;          // current scaling, activation sets 1..: x of linear i
   ops::DeviceBuffer fp8_head_w_;                        // Fp8Options::lm_head: the LM head's W, then W^T (E4M3)

@@ -120,8 +120,9 @@ static model::Fp8Options fp8_options(const TrainSpec& spec) {
   o.margin = spec.fp8_margin;
   o.lm_head = spec.fp8_lm_head;
   o.attention = spec.fp8_attention;
-  o.attention_emulate = (spec.fp8_attention_emulate.find("qkv") != std::string::npos ? model::kEmulateQkv : 0u) |
-                        (spec.fp8_attention_emulate.ends_with("o") ? model::kEmulateO : 0u);
+  const std::string& emulate = spec.fp8_attention_emulate;  // "", qkv, o or qkv,o (validate())
+  o.attention_emulate = (emulate == "qkv" || emulate == "qkv,o" ? model::kEmulateQkv : 0u) |
+                        (emulate == "o" || emulate == "qkv,o" ? model::kEmulateO : 0u);
   o.grad = spec.fp8_format == "e4m3" ? DType::e4m3 : DType::e5m2;
   o.grad_stochastic = spec.fp8_grad_rounding == "stochastic";
   o.head_grad = fp8_head_grad_format(spec) == "e4m3" ? DType::e4m3 : DType::e5m2;
