@@ -61,6 +61,11 @@
 #              moments) against the cast at each step's start (separate): 8B L8 FP8 delayed + stochastic head (op
 #              profiles), + FP8 attention, the latter with bf16 moments too; 70B L2 FP8 delayed + head; BF16 (also with
 #              bf16 moments) and the torch BF16 peer
+#   grads:     bf16 weight gradients (--grads bf16, the bf16-state peer's) against fp32: 8B L8 BF16 (op profiles) and
+#              with bf16 moments, FP8 delayed + head (op profiles), + FP8 attention with bf16 moments (the fastest row);
+#              70B L2 BF16 and FP8 delayed + head; the torch BF16 peer
+#   gradsacc:  what bf16 weight gradients cost in accuracy: the 76 M model at the Llama vocabulary on text, LR 1e-4
+#              (\$ACC_LR), seeds 1-6: BF16 and FP8 delayed + head, each with fp32 and with bf16 gradients
 #   fp8best:   the issue's FP8 targets in one call: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
 #              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, BF16 with bf16 moments
 #              at both shapes (the FP8 / BF16 ratios and memory at the peer's moment precision), the torch BF16 peer
@@ -222,6 +227,23 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
         ours 70b-L2-bf16 $s70 --no-op-profile
         ours 70b-L2-fp8-dh-separate $s70 $dh --fp8-weight-cast separate --no-op-profile
         ours 70b-L2-fp8-dh-fused $s70 $dh --fp8-weight-cast fused --no-op-profile ;;
+      grads)
+        dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head"
+        s8="--model llama3.1-8b --layers 8 --seq 8192"
+        s70="--model llama3.1-70b --layers 2 --seq 8192"
+        ours 8b-L8-bf16 $s8
+        ours 8b-L8-bf16-g16 $s8 --grads bf16
+        ours 8b-L8-bf16-m16 $s8 --moments bf16 --no-op-profile
+        ours 8b-L8-bf16-m16-g16 $s8 --moments bf16 --grads bf16 --no-op-profile
+        ours 8b-L8-fp8-dh $s8 $dh
+        ours 8b-L8-fp8-dh-g16 $s8 $dh --grads bf16
+        ours 8b-L8-fp8-dh-attn-m16 $s8 $dh --fp8-attention --moments bf16 --no-op-profile
+        ours 8b-L8-fp8-dh-attn-m16-g16 $s8 $dh --fp8-attention --moments bf16 --grads bf16 --no-op-profile
+        peer 8b-L8-bf16 $s8 --state bf16
+        ours 70b-L2-bf16 $s70 --no-op-profile
+        ours 70b-L2-bf16-g16 $s70 --grads bf16 --no-op-profile
+        ours 70b-L2-fp8-dh $s70 $dh --no-op-profile
+        ours 70b-L2-fp8-dh-g16 $s70 $dh --grads bf16 --no-op-profile ;;
       fp8attnmargin)
         dl="fp8 --fp8-recipe delayed"
         ACC_SEEDS=${ACC_SEEDS:-1 2 3} ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_ARGS="--seq 1024 --micro-batch \
@@ -238,6 +260,9 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
           "fp8 --fp8-recipe delayed --fp8-grad-rounding stochastic" \
           "fp8 --fp8-recipe delayed --fp8-grad-rounding stochastic --fp8-lm-head" \
           "fp8 --fp8-recipe delayed --fp8-lm-head" ;;
+      gradsacc)
+        dh="fp8 --fp8-recipe delayed --fp8-lm-head"
+        ACC_LR=${ACC_LR:-1e-4} llama_vocab_acc "bf16" "bf16 --grads bf16" "$dh" "$dh --grads bf16" ;;
       fp8headsracc)
         dh="fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding"
         llama_vocab_acc "bf16" "fp8 --fp8-recipe delayed" "$dh nearest" "$dh stochastic" \

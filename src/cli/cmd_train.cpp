@@ -89,6 +89,11 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--moments", spec.moments, "AdamW moment precision: f32 | bf16")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
+  app.add_option("--grads", spec.grads,
+                 "weight gradient precision: f32 | bf16 (half their bytes, the bf16-state peer's; --device cuda, one "
+                 "GPU)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   app.add_option("--master", spec.master, "fp32 master weights: split (bf16 weight + 16-bit residual, exact) | f32")
       ->check(CLI::IsMember({"split", "f32"}))
       ->capture_default_str();
@@ -250,8 +255,8 @@ int cmd_train(int argc, char** argv) {
         "train %s on %s: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps%s\n",
         m.name.c_str(), where.c_str(), m.layers, m.d_model, m.seq,
         fmt::format("{:.3g}", double(model::param_count(m))).c_str(), spec.micro_batch, global, spec.steps,
-        cuda ? fmt::format(", {}{}, recompute {}, master {}, moments {}", spec.precision, fp8, spec.recompute,
-                           spec.master, spec.moments)
+        cuda ? fmt::format(", {}{}, recompute {}, master {}, moments {}{}", spec.precision, fp8, spec.recompute,
+                           spec.master, spec.moments, spec.grads == "bf16" ? ", grads bf16" : "")
                    .c_str()
              : "");
   std::fflush(stdout);
@@ -307,6 +312,7 @@ int cmd_train(int argc, char** argv) {
     r.data["gpu"] = res.device_name;
     r.data["recompute"] = spec.recompute;
     r.data["moments"] = spec.moments;
+    r.data["grads"] = spec.grads;
     r.data["master"] = spec.master;
     r.data["grad_buffer"] = res.grads_shared ? "shared" : "separate";
     if (spec.precision == "fp8")

@@ -38,9 +38,10 @@ NormKind norm_kind(Norm n) {
   return NormKind::rmsnorm;
 }
 
-// A GEMM shape in one of the three layouts; the weight gradient (atb) is fp32, accumulated unless `overwrite`.
+// A GEMM shape in one of the three layouts; the weight gradient (atb) is of type `grads` (fp32 or bf16),
+// accumulated unless `overwrite`.
 ops::GemmShape gemm_shape(std::int64_t m, std::int64_t n, std::int64_t k, ops::GemmLayout layout,
-                          bool overwrite = false) {
+                          bool overwrite = false, DType grads = DType::f32) {
   ops::GemmShape s;
   s.m = m;
   s.n = n;
@@ -48,7 +49,7 @@ ops::GemmShape gemm_shape(std::int64_t m, std::int64_t n, std::int64_t k, ops::G
   s.a = s.b = s.d = DType::bf16;
   s.layout = layout;
   if (layout == ops::GemmLayout::atb) {
-    s.d = DType::f32;
+    s.d = grads;
     s.accumulate = !overwrite;
   }
   return s;
@@ -85,8 +86,8 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
   dc_.activate();
   buffer_elems_ = std::max(buffer_elems, layout_.total);
   params_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * sizeof(bf16));
-  grads_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * sizeof(float));
-  grads_ptr_ = grads_.as<float>();
+  grads_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * grad_size());
+  grads_ptr_ = grads_.get();
   TB_CHECK(cudaMemsetAsync(params_.as<bf16>() + layout_.total, 0, (buffer_elems_ - layout_.total) * sizeof(bf16),
                            dc_.stream()));
   zero_grads();
@@ -271,10 +272,37 @@ std::vector<float> CudaDecoder::grads_to_host() {
   TB_REQUIRE(grads_ptr_, "CUDA decoder: grads_to_host() of shared gradients before prepare()");
   std::vector<float> out(layout_.total);
   dc_.activate();
-  TB_CHECK(cudaMemcpyAsync(out.data(), grads_ptr_, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
+  if (grad_type_ == DType::f32) {
+    TB_CHECK(cudaMemcpyAsync(out.data(), grads_ptr_, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                             dc_.stream()));
+    dc_.synchronize();
+    return out;
+  }
+  std::vector<std::uint16_t> bits(layout_.total);
+  TB_CHECK(cudaMemcpyAsync(bits.data(), grads_ptr_, bits.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost,
                            dc_.stream()));
   dc_.synchronize();
+  for (std::size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_float(bits[i]);
   return out;
+}
+
+void CudaDecoder::set_grad_type(DType t) {
+  TB_REQUIRE(t == DType::f32 || t == DType::bf16,
+             "CUDA decoder: gradients are f32 or bf16, got " + std::string(dtype_name(t)));
+  TB_REQUIRE(batch_ == 0, "CUDA decoder: set_grad_type() must come before prepare()");
+  if (t == grad_type_) return;
+  grad_type_ = t;
+  if (share_grads_) return;  // allocated with the arena
+  dc_.activate();
+  grads_ = ops::DeviceBuffer();
+  grads_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * grad_size());
+  grads_ptr_ = grads_.get();
+  zero_grads();
+}
+
+float* CudaDecoder::grads_device() const {
+  TB_REQUIRE(grad_type_ == DType::f32, "CUDA decoder: grads_device() is the fp32 gradients; these are bf16");
+  return static_cast<float*>(grads_ptr_);
 }
 
 void CudaDecoder::zero_grads_for_overwrite() {
@@ -292,7 +320,7 @@ void CudaDecoder::zero_grads_for_overwrite() {
 void CudaDecoder::zero_grad_slot(int i) {
   if (i < 0) return;
   const Slot& s = layout_.slots[std::size_t(i)];
-  TB_CHECK(cudaMemsetAsync(grads_ptr_ + s.offset, 0, s.size * sizeof(float), dc_.stream()));
+  TB_CHECK(cudaMemsetAsync(grad_at(s.offset), 0, s.size * grad_size(), dc_.stream()));
 }
 
 // A layer's norm weights and biases (-1: absent): the gradients its backward accumulates into.
@@ -315,7 +343,7 @@ std::vector<int> CudaDecoder::shared_grad_slots() const {
 void CudaDecoder::zero_grads() {
   TB_REQUIRE(grads_ptr_, "CUDA decoder: zero_grads() of shared gradients before prepare()");
   dc_.activate();
-  TB_CHECK(cudaMemsetAsync(grads_ptr_, 0, buffer_elems_ * sizeof(float), dc_.stream()));
+  TB_CHECK(cudaMemsetAsync(grads_ptr_, 0, buffer_elems_ * grad_size(), dc_.stream()));
 }
 
 CudaDecoder::ArenaParts CudaDecoder::arena_parts(const ModelConfig& c, LayerRange stage, int slots) {
@@ -444,9 +472,9 @@ std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int
 
 // model/grad_sharing.h for this layout: block k may overlap the gradients below layer k's (tied: above the
 // embedding's, which the LM head accumulates first).
-static GradSharing plan_grad_sharing(const DenseLayout& L, bool tied, std::size_t block) {
+static GradSharing plan_grad_sharing(const DenseLayout& L, bool tied, std::size_t block, std::size_t grad_size) {
   auto begin = [&](std::size_t l) {
-    return std::int64_t(L.slots[std::size_t(L.layers[l].norm1_w)].offset * sizeof(float));
+    return std::int64_t(L.slots[std::size_t(L.layers[l].norm1_w)].offset * grad_size);
   };
   std::vector<std::int64_t> free_end;
   for (std::size_t l = 0; l < L.layers.size(); ++l) free_end.push_back(begin(l));
@@ -454,10 +482,11 @@ static GradSharing plan_grad_sharing(const DenseLayout& L, bool tied, std::size_
 }
 
 std::size_t CudaDecoder::shared_arena_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
-                                            const Fp8Options& fp8, int tp) {
+                                            const Fp8Options& fp8, int tp, DType grads) {
   const ArenaSize size =
       carve(cfg, arena_parts(cfg, {}, 1), batch, seq, recompute, fp8, tp, nullptr, nullptr, nullptr, nullptr);
-  return size.rest + std::size_t(plan_grad_sharing(model::dense_layout(cfg), cfg.tied_embeddings, size.block).below);
+  const GradSharing g = plan_grad_sharing(model::dense_layout(cfg), cfg.tied_embeddings, size.block, dtype_size(grads));
+  return size.rest + std::size_t(g.below);
 }
 
 void CudaDecoder::share_grads_with_activations() {
@@ -539,11 +568,11 @@ void CudaDecoder::prepare(int batch, int seq, int slots) {
     carve(c, parts, batch, seq, recompute_, fp8_, tp_.size, static_cast<std::byte*>(arena_.get()), &acts_, &heads_,
           &s_);
   } else {  // [rest | below | gradients], the layer blocks over the gradients and below them
-    const GradSharing g = plan_grad_sharing(layout_, cfg_.tied_embeddings, size.block);
+    const GradSharing g = plan_grad_sharing(layout_, cfg_.tied_embeddings, size.block, grad_size());
     const std::size_t at = size.rest + std::size_t(g.below);
-    arena_ = ops::DeviceBuffer(dc_.device(), at + buffer_elems_ * sizeof(float));
+    arena_ = ops::DeviceBuffer(dc_.device(), at + buffer_elems_ * grad_size());
     auto* base = static_cast<std::byte*>(arena_.get());
-    grads_ptr_ = reinterpret_cast<float*>(base + at);
+    grads_ptr_ = base + at;
     std::vector<std::size_t> block_at;
     for (std::int64_t o : g.block_at) block_at.push_back(std::size_t(std::int64_t(at) + o));
     carve(c, parts, batch, seq, recompute_, fp8_, tp_.size, base, &acts_, &heads_, &s_, &block_at);
@@ -572,7 +601,11 @@ ops::AttentionShape CudaDecoder::attention_shape(int batch, int seq) const {
 TensorView<const bf16> CudaDecoder::P(int slot) const {
   return TensorView<const bf16>(detail::slot_view(params_.as<bf16>(), layout_, slot));
 }
-TensorView<float> CudaDecoder::G(int slot) const { return detail::slot_view(grads_ptr_, layout_, slot); }
+template <class T>
+TensorView<T> CudaDecoder::G(int slot) const {
+  TB_REQUIRE(ops::dtype_of<T>() == grad_type_, "CUDA decoder: internal: gradient view of the wrong type");
+  return detail::slot_view(static_cast<T*>(grads_ptr_), layout_, slot);
+}
 
 TensorView<bf16> CudaDecoder::qk_view(bf16* fused_qkv, int batch, int seq) const {
   const std::int64_t hd = cfg_.head_dim, width = cfg_.q_dim() + 2 * std::int64_t(cfg_.kv_dim());
@@ -734,8 +767,8 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
   const float* dy_inv = fp8_.enabled ? fp8_bwd_->meta(i).scale_inv : nullptr;
   if (!fp8_.enabled) {
     wgrad = [&] {
-      dc_.gemm(gemm_shape(out, in, rows, ops::GemmLayout::atb, overwrite_linear_grads_),
-               grads_ptr_ + w.offset, dy, x);
+      dc_.gemm(gemm_shape(out, in, rows, ops::GemmLayout::atb, overwrite_linear_grads_, grad_type_), grad_at(w.offset),
+               dy, x);
     };
     dgrad = [&] { dc_.gemm(gemm_shape(rows, in, out, ops::GemmLayout::ab), dx, dy, params_.as<bf16>() + w.offset); };
   } else {
@@ -745,9 +778,9 @@ void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const 
     }
     wgrad = [&] {
       ops::GemmShape gw;
-      gw.m = out, gw.n = in, gw.k = rows, gw.a = fp8_.grad, gw.b = DType::e4m3, gw.d = DType::f32;
+      gw.m = out, gw.n = in, gw.k = rows, gw.a = fp8_.grad, gw.b = DType::e4m3, gw.d = grad_type_;
       gw.accumulate = !overwrite_linear_grads_;
-      dc_.gemm(gw, grads_ptr_ + w.offset, s_.dyqt, A.xt[k], {dy_inv, A.xs[k].scale_inv});
+      dc_.gemm(gw, grad_at(w.offset), s_.dyqt, A.xt[k], {dy_inv, A.xs[k].scale_inv});
     };
     dgrad = [&] {
       ops::GemmShape gd;
@@ -886,9 +919,11 @@ bool CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq, 
   linear_backward(s_.dy, l, 2, dh, A.y2, A, n, tp_scatter_async(s_.dy, s_.dyl, nl), dh_amax_ready);
   tp_wait(s_.dy, s_.dyl, nl);
   float* dr2_amax = fused_grad_amax(l, 1);  // the out-projection's output gradient
-  ops::add_norm_backward(nk, {own(s_.dr2, nl), {nl, d}}, G(L.norm2_w), G(L.norm2_b), {dy_local, {nl, d}},
-                         {own(s_.dnext, nl), {nl, d}}, {A.r2, {nl, d}}, P(L.norm2_w), {A.mean2, {nl}}, {A.rstd2, {nl}},
-                         st, norm_ws, dr2_amax);
+  with_grad_type([&]<class T>(std::type_identity<T>) {
+    ops::add_norm_backward(nk, {own(s_.dr2, nl), {nl, d}}, G<T>(L.norm2_w), G<T>(L.norm2_b), {dy_local, {nl, d}},
+                           {own(s_.dnext, nl), {nl, d}}, {A.r2, {nl, d}}, P(L.norm2_w), {A.mean2, {nl}},
+                           {A.rstd2, {nl}}, st, norm_ws, dr2_amax);
+  });
   mark("norm bwd");
   tp_gather(s_.dr2, nl);
   // attention
@@ -919,9 +954,11 @@ bool CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq, 
   linear_backward(s_.dy, l, 0, s_.dqkv, A.y1, A, n, tp_scatter_async(s_.dy, s_.dyl, nl));
   tp_wait(s_.dy, s_.dyl, nl);
   float* dnext_amax = fused_grad_amax(l - 1, 3);  // the layer below's fc2 output gradient
-  ops::add_norm_backward(nk, {own(s_.dnext, nl), {nl, d}}, G(L.norm1_w), G(L.norm1_b), {dy_local, {nl, d}},
-                         {own(s_.dr2, nl), {nl, d}}, {A.r1, {nl, d}}, P(L.norm1_w), {A.mean1, {nl}}, {A.rstd1, {nl}},
-                         st, norm_ws, dnext_amax);
+  with_grad_type([&]<class T>(std::type_identity<T>) {
+    ops::add_norm_backward(nk, {own(s_.dnext, nl), {nl, d}}, G<T>(L.norm1_w), G<T>(L.norm1_b), {dy_local, {nl, d}},
+                           {own(s_.dr2, nl), {nl, d}}, {A.r1, {nl, d}}, P(L.norm1_w), {A.mean1, {nl}},
+                           {A.rstd1, {nl}}, st, norm_ws, dnext_amax);
+  });
   mark("norm bwd");
   return dnext_amax != nullptr;
 }
@@ -1019,13 +1056,17 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
     w.margin = fp8_.margin, w.grad = fp8_.head_grad, w.stochastic = fp8_.head_stochastic;
     w.fp8_gemms = fp8_.head_gemms;
     w.w_bf16 = P(layout_.lm_head).data();
-    ops::lm_head_cross_entropy_fp8(dc_, {H.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, w, c.vocab,
-                                   my_targets, lm_head_chunk(true), head_scale, loss_out, {s_.ce, s_.ce_bytes},
-                                   overwrite_head_grad_);
+    with_grad_type([&]<class T>(std::type_identity<T>) {
+      ops::lm_head_cross_entropy_fp8(dc_, {H.dyf, {nl, d}}, G<T>(layout_.lm_head), {s_.yf, {nl, d}}, w, c.vocab,
+                                     my_targets, lm_head_chunk(true), head_scale, loss_out, {s_.ce, s_.ce_bytes},
+                                     overwrite_head_grad_);
+    });
   } else {
-    ops::lm_head_cross_entropy(dc_, {H.dyf, {nl, d}}, G(layout_.lm_head), {s_.yf, {nl, d}}, P(layout_.lm_head),
-                               my_targets, lm_head_chunk(false), head_scale, loss_out, {s_.ce, s_.ce_bytes},
-                               overwrite_head_grad_);
+    with_grad_type([&]<class T>(std::type_identity<T>) {
+      ops::lm_head_cross_entropy(dc_, {H.dyf, {nl, d}}, G<T>(layout_.lm_head), {s_.yf, {nl, d}}, P(layout_.lm_head),
+                                 my_targets, lm_head_chunk(false), head_scale, loss_out, {s_.ce, s_.ce_bytes},
+                                 overwrite_head_grad_);
+    });
   }
   overwrite_head_grad_ = false;  // later micro-batches of the step accumulate (a pipeline runs several forwards
                                  // before the first backward: the flag of the linears would still be set)
@@ -1049,9 +1090,12 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
   if (last_stage()) {
     const HeadActs& H = heads_[std::size_t(slot)];
     float* amax = fused_grad_amax(layers() - 1, 3);
-    ops::add_norm_backward(norm_kind(c.norm), {own(s_.dnext, nl), {nl, d}}, G(layout_.final_norm_w),
-                           G(layout_.final_norm_b), {H.dyf, {nl, d}}, {}, {H.rf, {nl, d}}, P(layout_.final_norm_w),
-                           {H.meanf, {nl}}, {H.rstdf, {nl}}, st, {s_.norm_ws, s_.norm_ws_bytes}, amax);
+    with_grad_type([&]<class T>(std::type_identity<T>) {
+      ops::add_norm_backward(norm_kind(c.norm), {own(s_.dnext, nl), {nl, d}}, G<T>(layout_.final_norm_w),
+                             G<T>(layout_.final_norm_b), {H.dyf, {nl, d}}, {}, {H.rf, {nl, d}},
+                             P(layout_.final_norm_w), {H.meanf, {nl}}, {H.rstdf, {nl}}, st,
+                             {s_.norm_ws, s_.norm_ws_bytes}, amax);
+    });
     mark("norm bwd");
     dnext_amax = amax != nullptr;
     grads_ready(layout_.slots[std::size_t(layout_.final_norm_w)].offset);
@@ -1072,12 +1116,14 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
     int first_rank = cp_.rank;                // then dp x cp: blocks of the local rows of cp rank 0, 1, ...)
     if (gather_embedding_rows) rows = gather_embedding_rows(rows.dnext, my_tokens, nl), first_row = 0, first_rank = 0;
     if (share_grads_ && !c.tied_embeddings) zero_grad_slot(layout_.embed), zero_grad_slot(layout_.pos_embed);
-    ops::embedding_backward(G(layout_.embed), {rows.dnext, {rows.rows, d}}, {rows.tokens, {rows.rows}}, st,
-                            {rows.workspace, rows.workspace_bytes});
-    if (c.pos == Pos::learned)
-      for (const PositionPiece& p : position_pieces(first_row, rows.rows, n, seq, cp_.size, first_rank))
-        ops::position_embedding_backward(G(layout_.pos_embed), {rows.dnext + std::size_t(p.row * d), {p.rows, d}},
-                                         c.seq, st, p.position);
+    with_grad_type([&]<class T>(std::type_identity<T>) {
+      ops::embedding_backward(G<T>(layout_.embed), {rows.dnext, {rows.rows, d}}, {rows.tokens, {rows.rows}}, st,
+                              {rows.workspace, rows.workspace_bytes});
+      if (c.pos == Pos::learned)
+        for (const PositionPiece& p : position_pieces(first_row, rows.rows, n, seq, cp_.size, first_rank))
+          ops::position_embedding_backward(G<T>(layout_.pos_embed),
+                                           {rows.dnext + std::size_t(p.row * d), {p.rows, d}}, c.seq, st, p.position);
+    });
     mark("embedding bwd");
   } else {  // the first layer's r1 was the input h: its gradient is dnext
     TB_CHECK(cudaMemcpyAsync(din, own(s_.dnext, nl), boundary_bytes, cudaMemcpyDeviceToDevice, st));

@@ -1,5 +1,5 @@
 // model/decoder_cuda.h: the dense decoder family (model/decoder_cpu.h is the spec) on one GPU through the
-// ops/cuda kernels: bf16 weights and activations, fp32 weight gradients, optional activation recomputation.
+// ops/cuda kernels: bf16 weights and activations, fp32 (or bf16) weight gradients, optional activation recomputation.
 // Data flow (n = batch * seq tokens, [rows, cols] row-major bf16 unless marked f32; ops in namespace tb::ops):
 //   forward
 //     x0 = embedding_forward(E, tokens) (+ position_embedding_add(P))          [n, d]
@@ -15,7 +15,7 @@
 //                 x = g W2^T;  resid = r2                  GEMM abt  [n, d]
 //     yf, rf = add_norm(x, resid);  loss = lm_head_cross_entropy(yf, Wlm)   (tied: Wlm is E)
 //   backward (dnext: gradient of the sum r entering the next norm), each linear y = x W^T as
-//     dx = dy W (GEMM ab, bf16)  and  dW += dy^T x (GEMM atb, fp32, accumulated into the gradient slot):
+//     dx = dy W (GEMM ab, bf16)  and  dW += dy^T x (GEMM atb, fp32 or bf16, accumulated into the gradient slot):
 //     dyf, dWlm += CE'(...);  dnext = add_norm_backward(dyf)
 //     per layer, last first:  dg = dnext W2, dW2 += dnext^T g;  dh = act'(dg, h);  dy2 = dh W1, dW1 += dh^T y2
 //                             dr2 = add_norm_backward(dy2, r2) + dnext
@@ -24,7 +24,7 @@
 //                             dnext = add_norm_backward(dy1, r1) + dr2
 //     dE += embedding_backward(dnext, tokens)  (+ dP += position_embedding_backward(dnext))
 // Parameters: ONE bf16 device buffer in model/param_layout.h's DenseLayout (the CPU decoder's), gradients ONE
-// fp32 device buffer of the same layout (with share_grads_with_activations(): inside the activation arena).
+// fp32 (set_grad_type: or bf16) device buffer of the same layout (with share_grads_with_activations(): inside the activation arena).
 // forward_backward ACCUMULATES grad_scale * dloss/dparams (the caller zeroes, as with CpuDecoder). Every slot must
 // start 256-byte aligned in the bf16 buffer (offsets multiples of 128 elements: the cuBLASLt plans, norm and CE
 // kernels assume it); the constructor refuses a config whose layout breaks that, saying which slot.
@@ -60,6 +60,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "core/tensor.h"
@@ -183,7 +184,7 @@ class CudaDecoder {
   // host_params: layout total elements, in CpuDecoder::params() order; rounded to bf16 (nearest even).
   void load_params(std::span<const float> host_params);
   std::vector<float> params_to_host();  // the bf16 parameters, widened
-  std::vector<float> grads_to_host();   // the fp32 gradients
+  std::vector<float> grads_to_host();   // the gradients (bf16 ones widened)
   void zero_grads();
   // Zeroes only the gradients that kernels accumulate into (embeddings, norms) and makes the next forward_backward
   // WRITE the linear layers' and the LM head's weight gradients (GEMM beta = 0) instead of adding to them: the
@@ -192,7 +193,15 @@ class CudaDecoder {
   void zero_grads_for_overwrite();
 
   bf16* params_device() const { return params_.as<bf16>(); }
-  float* grads_device() const { return grads_ptr_; }  // moves at prepare() when the gradients share (below)
+  // The gradients' element type: fp32 (default) or bf16 (set_grad_type: half the bytes written by the weight
+  // gradients' GEMMs and read by the optimizer; every kernel sums in fp32 and rounds once when it stores). Before
+  // prepare(); the gradient buffer is reallocated (and zeroed) in the new type.
+  void set_grad_type(DType t);
+  DType grad_type() const { return grad_type_; }
+  float* grads_device() const;  // the fp32 gradients (refused when bf16); moves at prepare() when shared (below)
+  void* grad_at(std::size_t flat) const {  // element `flat` of the gradients, of grad_type()
+    return static_cast<std::byte*>(grads_ptr_) + flat * grad_size();
+  }
 
   // tokens, targets: [batch, seq] row-major host arrays, values in [0, vocab) (checked on the host);
   // 1 <= seq <= config().seq. Returns the mean cross-entropy (synchronizes the stream).
@@ -239,7 +248,7 @@ class CudaDecoder {
   // The bytes such an arena needs beyond the gradient buffer (cfg: this rank's shard of the whole model; one
   // activation set).
   static std::size_t shared_arena_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
-                                        const Fp8Options& fp8 = {}, int tp = 1);
+                                        const Fp8Options& fp8 = {}, int tp = 1, DType grads = DType::f32);
   // Enqueues one micro-batch on dc's stream: tokens, targets device [batch, seq] (unchecked: an id outside the
   // vocabulary gives a NaN loss); *loss_out (device) = the mean cross-entropy. prepare(batch, seq) first.
   void forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
@@ -354,7 +363,16 @@ class CudaDecoder {
     if (on_op) on_op(op);
   }
   TensorView<const bf16> P(int slot) const;  // a parameter slot (empty for -1: absent)
-  TensorView<float> G(int slot) const;       // its gradient
+  template <class T>
+  TensorView<T> G(int slot) const;  // its gradient (T: the gradients' type, float or bf16)
+  template <class F>
+  void with_grad_type(F&& f) const {  // f(std::type_identity<T>{}), T the gradients' element type
+    if (grad_type_ == DType::bf16)
+      f(std::type_identity<bf16>{});
+    else
+      f(std::type_identity<float>{});
+  }
+  std::size_t grad_size() const { return dtype_size(grad_type_); }
   TensorView<bf16> qk_view(bf16* fused_qkv, int batch, int seq) const;  // Q and K heads, skipping V
   TensorView<const float> inv_freq() const;  // empty unless pos == rope
   ops::Activation activation() const;  // cfg_.act as the ops' kind
@@ -418,8 +436,9 @@ class CudaDecoder {
   ModelConfig cfg_;
   DenseLayout layout_;
   std::size_t buffer_elems_ = 0;      // >= layout_.total
-  ops::DeviceBuffer params_, grads_;  // bf16, fp32; buffer_elems_ elements each (grads_ empty when shared)
-  float* grads_ptr_ = nullptr;         // grads_, or its place in the arena (share_grads_)
+  ops::DeviceBuffer params_, grads_;  // bf16, grad_type_; buffer_elems_ elements each (grads_ empty when shared)
+  void* grads_ptr_ = nullptr;         // grads_, or its place in the arena (share_grads_)
+  DType grad_type_ = DType::f32;
   bool share_grads_ = false;
   ops::DeviceBuffer inv_freq_;        // [head_dim / 2] fp32 (pos == rope)
   std::unique_ptr<ops::CudnnAttention> attention_;

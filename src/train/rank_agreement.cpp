@@ -63,6 +63,7 @@ std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s)
           {"cp", num(s.cp)},
           {"recompute", s.recompute},
           {"moments", s.moments},
+          {"grads", s.grads},
           {"master", s.master},
           {"grad_buffer", s.grad_buffer},
           {"graph", s.graph},

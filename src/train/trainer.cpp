@@ -81,6 +81,12 @@ void validate(const TrainSpec& spec) {
              fmt::format("--recompute must be none, selective or full, not '{}'", spec.recompute));
   TB_REQUIRE(spec.moments == "f32" || spec.moments == "bf16",
              fmt::format("--moments must be f32 or bf16, not '{}'", spec.moments));
+  TB_REQUIRE(spec.grads == "f32" || spec.grads == "bf16",
+             fmt::format("--grads must be f32 or bf16, not '{}'", spec.grads));
+  TB_REQUIRE(spec.grads == "f32" || (spec.device == "cuda" && spec.dp == 1 && spec.tp == 1 && spec.pp == 1 &&
+                                     spec.cp == 1),
+             "--grads bf16 runs on one GPU (--device cuda, dp, tp, pp and cp 1): the CPU backend and the parallel "
+             "layouts' gradient reductions are fp32; drop --grads bf16 for them");
   TB_REQUIRE(spec.master == "split" || spec.master == "f32",
              fmt::format("--master must be split or f32, not '{}'", spec.master));
   TB_REQUIRE(spec.grad_buffer == "shared" || spec.grad_buffer == "separate",

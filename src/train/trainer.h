@@ -55,6 +55,8 @@ struct TrainSpec {
                                       // GPU = (dp + cp + pp + tp) mod the node's GPUs, each group on distinct GPUs
   std::string recompute = "none";     // none | selective | full (model/decoder_cuda.h)
   std::string moments = "f32";        // AdamW moments: f32 | bf16
+  std::string grads = "f32";          // weight gradients: f32 | bf16 (the GEMMs write them in bf16 and the optimizer
+                                      // reads bf16, as a bf16-state PyTorch run; one GPU only)
   std::string master = "split";       // fp32 master weights as split (bf16 model weight + 16-bit residual: exact,
                                       // ops/cuda/master_split.h) or f32 (a separate fp32 copy)
   std::string grad_buffer = "shared"; // shared: the weight gradients take the bytes of activations already used
@@ -97,7 +99,7 @@ struct TrainSpec {
 
 // Device memory a CUDA run needs, before anything is allocated (bytes).
 struct MemoryEstimate {
-  double weights = 0, grads = 0, master = 0, moments = 0;  // bf16 2P, fp32 4P, 2P split (4P f32), 8P (bf16: 4P)
+  double weights = 0, grads = 0, master = 0, moments = 0;  // bf16 2P, 4P (bf16: 2P), 2P split (4P f32), 8P (bf16: 4P)
   double activations = 0;  // the decoder's arena for one micro-batch (shared gradients: what lies beyond them)
   double fp8_weights = 0;  // FP8: the W and W^T copies (1 + 1 bytes per weight)
   double workspaces = 0;   // cuBLASLt, cuDNN attention's allowance, the gathered embedding rows

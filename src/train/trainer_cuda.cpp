@@ -15,7 +15,7 @@
 // schedule; the optimizer's tensors, the gradient norm and the FP8 / gradient-zeroing step hooks cover every chunk.
 // Mixes (docs/PARALLEL.md): one NCCL communicator per mesh group; each chunk has its tensor- and data-parallel objects;
 // the reductions run per group in turn (tp, then pp, then dp x cp).
-// Memory: weights bf16 2P + gradients fp32 4P + master 2P (split: the residual halves; f32: 4P) + moments 8P
+// Memory: weights bf16 2P + gradients fp32 4P (--grads bf16: 2P) + master 2P (split: the residual halves; f32: 4P) + moments 8P
 // (bf16: 4P) + the activation arena
 // + workspaces, estimated and checked against the GPU's free memory before anything is allocated.
 #include <cuda_runtime_api.h>
@@ -137,6 +137,8 @@ static model::Fp8Options fp8_options(const TrainSpec& spec) {
 // written, not accumulated), one model chunk with one activation set (no pipeline), each rank the whole sequence (no
 // context parallel). Data and tensor parallel read the gradients (reduce-scatters, all-reduces) before the next
 // forward, as the optimizer does.
+static DType grad_type(const TrainSpec& spec) { return spec.grads == "bf16" ? DType::bf16 : DType::f32; }
+
 static bool shares_grads(const TrainSpec& spec, int pp, int cp, int micro_batches) {
   return spec.grad_buffer == "shared" && pp == 1 && cp == 1 && micro_batches == 1;
 }
@@ -169,13 +171,13 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
                                                                    plan.activation_sets[std::size_t(c)]));
     }
     e.weights = 2 * P;
-    e.grads = 4 * P + (dp > 1 ? 4 * P / dp : 0.0);
+    e.grads = (spec.grads == "bf16" ? 2 : 4) * P + (dp > 1 ? 4 * P / dp : 0.0);
     e.master = (spec.master == "split" ? 2 : 4) * P / dp;
     e.moments = (spec.moments == "bf16" ? 4 : 8) * P / dp;
     e.activations += double(plan.buffers) * spec.micro_batch * m.seq * m.d_model * 2.0;
     if (shares_grads(spec, pp, cp, micro_batches))  // the layer blocks mostly inside the gradients
-      e.activations = double(model::CudaDecoder::shared_arena_bytes(m, spec.micro_batch, seq,
-                                                                    parse_recompute(spec.recompute), fp8, tp));
+      e.activations = double(model::CudaDecoder::shared_arena_bytes(
+          m, spec.micro_batch, seq, parse_recompute(spec.recompute), fp8, tp, grad_type(spec)));
     if (fp8.enabled)
       e.fp8_weights = double(model::CudaDecoder::fp8_weight_bytes(m)) * stage_layer_count / m.layers +
                       (fp8.lm_head && r == pp - 1 ? double(model::CudaDecoder::fp8_lm_head_bytes(m)) : 0.0);
@@ -335,6 +337,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                                                           fp8, zls[std::size_t(c)].padded_total,
                                                           stage_layers(m, pp, vp, pp_rank, c)));
   model::CudaDecoder& net = *chunks[0];
+  TB_REQUIRE(spec.grads == "f32" || world.size == 1,
+             fmt::format("--grads bf16 runs on one GPU; this job has {} ranks: drop --grads bf16", world.size));
+  for (const auto& chunk : chunks) chunk->set_grad_type(grad_type(spec));
   res.grads_shared = shares_grads(spec, pp, cp, accum);
   if (res.grads_shared) net.share_grads_with_activations();  // frees the separate gradient buffer (prepare() below)
   // Tensor and data parallel per model chunk (its parameters and gradients); tpc and ddp: chunk 0's.
@@ -536,7 +541,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       local.shard -= shard_base[cs.chunk];
       t.grad = ddps[cs.chunk]->segment_grads(local);
     } else {
-      t.grad = cs.net->grads_device() + g.flat;
+      t.grad = cs.net->grad_at(g.flat);
     }
     if (ddp && ddp->early() > 0 && g.flat < zl.buckets[std::size_t(ddp->early() - 1)].end) ++early_tensors;
     t.exp_avg = m_base + g.shard * moment_bytes;
@@ -567,7 +572,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     if (found > 0) chunks[c]->fp8_weights_from_optimizer(), res.fp8_weight_cast = "adamw";
   }
   const DType moment_type = bf16_moments ? DType::bf16 : DType::f32;
-  const ops::AdamWGroup group(dc.device(), tensors, moment_type);
+  const DType grads_type = grad_type(spec);  // (several ranks: fp32, validated)
+  const ops::AdamWGroup group(dc.device(), tensors, moment_type, grads_type);
   // Data parallel: the optimizer in two launches, the early buckets first (their all-gather overlaps the second).
   std::unique_ptr<ops::AdamWGroup> early_group, late_group;
   // The gradient norm counts every parameter once: a tensor-parallel replicated one on tp rank 0 (the split embedding
@@ -584,7 +590,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   }
   std::unique_ptr<ops::AdamWGroup> counted_group;  // (every tensor counts: `group`)
   if (counted.size() < tensors.size())
-    counted_group = std::make_unique<ops::AdamWGroup>(dc.device(), counted, moment_type);
+    counted_group = std::make_unique<ops::AdamWGroup>(dc.device(), counted, moment_type, grads_type);
   if (tpc && !first.empty() && !rest.empty()) {
     early_group = std::make_unique<ops::AdamWGroup>(dc.device(), first, moment_type);
     late_group = std::make_unique<ops::AdamWGroup>(dc.device(), rest, moment_type);

@@ -9,7 +9,7 @@
 //   Grad norm: norm_sq within 1e-12 of the double reference, bit-identical across runs; the clip scale as
 //   clip_grad_norm_ computes it.
 //   Negative checks: the clipped step against the unclipped reference fails; step 0 changes nothing; bad arguments
-//   throw.
+//   throw. bf16 gradients: bit for bit the fp32 gradients of the same values (AdamWBf16Grads).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -614,6 +614,113 @@ TEST(AdamWSplitMaster, BitIdenticalToTheFp32Master) {
   }
   EXPECT_EQ(differ, 0) << "split-master updates differ from fp32-master ones";
   EXPECT_EQ(hi_wrong, 0) << "model halves are not the master rounded to nearest";
+}
+
+// bf16 gradients (AdamWGroup's grads): the norm, clip scale, master, moments, model weights and FP8 copies bit for bit
+// those of fp32 gradients holding the same values, over 3 clipped steps with fp32 and bf16 moments, on tensors that
+// take each path: FP8 copies by the copy kernel ([128, 256]) and by the cast kernels at an odd element ([48, 80]),
+// plain updates by 4-vectors (crossing a chunk) and scalars (an odd element). Negative: the bf16 gradients read as
+// the fp32 group's would give another norm.
+TEST(AdamWBf16Grads, BitForBitTheFp32GradientsOfTheSameValues) {
+  SKIP_WITHOUT_GPU();
+  DeviceContext dc(0);
+  cudaStream_t st = dc.stream();
+  constexpr int kTensors = 4, kCopies = 2;
+  const std::int64_t n[kTensors] = {128 * 256, 48 * 80, kAdamWChunk + 5, 1003};
+  const std::int64_t rows[kCopies] = {128, 48}, cols[kCopies] = {256, 80};
+  std::int64_t off[kTensors], total = 0;
+  for (int k = 0; k < kTensors; ++k) {
+    off[k] = total + (k % 2);  // tensors 1 and 3 at an odd element
+    total = off[k] + n[k] + 8;
+  }
+  for (DType moments : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(tb::dtype_name(moments));
+    const std::size_t ms = tb::dtype_size(moments);
+    DeviceBuffer init(0, total * 4), g32(0, total * 4), g16(0, total * 2), scalars(0, sizeof(AdamWStepScalars));
+    fill_normal(init.as<float>(), std::size_t(total), 9, 0.0f, 0.05f, st);
+    struct State {
+      DeviceBuffer lo, model, mom, q, qt, norm;
+      std::unique_ptr<Fp8Scales> scales;
+      std::unique_ptr<AdamWGroup> group;
+    };
+    auto make = [&](DType grads) {
+      State s{DeviceBuffer(0, total * 2), DeviceBuffer(0, total * 2), DeviceBuffer(0, 2 * total * ms),
+              DeviceBuffer(0, total),     DeviceBuffer(0, total),     DeviceBuffer(0, sizeof(GradNormResult)),
+              std::make_unique<Fp8Scales>(0, kCopies, 1, st),         nullptr};
+      master_split(init.as<float>(), s.model.as<__nv_bfloat16>(), s.lo.as<std::int16_t>(), std::size_t(total), st);
+      TB_CHECK(cudaMemsetAsync(s.mom.get(), 0, s.mom.bytes(), st));
+      std::vector<AdamWTensor> ts(kTensors);
+      for (int k = 0; k < kTensors; ++k) {
+        AdamWTensor& t = ts[std::size_t(k)];
+        t.master_lo = s.lo.as<std::int16_t>() + off[k];
+        t.grad = grads == DType::bf16 ? static_cast<const void*>(g16.as<__nv_bfloat16>() + off[k])
+                                      : static_cast<const void*>(g32.as<float>() + off[k]);
+        t.exp_avg = s.mom.as<unsigned char>() + std::size_t(off[k]) * ms;
+        t.exp_avg_sq = s.mom.as<unsigned char>() + std::size_t(total + off[k]) * ms;
+        t.model = s.model.as<__nv_bfloat16>() + off[k];
+        t.numel = n[k];
+        t.decay = k != 2;
+        if (k < kCopies) {
+          const float scale = 2000.5f + float(k);
+          TB_CHECK(cudaMemcpyAsync(s.scales->meta(k).scale, &scale, 4, cudaMemcpyHostToDevice, st));
+          Fp8CastArgs& c = t.fp8_copy;
+          c.rows = rows[k], c.cols = cols[k], c.type = DType::e4m3;
+          c.q = s.q.as<std::uint8_t>() + off[k], c.qt = s.qt.as<std::uint8_t>() + off[k];
+          const Fp8Meta m = s.scales->meta(k);
+          c.scale = m.scale, c.scale_inv = m.scale_inv, c.amax_out = m.amax;
+        }
+      }
+      s.group = std::make_unique<AdamWGroup>(0, ts, moments, grads);
+      return s;
+    };
+    State a = make(DType::f32), b = make(DType::bf16);
+    ASSERT_EQ(b.group->grads(), DType::bf16);
+    auto bytes = [&](const DeviceBuffer& d) {
+      std::vector<std::uint8_t> h(d.bytes());
+      TB_CHECK(cudaMemcpyAsync(h.data(), d.get(), h.size(), cudaMemcpyDeviceToHost, st));
+      dc.synchronize();
+      return h;
+    };
+    AdamWConfig cfg;
+    cfg.weight_decay = 0.1;
+    for (int step = 1; step <= 3; ++step) {
+      // the bf16 gradients, and the same values widened to fp32
+      fill_uniform(g16.get(), DType::bf16, std::size_t(total), 300 + step, -0.05f, 0.05f, st);
+      const std::vector<std::uint8_t> raw = bytes(g16);
+      std::vector<float> wide(static_cast<std::size_t>(total));
+      for (std::size_t i = 0; i < wide.size(); ++i) wide[i] = float(tb::load_as_double(DType::bf16, raw.data(), i));
+      TB_CHECK(cudaMemcpyAsync(g32.get(), wide.data(), total * 4, cudaMemcpyHostToDevice, st));
+      const AdamWStepScalars sc{float(kLr[step - 1]), 0, step};
+      TB_CHECK(cudaMemcpyAsync(scalars.get(), &sc, sizeof sc, cudaMemcpyHostToDevice, st));
+      for (State* s : {&a, &b}) {
+        grad_norm(*s->group, 0.5f, s->norm.as<GradNormResult>(), st);
+        adamw_step(*s->group, cfg, scalars.as<AdamWStepScalars>(), s->norm.as<GradNormResult>(), st);
+      }
+      dc.synchronize();  // sc and wide are on this stack frame
+      SCOPED_TRACE("step " + std::to_string(step));
+      GradNormResult ra, rb;
+      TB_CHECK(cudaMemcpy(&ra, a.norm.get(), sizeof ra, cudaMemcpyDeviceToHost));
+      TB_CHECK(cudaMemcpy(&rb, b.norm.get(), sizeof rb, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(std::memcmp(&ra, &rb, sizeof ra), 0) << "norm " << ra.norm << " vs " << rb.norm;
+      EXPECT_LT(ra.clip_scale, 1.0f) << "the test means to clip";
+      EXPECT_TRUE(bytes(a.lo) == bytes(b.lo)) << "master halves";
+      EXPECT_TRUE(bytes(a.model) == bytes(b.model)) << "model";
+      EXPECT_TRUE(bytes(a.mom) == bytes(b.mom)) << "moments";
+      EXPECT_TRUE(bytes(a.q) == bytes(b.q) && bytes(a.qt) == bytes(b.qt)) << "FP8 copies";
+    }
+    // Negative: the same bytes read as fp32 gradients give another norm.
+    std::vector<AdamWTensor> as_f32(1);
+    as_f32[0].master_lo = a.lo.as<std::int16_t>(), as_f32[0].model = a.model.as<__nv_bfloat16>();
+    as_f32[0].grad = g16.get(), as_f32[0].exp_avg = a.mom.get(), as_f32[0].exp_avg_sq = a.mom.get();
+    as_f32[0].numel = n[0] / 2;
+    const AdamWGroup wrong(0, as_f32, moments, DType::f32), right(0, as_f32, moments, DType::bf16);
+    grad_norm(wrong, 1.0f, a.norm.as<GradNormResult>(), st);
+    grad_norm(right, 1.0f, b.norm.as<GradNormResult>(), st);
+    GradNormResult rw, rr;
+    TB_CHECK(cudaMemcpy(&rw, a.norm.get(), sizeof rw, cudaMemcpyDeviceToHost));
+    TB_CHECK(cudaMemcpy(&rr, b.norm.get(), sizeof rr, cudaMemcpyDeviceToHost));
+    EXPECT_NE(rw.norm_sq, rr.norm_sq);
+  }
 }
 
 }  // namespace

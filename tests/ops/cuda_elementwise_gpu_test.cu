@@ -11,7 +11,8 @@
 //     backward, a long sequence; pos_offset > 0 (context parallel chunks) against rope_*_at at p + offset;
 //   embeddings: forward (exact gather, NaN rows for out-of-range tokens), backward (repeated tokens, one token
 //     crossing many chunks, invalid tokens skipped; bitwise identical when repeated), learned positions (also rows
-//     from flat row `first` on, partial sequences: a sequence-parallel slice, against the _at forms).
+//     from flat row `first` on, partial sequences: a sequence-parallel slice, against the _at forms);
+//   bf16 gradients: norm dw/db, embedding and position gradients the fp32 kernels' sums rounded once.
 // Shapes include 1 row, a prime row count, dim 8 and 8192 x 4096. Outputs are poisoned first (0xFF bytes: NaN), so
 // an unwritten element fails. Tolerances: bf16 outputs |got - ref| <= 2^-7 |ref| + 1e-3 rms(ref); fp32 statistics
 // 1e-4 relative; fp32 gradients 1e-3 relative + 1e-3 rms(ref) (rope adds the fp32-angle term, see there).
@@ -1114,6 +1115,86 @@ TEST(CudaEmbedding, RejectsBadShapes) {
   EXPECT_THROW(gpu::embedding_backward(de.view({64, 16}), y.view({4, 16}), tok.view({8}), nullptr), tb::Error);
   EXPECT_THROW(gpu::position_embedding_add(y.view({8, 16}), table.view({64, 16}), 3, nullptr, -1), tb::Error);
   EXPECT_THROW(gpu::position_embedding_add(y.view({8, 16}), table.view({4, 16}), 8, nullptr), tb::Error);   // seq > 4
+}
+
+// bf16 gradients (the G = bf16 instances): norm dw/db, embedding and position gradients are each the fp32 kernel's
+// result on the same (bf16) starting values, rounded to nearest once, bit for bit, where a row is added once (norms,
+// positions, an embedding whose tokens fit one chunk); a token crossing chunks adds twice (two roundings): within half
+// an ulp of the sum and half an ulp of the largest sum there. Negative: the fp32 dw is not bf16-exact (the bitwise check can fail).
+std::vector<std::uint16_t> rounded(const Vec& v) {
+  std::vector<std::uint16_t> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = tb::float_to_bf16(float(v[i]));
+  return r;
+}
+
+TEST(CudaGradsBf16, RoundedOnceAsTheFp32Kernels) {
+  SKIP_WITHOUT_GPU();
+  {  // layernorm backward: dw and db
+    const std::int64_t rows = 1031, dim = 2048;
+    Dev<bf16> x(sz(rows * dim)), w(sz(dim)), b(sz(dim)), y(sz(rows * dim)), dy(sz(rows * dim)), dx(sz(rows * dim));
+    Dev<bf16> dw16(sz(dim)), db16(sz(dim));
+    Dev<float> mean(sz(rows)), rstd(sz(rows)), dw32(sz(dim)), db32(sz(dim));
+    fill(x, 21, -2, 2), fill(w, 22, -0.5f, 0.5f), fill(b, 23, -1, 1), fill(dy, 24, -1, 1);
+    fill(dw16, 25, -1, 1), fill(db16, 26, -1, 1);
+    for (auto [from, to] : {std::pair{&dw16, &dw32}, {&db16, &db32}}) {
+      const Vec v = decode(*from);
+      const std::vector<float> f(v.begin(), v.end());
+      TB_CHECK(cudaMemcpy(to->get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+    }
+    gpu::norm_forward(NormKind::layernorm, y.view({rows, dim}), mean.view({rows}), rstd.view({rows}),
+                      x.view({rows, dim}), w.view({dim}), b.view({dim}), 1e-5f, nullptr);
+    gpu::norm_backward(NormKind::layernorm, dx.view({rows, dim}), dw32.view({dim}), db32.view({dim}),
+                       dy.view({rows, dim}), x.view({rows, dim}), w.view({dim}), mean.view({rows}), rstd.view({rows}),
+                       nullptr);
+    gpu::norm_backward(NormKind::layernorm, dx.view({rows, dim}), dw16.view({dim}), db16.view({dim}),
+                       dy.view({rows, dim}), x.view({rows, dim}), w.view({dim}), mean.view({rows}), rstd.view({rows}),
+                       nullptr);
+    EXPECT_EQ(raw(dw16), rounded(decode(dw32))) << "norm dw";
+    EXPECT_EQ(raw(db16), rounded(decode(db32))) << "norm db";
+    const Vec w32 = decode(dw32);
+    const auto inexact = [](double v) { return tb::bf16_to_float(tb::float_to_bf16(float(v))) != float(v); };
+    EXPECT_TRUE(std::any_of(w32.begin(), w32.end(), inexact)) << "the fp32 dw is bf16-exact: the check cannot fail";
+  }
+  for (const std::int64_t n : {std::int64_t(60), std::int64_t(3000)}) {  // one chunk; a hot token across chunks
+    SCOPED_TRACE("embedding n=" + std::to_string(n));
+    const std::int64_t vocab = 300, d = 64;
+    std::vector<std::int32_t> tok(sz(n));
+    for (std::int64_t t = 0; t < n; ++t) tok[sz(t)] = std::int32_t((t * 7919) % 97 + (n > 64 && t % 2 ? 0 : 3));
+    Dev<std::int32_t> dtok(sz(n));
+    TB_CHECK(cudaMemcpy(dtok.get(), tok.data(), tok.size() * 4, cudaMemcpyHostToDevice));
+    Dev<bf16> dy(sz(n * d)), de16(sz(vocab * d));
+    Dev<float> de32(sz(vocab * d));
+    fill(dy, 31, -1, 1), fill(de16, 32, -1, 1);
+    const Vec v = decode(de16);
+    const std::vector<float> f(v.begin(), v.end());
+    TB_CHECK(cudaMemcpy(de32.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+    gpu::embedding_backward(de32.view({vocab, d}), dy.view({n, d}), dtok.view({n}), nullptr);
+    gpu::embedding_backward(de16.view({vocab, d}), dy.view({n, d}), dtok.view({n}), nullptr);
+    const Vec want32 = decode(de32);
+    if (n <= 64) {
+      EXPECT_EQ(raw(de16), rounded(want32));
+    } else {  // two roundings: a bf16 ulp of the sum, plus half an ulp of the partial sum (at most the largest sum)
+      const Vec got = decode(de16);
+      double top = 0;
+      for (double w : want32) top = std::max(top, std::fabs(w));
+      std::int64_t far = 0;
+      for (std::size_t i = 0; i < got.size(); ++i)
+        far += std::fabs(got[i] - want32[i]) > 0x1p-8 * std::fabs(want32[i]) + 0x1p-8 * top;
+      EXPECT_EQ(far, 0) << "beyond two bf16 roundings of the fp32 kernel's sum";
+    }
+  }
+  {  // learned positions
+    const std::int64_t seq = 64, rows = 4 * seq, d = 128;
+    Dev<bf16> dy(sz(rows * d)), dp16(sz(seq * d));
+    Dev<float> dp32(sz(seq * d));
+    fill(dy, 41, -1, 1), fill(dp16, 42, -1, 1);
+    const Vec v = decode(dp16);
+    const std::vector<float> f(v.begin(), v.end());
+    TB_CHECK(cudaMemcpy(dp32.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+    gpu::position_embedding_backward(dp32.view({seq, d}), dy.view({rows, d}), int(seq), nullptr);
+    gpu::position_embedding_backward(dp16.view({seq, d}), dy.view({rows, d}), int(seq), nullptr);
+    EXPECT_EQ(raw(dp16), rounded(decode(dp32))) << "position gradients";
+  }
 }
 
 }  // namespace

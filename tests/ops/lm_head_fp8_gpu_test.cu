@@ -20,6 +20,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -403,6 +404,60 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LmHeadFp8Gpu,
                                   std::to_string(i.param.h) + "_" + std::string(tb::dtype_name(i.param.grad)) +
                                   (i.param.stochastic ? "_stochastic" : "");
                          });
+
+// bf16 weight gradients (dw of type bf16): both heads' dW within bf16 rounding of the fp32 dW of the same call, one
+// chunk written (overwrite: 2^-8 |ref|, the rounding, + 2^-16 max |ref|, fp32 sums in another order) and two chunks
+// accumulated (the first chunk's sum rounded too: + 2^-8 max |ref|) per element,
+// and not all bit-equal to the fp32 values (they are rounded). Negative: the first chunk's dW alone (one of two) fails.
+TEST(LmHeadBf16Grads, WithinBf16RoundingOfTheFp32Gradients) {
+  SKIP_WITHOUT_GPU();
+  DeviceContext dc(0);
+  Problem P(Case{64, 512, 64, 1.0f});
+  const std::int64_t V = P.c.vocab, h = P.c.h, t = P.c.t;
+  DeviceBuffer dw16(0, std::size_t(V * h) * 2);
+  for (const bool bf16_head : {true, false}) {
+    for (const int chunk : {int(t), int(t / 2)}) {
+      SCOPED_TRACE(std::string(bf16_head ? "bf16 head" : "FP8 head") + ", chunk " + std::to_string(chunk));
+      P.run(dc, chunk, false, true, kHeadAllGemms, bf16_head);
+      const std::vector<float> ref = down<float>(P.dw_.get(), std::size_t(V * h));
+      const LmHeadCeScratch L = lm_head_ce_scratch(t, V, h, chunk, !bf16_head);
+      DeviceBuffer scratch(0, L.bytes);
+      const TensorView<bf16> dx(P.dx_.as<bf16>(), {t, h});
+      const TensorView<bf16> dw(dw16.as<bf16>(), {V, h});
+      if (bf16_head)
+        lm_head_cross_entropy(dc, dx, dw, {P.x_.as<bf16>(), {t, h}}, {P.w_.as<bf16>(), {V, h}},
+                              P.tg_.as<std::int32_t>(), chunk, 1.0f, P.loss_.as<float>(), {scratch.get(), L.bytes},
+                              true);
+      else
+        lm_head_cross_entropy_fp8(dc, dx, dw, {P.x_.as<bf16>(), {t, h}}, P.head(), V, P.tg_.as<std::int32_t>(), chunk,
+                                  1.0f, P.loss_.as<float>(), {scratch.get(), L.bytes}, true);
+      dc.synchronize();
+      const std::vector<float> got = widen(down<std::uint16_t>(dw16.get(), std::size_t(V * h)));
+      double top = 0;  // the largest |dW|: a bound of the first chunk's partial sums, rounded once more
+      for (float r : ref) top = std::max(top, std::fabs(double(r)));
+      const double abs_tol = chunk < t ? 0x1p-8 * top : 0x1p-16 * top;
+      std::int64_t bad = 0, equal = 0;
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        bad += !(std::fabs(double(got[i]) - ref[i]) <= 0x1p-8 * std::fabs(ref[i]) + abs_tol);
+        equal += got[i] == ref[i];
+      }
+      EXPECT_EQ(bad, 0) << "of " << ref.size() << ", largest |dW| " << top;
+      EXPECT_LT(equal, std::int64_t(ref.size()) / 2) << "dW is not rounded";
+      if (chunk < t && bf16_head) {  // negative: the first chunk's part alone is far from the whole
+        const TensorView<bf16> dx_half(P.dx_.as<bf16>(), {t / 2, h});
+        lm_head_cross_entropy(dc, dx_half, dw, {P.x_.as<bf16>(), {t / 2, h}}, {P.w_.as<bf16>(), {V, h}},
+                              P.tg_.as<std::int32_t>(), chunk, 1.0f, P.loss_.as<float>(), {scratch.get(), L.bytes},
+                              true);
+        dc.synchronize();
+        const std::vector<float> half = widen(down<std::uint16_t>(dw16.get(), std::size_t(V * h)));
+        std::int64_t off = 0;
+        for (std::size_t i = 0; i < ref.size(); ++i)
+          off += !(std::fabs(double(half[i]) - ref[i]) <= 0x1p-8 * std::fabs(ref[i]) + abs_tol);
+        EXPECT_GT(off, std::int64_t(ref.size()) / 10) << "the check cannot tell half the gradient from all of it";
+      }
+    }
+  }
+}
 
 TEST(LmHeadFp8GpuChecks, BadArgumentsThrowBeforeRunning) {
   SKIP_WITHOUT_GPU();

@@ -210,6 +210,26 @@ TEST(TrainerCpu, Fp8WeightCast) {
   EXPECT_EQ(refusal(s), "--fp8-weight-cast must be auto, fused or separate, not 'adamw'");
 }
 
+// --grads: f32 (the default) or bf16, the latter on one GPU only.
+TEST(TrainerCpu, GradsBf16OnOneGpu) {
+  tb::train::TrainSpec s = fp8_head_spec();
+  EXPECT_EQ(s.grads, "f32");
+  s.grads = "bf16";
+  EXPECT_EQ(refusal(s), "accepted");
+  s.grads = "fp16";
+  EXPECT_EQ(refusal(s), "--grads must be f32 or bf16, not 'fp16'");
+  const std::string one_gpu = "--grads bf16 runs on one GPU (--device cuda, dp, tp, pp and cp 1): the CPU backend and "
+                              "the parallel layouts' gradient reductions are fp32; drop --grads bf16 for them";
+  for (auto [tp, pp, cp, dp] : {std::tuple{2, 1, 1, 1}, {1, 2, 1, 1}, {1, 1, 2, 1}, {1, 1, 1, 2}}) {
+    tb::train::TrainSpec p = s;
+    p.grads = "bf16", p.tp = tp, p.pp = pp, p.cp = cp, p.dp = dp;
+    EXPECT_EQ(refusal(p), one_gpu) << tp << pp << cp << dp;
+  }
+  tb::train::TrainSpec cpu = tiny(2);
+  cpu.grads = "bf16";
+  EXPECT_EQ(refusal(cpu), one_gpu);
+}
+
 // Every CUDA layout takes GPT-3's form (learned positions, tied embeddings): validate() refuses none of them (context
 // parallel with learned positions was refused until its 2-GPU check passed).
 TEST(TrainerCpu, CudaLayoutsTakeLearnedPositionsAndTiedEmbeddings) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -26,7 +27,7 @@ constexpr int kFinalThreads = 1024;    // the one-block finaliser
 // Kernel-side records, built on the host at AdamWGroup construction.
 struct TensorRec {
   float* p;
-  const float* g;
+  const void* g;     // fp32 or bf16 (the group's gradient type)
   void* m;
   void* v;
   __nv_bfloat16* w;  // null: no bf16 copy
@@ -93,19 +94,20 @@ __device__ __forceinline__ double block_sum(double s) {
   return s;  // valid in thread 0
 }
 
-// partials[chunk] = sum of g^2 over the chunk, in double.
+// partials[chunk] = sum of g^2 over the chunk, in double; G: the gradients' type.
+template <class G>
 __global__ void __launch_bounds__(kThreads)
     norm_partials_kernel(const TensorRec* __restrict__ tensors, const ChunkRec* __restrict__ chunks,
                          double* __restrict__ partials) {
   const ChunkRec ch = chunks[blockIdx.x];
-  const float* g = tensors[ch.tensor].g;
+  const G* g = static_cast<const G*>(tensors[ch.tensor].g);
   const int phase = tensors[ch.tensor].phase_g;
   const std::int64_t b = ch.begin, e = ch.end;
   const std::int64_t i0 = min(e, b + (4 - (phase + b) % 4) % 4);
   const std::int64_t nv = (e - i0) / 4, i1 = i0 + 4 * nv;
   double s = 0;
-  for (std::int64_t i = b + threadIdx.x; i < i0; i += kThreads) s += double(g[i]) * double(g[i]);
-  for (std::int64_t i = i1 + threadIdx.x; i < e; i += kThreads) s += double(g[i]) * double(g[i]);
+  for (std::int64_t i = b + threadIdx.x; i < i0; i += kThreads) s += double(load1(g + i)) * double(load1(g + i));
+  for (std::int64_t i = i1 + threadIdx.x; i < e; i += kThreads) s += double(load1(g + i)) * double(load1(g + i));
   for (std::int64_t j = threadIdx.x; j < nv; j += kThreads) {
     float f[4];
     load4(g + i0 + 4 * j, f);
@@ -170,13 +172,14 @@ __device__ __forceinline__ void update(float& p, float g, float& m, float& v, co
 __device__ __forceinline__ float rounded_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 // Element i of t updated; returns the model weight as written (bf16, widened; the master without a model copy).
-template <class M>
+// M: the moments' type, G: the gradients' (float or bf16).
+template <class M, class G>
 __device__ __forceinline__ float update1(const TensorRec& t, std::int64_t i, const StepConsts& c) {
   M* m = static_cast<M*>(t.m);
   M* v = static_cast<M*>(t.v);
   auto* wbits = reinterpret_cast<std::uint16_t*>(t.w);
   float pi = t.lo ? join_master(wbits[i], t.lo[i]) : t.p[i], mi = load1(m + i), vi = load1(v + i);
-  update(pi, t.g[i], mi, vi, c);
+  update(pi, load1(static_cast<const G*>(t.g) + i), mi, vi, c);
   float model = pi;
   if (t.lo) {
     const MasterHalves h = split_master(pi);
@@ -192,7 +195,7 @@ __device__ __forceinline__ float update1(const TensorRec& t, std::int64_t i, con
 }
 
 // Elements i..i+3 (every pointer vector-aligned there) updated; model[k] as update1 returns them.
-template <class M>
+template <class M, class G>
 __device__ __forceinline__ void update4(const TensorRec& t, std::int64_t i, const StepConsts& c, float* model) {
   M* m = static_cast<M*>(t.m);
   M* v = static_cast<M*>(t.v);
@@ -211,7 +214,7 @@ __device__ __forceinline__ void update4(const TensorRec& t, std::int64_t i, cons
   } else {
     load4(t.p + i, pf);
   }
-  load4(t.g + i, gf);
+  load4(static_cast<const G*>(t.g) + i, gf);
   load4(m + i, mf);
   load4(v + i, vf);
 #pragma unroll
@@ -235,7 +238,7 @@ __device__ __forceinline__ void update4(const TensorRec& t, std::int64_t i, cons
   store4(v + i, vf);
 }
 
-template <class M>
+template <class M, class G>
 __global__ void __launch_bounds__(kThreads)
     adamw_kernel(const TensorRec* __restrict__ tensors, const ChunkRec* __restrict__ chunks,
                  const AdamWStepScalars* __restrict__ scalars, const GradNormResult* __restrict__ clip, HostConsts hc) {
@@ -248,15 +251,15 @@ __global__ void __launch_bounds__(kThreads)
   if (!c.valid) return;
   const std::int64_t b = ch.begin, e = ch.end;
   if (t.phase < 0) {  // pointers of different alignment phases: scalar accesses
-    for (std::int64_t i = b + threadIdx.x; i < e; i += kThreads) update1<M>(t, i, c);
+    for (std::int64_t i = b + threadIdx.x; i < e; i += kThreads) update1<M, G>(t, i, c);
     return;
   }
   const std::int64_t i0 = min(e, b + (4 - (t.phase + b) % 4) % 4);
   const std::int64_t nv = (e - i0) / 4, i1 = i0 + 4 * nv;
-  for (std::int64_t i = b + threadIdx.x; i < i0; i += kThreads) update1<M>(t, i, c);
-  for (std::int64_t i = i1 + threadIdx.x; i < e; i += kThreads) update1<M>(t, i, c);
+  for (std::int64_t i = b + threadIdx.x; i < i0; i += kThreads) update1<M, G>(t, i, c);
+  for (std::int64_t i = i1 + threadIdx.x; i < e; i += kThreads) update1<M, G>(t, i, c);
   float unused[4];
-  for (std::int64_t j = threadIdx.x; j < nv; j += kThreads) update4<M>(t, i0 + 4 * j, c, unused);
+  for (std::int64_t j = threadIdx.x; j < nv; j += kThreads) update4<M, G>(t, i0 + 4 * j, c, unused);
 }
 
 __global__ void step_consts_kernel(const AdamWStepScalars* scalars, const GradNormResult* clip, HostConsts hc,
@@ -274,7 +277,7 @@ static_assert(kCopyCols == 4 * 32 && kThreads == 8 * 32 && kCopyRows % 8 == 0 &&
 
 // 5 blocks per SM (at most 51 registers instead of 61-63): bench/lab/adamw_lab over 1745 M weights on an H200, fp32
 // moments 13.11 ms (13.27 at 4 blocks), bf16 moments 11.61 (12.24); plain AdamW 12.06 / 8.86.
-template <__nv_fp8_interpretation_t Kind, class M>
+template <__nv_fp8_interpretation_t Kind, class M, class G>
 __global__ void __launch_bounds__(kThreads, 5)
     adamw_fp8_copy_kernel(TensorRec t, const StepConsts* __restrict__ consts, detail::CastTarget p) {
   __shared__ __align__(16) std::uint8_t tile[kCopyRows][kCopyCols + 4];
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 5)
     const std::int64_t i = (r0 + r) * p.cols + c0 + 4 * lane;
     float f[4];
     if (c.valid)
-      update4<M>(t, i, c, f);
+      update4<M, G>(t, i, c, f);
     else
       load4(t.w + i, f);
     union {
@@ -319,7 +322,7 @@ __global__ void __launch_bounds__(kThreads, 5)
 // The FP8 cast kernels' source (ops/cuda/fp8_cast.cuh) for a tensor with FP8 copies of other shapes: each element
 // it reads is updated, once (every tile kernel reads each element once), and the value cast is the model weight as
 // written. A step < 1 updates nothing: the copies are then those of the weights as they are.
-template <class M>
+template <class M, class G>
 struct AdamWSource {
   TensorRec t;
   const StepConsts* consts;  // [no decay, decay]
@@ -327,14 +330,14 @@ struct AdamWSource {
   __device__ __forceinline__ float at(std::int64_t r, std::int64_t c) const {
     const std::int64_t i = r * cols + c;
     const StepConsts k = consts[t.decay];
-    return k.valid ? update1<M>(t, i, k) : __bfloat162float(t.w[i]);
+    return k.valid ? update1<M, G>(t, i, k) : __bfloat162float(t.w[i]);
   }
   __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&f)[8]) const {
     const std::int64_t i = r * cols + c;
     const StepConsts k = consts[t.decay];
     if (k.valid) {
-      update4<M>(t, i, k, f);
-      update4<M>(t, i + 4, k, f + 4);
+      update4<M, G>(t, i, k, f);
+      update4<M, G>(t, i + 4, k, f + 4);
     } else {
       load4(t.w + i, reinterpret_cast<float(&)[4]>(f[0]));
       load4(t.w + i + 4, reinterpret_cast<float(&)[4]>(f[4]));
@@ -366,7 +369,16 @@ void upload(DeviceBuffer& buf, int device, const std::vector<T>& host) {
 
 bool aligned_to(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
 
-TensorRec make_rec(const AdamWTensor& t, std::size_t msize) {
+// f(std::type_identity<T>{}) with T float for f32, __nv_bfloat16 for bf16 (a group's moments and gradients).
+template <class F>
+void with_type(DType t, F&& f) {
+  if (t == DType::bf16)
+    f(std::type_identity<__nv_bfloat16>{});
+  else
+    f(std::type_identity<float>{});
+}
+
+TensorRec make_rec(const AdamWTensor& t, std::size_t msize, std::size_t gsize) {
   TensorRec r{};
   r.p = t.master;
   r.g = t.grad;
@@ -376,7 +388,7 @@ TensorRec make_rec(const AdamWTensor& t, std::size_t msize) {
   r.lo = t.master_lo;
   r.n = t.numel;
   r.decay = t.decay ? 1 : 0;
-  r.phase_g = vec_phase(t.grad, 4);
+  r.phase_g = vec_phase(t.grad, gsize);
   r.phase = t.master ? vec_phase(t.master, 4) : vec_phase(t.master_lo, 2);
   const bool same = r.phase == r.phase_g && r.phase == vec_phase(t.exp_avg, msize) &&
                     r.phase == vec_phase(t.exp_avg_sq, msize) && (!t.model || r.phase == vec_phase(t.model, 2)) &&
@@ -400,15 +412,52 @@ void check_fp8_copy(const AdamWTensor& t, std::size_t k) {
              str("AdamWGroup: tensor ", k, "'s FP8 copy has too many rows (", c.rows, ") for one launch"));
 }
 
+// adamw_step's launches for moments M and gradients G: the update of the tensors without FP8 copies, then each
+// tensor with copies (its own kernel where its shape allows, else the cast kernels through AdamWSource).
+template <class M, class G>
+void launch_step(const AdamWGroup& group, const AdamWStepScalars* scalars, const GradNormResult* clip,
+                 const HostConsts& hc, cudaStream_t stream) {
+  const auto* tensors = static_cast<const TensorRec*>(group.tensor_table());
+  const auto* chunks = static_cast<const ChunkRec*>(group.update_chunk_table());
+  if (const auto grid = unsigned(group.update_chunks()); grid > 0) {
+    adamw_kernel<M, G><<<grid, kThreads, 0, stream>>>(tensors, chunks, scalars, clip, hc);
+    TB_CHECK_LAUNCH();
+  }
+  if (group.fp8_copies().empty()) return;
+  auto* consts = static_cast<StepConsts*>(group.step_consts());
+  step_consts_kernel<<<1, 2, 0, stream>>>(scalars, clip, hc, consts);
+  TB_CHECK_LAUNCH();
+  for (const AdamWTensor& t : group.fp8_copies()) {
+    const TensorRec rec = make_rec(t, sizeof(M), sizeof(G));
+    const detail::CastTarget target = detail::cast_target(t.fp8_copy);
+    const bool e4m3 = t.fp8_copy.type == DType::e4m3, vector_ok = rec.phase == 0;
+    const std::int64_t rows = t.fp8_copy.rows, cols = t.fp8_copy.cols;
+    if (vector_ok && rows % kCopyRows == 0 && cols % kCopyCols == 0 && rows / kCopyRows < 65536 &&
+        reinterpret_cast<std::uintptr_t>(target.qt) % 16 == 0 && reinterpret_cast<std::uintptr_t>(target.q) % 4 == 0) {
+      const dim3 grid(unsigned(cols / kCopyCols), unsigned(rows / kCopyRows));
+      if (e4m3)
+        adamw_fp8_copy_kernel<__NV_E4M3, M, G><<<grid, kThreads, 0, stream>>>(rec, consts, target);
+      else
+        adamw_fp8_copy_kernel<__NV_E5M2, M, G><<<grid, kThreads, 0, stream>>>(rec, consts, target);
+      TB_CHECK_LAUNCH();
+    } else {
+      detail::launch_cast_transpose(AdamWSource<M, G>{rec, consts, cols}, target, e4m3, vector_ok,
+                                    "adamw_step (FP8 copies)", stream);
+    }
+  }
+}
+
 }  // namespace
 
-AdamWGroup::AdamWGroup(int device, std::span<const AdamWTensor> tensors, DType moments)
-    : device_(device), moments_(moments) {
+AdamWGroup::AdamWGroup(int device, std::span<const AdamWTensor> tensors, DType moments, DType grads)
+    : device_(device), moments_(moments), grads_(grads) {
   TB_REQUIRE(!tensors.empty(), "AdamWGroup: no tensors; give at least one parameter tensor");
   TB_REQUIRE(moments == DType::f32 || moments == DType::bf16,
              str("AdamWGroup: moments must be f32 or bf16, got ", dtype_name(moments)));
+  TB_REQUIRE(grads == DType::f32 || grads == DType::bf16,
+             str("AdamWGroup: gradients must be f32 or bf16, got ", dtype_name(grads)));
   TB_REQUIRE(tensors.size() < std::size_t(INT32_MAX), "AdamWGroup: too many tensors");
-  const std::size_t msize = dtype_size(moments);
+  const std::size_t msize = dtype_size(moments), gsize = dtype_size(grads);
   std::vector<TensorRec> recs;
   std::vector<ChunkRec> chunks, update;
   for (std::size_t k = 0; k < tensors.size(); ++k) {
@@ -419,12 +468,12 @@ AdamWGroup::AdamWGroup(int device, std::span<const AdamWTensor> tensors, DType m
                    " needs master (or master_lo and model), grad, exp_avg and exp_avg_sq device pointers"));
     TB_REQUIRE(!(t.master && t.master_lo),
                str("AdamWGroup: tensor ", k, ": give master (fp32) or master_lo (split master), not both"));
-    TB_REQUIRE(aligned_to(t.master, 4) && aligned_to(t.grad, 4) && aligned_to(t.exp_avg, msize) &&
+    TB_REQUIRE(aligned_to(t.master, 4) && aligned_to(t.grad, gsize) && aligned_to(t.exp_avg, msize) &&
                    aligned_to(t.exp_avg_sq, msize) && aligned_to(t.model, 2) && aligned_to(t.master_lo, 2),
                str("AdamWGroup: tensor ", k, ": pointers must be aligned to their element size"));
     const bool copy = t.fp8_copy.qt != nullptr;
     if (copy) check_fp8_copy(t, k), fp8_copies_.push_back(t);
-    recs.push_back(make_rec(t, msize));
+    recs.push_back(make_rec(t, msize, gsize));
     for (std::int64_t b = 0; b < t.numel; b += kAdamWChunk) {
       chunks.push_back({std::int32_t(k), 0, b, std::min(t.numel, b + kAdamWChunk)});
       if (!copy) update.push_back(chunks.back());
@@ -462,9 +511,11 @@ void grad_norm(const AdamWGroup& group, float max_norm, GradNormResult* out, cud
   TB_REQUIRE(max_norm > 0, str("grad_norm: max_norm must be > 0 (+inf: never clip), got ", max_norm));
   TB_REQUIRE(out != nullptr, "grad_norm: out must be a device pointer to a GradNormResult, got null");
   TB_CHECK(cudaSetDevice(group.device()));
-  norm_partials_kernel<<<unsigned(group.chunks()), kThreads, 0, stream>>>(
-      static_cast<const TensorRec*>(group.tensor_table()), static_cast<const ChunkRec*>(group.chunk_table()),
-      group.partials());
+  with_type(group.grads(), [&]<class G>(std::type_identity<G>) {
+    norm_partials_kernel<G><<<unsigned(group.chunks()), kThreads, 0, stream>>>(
+        static_cast<const TensorRec*>(group.tensor_table()), static_cast<const ChunkRec*>(group.chunk_table()),
+        group.partials());
+  });
   TB_CHECK_LAUNCH();
   norm_final_kernel<<<1, kFinalThreads, 0, stream>>>(group.partials(), group.chunks(), max_norm, out);
   TB_CHECK_LAUNCH();
@@ -497,46 +548,9 @@ void adamw_step(const AdamWGroup& group, const AdamWConfig& cfg, const AdamWStep
   hc.one_minus_b2 = float(1.0 - cfg.beta2);
   hc.eps = float(cfg.eps);
   TB_CHECK(cudaSetDevice(group.device()));
-  const auto* tensors = static_cast<const TensorRec*>(group.tensor_table());
-  const auto* chunks = static_cast<const ChunkRec*>(group.update_chunk_table());
-  const bool bf16_moments = group.moments() == DType::bf16;
-  if (const auto grid = unsigned(group.update_chunks()); grid > 0) {
-    if (bf16_moments)
-      adamw_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(tensors, chunks, scalars, clip, hc);
-    else
-      adamw_kernel<float><<<grid, kThreads, 0, stream>>>(tensors, chunks, scalars, clip, hc);
-    TB_CHECK_LAUNCH();
-  }
-  if (group.fp8_copies().empty()) return;
-  auto* consts = static_cast<StepConsts*>(group.step_consts());
-  step_consts_kernel<<<1, 2, 0, stream>>>(scalars, clip, hc, consts);
-  TB_CHECK_LAUNCH();
-  const std::size_t msize = dtype_size(group.moments());
-  for (const AdamWTensor& t : group.fp8_copies()) {
-    const TensorRec rec = make_rec(t, msize);
-    const detail::CastTarget target = detail::cast_target(t.fp8_copy);
-    const bool e4m3 = t.fp8_copy.type == DType::e4m3, vector_ok = rec.phase == 0;
-    const char* what = "adamw_step (FP8 copies)";
-    const std::int64_t rows = t.fp8_copy.rows, cols = t.fp8_copy.cols;
-    if (vector_ok && rows % kCopyRows == 0 && cols % kCopyCols == 0 && rows / kCopyRows < 65536 &&
-        reinterpret_cast<std::uintptr_t>(target.qt) % 16 == 0 && reinterpret_cast<std::uintptr_t>(target.q) % 4 == 0) {
-      const dim3 grid(unsigned(cols / kCopyCols), unsigned(rows / kCopyRows));
-      if (bf16_moments && e4m3)
-        adamw_fp8_copy_kernel<__NV_E4M3, __nv_bfloat16><<<grid, kThreads, 0, stream>>>(rec, consts, target);
-      else if (bf16_moments)
-        adamw_fp8_copy_kernel<__NV_E5M2, __nv_bfloat16><<<grid, kThreads, 0, stream>>>(rec, consts, target);
-      else if (e4m3)
-        adamw_fp8_copy_kernel<__NV_E4M3, float><<<grid, kThreads, 0, stream>>>(rec, consts, target);
-      else
-        adamw_fp8_copy_kernel<__NV_E5M2, float><<<grid, kThreads, 0, stream>>>(rec, consts, target);
-      TB_CHECK_LAUNCH();
-    } else if (bf16_moments)
-      detail::launch_cast_transpose(AdamWSource<__nv_bfloat16>{rec, consts, t.fp8_copy.cols}, target, e4m3, vector_ok,
-                                    what, stream);
-    else
-      detail::launch_cast_transpose(AdamWSource<float>{rec, consts, t.fp8_copy.cols}, target, e4m3, vector_ok, what,
-                                    stream);
-  }
+  with_type(group.moments(), [&]<class M>(std::type_identity<M>) {
+    with_type(group.grads(), [&]<class G>(std::type_identity<G>) { launch_step<M, G>(group, scalars, clip, hc, stream); });
+  });
 }
 
 }  // namespace tb::ops

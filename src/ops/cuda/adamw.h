@@ -24,12 +24,15 @@
 // phase (the usual case: every buffer laid out like the parameters), scalar accesses otherwise.
 // Moments are fp32 (default) or bf16 (DType::bf16: half the state memory; m and v are computed in fp32 and rounded
 // to nearest on store).
+// Gradients are fp32 (default) or bf16 (AdamWGroup's grads: read as bf16 and widened; 2 bytes per element fewer for
+// the norm and the update).
 //
 // Split master (AdamWTensor::master_lo, ops/cuda/master_split.h): the same fp32 master stored as the bf16 model weight
 // plus a 16-bit residual; every update is bit-identical to the fp32-master one (the join is exact), and the model
 // weight is the master rounded to nearest (ties away from zero instead of to even).
 // Ideal DRAM bytes per element: AdamW with fp32 moments 16 read (p, g, m, v) + 14 written (p, m, v, bf16 model) = 30
-// (split master: 16 read + 12 written = 28; bf16 moments: 8 fewer); grad norm 4 read. ~4 FLOPs per element for the norm, ~15 for the update: memory-bound.
+// (split master: 16 read + 12 written = 28; bf16 moments: 8 fewer; bf16 gradients: 2 fewer); grad norm 4 read (bf16
+// gradients: 2). ~4 FLOPs per element for the norm, ~15 for the update: memory-bound.
 //
 // FP8 weight copies (AdamWTensor::fp8_copy, delayed scaling): a tensor that feeds FP8 GEMMs gets its copies
 //   q = fp8(model * scale), qt = q^T, *scale_inv = 1 / scale, *amax_out = max(*amax_out, max |model|)
@@ -61,7 +64,8 @@ struct AdamWTensor {
   float* master = nullptr;         // fp32 master weights, updated in place (null with master_lo)
   std::int16_t* master_lo = nullptr;  // split master (ops/cuda/master_split.h): the fp32 master is (model, master_lo),
                                       // exactly; model then holds its round-to-nearest bf16 half
-  const float* grad = nullptr;     // fp32 gradients (read only: clipping is applied on the fly)
+  const void* grad = nullptr;      // gradients of the group's type, fp32 or bf16 (read only: clipping is applied on
+                                   // the fly)
   void* exp_avg = nullptr;         // m, zero before step 1
   void* exp_avg_sq = nullptr;      // v, zero before step 1
   __nv_bfloat16* model = nullptr;  // bf16 model weights written from the updated master; null: none
@@ -100,11 +104,13 @@ struct GradNormResult {
 class AdamWGroup {
  public:
   // Throws tb::Error{config}: empty list, numel < 1, null master / grad / m / v, misaligned pointers (fp32 must be
-  // 4-byte, bf16 2-byte aligned), moments not f32 or bf16, an FP8 copy not as described at fp8_copy.
-  AdamWGroup(int device, std::span<const AdamWTensor> tensors, DType moments = DType::f32);
+  // 4-byte, bf16 2-byte aligned), moments or gradients not f32 or bf16, an FP8 copy not as described at fp8_copy.
+  AdamWGroup(int device, std::span<const AdamWTensor> tensors, DType moments = DType::f32,
+             DType grads = DType::f32);
 
   int device() const { return device_; }
   DType moments() const { return moments_; }
+  DType grads() const { return grads_; }
   int tensors() const { return tensors_; }
   std::int64_t chunks() const { return chunks_; }
   std::int64_t numel() const { return numel_; }
@@ -119,7 +125,7 @@ class AdamWGroup {
 
  private:
   int device_;
-  DType moments_;
+  DType moments_, grads_;
   int tensors_ = 0;
   std::int64_t chunks_ = 0, numel_ = 0;
   std::optional<std::int64_t> update_chunks_;  // set when some tensors have FP8 copies

@@ -289,7 +289,7 @@ namespace {
 
 // The bf16 head's three GEMMs on one chunk of c tokens (lm_head_cross_entropy; the FP8 head's GEMMs that run in BF16
 // call the same, so with none in FP8 it is the bf16 head bit for bit): logits = x_c W^T; dx_c = dlogits W;
-// dW (+)= dlogits^T x_c (fp32; accumulate false: written).
+// dW (+)= dlogits^T x_c (fp32 or bf16; accumulate false: written).
 struct Bf16HeadGemms {
   DeviceContext& dc;
   const __nv_bfloat16* w;
@@ -300,14 +300,16 @@ struct Bf16HeadGemms {
   void dx(std::int64_t c, __nv_bfloat16* dx_c, const __nv_bfloat16* dlogits) const {
     dc.gemm(GemmShape{c, h, vocab, DType::bf16, DType::bf16, DType::bf16, false, GemmLayout::ab}, dx_c, dlogits, w);
   }
-  void dw(std::int64_t c, float* dw, const __nv_bfloat16* dlogits, const __nv_bfloat16* x_c, bool accumulate) const {
-    dc.gemm(GemmShape{vocab, h, c, DType::bf16, DType::bf16, DType::f32, false, GemmLayout::atb, accumulate}, dw,
+  template <class G>
+  void dw(std::int64_t c, G* dw, const __nv_bfloat16* dlogits, const __nv_bfloat16* x_c, bool accumulate) const {
+    dc.gemm(GemmShape{vocab, h, c, DType::bf16, DType::bf16, dtype_of<G>(), false, GemmLayout::atb, accumulate}, dw,
             dlogits, x_c);
   }
 };
 
 // The checks both variants share (x, dx, dW, targets, loss, scale, scratch); W is checked by the caller.
-void check_call(TensorView<__nv_bfloat16> dx, TensorView<float> dw, TensorView<const __nv_bfloat16> x,
+template <class G>
+void check_call(TensorView<__nv_bfloat16> dx, TensorView<G> dw, TensorView<const __nv_bfloat16> x,
                 std::int64_t vocab, const std::int32_t* targets, float grad_scale, float* loss_out,
                 Workspace scratch, const LmHeadCeScratch& layout) {
   const std::int64_t t = x.size(0), h = x.size(1);
@@ -325,7 +327,8 @@ void check_call(TensorView<__nv_bfloat16> dx, TensorView<float> dw, TensorView<c
 
 }  // namespace
 
-void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<float> dw,
+template <class G>
+void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<G> dw,
                            TensorView<const __nv_bfloat16> x, TensorView<const __nv_bfloat16> w,
                            const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
                            Workspace scratch, bool dw_overwrite) {
@@ -358,7 +361,8 @@ void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, Tens
   TB_CHECK_LAUNCH();
 }
 
-void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<float> dw,
+template <class G>
+void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<G> dw,
                                TensorView<const __nv_bfloat16> x, const LmHeadFp8& w, std::int64_t vocab,
                                const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
                                Workspace scratch, bool dw_overwrite) {
@@ -431,7 +435,7 @@ void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, 
       bf16.dx(c, dx.data() + r0 * h, logits);
     const bool overwrite = dw_overwrite && r0 == 0;
     if (fp8_dw) {
-      GemmShape gw{vocab, h, c, w.grad, DType::e4m3, DType::f32};
+      GemmShape gw{vocab, h, c, w.grad, DType::e4m3, dtype_of<G>()};
       gw.accumulate = !overwrite;
       dc.gemm(gw, dw.data(), dlqt, xqt, {w.dlogits.scale_inv, w.x.scale_inv});
     } else if (want_dw) {
@@ -441,5 +445,16 @@ void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, 
   mean_loss_kernel<<<1, kMeanThreads, 0, st>>>(token_loss, t, loss_out);
   TB_CHECK_LAUNCH();
 }
+
+#define TB_LM_HEAD(G)                                                                                                 \
+  template void lm_head_cross_entropy<G>(DeviceContext&, TensorView<__nv_bfloat16>, TensorView<G>,                 \
+                                         TensorView<const __nv_bfloat16>, TensorView<const __nv_bfloat16>,          \
+                                         const std::int32_t*, int, float, float*, Workspace, bool);                 \
+  template void lm_head_cross_entropy_fp8<G>(DeviceContext&, TensorView<__nv_bfloat16>, TensorView<G>,             \
+                                             TensorView<const __nv_bfloat16>, const LmHeadFp8&, std::int64_t,       \
+                                             const std::int32_t*, int, float, float*, Workspace, bool);
+TB_LM_HEAD(float)
+TB_LM_HEAD(__nv_bfloat16)
+#undef TB_LM_HEAD
 
 }  // namespace tb::ops

@@ -86,13 +86,14 @@ struct LmHeadCeScratch {
 LmHeadCeScratch lm_head_ce_scratch(std::int64_t tokens, std::int64_t vocab, std::int64_t hidden,
                                    int chunk = kLmHeadDefaultChunk, bool fp8 = false);
 
-// dx: [t, h] bf16 (written) or empty; dW: [V, h] fp32 (accumulated: the caller zeroes it; dw_overwrite: written,
-// the first chunk's GEMM with beta 0) or empty;
+// dx: [t, h] bf16 (written) or empty; dW: [V, h] fp32 or bf16 (G; accumulated: the caller zeroes it; dw_overwrite:
+// written, the first chunk's GEMM with beta 0) or empty;
 // x: [t, h] bf16; W: [V, h] bf16; targets: t device int32; loss_out: one device float (the mean loss);
 // grad_scale: multiplies every gradient (e.g. 1 / gradient-accumulation steps, or a loss scale).
 // All views contiguous and 256-byte aligned (cudaMalloc'ed, or offsets that keep that alignment).
 // Throws tb::Error{config} for shape, alignment or scratch-size mistakes, before enqueuing anything.
-void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<float> dw,
+template <class G>
+void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<G> dw,
                            TensorView<const __nv_bfloat16> x, TensorView<const __nv_bfloat16> w,
                            const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
                            Workspace scratch, bool dw_overwrite = false);
@@ -114,7 +115,8 @@ struct LmHeadFp8 {
 };
 // As lm_head_cross_entropy, with W given by its FP8 copies (above). h, V and t multiples of 16; scratch from
 // lm_head_ce_scratch(t, V, h, chunk, true).
-void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<float> dw,
+template <class G>
+void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<G> dw,
                                TensorView<const __nv_bfloat16> x, const LmHeadFp8& w, std::int64_t vocab,
                                const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
                                Workspace scratch, bool dw_overwrite = false);

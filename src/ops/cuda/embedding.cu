@@ -34,6 +34,14 @@ __device__ __forceinline__ void add8(float* p, const float (&a)[8]) {
   q[0] = u;
   q[1] = v;
 }
+// bf16 gradients: the 8 sums added in fp32 and rounded once.
+__device__ __forceinline__ void add8(bf16* p, const float (&a)[8]) {
+  float b[8];
+  unpack8(load8_rw(p), b);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) b[k] += a[k];
+  store8(p, pack8(b));
+}
 __device__ __forceinline__ void store8f(float* p, const float (&a)[8]) {
   float4* q = reinterpret_cast<float4*>(p);
   q[0] = make_float4(a[0], a[1], a[2], a[3]);
@@ -62,8 +70,9 @@ __global__ void embedding_sort_keys_kernel(int* keys, int* vals, const std::int3
   vals[i] = i;
 }
 
+template <class G>
 __global__ void __launch_bounds__(kThreads)
-    embedding_backward_chunk_kernel(float* de, std::int64_t des, const bf16* dy, std::int64_t dys, const int* keys,
+    embedding_backward_chunk_kernel(G* de, std::int64_t des, const bf16* dy, std::int64_t dys, const int* keys,
                                     const int* pos, float* heads, int n, int vocab, int dim) {
   __shared__ int s_tok[kChunk], s_pos[kChunk];  // the chunk's sorted tokens and their positions
   const int c = int(blockIdx.x), lo = c * kChunk, cnt = min(kChunk, n - lo);
@@ -105,8 +114,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <class G>
 __global__ void __launch_bounds__(kThreads)
-    embedding_backward_tail_kernel(float* de, std::int64_t des, const int* keys, const float* heads, int n, int vocab,
+    embedding_backward_tail_kernel(G* de, std::int64_t des, const int* keys, const float* heads, int n, int vocab,
                                    int dim) {
   const int c = int(blockIdx.x), lo = c * kChunk, hi = min(lo + kChunk, n);
   if (hi >= n) return;
@@ -143,8 +153,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Position s collects the rows t = ((s - first) mod seq) + k seq, k = 0, 1, ... (in row order: deterministic).
+template <class G>
 __global__ void __launch_bounds__(kThreads)
-    position_backward_kernel(float* dp, std::int64_t dps, const bf16* dy, std::int64_t dys, std::int64_t rows,
+    position_backward_kernel(G* dp, std::int64_t dps, const bf16* dy, std::int64_t dys, std::int64_t rows,
                              int seq, std::int64_t first, int nv) {
   const int v = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (v >= nv) return;
@@ -225,7 +236,8 @@ std::size_t embedding_backward_workspace_bytes(std::int64_t n, std::int64_t voca
   return backward_layout(n, vocab, dim).total;
 }
 
-void embedding_backward(TensorView<float> dtable, TensorView<const bf16> dy, TensorView<const std::int32_t> tokens,
+template <class G>
+void embedding_backward(TensorView<G> dtable, TensorView<const bf16> dy, TensorView<const std::int32_t> tokens,
                         cudaStream_t stream, Workspace workspace) {
   const std::string what = "embedding_backward";
   check_tokens(tokens, what);
@@ -278,7 +290,8 @@ void position_embedding_add(TensorView<bf16> y, TensorView<const bf16> pos_table
   TB_CHECK_LAUNCH();
 }
 
-void position_embedding_backward(TensorView<float> dpos_table, TensorView<const bf16> dy, int seq,
+template <class G>
+void position_embedding_backward(TensorView<G> dpos_table, TensorView<const bf16> dy, int seq,
                                  cudaStream_t stream, std::int64_t first) {
   const std::string what = "position_embedding_backward";
   TB_REQUIRE(dy.rank() == 2 && dpos_table.rank() == 2 && dpos_table.size(1) == dy.size(1),
@@ -295,5 +308,14 @@ void position_embedding_backward(TensorView<float> dpos_table, TensorView<const 
                                                            dy.stride(0), rows, seq, first % seq, int(d / kVec));
   TB_CHECK_LAUNCH();
 }
+
+template void embedding_backward<float>(TensorView<float>, TensorView<const bf16>, TensorView<const std::int32_t>,
+                                        cudaStream_t, Workspace);
+template void embedding_backward<bf16>(TensorView<bf16>, TensorView<const bf16>, TensorView<const std::int32_t>,
+                                       cudaStream_t, Workspace);
+template void position_embedding_backward<float>(TensorView<float>, TensorView<const bf16>, int, cudaStream_t,
+                                                 std::int64_t);
+template void position_embedding_backward<bf16>(TensorView<bf16>, TensorView<const bf16>, int, cudaStream_t,
+                                                std::int64_t);
 
 }  // namespace tb::ops

@@ -1,9 +1,10 @@
 // ops/cuda/embedding.h: token and learned-position embeddings on the GPU. Semantics are those of
 // ops/cpu/embedding.h (the reference these kernels are tested against):
 //   token:    y[t,:] = E[tok[t],:]               E: [V, d] bf16, tok: [n] int32 on the device, y: [n, d] bf16
-//             dE[tok[t],:] += dy[t,:]            dE: [V, d] fp32, accumulated (a repeated token adds up)
+//             dE[tok[t],:] += dy[t,:]            dE: [V, d] fp32 or bf16, accumulated (a repeated token adds up;
+//                                                bf16: each row's sum in fp32, rounded when added)
 //   position: y[t,:] += P[(first + t) mod seq, :]   P: [max_seq, d] bf16, y: [n, d] bf16 (in place)
-//             dP[s,:] += sum of dy[t,:] over the rows t at position s, in row order   dP: [max_seq, d] fp32
+//             dP[s,:] += sum of dy[t,:] over the rows t at position s, in row order   dP: [max_seq, d] fp32 or bf16
 //             rows of y are [batch, seq] flattened from flat row `first` on (0: whole sequences; a run of
 //             consecutive positions from p: first = p, model/position_pieces.h)
 // d is a multiple of 8; 2-D views have contiguous rows (row strides that are multiples of 8 bf16 / 4 fp32).
@@ -44,12 +45,14 @@ void embedding_forward(TensorView<bf16> y, TensorView<const bf16> table, TensorV
 // empty Workspace makes the call use stream-ordered memory (cudaMallocAsync / cudaFreeAsync on `stream`) instead.
 std::size_t embedding_backward_workspace_bytes(std::int64_t n, std::int64_t vocab, std::int64_t dim);
 
-void embedding_backward(TensorView<float> dtable, TensorView<const bf16> dy, TensorView<const std::int32_t> tokens,
+template <class G>  // float or bf16
+void embedding_backward(TensorView<G> dtable, TensorView<const bf16> dy, TensorView<const std::int32_t> tokens,
                         cudaStream_t stream, Workspace workspace = {});
 
 void position_embedding_add(TensorView<bf16> y, TensorView<const bf16> pos_table, int seq, cudaStream_t stream,
                             std::int64_t first = 0);
-void position_embedding_backward(TensorView<float> dpos_table, TensorView<const bf16> dy, int seq, cudaStream_t stream,
+template <class G>  // float or bf16
+void position_embedding_backward(TensorView<G> dpos_table, TensorView<const bf16> dy, int seq, cudaStream_t stream,
                                  std::int64_t first = 0);
 
 }  // namespace tb::ops

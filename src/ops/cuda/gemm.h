@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <compare>
@@ -29,6 +30,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -55,6 +57,13 @@ struct GemmShape {
                       // concurrent stream; 0: the whole GPU
   auto operator<=>(const GemmShape&) const = default;
 };
+
+// The DType of an element type kernels write as a GEMM's output: float (f32) or __nv_bfloat16 (bf16).
+template <class T>
+constexpr DType dtype_of() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>, "dtype_of: float or __nv_bfloat16");
+  return std::is_same_v<T, float> ? DType::f32 : DType::bf16;
+}
 
 struct GemmTypes {
   DType a, b, d;

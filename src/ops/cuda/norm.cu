@@ -249,13 +249,15 @@ __global__ void __launch_bounds__(kMaxThreads) norm_backward_kernel(const BwdArg
   }
 }
 
-// out[c] += sum over blocks p (in order of p mod 16, then the 16 slices in order) of partial[p, c].
-// grid (ceil(dim / 32), 2): y = 0 reduces the dw partials into dw, y = 1 the db partials into db.
+// out[c] += sum over blocks p (in order of p mod 16, then the 16 slices in order) of partial[p, c] (G bf16: the sum
+// in fp32, rounded once on store). grid (ceil(dim / 32), 2): y = 0 reduces the dw partials into dw, y = 1 the db
+// partials into db.
 constexpr int kReduceSlices = 16;
+template <class G>
 __global__ void __launch_bounds__(32 * kReduceSlices)
-    reduce_partials_kernel(float* dw, float* db, const float* partial, int blocks, int dim) {
+    reduce_partials_kernel(G* dw, G* db, const float* partial, int blocks, int dim) {
   __shared__ float sh[kReduceSlices][33];
-  float* out = blockIdx.y == 0 ? dw : db;
+  G* out = blockIdx.y == 0 ? dw : db;
   if (!out) return;  // uniform over the block
   const float* p = partial + std::int64_t(blockIdx.y) * blocks * dim;
   const int col = int(blockIdx.x) * 32 + int(threadIdx.x);
@@ -270,7 +272,10 @@ __global__ void __launch_bounds__(32 * kReduceSlices)
     float t = 0.f;
 #pragma unroll
     for (int i = 0; i < kReduceSlices; ++i) t += sh[i][threadIdx.x];
-    out[col] += t;
+    if constexpr (std::is_same_v<G, float>)
+      out[col] += t;
+    else
+      out[col] = __float2bfloat16_rn(__bfloat162float(out[col]) + t);
   }
 }
 
@@ -339,7 +344,8 @@ void check_params(NormKind kind, std::int64_t dim, const TensorView<const bf16>&
   check_bias(kind, dim, b, what, "b");
 }
 
-void backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorView<float> db, TensorView<const bf16> dy,
+template <class G>
+void backward(NormKind kind, TensorView<bf16> dx, TensorView<G> dw, TensorView<G> db, TensorView<const bf16> dy,
               TensorView<const bf16> dres, TensorView<const bf16> x, TensorView<const bf16> w,
               TensorView<const float> mean, TensorView<const float> rstd, cudaStream_t stream, Workspace workspace,
               float* amax, const std::string& what) {
@@ -477,19 +483,33 @@ std::size_t norm_backward_workspace_bytes(std::int64_t rows, std::int64_t dim) {
   return std::size_t(2) * std::size_t(blocks) * std::size_t(dim) * sizeof(float);
 }
 
-void norm_backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorView<float> db,
+template <class G>
+void norm_backward(NormKind kind, TensorView<bf16> dx, TensorView<G> dw, std::type_identity_t<TensorView<G>> db,
                    TensorView<const bf16> dy, TensorView<const bf16> x, TensorView<const bf16> w,
                    TensorView<const float> mean, TensorView<const float> rstd, cudaStream_t stream, Workspace workspace,
                    float* amax) {
   backward(kind, dx, dw, db, dy, {}, x, w, mean, rstd, stream, workspace, amax, "norm_backward");
 }
 
-void add_norm_backward(NormKind kind, TensorView<bf16> dr, TensorView<float> dw, TensorView<float> db,
+template <class G>
+void add_norm_backward(NormKind kind, TensorView<bf16> dr, TensorView<G> dw, std::type_identity_t<TensorView<G>> db,
                        TensorView<const bf16> dy, TensorView<const bf16> dr_next, TensorView<const bf16> r,
                        TensorView<const bf16> w, TensorView<const float> mean, TensorView<const float> rstd,
                        cudaStream_t stream, Workspace workspace, float* amax) {
   TB_REQUIRE(dr.data() != nullptr, "add_norm_backward: dr is required");
   backward(kind, dr, dw, db, dy, dr_next, r, w, mean, rstd, stream, workspace, amax, "add_norm_backward");
 }
+
+#define TB_NORM_BACKWARD(G)                                                                                           \
+  template void norm_backward<G>(NormKind, TensorView<bf16>, TensorView<G>, TensorView<G>, TensorView<const bf16>,   \
+                                 TensorView<const bf16>, TensorView<const bf16>, TensorView<const float>,            \
+                                 TensorView<const float>, cudaStream_t, Workspace, float*);                          \
+  template void add_norm_backward<G>(NormKind, TensorView<bf16>, TensorView<G>, TensorView<G>,                       \
+                                     TensorView<const bf16>, TensorView<const bf16>, TensorView<const bf16>,         \
+                                     TensorView<const bf16>, TensorView<const float>, TensorView<const float>,       \
+                                     cudaStream_t, Workspace, float*);
+TB_NORM_BACKWARD(float)
+TB_NORM_BACKWARD(bf16)
+#undef TB_NORM_BACKWARD
 
 }  // namespace tb::ops

@@ -52,6 +52,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/tensor.h"
 #include "ops/cpu/norm.h"   // NormKind
@@ -89,16 +90,19 @@ void add_norm_forward_fp8(NormKind kind, const Fp8CastArgs& cast, TensorView<bf1
 // memory (cudaMallocAsync / cudaFreeAsync on `stream`) instead.
 std::size_t norm_backward_workspace_bytes(std::int64_t rows, std::int64_t dim);
 
-// dx written (may be empty: only dw/db); dw, db accumulated (empty: not wanted; db must be empty for rmsnorm).
-// x, mean, rstd are the forward's input and statistics.
-void norm_backward(NormKind kind, TensorView<bf16> dx, TensorView<float> dw, TensorView<float> db,
+// dx written (may be empty: only dw/db); dw, db accumulated (empty: not wanted; db must be empty for rmsnorm), G
+// float or bf16 (gradients in bf16: the sum in fp32, rounded once when added). x, mean, rstd are the forward's input
+// and statistics.
+template <class G>
+void norm_backward(NormKind kind, TensorView<bf16> dx, TensorView<G> dw, std::type_identity_t<TensorView<G>> db,
                    TensorView<const bf16> dy, TensorView<const bf16> x, TensorView<const bf16> w,
                    TensorView<const float> mean, TensorView<const float> rstd, cudaStream_t stream,
                    Workspace workspace = {}, float* amax = nullptr);
 
 // dr = d(norm)/dr * dy + dr_next (dr_next empty: no residual gradient); dr is the gradient of both x and
 // residual_in. r, mean, rstd are the forward's outputs.
-void add_norm_backward(NormKind kind, TensorView<bf16> dr, TensorView<float> dw, TensorView<float> db,
+template <class G>
+void add_norm_backward(NormKind kind, TensorView<bf16> dr, TensorView<G> dw, std::type_identity_t<TensorView<G>> db,
                        TensorView<const bf16> dy, TensorView<const bf16> dr_next, TensorView<const bf16> r,
                        TensorView<const bf16> w, TensorView<const float> mean, TensorView<const float> rstd,
                        cudaStream_t stream, Workspace workspace = {}, float* amax = nullptr);
