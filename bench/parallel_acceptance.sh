@@ -21,6 +21,9 @@
 #   fp8delayed: `small` 30 steps in FP8 with delayed scaling: 1 GPU vs dp 2, tp 2, cp 2 (amaxes reduced over the
 #             ranks: the same scales as one GPU) and pp 2; losses compared; dp/tp/cp again with --fp8-local-amax
 #   dpfp8:    dp8b in FP8 (current scaling)
+#   fp8fusedpar: AdamW writing the FP8 weight copies (--fp8-weight-cast fused) under tensor and pipeline parallel
+#             (tp 2, pp 2, pp 2 vp 2): `small` FP8 delayed + head, 10 deterministic steps, losses bit for bit those of
+#             the cast at each step's start (separate), and the record saying which ran
 #   fp8head:  `small` 30 steps in FP8 with the FP8 LM head (--fp8-lm-head): 1 GPU vs dp 2, tp 2, cp 2, pp 2
 #   fp8e4m3par: the same in the all-E4M3 format (--fp8-format e4m3, current scaling)
 #   fp8attnpar: FP8 attention (--fp8-attention, current scaling) on `small-hd128` 30 steps: 1 GPU vs dp 2, tp 2, pp 2
@@ -127,6 +130,18 @@ shared_vs_separate() {  # shared_vs_separate NAME ARGS...: `small`, 10 determini
     case $mode in
       env)
         log env; nvidia-smi -L; which mpirun; mpirun --version | head -1; ldd "$TB" | grep -E "mpi|nccl|cudnn" ;;
+      fp8fusedpar)
+        for layout in "tp2|--tp 2" "pp2|--pp 2" "pp2vp2|--pp 2 --vp 2"; do
+          name=small-fp8fused-${layout%%|*}
+          for cast in fused separate; do
+            STEPS=10 WARM=2 ours $name-$cast --model small --no-op-profile --deterministic --global-batch 8 \
+              --micro-batch 2 --gpus 2 ${layout#*|} --precision fp8 --fp8-recipe delayed --fp8-lm-head \
+              --fp8-weight-cast $cast
+            grep -ho '"weight_cast":"[a-z]*"' "$OUT/results/$name-$cast"/*.jsonl | sort | uniq -c
+          done
+          log "$name fused vs separate"
+          python3 bench/compare_losses.py "$OUT/results/$name-separate" "$OUT/results/$name-fused" --tol 0 | tail -1
+        done ;;
       dpcheck)
         STEPS=25 WARM=5 ours small-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile
         STEPS=25 WARM=5 ours small-2gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile --gpus 2

@@ -143,8 +143,8 @@ int cmd_train(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--fp8-weight-cast", spec.fp8_weight_cast,
                  "FP8: who makes the linear layers' FP8 weight copies, fused (AdamW in its update, where it can: "
-                 "delayed scaling on one GPU) | separate (a cast at each step's start) | auto (fused with fp32 "
-                 "moments, where it is faster); the same numbers")
+                 "delayed scaling without data or context parallel) | separate (a cast at each step's start) | auto "
+                 "(fused with fp32 moments, where it is faster); the same numbers")
       ->check(CLI::IsMember({"auto", "fused", "separate"}))
       ->capture_default_str();
   app.add_option("--fp8-attention-emulate", spec.fp8_attention_emulate,

@@ -551,13 +551,14 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     t.decay = decays(*cs.slot);
     tensors.push_back(t);
   }
-  // FP8 with delayed scaling on one GPU: AdamW writes the linear layers' FP8 copies in its update
-  // (TrainSpec::fp8_weight_cast), and fp8_begin_step() stops casting them. Not yet with several ranks: data parallel's
-  // optimizer updates shards (the copies need whole weights), and tensor and pipeline parallel are untested with it.
-  // auto: only with fp32 moments (8B L8 on an H200: -0.83 ms; with bf16 moments +0.16 ms, bench/RESULTS.md).
+  // FP8 with delayed scaling: AdamW writes the linear layers' FP8 copies in its update (TrainSpec::fp8_weight_cast),
+  // and fp8_begin_step() stops casting them. Each rank's whole weights (one GPU, tensor and pipeline parallel: their
+  // amaxes still reach the ranks' max at fp8_end_step), not ZeRO-1's shards (data and context parallel: the copies need
+  // whole weights). auto: only with fp32 moments (8B L8 on an H200: -0.83 ms; with bf16 moments +0.16 ms,
+  // bench/RESULTS.md).
   if (net.fp8()) res.fp8_weight_cast = "separate";
   const bool fuse = spec.fp8_weight_cast == "fused" || (spec.fp8_weight_cast == "auto" && !bf16_moments);
-  for (std::size_t c = 0; c < chunks.size() && fuse && world.size == 1; ++c) {
+  for (std::size_t c = 0; c < chunks.size() && fuse && zero_ranks == 1; ++c) {
     const auto copies = chunks[c]->fp8_weight_copies();
     std::size_t found = 0;
     for (std::size_t i = 0; i < segments.size(); ++i)
