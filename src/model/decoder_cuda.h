@@ -24,7 +24,8 @@
 //                             dnext = add_norm_backward(dy1, r1) + dr2
 //     dE += embedding_backward(dnext, tokens)  (+ dP += position_embedding_backward(dnext))
 // Parameters: ONE bf16 device buffer in model/param_layout.h's DenseLayout (the CPU decoder's), gradients ONE
-// fp32 (set_grad_type: or bf16) device buffer of the same layout (with share_grads_with_activations(): inside the activation arena).
+// fp32 (set_grad_type: or bf16) device buffer of the same layout (with share_grads_with_activations(): inside the
+// activation arena).
 // forward_backward ACCUMULATES grad_scale * dloss/dparams (the caller zeroes, as with CpuDecoder). Every slot must
 // start 256-byte aligned in the bf16 buffer (offsets multiples of 128 elements: the cuBLASLt plans, norm and CE
 // kernels assume it); the constructor refuses a config whose layout breaks that, saying which slot.
@@ -61,6 +62,7 @@
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -367,10 +369,7 @@ class CudaDecoder {
   TensorView<T> G(int slot) const;  // its gradient (T: the gradients' type, float or bf16)
   template <class F>
   void with_grad_type(F&& f) const {  // f(std::type_identity<T>{}), T the gradients' element type
-    if (grad_type_ == DType::bf16)
-      f(std::type_identity<bf16>{});
-    else
-      f(std::type_identity<float>{});
+    ops::with_float_type(grad_type_, std::forward<F>(f));
   }
   std::size_t grad_size() const { return dtype_size(grad_type_); }
   TensorView<bf16> qk_view(bf16* fused_qkv, int batch, int seq) const;  // Q and K heads, skipping V

@@ -1121,6 +1121,13 @@ TEST(CudaEmbedding, RejectsBadShapes) {
 // result on the same (bf16) starting values, rounded to nearest once, bit for bit, where a row is added once (norms,
 // positions, an embedding whose tokens fit one chunk); a token crossing chunks adds twice (two roundings): within half
 // an ulp of the sum and half an ulp of the largest sum there. Negative: the fp32 dw is not bf16-exact (the bitwise check can fail).
+// to = from's bf16 values widened to fp32 (the fp32 kernel's starting values).
+void widen_into(const Dev<bf16>& from, Dev<float>& to) {
+  const Vec v = decode(from);
+  const std::vector<float> f(v.begin(), v.end());
+  TB_CHECK(cudaMemcpy(to.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+}
+
 std::vector<std::uint16_t> rounded(const Vec& v) {
   std::vector<std::uint16_t> r(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) r[i] = tb::float_to_bf16(float(v[i]));
@@ -1136,11 +1143,7 @@ TEST(CudaGradsBf16, RoundedOnceAsTheFp32Kernels) {
     Dev<float> mean(sz(rows)), rstd(sz(rows)), dw32(sz(dim)), db32(sz(dim));
     fill(x, 21, -2, 2), fill(w, 22, -0.5f, 0.5f), fill(b, 23, -1, 1), fill(dy, 24, -1, 1);
     fill(dw16, 25, -1, 1), fill(db16, 26, -1, 1);
-    for (auto [from, to] : {std::pair{&dw16, &dw32}, {&db16, &db32}}) {
-      const Vec v = decode(*from);
-      const std::vector<float> f(v.begin(), v.end());
-      TB_CHECK(cudaMemcpy(to->get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
-    }
+    widen_into(dw16, dw32), widen_into(db16, db32);
     gpu::norm_forward(NormKind::layernorm, y.view({rows, dim}), mean.view({rows}), rstd.view({rows}),
                       x.view({rows, dim}), w.view({dim}), b.view({dim}), 1e-5f, nullptr);
     gpu::norm_backward(NormKind::layernorm, dx.view({rows, dim}), dw32.view({dim}), db32.view({dim}),
@@ -1165,9 +1168,7 @@ TEST(CudaGradsBf16, RoundedOnceAsTheFp32Kernels) {
     Dev<bf16> dy(sz(n * d)), de16(sz(vocab * d));
     Dev<float> de32(sz(vocab * d));
     fill(dy, 31, -1, 1), fill(de16, 32, -1, 1);
-    const Vec v = decode(de16);
-    const std::vector<float> f(v.begin(), v.end());
-    TB_CHECK(cudaMemcpy(de32.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+    widen_into(de16, de32);
     gpu::embedding_backward(de32.view({vocab, d}), dy.view({n, d}), dtok.view({n}), nullptr);
     gpu::embedding_backward(de16.view({vocab, d}), dy.view({n, d}), dtok.view({n}), nullptr);
     const Vec want32 = decode(de32);
@@ -1188,9 +1189,7 @@ TEST(CudaGradsBf16, RoundedOnceAsTheFp32Kernels) {
     Dev<bf16> dy(sz(rows * d)), dp16(sz(seq * d));
     Dev<float> dp32(sz(seq * d));
     fill(dy, 41, -1, 1), fill(dp16, 42, -1, 1);
-    const Vec v = decode(dp16);
-    const std::vector<float> f(v.begin(), v.end());
-    TB_CHECK(cudaMemcpy(dp32.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+    widen_into(dp16, dp32);
     gpu::position_embedding_backward(dp32.view({seq, d}), dy.view({rows, d}), int(seq), nullptr);
     gpu::position_embedding_backward(dp16.view({seq, d}), dy.view({rows, d}), int(seq), nullptr);
     EXPECT_EQ(raw(dp16), rounded(decode(dp32))) << "position gradients";

@@ -369,15 +369,6 @@ void upload(DeviceBuffer& buf, int device, const std::vector<T>& host) {
 
 bool aligned_to(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
 
-// f(std::type_identity<T>{}) with T float for f32, __nv_bfloat16 for bf16 (a group's moments and gradients).
-template <class F>
-void with_type(DType t, F&& f) {
-  if (t == DType::bf16)
-    f(std::type_identity<__nv_bfloat16>{});
-  else
-    f(std::type_identity<float>{});
-}
-
 TensorRec make_rec(const AdamWTensor& t, std::size_t msize, std::size_t gsize) {
   TensorRec r{};
   r.p = t.master;
@@ -511,7 +502,7 @@ void grad_norm(const AdamWGroup& group, float max_norm, GradNormResult* out, cud
   TB_REQUIRE(max_norm > 0, str("grad_norm: max_norm must be > 0 (+inf: never clip), got ", max_norm));
   TB_REQUIRE(out != nullptr, "grad_norm: out must be a device pointer to a GradNormResult, got null");
   TB_CHECK(cudaSetDevice(group.device()));
-  with_type(group.grads(), [&]<class G>(std::type_identity<G>) {
+  with_float_type(group.grads(), [&]<class G>(std::type_identity<G>) {
     norm_partials_kernel<G><<<unsigned(group.chunks()), kThreads, 0, stream>>>(
         static_cast<const TensorRec*>(group.tensor_table()), static_cast<const ChunkRec*>(group.chunk_table()),
         group.partials());
@@ -548,8 +539,8 @@ void adamw_step(const AdamWGroup& group, const AdamWConfig& cfg, const AdamWStep
   hc.one_minus_b2 = float(1.0 - cfg.beta2);
   hc.eps = float(cfg.eps);
   TB_CHECK(cudaSetDevice(group.device()));
-  with_type(group.moments(), [&]<class M>(std::type_identity<M>) {
-    with_type(group.grads(), [&]<class G>(std::type_identity<G>) { launch_step<M, G>(group, scalars, clip, hc, stream); });
+  with_float_type(group.moments(), [&]<class M>(std::type_identity<M>) {
+    with_float_type(group.grads(), [&]<class G>(std::type_identity<G>) { launch_step<M, G>(group, scalars, clip, hc, stream); });
   });
 }
 

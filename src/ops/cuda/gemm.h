@@ -65,6 +65,15 @@ constexpr DType dtype_of() {
   return std::is_same_v<T, float> ? DType::f32 : DType::bf16;
 }
 
+// f(std::type_identity<T>{}) with T float for f32, __nv_bfloat16 for bf16 (e.g. gradients of either type).
+template <class F>
+void with_float_type(DType t, F&& f) {
+  if (t == DType::bf16)
+    f(std::type_identity<__nv_bfloat16>{});
+  else
+    f(std::type_identity<float>{});
+}
+
 struct GemmTypes {
   DType a, b, d;
 };
