@@ -87,6 +87,9 @@ STEPS=${STEPS:-20}
 WARM=${WARM:-5}
 # The accuracy modes' 76 M-parameter Llama-like model (fp8accmid, fp8headgradacc)
 MID="small --set layers=12 --set d_model=768 --set heads=6 --set kv_heads=2 --set head_dim=128 --set ffn=2048"
+S8="--model llama3.1-8b --layers 8 --seq 8192"     # the issues' shapes
+S70="--model llama3.1-70b --layers 2 --seq 8192"
+DH="--precision fp8 --fp8-recipe delayed --fp8-lm-head"  # FP8 delayed with the FP8 LM head
 log() { echo; echo "### $*"; }
 
 ours() {  # ours NAME ARGS...: one trainbench train run, results in $OUT/results/NAME
@@ -210,40 +213,34 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
         ours 70b-L2-fp8-delayed-head-sr --model llama3.1-70b --layers 2 --seq 8192 $dh stochastic --no-op-profile
         peer 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --state bf16 ;;
       fp8fused)
-        dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head"
-        s8="--model llama3.1-8b --layers 8 --seq 8192"
-        s70="--model llama3.1-70b --layers 2 --seq 8192"
-        ours 8b-L8-bf16 $s8 --no-op-profile
-        ours 8b-L8-fp8-dh-separate $s8 $dh --fp8-weight-cast separate
-        ours 8b-L8-fp8-dh-fused $s8 $dh --fp8-weight-cast fused
-        ours 8b-L8-fp8-dh-attn-separate $s8 $dh --fp8-attention --fp8-weight-cast separate --no-op-profile
-        ours 8b-L8-fp8-dh-attn-fused $s8 $dh --fp8-attention --fp8-weight-cast fused --no-op-profile
-        ours 8b-L8-bf16-m16 $s8 --moments bf16 --no-op-profile
-        ours 8b-L8-fp8-dh-attn-fused-m16 $s8 $dh --fp8-attention --moments bf16 --fp8-weight-cast fused \
+        ours 8b-L8-bf16 $S8 --no-op-profile
+        ours 8b-L8-fp8-dh-separate $S8 $DH --fp8-weight-cast separate
+        ours 8b-L8-fp8-dh-fused $S8 $DH --fp8-weight-cast fused
+        ours 8b-L8-fp8-dh-attn-separate $S8 $DH --fp8-attention --fp8-weight-cast separate --no-op-profile
+        ours 8b-L8-fp8-dh-attn-fused $S8 $DH --fp8-attention --fp8-weight-cast fused --no-op-profile
+        ours 8b-L8-bf16-m16 $S8 --moments bf16 --no-op-profile
+        ours 8b-L8-fp8-dh-attn-fused-m16 $S8 $DH --fp8-attention --moments bf16 --fp8-weight-cast fused \
           --no-op-profile
-        ours 8b-L8-fp8-dh-attn-separate-m16 $s8 $dh --fp8-attention --moments bf16 --fp8-weight-cast separate \
+        ours 8b-L8-fp8-dh-attn-separate-m16 $S8 $DH --fp8-attention --moments bf16 --fp8-weight-cast separate \
           --no-op-profile
-        peer 8b-L8-bf16 $s8 --state bf16
-        ours 70b-L2-bf16 $s70 --no-op-profile
-        ours 70b-L2-fp8-dh-separate $s70 $dh --fp8-weight-cast separate --no-op-profile
-        ours 70b-L2-fp8-dh-fused $s70 $dh --fp8-weight-cast fused --no-op-profile ;;
+        peer 8b-L8-bf16 $S8 --state bf16
+        ours 70b-L2-bf16 $S70 --no-op-profile
+        ours 70b-L2-fp8-dh-separate $S70 $DH --fp8-weight-cast separate --no-op-profile
+        ours 70b-L2-fp8-dh-fused $S70 $DH --fp8-weight-cast fused --no-op-profile ;;
       grads)
-        dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head"
-        s8="--model llama3.1-8b --layers 8 --seq 8192"
-        s70="--model llama3.1-70b --layers 2 --seq 8192"
-        ours 8b-L8-bf16 $s8
-        ours 8b-L8-bf16-g16 $s8 --grads bf16
-        ours 8b-L8-bf16-m16 $s8 --moments bf16 --no-op-profile
-        ours 8b-L8-bf16-m16-g16 $s8 --moments bf16 --grads bf16 --no-op-profile
-        ours 8b-L8-fp8-dh $s8 $dh
-        ours 8b-L8-fp8-dh-g16 $s8 $dh --grads bf16
-        ours 8b-L8-fp8-dh-attn-m16 $s8 $dh --fp8-attention --moments bf16 --no-op-profile
-        ours 8b-L8-fp8-dh-attn-m16-g16 $s8 $dh --fp8-attention --moments bf16 --grads bf16 --no-op-profile
-        peer 8b-L8-bf16 $s8 --state bf16
-        ours 70b-L2-bf16 $s70 --no-op-profile
-        ours 70b-L2-bf16-g16 $s70 --grads bf16 --no-op-profile
-        ours 70b-L2-fp8-dh $s70 $dh --no-op-profile
-        ours 70b-L2-fp8-dh-g16 $s70 $dh --grads bf16 --no-op-profile ;;
+        ours 8b-L8-bf16 $S8
+        ours 8b-L8-bf16-g16 $S8 --grads bf16
+        ours 8b-L8-bf16-m16 $S8 --moments bf16 --no-op-profile
+        ours 8b-L8-bf16-m16-g16 $S8 --moments bf16 --grads bf16 --no-op-profile
+        ours 8b-L8-fp8-dh $S8 $DH
+        ours 8b-L8-fp8-dh-g16 $S8 $DH --grads bf16
+        ours 8b-L8-fp8-dh-attn-m16 $S8 $DH --fp8-attention --moments bf16 --no-op-profile
+        ours 8b-L8-fp8-dh-attn-m16-g16 $S8 $DH --fp8-attention --moments bf16 --grads bf16 --no-op-profile
+        peer 8b-L8-bf16 $S8 --state bf16
+        ours 70b-L2-bf16 $S70 --no-op-profile
+        ours 70b-L2-bf16-g16 $S70 --grads bf16 --no-op-profile
+        ours 70b-L2-fp8-dh $S70 $DH --no-op-profile
+        ours 70b-L2-fp8-dh-g16 $S70 $DH --grads bf16 --no-op-profile ;;
       fp8attnmargin)
         dl="fp8 --fp8-recipe delayed"
         ACC_SEEDS=${ACC_SEEDS:-1 2 3} ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_ARGS="--seq 1024 --micro-batch \

@@ -69,17 +69,6 @@ class Communicator {
   // Host only: the root's text on every rank (its length, then its bytes packed in int32 words); collective.
   std::string broadcast_text(const std::string& text, int root);
 
-  template <class T>
-  static constexpr DType dtype_of() {
-    if constexpr (std::is_same_v<T, double>) return DType::f64;
-    else if constexpr (std::is_same_v<T, float>) return DType::f32;
-    else if constexpr (std::is_same_v<T, int>) return DType::i32;
-    else {
-      static_assert(sizeof(T) == 2, "communicator spans: double, float, int or a 16-bit float type");
-      return DType::bf16;
-    }
-  }
-
  protected:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
   int rank_, size_;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
 namespace tb {
 
@@ -21,6 +22,18 @@ std::size_t dtype_size(DType t);                     // storage bytes (tf32 is s
 double dtype_eps(DType t);                           // unit roundoff 2^-(mantissa bits + 1): f32 2^-24, bf16 2^-8, e4m3 2^-4, ...
 double dtype_max(DType t);                           // largest finite value
 bool is_fp8(DType t);
+
+// The DType of a C++ element type: double, float, int, or a 16-bit float type (bf16: __nv_bfloat16 or its bits).
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, double>) return DType::f64;
+  else if constexpr (std::is_same_v<T, float>) return DType::f32;
+  else if constexpr (std::is_same_v<T, int>) return DType::i32;
+  else {
+    static_assert(sizeof(T) == 2, "dtype_of: double, float, int or a 16-bit float type");
+    return DType::bf16;
+  }
+}
 
 std::uint16_t float_to_bf16(float x);
 float bf16_to_float(std::uint16_t bits);

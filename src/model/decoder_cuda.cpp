@@ -603,7 +603,7 @@ TensorView<const bf16> CudaDecoder::P(int slot) const {
 }
 template <class T>
 TensorView<T> CudaDecoder::G(int slot) const {
-  TB_REQUIRE(ops::dtype_of<T>() == grad_type_, "CUDA decoder: internal: gradient view of the wrong type");
+  TB_REQUIRE(dtype_of<T>() == grad_type_, "CUDA decoder: internal: gradient view of the wrong type");
   return detail::slot_view(static_cast<T*>(grads_ptr_), layout_, slot);
 }
 

@@ -246,14 +246,14 @@ TensorView<const T> ShardedCpuDecoder<T>::gather_rows(std::vector<T>& buf, CView
   if (!sp_) return local;
   const std::int64_t d = local.size(1);
   auto full = mat(buf, n, d);
-  tp_.all_gather(local.data(), full.data(), std::size_t(local.numel()), comm::Communicator::dtype_of<T>());
+  tp_.all_gather(local.data(), full.data(), std::size_t(local.numel()), dtype_of<T>());
   return full;
 }
 
 // dst [rows, d] = this rank's rows of the sum over tp of partial [n, d] (SP: reduce-scatter; else all-reduce).
 template <class T>
 void ShardedCpuDecoder<T>::reduce_rows(View dst, const std::vector<T>& partial, std::int64_t n) {
-  const auto t = comm::Communicator::dtype_of<T>();
+  const auto t = dtype_of<T>();
   if (sp_)
     tp_.reduce_scatter(partial.data(), dst.data(), std::size_t(dst.numel()), t);
   else
@@ -269,7 +269,7 @@ void ShardedCpuDecoder<T>::gather_kv(const State& s, const std::vector<T>& qkv, 
   std::vector<T> mine(std::size_t(s.n * width)), all(std::size_t(cp * s.n * width));
   for (std::int64_t t = 0; t < s.n; ++t)
     std::copy_n(qkv.data() + t * qkv_width + col, width, mine.data() + t * width);
-  cp_.all_gather(mine.data(), all.data(), mine.size(), comm::Communicator::dtype_of<T>());
+  cp_.all_gather(mine.data(), all.data(), mine.size(), dtype_of<T>());
   kv.resize(std::size_t(s.batch * s.seq * width));
   for (int r = 0; r < cp; ++r) {
     const std::vector<std::int64_t> pos = cp_positions(cp, r, s.seq);
@@ -294,7 +294,7 @@ void ShardedCpuDecoder<T>::scatter_dkv(const State& s, const std::vector<T>& dkv
         std::copy_n(dkv.data() + (b * s.seq + pos[std::size_t(j)]) * width, width,
                     all.data() + ((r * s.batch + b) * sl + j) * width);
   }
-  cp_.reduce_scatter(all.data(), mine.data(), mine.size(), comm::Communicator::dtype_of<T>());
+  cp_.reduce_scatter(all.data(), mine.data(), mine.size(), dtype_of<T>());
   for (std::int64_t t = 0; t < s.n; ++t)
     std::copy_n(mine.data() + t * width, width, dqkv.data() + t * qkv_width + col);
 }

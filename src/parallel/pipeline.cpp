@@ -98,7 +98,7 @@ PipelineRun run_pipeline(const PipelineShape& shape, comm::Communicator& pp_grou
           ops.push_back({t.dir == Dir::send ? comm::P2P::Kind::send : comm::P2P::Kind::recv, buf.data(), buf.size(),
                          t.peer});
         }
-        pp_group.exchange(ops, comm::Communicator::dtype_of<T>());
+        pp_group.exchange(ops, dtype_of<T>());
         for (const PipeTransfer& t : a.transfers)
           if (t.dir == Dir::send)
             bufs.drop(t.what == What::activation ? Slot::output : Slot::input_grad, t.mb, t.chunk);

@@ -183,7 +183,7 @@ void ParallelCpuTrainer<T>::sum_tied_grads() {
   std::vector<T> theirs(mine.size());
   const comm::P2P ops[] = {{comm::P2P::Kind::send, mine.data(), mine.size(), peer},
                            {comm::P2P::Kind::recv, theirs.data(), theirs.size(), peer}};
-  mesh_->pp().exchange(ops, comm::Communicator::dtype_of<T>());
+  mesh_->pp().exchange(ops, dtype_of<T>());
   for (std::size_t i = 0; i < mine.size(); ++i) mine[i] += theirs[i];
 }
 
@@ -206,13 +206,13 @@ void ParallelCpuTrainer<T>::optimizer_step(double clip_scale, double lr) {
   ops::cpu::adamw_step(std::span<T>(flat_params_).subspan(base, shard_), std::span<const T>(shard_grads_), adam_m_,
                        adam_v_, hp, steps_, std::span<const std::uint8_t>(decay_).subspan(base, shard_));
   mesh_->dp_cp().all_gather(flat_params_.data() + base, flat_params_.data(), shard_,
-                            comm::Communicator::dtype_of<T>());
+                            dtype_of<T>());
 }
 
 // tp rank 0's replicated slots over the tp group; the first stage's tied embedding into the last stage's copy.
 template <class T>
 void ParallelCpuTrainer<T>::sync_replicas() {
-  const auto t = comm::Communicator::dtype_of<T>();
+  const auto t = dtype_of<T>();
   if (spec_.mesh.tp > 1)
     for (std::size_t c = 0; c < chunks_.size(); ++c)
       mesh_->tp().broadcast(flat_params_.data() + chunk_offset_[c], chunks_[c]->replicated_size(), t, 0);
@@ -245,7 +245,7 @@ ParallelStepStats ParallelCpuTrainer<T>::step(std::span<const std::int32_t> toke
   const PipelineRun run = run_pipeline<T>({s.pp, s.vp, accum_}, mesh_->pp(), stage);
   pack_grads();
   sum_tied_grads();
-  mesh_->dp_cp().reduce_scatter(flat_grads_.data(), shard_grads_.data(), shard_, comm::Communicator::dtype_of<T>());
+  mesh_->dp_cp().reduce_scatter(flat_grads_.data(), shard_grads_.data(), shard_, dtype_of<T>());
 
   // [loss, norm^2] in one all-reduce: the loss from one rank per dp replica (last stage, tp 0, cp 0).
   const Coord& c = mesh_->coord();

@@ -171,7 +171,7 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
                                                                    plan.activation_sets[std::size_t(c)]));
     }
     e.weights = 2 * P;
-    e.grads = (spec.grads == "bf16" ? 2 : 4) * P + (dp > 1 ? 4 * P / dp : 0.0);
+    e.grads = double(dtype_size(grad_type(spec))) * P + (dp > 1 ? 4 * P / dp : 0.0);
     e.master = (spec.master == "split" ? 2 : 4) * P / dp;
     e.moments = (spec.moments == "bf16" ? 4 : 8) * P / dp;
     e.activations += double(plan.buffers) * spec.micro_batch * m.seq * m.d_model * 2.0;

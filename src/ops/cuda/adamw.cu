@@ -540,7 +540,8 @@ void adamw_step(const AdamWGroup& group, const AdamWConfig& cfg, const AdamWStep
   hc.eps = float(cfg.eps);
   TB_CHECK(cudaSetDevice(group.device()));
   with_float_type(group.moments(), [&]<class M>(std::type_identity<M>) {
-    with_float_type(group.grads(), [&]<class G>(std::type_identity<G>) { launch_step<M, G>(group, scalars, clip, hc, stream); });
+    with_float_type(group.grads(),
+                    [&]<class G>(std::type_identity<G>) { launch_step<M, G>(group, scalars, clip, hc, stream); });
   });
 }
 

@@ -58,13 +58,6 @@ struct GemmShape {
   auto operator<=>(const GemmShape&) const = default;
 };
 
-// The DType of an element type kernels write as a GEMM's output: float (f32) or __nv_bfloat16 (bf16).
-template <class T>
-constexpr DType dtype_of() {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>, "dtype_of: float or __nv_bfloat16");
-  return std::is_same_v<T, float> ? DType::f32 : DType::bf16;
-}
-
 // f(std::type_identity<T>{}) with T float for f32, __nv_bfloat16 for bf16 (e.g. gradients of either type).
 template <class F>
 void with_float_type(DType t, F&& f) {
