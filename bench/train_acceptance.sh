@@ -66,6 +66,9 @@
 #              70B L2 BF16 and FP8 delayed + head; the torch BF16 peer
 #   gradsacc:  what bf16 weight gradients cost in accuracy: the 76 M model at the Llama vocabulary on text, LR 1e-4
 #              (\$ACC_LR), seeds 1-6: BF16 and FP8 delayed + head, each with fp32 and with bf16 gradients
+#   fastacc:   the accuracy of the fastest FP8 row (delayed + head + FP8 attention with the peer's state: bf16 moments
+#              and gradients) in gradsacc's setting (LR \$ACC_LR, default 1e-4, seeds 1-6): BF16, BF16 with that state,
+#              FP8 delayed + head, + FP8 attention, + bf16 moments and gradients
 #   fp8best:   the FP8 targets in one call: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
 #              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, BF16 with bf16 moments
 #              at both shapes (the FP8 / BF16 ratios and memory at the peer's moment precision), the torch BF16 peer
@@ -260,6 +263,12 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
       gradsacc)
         dh="fp8 --fp8-recipe delayed --fp8-lm-head"
         ACC_LR=${ACC_LR:-1e-4} llama_vocab_acc "bf16" "bf16 --grads bf16" "$dh" "$dh --grads bf16" ;;
+      fastacc)
+        dh="fp8 --fp8-recipe delayed --fp8-lm-head"
+        ACC_LR=${ACC_LR:-1e-4} llama_vocab_acc "bf16" "bf16 --moments bf16 --grads bf16" "$dh" "$dh --fp8-attention" \
+          "$dh --fp8-attention --moments bf16 --grads bf16"
+        python3 bench/accuracy_table.py "$OUT/results" --tag accmid --against "bf16 --moments bf16 --grads bf16"
+        echo "exit $?" ;;
       fp8headsracc)
         dh="fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding"
         llama_vocab_acc "bf16" "fp8 --fp8-recipe delayed" "$dh nearest" "$dh stochastic" \

@@ -8,9 +8,13 @@
 // tiles of x per block of 256 threads, transposed stores of SB bytes (SB consecutive rows of one column of the tile);
 // V<64, 64, 8> is what fp8_cast runs. Delayed scaling (the scale given), E4M3. Each variant's q, qt and amax are
 // checked bit for bit against ops::fp8_cast before it is timed (bench/loop.h, median of 10 after 3).
+// Session 19 (bench/RESULTS.md, "what holds the FP8 cast + transpose at ~3 TB/s"): persistent blocks with the next
+// tile's loads in flight (P), column-major tile order (C, C1) and the kernel without its amax are no faster than
+// V<64,64,8>; even a read-only pass of one tile per block moves ~2.2 TB/s (the "only" rows).
 // Usage: cast_lab [RxC ...] (default: the 8B L8 step's casts 8192x4096 8192x14336 8192x28672 4096x14336 14336x4096)
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -39,7 +43,93 @@ void launch(const __nv_bfloat16* x, CastTarget p, cudaStream_t st) {
   TB_CHECK_LAUNCH();
 }
 
+// Persistent variant P<TR, TC, SB>: a grid of (blocks resident per SM) x SMs, each block looping over tiles in the
+// order of the production grid (columns fastest), the next tile's bf16 loads issued into registers before this tile's
+// codes are written, so every block keeps reads in flight while it stores (the production kernel's blocks read, then
+// wait at the barrier, then store). One amax atomic per block instead of per tile. ColMajor: tiles in column-major
+// order (rows fastest; C). WriteQt false: no transposed copy (a diagnostic of where the time goes).
+template <__nv_fp8_interpretation_t Kind, int TR, int TC, int SB, bool ColMajor, bool WriteQt = true>
+__global__ void __launch_bounds__(kCastThreads) persistent_kernel(const __nv_bfloat16* x, CastTarget p) {
+  constexpr int kLoads = TR * TC / 8 / kCastThreads, kStores = TR * TC / SB / kCastThreads;
+  __shared__ __align__(16) std::uint8_t tile[TR][TC + 8];
+  const float s = cast_scale(p);
+  const Rounding rnd = cast_rounding(p, s);
+  const int t = threadIdx.x;
+  const std::int64_t tiles_c = p.cols / TC, tiles_r = p.rows / TR, tiles = tiles_c * tiles_r;
+  auto origin = [&](std::int64_t i, std::int64_t& r0, std::int64_t& c0) {  // tile i's first row and column
+    if constexpr (ColMajor)
+      r0 = i % tiles_r * TR, c0 = i / tiles_r * TC;
+    else
+      r0 = i / tiles_c * TR, c0 = i % tiles_c * TC;
+  };
+  float m = 0.0f;
+  bool nan = false;
+  uint4 cur[kLoads], nxt[kLoads];
+  auto load = [&](std::int64_t i, uint4(&raw)[kLoads]) {
+    std::int64_t r0, c0;
+    origin(i, r0, c0);
+#pragma unroll
+    for (int pass = 0; pass < kLoads; ++pass) {
+      const int v = pass * kCastThreads + t, r = v / (TC / 8), cg = (v % (TC / 8)) * 8;
+      raw[pass] = __ldg(reinterpret_cast<const uint4*>(x + (r0 + r) * p.cols + c0 + cg));
+    }
+  };
+  std::int64_t i = blockIdx.x;
+  if (i < tiles) load(i, cur);
+  for (; i < tiles; i += gridDim.x) {
+    if (i + gridDim.x < tiles) load(i + gridDim.x, nxt);
+    std::int64_t r0, c0;
+    origin(i, r0, c0);
+#pragma unroll
+    for (int pass = 0; pass < kLoads; ++pass) {
+      const int v = pass * kCastThreads + t, r = v / (TC / 8), cg = (v % (TC / 8)) * 8;
+      const std::int64_t row = r0 + r;
+      float f[8];
+      unpack8(cur[pass], f);
+      const uint2 out = cast8<Kind>(f, s, m, nan, rnd, std::uint64_t(row * p.cols + c0 + cg));
+      if (p.q) *reinterpret_cast<uint2*>(p.q + row * p.cols + c0 + cg) = out;
+      *reinterpret_cast<uint2*>(&tile[r][cg]) = out;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int pass = 0; pass < kStores && WriteQt; ++pass) {
+      const int v = pass * kCastThreads + t, c = v / (TR / SB), rg = (v % (TR / SB)) * SB;
+      store_tile_column<SB>(tile, rg, c, p.qt + (c0 + c) * p.rows + r0 + rg);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int pass = 0; pass < kLoads; ++pass) cur[pass] = nxt[pass];
+  }
+  if (p.amax_out) record_block_amax(m, nan, p.amax_out);
+}
+
+// PerSm: blocks per SM (0: as many as fit; -1: one block per tile, no loop).
+template <int TR, int TC, int SB, int PerSm, bool ColMajor, bool WriteQt = true>
+void launch_persistent(const __nv_bfloat16* x, CastTarget p, cudaStream_t st) {
+  constexpr auto kernel = persistent_kernel<__NV_E4M3, TR, TC, SB, ColMajor, WriteQt>;
+  static int sms = 0, per_sm = 0;
+  if (!sms) {
+    TB_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    TB_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kCastThreads, 0));
+    std::printf("# P<%d,%d,%d>%s: %d blocks per SM resident\n", TR, TC, SB, ColMajor ? " column-major" : "", per_sm);
+  }
+  const std::int64_t tiles = (p.rows / TR) * (p.cols / TC);
+  const std::int64_t resident = std::int64_t(sms) * (PerSm > 0 ? PerSm : per_sm);
+  const unsigned grid = unsigned(PerSm < 0 ? tiles : std::min(tiles, resident));
+  kernel<<<grid, kCastThreads, 0, st>>>(x, p);
+  TB_CHECK_LAUNCH();
+}
+
 const Variant kVariants[] = {
+    {"P<64,64,8>", launch_persistent<64, 64, 8, 0, false>},
+    {"P<64,128,8>", launch_persistent<64, 128, 8, 0, false>},
+    {"C<64,64,8>", launch_persistent<64, 64, 8, 0, true>},
+    {"C<64,128,8>", launch_persistent<64, 128, 8, 0, true>},
+    {"C<64,64,16>", launch_persistent<64, 64, 16, 0, true>},
+    {"C<128,64,16>", launch_persistent<128, 64, 16, 0, true>},
+    {"C1<64,64,8>", launch_persistent<64, 64, 8, -1, true>},
+    {"C1<64,128,8>", launch_persistent<64, 128, 8, -1, true>},
+    {"C1<128,64,16>", launch_persistent<128, 64, 16, -1, true>},
     {"V<64,64,8>", launch<64, 64, 8>},    {"V<64,64,16>", launch<64, 64, 16>},     {"V<64,128,8>", launch<64, 128, 8>},
     {"V<128,64,16>", launch<128, 64, 16>}, {"V<128,128,16>", launch<128, 128, 16>},
 };
@@ -103,6 +193,33 @@ int main(int argc, char** argv) {
       const double t = bench::median_ms(0, st, [&] { v.launch(x.as<__nv_bfloat16>(), p, st); });
       std::printf("%-16s %-14s %9.3f %8.2f  %s\n", shape.c_str(), v.name, t, bytes / t * 1e-9,
                   same ? "bit for bit" : "DIFFERS");
+    }
+    // Where the time goes (calls 4, 5): the production kernel without its amax, writing only qt; one tile per block
+    // writing only q, and reading only (amax; neither copy written); each against the bytes it moves.
+    struct Part {
+      const char* name;
+      bool q, qt;
+      void (*launch)(const __nv_bfloat16*, CastTarget, cudaStream_t);
+    };
+    const Part parts[] = {{"V no amax", true, true, launch<64, 64, 8>},
+                          {"V qt only", false, true, launch<64, 64, 8>},
+                          {"C1 q only", true, false, launch_persistent<64, 64, 8, -1, true, false>},
+                          {"C1 read only", false, false, launch_persistent<64, 64, 8, -1, true, false>}};
+    for (const Part& part : parts) {
+      CastTarget pp = p;
+      if (!part.q) pp.q = nullptr;
+      if (part.q && part.qt) pp.amax_out = nullptr;  // "V no amax"
+      TB_CHECK(cudaMemcpy(scale, init, sizeof init, cudaMemcpyHostToDevice));
+      TB_CHECK(cudaMemsetAsync(q.get(), 0, n, st));
+      TB_CHECK(cudaMemsetAsync(qt.get(), 0, n, st));
+      part.launch(x.as<__nv_bfloat16>(), pp, st);
+      dc.synchronize();
+      const bool same = (!part.q || host(q) == want_q) && (!part.qt || host(qt) == want_qt) &&
+                        (!pp.amax_out || host_float(scale + 2) == want_amax);
+      const double t = bench::median_ms(0, st, [&] { part.launch(x.as<__nv_bfloat16>(), pp, st); });
+      const double b = double(n) * (2 + int(part.q) + int(part.qt));
+      std::printf("%-16s %-14s %9.3f %8.2f  %s\n", shape.c_str(), part.name, t, b / t * 1e-9,
+                  same ? "its part bit for bit" : "DIFFERS");
     }
   }
   return 0;

@@ -217,6 +217,23 @@ __global__ void __launch_bounds__(kCastTile* kCastRowsPerPass) cast_transpose32_
   if (p.amax_out) record_block_amax(m, nan, p.amax_out);
 }
 
+// dst[k] = tile[rg + k][c], k < SB (8 or 16): SB rows of one column of a tile in shared memory, one SB-byte store.
+template <int SB, class Tile>
+__device__ __forceinline__ void store_tile_column(const Tile& tile, int rg, int c, std::uint8_t* dst) {
+  static_assert(SB == 8 || SB == 16);
+  union {
+    uint4 v4;
+    uint2 v2;
+    std::uint8_t b[16];
+  } out;
+#pragma unroll
+  for (int k = 0; k < SB; ++k) out.b[k] = tile[rg + k][c];
+  if constexpr (SB == 16)
+    *reinterpret_cast<uint4*>(dst) = out.v4;
+  else
+    *reinterpret_cast<uint2*>(dst) = out.v2;
+}
+
 template <class Src>
 __host__ __device__ constexpr int source_halves() {
   if constexpr (requires { Src::kHalves; })
@@ -266,18 +283,7 @@ __global__ void __launch_bounds__(kCastThreads) cast_transpose_tiles_kernel(Src 
 #pragma unroll
     for (int pass = 0; pass < kStores; ++pass) {  // qt row c (a column of the tile), SB rows of x per store
       const int v = pass * kCastThreads + t, c = v / (TR / SB), rg = (v % (TR / SB)) * SB;
-      union {
-        uint4 v4;
-        uint2 v2;
-        std::uint8_t b[16];
-      } out;
-#pragma unroll
-      for (int k = 0; k < SB; ++k) out.b[k] = tile[h][rg + k][c];
-      std::uint8_t* dst = p.qt + (h * half + c0 + c) * p.rows + r0 + rg;
-      if constexpr (SB == 16)
-        *reinterpret_cast<uint4*>(dst) = out.v4;
-      else
-        *reinterpret_cast<uint2*>(dst) = out.v2;
+      store_tile_column<SB>(tile[h], rg, c, p.qt + (h * half + c0 + c) * p.rows + r0 + rg);
     }
   }
   if (p.amax_out) record_block_amax(m, nan, p.amax_out);
