@@ -40,21 +40,27 @@ for spec in "${PYPI_PACKAGES[@]}"; do
   touch "$stamp"
 done
 
-# kubernetes-validate (the Kubernetes OpenAPI schemas) and its dependencies, pinned, into .deps/kubeval: the
-# launch tests validate rendered manifests with it (tests/launch/k8s_check.py).
-KUBEVAL_PACKAGES=(
-  kubernetes-validate==1.37.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0
-  rpds-py==2026.9.1 attrs==26.1.0 importlib-resources==7.1.0 packaging==26.4 typing-extensions==4.16.0 PyYAML==6.0.4
-)
-kubeval=.deps/kubeval
-stamp="$kubeval/.installed-$(echo "${KUBEVAL_PACKAGES[*]}" | md5sum | cut -c1-12)"
-if [ ! -f "$stamp" ]; then
-  echo "setup: installing kubernetes-validate from PyPI into $kubeval"
-  rm -rf "$kubeval"
-  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target "$kubeval" \
-    "${KUBEVAL_PACKAGES[@]}"
+# install_into DIR PACKAGE...: pinned PyPI packages (no dependencies resolved) into a folder of their own, replaced
+# whole when the pins change (a stamp per set of pins).
+install_into() {
+  local dir=$1; shift
+  local stamp="$dir/.installed-$(echo "$*" | md5sum | cut -c1-12)"
+  [ -f "$stamp" ] && return 0
+  echo "setup: installing $1$([ $# -gt 1 ] && echo " and $(($# - 1)) pinned dependencies") from PyPI into $dir"
+  rm -rf "$dir"
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target "$dir" "$@"
   touch "$stamp"
-fi
+}
+
+# CUPTI's headers and library (CUDA 13.0's), in a folder of its own (pip --target --upgrade replaces a top-level
+# folder, and nvidia/ is nvidia-nvml-dev's too): bench/lab/kernel_trace, a CUPTI injection library.
+install_into .deps/cupti nvidia-cuda-cupti==13.0.85
+
+# kubernetes-validate (the Kubernetes OpenAPI schemas) and its dependencies, pinned: the launch tests validate
+# rendered manifests with it (tests/launch/k8s_check.py).
+install_into .deps/kubeval \
+  kubernetes-validate==1.37.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 \
+  rpds-py==2026.9.1 attrs==26.1.0 importlib-resources==7.1.0 packaging==26.4 typing-extensions==4.16.0 PyYAML==6.0.4
 
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || {
   echo "setup: the CUDA toolkit (nvcc) is not installed; install CUDA 13 with cuBLASLt, cuDNN 9 and NCCL" >&2

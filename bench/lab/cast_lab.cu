@@ -8,7 +8,7 @@
 // tiles of x per block of 256 threads, transposed stores of SB bytes (SB consecutive rows of one column of the tile);
 // V<64, 64, 8> is what fp8_cast runs. Delayed scaling (the scale given), E4M3. Each variant's q, qt and amax are
 // checked bit for bit against ops::fp8_cast before it is timed (bench/loop.h, median of 10 after 3).
-// Session 19 (bench/RESULTS.md, "what holds the FP8 cast + transpose at ~3 TB/s"): persistent blocks with the next
+// Session 19 (bench/RESULTS.md, "the FP8 cast's ~3 TB/s"): persistent blocks with the next
 // tile's loads in flight (P), column-major tile order (C, C1) and the kernel without its amax are no faster than
 // V<64,64,8>; even a read-only pass of one tile per block moves ~2.2 TB/s (the "only" rows).
 // Usage: cast_lab [RxC ...] (default: the 8B L8 step's casts 8192x4096 8192x14336 8192x28672 4096x14336 14336x4096)

@@ -1,0 +1,81 @@
+// bench/kernel_busy.py (the share of each replayed step spent in kernels, from bench/lab/kernel_trace's CSV) on crafted
+// traces: per replay the kernels of its cudaGraphLaunch (by correlation id, whatever their order in the file), their
+// sum, their busy time with overlaps counted once, the span and the period to the next replay; the medians after the
+// skipped warm-up replays; kernels outside any graph ignored; too few replays refused.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../support/shell.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Out = tb::testing_support::ShellResult;
+
+class KernelBusy : public testing::Test {
+ protected:
+  fs::path csv = fs::temp_directory_path() / ("tb_kernel_busy_" + std::to_string(::getpid()) + ".csv");
+  void TearDown() override { fs::remove(csv); }
+  Out run(const std::string& body, const std::string& args = "") {
+    std::ofstream(csv) << "kind,start_ns,end_ns,correlation\n" << body;
+    return tb::testing_support::run_shell("python3 bench/kernel_busy.py " + csv.string() + " " + args + " 2>&1");
+  }
+};
+
+// One CSV line.
+std::string line(const char* kind, long long start, long long end, long long corr) {
+  return std::string(kind) + "," + std::to_string(start) + "," + std::to_string(end) + "," + std::to_string(corr) +
+         "\n";
+}
+
+// Replay r (correlation 10 + r) starts at r * 10 ms: kernels [0, 4) and [3, b) ms, written out of order after its
+// launch; b = 8 by default (overlapping: sum 9, busy 8, span 8: span / sum - 1 = -11.11%), period 10 ms: period / sum -
+// 1 = +11.11%. ends[r] replaces b.
+std::string replays(int n, std::vector<long long> ends = {}) {
+  std::string s;
+  for (int r = 0; r < n; ++r) {
+    const long long t = r * 10'000'000LL, c = 10 + r, b = r < int(ends.size()) ? ends[std::size_t(r)] : 8;
+    s += line("kernel", t + 3'000'000, t + b * 1'000'000, c) + line("graph_launch", t - 50'000, t - 40'000, c) +
+         line("kernel", t, t + 4'000'000, c);
+  }
+  return s + line("kernel", 1, 2, 999);  // an eager kernel: no graph launch of its correlation
+}
+
+TEST_F(KernelBusy, SumsBusyTimeSpanAndPeriodPerReplay) {
+  const Out o = run(replays(5));
+  ASSERT_EQ(o.rc, 0) << o.out;
+  const std::string row2 = "     2        2     9.00     8.00     8.00      10.00     -0.1111       +0.1111";
+  EXPECT_NE(o.out.find(row2), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("median of replays 2..3: kernels 9.00 ms (busy 8.00), span 8.00, period 10.00; per replay, "
+                       "median span / kernel sum - 1 = -11.11%, period / kernel sum - 1 = +11.11%"),
+            std::string::npos)
+      << o.out;
+}
+
+TEST_F(KernelBusy, SkipsTheWarmUpReplaysItIsTold) {
+  const Out o = run(replays(5), "--skip 0");
+  ASSERT_EQ(o.rc, 0) << o.out;
+  EXPECT_NE(o.out.find("median of replays 0..3:"), std::string::npos) << o.out;
+}
+
+// Sums 9, 5, 5, 9, 9 ms (b = 8, 4, 4, 8, 8), every period 10 ms: per replay +11.1%, +100%, +100%, +11.1% (the last has
+// no period), median +55.56%; the ratio of the medians (10 / 7) would say +42.86%.
+TEST_F(KernelBusy, RatiosArePerReplayThenTheirMedian) {
+  const Out o = run(replays(5, {8, 4, 4, 8, 8}), "--skip 0");
+  ASSERT_EQ(o.rc, 0) << o.out;
+  EXPECT_NE(o.out.find("period / kernel sum - 1 = +55.56%"), std::string::npos) << o.out;
+}
+
+TEST_F(KernelBusy, RefusesTooFewReplays) {
+  const Out o = run(replays(3));
+  EXPECT_NE(o.rc, 0) << o.out;
+  EXPECT_NE(o.out.find("3 graph replays with kernels"), std::string::npos) << o.out;
+}
+
+}  // namespace
