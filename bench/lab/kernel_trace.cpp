@@ -6,8 +6,8 @@
 // bench/kernel_busy.py then sums each replay's kernels against the step: the training issue's "step time with graph
 // replay within 1% of the sum of kernel times", measured on the replayed steps themselves (the op profile's eager step
 // runs at another clock under the power limit). A lab, not part of trainbench; built where the CUPTI headers are
-// (scripts/setup.sh installs the nvidia-cuda-cupti wheel into .deps/cupti). The tracer costs each kernel a record:
-// read the sums, not the step time, from a traced run.
+// (scripts/setup.sh installs the nvidia-cuda-cupti wheel into .deps/cupti). Each kernel costs the tracer a record;
+// on the 8B L8 step that cost no measurable step time (session 19, call 9).
 #include <cupti.h>
 
 #include <cstdint>
