@@ -2,7 +2,8 @@
 // that records, through CUPTI's activity API, the GPU start and end of every kernel of the process (kernels of a
 // replayed CUDA graph one by one) and every cudaGraphLaunch, and at exit writes them as CSV to $KERNEL_TRACE_OUT
 // (default kernel_trace.csv):
-//   kind,start_ns,end_ns,correlation    kind = kernel | graph_launch; a graph's kernels carry its launch's correlation
+//   kind,start_ns,end_ns,correlation,name    kind = kernel | graph_launch; a graph's kernels carry its launch's
+//                                            correlation; name: the kernel's (mangled) name, empty for a launch
 // bench/kernel_busy.py then sums each replay's kernels against the step: the training issue's "step time with graph
 // replay within 1% of the sum of kernel times", measured on the replayed steps themselves (the op profile's eager step
 // runs at another clock under the power limit). A lab, not part of trainbench; built where the CUPTI headers are
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace {
@@ -22,6 +24,7 @@ struct Record {
   bool kernel;  // else a cudaGraphLaunch
   std::uint64_t start, end;
   std::uint32_t correlation;
+  std::string name;
 };
 
 std::mutex g_mutex;
@@ -48,12 +51,12 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
     if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-      got.push_back({true, k->start, k->end, k->correlationId});
+      got.push_back({true, k->start, k->end, k->correlationId, k->name ? k->name : "?"});  // name: the buffer's
     } else if (rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
       const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(rec);
       if (a->cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 ||
           a->cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000)
-        got.push_back({false, a->start, a->end, a->correlationId});
+        got.push_back({false, a->start, a->end, a->correlationId, ""});
     }
   }
   std::size_t dropped = 0;
@@ -74,10 +77,14 @@ void write_at_exit() {
     return;
   }
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::fprintf(f, "kind,start_ns,end_ns,correlation\n");
-  for (const Record& r : g_records)
-    std::fprintf(f, "%s,%llu,%llu,%u\n", r.kernel ? "kernel" : "graph_launch",
-                 static_cast<unsigned long long>(r.start), static_cast<unsigned long long>(r.end), r.correlation);
+  std::fprintf(f, "kind,start_ns,end_ns,correlation,name\n");
+  for (const Record& r : g_records) {
+    std::string name;  // quoted as CSV quotes (a demangled name may hold commas)
+    for (char c : r.name) name += c == '"' ? std::string("\"\"") : std::string(1, c);
+    std::fprintf(f, "%s,%llu,%llu,%u,\"%s\"\n", r.kernel ? "kernel" : "graph_launch",
+                 static_cast<unsigned long long>(r.start), static_cast<unsigned long long>(r.end), r.correlation,
+                 name.c_str());
+  }
   std::fclose(f);
   std::fprintf(stderr, "kernel_trace: %zu records in %s\n", g_records.size(), path);
 }

@@ -1,7 +1,7 @@
 // bench/kernel_busy.py (the share of each replayed step spent in kernels, from bench/lab/kernel_trace's CSV) on crafted
 // traces: per replay the kernels of its cudaGraphLaunch (by correlation id, whatever their order in the file), their
 // sum, their busy time with overlaps counted once, the span and the period to the next replay; the medians after the
-// skipped warm-up replays; kernels outside any graph ignored; too few replays refused.
+// skipped warm-up replays; kernels outside any graph ignored; --by-op's sums by kernel name; too few replays refused.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -23,15 +23,15 @@ class KernelBusy : public testing::Test {
   fs::path csv = fs::temp_directory_path() / ("tb_kernel_busy_" + std::to_string(::getpid()) + ".csv");
   void TearDown() override { fs::remove(csv); }
   Out run(const std::string& body, const std::string& args = "") {
-    std::ofstream(csv) << "kind,start_ns,end_ns,correlation\n" << body;
+    std::ofstream(csv) << "kind,start_ns,end_ns,correlation,name\n" << body;
     return tb::testing_support::run_shell("python3 bench/kernel_busy.py " + csv.string() + " " + args + " 2>&1");
   }
 };
 
-// One CSV line.
-std::string line(const char* kind, long long start, long long end, long long corr) {
+// One CSV line (name: the fifth column, as written: quoted or not).
+std::string line(const char* kind, long long start, long long end, long long corr, const std::string& name = "") {
   return std::string(kind) + "," + std::to_string(start) + "," + std::to_string(end) + "," + std::to_string(corr) +
-         "\n";
+         (name.empty() ? "" : "," + name) + "\n";
 }
 
 // Replay r (correlation 10 + r) starts at r * 10 ms: kernels [0, 4) and [3, b) ms, written out of order after its
@@ -70,6 +70,27 @@ TEST_F(KernelBusy, RatiosArePerReplayThenTheirMedian) {
   const Out o = run(replays(5, {8, 4, 4, 8, 8}), "--skip 0");
   ASSERT_EQ(o.rc, 0) << o.out;
   EXPECT_NE(o.out.find("period / kernel sum - 1 = +55.56%"), std::string::npos) << o.out;
+}
+
+// --by-op: per replay a GEMM of 4 ms, AdamW's update of 2 and the gradient norm's partials of 1 (its name holds
+// "norm": the optimizer's pattern comes first), a cuDNN attention kernel of 1 and an unknown kernel of 2 (with a comma
+// in its quoted name): medians 4, 3, 1 and 2 ms of 10.
+TEST_F(KernelBusy, ByOpSumsEachReplaysKernelsByTheirNames) {
+  std::string s;
+  for (int r = 0; r < 4; ++r) {
+    const long long t = r * 20'000'000LL, c = 10 + r, ms = 1'000'000;
+    s += line("graph_launch", t - 1000, t, c) + line("kernel", t, t + 4 * ms, c, "nvjet_tst_128x256") +
+         line("kernel", t + 4 * ms, t + 6 * ms, c, "_ZN2tb3ops12adamw_kernelIffEEvPKNS") +
+         line("kernel", t + 6 * ms, t + 7 * ms, c, "_ZN2tb3ops20norm_partials_kernelIfEEv") +
+         line("kernel", t + 7 * ms, t + 8 * ms, c, "cudnn_generated_sdpa_bprop") +
+         line("kernel", t + 8 * ms, t + 10 * ms, c, "\"mystery<int, 2>\"");
+  }
+  const Out o = run(s, "--skip 0 --by-op");
+  ASSERT_EQ(o.rc, 0) << o.out;
+  for (const char* want :
+       {"  grad norm + AdamW              3.00 ms   30.0%", "  attention                      1.00 ms   10.0%",
+        "  gemm                           4.00 ms   40.0%", "  other                          2.00 ms   20.0%"})
+    EXPECT_NE(o.out.find(want), std::string::npos) << want << "\n" << o.out;
 }
 
 TEST_F(KernelBusy, RefusesTooFewReplays) {
