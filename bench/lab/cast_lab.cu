@@ -10,7 +10,8 @@
 // checked bit for bit against ops::fp8_cast before it is timed (bench/loop.h, median of 10 after 3).
 // Session 19 (bench/RESULTS.md, "the FP8 cast's ~3 TB/s"): persistent blocks with the next
 // tile's loads in flight (P), column-major tile order (C, C1) and the kernel without its amax are no faster than
-// V<64,64,8>; even a read-only pass of one tile per block moves ~2.2 TB/s (the "only" rows).
+// V<64,64,8>; even a read-only pass of one tile per block moves ~2.2 TB/s (the "only" rows); the "R" rows read only,
+// in regions of other shapes or as one stream.
 // Usage: cast_lab [RxC ...] (default: the 8B L8 step's casts 8192x4096 8192x14336 8192x28672 4096x14336 14336x4096)
 #include <cuda_runtime_api.h>
 
@@ -120,6 +121,67 @@ void launch_persistent(const __nv_bfloat16* x, CastTarget p, cudaStream_t st) {
   TB_CHECK_LAUNCH();
 }
 
+// Read-only passes (call 11): the amax of x, read as TR x TC regions, one per block of 256 threads with every load
+// issued before any is used (TR * TC / 2048 loads of 16 bytes per thread), or as one flat stream (Stream: a grid of 8
+// blocks per SM, 4 loads in flight per thread). Which read pattern holds the tile kernel's read pass at ~2.2 TB/s:
+// the tile's rows of 128 bytes (64 x 64) against wider (64 x 256: 512-byte rows) or taller (256 x 64) regions.
+template <int TR, int TC>
+__global__ void __launch_bounds__(kCastThreads) read_region_kernel(const __nv_bfloat16* x, std::int64_t cols,
+                                                                     float* amax) {
+  constexpr int kLoads = TR * TC / 8 / kCastThreads;
+  const std::int64_t r0 = std::int64_t(blockIdx.y) * TR, c0 = std::int64_t(blockIdx.x) * TC;
+  uint4 raw[kLoads];
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    const int v = k * kCastThreads + int(threadIdx.x), r = v / (TC / 8), cg = (v % (TC / 8)) * 8;
+    raw[k] = __ldg(reinterpret_cast<const uint4*>(x + (r0 + r) * cols + c0 + cg));
+  }
+  float m = 0.0f;
+  bool nan = false;
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    float f[8];
+    unpack8(raw[k], f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = fmaxf(m, abs_or_nan(f[j], nan));
+  }
+  record_block_amax(m, nan, amax);
+}
+
+__global__ void __launch_bounds__(kCastThreads) read_stream_kernel(const uint4* x, std::int64_t n16, float* amax) {
+  float m = 0.0f;
+  bool nan = false;
+  const std::int64_t stride = std::int64_t(gridDim.x) * kCastThreads;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * kCastThreads + threadIdx.x; i < n16; i += 4 * stride) {
+    uint4 raw[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) raw[k] = i + k * stride < n16 ? __ldg(x + i + k * stride) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float f[8];
+      unpack8(raw[k], f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) m = fmaxf(m, abs_or_nan(f[j], nan));
+    }
+  }
+  record_block_amax(m, nan, amax);
+}
+
+template <int TR, int TC>
+void launch_read_region(const __nv_bfloat16* x, CastTarget p, cudaStream_t st) {
+  read_region_kernel<TR, TC><<<dim3(unsigned(p.cols / TC), unsigned(p.rows / TR)), kCastThreads, 0, st>>>(
+      x, p.cols, p.amax_out);
+  TB_CHECK_LAUNCH();
+}
+
+void launch_read_stream(const __nv_bfloat16* x, CastTarget p, cudaStream_t st) {
+  int sms = 0;
+  TB_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  read_stream_kernel<<<unsigned(8 * sms), kCastThreads, 0, st>>>(reinterpret_cast<const uint4*>(x),
+                                                                   p.rows * p.cols / 8, p.amax_out);
+  TB_CHECK_LAUNCH();
+}
+
 const Variant kVariants[] = {
     {"P<64,64,8>", launch_persistent<64, 64, 8, 0, false>},
     {"P<64,128,8>", launch_persistent<64, 128, 8, 0, false>},
@@ -205,6 +267,18 @@ int main(int argc, char** argv) {
                           {"V qt only", false, true, launch<64, 64, 8>},
                           {"C1 q only", true, false, launch_persistent<64, 64, 8, -1, true, false>},
                           {"C1 read only", false, false, launch_persistent<64, 64, 8, -1, true, false>}};
+    const Variant reads[] = {{"R 64x64", launch_read_region<64, 64>},   {"R 64x256", launch_read_region<64, 256>},
+                             {"R 256x64", launch_read_region<256, 64>}, {"R 128x128", launch_read_region<128, 128>},
+                             {"R 32x512", launch_read_region<32, 512>}, {"R stream", launch_read_stream}};
+    for (const Variant& v : reads) {
+      TB_CHECK(cudaMemcpy(scale, init, sizeof init, cudaMemcpyHostToDevice));
+      v.launch(x.as<__nv_bfloat16>(), p, st);
+      dc.synchronize();
+      const bool same = host_float(scale + 2) == want_amax;
+      const double t = bench::median_ms(0, st, [&] { v.launch(x.as<__nv_bfloat16>(), p, st); });
+      std::printf("%-16s %-14s %9.3f %8.2f  %s\n", shape.c_str(), v.name, t, 2.0 * double(n) / t * 1e-9,
+                  same ? "amax bit for bit" : "DIFFERS");
+    }
     for (const Part& part : parts) {
       CastTarget pp = p;
       if (!part.q) pp.q = nullptr;
