@@ -257,33 +257,25 @@ void CudaDecoder::load_params(std::span<const float> host_params) {
   dc_.synchronize();  // bits is freed on return
 }
 
-std::vector<float> CudaDecoder::params_to_host() {
-  std::vector<std::uint16_t> bits(layout_.total);
-  dc_.activate();
-  TB_CHECK(cudaMemcpyAsync(bits.data(), params_.get(), bits.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost,
-                           dc_.stream()));
-  dc_.synchronize();
-  std::vector<float> out(bits.size());
+// n elements of type t (f32 or bf16) from the device, as floats (bf16 widened).
+static std::vector<float> to_host_floats(ops::DeviceContext& dc, const void* src, std::size_t n, DType t) {
+  std::vector<float> out(n);
+  std::vector<std::uint16_t> bits(t == DType::bf16 ? n : 0);
+  void* dst = t == DType::bf16 ? static_cast<void*>(bits.data()) : out.data();
+  dc.activate();
+  TB_CHECK(cudaMemcpyAsync(dst, src, n * dtype_size(t), cudaMemcpyDeviceToHost, dc.stream()));
+  dc.synchronize();
   for (std::size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_float(bits[i]);
   return out;
 }
 
+std::vector<float> CudaDecoder::params_to_host() {
+  return to_host_floats(dc_, params_.get(), layout_.total, DType::bf16);
+}
+
 std::vector<float> CudaDecoder::grads_to_host() {
   TB_REQUIRE(grads_ptr_, "CUDA decoder: grads_to_host() of shared gradients before prepare()");
-  std::vector<float> out(layout_.total);
-  dc_.activate();
-  if (grad_type_ == DType::f32) {
-    TB_CHECK(cudaMemcpyAsync(out.data(), grads_ptr_, out.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                             dc_.stream()));
-    dc_.synchronize();
-    return out;
-  }
-  std::vector<std::uint16_t> bits(layout_.total);
-  TB_CHECK(cudaMemcpyAsync(bits.data(), grads_ptr_, bits.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost,
-                           dc_.stream()));
-  dc_.synchronize();
-  for (std::size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_float(bits[i]);
-  return out;
+  return to_host_floats(dc_, grads_ptr_, layout_.total, grad_type_);
 }
 
 void CudaDecoder::set_grad_type(DType t) {

@@ -337,8 +337,6 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                                                           fp8, zls[std::size_t(c)].padded_total,
                                                           stage_layers(m, pp, vp, pp_rank, c)));
   model::CudaDecoder& net = *chunks[0];
-  TB_REQUIRE(spec.grads == "f32" || world.size == 1,
-             fmt::format("--grads bf16 runs on one GPU; this job has {} ranks: drop --grads bf16", world.size));
   for (const auto& chunk : chunks) chunk->set_grad_type(grad_type(spec));
   res.grads_shared = shares_grads(spec, pp, cp, accum);
   if (res.grads_shared) net.share_grads_with_activations();  // frees the separate gradient buffer (prepare() below)
@@ -573,7 +571,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     if (found > 0) chunks[c]->fp8_weights_from_optimizer(), res.fp8_weight_cast = "adamw";
   }
   const DType moment_type = bf16_moments ? DType::bf16 : DType::f32;
-  const DType grads_type = grad_type(spec);  // (several ranks: fp32, validated)
+  const DType grads_type = grad_type(spec);  // (several ranks: fp32, validate())
   const ops::AdamWGroup group(dc.device(), tensors, moment_type, grads_type);
   // Data parallel: the optimizer in two launches, the early buckets first (their all-gather overlaps the second).
   std::unique_ptr<ops::AdamWGroup> early_group, late_group;
