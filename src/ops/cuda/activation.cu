@@ -181,10 +181,16 @@ struct SwigluSource {
     const float g = __bfloat162float(x[r * xs + c]), u = __bfloat162float(x[r * xs + f + c]);
     return round_bf16(g * Sigmoid(g).s * u);
   }
-  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&v)[8]) const {
+  struct Raw {
+    uint4 g, u;
+  };
+  __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const {
+    return {detail::load8(x + r * xs + c), detail::load8(x + r * xs + f + c)};
+  }
+  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, std::int64_t, float (&v)[8]) const {
     float u[8];
-    unpack8(detail::load8(x + r * xs + c), v);
-    unpack8(detail::load8(x + r * xs + f + c), u);
+    unpack8(raw.g, v);
+    unpack8(raw.u, u);
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] = round_bf16(v[k] * Sigmoid(v[k]).s * u[k]);
   }
@@ -197,8 +203,10 @@ struct MapSource {
   __device__ __forceinline__ float at(std::int64_t r, std::int64_t c) const {
     return round_bf16(Op::f(__bfloat162float(x[r * xs + c])));
   }
-  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&v)[8]) const {
-    unpack8(detail::load8(x + r * xs + c), v);
+  using Raw = uint4;
+  __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const { return detail::load8(x + r * xs + c); }
+  __device__ __forceinline__ void values(Raw raw, std::int64_t, std::int64_t, float (&v)[8]) const {
+    unpack8(raw, v);
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] = round_bf16(Op::f(v[k]));
   }
@@ -220,11 +228,18 @@ struct SwigluBackwardSource {
     return grad(__bfloat162float(x[r * xs + j]), __bfloat162float(x[r * xs + f + j]),
                 __bfloat162float(dy[r * dys + j]), c < f);
   }
-  __device__ __forceinline__ void load8x2(std::int64_t r, std::int64_t j, float (&dg)[8], float (&du)[8]) const {
+  struct Raw {
+    uint4 g, u, d;
+  };
+  __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t j) const {
+    return {detail::load8(x + r * xs + j), detail::load8(x + r * xs + f + j), detail::load8(dy + r * dys + j)};
+  }
+  __device__ __forceinline__ void values2(const Raw& raw, std::int64_t, std::int64_t, float (&dg)[8],
+                                          float (&du)[8]) const {
     float g[8], u[8], d[8];
-    unpack8(detail::load8(x + r * xs + j), g);
-    unpack8(detail::load8(x + r * xs + f + j), u);
-    unpack8(detail::load8(dy + r * dys + j), d);
+    unpack8(raw.g, g);
+    unpack8(raw.u, u);
+    unpack8(raw.d, d);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       dg[k] = grad(g[k], u[k], d[k], true);
@@ -240,10 +255,16 @@ struct MapBackwardSource {
   __device__ __forceinline__ float at(std::int64_t r, std::int64_t c) const {
     return round_bf16(__bfloat162float(dy[r * dys + c]) * Op::df(__bfloat162float(x[r * xs + c])));
   }
-  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&v)[8]) const {
+  struct Raw {
+    uint4 x, d;
+  };
+  __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const {
+    return {detail::load8(x + r * xs + c), detail::load8(dy + r * dys + c)};
+  }
+  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, std::int64_t, float (&v)[8]) const {
     float d[8];
-    unpack8(detail::load8(x + r * xs + c), v);
-    unpack8(detail::load8(dy + r * dys + c), d);
+    unpack8(raw.x, v);
+    unpack8(raw.d, d);
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] = round_bf16(d[k] * Op::df(v[k]));
   }

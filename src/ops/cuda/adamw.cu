@@ -332,16 +332,25 @@ struct AdamWSource {
     const StepConsts k = consts[t.decay];
     return k.valid ? update1<M, G>(t, i, k) : __bfloat162float(t.w[i]);
   }
-  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&f)[8]) const {
+  struct Raw {  // the update happens in fetch (it writes the weights): the values themselves
+    float f[8];
+  };
+  __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const {
     const std::int64_t i = r * cols + c;
     const StepConsts k = consts[t.decay];
+    Raw raw;
     if (k.valid) {
-      update4<M, G>(t, i, k, f);
-      update4<M, G>(t, i + 4, k, f + 4);
+      update4<M, G>(t, i, k, raw.f);
+      update4<M, G>(t, i + 4, k, raw.f + 4);
     } else {
-      load4(t.w + i, reinterpret_cast<float(&)[4]>(f[0]));
-      load4(t.w + i + 4, reinterpret_cast<float(&)[4]>(f[4]));
+      load4(t.w + i, reinterpret_cast<float(&)[4]>(raw.f[0]));
+      load4(t.w + i + 4, reinterpret_cast<float(&)[4]>(raw.f[4]));
     }
+    return raw;
+  }
+  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, std::int64_t, float (&f)[8]) const {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[k] = raw.f[k];
   }
 };
 

@@ -229,12 +229,18 @@ struct SoftmaxGradSource {
   __device__ __forceinline__ float at(std::int64_t r, std::int64_t c) const {
     return softmax_grad(__bfloat162float(logits[r * vocab + c]), lse2[r], c == targets[r], scale);
   }
-  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&f)[8]) const {
-    unpack8(__ldg(reinterpret_cast<const uint4*>(logits + r * vocab + c)), f);
-    const float l2 = lse2[r];
-    const std::int32_t t = targets[r];
+  struct Raw {
+    uint4 z;
+    float l2;
+    std::int32_t t;
+  };
+  __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const {
+    return {__ldg(reinterpret_cast<const uint4*>(logits + r * vocab + c)), lse2[r], targets[r]};
+  }
+  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, std::int64_t c, float (&f)[8]) const {
+    unpack8(raw.z, f);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) f[k] = softmax_grad(f[k], l2, c + k == t, scale);
+    for (int k = 0; k < kVec; ++k) f[k] = softmax_grad(f[k], raw.l2, c + k == raw.t, scale);
   }
 };
 
@@ -262,7 +268,7 @@ LmHeadCeScratch lm_head_ce_scratch(std::int64_t tokens, std::int64_t vocab, std:
              str("lm_head_cross_entropy: tokens ", tokens, " or vocab ", vocab, " exceed 2^31 - 1"));
   // Rows of h bf16 start 256-byte aligned every q rows.
   const std::int64_t q = 128 / std::gcd<std::int64_t>(hidden, 128);
-  const std::int64_t step = fp8 ? std::lcm<std::int64_t>(q, 64) : q;  // FP8: whole 64 x 64 cast tiles
+  const std::int64_t step = fp8 ? std::lcm<std::int64_t>(q, 64) : q;  // FP8: the vector cast (rows of 32)
   LmHeadCeScratch s;
   s.chunk = std::min(tokens, (std::int64_t(std::min<std::int64_t>(chunk, tokens)) + step - 1) / step * step);
   const std::size_t c = std::size_t(s.chunk), v = std::size_t(vocab), hh = std::size_t(hidden);

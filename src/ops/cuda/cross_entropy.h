@@ -41,7 +41,7 @@
 //   pass 1 (one block per row): lse_r, loss_r, and amax of dlogits over the chunk, exactly, without writing them:
 //              max(|g(z_target, target)|, |g(max of the other z, not target)|), g(z, onehot) = (e^(z-lse) - onehot)
 //              * grad_scale / t (monotone in z)
-//   pass 2 (64 x 64 tiles): dlq, dlq^T = fp8(g s_g) (E5M2, or E4M3 for all-E4M3), g recomputed from the bf16 logits
+//   pass 2 (vector cast): dlq, dlq^T = fp8(g s_g) (E5M2, or E4M3 for all-E4M3), g recomputed from the bf16 logits
 //              and lse, s_g from that amax; rounded to nearest, or stochastically (LmHeadFp8::stochastic: most of
 //              the V gradients of a row are small positive probabilities of similar size, which nearest rounding
 //              moves the same way, biasing dx and dW's sums; stochastic rounding is unbiased)

@@ -1,7 +1,8 @@
 // ops/cuda/fp8.cu: see fp8.h. amax: grid-stride max of |x| with 16-byte loads, a block reduction and one atomicMax
 // per block (non-negative floats order like their bit patterns, so an integer atomicMax works; NaN's pattern is above
 // inf's, so NaN propagates). Cast: without the transpose, grid-stride over 8-element vectors; with it, the tile
-// kernels of ops/cuda/fp8_cast.cuh (64 x 64 tiles with 16-byte loads when the shape allows, else 32 x 32).
+// kernels of ops/cuda/fp8_cast.cuh (8 x 8 blocks per thread with 16-byte loads when the shape allows, else 32 x 32
+// tiles).
 // Dequantise: grid-stride over 8-element vectors (8-byte loads, 16-byte stores), fp8 -> half (exact) -> fp32.
 #include "ops/cuda/fp8.h"
 

@@ -1,12 +1,15 @@
 // ops/cuda/fp8_cast.cuh: the FP8 cast + transpose kernels of ops/cuda/fp8.h over any source of values (include from
 // .cu only). A source maps an element (row, col) of a [rows, cols] matrix to a float:
 //   src.at(r, c)              one value (32 x 32 tiles: any shape)
-//   src.load8(r, c, f)        f[k] = value (r, c + k), k < 8; c a multiple of 8 (64 x 64 tiles: shapes multiples of 64)
+// and, for the vector kernel (rows multiples of 32, cols of 64), 8 values at a time in two steps, so that a thread can
+// hold the raw reads of several rows (few registers) while they are in flight and compute their values afterwards:
+//   src.fetch(r, c)           a Src::Raw: the reads of values (r, c + k), k < 8; c a multiple of 8
+//   src.values(raw, r, c, f)  f[k] = value (r, c + k) from them
 // A source whose columns come in two halves computed from the same reads (SwiGLU's backward: dg and du from one read of
-// gate, up and dy) declares kHalves = 2 and gives both from one call, the 64 x 64 tiles then covering a column block
-// of each half:
-//   src.half()                the column offset of the second half (cols / 2)
-//   src.load8x2(r, c, f, g)   f = load8(r, c), g = load8(r, half + c), c < half
+// gate, up and dy) declares kHalves = 2 and gives both from one fetch, the vector kernel's blocks then covering the
+// same columns of each half:
+//   src.half()                      the column offset of the second half (cols / 2)
+//   src.values2(raw, r, c, f, g)    f = values (r, c + k), g = values (r, half + c + k), c < half
 // Bf16Source reads a bf16 matrix (fp8_cast); the LM head's FP8 backward reads softmax - onehot computed on the fly
 // from its logits (ops/cuda/cross_entropy.cu); NormSource recomputes a norm's output from its input and statistics
 // (ops/cuda/norm_fp8.cu). Per element: q = fp8(v * scale) (round to nearest even, saturating; or stochastically, below),
@@ -29,15 +32,16 @@ namespace tb::ops::detail {
 
 inline constexpr int kCastThreads = 256;
 inline constexpr int kCastTile = 32, kCastRowsPerPass = 8;  // kCastTile x kCastRowsPerPass = kCastThreads
-inline constexpr int kCastBig = 64;
 
 struct Bf16Source {
   const __nv_bfloat16* x;
   std::int64_t cols;
   __device__ __forceinline__ float at(std::int64_t r, std::int64_t c) const { return __bfloat162float(x[r * cols + c]); }
-  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&f)[8]) const {
-    unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * cols + c)), f);
+  using Raw = uint4;
+  __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const {
+    return __ldg(reinterpret_cast<const uint4*>(x + r * cols + c));
   }
+  __device__ __forceinline__ void values(Raw raw, std::int64_t, std::int64_t, float (&f)[8]) const { unpack8(raw, f); }
 };
 
 struct CastTarget {
@@ -217,23 +221,6 @@ __global__ void __launch_bounds__(kCastTile* kCastRowsPerPass) cast_transpose32_
   if (p.amax_out) record_block_amax(m, nan, p.amax_out);
 }
 
-// dst[k] = tile[rg + k][c], k < SB (8 or 16): SB rows of one column of a tile in shared memory, one SB-byte store.
-template <int SB, class Tile>
-__device__ __forceinline__ void store_tile_column(const Tile& tile, int rg, int c, std::uint8_t* dst) {
-  static_assert(SB == 8 || SB == 16);
-  union {
-    uint4 v4;
-    uint2 v2;
-    std::uint8_t b[16];
-  } out;
-#pragma unroll
-  for (int k = 0; k < SB; ++k) out.b[k] = tile[rg + k][c];
-  if constexpr (SB == 16)
-    *reinterpret_cast<uint4*>(dst) = out.v4;
-  else
-    *reinterpret_cast<uint2*>(dst) = out.v2;
-}
-
 template <class Src>
 __host__ __device__ constexpr int source_halves() {
   if constexpr (requires { Src::kHalves; })
@@ -242,71 +229,90 @@ __host__ __device__ constexpr int source_halves() {
     return 1;
 }
 
-// TR x TC tiles (rows x cols of the source; with two halves, one such tile of each), 256 threads, rows and cols
-// multiples of the tile: 8 values per load, 8-byte stores of q, SB-byte stores of qt (SB = 8 or 16 consecutive rows of
-// one column, gathered from the tile in shared memory). Production runs 64 x 64 with SB 8; bench/lab/cast_lab times
-// other geometries of this kernel.
-template <__nv_fp8_interpretation_t Kind, int TR, int TC, int SB, class Src>
-__global__ void __launch_bounds__(kCastThreads) cast_transpose_tiles_kernel(Src src, CastTarget p) {
+// The vector kernel: each thread casts an 8 x 8 block of the source (of each half, with two halves): 8 rows of 8
+// values, all fetched before any code is written and held raw (8 loads of 16 bytes in flight per thread for a bf16
+// matrix; two halves: 4 rows at a time), then q as 8 row vectors and qt as the block's 8 columns, transposed in registers (8-byte stores: no shared memory, no barrier
+// but the amax's). A warp covers kCastWarpRows x kCastWarpCols (lanes: 4 row groups x 8 column groups: each load
+// reads 4 rows of 128 bytes of a bf16 matrix, each qt store writes 8 runs of 32 bytes); warp w of all runs warp tile
+// w, row-major over rows / 32 x (cols / halves) / 64 tiles; warps past the last tile only join the amax. Session 20
+// (bench/lab/cast_lab, H200): 3.4-3.8 TB/s of a bf16 matrix's 4 bytes per element, against 2.8-3.3 for 64 x 64 tiles
+// staged through shared memory (whose transposed reads gathered bytes with bank conflicts).
+inline constexpr int kCastWarpRows = 32, kCastWarpCols = 64;
+template <__nv_fp8_interpretation_t Kind, class Src>
+__global__ void __launch_bounds__(kCastThreads) cast_transpose_blocks_kernel(Src src, CastTarget p,
+                                                                               std::int64_t tile_cols) {
   constexpr int H = source_halves<Src>();
-  constexpr int kLoads = TR * TC / 8 / kCastThreads, kStores = TR * TC / SB / kCastThreads;
-  static_assert((SB == 8 || SB == 16) && kLoads * 8 * kCastThreads == TR * TC &&
-                kStores * SB * kCastThreads == TR * TC && (H == 1 || H == 2));
-  __shared__ __align__(16) std::uint8_t tile[H][TR][TC + 8];
-  std::int64_t half = 0;  // column offset of tile h: h * half
+  std::int64_t half = 0;  // column offset of half h: h * half
   if constexpr (H == 2) half = src.half();
   const float s = cast_scale(p);
   const Rounding rnd = cast_rounding(p, s);
-  const std::int64_t r0 = std::int64_t(blockIdx.y) * TR, c0 = std::int64_t(blockIdx.x) * TC;
-  const int t = threadIdx.x;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t w = std::int64_t(blockIdx.x) * (kCastThreads / 32) + threadIdx.x / 32;
+  const std::int64_t tiles_c = tile_cols / kCastWarpCols;
   float m = 0.0f;
   bool nan = false;
+  if (w < p.rows / kCastWarpRows * tiles_c) {
+    const std::int64_t r0 = w / tiles_c * kCastWarpRows + lane % 4 * 8, c0 = w % tiles_c * kCastWarpCols + lane / 4 * 8;
+    union Bytes8 {
+      uint2 v;
+      std::uint8_t b[8];
+    } rows[H][8];
+    constexpr int kRowsInFlight = 8 / H;  // rows read before any of their codes is written (two halves: 4 at a time)
 #pragma unroll
-  for (int pass = 0; pass < kLoads; ++pass) {  // vectors of 8: row = v / (TC / 8), column group = v % (TC / 8)
-    const int v = pass * kCastThreads + t, r = v / (TC / 8), cg = (v % (TC / 8)) * 8;
-    const std::int64_t row = r0 + r;
-    float f[H][8];
-    if constexpr (H == 2)
-      src.load8x2(row, c0 + cg, f[0], f[1]);
-    else
-      src.load8(row, c0 + cg, f[0]);
+    for (int g = 0; g < 8; g += kRowsInFlight) {
+      typename Src::Raw raw[kRowsInFlight];
+#pragma unroll
+      for (int k = 0; k < kRowsInFlight; ++k) raw[k] = src.fetch(r0 + g + k, c0);  // no store between the reads
+#pragma unroll
+      for (int k = 0; k < kRowsInFlight; ++k) {
+        const std::int64_t r = r0 + g + k;
+        float f[H][8];
+        if constexpr (H == 2)
+          src.values2(raw[k], r, c0, f[0], f[1]);
+        else
+          src.values(raw[k], r, c0, f[0]);
+#pragma unroll
+        for (int h = 0; h < H; ++h) {
+          const std::int64_t c = h * half + c0;
+          rows[h][g + k].v = cast8<Kind>(f[h], s, m, nan, rnd, std::uint64_t(r * p.cols + c));
+          if (p.q) *reinterpret_cast<uint2*>(p.q + r * p.cols + c) = rows[h][g + k].v;
+        }
+      }
+    }
 #pragma unroll
     for (int h = 0; h < H; ++h) {
-      const uint2 out = cast8<Kind>(f[h], s, m, nan, rnd, std::uint64_t(row * p.cols + h * half + c0 + cg));
-      if (p.q) *reinterpret_cast<uint2*>(p.q + row * p.cols + h * half + c0 + cg) = out;
-      *reinterpret_cast<uint2*>(&tile[h][r][cg]) = out;
-    }
-  }
-  __syncthreads();
+      const std::int64_t c = h * half + c0;
 #pragma unroll
-  for (int h = 0; h < H; ++h) {
+      for (int j = 0; j < 8; ++j) {  // column j of the block: qt[c + j][r0 .. r0 + 8)
+        Bytes8 col;
 #pragma unroll
-    for (int pass = 0; pass < kStores; ++pass) {  // qt row c (a column of the tile), SB rows of x per store
-      const int v = pass * kCastThreads + t, c = v / (TR / SB), rg = (v % (TR / SB)) * SB;
-      store_tile_column<SB>(tile[h], rg, c, p.qt + (h * half + c0 + c) * p.rows + r0 + rg);
+        for (int k = 0; k < 8; ++k) col.b[k] = rows[h][k].b[j];
+        *reinterpret_cast<uint2*>(p.qt + (c + j) * p.rows + r0) = col.v;
+      }
     }
   }
   if (p.amax_out) record_block_amax(m, nan, p.amax_out);
 }
 
-// Launches the cast + transpose of src into p.qt (and p.q): 64 x 64 tiles when `vector_ok` (rows, cols / halves
-// multiples of 64 and the source's 8-value loads aligned), else 32 x 32 tiles (src.at: each half on its own). `what`
-// names the caller in errors.
+// Launches the cast + transpose of src into p.qt (and p.q): the vector kernel when `vector_ok` (the source's 8-value
+// loads aligned), rows a multiple of 32 and cols / halves of 64, q and qt 8-byte aligned; else 32 x 32 tiles (src.at:
+// each half on its own). `what` names the caller in errors.
 template <class Src>
 void launch_cast_transpose(const Src& src, const CastTarget& p, bool e4m3, bool vector_ok, const std::string& what,
                            cudaStream_t stream) {
   constexpr int H = source_halves<Src>();
-  const std::int64_t tile_cols = p.cols / H;  // the columns the grid covers (each block: a tile of each half)
+  const std::int64_t tile_cols = p.cols / H;  // the columns the warp tiles cover (each: a block of each half)
   if constexpr (H == 2) TB_REQUIRE(src.half() * 2 == p.cols, what + ": the source's halves must split the columns");
-  const bool big = vector_ok && p.rows % kCastBig == 0 && tile_cols % kCastBig == 0 &&
-                   reinterpret_cast<std::uintptr_t>(p.q) % 8 == 0 && reinterpret_cast<std::uintptr_t>(p.qt) % 8 == 0 &&
-                   p.rows / kCastBig < 65536;
-  if (big) {
-    const dim3 grid(unsigned(tile_cols / kCastBig), unsigned(p.rows / kCastBig));
+  const bool vector = vector_ok && p.rows % kCastWarpRows == 0 && tile_cols % kCastWarpCols == 0 &&
+                      reinterpret_cast<std::uintptr_t>(p.q) % 8 == 0 && reinterpret_cast<std::uintptr_t>(p.qt) % 8 == 0;
+  if (vector) {
+    const std::int64_t warps = p.rows / kCastWarpRows * (tile_cols / kCastWarpCols);
+    const std::int64_t blocks = ceil_div(warps, std::int64_t(kCastThreads / 32));
+    TB_REQUIRE(blocks < (std::int64_t(1) << 31), what + ": too many elements for one launch");
     if (e4m3)
-      cast_transpose_tiles_kernel<__NV_E4M3, kCastBig, kCastBig, 8><<<grid, kCastThreads, 0, stream>>>(src, p);
+      cast_transpose_blocks_kernel<__NV_E4M3><<<unsigned(blocks), kCastThreads, 0, stream>>>(src, p, tile_cols);
     else
-      cast_transpose_tiles_kernel<__NV_E5M2, kCastBig, kCastBig, 8><<<grid, kCastThreads, 0, stream>>>(src, p);
+      cast_transpose_blocks_kernel<__NV_E5M2><<<unsigned(blocks), kCastThreads, 0, stream>>>(src, p, tile_cols);
   } else {
     const dim3 grid(unsigned((p.cols + kCastTile - 1) / kCastTile), unsigned((p.rows + kCastTile - 1) / kCastTile));
     TB_REQUIRE(grid.y < 65536, what + ": too many rows for one launch");

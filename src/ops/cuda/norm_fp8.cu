@@ -35,14 +35,20 @@ struct NormSource {
     const float wc = norm_weight(__bfloat162float(w[c]), kind);
     return round_bf16(norm_out(__bfloat162float(x[r * xs + c]), mu, rstd[r], wc, bias));
   }
-  __device__ __forceinline__ void load8(std::int64_t r, std::int64_t c, float (&v)[8]) const {
+  struct Raw {
+    uint4 x;
+    float mu, rs;
+  };
+  __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const {
+    return {detail::load8(x + r * xs + c), mean ? mean[r] : 0.f, rstd[r]};
+  }
+  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, std::int64_t c, float (&v)[8]) const {
     float wv[8], out[8], bv[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     norm_weight8(w, int(c), kind, wv);
     if (b) unpack8(detail::load8(b + c), bv);
-    unpack8(detail::load8(x + r * xs + c), v);
-    const float mu = mean ? mean[r] : 0.f, rs = rstd[r];
+    unpack8(raw.x, v);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) out[k] = norm_out(v[k], mu, rs, wv[k], bv[k]);
+    for (int k = 0; k < 8; ++k) out[k] = norm_out(v[k], raw.mu, raw.rs, wv[k], bv[k]);
     unpack8(pack8(out), v);
   }
 };
@@ -60,7 +66,7 @@ void forward_fp8(NormKind kind, const Fp8CastArgs& cast, TensorView<bf16> r, Ten
   const TensorView<const bf16> src = r.data() ? TensorView<const bf16>(r) : x;
   const NormSource s{src.data(),  src.stride(0), w.data(), b.data(), kind == NormKind::rmsnorm ? nullptr : mean.data(),
                      rstd.data(), int(kind)};
-  // Rows of r / x and w, b allow 16-byte loads (checked by norm_forward_rows): the 64 x 64 tiles when the shape does.
+  // Rows of r / x and w, b allow 16-byte loads (checked by norm_forward_rows): the vector tiles when the shape allows.
   launch_cast_transpose(s, p, cast.type == DType::e4m3, true, what, stream);
 }
 
