@@ -187,7 +187,7 @@ struct SwigluSource {
   __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const {
     return {detail::load8(x + r * xs + c), detail::load8(x + r * xs + f + c)};
   }
-  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, std::int64_t, float (&v)[8]) const {
+  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, float (&v)[8]) const {
     float u[8];
     unpack8(raw.g, v);
     unpack8(raw.u, u);
@@ -205,7 +205,7 @@ struct MapSource {
   }
   using Raw = uint4;
   __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const { return detail::load8(x + r * xs + c); }
-  __device__ __forceinline__ void values(Raw raw, std::int64_t, std::int64_t, float (&v)[8]) const {
+  __device__ __forceinline__ void values(Raw raw, std::int64_t, float (&v)[8]) const {
     unpack8(raw, v);
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] = round_bf16(Op::f(v[k]));
@@ -234,8 +234,7 @@ struct SwigluBackwardSource {
   __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t j) const {
     return {detail::load8(x + r * xs + j), detail::load8(x + r * xs + f + j), detail::load8(dy + r * dys + j)};
   }
-  __device__ __forceinline__ void values2(const Raw& raw, std::int64_t, std::int64_t, float (&dg)[8],
-                                          float (&du)[8]) const {
+  __device__ __forceinline__ void values2(const Raw& raw, std::int64_t, float (&dg)[8], float (&du)[8]) const {
     float g[8], u[8], d[8];
     unpack8(raw.g, g);
     unpack8(raw.u, u);
@@ -261,7 +260,7 @@ struct MapBackwardSource {
   __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const {
     return {detail::load8(x + r * xs + c), detail::load8(dy + r * dys + c)};
   }
-  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, std::int64_t, float (&v)[8]) const {
+  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, float (&v)[8]) const {
     float d[8];
     unpack8(raw.x, v);
     unpack8(raw.d, d);

@@ -348,7 +348,7 @@ struct AdamWSource {
     }
     return raw;
   }
-  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, std::int64_t, float (&f)[8]) const {
+  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, float (&f)[8]) const {
 #pragma unroll
     for (int k = 0; k < 8; ++k) f[k] = raw.f[k];
   }

@@ -237,7 +237,7 @@ struct SoftmaxGradSource {
   __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const {
     return {__ldg(reinterpret_cast<const uint4*>(logits + r * vocab + c)), lse2[r], targets[r]};
   }
-  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, std::int64_t c, float (&f)[8]) const {
+  __device__ __forceinline__ void values(const Raw& raw, std::int64_t c, float (&f)[8]) const {
     unpack8(raw.z, f);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) f[k] = softmax_grad(f[k], raw.l2, c + k == raw.t, scale);

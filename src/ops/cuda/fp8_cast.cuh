@@ -4,12 +4,12 @@
 // and, for the vector kernel (rows multiples of 32, cols of 64), 8 values at a time in two steps, so that a thread can
 // hold the raw reads of several rows (few registers) while they are in flight and compute their values afterwards:
 //   src.fetch(r, c)           a Src::Raw: the reads of values (r, c + k), k < 8; c a multiple of 8
-//   src.values(raw, r, c, f)  f[k] = value (r, c + k) from them
+//   src.values(raw, c, f)     f[k] = value (r, c + k) from raw = src.fetch(r, c)
 // A source whose columns come in two halves computed from the same reads (SwiGLU's backward: dg and du from one read of
 // gate, up and dy) declares kHalves = 2 and gives both from one fetch, the vector kernel's blocks then covering the
 // same columns of each half:
 //   src.half()                      the column offset of the second half (cols / 2)
-//   src.values2(raw, r, c, f, g)    f = values (r, c + k), g = values (r, half + c + k), c < half
+//   src.values2(raw, c, f, g)       f = values (r, c + k), g = values (r, half + c + k), c < half
 // Bf16Source reads a bf16 matrix (fp8_cast); the LM head's FP8 backward reads softmax - onehot computed on the fly
 // from its logits (ops/cuda/cross_entropy.cu); NormSource recomputes a norm's output from its input and statistics
 // (ops/cuda/norm_fp8.cu). Per element: q = fp8(v * scale) (round to nearest even, saturating; or stochastically, below),
@@ -41,7 +41,7 @@ struct Bf16Source {
   __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const {
     return __ldg(reinterpret_cast<const uint4*>(x + r * cols + c));
   }
-  __device__ __forceinline__ void values(Raw raw, std::int64_t, std::int64_t, float (&f)[8]) const { unpack8(raw, f); }
+  __device__ __forceinline__ void values(Raw raw, std::int64_t, float (&f)[8]) const { unpack8(raw, f); }
 };
 
 struct CastTarget {
@@ -231,12 +231,13 @@ __host__ __device__ constexpr int source_halves() {
 
 // The vector kernel: each thread casts an 8 x 8 block of the source (of each half, with two halves): 8 rows of 8
 // values, all fetched before any code is written and held raw (8 loads of 16 bytes in flight per thread for a bf16
-// matrix; two halves: 4 rows at a time), then q as 8 row vectors and qt as the block's 8 columns, transposed in registers (8-byte stores: no shared memory, no barrier
-// but the amax's). A warp covers kCastWarpRows x kCastWarpCols (lanes: 4 row groups x 8 column groups: each load
-// reads 4 rows of 128 bytes of a bf16 matrix, each qt store writes 8 runs of 32 bytes); warp w of all runs warp tile
-// w, row-major over rows / 32 x (cols / halves) / 64 tiles; warps past the last tile only join the amax. Session 20
-// (bench/lab/cast_lab, H200): 3.4-3.8 TB/s of a bf16 matrix's 4 bytes per element, against 2.8-3.3 for 64 x 64 tiles
-// staged through shared memory (whose transposed reads gathered bytes with bank conflicts).
+// matrix; two halves: 4 rows at a time), then writes q as 8 row vectors and qt as the block's 8 columns, transposed in
+// registers (8-byte stores; no shared memory, no barrier but the amax's). A warp covers kCastWarpRows x kCastWarpCols
+// (lanes: 4 row groups x 8 column groups: each load reads 4 rows of 128 bytes of a bf16 matrix, each qt store writes
+// 8 runs of 32 bytes); warp w of all runs warp tile w, row-major over rows / 32 x (cols / halves) / 64 tiles; warps
+// past the last tile only join the amax. Session 20 (bench/lab/cast_lab, H200): 3.3-3.7 TB/s of a bf16 matrix's 4
+// bytes per element, against 2.8-3.3 for 64 x 64 tiles staged through shared memory (whose transposed reads gathered
+// bytes with bank conflicts).
 inline constexpr int kCastWarpRows = 32, kCastWarpCols = 64;
 template <__nv_fp8_interpretation_t Kind, class Src>
 __global__ void __launch_bounds__(kCastThreads) cast_transpose_blocks_kernel(Src src, CastTarget p,
@@ -268,9 +269,9 @@ __global__ void __launch_bounds__(kCastThreads) cast_transpose_blocks_kernel(Src
         const std::int64_t r = r0 + g + k;
         float f[H][8];
         if constexpr (H == 2)
-          src.values2(raw[k], r, c0, f[0], f[1]);
+          src.values2(raw[k], c0, f[0], f[1]);
         else
-          src.values(raw[k], r, c0, f[0]);
+          src.values(raw[k], c0, f[0]);
 #pragma unroll
         for (int h = 0; h < H; ++h) {
           const std::int64_t c = h * half + c0;

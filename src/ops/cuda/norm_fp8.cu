@@ -42,7 +42,7 @@ struct NormSource {
   __device__ __forceinline__ Raw fetch(std::int64_t r, std::int64_t c) const {
     return {detail::load8(x + r * xs + c), mean ? mean[r] : 0.f, rstd[r]};
   }
-  __device__ __forceinline__ void values(const Raw& raw, std::int64_t, std::int64_t c, float (&v)[8]) const {
+  __device__ __forceinline__ void values(const Raw& raw, std::int64_t c, float (&v)[8]) const {
     float wv[8], out[8], bv[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     norm_weight8(w, int(c), kind, wv);
     if (b) unpack8(detail::load8(b + c), bv);
