@@ -14,3 +14,7 @@ PY
 )
 export LD_LIBRARY_PATH="${PYLIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TRAINBENCH_REFERENCES=${TRAINBENCH_REFERENCES:-$PWD/references}
+# scripts/carry.sh with PACK=1 carries one xz archive: unpack it once (python's tarfile: no xz tool needed).
+if [ -f carry/bins.tar.xz ] && [ ! -e carry/trainbench ]; then
+  python3 -c "import tarfile; tarfile.open('carry/bins.tar.xz').extractall('carry')"
+fi
