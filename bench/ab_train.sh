@@ -21,11 +21,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ $# -gt 0 ] || { echo "ab_train.sh: no train arguments after --" >&2; exit 2; }
+source bench/gpu_env.sh  # (unpacks carry/bins.tar.xz)
 for b in carry/trainbench carry/trainbench-prev; do
   [ -x $b ] || { echo "ab_train.sh: $b missing: carry it with PREV=OLD_BINARY scripts/carry.sh" >&2; exit 2; }
 done
 mkdir -p "$OUT"
-source bench/gpu_env.sh
 peer() {
   [ -n "$peer_args" ] || return 0
   python3 bench/peers/torch_train.py --steps 20 --warmup 5 $peer_args > "$OUT/peer-$1.json" 2> "$OUT/peer-$1.err" ||
