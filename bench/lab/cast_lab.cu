@@ -9,9 +9,9 @@
 // session 20's call 1-3 scripts): the 64 x 64 shared-memory tile kernel moved 2.8-3.3 TB/s; persistent blocks, other
 // tile orders, no amax and every pass's loads first gained little; 128-row tiles lost (16-byte column gathers from
 // shared memory: 8-way bank conflicts, and the loads held as floats: 116 registers). What mattered was bytes in
-// flight per SM without registers held for them (read-only passes: ~64 KB per SM ~3.2 TB/s, ~128 KB ~4.5): 64 x 128
-// tiles staged with cp.async and 8 x 8 blocks per thread transposed in registers both reached 3.3-3.8 TB/s; the
-// second is the production kernel now (no shared memory).
+// flight per SM at few registers per byte (read-only passes: ~64 KB per SM ~3.2 TB/s, ~128 KB ~4.5): 64 x 128 tiles
+// staged with cp.async (no registers) and 8 x 8 blocks per thread held as raw bytes, transposed in registers, both
+// reached 3.3-3.8 TB/s; the second is the production kernel now (no shared memory).
 // Rows: fp8_cast, then read-only passes (R: the read side's ceiling, 2 bytes an element).
 // Usage: cast_lab [RxC ...] (default: the 8B L8 step's casts 8192x4096 8192x14336 8192x28672 4096x14336 14336x4096)
 #include <cuda_runtime_api.h>
