@@ -1,6 +1,7 @@
 # trainbench: the two README commands.
 #   make run   installs what is missing, builds (Release), runs the main job:
-#              GPUs present: `trainbench check`; no GPU: `trainbench info` (until recipes exist)
+#              GPUs present: `trainbench check`, then the default recipe; no GPU: the CPU demo recipe
+#              (scripts/main-job.sh)
 #   make test  installs what is missing, builds, runs the CPU tests (label cpu; CI runs this)
 # Also: make build, make test-gpu (label gpu), make test-multigpu, make clean.
 BUILD ?= build

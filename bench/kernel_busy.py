@@ -11,11 +11,15 @@ The first --skip replays (warm-up; default 2) are left out of the medians; the r
 median (the replays run at different clocks under a power limit, so a ratio of medians would mix them).
 --by-op: each replay's kernel time by op (CATEGORIES: the first pattern found in the kernel's name), the median over
 replays in ms and its share of the kernel sum: the op profile of the replayed steps at their own clock.
+--eager STEPS --step-ms MS: a trace without graph replays (an eager program such as the torch peer, whose step time
+MS is known from its own log): the kernels that start in the trace's last STEPS x MS milliseconds, their time by op
+per step (sum / STEPS) and busy / window. --top K (either mode): the K kernel names with the most time per step.
 
-Usage: kernel_busy.py TRACE.csv [--skip 2] [--by-op]
+Usage: kernel_busy.py TRACE.csv[.gz] [--skip 2] [--by-op] [--top K] [--eager STEPS --step-ms MS]
 """
 import argparse
 import csv
+import gzip
 import statistics
 import sys
 from collections import defaultdict
@@ -23,12 +27,14 @@ from collections import defaultdict
 # op: substrings of a kernel's name (lower case), tried in this order: the gradient norm's kernels before the norms',
 # and the FP8 kernels that compute what they cast (the cast tile kernel over a norm's, an activation's or the
 # cross-entropy's source, whose type its name holds) under that op before "fp8 casts". The LM head's GEMMs count as
-# GEMMs: this sorts kernels, not layers.
+# GEMMs: this sorts kernels, not layers. The torch peer's names are covered too where they say what they are (its fused
+# AdamW, the clipping's foreach norm and multiply, Triton's silu and rms_norm fusions).
 CATEGORIES = [
-    ("grad norm + AdamW", ("adamw", "norm_partials", "norm_final", "clip_kernel", "step_consts")),
+    ("grad norm + AdamW", ("adam", "norm_partials", "norm_final", "clip_kernel", "step_consts", "lpnorm",
+                           "foreachbinaryop")),
     ("attention", ("sdpa", "fmha", "flash", "cudnn", "attention")),
     ("cross-entropy", ("cross_entropy", "softmax", "xent")),
-    ("activation", ("swiglu", "gelu", "sqrelu", "mapsource", "mapbackwardsource", "map_forward", "map_backward")),
+    ("activation", ("swiglu", "silu", "gelu", "sqrelu", "mapsource", "mapbackwardsource", "map_forward", "map_backward")),
     ("norm", ("norm",)),
     ("rope", ("rope",)),
     ("embedding", ("embedding", "position", "radix_sort")),  # cub's sort of the token ids
@@ -60,7 +66,8 @@ def union_length(intervals):
 
 
 def replays(rows):
-    """[(first_start, last_end, kernels, sum, busy, {op: ns})] per graph launch with kernels, in launch order."""
+    """[(first_start, last_end, kernels, sum, busy, {op: ns}, {name: [ns, calls]})] per graph launch with kernels, in
+    launch order."""
     kernels = defaultdict(list)
     launches = []
     for kind, start, end, corr, name in rows:
@@ -72,13 +79,46 @@ def replays(rows):
     for _, corr in sorted(launches):
         ks = sorted(kernels.get(corr, []))
         if ks:
-            ops = defaultdict(int)
+            ops, names = defaultdict(int), defaultdict(lambda: [0, 0])
             for s, e, name in ks:
                 ops[category(name)] += e - s
+                names[name][0] += e - s
+                names[name][1] += 1
             spans = [(s, e) for s, e, _ in ks]
             out.append((ks[0][0], max(e for _, e in spans), len(ks), sum(e - s for s, e in spans),
-                        union_length(spans), ops))
+                        union_length(spans), ops, names))
     return out
+
+
+def print_top(per_name, steps, k):
+    """The k kernel names with the most time, in ms per step."""
+    print(f"top {k} kernels (ms per step, calls per step):")
+    for name, (ns, calls) in sorted(per_name.items(), key=lambda kv: -kv[1][0])[:k]:
+        print(f"  {ns / 1e6 / steps:8.2f}  {calls / steps:6.1f}  {name[:110]}")
+
+
+def eager(rows, steps, step_ms, top):
+    """The last steps x step_ms of an eager trace: kernel time by op per step, and the busy fraction."""
+    ks = sorted((s, e, name) for kind, s, e, _, name in rows if kind == "kernel")
+    if not ks:
+        sys.exit("kernel_busy: no kernels in the trace")
+    end = max(e for _, e, _ in ks)
+    start = end - steps * step_ms * 1e6
+    ks = [k for k in ks if k[0] >= start]
+    ops, per_name = defaultdict(int), defaultdict(lambda: [0, 0])
+    for s, e, name in ks:
+        ops[category(name)] += e - s
+        per_name[name][0] += e - s
+        per_name[name][1] += 1
+    total = sum(ops.values())
+    busy = union_length([(s, e) for s, e, _ in ks])
+    print(f"last {steps} steps of {step_ms:.2f} ms: {len(ks) / steps:.0f} kernels per step, kernel sum "
+          f"{total / 1e6 / steps:.2f} ms per step, busy {busy / (end - start):.1%} of the window")
+    for op in [c for c, _ in CATEGORIES] + ["other"]:
+        if ops.get(op):
+            print(f"  {op:<26} {ops[op] / 1e6 / steps:8.2f} ms  {ops[op] / total:6.1%}")
+    if top:
+        print_top(per_name, steps, top)
 
 
 def main():
@@ -86,23 +126,30 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--skip", type=int, default=2)
     ap.add_argument("--by-op", action="store_true")
+    ap.add_argument("--top", type=int, default=0, help="list the K kernel names with the most time per step")
+    ap.add_argument("--eager", type=int, default=0, metavar="STEPS", help="an eager trace: its last STEPS steps")
+    ap.add_argument("--step-ms", type=float, default=0, help="with --eager: the program's step time")
     a = ap.parse_args()
-    with open(a.trace) as f:
+    with (gzip.open(a.trace, "rt") if a.trace.endswith(".gz") else open(a.trace)) as f:
         rows = [(r["kind"], int(r["start_ns"]), int(r["end_ns"]), int(r["correlation"]), r.get("name") or "")
                 for r in csv.DictReader(f)]
+    if a.eager:
+        if a.step_ms <= 0:
+            sys.exit("kernel_busy: --eager needs --step-ms (the program's step time, from its log)")
+        return eager(rows, a.eager, a.step_ms, a.top)
     reps = replays(rows)
     if len(reps) < a.skip + 2:
         sys.exit(f"kernel_busy: {len(reps)} graph replays with kernels in {a.trace}; need at least {a.skip + 2}")
     print("replay  kernels   sum_ms  busy_ms  span_ms  period_ms  span/sum-1  period/sum-1")
     per = []
-    for i, (first, last, n, total, busy, _) in enumerate(reps):
+    for i, (first, last, n, total, busy, _, _) in enumerate(reps):
         span = last - first
         line = f"{i:6d}  {n:7d}  {total / 1e6:7.2f}  {busy / 1e6:7.2f}  {span / 1e6:7.2f}"
         if i + 1 < len(reps):
             period = reps[i + 1][0] - first
             line += f"  {period / 1e6:9.2f}  {span / total - 1:+10.4f}  {period / total - 1:+12.4f}"
             if i >= a.skip:
-                per.append((total, busy, span, period, reps[i][5]))
+                per.append((total, busy, span, period, reps[i][5], reps[i][6]))
         print(line)
     med = [statistics.median(p[k] for p in per) for k in range(4)]
     span_ratio = statistics.median(p[2] / p[0] - 1 for p in per)
@@ -117,6 +164,13 @@ def main():
             ms = statistics.median(p[4].get(op, 0) for p in per)
             if ms:
                 print(f"  {op:<26} {ms / 1e6:8.2f} ms  {ms / total:6.1%}")
+    if a.top:
+        per_name = defaultdict(lambda: [0, 0])
+        for p in per:
+            for name, (ns, calls) in p[5].items():
+                per_name[name][0] += ns
+                per_name[name][1] += calls
+        print_top(per_name, len(per), a.top)
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,8 @@
 // bench/kernel_busy.py (the share of each replayed step spent in kernels, from bench/lab/kernel_trace's CSV) on crafted
 // traces: per replay the kernels of its cudaGraphLaunch (by correlation id, whatever their order in the file), their
 // sum, their busy time with overlaps counted once, the span and the period to the next replay; the medians after the
-// skipped warm-up replays; kernels outside any graph ignored; --by-op's sums by kernel name; too few replays refused.
+// skipped warm-up replays; kernels outside any graph ignored; --by-op's sums by kernel name; too few replays refused;
+// --top's kernels by time; --eager's window over a trace without graph replays (the torch peer's names sorted too).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -91,6 +92,53 @@ TEST_F(KernelBusy, ByOpSumsEachReplaysKernelsByTheirNames) {
        {"  grad norm + AdamW              3.00 ms   30.0%", "  attention                      1.00 ms   10.0%",
         "  gemm                           4.00 ms   40.0%", "  other                          2.00 ms   20.0%"})
     EXPECT_NE(o.out.find(want), std::string::npos) << want << "\n" << o.out;
+}
+
+// --top 2: the kernels with the most time per replay, with their calls per replay, largest first.
+TEST_F(KernelBusy, TopListsTheKernelsWithTheMostTime) {
+  const Out o = run(replays(4), "--skip 0 --top 1");
+  ASSERT_EQ(o.rc, 0) << o.out;
+  // both kernels of a replay have no name: one entry, 9 ms and 2 calls per replay
+  EXPECT_NE(o.out.find("top 1 kernels (ms per step, calls per step):\n      9.00     2.0  \n"), std::string::npos)
+      << o.out;
+}
+
+// An eager trace (no graph launches), steps of 10 ms: step 0 is a 9 ms GEMM (outside a 2-step window), steps 1 and 2
+// each torch's fused AdamW 2 ms, its clipping multiply 1 ms, a Triton silu 1 ms and a GEMM 4 ms, with a 2 ms gap. The
+// window is the last 2 x 10 ms before the last kernel's end: per step 8 ms of kernels, busy 80%.
+TEST_F(KernelBusy, EagerReadsTheLastStepsOfATraceWithoutReplays) {
+  const long long ms = 1'000'000;
+  std::string s = line("kernel", 0, 9 * ms, 1, "nvjet_sm90_tst_256x128");
+  for (int r = 1; r <= 2; ++r) {
+    const long long t = r * 10 * ms + 2 * ms;  // the last step ends at 30 ms
+    s += line("kernel", t, t + 4 * ms, 2, "nvjet_sm90_tst_256x128") +
+         line("kernel", t + 4 * ms, t + 6 * ms, 3, "_ZN2at6native19fused_adamw_impl_cu_multi_tensor_apply_kernel") +
+         line("kernel", t + 6 * ms, t + 7 * ms, 4, "_ZN2at6native30ForeachBinaryOpScalarTensor_cu") +
+         line("kernel", t + 7 * ms, t + 8 * ms, 5, "triton_poi_fused_mul_silu_silu_backward_3");
+  }
+  const Out o = run(s, "--eager 2 --step-ms 10 --top 1");
+  ASSERT_EQ(o.rc, 0) << o.out;
+  for (const char* want : {"last 2 steps of 10.00 ms: 4 kernels per step, kernel sum 8.00 ms per step, busy 80.0%",
+                           "  grad norm + AdamW              3.00 ms   37.5%",
+                           "  activation                     1.00 ms   12.5%",
+                           "  gemm                           4.00 ms   50.0%", "      4.00     1.0  nvjet_sm90_tst_256x128"})
+    EXPECT_NE(o.out.find(want), std::string::npos) << want << "\n" << o.out;
+}
+
+TEST_F(KernelBusy, EagerNeedsTheStepTime) {
+  const Out o = run(line("kernel", 0, 10, 1, "nvjet"), "--eager 2");
+  EXPECT_NE(o.rc, 0) << o.out;
+  EXPECT_NE(o.out.find("--eager needs --step-ms"), std::string::npos) << o.out;
+}
+
+TEST_F(KernelBusy, ReadsAGzippedTrace) {
+  std::ofstream(csv) << "kind,start_ns,end_ns,correlation,name\n" << replays(5);
+  const fs::path gz = csv.string() + ".gz";
+  const Out o = tb::testing_support::run_shell("gzip -c " + csv.string() + " > " + gz.string() +
+                                               " && python3 bench/kernel_busy.py " + gz.string() + " 2>&1");
+  fs::remove(gz);
+  ASSERT_EQ(o.rc, 0) << o.out;
+  EXPECT_NE(o.out.find("median of replays 2..3: kernels 9.00 ms"), std::string::npos) << o.out;
 }
 
 TEST_F(KernelBusy, RefusesTooFewReplays) {
