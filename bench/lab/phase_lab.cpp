@@ -6,10 +6,13 @@
 // NVML telemetry over the timed ones: cycle ms, the GEMMs' and AdamW's parts (events inside each cycle), power, clock.
 // Reading: the GEMMs' part at a higher clock when AdamW ran on fewer SMs means the step is bound by energy, not by
 // each kernel's time, and a memory-bound phase should use as few SMs as keep its bandwidth.
+// Then AdamW in N slices, each after K / N of the GEMMs (the optimizer spread over the next forward, layer by layer):
+// the low-power phases between GEMMs, as the torch peer's step has them; the parts are then summed over the slices.
 // Measured (session 21, one H200 at 700 W, bench/results/2026-12-01-h200-session21/call5): AdamW alone 4.0 TB/s at
 // 580 W on all SMs, 3.9 TB/s at 559 W on 48; the cycle 214.7-216.7 ms in every case, its GEMMs 194.0-195.2 ms (alone
 // 196.4): the SMs AdamW leaves idle save ~20 W and buy the GEMMs nothing. Green contexts round S up to a multiple of 8.
-// Usage: phase_lab [P_millions=2800] [K=140] [S,S,...=48,66,88]
+// Call 6 (another H200): AdamW in 7 / 35 slices 220.0 / 221.1 ms, as one block 220.3-221.9: spreading buys nothing.
+// Usage: phase_lab [P_millions=2800] [K=140] [S,S,...=48,66,88] [N,N,...=7,35]
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -49,6 +52,9 @@ int main(int argc, char** argv) {
   std::vector<int> splits;
   std::stringstream list(argc > 3 ? argv[3] : "48,66,88");
   for (std::string item; std::getline(list, item, ',');) splits.push_back(std::atoi(item.c_str()));
+  std::vector<int> slicings;
+  std::stringstream list2(argc > 4 ? argv[4] : "7,35");
+  for (std::string item; std::getline(list2, item, ',');) slicings.push_back(std::atoi(item.c_str()));
   ops::DeviceContext dc(0);
   cudaStream_t st = dc.stream();
   const std::int64_t m = 8192, n = 14336, k = 4096;
@@ -152,6 +158,53 @@ int main(int argc, char** argv) {
     run(c.c_str(), gemms, [&] { adamw_on(side); });
     cuStreamDestroy(gs);
     cuGreenCtxDestroy(green);
+  }
+  for (int N : slicings) {  // AdamW in N groups of P / N, group i after GEMMs [i K / N, (i + 1) K / N)
+    std::vector<std::unique_ptr<ops::AdamWGroup>> slices;
+    const std::size_t per = P / std::size_t(N);
+    for (int i = 0; i < N; ++i) {
+      ops::AdamWTensor part = t;
+      const std::size_t at = std::size_t(i) * per;
+      part.master += at, part.model += at;  // the others are untyped: fp32 here
+      part.grad = static_cast<const float*>(t.grad) + at;
+      part.exp_avg = static_cast<float*>(t.exp_avg) + at, part.exp_avg_sq = static_cast<float*>(t.exp_avg_sq) + at;
+      part.numel = std::int64_t(i + 1 == N ? P - at : per);
+      slices.push_back(std::make_unique<ops::AdamWGroup>(0, std::span<const ops::AdamWTensor>(&part, 1)));
+    }
+    std::vector<std::vector<cudaEvent_t>> marks;  // per cycle: before and after each slice's AdamW
+    bench::LoopSpec spec;
+    spec.warmup = 3, spec.iters = 10, spec.min_warmup_ms = 3000, spec.hold = false, spec.telemetry = &tel;
+    const bench::Timing timing = bench::time_stream(spec, 0, st, [&](int) {
+      std::vector<cudaEvent_t> ev(2 * std::size_t(N));
+      for (int i = 0; i < N; ++i) {
+        for (int j = i * K / N; j < (i + 1) * K / N; ++j) dc.gemm(g, y.get(), x.get(), w.get());
+        for (int e = 0; e < 2; ++e) {
+          TB_CHECK(cudaEventCreate(&ev[std::size_t(2 * i + e)]));
+          TB_CHECK(cudaEventRecord(ev[std::size_t(2 * i + e)], st));
+          if (e == 0) ops::adamw_step(*slices[std::size_t(i)], {}, sc, nullptr, st);
+        }
+      }
+      marks.push_back(std::move(ev));
+    });
+    TB_CHECK(cudaStreamSynchronize(st));
+    std::vector<double> a_ms;
+    for (std::size_t c = marks.size() - std::min<std::size_t>(marks.size(), 10); c < marks.size(); ++c) {
+      double sum = 0;
+      for (int i = 0; i < N; ++i) {
+        float ms = 0;
+        TB_CHECK(cudaEventElapsedTime(&ms, marks[c][std::size_t(2 * i)], marks[c][std::size_t(2 * i + 1)]));
+        sum += ms;
+      }
+      a_ms.push_back(sum);
+    }
+    for (auto& ev : marks)
+      for (auto e : ev) cudaEventDestroy(e);
+    const double cyc = timing.summary().median, am = median(a_ms), gm = cyc - am;
+    std::printf("cycle, AdamW in %2d slices cycle %8.2f ms | GEMMs %8.2f ms (%4.0f TFLOP/s) | AdamW %6.2f ms (%.2f TB/s)\n",
+                N, cyc, gm, 2e-9 * m * n * k * K / gm, am, 30e-9 * P / am);
+    if (timing.marked)
+      std::printf("%-22s %s\n", "", bench::describe(tel.summary(0, timing.telemetry_from, timing.telemetry_to)).c_str());
+    std::fflush(stdout);
   }
   run("cycle, AdamW all SMs", gemms, [&] { adamw_on(st); });  // again: the GPU's drift over the run
   return 0;
