@@ -34,7 +34,8 @@ CATEGORIES = [
                            "foreachbinaryop")),
     ("attention", ("sdpa", "fmha", "flash", "cudnn", "attention")),
     ("cross-entropy", ("cross_entropy", "softmax", "xent")),
-    ("activation", ("swiglu", "silu", "gelu", "sqrelu", "mapsource", "mapbackwardsource", "map_forward", "map_backward")),
+    ("activation", ("swiglu", "silu", "gelu", "sqrelu", "mapsource", "mapbackwardsource", "map_forward",
+                    "map_backward")),
     ("norm", ("norm",)),
     ("rope", ("rope",)),
     ("embedding", ("embedding", "position", "radix_sort")),  # cub's sort of the token ids

@@ -1,9 +1,9 @@
 // bench/lab/overlap_lab.cpp: how much of a memory-bound optimizer step hides behind compute-bound GEMMs when the two
 // run at once (a lab, not part of trainbench): the question before overlapping AdamW with the next forward.
-// Work, sized like Llama 3.1 8B with 8 layers on one H200: K forward-like GEMMs [8192 x 4096] x [4096 x 14336]^T
-// (0.96 TFLOP each, random operands: power-limited rates need real data) on the compute stream, and AdamW over
-// P parameters (fp32 master, moments, gradients, bf16 weights: 30 bytes moved per parameter) in G groups on a second
-// stream.
+// Work, sized like Llama 3.1 8B with 8 layers on one H200 (bench/lab/step_parts.h): K forward-like GEMMs
+// [8192 x 4096] x [4096 x 14336]^T (0.96 TFLOP each, random operands: power-limited rates need real data) on the
+// compute stream, and AdamW over P parameters (fp32 master, moments, gradients, bf16 weights: 30 bytes moved per
+// parameter) in G groups on a second stream.
 // Timed (bench/loop.h, median of 10 after 3): GEMMs alone (T_g), AdamW alone (T_a), both launched together with the
 // AdamW stream at high / normal priority (T_both). hidden = (T_g + T_a - T_both) / T_a: the share of the optimizer
 // that overlapping could remove from a step. Then the GPU split between the two, for each S in the list:
@@ -11,22 +11,17 @@
 //   green S: as sms S, AdamW on a stream of a green context holding S SMs (CUDA driver API), so it never takes the
 //            GEMMs' SMs either
 // Usage: overlap_lab [P_millions=1000] [K=20] [G=8] [S,S,...=8,16,24,32]
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
-#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/loop.h"
 #include "core/error.h"
-#include "ops/cuda/adamw.h"
-#include "ops/cuda/context.h"
-#include "ops/cuda/fill.h"
+#include "step_parts.h"
 
 int main(int argc, char** argv) {
   using namespace tb;
@@ -37,33 +32,10 @@ int main(int argc, char** argv) {
   for (std::string item; std::getline(list, item, ',');) splits.push_back(std::atoi(item.c_str()));
   ops::DeviceContext dc(0);
   cudaStream_t st = dc.stream();
-  const std::int64_t m = 8192, n = 14336, k = 4096;
-  ops::DeviceBuffer x(0, m * k * 2), w(0, n * k * 2), y(0, m * n * 2);
-  ops::fill_uniform(x.get(), DType::bf16, std::size_t(m * k), 1, -1, 1, st);
-  ops::fill_uniform(w.get(), DType::bf16, std::size_t(n * k), 2, -1, 1, st);
-  ops::GemmShape g;
-  g.m = m, g.n = n, g.k = k, g.a = g.b = g.d = DType::bf16, g.layout = ops::GemmLayout::abt;
-
-  ops::DeviceBuffer master(0, P * 4), grad(0, P * 4), mom(0, P * 8), model(0, P * 2);
-  ops::fill_uniform(master.get(), DType::f32, P, 3, -1, 1, st);
-  ops::fill_uniform(grad.get(), DType::f32, P, 4, -1e-3f, 1e-3f, st);
-  TB_CHECK(cudaMemsetAsync(mom.get(), 0, mom.bytes(), st));
-  std::vector<std::unique_ptr<ops::AdamWGroup>> groups;
-  const std::size_t per = P / std::size_t(G);
-  for (int i = 0; i < G; ++i) {
-    ops::AdamWTensor t;
-    const std::size_t at = std::size_t(i) * per;
-    t.master = master.as<float>() + at, t.grad = grad.as<float>() + at;
-    t.exp_avg = mom.as<float>() + at, t.exp_avg_sq = mom.as<float>() + P + at;
-    t.model = model.as<__nv_bfloat16>() + at, t.numel = std::int64_t(per);
-    groups.push_back(std::make_unique<ops::AdamWGroup>(0, std::span<const ops::AdamWTensor>(&t, 1)));
-  }
-  ops::AdamWStepScalars host{1e-4f, 0, 1};
-  ops::DeviceBuffer scalars(0, sizeof host);
-  TB_CHECK(cudaMemcpy(scalars.get(), &host, sizeof host, cudaMemcpyHostToDevice));
-  const auto* sc = scalars.as<ops::AdamWStepScalars>();
+  lab::GemmLoad gemm(st);
+  lab::AdamWLoad opt(P, st);
+  const auto groups = opt.groups(G);
   dc.synchronize();
-
   int lowest = 0, highest = 0;
   TB_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
   cudaStream_t hi, lo;
@@ -74,14 +46,10 @@ int main(int argc, char** argv) {
   TB_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
   int sms = 0;
   TB_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  auto gemms_on = [&](int sm_target) {
-    ops::GemmShape gs = g;
-    gs.sm_target = sm_target;
-    for (int i = 0; i < K; ++i) dc.gemm(gs, y.get(), x.get(), w.get());
-  };
+  auto gemms_on = [&](int sm_target) { gemm.run(dc, K, sm_target); };
   auto gemms = [&] { gemms_on(0); };
   auto adamw = [&](cudaStream_t s) {
-    for (auto& grp : groups) ops::adamw_step(*grp, {}, sc, nullptr, s);
+    for (auto& grp : groups) opt.step(*grp, s);
   };
   auto both = [&](cudaStream_t side, int sm_target = 0, bool with_gemms = true) {  // AdamW on `side`, GEMMs on st
     TB_CHECK(cudaEventRecord(fork, st));
@@ -94,9 +62,9 @@ int main(int argc, char** argv) {
   using bench::median_ms;
   const double tg = median_ms(0, st, gemms), ta = median_ms(0, st, [&] { adamw(st); });
   const double th = median_ms(0, st, [&] { both(hi); }), tl = median_ms(0, st, [&] { both(lo); });
-  std::printf("GEMMs alone  %8.2f ms  (%d x %.2f TFLOP: %.0f TFLOP/s)\n", tg, K, 2e-12 * m * n * k,
-              2e-9 * m * n * k * K / tg);
-  std::printf("AdamW alone  %8.2f ms  (%zu M params x 30 B: %.2f TB/s)\n", ta, P / 1000000, 30e-9 * P / ta);
+  std::printf("GEMMs alone  %8.2f ms  (%d x %.2f TFLOP: %.0f TFLOP/s)\n", tg, K, lab::GemmLoad::tflop(1),
+              1e3 * lab::GemmLoad::tflop(K) / tg);
+  std::printf("AdamW alone  %8.2f ms  (%zu M params x 30 B: %.2f TB/s)\n", ta, P / 1000000, opt.tbps(ta));
   for (auto [name, t] : {std::pair{"high", th}, std::pair{"normal", tl}})
     std::printf("both, AdamW stream %-6s priority %8.2f ms: hidden %.0f%% of AdamW\n", name, t,
                 100.0 * (tg + ta - t) / ta);
@@ -105,30 +73,16 @@ int main(int argc, char** argv) {
     const double tgs = median_ms(0, st, [&] { gemms_on(target); });
     const double tb = median_ms(0, st, [&] { both(hi, target); });
     std::printf("sms %3d: GEMMs on %3d SMs alone %8.2f ms (%.0f TFLOP/s), with AdamW %8.2f ms: hidden %.0f%%\n", S,
-                target, tgs, 2e-9 * m * n * k * K / tgs, tb, 100.0 * (tg + ta - tb) / ta);
-    CUdevice dev;
-    CUdevResource all, part, rest;
-    unsigned groups = 1;
-    CUdevResourceDesc desc;
-    CUgreenCtx green;
-    CUstream gs;
-    const bool ok = cuDeviceGet(&dev, 0) == CUDA_SUCCESS &&
-                    cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS &&
-                    cuDevSmResourceSplitByCount(&part, &groups, &all, &rest, 0, unsigned(S)) == CUDA_SUCCESS &&
-                    cuDevResourceGenerateDesc(&desc, &part, 1) == CUDA_SUCCESS &&
-                    cuGreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM) == CUDA_SUCCESS &&
-                    cuGreenCtxStreamCreate(&gs, green, CU_STREAM_NON_BLOCKING, highest) == CUDA_SUCCESS;
-    if (!ok) {
+                target, tgs, 1e3 * lab::GemmLoad::tflop(K) / tgs, tb, 100.0 * (tg + ta - tb) / ta);
+    const lab::GreenStream green(S, highest);
+    if (!green.ok()) {
       std::printf("green %3d: no green context of %d SMs\n", S, S);
       continue;
     }
-    const auto side = reinterpret_cast<cudaStream_t>(gs);
-    const double ta_g = median_ms(0, st, [&] { both(side, 0, false); });
-    const double tb_g = median_ms(0, st, [&] { both(side, target); });
+    const double ta_g = median_ms(0, st, [&] { both(green.stream(), 0, false); });
+    const double tb_g = median_ms(0, st, [&] { both(green.stream(), target); });
     std::printf("green %3d (%u SMs): AdamW alone %8.2f ms (%.2f TB/s), with the GEMMs %8.2f ms: hidden %.0f%%\n", S,
-                part.sm.smCount, ta_g, 30e-9 * P / ta_g, tb_g, 100.0 * (tg + ta - tb_g) / ta);
-    cuStreamDestroy(gs);
-    cuGreenCtxDestroy(green);
+                green.sms(), ta_g, opt.tbps(ta_g), tb_g, 100.0 * (tg + ta - tb_g) / ta);
   }
   return 0;
 }

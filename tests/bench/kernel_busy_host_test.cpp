@@ -121,7 +121,8 @@ TEST_F(KernelBusy, EagerReadsTheLastStepsOfATraceWithoutReplays) {
   for (const char* want : {"last 2 steps of 10.00 ms: 4 kernels per step, kernel sum 8.00 ms per step, busy 80.0%",
                            "  grad norm + AdamW              3.00 ms   37.5%",
                            "  activation                     1.00 ms   12.5%",
-                           "  gemm                           4.00 ms   50.0%", "      4.00     1.0  nvjet_sm90_tst_256x128"})
+                           "  gemm                           4.00 ms   50.0%",
+                           "      4.00     1.0  nvjet_sm90_tst_256x128"})
     EXPECT_NE(o.out.find(want), std::string::npos) << want << "\n" << o.out;
 }
 
