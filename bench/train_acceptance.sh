@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train_acceptance.sh: the training engine's GPU acceptance in one device call (run on the GPU machine from the
 # repository root, with carry/ from scripts/carry.sh): the training GPU tests, then trainbench and its PyTorch peer
-# (bench/peers/torch_train.py) on the same GPU, one after the other, at the shapes. Logs and JSONL to $OUT.
+# (bench/peers/torch_train.py) on the same GPU, one after the other, at the shapes, then every run's ratios
+# to the peers of its shape (bench/train_ratios.py). Logs and JSONL to $OUT.
 # Usage: bench/train_acceptance.sh [tests|8b|70b|recompute|fp8...|recipes]...  (default: tests 8b)
 # (Since session 16 `--fp8-lm-head` rounds its logit gradients stochastically unless told `--fp8-lm-head-rounding
 # nearest`; the results of the modes from fp8head to fp8headgradacc and of fp8best, all earlier, rounded to nearest.)
@@ -358,6 +359,9 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
       *) echo "unknown mode $mode" ;;
     esac
   done
+  if compgen -G "$OUT/results/*/results.jsonl" > /dev/null; then  # every run against the peers of its shape
+    log "ratios (bench/train_ratios.py)"; python3 bench/train_ratios.py "$OUT"
+  fi
 } 2>&1 | tee -a "$OUT/train.log"
 tar czf "$OUT/results-train.tgz" -C "$OUT" results 2>/dev/null  # its own name: another script in the same call keeps its
 rm -rf "$OUT/results"

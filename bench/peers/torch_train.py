@@ -11,7 +11,8 @@ FLOPs per token (the `full` convention of model/flops.h, no causal halving):
 --global-batch G: G / micro-batch micro-batches per step, their gradients summed in .grad (bf16 under --state bf16,
 fp32 under AMP) with each loss divided by their count, then one clip and one AdamW step (as trainbench's accumulation).
 Timing: CUDA events around each step (synchronized, so steps don't overlap); median/p10/p90 over the
-steps after --warmup. Progress on stderr, one JSON line on stdout.
+steps after --warmup. Over the measured steps NVML's power, SM clock and energy (nvml_power.py): "telemetry" and
+"energy_j_per_token", as trainbench's record has them. Progress on stderr, one JSON line on stdout.
 """
 import argparse
 import json
@@ -23,6 +24,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from nvml_power import for_torch_device
 
 PRESETS = {  # d_model, query heads, kv heads, head_dim, ffn, vocab, layers
     "llama3.1-8b": dict(d=4096, heads=32, kv=8, hd=128, ffn=14336, vocab=128256, layers=32),
@@ -241,13 +244,22 @@ def main():
     print(f"# torch {torch.__version__}: {args.model} L{L} seq {s} micro-batch {B} global batch {G} state {args.state} "
           f"compile {args.compile} sdpa {backend.name} gqa {'native' if gqa else 'repeated'}", file=sys.stderr)
     times, losses = [], []
+    power = for_torch_device(torch, dev.index or 0) if cuda else None
     for i in range(n):
+        if power and i == args.warmup:
+            power.start()  # the measured steps only
         (loss, norm), sec = timed(lambda: train_step(tokens[i], targets[i]), cuda)
         times.append(sec)
         losses.append(loss.item())
         log_step(i, args, losses[-1], norm.item(), sec)
+    if power:
+        power.stop()
 
     record = step_record(args, times, losses, G * s, cuda)
+    if power:
+        record["telemetry"] = power.summary()
+        if record["telemetry"]["available"]:
+            record["energy_j_per_token"] = record["telemetry"]["energy_j"] / (args.steps * G * s)
     fpt = flops_per_token(c, s)
     print(json.dumps({
         "peer": "torch", "bench": "train", "case": f"{args.model}/L{L}/s{s}/mb{B}/gb{G}/{dev.type}",
