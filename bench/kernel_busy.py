@@ -91,6 +91,13 @@ def replays(rows):
     return out
 
 
+def print_ops(ns_by_op, total_ns):
+    """Each op's time (ns in, ms out) and its share of total_ns, in CATEGORIES' order, the ops without time left out."""
+    for op in [c for c, _ in CATEGORIES] + ["other"]:
+        if ns_by_op.get(op):
+            print(f"  {op:<26} {ns_by_op[op] / 1e6:8.2f} ms  {ns_by_op[op] / total_ns:6.1%}")
+
+
 def print_top(per_name, steps, k):
     """The k kernel names with the most time, in ms per step."""
     print(f"top {k} kernels (ms per step, calls per step):")
@@ -115,9 +122,7 @@ def eager(rows, steps, step_ms, top):
     busy = union_length([(s, e) for s, e, _ in ks])
     print(f"last {steps} steps of {step_ms:.2f} ms: {len(ks) / steps:.0f} kernels per step, kernel sum "
           f"{total / 1e6 / steps:.2f} ms per step, busy {busy / (end - start):.1%} of the window")
-    for op in [c for c, _ in CATEGORIES] + ["other"]:
-        if ops.get(op):
-            print(f"  {op:<26} {ops[op] / 1e6 / steps:8.2f} ms  {ops[op] / total:6.1%}")
+    print_ops({op: ns / steps for op, ns in ops.items()}, total / steps)
     if top:
         print_top(per_name, steps, top)
 
@@ -161,10 +166,8 @@ def main():
     if a.by_op:
         total = statistics.median(p[0] for p in per)
         print(f"by op (median over the same replays; share of the median kernel sum {total / 1e6:.2f} ms):")
-        for op in [c for c, _ in CATEGORIES] + ["other"]:
-            ms = statistics.median(p[4].get(op, 0) for p in per)
-            if ms:
-                print(f"  {op:<26} {ms / 1e6:8.2f} ms  {ms / total:6.1%}")
+        print_ops({op: statistics.median(p[4].get(op, 0) for p in per) for op, _ in CATEGORIES + [("other", ())]},
+                  total)
     if a.top:
         per_name = defaultdict(lambda: [0, 0])
         for p in per:
