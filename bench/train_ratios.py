@@ -4,9 +4,10 @@
 Inputs: OUT, a folder as bench/train_acceptance.sh leaves it: OUT/results/NAME/results.jsonl (`trainbench train`
 records, bench "train") and OUT/peers.jsonl (one bench/peers/torch_train.py record per line). Runs and peers are
 matched by shape (model, layers, seq, micro-batch, global batch). Per shape, every run and peer with its step time,
-tokens/s, peak memory, energy per token and mean SM clock, then each trainbench run against each peer state:
-  speed = tokens/s / the peer's (its runs' mean; above 1: trainbench faster)
-  memory = peak allocated / the peer's (below 1: trainbench smaller)
+tokens/s, peak memory, energy per token and mean SM clock, then each trainbench run against each peer state, and
+every other configuration (FP8, recompute, other optimizer state) against trainbench's default at its shape:
+  speed = tokens/s / the peer's (its runs' mean; above 1: trainbench faster), or / the default run's
+  memory = peak allocated / the peer's (below 1: trainbench smaller), or / the default run's
 Where a shape has a target of the training-engine issue for trainbench's default (BF16, fp32 master weights, moments
 and gradients, no recompute) against the bf16-state peer (8B L8 >= 1.10, 70B L2 >= 1.05, seq 8192, micro-batch 1,
 global batch 1) and for its memory against the fp32-state peer (8B L8 <= 1), the row says whether it is met, and the
@@ -93,10 +94,13 @@ def main():
                           p.get("energy_j_per_token"), tel.get("sm_clock_mhz_mean")))
         if not theirs:
             print("  (no peer at this shape)")
-            continue
+        base = [r for _, r in mine if is_default(r)]  # trainbench's default at this shape: the others' baseline
         target = TARGETS.get(key)
         for n, r in mine:
             parts = []
+            if base and not is_default(r):
+                parts.append(f"vs trainbench's default: speed {r['tokens_per_s'] / base[0]['tokens_per_s']:.3f}, "
+                             f"memory {r['peak_alloc_gib'] / base[0]['peak_alloc_gib']:.3f}")
             for state, group in sorted(theirs.items()):
                 tps = statistics.mean(p["tokens_per_s"] for p in group)
                 mem = statistics.mean(p["max_memory_allocated_gib"] for p in group)
@@ -111,6 +115,8 @@ def main():
                         text += f" (target memory <= {target[1]:.2f}: {'met' if ok else 'not met'})"
                         met, unmet = met + ok, unmet + (not ok)
                 parts.append(text)
+            if not parts:
+                continue
             print(f"  {n}: " + "; ".join(parts))
     if met + unmet:
         print(f"\ntraining-engine targets: {met} met, {unmet} not met")

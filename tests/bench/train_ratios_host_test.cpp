@@ -1,7 +1,8 @@
 // bench/train_ratios.py (trainbench's training runs against the PyTorch peers of the same call) on a crafted folder:
-// runs and peers matched by shape, the peer's runs of one state averaged, speed and memory ratios, the training-engine
-// targets judged only for the default configuration at the issue's shapes, a shape without peers, unmeasured values
-// shown as "-", and no trainbench records refused.
+// runs and peers matched by shape, the peer's runs of one state averaged, speed and memory ratios, the other
+// configurations also against trainbench's default, the training-engine targets judged only for the default
+// configuration at the issue's shapes, a shape without peers, unmeasured values shown as "-", and no trainbench records
+// refused.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -62,17 +63,24 @@ TEST_F(TrainRatios, RatiosToEachPeerStateAndTheTargets) {
         "  torch bf16 state #2                  190.0      42000     28.00         -       -",
         "  8b-default: vs torch bf16: speed 1.073, memory 1.607 (target speed >= 1.10: not met); vs torch fp32: "
         "speed 1.222, memory 0.900 (target memory <= 1.00: met)",
-        "  8b-selective: vs torch bf16: speed 1.000, memory 1.571; vs torch fp32: speed 1.139, memory 0.880\n",
+        "  8b-selective: vs trainbench's default: speed 0.932, memory 0.978; vs torch bf16: speed 1.000, memory 1.571; "
+        "vs torch fp32: speed 1.139, memory 0.880\n",
         "training-engine targets: 1 met, 1 not met"})
     EXPECT_NE(o.out.find(want), std::string::npos) << want << "\n" << o.out;
 }
 
-TEST_F(TrainRatios, AShapeWithoutPeersIsListedAlone) {
-  run("70b", R"("model":"llama3.1-70b","layers":2,"seq":8192,"micro_batch":1,"global_batch":1)", kDefault);
+// 70B L2 without a peer: its FP8 run (55000 tokens/s, 48 GiB) still gets its ratio to the default (44000, 45 GiB).
+TEST_F(TrainRatios, AShapeWithoutPeersGetsTheRatiosToTheDefault) {
+  const char* shape70 = R"("model":"llama3.1-70b","layers":2,"seq":8192,"micro_batch":1,"global_batch":1)";
+  run("70b", shape70, kDefault);
+  run("70b-fp8", shape70, R"("precision":"fp8","moments":"f32","grads":"f32","recompute":"none",)"
+                          R"("step_ms":{"median":160},"tokens_per_s":55000,"peak_alloc_gib":48)");
   peer(kShape8b, "bf16", 0.2, 40000, 28);  // another shape
   const Out o = ratios();
   ASSERT_EQ(o.rc, 0) << o.out;
   EXPECT_NE(o.out.find("  (no peer at this shape)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("  70b-fp8: vs trainbench's default: speed 1.250, memory 1.067\n"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("  70b:"), std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("targets:"), std::string::npos) << o.out;
 }
 
