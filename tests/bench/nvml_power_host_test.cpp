@@ -14,7 +14,8 @@ TEST(NvmlPower, SummarisesAWindowOrSaysWhyNot) {
       "python3 -c 'import sys, time; sys.path.insert(0, \"bench/peers\"); import nvml_power\n"
       "p = nvml_power.NvmlPower(period_s=0.01); p.start(); time.sleep(0.1); p.stop(); s = p.summary()\n"
       "print(\"unavailable:\", s[\"reason\"]) if not s[\"available\"] else "
-      "print(\"samples\", s[\"samples\"] > 0, s[\"power_w_mean\"] > 0, s[\"sm_clock_mhz_mean\"] > 0, s[\"energy_j\"] > 0)'"
+      "print(\"samples\", s[\"samples\"] > 0, s[\"power_w_mean\"] > 0, s[\"sm_clock_mhz_mean\"] > 0, "
+      "s[\"energy_j\"] > 0)'"
       " 2>&1");
   ASSERT_EQ(o.rc, 0) << o.out;
   const bool unavailable = o.out.find("unavailable: NVML unavailable: ") != std::string::npos;
