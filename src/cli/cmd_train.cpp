@@ -391,8 +391,8 @@ int cmd_train(int argc, char** argv) {
                 res.graph.c_str(), res.gemm_plans, res.gemm_retuned);
     std::printf("         estimate: %s\n", res.estimate.parts_gib().c_str());
     if (res.telemetry && res.telemetry->samples > 0)
-      std::printf("         %s | energy %.3f J/token\n", bench::describe(*res.telemetry).c_str(),
-                  res.energy_j_per_token);
+      std::printf("         %s | energy %.1f mJ/token\n", bench::describe(*res.telemetry).c_str(),
+                  1e3 * res.energy_j_per_token);  // three digits: runs differ in the third
     print_ops(res);
   }
   print_results_location(run);
