@@ -6,10 +6,11 @@ with every step's loss. load() returns {(data, seed, precision): [loss per step]
 (spaces written as underscores); it exits with a message when a run has fewer than min_losses losses or when no
 folder matches. seeds_and_precisions() orders one data set's seeds and precisions (BF16 first)."""
 import glob
-import json
 import os
 import re
 import sys
+
+from train_records import train_record
 
 
 def load(results, tag, min_losses=1):
@@ -19,12 +20,8 @@ def load(results, tag, min_losses=1):
         m = pattern.match(os.path.basename(folder))
         if not m:
             continue
-        losses = None
-        for path in sorted(glob.glob(f"{folder}/*.jsonl")):
-            for line in open(path):
-                r = json.loads(line)
-                if r.get("bench") == "train":
-                    losses = r["loss"]
+        r = train_record(folder)
+        losses = r["loss"] if r else None
         if not losses or len(losses) < min_losses:
             sys.exit(f"{folder}: no train record with at least {min_losses} losses")
         runs[(m[2], int(m[1]), m[3])] = losses

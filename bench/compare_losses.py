@@ -5,18 +5,16 @@ Usage: compare_losses.py REFERENCE CANDIDATE [--tol 0.02]
 Prints both loss curves and the largest relative difference; exits 1 when it is above --tol (a parallel layout
 must train like the single-GPU run: equal within bf16 round-off that grows slowly over the steps)."""
 import argparse
-import glob
-import json
 import sys
+
+from train_records import train_record
 
 
 def losses(folder):
-    for path in sorted(glob.glob(f"{folder}/*.jsonl")):
-        for line in open(path):
-            r = json.loads(line)
-            if r.get("bench") == "train":
-                return r["loss"], r.get("tokens_per_s_per_gpu", r["tokens_per_s"])
-    sys.exit(f"no train record in {folder}")
+    r = train_record(folder)
+    if not r:
+        sys.exit(f"no train record in {folder}")
+    return r["loss"], r.get("tokens_per_s_per_gpu", r["tokens_per_s"])
 
 
 ap = argparse.ArgumentParser()

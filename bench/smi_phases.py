@@ -33,8 +33,8 @@ def main():
             continue
         try:
             t = datetime.datetime.strptime(p[0], "%Y/%m/%d %H:%M:%S.%f")
-            rows.append((seconds(t.strftime("%H:%M:%S.%f")), float(p[1].split()[0]), float(p[2].split()[0]),
-                         p[4] == "Active"))
+            rows.append((t.hour * 3600 + t.minute * 60 + t.second + t.microsecond / 1e6, float(p[1].split()[0]),
+                         float(p[2].split()[0]), p[4] == "Active"))
         except ValueError:
             continue  # a line nvidia-smi could not fill ([N/A])
     windows = {}

@@ -22,6 +22,8 @@ import os
 import statistics
 import sys
 
+from train_records import train_record
+
 # (model, layers, seq, micro-batch, global batch) -> (speed vs the bf16-state peer, memory vs the fp32-state peer)
 TARGETS = {("llama3.1-8b", 8, 8192, 1, 1): (1.10, 1.0), ("llama3.1-70b", 2, 8192, 1, 1): (1.05, None)}
 
@@ -31,15 +33,12 @@ def shape(r):
 
 
 def ours(out):
-    """[(name, record)] of the trainbench train runs under out/results, by folder name."""
+    """[(name, record)] of the trainbench train runs under out/results that ended ok, by folder name."""
     runs = []
-    for path in sorted(glob.glob(os.path.join(out, "results", "*", "results.jsonl"))):
-        with open(path) as f:
-            for line in f:
-                r = json.loads(line)
-                if r.get("bench") == "train" and r.get("status", "ok") == "ok":
-                    runs.append((os.path.basename(os.path.dirname(path)), r))
-                    break
+    for folder in sorted(glob.glob(os.path.join(out, "results", "*"))):
+        r = train_record(folder)
+        if r and r.get("status", "ok") == "ok":
+            runs.append((os.path.basename(folder), r))
     return runs
 
 

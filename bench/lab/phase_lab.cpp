@@ -25,14 +25,10 @@
 #include "bench/loop.h"
 #include "bench/telemetry.h"
 #include "core/error.h"
+#include "core/stats.h"
 #include "step_parts.h"
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 std::vector<int> int_list(const char* text) {
   std::vector<int> out;
@@ -83,7 +79,7 @@ int main(int argc, char** argv) {
     }
     for (auto& ev : marks)
       for (auto e : ev) cudaEventDestroy(e);
-    const double cyc = timing.summary().median, am = median(a_ms), gm = cyc - am;
+    const double cyc = timing.summary().median, am = summarize(a_ms).median, gm = cyc - am;
     std::printf("%-26s cycle %8.2f ms | GEMMs %8.2f ms (%4.0f TFLOP/s) | AdamW %6.2f ms (%.2f TB/s)\n", name.c_str(),
                 cyc, gm, gm > 0.01 ? 1e3 * lab::GemmLoad::tflop(K) / gm : 0.0, am, am > 0.01 ? opt.tbps(am) : 0.0);
     if (timing.marked) {

@@ -88,10 +88,10 @@ struct TrainSpec {
                                       // (the others BF16; where FP8 costs the head accuracy, bench/RESULTS.md)
   std::string fp8_grad_rounding = "nearest";  // the linear layers' output gradients' rounding: nearest | stochastic
   std::string fp8_weight_cast = "auto";  // fused: AdamW writes the linear layers' FP8 weight copies in its update
-                                      // where it can (delayed scaling without data / context parallel: ops/cuda/
-                                      // adamw.h); separate: cast at
-                                      // each step's start (always so otherwise); auto: fused with fp32 moments (where
-                                      // it was faster on an H200), else separate. The same numbers either way.
+                                      // where it can (delayed scaling without data / context parallel:
+                                      // ops/cuda/adamw.h); separate: cast at each step's start (always so otherwise);
+                                      // auto: fused with fp32 moments (where it was faster on an H200), else
+                                      // separate. The same numbers either way.
   bool fp8_attention = false;         // attention through cuDNN's FP8 SDPA too (Fp8Options::attention): FP8 only;
                                       // head_dim 128, no context parallel, not deterministic (validate())
   std::string fp8_attention_emulate;  // a diagnostic: BF16 attention with its inputs (qkv) and/or output (o) rounded

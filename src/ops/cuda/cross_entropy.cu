@@ -268,7 +268,7 @@ LmHeadCeScratch lm_head_ce_scratch(std::int64_t tokens, std::int64_t vocab, std:
              str("lm_head_cross_entropy: tokens ", tokens, " or vocab ", vocab, " exceed 2^31 - 1"));
   // Rows of h bf16 start 256-byte aligned every q rows.
   const std::int64_t q = 128 / std::gcd<std::int64_t>(hidden, 128);
-  const std::int64_t step = fp8 ? std::lcm<std::int64_t>(q, 64) : q;  // FP8: the vector cast (rows of 32)
+  const std::int64_t step = fp8 ? std::lcm<std::int64_t>(q, 64) : q;  // FP8: 64-row chunks (the vector cast: 32)
   LmHeadCeScratch s;
   s.chunk = std::min(tokens, (std::int64_t(std::min<std::int64_t>(chunk, tokens)) + step - 1) / step * step);
   const std::size_t c = std::size_t(s.chunk), v = std::size_t(vocab), hh = std::size_t(hidden);
