@@ -1,43 +1,15 @@
-// model/param_layout.cpp: the dense decoder's flat parameter layout and its deterministic init (see the .h).
+// model/param_layout.cpp: the dense decoder's flat parameter layout, its tags and the CUDA alignment check (see the .h).
 #include "model/param_layout.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
-#include <numbers>
-#include <random>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
 namespace tb::model {
-namespace {
-
-// 64-bit FNV-1a of the slot name, mixed with the seed by splitmix64: the seed of the slot's generator.
-std::uint64_t slot_seed(std::uint64_t seed, std::string_view name) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (char ch : name) h = (h ^ std::uint8_t(ch)) * 1099511628211ull;
-  std::uint64_t z = seed ^ h;
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// A standard normal by Box-Muller from two uniforms in (0, 1] (std::normal_distribution's algorithm is not
-// specified by the standard; this one gives the same values with every standard library).
-double normal(std::mt19937_64& g) {
-  const double u1 = (double(g() >> 11) + 1.0) * 0x1.0p-53, u2 = double(g() >> 11) * 0x1.0p-53;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-}
-
-}  // namespace
-
-const Slot& DenseLayout::at(std::string_view name) const {
-  for (const Slot& s : slots)
-    if (s.name == name) return s;
-  raise_config("dense decoder: no parameter named '" + std::string(name) + "'");
-}
 
 LayerRange pipeline_stage_layers(int layers, int stages, int stage) {
   TB_REQUIRE(stages >= 1 && stage >= 0 && stage < stages && layers >= stages,
@@ -59,57 +31,47 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range) {
   const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * c.layers);
   const bool norm_bias = c.norm != Norm::rmsnorm;
   const double norm_w0 = c.norm == Norm::layernorm1p ? 0.0 : 1.0;
-  auto add = [&](std::string name, std::vector<std::int64_t> shape, double init_std, double init_value) {
-    std::size_t size = 1;
-    for (auto s : shape) size *= std::size_t(s);
-    L.slots.push_back(Slot{std::move(name), L.total, size, std::move(shape), init_std, init_value});
-    L.total += size;
-    return int(L.slots.size()) - 1;
+  auto tags = [](ParamRole role, TpRole tp = TpRole::replicated, std::vector<std::int64_t> blocks = {}) {
+    ParamTags t;
+    t.role = role, t.tp = tp, t.tp_blocks = std::move(blocks), t.decay = role != ParamRole::norm;
+    return t;
   };
   auto norm = [&](const std::string& prefix, int& w, int& b) {
-    w = add(prefix + ".weight", {d}, 0.0, norm_w0);
-    if (norm_bias) b = add(prefix + ".bias", {d}, 0.0, 0.0);
+    w = L.add(prefix + ".weight", {d}, {0.0, norm_w0}, tags(ParamRole::norm));
+    if (norm_bias) b = L.add(prefix + ".bias", {d}, {0.0, 0.0}, tags(ParamRole::norm));
   };
-  if (embedding) L.embed = add("embed.weight", {c.vocab, d}, std_in, 0.0);
-  if (embedding && c.pos == Pos::learned) L.pos_embed = add("pos_embed.weight", {c.seq, d}, std_in, 0.0);
-  const std::int64_t fc1_rows = c.act == Act::swiglu ? 2 * std::int64_t(c.ffn) : c.ffn;
+  auto embedding_tags = [&] {
+    ParamTags t = tags(ParamRole::embedding);
+    t.tied = c.tied_embeddings;
+    return t;
+  };
+  if (embedding) L.embed = L.add("embed.weight", {c.vocab, d}, {std_in, 0.0}, embedding_tags());
+  if (embedding && c.pos == Pos::learned)
+    L.pos_embed = L.add("pos_embed.weight", {c.seq, d}, {std_in, 0.0}, tags(ParamRole::position));
+  const std::int64_t ffn = c.ffn, fc1_rows = c.act == Act::swiglu ? 2 * ffn : ffn;
+  const std::vector<std::int64_t> fc1_blocks = c.act == Act::swiglu ? std::vector{ffn, ffn} : std::vector{ffn};
+  const std::int64_t qd = c.q_dim(), kvd = c.kv_dim();
   for (int i = first; i < last; ++i) {
     const std::string p = "layers." + std::to_string(i);
     DenseLayout::Layer l;
     norm(p + ".norm1", l.norm1_w, l.norm1_b);
-    l.qkv = add(p + ".attn.qkv.weight", {std::int64_t(c.q_dim()) + 2 * std::int64_t(c.kv_dim()), d}, std_in, 0.0);
-    l.out = add(p + ".attn.out.weight", {d, c.q_dim()}, std_out, 0.0);
+    l.qkv = L.add(p + ".attn.qkv.weight", {qd + 2 * kvd, d}, {std_in, 0.0},
+                  tags(ParamRole::linear, TpRole::column, {qd, kvd, kvd}));
+    l.out = L.add(p + ".attn.out.weight", {d, qd}, {std_out, 0.0}, tags(ParamRole::linear, TpRole::row));
     norm(p + ".norm2", l.norm2_w, l.norm2_b);
-    l.fc1 = add(p + ".mlp.fc1.weight", {fc1_rows, d}, std_in, 0.0);
-    l.fc2 = add(p + ".mlp.fc2.weight", {d, c.ffn}, std_out, 0.0);
+    l.fc1 = L.add(p + ".mlp.fc1.weight", {fc1_rows, d}, {std_in, 0.0},
+                  tags(ParamRole::linear, TpRole::column, fc1_blocks));
+    l.fc2 = L.add(p + ".mlp.fc2.weight", {d, ffn}, {std_out, 0.0}, tags(ParamRole::linear, TpRole::row));
     L.layers.push_back(l);
   }
   if (!head) return L;
   norm("final_norm", L.final_norm_w, L.final_norm_b);
   if (c.tied_embeddings)  // the embedding itself, or on a last stage without it a copy of the same name and values
-    L.lm_head = embedding ? L.embed : add("embed.weight", {c.vocab, d}, std_in, 0.0);
+    L.lm_head = embedding ? L.embed : L.add("embed.weight", {c.vocab, d}, {std_in, 0.0}, embedding_tags());
   else
-    L.lm_head = add("lm_head.weight", {c.vocab, d}, std_in, 0.0);
+    L.lm_head = L.add("lm_head.weight", {c.vocab, d}, {std_in, 0.0}, tags(ParamRole::head));
   return L;
 }
-
-template <class T>
-void init_params(std::span<T> params, const DenseLayout& layout, std::uint64_t seed) {
-  TB_REQUIRE(params.size() == layout.total, "init_params: the buffer holds " + std::to_string(params.size()) +
-                                                " parameters, the layout " + std::to_string(layout.total));
-  for (const Slot& s : layout.slots) {
-    T* p = params.data() + s.offset;
-    if (s.init_std == 0) {
-      for (std::size_t i = 0; i < s.size; ++i) p[i] = T(s.init_value);
-      continue;
-    }
-    std::mt19937_64 g(slot_seed(seed, s.name));
-    for (std::size_t i = 0; i < s.size; ++i) p[i] = T(s.init_value + s.init_std * normal(g));
-  }
-}
-
-template void init_params<float>(std::span<float>, const DenseLayout&, std::uint64_t);
-template void init_params<double>(std::span<double>, const DenseLayout&, std::uint64_t);
 
 std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l) {
   constexpr std::size_t kAlign = 128;  // elements: 256 bytes of bf16

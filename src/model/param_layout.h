@@ -13,10 +13,11 @@
 //   lm_head.weight                [vocab, d_model]                     (absent when tied_embeddings: embed.weight)
 //   embed.weight (copy)           [vocab, d_model]                     (tied, a last stage without the embedding)
 // Linear layers have no bias (Llama, Nemotron, Mistral have none; GPT-3's linear biases are left out).
-// Init: value = init_value + init_std * N(0, 1); matrices and embeddings std 0.02, the output projections
-// (attn.out, mlp.fc2) 0.02 / sqrt(2 layers); norm weights 1 (0 for layernorm1p, which stores w - 1); biases 0.
-// Each slot draws from its own std::mt19937_64 seeded from (seed, slot name), so a slot's values do not
-// depend on the slots before it (a proxy with fewer layers starts like the full model) nor on T.
+// Init (model/params.h): matrices and embeddings std 0.02, the output projections (attn.out, mlp.fc2)
+// 0.02 / sqrt(2 layers); norm weights 1 (0 for layernorm1p, which stores w - 1); biases 0. Tags: norms replicated and
+// not decayed; qkv and fc1 column parallel (blocks Q, K, V and gate, up), out and fc2 row parallel; the embedding,
+// positions and LM head replicated (the CUDA backend's tensor parallel; the sharded CPU decoder splits the
+// embedding and LM head by vocabulary rows).
 // Pipeline stages: dense_layout(c, LayerRange{first, last}) is the part of the layout one stage holds, layers
 // [first, last) of the model c: the same slot names (global layer indices, so a stage draws the full model's
 // values), packed from offset 0 in the same order; embed.weight (and pos_embed) only when first == 0,
@@ -33,22 +34,14 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/params.h"
 
 namespace tb::model {
 
-struct Slot {
-  std::string name;
-  std::size_t offset = 0, size = 0;  // in elements of the flat buffer
-  std::vector<std::int64_t> shape;   // [rows, cols] for matrices, [n] for vectors
-  double init_std = 0, init_value = 0;
-};
-
-struct DenseLayout {
+struct DenseLayout : ParamRegistry {
   struct Layer {
     int norm1_w = -1, norm1_b = -1, qkv = -1, out = -1, norm2_w = -1, norm2_b = -1, fc1 = -1, fc2 = -1;
   };
-  std::vector<Slot> slots;
-  std::size_t total = 0;  // elements
   // Indices into slots; -1 when absent (no bias, no learned positions). lm_head == embed when tied.
   int embed = -1, pos_embed = -1, final_norm_w = -1, final_norm_b = -1, lm_head = -1;
   std::vector<Layer> layers;  // this layout's layers: model layer first_layer + i at index i
@@ -56,8 +49,6 @@ struct DenseLayout {
 
   bool has_embedding() const { return embed >= 0; }  // the first stage (or the whole model)
   bool has_head() const { return lm_head >= 0; }      // the last stage: final norm, LM head, loss
-
-  const Slot& at(std::string_view name) const;  // Error{config} for an unknown name
 };
 
 // Layers [first, last) of a model; last -1: to the end. The whole model by default.
@@ -75,9 +66,5 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range = {});
 // (256 bytes of bf16, which the GEMM, norm and cross-entropy kernels assume), head_dim a multiple of 8 (cuDNN's SDPA)
 // and, with RoPE, of 16. The CUDA decoder checks its layout; train::validate the whole model's before any GPU work.
 std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l);
-
-// Fills params (layout.total elements) with the initial values.
-template <class T>
-void init_params(std::span<T> params, const DenseLayout& layout, std::uint64_t seed);
 
 }  // namespace tb::model

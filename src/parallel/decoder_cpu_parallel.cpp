@@ -118,10 +118,9 @@ void ShardedCpuDecoder<T>::build_layout() {
       rows += p.rows;
     }
     std::vector<std::int64_t> shape = matrix ? std::vector<std::int64_t>{rows, cols} : std::vector<std::int64_t>{cols};
-    const std::size_t size = std::size_t(rows * cols);
-    local_.slots.push_back(model::Slot{name, local_.total, size, shape, f.init_std, f.init_value});
-    local_.total += size;
-    return int(local_.slots.size()) - 1;
+    model::ParamTags tags = f.tags;  // a column-parallel shard holds 1 / tp of each row block
+    for (std::int64_t& b : tags.tp_blocks) b = replicated ? b : b / tp_.size();
+    return local_.add(name, shape, {f.init_std, f.init_value}, std::move(tags));
   };
   auto whole = [&](int full_index) {  // a replicated slot (-1: absent)
     if (full_index < 0) return -1;
@@ -145,7 +144,7 @@ void ShardedCpuDecoder<T>::build_layout() {
 
   if (is_first()) local_.embed = rows_of(full_.embed, {{r * vl, vl, 0, d}});
   auto tp_parts = [&](int full_index) {  // Megatron's split of a linear layer (tensor_shard.h)
-    return rows_of(full_index, tp_slot_parts(cfg_, full_.slots[std::size_t(full_index)], tp_.size(), int(r)));
+    return rows_of(full_index, tp_slot_parts(full_.slots[std::size_t(full_index)], tp_.size(), int(r)));
   };
   for (int l = first_; l < last_; ++l) {
     const auto& F = full_.layers[std::size_t(l)];

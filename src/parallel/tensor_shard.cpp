@@ -13,25 +13,25 @@ model::ModelConfig tp_shard_config(const model::ModelConfig& full, int tp) {
   return c;
 }
 
-bool tp_replicated(std::string_view name) {
-  return !(name.ends_with("attn.qkv.weight") || name.ends_with("attn.out.weight") ||
-           name.ends_with("mlp.fc1.weight") || name.ends_with("mlp.fc2.weight"));
-}
+bool tp_replicated(const model::Slot& s) { return s.tags.tp == model::TpRole::replicated; }
 
-std::vector<SlotPart> tp_slot_parts(const model::ModelConfig& full, const model::Slot& s, int tp, int rank) {
-  const std::string_view name = s.name;
+std::vector<SlotPart> tp_slot_parts(const model::Slot& s, int tp, int rank) {
   const std::int64_t rows = s.shape[0], cols = s.shape.size() == 2 ? s.shape[1] : 1;
-  if (tp_replicated(name) || tp == 1) return {{0, rows, 0, cols}};
-  const std::int64_t r = rank, d = full.d_model, hd = full.head_dim;
-  const std::int64_t ql = full.heads / tp * hd, kvl = full.kv_heads / tp * hd, ffl = full.ffn / tp;
-  const std::int64_t qd = full.q_dim(), kvd = full.kv_dim();
-  if (name.ends_with("attn.qkv.weight")) return {{r * ql, ql, 0, d}, {qd + r * kvl, kvl, 0, d}, {qd + kvd + r * kvl, kvl, 0, d}};
-  if (name.ends_with("attn.out.weight")) return {{0, d, r * ql, ql}};
-  if (name.ends_with("mlp.fc1.weight")) {
-    if (full.act == model::Act::swiglu) return {{r * ffl, ffl, 0, d}, {full.ffn + r * ffl, ffl, 0, d}};
-    return {{r * ffl, ffl, 0, d}};
+  if (tp_replicated(s) || tp == 1) return {{0, rows, 0, cols}};
+  const std::int64_t r = rank;
+  auto split = [&](std::int64_t n) {
+    TB_REQUIRE(n % tp == 0, "tensor parallel: " + s.name + " has a block of " + std::to_string(n) +
+                                " rows or columns, which tp " + std::to_string(tp) + " does not divide");
+    return n / tp;
+  };
+  if (s.tags.tp == model::TpRole::row) return {{0, rows, r * split(cols), split(cols)}};
+  std::vector<SlotPart> parts;  // column parallel: this rank's part of each row block
+  std::int64_t row0 = 0;
+  for (std::int64_t block : s.tags.tp_blocks.empty() ? std::vector<std::int64_t>{rows} : s.tags.tp_blocks) {
+    parts.push_back({row0 + r * split(block), split(block), 0, cols});
+    row0 += block;
   }
-  return {{0, d, r * ffl, ffl}};  // mlp.fc2
+  return parts;
 }
 
 }  // namespace tb::parallel

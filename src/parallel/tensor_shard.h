@@ -22,10 +22,12 @@ model::ModelConfig tp_shard_config(const model::ModelConfig& full, int tp);
 
 struct SlotPart {
   std::int64_t row0 = 0, rows = 0, col0 = 0, cols = 0;  // a block of the full slot, [rows, cols]
+  bool operator==(const SlotPart&) const = default;
 };
 // The parts of `slot` (a slot of model::dense_layout(full)) that tp rank `rank` holds, in local order (one whole part
 // when replicated).
-std::vector<SlotPart> tp_slot_parts(const model::ModelConfig& full, const model::Slot& slot, int tp, int rank);
-bool tp_replicated(std::string_view name);  // embedding, positions, norms, LM head
+// The split follows the slot's tags (model/params.h): replicated, row parallel, or column parallel by its row blocks.
+std::vector<SlotPart> tp_slot_parts(const model::Slot& slot, int tp, int rank);
+bool tp_replicated(const model::Slot& slot);  // embedding, positions, norms, LM head
 
 }  // namespace tb::parallel

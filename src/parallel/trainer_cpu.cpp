@@ -37,7 +37,7 @@ model::ModelConfig validated(const comm::Communicator& world, const model::Model
 }  // namespace
 
 bool decays(const model::Slot& s) {
-  return s.name.find("norm") == std::string::npos && s.name.find("bias") == std::string::npos;
+  return s.tags.decay;
 }
 
 void OptimizerHyper::validate() const {

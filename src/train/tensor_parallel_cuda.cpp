@@ -22,10 +22,11 @@ TensorParallelCuda::TensorParallelCuda(comm::Communicator& tp_group, cudaStream_
   act_async_->set_stream(as_.get());
   // Untied, the embedding and learned positions take their gradients from every rank's rows (embedding_rows): no sum.
   auto from_rows = [&](const model::Slot& s) {
-    return !local_cfg.tied_embeddings && (s.name == "embed.weight" || s.name == "pos_embed.weight");
+    return !local_cfg.tied_embeddings &&
+           (s.tags.role == model::ParamRole::embedding || s.tags.role == model::ParamRole::position);
   };
   for (const model::Slot& s : local.slots)
-    if (parallel::tp_replicated(s.name) && !from_rows(s)) replicated_.push_back(&s);
+    if (parallel::tp_replicated(s) && !from_rows(s)) replicated_.push_back(&s);
   if (!local_cfg.tied_embeddings && local.embed >= 0)  // (a pipeline stage without the embedding needs none)
     rows_ = std::make_unique<EmbeddingRowsGather>(act_->device(), local_cfg, rows_per_rank, act_->size());
   next_ = replicated_.size();

@@ -13,43 +13,24 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/counter_rng.h"
 #include "core/dtype.h"
-
-#if defined(__CUDACC__)
-#define TB_HOST_DEVICE __host__ __device__
-#else
-#define TB_HOST_DEVICE
-#endif
 
 namespace tb::ops {
 
-TB_HOST_DEVICE inline std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using tb::normal_value;
+using tb::splitmix64;
 
 // The float of element i before it is rounded to the storage type.
 TB_HOST_DEVICE inline float fill_value(std::uint64_t seed, std::uint64_t i, float lo, float hi) {
-  const std::uint64_t r = splitmix64(splitmix64(seed) + i * 0x9E3779B97F4A7C15ull);
-  const float u = float(r >> 40) * 0x1p-24f;
-  return fmaf(hi - lo, u, lo);
-}
-
-// A standard normal draw for element i (Box-Muller on the uniforms of 2i and 2i+1, first in (0, 1]):
-//   z_i = sqrt(-2 ln(1 - u_2i)) cos(2 pi u_2i+1)
-TB_HOST_DEVICE inline float normal_value(std::uint64_t seed, std::uint64_t i) {
-  const float u1 = 1.0f - fill_value(seed, 2 * i, 0.0f, 1.0f);
-  const float u2 = fill_value(seed, 2 * i + 1, 0.0f, 1.0f);
-  return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795865f * u2);
+  return fmaf(hi - lo, uniform_value(seed, i), lo);
 }
 
 // n elements of type t at dst (device, 16-byte aligned), uniform in [lo, hi]; lo < hi, both finite in t.
 // Floating types only (f64 f32 tf32 f16 bf16 e4m3 e5m2; tf32 is stored as f32, unrounded).
 void fill_uniform(void* dst, DType t, std::size_t n, std::uint64_t seed, float lo, float hi, cudaStream_t stream);
 
-// n fp32 values at dst (device, 4-byte aligned): dst[i] = mean + std * normal_value(seed, first + i) (model
+// n fp32 values at dst (device, 4-byte aligned): dst[i] = fma(std, normal_value(seed, first + i), mean) (model
 // initialisation; `first` lets a long stream be drawn in pieces).
 void fill_normal(float* dst, std::size_t n, std::uint64_t seed, float mean, float std, cudaStream_t stream,
                  std::uint64_t first = 0);

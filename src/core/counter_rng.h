@@ -1,0 +1,40 @@
+// core/counter_rng.h: the counter-based random draws every backend shares (host and device alike, no state):
+//   splitmix64(x)                          one 64-bit mixing step (Vigna's SplitMix64)
+//   uniform_value(seed, i) = top 24 bits of splitmix64(splitmix64(seed) + i * 0x9E3779B97F4A7C15) * 2^-24   in [0, 1)
+//   normal_value(seed, i)  = sqrt(-2 ln(1 - u_2i)) cos(2 pi u_2i+1)   (Box-Muller on the uniforms of 2i and 2i+1)
+// Element i depends only on (seed, i): a stream can be drawn in any order, in pieces, on any device, and the model's
+// initial weights (model/params.h) are the same on the CPU and the GPU (within the last bit of the fp32 log / cos).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TB_HOST_DEVICE __host__ __device__
+#else
+#define TB_HOST_DEVICE
+#endif
+
+namespace tb {
+
+TB_HOST_DEVICE inline std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The uniform in [0, 1) of element i.
+TB_HOST_DEVICE inline float uniform_value(std::uint64_t seed, std::uint64_t i) {
+  const std::uint64_t r = splitmix64(splitmix64(seed) + i * 0x9E3779B97F4A7C15ull);
+  return float(r >> 40) * 0x1p-24f;
+}
+
+// A standard normal draw for element i (the first uniform taken as 1 - u, in (0, 1]).
+TB_HOST_DEVICE inline float normal_value(std::uint64_t seed, std::uint64_t i) {
+  const float u1 = 1.0f - uniform_value(seed, 2 * i);
+  const float u2 = uniform_value(seed, 2 * i + 1);
+  return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795865f * u2);
+}
+
+}  // namespace tb

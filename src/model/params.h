@@ -1,0 +1,71 @@
+// model/params.h: the parameter registry. A module adds each parameter as (name, shape, init, tags) and gets a handle
+// (its index); the registry packs them back to back in one flat buffer (offsets in elements) and says how each one
+// starts. Everything that treats parameters differently (weight decay, tensor-parallel split and reduction, the
+// optimizer's state, the tied-embedding sum over pipeline stages) reads the tags, never the names.
+//   init: value = init_value + init_std * N(0, 1), drawn by core/counter_rng.h's normal_value from the stream
+//   slot_seed(seed, name): element i of a parameter is fma(init_std, normal_value(slot_seed(seed, name), i),
+//   init_value) in fp32 on every backend, so a parameter's values depend on neither the parameters before it (a proxy
+//   with fewer layers starts like the full model), nor the backend (CPU and CUDA start from the same weights), nor how
+//   it is drawn (whole, in pieces, a tensor-parallel shard cut out of it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tb::model {
+
+// What a parameter is: the token embedding, learned positions, a norm's gain or bias, a linear layer's weight, the LM
+// head (its own weight; tied models use the embedding).
+enum class ParamRole { embedding, position, norm, linear, head };
+// How tensor parallel holds it: whole on every rank (its gradient summed over the group), or split Megatron's way:
+// column parallel (rows split: each of tp_blocks' row blocks cut into tp parts), row parallel (columns split).
+enum class TpRole { replicated, column, row };
+// The data-parallel group its gradient reduces over: the dense replicas, or (Mixture-of-Experts) the expert replicas.
+enum class ParamGroup { dense, expert };
+
+struct ParamTags {
+  ParamRole role = ParamRole::linear;
+  TpRole tp = TpRole::replicated;
+  std::vector<std::int64_t> tp_blocks;  // column parallel: rows of each block split by tp (empty: all rows, one block)
+  ParamGroup group = ParamGroup::dense;
+  bool trainable = true;  // has a gradient, master weights and moments
+  bool decay = true;      // AdamW's weight decay applies (not to norm gains and biases)
+  bool tied = false;      // the embedding that the LM head shares, or its copy on a last pipeline stage
+};
+
+struct Slot {  // one parameter in the flat buffer
+  std::string name;
+  std::size_t offset = 0, size = 0;  // in elements of the flat buffer
+  std::vector<std::int64_t> shape;   // [rows, cols] for matrices, [n] for vectors
+  double init_std = 0, init_value = 0;
+  ParamTags tags;
+};
+
+struct ParamInit {
+  double std = 0, value = 0;
+};
+
+class ParamRegistry {
+ public:
+  std::vector<Slot> slots;
+  std::size_t total = 0;  // elements
+
+  // Appends a parameter after the last one; returns its handle (index into slots).
+  int add(std::string name, std::vector<std::int64_t> shape, ParamInit init, ParamTags tags);
+  const Slot& at(std::string_view name) const;  // Error{config} for an unknown name
+  // Elements of the parameters with the tag (e.g. trainable), in the buffer's order.
+  std::size_t count_if(bool (*pred)(const ParamTags&)) const;
+};
+
+// The seed of parameter `name`'s stream: splitmix64 of the run's seed, then of each byte of the name in turn.
+std::uint64_t slot_seed(std::uint64_t seed, std::string_view name);
+
+// Fills params (registry.total elements) with the initial values (see above).
+template <class T>
+void init_params(std::span<T> params, const ParamRegistry& registry, std::uint64_t seed);
+
+}  // namespace tb::model

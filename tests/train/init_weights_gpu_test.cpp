@@ -1,0 +1,68 @@
+// Tests that `--device cpu` and `--device cuda` start from the same weights: the CUDA trainer's parts (topology,
+// replica, optimizer) draw the initial weights of `small` and `small-gpt` (tied) on the GPU, and every bf16 weight is
+// the CPU decoder's fp32 initial value (model::init_params, what CpuDecoder and the sharded CPU decoder load) rounded
+// as the master weights round it: the high half (split master) or to nearest even (fp32 master). The device's logf /
+// cosf may differ from the host's in the last fp32 bit, so a weight may sit one bf16 step away, rarely.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "bench/sysinfo.h"
+#include "core/dtype.h"
+#include "model/config.h"
+#include "model/param_layout.h"
+#include "ops/cuda/context.h"
+#include "train/optimizer_cuda.h"
+#include "train/replica_cuda.h"
+#include "train/topology_cuda.h"
+#include "train/trainer.h"
+
+namespace tb::train {
+namespace {
+
+std::uint16_t high_half(float x) {
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &x, sizeof bits);
+  return std::uint16_t(bits >> 16);
+}
+
+TEST(InitWeights, CudaStartsFromTheCpuWeights) {
+  if (bench::visible_gpu_count() == 0) GTEST_SKIP() << bench::no_gpu_reason();
+  for (const char* preset : {"small", "small-gpt"})
+    for (const char* master : {"split", "f32"}) {
+      TrainSpec spec;
+      spec.model = preset, spec.device = "cuda", spec.layers = 2, spec.seq = 128, spec.master = master;
+      spec.seed = 20261203;
+      const model::ModelConfig m = resolve_model(spec);
+      ops::DeviceContext dc(0);
+      TopologyCuda topo(comm::World{}, mesh_shape(spec, 1), 0, dc.stream(), m.tied_embeddings);
+      ReplicaCuda rep(dc, spec, topo, m, m, std::size_t(spec.seq), 1);
+      OptimizerCuda opt(dc, spec, m, rep, false);
+      opt.init_weights(spec.seed);
+      const std::vector<float> gpu = rep.net().params_to_host();
+
+      const model::DenseLayout L = model::dense_layout(m);
+      std::vector<float> cpu(L.total);
+      model::init_params<float>(cpu, L, spec.seed);
+      ASSERT_EQ(gpu.size(), cpu.size());
+      std::size_t exact = 0, off = 0;
+      for (std::size_t i = 0; i < cpu.size(); ++i) {
+        const std::uint16_t want = spec.master == "split" ? high_half(cpu[i]) : float_to_bf16(cpu[i]);
+        const float expect = bf16_to_float(want);
+        if (gpu[i] == expect) {
+          ++exact;
+          continue;
+        }
+        ++off;
+        ASSERT_LE(std::fabs(gpu[i] - expect), std::ldexp(std::fabs(expect), -7) + 1e-30f)
+            << preset << " " << master << " element " << i << ": gpu " << gpu[i] << " cpu " << cpu[i];
+      }
+      EXPECT_GE(double(exact), 0.999 * double(cpu.size())) << preset << " " << master << ": " << off << " differ";
+    }
+}
+
+}  // namespace
+}  // namespace tb::train
