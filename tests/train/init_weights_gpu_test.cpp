@@ -1,13 +1,13 @@
 // Tests that `--device cpu` and `--device cuda` start from the same weights: the CUDA trainer's parts (topology,
 // replica, optimizer) draw the initial weights of `small` and `small-gpt` (tied) on the GPU, and every bf16 weight is
 // the CPU decoder's fp32 initial value (model::init_params, what CpuDecoder and the sharded CPU decoder load) rounded
-// as the master weights round it: the high half (split master) or to nearest even (fp32 master). The device's logf /
+// as the master weights round it: to nearest, ties away from zero (split master, ops/cuda/master_split.h) or to
+// nearest even (fp32 master). The device's logf /
 // cosf may differ from the host's in the last fp32 bit, so a weight may sit one bf16 step away, rarely.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "bench/sysinfo.h"
@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/param_layout.h"
 #include "ops/cuda/context.h"
+#include "ops/cuda/master_split.h"
 #include "train/optimizer_cuda.h"
 #include "train/replica_cuda.h"
 #include "train/topology_cuda.h"
@@ -22,12 +23,6 @@
 
 namespace tb::train {
 namespace {
-
-std::uint16_t high_half(float x) {
-  std::uint32_t bits = 0;
-  std::memcpy(&bits, &x, sizeof bits);
-  return std::uint16_t(bits >> 16);
-}
 
 TEST(InitWeights, CudaStartsFromTheCpuWeights) {
   if (bench::visible_gpu_count() == 0) GTEST_SKIP() << bench::no_gpu_reason();
@@ -50,7 +45,7 @@ TEST(InitWeights, CudaStartsFromTheCpuWeights) {
       ASSERT_EQ(gpu.size(), cpu.size());
       std::size_t exact = 0, off = 0;
       for (std::size_t i = 0; i < cpu.size(); ++i) {
-        const std::uint16_t want = spec.master == "split" ? high_half(cpu[i]) : float_to_bf16(cpu[i]);
+        const std::uint16_t want = spec.master == "split" ? ops::split_master(cpu[i]).hi : float_to_bf16(cpu[i]);
         const float expect = bf16_to_float(want);
         if (gpu[i] == expect) {
           ++exact;
