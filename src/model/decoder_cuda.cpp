@@ -38,23 +38,6 @@ NormKind norm_kind(Norm n) {
   return NormKind::rmsnorm;
 }
 
-// A GEMM shape in one of the three layouts; the weight gradient (atb) is of type `grads` (fp32 or bf16),
-// accumulated unless `overwrite`.
-ops::GemmShape gemm_shape(std::int64_t m, std::int64_t n, std::int64_t k, ops::GemmLayout layout,
-                          bool overwrite = false, DType grads = DType::f32) {
-  ops::GemmShape s;
-  s.m = m;
-  s.n = n;
-  s.k = k;
-  s.a = s.b = s.d = DType::bf16;
-  s.layout = layout;
-  if (layout == ops::GemmLayout::atb) {
-    s.d = grads;
-    s.accumulate = !overwrite;
-  }
-  return s;
-}
-
 void check_ids(const std::int32_t* ids, std::int64_t n, int vocab, const char* what) {
   for (std::int64_t i = 0; i < n; ++i)
     TB_REQUIRE(ids[i] >= 0 && ids[i] < vocab, std::string("CUDA decoder: ") + what + " " + std::to_string(ids[i]) +
@@ -83,6 +66,9 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
                  std::string(dtype_name(fp8_.grad)));
   const std::string problem = model::cuda_layout_problem(cfg_, layout_);
   TB_REQUIRE(problem.empty(), "CUDA decoder: " + problem);
+  for (const DenseLayout::Layer& L : layout_.layers)
+    linears_.push_back({LinearCuda(layout_, L.qkv), LinearCuda(layout_, L.out), LinearCuda(layout_, L.fc1),
+                        LinearCuda(layout_, L.fc2)});
   dc_.activate();
   buffer_elems_ = std::max(buffer_elems, layout_.total);
   params_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * sizeof(bf16));
@@ -100,16 +86,21 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
   if (fp8_.enabled) {
     TB_REQUIRE(cfg_.d_model % 16 == 0 && cfg_.ffn % 16 == 0 && cfg_.q_dim() % 16 == 0,
                "CUDA decoder: FP8 GEMMs need d_model, ffn and heads x head_dim to be multiples of 16");
-    std::size_t bytes = 0;
-    for (int l = 0; l < layers(); ++l)
-      for (int k = 0; k < 4; ++k) {
-        fp8_w_offset_.push_back(bytes);
-        bytes += 2 * pad256(layout_.slots[std::size_t(linear_slot(l, k))].size);
-      }
-    fp8_weights_ = ops::DeviceBuffer(dc_.device(), bytes);
+    fp8_weights_ = ops::DeviceBuffer(dc_.device(), fp8_weight_bytes(layout_));
     const int h = fp8_.delayed ? fp8_.history : 1;
     fp8_fwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 8 * layers(), h, dc_.stream());
     fp8_bwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 4 * layers(), h, dc_.stream());
+    // Linear i = 4 l + k (k: Lin) of the layers: its W and W^T back to back in the buffer, its input and weight slots
+    // 2i and 2i + 1 of the forward table, its output gradient slot i of the backward table.
+    std::size_t bytes = 0;
+    for (int l = 0, i = 0; l < layers(); ++l)
+      for (int k = 0; k < 4; ++k, ++i) {
+        LinearCuda::Fp8State& f = linear(l, k).fp8;
+        f.w = fp8_weights_.as<std::uint8_t>() + bytes;
+        f.wt = f.w + pad256(linear(l, k).weight().size);
+        f.x = fp8_fwd_->meta(2 * i), f.w_scale = fp8_fwd_->meta(2 * i + 1), f.dy = fp8_bwd_->meta(i);
+        bytes += 2 * pad256(linear(l, k).weight().size);
+      }
   }
   if (fp8_head()) {
     TB_REQUIRE(cfg_.vocab % 16 == 0,
@@ -128,8 +119,9 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
   dc_.synchronize();
 }
 
-std::size_t CudaDecoder::fp8_weight_bytes(const ModelConfig& cfg) {
-  const DenseLayout L = model::dense_layout(cfg);
+std::size_t CudaDecoder::fp8_weight_bytes(const ModelConfig& cfg) { return fp8_weight_bytes(model::dense_layout(cfg)); }
+
+std::size_t CudaDecoder::fp8_weight_bytes(const DenseLayout& L) {
   std::size_t bytes = 0;
   for (const DenseLayout::Layer& layer : L.layers)
     for (int i : {layer.qkv, layer.out, layer.fc1, layer.fc2}) bytes += 2 * pad256(L.slots[std::size_t(i)].size);
@@ -140,35 +132,9 @@ std::size_t CudaDecoder::fp8_lm_head_bytes(const ModelConfig& cfg) {
   return 2 * pad256(std::size_t(cfg.vocab) * std::size_t(cfg.d_model));
 }
 
-int CudaDecoder::linear_slot(int l, int k) const {
-  const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
-  return k == 0 ? L.qkv : k == 1 ? L.out : k == 2 ? L.fc1 : L.fc2;
-}
-
-// Casts x [rows, cols] to FP8 (E4M3 forward, Fp8Options::grad backward) into q and/or qt with the scaling slot m:
-// current scaling measures amax first (unless amax_ready: x's producer recorded it); delayed uses the slot's scale
-// and records amax.
-void CudaDecoder::fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, const ops::Fp8Meta& m,
-                                 bool fwd, bool amax_ready, std::uint8_t* q, std::uint8_t* qt) {
-  ops::Fp8CastArgs a;
-  a.x = x, a.rows = rows, a.cols = cols, a.q = q, a.qt = qt, a.type = fwd ? DType::e4m3 : fp8_.grad;
-  a.stochastic = !fwd && fp8_.grad_stochastic;
-  fp8_scaled_cast(a, m, fp8_.delayed, amax_ready);
-}
-
-void CudaDecoder::fp8_scaled_cast(ops::Fp8CastArgs a, const ops::Fp8Meta& m, bool delayed, bool amax_ready) {
-  cudaStream_t st = dc_.stream();
-  a.scale = m.scale, a.scale_inv = m.scale_inv, a.margin = fp8_.margin;
-  if (delayed) {
-    a.amax_out = m.amax;
-  } else {
-    if (!amax_ready) {
-      TB_CHECK(cudaMemsetAsync(m.amax, 0, sizeof(float), st));
-      ops::fp8_amax(a.x, std::size_t(a.rows) * std::size_t(a.cols), m.amax, st);
-    }
-    a.amax_in = m.amax;
-  }
-  ops::fp8_cast(a, st);
+LinearEnv CudaDecoder::env() const {
+  return {dc_,      fp8_,      tp_,     params_.as<bf16>(), grads_ptr_, grad_type_, overwrite_linear_grads_,
+          s_.xq,    s_.dyq,    s_.dyqt, s_.part,            s_.dyl,     on_op};
 }
 
 float* CudaDecoder::fused_amax(const ops::Fp8Meta& m) {
@@ -189,31 +155,28 @@ void CudaDecoder::fp8_assign_input_scales(int slots) {
     for (int l = 0; l < L; ++l)
       for (int k = 0; k < 4; ++k) {
         const int i = l * 4 + k;
-        acts_[std::size_t(set * L + l)].xs[k] =
-            set == 0 || fp8_.delayed ? fp8_fwd_->meta(2 * i) : fp8_inputs_->meta(4 * L * (set - 1) + i);
+        acts_[std::size_t(set * L + l)].lin[k].xs =
+            set == 0 || fp8_.delayed ? linear(l, k).fp8.x : fp8_inputs_->meta(4 * L * (set - 1) + i);
       }
 }
 
 std::vector<CudaDecoder::Fp8WeightCopy> CudaDecoder::fp8_weight_copies() const {
   std::vector<Fp8WeightCopy> out;
   if (!fp8_.enabled || !fp8_.delayed) return out;
-  for (int i = 0; i < 4 * layers(); ++i) {
-    const Slot& w = layout_.slots[std::size_t(linear_slot(i / 4, i % 4))];
-    out.push_back({w.offset, w.size, fp8_delayed_cast(fp8_fwd_->meta(2 * i + 1), DType::e4m3, w.shape[0], w.shape[1],
-                                                      fp8_w(i), fp8_w(i) + pad256(w.size))});
-  }
+  for (const LayerLinears& M : linears_)
+    for (const LinearCuda* lin : {&M.qkv, &M.out, &M.fc1, &M.fc2})
+      out.push_back({lin->weight().offset, lin->weight().size, lin->weight_cast(fp8_.margin)});
   return out;
 }
 
 void CudaDecoder::fp8_begin_step() {
   if (!fp8_.enabled) return;
   dc_.activate();
-  if (!fp8_weights_by_optimizer_ || fp8_weights_stale_)
-    for (int i = 0; i < 4 * layers(); ++i) {
-      const Slot& w = layout_.slots[std::size_t(linear_slot(i / 4, i % 4))];
-      fp8_cast_input(params_.as<bf16>() + w.offset, w.shape[0], w.shape[1], fp8_fwd_->meta(2 * i + 1), true, false,
-                     fp8_w(i), fp8_w(i) + pad256(w.size));
-    }
+  if (!fp8_weights_by_optimizer_ || fp8_weights_stale_) {
+    const LinearEnv e = env();
+    for (const LayerLinears& M : linears_)
+      for (const LinearCuda* lin : {&M.qkv, &M.out, &M.fc1, &M.fc2}) lin->cast_weight(e);
+  }
   fp8_weights_stale_ = false;
   if (fp8_head()) {  // current scaling whatever the recipe
     const Slot& w = layout_.slots[std::size_t(layout_.lm_head)];
@@ -390,7 +353,7 @@ CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts
     }
     const std::size_t xt_cols[4] = {d, qd, d, ffn};  // FP8: the inputs of qkv, out, fc1, fc2
     for (int k = 0; k < 4 && fp8; ++k)
-      if (!full == per_layer) A.xt[k] = u8(n * xt_cols[k]);
+      if (!full == per_layer) A.lin[k].xt = u8(n * xt_cols[k]);
   };
   std::vector<LayerActs> layers(std::size_t(parts.layers) * std::size_t(parts.slots));  // every set's layers
   std::size_t block = 0;
@@ -415,7 +378,7 @@ CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts
   fill_shared(&LayerActs::qkv8), fill_shared(&LayerActs::o8);
   for (LayerActs& A : layers)
     for (int k = 0; k < 4; ++k)
-      if (!A.xt[k]) A.xt[k] = shared.xt[k];
+      if (!A.lin[k].xt) A.lin[k].xt = shared.lin[k].xt;
 
   std::vector<HeadActs> head_sets(parts.head ? std::size_t(parts.slots) : 0);
   for (HeadActs& H : head_sets) H.rf = bf(nl * d), H.dyf = bf(nl * d), H.meanf = f32(nl), H.rstdf = f32(nl);
@@ -629,29 +592,30 @@ ops::Fp8CastArgs CudaDecoder::fp8_delayed_cast(const ops::Fp8Meta& m, DType type
 
 ops::Fp8CastArgs CudaDecoder::fp8_input_cast(const LayerActs& A, int k, std::int64_t rows, std::int64_t cols,
                                              bool transpose_only) const {
-  return fp8_delayed_cast(A.xs[k], DType::e4m3, rows, cols, transpose_only ? nullptr : s_.xq, A.xt[k]);
+  return fp8_delayed_cast(A.lin[k].xs, DType::e4m3, rows, cols, transpose_only ? nullptr : s_.xq, A.lin[k].xt);
 }
 
 void CudaDecoder::fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only) {
   const std::int64_t fc1_rows = cfg_.act == Act::swiglu ? 2 * cfg_.ffn : cfg_.ffn;
   ops::activation_forward_fp8(activation(), {A.h, {rows, fc1_rows}},
-                              fp8_input_cast(A, 3, rows, cfg_.ffn, transpose_only), dc_.stream());
+                              fp8_input_cast(A, kFc2, rows, cfg_.ffn, transpose_only), dc_.stream());
 }
 
 void CudaDecoder::fp8_activation_backward(int l, const LayerActs& A, std::int64_t rows) {
   const std::int64_t fc1_rows = cfg_.act == Act::swiglu ? 2 * cfg_.ffn : cfg_.ffn;
-  ops::Fp8CastArgs cast = fp8_delayed_cast(fp8_bwd_->meta(l * 4 + 2), fp8_.grad, rows, fc1_rows, s_.dyq, s_.dyqt);
+  ops::Fp8CastArgs cast = fp8_delayed_cast(linears_[std::size_t(l)].fc1.fp8.dy, fp8_.grad, rows, fc1_rows, s_.dyq,
+                                           s_.dyqt);
   cast.stochastic = fp8_.grad_stochastic;
   ops::activation_backward_fp8(activation(), {A.g, {rows, cfg_.ffn}}, {A.h, {rows, fc1_rows}}, cast, dc_.stream());
 }
 
-CudaDecoder::LinearInput CudaDecoder::pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A,
-                                            std::int64_t rows) {
+LinearInput CudaDecoder::pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A,
+                                  std::int64_t rows) {
   const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
   const NormKind nk = norm_kind(cfg_.norm);
   const float eps = float(cfg_.norm_eps);
   const std::int64_t d = cfg_.d_model;
-  const bool first = k == 0;
+  const bool first = k == kQkv;
   bf16* const y = first ? A.y1 : A.y2;
   const TensorView<bf16> r(first ? A.r1 : A.r2, {rows, d});
   const TensorView<float> mean(first ? A.mean1 : A.mean2, {rows}), rstd(first ? A.rstd1 : A.rstd2, {rows});
@@ -665,7 +629,7 @@ CudaDecoder::LinearInput CudaDecoder::pre_norm(int l, int k, const bf16* x, cons
                               dc_.stream());
     input = LinearInput::cast;
   } else {
-    float* amax = whole ? fused_amax(A.xs[k]) : nullptr;
+    float* amax = whole ? fused_amax(A.lin[k].xs) : nullptr;
     ops::add_norm_forward(nk, {own(y, rows), {rows, d}}, r, mean, rstd, xv, rv, w, b, eps, dc_.stream(), amax);
     if (amax) input = LinearInput::amax_ready;
   }
@@ -673,7 +637,7 @@ CudaDecoder::LinearInput CudaDecoder::pre_norm(int l, int k, const bf16* x, cons
   if (input == LinearInput::bf16 && tp_.size > 1) {
     if (!tp_.all_gather_async || fp8_.enabled) {  // FP8: the cast reads the whole gathered input
       tp_gather(y, rows);
-    } else {  // the GEMM starts on this rank's rows (linear_forward)
+    } else {  // the GEMM starts on this rank's rows (LinearCuda::forward)
       tp_.all_gather_async(y, std::size_t(rows * d));
       input = LinearInput::gathering;
     }
@@ -682,116 +646,7 @@ CudaDecoder::LinearInput CudaDecoder::pre_norm(int l, int k, const bf16* x, cons
 }
 
 float* CudaDecoder::fused_grad_amax(int l, int k) {
-  return fp8_.enabled && tp_.size == 1 && l >= 0 ? fused_amax(fp8_bwd_->meta(l * 4 + k)) : nullptr;
-}
-
-// y[rows, out] = x[rows, in] W[out, in]^T.  FP8: xq = fp8(x) (and X^T saved for the weight gradient), then
-// y = (xq s_x^-1)(Wq s_w^-1)^T with fast accumulation.
-void CudaDecoder::linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows,
-                                 LinearInput input) {
-  if (input == LinearInput::gathering) {  // bf16: this rank's rows while the other ranks' arrive, then theirs
-    const std::int64_t nl = rows / tp_.size, r0 = std::int64_t(tp_.rank) * nl;
-    forward_gemm(y, x, l, k, A, r0, nl);
-    tp_.wait_async();
-    mark("tp all-gather (overlapped)");
-    forward_gemm(y, x, l, k, A, 0, r0);
-    forward_gemm(y, x, l, k, A, r0 + nl, rows - r0 - nl);
-    return;
-  }
-  forward_cast(x, l, k, A, rows, input);
-  forward_gemm(y, x, l, k, A, 0, rows);
-}
-
-void CudaDecoder::forward_cast(const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows, LinearInput input) {
-  if (!fp8_.enabled || input == LinearInput::cast) return;
-  const std::int64_t in = layout_.slots[std::size_t(linear_slot(l, k))].shape[1];
-  fp8_cast_input(x, rows, in, A.xs[k], true, input == LinearInput::amax_ready, s_.xq, A.xt[k]);
-  mark("fp8 casts");
-}
-
-void CudaDecoder::row_parallel_forward(const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows,
-                                       LinearInput input) {
-  if (tp_.size == 1) return linear_forward(s_.m, x, l, k, A, rows, input);
-  const std::int64_t nl = rows / tp_.size, d = cfg_.d_model;
-  if (!tp_.exchange_async) {
-    linear_forward(s_.part, x, l, k, A, rows, input);
-    tp_scatter(s_.part, s_.m, nl);
-    return;
-  }
-  // tp 2: the other rank's rows first; they travel while this rank's own are computed, then the two partials add.
-  const std::int64_t own = std::int64_t(tp_.rank) * nl, other = std::int64_t(1 - tp_.rank) * nl;
-  forward_cast(x, l, k, A, rows, input);
-  forward_gemm(s_.part, x, l, k, A, other, nl);
-  tp_.exchange_async(s_.part + other * d, s_.dyl, std::size_t(nl * d));
-  forward_gemm(s_.part, x, l, k, A, own, nl);
-  tp_.wait_async();
-  mark("tp exchange (overlapped)");
-  ops::residual_add({s_.m, {nl, d}}, {s_.part + own * d, {nl, d}}, {s_.dyl, {nl, d}}, dc_.stream());
-  mark("tp reduce-scatter sum");
-}
-
-void CudaDecoder::forward_gemm(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t r0,
-                               std::int64_t m) {
-  const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
-  const std::int64_t out = w.shape[0], in = w.shape[1];
-  if (m == 0) return;
-  if (!fp8_.enabled) {
-    dc_.gemm(gemm_shape(m, out, in, ops::GemmLayout::abt), y + r0 * out, x + r0 * in, params_.as<bf16>() + w.offset);
-  } else {
-    const int i = l * 4 + k;
-    ops::GemmShape g;
-    g.m = m, g.n = out, g.k = in, g.a = g.b = DType::e4m3, g.d = DType::bf16, g.fast_accum = true;
-    dc_.gemm(g, y + r0 * out, s_.xq + r0 * in, fp8_w(i), {A.xs[k].scale_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
-  }
-  mark("gemm fwd");
-}
-
-// dW[out, in] += dy^T x (fp32), then dx[rows, in] = dy[rows, out] W[out, in] (skipped when dx is null): dx may
-// alias x.  FP8: dyq, dyq^T = fp8_grad(dy) (E5M2, or E4M3 for all-E4M3); dW += (dyq^T)(X^T)^T; dx = dyq (W^T)^T,
-// W^T from fp8_begin_step.
-// With `after_dgrad` (dx must not alias x): dx first, then after_dgrad() (e.g. start dx's reduce-scatter), then dW.
-void CudaDecoder::linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A,
-                                  std::int64_t rows, const std::function<void()>& after_dgrad, bool amax_ready) {
-  const Slot& w = layout_.slots[std::size_t(linear_slot(l, k))];
-  const std::int64_t out = w.shape[0], in = w.shape[1];
-  const int i = l * 4 + k;
-  std::function<void()> wgrad, dgrad;
-  const float* dy_inv = fp8_.enabled ? fp8_bwd_->meta(i).scale_inv : nullptr;
-  if (!fp8_.enabled) {
-    wgrad = [&] {
-      dc_.gemm(gemm_shape(out, in, rows, ops::GemmLayout::atb, overwrite_linear_grads_, grad_type_), grad_at(w.offset),
-               dy, x);
-    };
-    dgrad = [&] { dc_.gemm(gemm_shape(rows, in, out, ops::GemmLayout::ab), dx, dy, params_.as<bf16>() + w.offset); };
-  } else {
-    if (dy) {  // (null: its producer wrote the FP8 copies)
-      fp8_cast_input(dy, rows, out, fp8_bwd_->meta(i), false, amax_ready, s_.dyq, s_.dyqt);
-      mark("fp8 casts");
-    }
-    wgrad = [&] {
-      ops::GemmShape gw;
-      gw.m = out, gw.n = in, gw.k = rows, gw.a = fp8_.grad, gw.b = DType::e4m3, gw.d = grad_type_;
-      gw.accumulate = !overwrite_linear_grads_;
-      dc_.gemm(gw, grad_at(w.offset), s_.dyqt, A.xt[k], {dy_inv, A.xs[k].scale_inv});
-    };
-    dgrad = [&] {
-      ops::GemmShape gd;
-      gd.m = rows, gd.n = in, gd.k = out, gd.a = fp8_.grad, gd.b = DType::e4m3, gd.d = DType::bf16;
-      dc_.gemm(gd, dx, s_.dyq, fp8_w(i) + pad256(w.size), {dy_inv, fp8_fwd_->meta(2 * i + 1).scale_inv});
-    };
-  }
-  if (after_dgrad) {
-    TB_REQUIRE(dx && dx != x, "CUDA decoder: linear_backward with after_dgrad needs dx apart from x");
-    dgrad();
-    mark("gemm dgrad");
-    after_dgrad();
-  }
-  wgrad();
-  mark("gemm wgrad");
-  if (dx && !after_dgrad) {
-    dgrad();
-    mark("gemm dgrad");
-  }
+  return fp8_.enabled && tp_.size == 1 && l >= 0 ? fused_amax(linear(l, k).fp8.dy) : nullptr;
 }
 
 double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std::int32_t* host_targets, int batch,
@@ -825,7 +680,9 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
   const ops::AttentionShape as = attention_shape(batch, seq);
   const std::int64_t nl = n / tp_.size;  // the residual stream's rows (sequence parallel)
 
-  linear_forward(A.qkv, A.y1, l, 0, A, n, pre_norm(l, 0, x_in, resid_in, A, nl));
+  const LayerLinears& M = linears_[std::size_t(l)];
+  const LinearEnv e = env();
+  M.qkv.forward(e, A.qkv, A.y1, A.lin[kQkv], n, pre_norm(l, kQkv, x_in, resid_in, A, nl));
   if (cp_.size > 1) {  // this rank's chunks against every rank's keys (model/decoder_cp_cuda.cpp)
     if (c.pos == Pos::rope) cp_rope(A.qkv, batch, seq, false);
     cp_attention_forward(A, batch, seq);
@@ -845,29 +702,30 @@ void CudaDecoder::layer_forward(int l, const bf16* x_in, const bf16* resid_in, c
       if (fp8_.attention_emulate & kEmulateO) fp8_attention_emulate(A.o, n, qd, 1);
     }
   }
-  row_parallel_forward(A.o, l, 1, A, n);  // the attention output lands in m (free until the MLP)
-  linear_forward(A.h, A.y2, l, 2, A, n, pre_norm(l, 2, s_.m, A.r1, A, nl));
+  M.out.forward(e, s_.m, A.o, A.lin[kOut], n);  // the attention output lands in m (free until the MLP)
+  M.fc1.forward(e, A.h, A.y2, A.lin[kFc1], n, pre_norm(l, kFc1, s_.m, A.r1, A, nl));
   // FP8: fc2's weight gradient reads X^T, which a recompute (to_fc1_act) must refresh too, without the GEMM.
   if (fp8_.enabled && fp8_.delayed) {  // the scale is known: the activation emits fc2's FP8 input; g is not written
     fp8_activation_forward(A, n, to_fc1_act);
     mark("activation fwd");
     if (to_fc1_act) return;
-    row_parallel_forward(nullptr, l, 3, A, n, LinearInput::cast);
+    M.fc2.forward(e, s_.m, nullptr, A.lin[kFc2], n, LinearInput::cast);
   } else {
-    float* g_amax = fused_amax(A.xs[3]);  // current scaling: fc2's input amax from the activation's output
+    float* g_amax = fused_amax(A.lin[kFc2].xs);  // current scaling: fc2's input amax from the activation's output
     ops::activation_forward(activation(), {A.g, {n, ffn}}, {A.h, {n, fc1_rows}}, st, g_amax);
     mark("activation fwd");
     if (to_fc1_act) {
-      if (fp8_.enabled) fp8_cast_input(A.g, n, ffn, A.xs[3], true, g_amax != nullptr, nullptr, A.xt[3]);
+      if (fp8_.enabled) M.fc2.cast_input(e, A.g, n, A.lin[kFc2].xs, g_amax != nullptr, nullptr, A.lin[kFc2].xt);
       return;
     }
-    row_parallel_forward(A.g, l, 3, A, n, g_amax ? LinearInput::amax_ready : LinearInput::bf16);
+    M.fc2.forward(e, s_.m, A.g, A.lin[kFc2], n, g_amax ? LinearInput::amax_ready : LinearInput::bf16);
   }
 }
 
 bool CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq, bool dnext_amax_ready) {
   const ModelConfig& c = cfg_;
   const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
+  const LayerLinears& M = linears_[std::size_t(l)];
   cudaStream_t st = dc_.stream();
   const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model, ffn = c.ffn;
   const std::int64_t fc1_rows = c.act == Act::swiglu ? 2 * ffn : ffn;
@@ -895,22 +753,23 @@ bool CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq, 
   }
   // In place: dg over g (fc2's weight gradient reads g first), dh over h (the activation backward reads each element
   // before writing it); neither is needed afterwards.
-  linear_backward(A.g, l, 3, s_.dnext, A.g, A, n, {}, dnext_amax_ready);
+  const LinearEnv e = env();  // (after a full recompute: its forward ran with the same env)
+  M.fc2.backward(e, A.g, s_.dnext, A.g, A.lin[kFc2], n, {}, dnext_amax_ready);
   const bf16* dh = A.h;  // fc1's output gradient, in place over h; null: emitted in FP8 (s_.dyq, s_.dyqt) instead
   bool dh_amax_ready = false;
   if (fp8_.enabled && fp8_.delayed) {  // the scale is known: the backward writes fc1's FP8 output gradient itself
     fp8_activation_backward(l, A, n);
     dh = nullptr;
   } else {
-    float* dh_amax = fp8_.enabled ? fused_amax(fp8_bwd_->meta(l * 4 + 2)) : nullptr;  // fc1's output gradient scale
+    float* dh_amax = fp8_.enabled ? fused_amax(M.fc1.fp8.dy) : nullptr;  // fc1's output gradient scale
     ops::activation_backward(activation(), {A.h, {n, fc1_rows}}, {A.g, {n, ffn}}, {A.h, {n, fc1_rows}}, st,
                              dh_amax);
     dh_amax_ready = dh_amax != nullptr;
   }
   mark("activation bwd");
-  linear_backward(s_.dy, l, 2, dh, A.y2, A, n, tp_scatter_async(s_.dy, s_.dyl, nl), dh_amax_ready);
+  M.fc1.backward(e, s_.dy, dh, A.y2, A.lin[kFc1], n, tp_scatter_async(s_.dy, s_.dyl, nl), dh_amax_ready);
   tp_wait(s_.dy, s_.dyl, nl);
-  float* dr2_amax = fused_grad_amax(l, 1);  // the out-projection's output gradient
+  float* dr2_amax = fused_grad_amax(l, kOut);  // the out-projection's output gradient
   with_grad_type([&]<class T>(std::type_identity<T>) {
     ops::add_norm_backward(nk, {own(s_.dr2, nl), {nl, d}}, G<T>(L.norm2_w), G<T>(L.norm2_b), {dy_local, {nl, d}},
                            {own(s_.dnext, nl), {nl, d}}, {A.r2, {nl, d}}, P(L.norm2_w), {A.mean2, {nl}},
@@ -919,7 +778,7 @@ bool CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq, 
   mark("norm bwd");
   tp_gather(s_.dr2, nl);
   // attention
-  linear_backward(s_.dout, l, 1, s_.dr2, A.o, A, n, {}, dr2_amax != nullptr);
+  M.out.backward(e, s_.dout, s_.dr2, A.o, A.lin[kOut], n, {}, dr2_amax != nullptr);
   if (cp_.size > 1) {
     cp_attention_backward(A, batch, seq);
     if (c.pos == Pos::rope) cp_rope(s_.dqkv, batch, seq, true);
@@ -943,9 +802,9 @@ bool CudaDecoder::layer_backward(int l, const LayerActs& A, int batch, int seq, 
     tp_gather(A.y1, nl);
     mark("recompute");
   }
-  linear_backward(s_.dy, l, 0, s_.dqkv, A.y1, A, n, tp_scatter_async(s_.dy, s_.dyl, nl));
+  M.qkv.backward(e, s_.dy, s_.dqkv, A.y1, A.lin[kQkv], n, tp_scatter_async(s_.dy, s_.dyl, nl));
   tp_wait(s_.dy, s_.dyl, nl);
-  float* dnext_amax = fused_grad_amax(l - 1, 3);  // the layer below's fc2 output gradient
+  float* dnext_amax = fused_grad_amax(l - 1, kFc2);  // the layer below's fc2 output gradient
   with_grad_type([&]<class T>(std::type_identity<T>) {
     ops::add_norm_backward(nk, {own(s_.dnext, nl), {nl, d}}, G<T>(L.norm1_w), G<T>(L.norm1_b), {dy_local, {nl, d}},
                            {own(s_.dr2, nl), {nl, d}}, {A.r1, {nl, d}}, P(L.norm1_w), {A.mean1, {nl}},

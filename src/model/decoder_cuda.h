@@ -67,6 +67,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/linear_cuda.h"
 #include "model/param_layout.h"
 #include "ops/cuda/activation.h"
 #include "ops/cuda/attention.h"
@@ -273,6 +274,7 @@ class CudaDecoder {
   static std::size_t activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
                                       const Fp8Options& fp8 = {}, int tp = 1, LayerRange stage = {}, int slots = 1);
   static std::size_t fp8_weight_bytes(const ModelConfig& cfg);  // the W and W^T FP8 copies of the layers
+  static std::size_t fp8_weight_bytes(const DenseLayout& layout);
   static std::size_t fp8_lm_head_bytes(const ModelConfig& cfg);  // and of the LM head (Fp8Options::lm_head)
   std::size_t activation_bytes() const { return arena_.bytes(); }
   std::size_t attention_workspace_bytes() const;
@@ -307,8 +309,7 @@ class CudaDecoder {
   struct LayerActs {  // device pointers into the arena: per layer, or the shared copy (see above)
     bf16 *r1, *y1, *qkv, *o, *r2, *y2, *h, *g;
     float *mean1, *rstd1, *lse, *mean2, *rstd2;
-    std::uint8_t* xt[4];  // FP8: the inputs of qkv, out, fc1, fc2 transposed (X^T, E4M3) for the weight gradients
-    ops::Fp8Meta xs[4];   // FP8: their scaling slots (per activation set: fp8_assign_input_scales)
+    LinearSaved lin[4];   // what qkv, out, fc1, fc2 (Lin) keep: FP8 X^T and its scale (fp8_assign_input_scales)
     std::uint8_t *qkv8, *o8;  // FP8 attention: its E4M3 inputs (fused, after RoPE) and output, for its backward
     ops::Fp8Meta qkv8_scale;  // qkv8's current-scaling slot (per activation set: fp8_attention_prepare)
   };
@@ -375,21 +376,17 @@ class CudaDecoder {
   TensorView<bf16> qk_view(bf16* fused_qkv, int batch, int seq) const;  // Q and K heads, skipping V
   TensorView<const float> inv_freq() const;  // empty unless pos == rope
   ops::Activation activation() const;  // cfg_.act as the ops' kind
-  // Linear k (0 qkv, 1 out, 2 fc1, 3 fc2) of layer l; FP8 when enabled (x^T saved into A.xt[k]). amax_ready: current
-  // scaling's amax of the input (forward) or output gradient (backward) is already in its slot (fused_amax()).
-  // LinearInput: what the producer of x left for the forward: bf16 x whole; gathering: bf16, the other tp ranks' rows
-  // still arriving (all_gather_async: this rank's rows first); amax_ready and cast as above.
-  enum class LinearInput { bf16, gathering, amax_ready, cast };  // cast: s_.xq and A.xt[k] hold x in FP8 (x unused)
-  void linear_forward(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows,
-                      LinearInput input = LinearInput::bf16);
-  // FP8: x cast into s_.xq and A.xt[k] unless the producer did (input cast); BF16: nothing.
-  void forward_cast(const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows, LinearInput input);
-  // y rows [r0, r0 + m) of linear k's forward GEMM (FP8: from s_.xq, cast before).
-  void forward_gemm(bf16* y, const bf16* x, int l, int k, const LayerActs& A, std::int64_t r0, std::int64_t m);
-  // A row-parallel linear (1 out, 3 fc2) into s_.m, this rank's rows of the sum over the tp ranks (tp 1: all rows,
-  // no sum); x as for linear_forward.
-  void row_parallel_forward(const bf16* x, int l, int k, const LayerActs& A, std::int64_t rows,
-                            LinearInput input = LinearInput::bf16);
+  // A layer's linear layers (model/linear_cuda.h), and the index of each in LayerActs::lin.
+  enum Lin { kQkv, kOut, kFc1, kFc2 };
+  struct LayerLinears {
+    LinearCuda qkv, out, fc1, fc2;
+    const LinearCuda& operator[](int k) const { return k == kQkv ? qkv : k == kOut ? out : k == kFc1 ? fc1 : fc2; }
+    LinearCuda& operator[](int k) { return k == kQkv ? qkv : k == kOut ? out : k == kFc1 ? fc1 : fc2; }
+  };
+  std::vector<LayerLinears> linears_;  // per layer of this decoder
+  LinearCuda& linear(int l, int k) { return linears_[std::size_t(l)][k]; }
+  const LinearCuda& linear(int l, int k) const { return linears_[std::size_t(l)][k]; }
+  LinearEnv env() const;               // what the linears read of this decoder for one call
   // FP8 delayed scaling: the activation straight into fc2's FP8 input (s_.xq unless `transpose_only`, and A.xt[3]).
   void fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only);
   // FP8 delayed scaling: the activation's backward straight into fc1's FP8 output gradient (s_.dyq, s_.dyqt) from
@@ -410,19 +407,13 @@ class CudaDecoder {
   // Current scaling at tp 1: linear k of layer l's output-gradient amax slot zeroed for the kernel producing that
   // gradient (a norm backward) to record into; null otherwise (and for l < 0).
   float* fused_grad_amax(int l, int k);
-  // dy: the output gradient (FP8: cast into s_.dyq / s_.dyqt first; null: already there); amax_ready: its amax was
-  // recorded by its producer (current scaling).
-  void linear_backward(bf16* dx, int l, int k, const bf16* dy, const bf16* x, const LayerActs& A, std::int64_t rows,
-                       const std::function<void()>& after_dgrad = {}, bool amax_ready = false);
   // Current scaling: the slot's amax zeroed, for the kernel producing the tensor to record into (the activation's
   // output for fc2, its gradient for fc1); null otherwise.
   float* fused_amax(const ops::Fp8Meta& m);
-  int linear_slot(int l, int k) const;
-  void fp8_cast_input(const bf16* x, std::int64_t rows, std::int64_t cols, const ops::Fp8Meta& m, bool fwd,
-                      bool amax_ready, std::uint8_t* q, std::uint8_t* qt);
-  // a (x, shape, q / qt, type) cast with slot m's scale: delayed (the slot's scale; amax recorded) or current (the
-  // amax of x first, unless amax_ready).
-  void fp8_scaled_cast(ops::Fp8CastArgs a, const ops::Fp8Meta& m, bool delayed, bool amax_ready);
+  // model::fp8_scaled_cast with this decoder's device and margin.
+  void fp8_scaled_cast(ops::Fp8CastArgs a, const ops::Fp8Meta& m, bool delayed, bool amax_ready) {
+    model::fp8_scaled_cast(dc_, fp8_.margin, a, m, delayed, amax_ready);
+  }
   void fp8_assign_input_scales(int slots);
   // The layer's forward from x (+ resid) into A; fc2's output into scratch m unless `to_fc1_act` (recompute).
   void layer_forward(int l, const bf16* x, const bf16* resid, const LayerActs& A, int batch, int seq,
@@ -444,11 +435,9 @@ class CudaDecoder {
 
   Recompute recompute_;
   Fp8Options fp8_;
-  ops::DeviceBuffer fp8_weights_;                       // per linear slot: W (E4M3) then W^T
+  ops::DeviceBuffer fp8_weights_;                       // per linear: W (E4M3) then W^T (LinearCuda::Fp8State)
   bool fp8_weights_by_optimizer_ = false;               // fp8_weights_from_optimizer()
   bool fp8_weights_stale_ = true;                       // the bf16 weights changed since fp8_weights_ were cast
-  std::vector<std::size_t> fp8_w_offset_;               // per linear index l * 4 + k: W's byte offset (W^T after it)
-  std::uint8_t* fp8_w(int i) const { return fp8_weights_.as<std::uint8_t>() + fp8_w_offset_[std::size_t(i)]; }
   std::unique_ptr<ops::Fp8Scales> fp8_fwd_, fp8_bwd_;   // fwd: x at 2i, W at 2i + 1 (E4M3); bwd: dy at i (E5M2)
   std::unique_ptr<ops::Fp8Scales> fp8_inputs_;          // current scaling, activation sets 1..: x of linear i
   ops::DeviceBuffer fp8_head_w_;                        // Fp8Options::lm_head: the LM head's W, then W^T (E4M3)

@@ -1,0 +1,184 @@
+// model/linear_cuda.cpp: a linear layer of the CUDA decoder, BF16 or FP8, with its tensor-parallel communication
+// (model/linear_cuda.h has the formulas).
+#include "model/linear_cuda.h"
+
+#include <cuda_runtime_api.h>
+
+#include "core/error.h"
+#include "model/decoder_cuda.h"
+#include "ops/cuda/gemm.h"
+#include "ops/cuda/norm.h"
+
+namespace tb::model {
+namespace {
+
+// A BF16 GEMM shape in one of the three layouts; the weight gradient (atb) is of type `grads` (fp32 or bf16),
+// accumulated unless `overwrite`.
+ops::GemmShape gemm_shape(std::int64_t m, std::int64_t n, std::int64_t k, ops::GemmLayout layout,
+                          bool overwrite = false, DType grads = DType::f32) {
+  ops::GemmShape s;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.a = s.b = s.d = DType::bf16;
+  s.layout = layout;
+  if (layout == ops::GemmLayout::atb) {
+    s.d = grads;
+    s.accumulate = !overwrite;
+  }
+  return s;
+}
+
+void mark(const LinearEnv& e, std::string_view op) {
+  if (e.mark) e.mark(op);
+}
+
+}  // namespace
+
+void fp8_scaled_cast(ops::DeviceContext& dc, int margin, ops::Fp8CastArgs a, const ops::Fp8Meta& m, bool delayed,
+                     bool amax_ready) {
+  cudaStream_t st = dc.stream();
+  a.scale = m.scale, a.scale_inv = m.scale_inv, a.margin = margin;
+  if (delayed) {
+    a.amax_out = m.amax;
+  } else {
+    if (!amax_ready) {
+      TB_CHECK(cudaMemsetAsync(m.amax, 0, sizeof(float), st));
+      ops::fp8_amax(a.x, std::size_t(a.rows) * std::size_t(a.cols), m.amax, st);
+    }
+    a.amax_in = m.amax;
+  }
+  ops::fp8_cast(a, st);
+}
+
+LinearCuda::LinearCuda(const ParamRegistry& registry, int slot) : slot_(slot), w_(&registry.slots.at(std::size_t(slot))) {
+  TB_REQUIRE(w_->shape.size() == 2 && w_->tags.role == ParamRole::linear,
+             "CUDA decoder: " + w_->name + " is not a linear layer's weight");
+}
+
+void LinearCuda::cast_input(const LinearEnv& e, const bf16* x, std::int64_t rows, const ops::Fp8Meta& m,
+                            bool amax_ready, std::uint8_t* q, std::uint8_t* qt) const {
+  ops::Fp8CastArgs a;
+  a.x = x, a.rows = rows, a.cols = in(), a.q = q, a.qt = qt, a.type = DType::e4m3;
+  fp8_scaled_cast(e.dc, e.fp8.margin, a, m, e.fp8.delayed, amax_ready);
+}
+
+void LinearCuda::cast_grad(const LinearEnv& e, const bf16* dy, std::int64_t rows, bool amax_ready) const {
+  ops::Fp8CastArgs a;
+  a.x = dy, a.rows = rows, a.cols = out(), a.q = e.dyq, a.qt = e.dyqt, a.type = e.fp8.grad;
+  a.stochastic = e.fp8.grad_stochastic;
+  fp8_scaled_cast(e.dc, e.fp8.margin, a, fp8.dy, e.fp8.delayed, amax_ready);
+}
+
+void LinearCuda::cast_weight(const LinearEnv& e) const {
+  ops::Fp8CastArgs a;
+  a.x = e.params + w_->offset, a.rows = out(), a.cols = in(), a.q = fp8.w, a.qt = fp8.wt, a.type = DType::e4m3;
+  fp8_scaled_cast(e.dc, e.fp8.margin, a, fp8.w_scale, e.fp8.delayed, false);
+}
+
+ops::Fp8CastArgs LinearCuda::weight_cast(int margin) const {
+  ops::Fp8CastArgs a;
+  a.rows = out(), a.cols = in(), a.q = fp8.w, a.qt = fp8.wt, a.type = DType::e4m3;
+  a.scale = fp8.w_scale.scale, a.scale_inv = fp8.w_scale.scale_inv, a.amax_out = fp8.w_scale.amax, a.margin = margin;
+  return a;
+}
+
+void LinearCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t rows,
+                         LinearInput input) const {
+  const TensorParallelOps& tp = e.tp;
+  if (tp_role() == TpRole::row && tp.size > 1) {  // this rank's rows of the sum over the tp ranks, into y
+    const std::int64_t nl = rows / tp.size, o = out();
+    if (!tp.exchange_async) {
+      forward_cast(e, x, s, rows, input);
+      forward_gemm(e, e.part, x, s, 0, rows);
+      tp.reduce_scatter(e.part, y, std::size_t(nl * o));
+      mark(e, "tp reduce-scatter");
+      return;
+    }
+    // tp 2: the other rank's rows first; they travel while this rank's own are computed, then the two partials add.
+    const std::int64_t own = std::int64_t(tp.rank) * nl, other = std::int64_t(1 - tp.rank) * nl;
+    forward_cast(e, x, s, rows, input);
+    forward_gemm(e, e.part, x, s, other, nl);
+    tp.exchange_async(e.part + other * o, e.dyl, std::size_t(nl * o));
+    forward_gemm(e, e.part, x, s, own, nl);
+    tp.wait_async();
+    mark(e, "tp exchange (overlapped)");
+    ops::residual_add({y, {nl, o}}, {e.part + own * o, {nl, o}}, {e.dyl, {nl, o}}, e.dc.stream());
+    mark(e, "tp reduce-scatter sum");
+    return;
+  }
+  if (input == LinearInput::gathering) {  // bf16: this rank's rows while the other ranks' arrive, then theirs
+    const std::int64_t nl = rows / tp.size, r0 = std::int64_t(tp.rank) * nl;
+    forward_gemm(e, y, x, s, r0, nl);
+    tp.wait_async();
+    mark(e, "tp all-gather (overlapped)");
+    forward_gemm(e, y, x, s, 0, r0);
+    forward_gemm(e, y, x, s, r0 + nl, rows - r0 - nl);
+    return;
+  }
+  forward_cast(e, x, s, rows, input);
+  forward_gemm(e, y, x, s, 0, rows);
+}
+
+void LinearCuda::forward_cast(const LinearEnv& e, const bf16* x, const LinearSaved& s, std::int64_t rows,
+                              LinearInput input) const {
+  if (!e.fp8.enabled || input == LinearInput::cast) return;
+  cast_input(e, x, rows, s.xs, input == LinearInput::amax_ready, e.xq, s.xt);
+  mark(e, "fp8 casts");
+}
+
+void LinearCuda::forward_gemm(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t r0,
+                              std::int64_t m) const {
+  const std::int64_t o = out(), i = in();
+  if (m == 0) return;
+  if (!e.fp8.enabled) {
+    e.dc.gemm(gemm_shape(m, o, i, ops::GemmLayout::abt), y + r0 * o, x + r0 * i, e.params + w_->offset);
+  } else {
+    ops::GemmShape g;
+    g.m = m, g.n = o, g.k = i, g.a = g.b = DType::e4m3, g.d = DType::bf16, g.fast_accum = true;
+    e.dc.gemm(g, y + r0 * o, e.xq + r0 * i, fp8.w, {s.xs.scale_inv, fp8.w_scale.scale_inv});
+  }
+  mark(e, "gemm fwd");
+}
+
+void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf16* x, const LinearSaved& s,
+                          std::int64_t rows, const std::function<void()>& after_dgrad, bool amax_ready) const {
+  const std::int64_t o = out(), i = in();
+  void* dw = static_cast<std::byte*>(e.grads) + w_->offset * dtype_size(e.grad_type);
+  std::function<void()> wgrad, dgrad;
+  if (!e.fp8.enabled) {
+    wgrad = [&] { e.dc.gemm(gemm_shape(o, i, rows, ops::GemmLayout::atb, e.overwrite, e.grad_type), dw, dy, x); };
+    dgrad = [&] { e.dc.gemm(gemm_shape(rows, i, o, ops::GemmLayout::ab), dx, dy, e.params + w_->offset); };
+  } else {
+    if (dy) {  // (null: its producer wrote the FP8 copies)
+      cast_grad(e, dy, rows, amax_ready);
+      mark(e, "fp8 casts");
+    }
+    const float* dy_inv = fp8.dy.scale_inv;
+    wgrad = [&] {
+      ops::GemmShape gw;
+      gw.m = o, gw.n = i, gw.k = rows, gw.a = e.fp8.grad, gw.b = DType::e4m3, gw.d = e.grad_type;
+      gw.accumulate = !e.overwrite;
+      e.dc.gemm(gw, dw, e.dyqt, s.xt, {dy_inv, s.xs.scale_inv});
+    };
+    dgrad = [&] {
+      ops::GemmShape gd;
+      gd.m = rows, gd.n = i, gd.k = o, gd.a = e.fp8.grad, gd.b = DType::e4m3, gd.d = DType::bf16;
+      e.dc.gemm(gd, dx, e.dyq, fp8.wt, {dy_inv, fp8.w_scale.scale_inv});
+    };
+  }
+  if (after_dgrad) {
+    TB_REQUIRE(dx && dx != x, "CUDA decoder: a linear backward with after_dgrad needs dx apart from x");
+    dgrad();
+    mark(e, "gemm dgrad");
+    after_dgrad();
+  }
+  wgrad();
+  mark(e, "gemm wgrad");
+  if (dx && !after_dgrad) {
+    dgrad();
+    mark(e, "gemm dgrad");
+  }
+}
+
+}  // namespace tb::model
