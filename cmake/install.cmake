@@ -1,6 +1,6 @@
 # install.cmake: `cmake --install` (and `make install PREFIX=...`) lays out
 #   <prefix>/bin/trainbench
-#   <prefix>/share/trainbench/{recipes,references,docs}, README.md, LICENSE
+#   <prefix>/share/trainbench/{recipes,references,docs}, README.md, LICENSE, CHANGELOG.md
 # which the binary finds next to itself (recipe/system.h data_dir_candidates); `cpack` (`make package`) makes the
 # same tree a tarball. The installed binary keeps the run path of the CUDA, NCCL and MPI libraries it was linked
 # with, so it runs where it was built and on machines with the same toolkit layout.
@@ -10,7 +10,7 @@ set_target_properties(trainbench PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 install(TARGETS trainbench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 set(TB_SHARE_DIR ${CMAKE_INSTALL_DATADIR}/trainbench)
 install(DIRECTORY recipes references docs DESTINATION ${TB_SHARE_DIR})
-install(FILES README.md LICENSE DESTINATION ${TB_SHARE_DIR})
+install(FILES README.md LICENSE CHANGELOG.md DESTINATION ${TB_SHARE_DIR})
 
 set(CPACK_GENERATOR TGZ)
 set(CPACK_PACKAGE_NAME trainbench)
