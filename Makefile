@@ -3,13 +3,16 @@
 #              GPUs present: `trainbench check`, then the default recipe; no GPU: the CPU demo recipe
 #              (scripts/main-job.sh)
 #   make test  installs what is missing, builds, runs the CPU tests (label cpu; CI runs this)
-# Also: make build, make test-gpu (label gpu), make test-multigpu, make clean.
+# Also: make build, make test-gpu (label gpu), make test-multigpu, make clean,
+#       make install PREFIX=DIR (bin/trainbench, share/trainbench/{recipes,references,docs}; default /usr/local),
+#       make package (a tarball of that tree in build/, through CPack).
 BUILD ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 TB := $(BUILD)/trainbench
+PREFIX ?= /usr/local
 
-.PHONY: all setup configure build run test test-gpu test-multigpu clean
+.PHONY: all setup configure build run test test-gpu test-multigpu install package clean
 all: build
 
 setup:
@@ -32,6 +35,12 @@ test-gpu: build
 
 test-multigpu: build
 	@cd $(BUILD) && ctest -L '^multigpu$$' --output-on-failure
+
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
+
+package: build
+	@cd $(BUILD) && cpack -G TGZ
 
 clean:
 	rm -rf $(BUILD)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ab_train.sh: this build's trainbench against an earlier one on the same GPU in one call (run there from the
+# ab_train.sh: this build's trainbench against an earlier one on the same GPU in one run (run there from the
 # repository root, with carry/ from `PREV=OLD_BINARY scripts/carry.sh`): `train` with the same arguments, the builds
 # alternating N times (prev first), optionally the torch peer before and after. Per run: the step median (20 steps
 # after 5 of warm-up; the step time under a power limit drifts with the GPU's temperature, hence alternating) and a

@@ -4,7 +4,7 @@ PNG per data set, drawn by gnuplot.
 
 Each run's loss is smoothed by a trailing mean over --window steps (one step's loss is one batch: noisy). Top panel:
 each precision's smoothed loss, averaged over the seeds (log scale). Bottom panel: d(t) = smoothed loss / smoothed
-BF16 loss of the same seed - 1, averaged over the seeds, between the FP8 issue's bounds +-tol. At the last step d is
+BF16 loss of the same seed - 1, averaged over the seeds, between the FP8 accuracy bounds +-tol. At the last step d is
 accuracy_table.py's difference with --last = --window; it is printed per precision.
 
 Usage: accuracy_curves.py RESULTS --tag TAG --out PREFIX [--window 50] [--tol 0.015] [--title TEXT]

@@ -4,7 +4,7 @@
 Each run's folder is RESULTS/TAG-sSEED-DATA-PRECISION (one `trainbench train` JSONL record with every step's loss;
 accuracy_runs.py reads them). Per run: the final loss = the mean of the last --last steps' losses (one step's loss is
 one batch: noisy). Per (data, seed): each precision's final loss relative to the BF16 run of the same seed, d = final
-/ final_bf16 - 1; the criterion (the FP8 issue) is |d| <= --tol for every seed. Prints one table per data set, with
+/ final_bf16 - 1; the FP8 accuracy criterion is |d| <= --tol for every seed. Prints one table per data set, with
 the mean and sample standard deviation of d over the seeds (a shift common to all seeds, against the spread of the
 runs) and on how many seeds a precision misses the bound, and exits 1 when a run is missing or a precision misses the
 bound on some seed. --against compares with another precision of the same seed instead of BF16 (what an option adds,

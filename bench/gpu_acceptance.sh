@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_acceptance.sh: the foundation's GPU acceptance in one device call (run on the GPU machine from
+# gpu_acceptance.sh: the system check's GPU acceptance in one run (run on the GPU machine from
 # the repository root, with carry/ from scripts/carry.sh): GPU tests, `check` on 1 and all GPUs, the
 # micro suites and their PyTorch peers, bad-input cases. Logs and a results tarball go to $OUT.
 # Usage: bench/gpu_acceptance.sh [quick|lab|full]   (quick: tests + check; lab: + kernel labs; full: everything)

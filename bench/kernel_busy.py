@@ -6,7 +6,7 @@ kind,start_ns,end_ns,correlation[,name] with kind kernel or graph_launch; a repl
 cudaGraphLaunch's correlation id. Per replay: sum = the kernels' durations added up; busy = the union of their
 intervals (kernels that overlap counted once); span = first kernel start to last kernel end; period = first kernel
 start to the next replay's first kernel start (the step as the GPU sees it, host work between replays included).
-The training issue's criterion: the step time with graph replay within 1% of the sum of kernel times (period / sum).
+The training engine's criterion: the step time with graph replay within 1% of the sum of kernel times (period / sum).
 The first --skip replays (warm-up; default 2) are left out of the medians; the ratios are per replay, then their
 median (the replays run at different clocks under a power limit, so a ratio of medians would mix them).
 --by-op: each replay's kernel time by op (CATEGORIES: the first pattern found in the kernel's name), the median over

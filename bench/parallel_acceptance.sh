@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# parallel_acceptance.sh: the multi-GPU training acceptance in one device call (GPU machine, repository root, carry/
+# parallel_acceptance.sh: the multi-GPU training acceptance in one run (GPU machine, repository root, carry/
 # from scripts/carry.sh). Logs and JSONL under $OUT. Usage: bench/parallel_acceptance.sh MODE...
 #   env:      mpirun and the libraries the binary loads
 #   dpcheck:  `small` 30 steps, global batch 8: 1 GPU vs 2 GPUs (data parallel, ZeRO-1); losses compared
@@ -36,7 +36,7 @@
 #             dp2 x tp2, tp2 x pp2, dp2 x pp2, dp2 x tp2 x pp2, tp2 x cp2, pp2 x cp2, and interleaved tp2 x pp2 x vp2
 #             and dp2 x pp2 x vp2 (one layer per chunk), in BF16, FP8 current and FP8 delayed (amaxes reduced over
 #             the tp and dp x cp groups); then dp2 x tp2 with shared against separate gradients (one micro-batch per
-#             rank, deterministic): losses bit for bit. About 20 minutes: run subsets in separate calls with
+#             rank, deterministic): losses bit for bit. About 20 minutes: run subsets in separate runs with
 #             MIX_VARIANTS, MIX_LAYOUTS (as layout_flags names them), MIX_GRADBUF ("" skips)
 #   gpt:      `small-gpt` (GPT-3's form: LayerNorm, GELU, learned positions, tied embeddings) 30 steps, global batch
 #             8, micro-batch 1: 1 GPU against dp 2, tp 2 (each rank's positions from its first row), pp 2 and pp 2 vp 2

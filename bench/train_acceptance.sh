@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# train_acceptance.sh: the training engine's GPU acceptance in one device call (run on the GPU machine from the
+# train_acceptance.sh: the training engine's GPU acceptance in one run (run on the GPU machine from the
 # repository root, with carry/ from scripts/carry.sh): the training GPU tests, then trainbench and its PyTorch peer
-# (bench/peers/torch_train.py) on the same GPU, one after the other, at the issue's shapes, then every run's ratios
+# (bench/peers/torch_train.py) on the same GPU, one after the other, at the engine's target shapes, then every run's ratios
 # to the peers of its shape (bench/train_ratios.py). Logs and JSONL to $OUT.
 # Usage: bench/train_acceptance.sh [tests|8b|70b|recompute|fp8...|recipes]...  (default: tests 8b)
-# (Since session 16 `--fp8-lm-head` rounds its logit gradients stochastically unless told `--fp8-lm-head-rounding
+# (Since 2026-12-01 `--fp8-lm-head` rounds its logit gradients stochastically unless told `--fp8-lm-head-rounding
 # nearest`; the results of the modes from fp8head to fp8headgradacc and of fp8best, all earlier, rounded to nearest.)
 #   8b:        Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: trainbench (fp32 master + moments; recompute
 #              none and selective), torch bf16
@@ -46,13 +46,13 @@
 #              8B L8 FP8 delayed + head with nearest and with stochastic rounding (op profile on)
 #   fp8headsracc: its accuracy per seed as fp8headgemmsacc: BF16, FP8 delayed, + head rounding to nearest, + head
 #              rounding stochastically, in E5M2 and in E4M3
-#   fp8srtargets: the FP8 targets with the stochastic head in one call: 8B L8 BF16, FP8 delayed + head with nearest
+#   fp8srtargets: the FP8 targets with the stochastic head in one run: 8B L8 BF16, FP8 delayed + head with nearest
 #              and with stochastic rounding, the latter + FP8 attention; 70B L2 BF16 and FP8 delayed + stochastic head;
 #              the torch BF16 peer at 8B
 #   fp8gradsr: the linear layers' gradients rounded stochastically (--fp8-grad-rounding stochastic), accuracy per seed
 #              as fp8headsracc at LR $ACC_LR (default 1e-4): BF16, FP8 delayed, + gradients rounded stochastically, +
 #              the FP8 head (stochastic), FP8 delayed + the head
-#   fp8attnmargin: whether FP8 attention's loss at LR 1e-3 (fourteenth session: +14% where FP8 delayed is +5%) is
+#   fp8attnmargin: whether FP8 attention's loss at LR 1e-3 (measured 2026-12-01: +14% where FP8 delayed is +5%) is
 #              saturation of its delayed-scaled outputs: the 76 M model, micro-batch $ACC_MB (4), LR $ACC_LR (1e-3),
 #              text, seeds $ACC_SEEDS (1 2 3): BF16, FP8 delayed, + FP8 attention, each FP8 run with --fp8-margin 0 and 2
 #   fp8attnemu: where FP8 attention's cost comes from, in fp8attnmargin's setting (seeds $ACC_SEEDS, 1..6): BF16, FP8
@@ -70,7 +70,7 @@
 #   fastacc:   the accuracy of the fastest FP8 row (delayed + head + FP8 attention with the peer's state: bf16 moments
 #              and gradients) in gradsacc's setting (LR \$ACC_LR, default 1e-4, seeds 1-6): BF16, BF16 with that state,
 #              FP8 delayed + head, + FP8 attention, + bf16 moments and gradients
-#   fp8best:   the issue's FP8 targets in one call: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
+#   fp8best:   the FP8 targets in one run: 8B L8 BF16, FP8 (default), FP8 delayed + head + attention with
 #              fp32 and with bf16 moments (op profile on), 70B L2 BF16 and the same FP8 pair, BF16 with bf16 moments
 #              at both shapes (the FP8 / BF16 ratios and memory at the peer's moment precision), the torch BF16 peer
 #   accum:     the same shapes at the recipes' gradient accumulation: global batch $GB (default 16, the micro-batches
@@ -363,5 +363,5 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
     log "ratios (bench/train_ratios.py)"; python3 bench/train_ratios.py "$OUT"
   fi
 } 2>&1 | tee -a "$OUT/train.log"
-tar czf "$OUT/results-train.tgz" -C "$OUT" results 2>/dev/null  # its own name: another script in the same call keeps its
+tar czf "$OUT/results-train.tgz" -C "$OUT" results 2>/dev/null  # its own name: another script in the same run keeps its
 rm -rf "$OUT/results"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""train_ratios.py: trainbench's training runs against the PyTorch peers of the same call, as ratios.
+"""train_ratios.py: trainbench's training runs against the PyTorch peers of the same run, as ratios.
 
 Inputs: OUT, a folder as bench/train_acceptance.sh leaves it: OUT/results/NAME/results.jsonl (`trainbench train`
 records, bench "train") and OUT/peers.jsonl (one bench/peers/torch_train.py record per line). Runs and peers are
@@ -8,7 +8,7 @@ tokens/s, peak memory, energy per token and mean SM clock, then each trainbench 
 every other configuration (FP8, recompute, other optimizer state) against trainbench's default at its shape:
   speed = tokens/s / the peer's (its runs' mean; above 1: trainbench faster), or / the default run's
   memory = peak allocated / the peer's (below 1: trainbench smaller), or / the default run's
-Where a shape has a target of the training-engine issue for trainbench's default (BF16, fp32 master weights, moments
+Where a shape has a target of the training engine for trainbench's default (BF16, fp32 master weights, moments
 and gradients, no recompute) against the bf16-state peer (8B L8 >= 1.10, 70B L2 >= 1.05, seq 8192, micro-batch 1,
 global batch 1) and for its memory against the fp32-state peer (8B L8 <= 1), the row says whether it is met, and the
 last line counts them. Exit 0 whether or not they are met (a report); 1 without trainbench records.

@@ -5,8 +5,7 @@
 // (~4.0-4.3 TB/s measured for copies on an H200: 1.7 ms for 8192 x 57344). Delayed scaling (the scale given), E4M3;
 // each read-only pass's amax is checked bit for bit against fp8_cast's before it is timed (bench/loop.h, median of 10
 // after 3).
-// History (bench/RESULTS.md, sessions 19-20; the variants are in git history, this file at commit 79df47f and
-// session 20's call 1-3 scripts): the 64 x 64 shared-memory tile kernel moved 2.8-3.3 TB/s; persistent blocks, other
+// History (measured on an H200 on 2026-12-01; the variants are in git history, this file at commit 79df47f): the 64 x 64 shared-memory tile kernel moved 2.8-3.3 TB/s; persistent blocks, other
 // tile orders, no amax and every pass's loads first gained little; 128-row tiles lost (16-byte column gathers from
 // shared memory: 8-way bank conflicts, and the loads held as floats: 116 registers). What mattered was bytes in
 // flight per SM at few registers per byte (read-only passes: ~64 KB per SM ~3.2 TB/s, ~128 KB ~4.5): 64 x 128 tiles
@@ -38,7 +37,7 @@ struct Variant {
   void (*launch)(const __nv_bfloat16*, CastTarget, cudaStream_t);
 };
 
-// Read-only passes (session 19, call 11): the amax of x, read as TR x TC regions, one per block of 256 threads with
+// Read-only passes: the amax of x, read as TR x TC regions, one per block of 256 threads with
 // every load issued before any is used (TR * TC / 2048 loads of 16 bytes per thread), or as one flat stream (Stream:
 // a grid of 8 blocks per SM, 4 loads in flight per thread).
 template <int TR, int TC>

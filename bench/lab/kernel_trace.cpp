@@ -4,11 +4,11 @@
 // (default kernel_trace.csv):
 //   kind,start_ns,end_ns,correlation,name    kind = kernel | graph_launch; a graph's kernels carry its launch's
 //                                            correlation; name: the kernel's (mangled) name, empty for a launch
-// bench/kernel_busy.py then sums each replay's kernels against the step: the training issue's "step time with graph
+// bench/kernel_busy.py then sums each replay's kernels against the step: the training engine's criterion "step time with graph
 // replay within 1% of the sum of kernel times", measured on the replayed steps themselves (the op profile's eager step
 // runs at another clock under the power limit). A lab, not part of trainbench; built where the CUPTI headers are
 // (scripts/setup.sh installs the nvidia-cuda-cupti wheel into .deps/cupti). Each kernel costs the tracer a record;
-// on the 8B L8 step that cost no measurable step time (session 19, call 9).
+// on the 8B L8 step that cost no measurable step time (H200, 2026-12-01).
 #include <cupti.h>
 
 #include <cstdint>

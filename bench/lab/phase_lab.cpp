@@ -7,10 +7,10 @@
 // parts' sum (events around each), the rest (the GEMMs), power, clock.
 // Reading: GEMMs faster beside a cheaper or spread AdamW would mean the step is bound by its energy, not by each
 // kernel's time, and worth restructuring.
-// Measured (session 21, one H200 at 700 W, bench/results/2026-12-01-h200-session21/call5): AdamW alone 4.0 TB/s at
+// Measured (one H200 at 700 W, 2026-12-01): AdamW alone 4.0 TB/s at
 // 580 W on all SMs, 3.9 TB/s at 559 W on 48; the cycle 214.7-216.7 ms in every case, its GEMMs 194.0-195.2 ms (alone
 // 196.4): the SMs AdamW leaves idle save ~20 W and buy the GEMMs nothing. Green contexts round S up to a multiple of 8.
-// Call 6 (another H200): AdamW in 7 / 35 slices 220.0 / 221.1 ms, as one block 220.3-221.9: spreading buys nothing.
+// On another H200: AdamW in 7 / 35 slices 220.0 / 221.1 ms, as one block 220.3-221.9: spreading buys nothing.
 // Usage: phase_lab [P_millions=2800] [K=140] [S,S,...=48,66,88] [N,N,...=7,35]
 #include <cuda_runtime_api.h>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch_micro.py: the PyTorch peer of `trainbench micro gemm|membw`, run in the same device call.
+"""torch_micro.py: the PyTorch peer of `trainbench micro gemm|membw`, run on the same GPU in the same job.
 
 gemm:  torch.matmul (bf16, f16, tf32) and torch._scaled_mm (e4m3 x e4m3 -> bf16, fast accumulation)
        on random inputs, D[m,n] = A[m,k] B[n,k]^T; TFLOP/s = 2 m n k / median time.

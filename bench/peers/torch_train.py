@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch_train.py: the PyTorch peer of `trainbench train`, run in the same device call: the same dense
+"""torch_train.py: the PyTorch peer of `trainbench train`, run on the same GPU in the same job: the same dense
 decoder (Llama 3.1 family; pre-norm, no biases, untied embeddings) trained in PyTorch's usual fast form:
 torch.compile, cuDNN SDPA (causal, native GQA), fused AdamW, foreach grad clipping.
   x = E[tokens];  per layer: h = x + Wo·attn(rope(q), rope(k), v) with q,k,v = Wqkv·rmsnorm1(x),

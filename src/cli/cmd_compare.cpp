@@ -1,5 +1,6 @@
-// cli/cmd_compare.cpp: `trainbench compare RESULTS...`: every "run" record of the given results (files or folders
-// holding results.jsonl) against the published references (report/compare.h); exit 1 when any is below.
+// cli/cmd_compare.cpp: `trainbench compare RESULTS...`: every "run" record of the given results (.jsonl files, or
+// folders searched recursively as `report` does) against the published references (report/compare.h); exit 1 when
+// any is below.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/record.h"
 #include "recipe/reference.h"
 #include "recipe/system.h"
 #include "report/compare.h"
@@ -15,12 +17,10 @@
 namespace tb::cli {
 namespace {
 
-std::vector<nlohmann::json> read_runs(const std::filesystem::path& p) {
-  const std::filesystem::path file = std::filesystem::is_directory(p) ? p / "results.jsonl" : p;
+void read_runs_of(const std::filesystem::path& file, std::vector<nlohmann::json>& out) {
   std::ifstream in(file);
-  TB_REQUIRE(in.good(), fmt::format("compare: cannot read {} (give results.jsonl files or the folders holding them)",
+  TB_REQUIRE(in.good(), fmt::format("cannot read {} (give results.jsonl files or the folders holding them)",
                                     file.string()));
-  std::vector<nlohmann::json> out;
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.empty()) continue;
@@ -32,6 +32,18 @@ std::vector<nlohmann::json> read_runs(const std::filesystem::path& p) {
     }
     if (j.value("bench", "") == "run" && j.value("status", "") == "ok") out.push_back(std::move(j));
   }
+}
+
+// A file as given; a folder: every .jsonl below it (a sweep's or a Slurm collection's subfolders too).
+std::vector<nlohmann::json> read_runs(const std::filesystem::path& p) {
+  std::vector<nlohmann::json> out;
+  if (!std::filesystem::is_directory(p)) {
+    read_runs_of(p, out);
+    return out;
+  }
+  const auto files = result_files_below(p);
+  TB_REQUIRE(!files.empty(), fmt::format("no .jsonl results below {}", p.string()));
+  for (const auto& f : files) read_runs_of(f, out);
   return out;
 }
 
@@ -42,7 +54,7 @@ int cmd_compare(int argc, char** argv) {
   std::vector<std::filesystem::path> inputs;
   std::optional<std::filesystem::path> references;
   std::string ref_gpu;
-  app.add_option("results", inputs, "results.jsonl files or folders holding one")->required();
+  app.add_option("results", inputs, "results folders (searched recursively) or .jsonl files")->required();
   app.add_option("--references", references, "references folder (default: next to the binary)");
   app.add_option("--reference-gpu", ref_gpu, "GPU model of the reference (default: H100; CPU for CPU runs)");
   if (auto rc = parse(app, argc, argv)) return *rc;

@@ -27,7 +27,7 @@ int cmd_k8s(int argc, char** argv) {
     return argc < 2 ? kUsage : kOk;
   }
   TB_REQUIRE(std::string_view(argv[1]) == "render",
-             fmt::format("trainbench k8s: unknown command '{}'; the one command is `render`", argv[1]));
+             fmt::format("unknown command '{}'; the one command is `render`", argv[1]));
   std::string prog = "trainbench k8s render";
   std::vector<char*> args{prog.data()};
   launch::K8sRequest req;

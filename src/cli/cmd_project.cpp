@@ -55,7 +55,7 @@ const char* kNeedsMeasurement =
     "trainbench project needs a per-GPU measurement of the recipe (its proxy, on one GPU):\n"
     "  trainbench run %s                         # writes results/<run id>/results.jsonl\n"
     "  trainbench project %s --gpus N --from results/<run id>\n"
-    "or use the H200 measurements shipped with trainbench: --from bench/results/2026-11-30-h200-recipes\n";
+    "or use the H200 measurements shipped with trainbench: --from %s\n";
 
 nlohmann::json to_json(const project::Projection& p, const project::Context& ctx) {
   const auto& l = p.layout;
@@ -206,7 +206,8 @@ int cmd_project(int argc, char** argv) {
   const recipe::Recipe* r = validate ? nullptr : &recipe::find_recipe(recipes, name);
   if (from.empty()) {
     const char* n = r ? r->name.c_str() : "<recipe>";
-    std::fprintf(stderr, kNeedsMeasurement, n, n);
+    const auto shipped = recipe::find_references_dir(references_dir) / "measured" / "h200-recipes";  // absolute
+    std::fprintf(stderr, kNeedsMeasurement, n, n, shipped.c_str());
     return kUsage;
   }
   const auto refdir = recipe::find_references_dir(references_dir);

@@ -89,7 +89,7 @@ int cmd_report(int argc, char** argv) {
   }
   if (output->has_parent_path()) std::filesystem::create_directories(output->parent_path());
   std::ofstream(*output, std::ios::binary) << text;
-  TB_REQUIRE(std::filesystem::exists(*output), fmt::format("report: cannot write {}", output->string()));
+  TB_REQUIRE(std::filesystem::exists(*output), fmt::format("cannot write {}", output->string()));
   if (format == "html") std::printf("report: %s (self-contained; open it in any browser)\n", output->c_str());
   return kOk;
 }

@@ -77,6 +77,7 @@ int cmd_run(int argc, char** argv) {
   if (auto rc = parse(app, argc, argv)) return *rc;
 
   const auto recipes = recipe::load_recipes(recipe::find_recipes_dir(recipes_dir));
+  if (!name.empty()) recipe::find_recipe(recipes, name);  // an unknown recipe is named before the GPU is looked for
   const bool have_gpu = bench::visible_gpu_count() > 0;
   if (device == "cuda" && !have_gpu) {
     if (!name.empty() && name != "tiny") {
@@ -92,7 +93,7 @@ int cmd_run(int argc, char** argv) {
   const recipe::Recipe& r = recipe::find_recipe(recipes, name);
   if (precision.empty()) precision = cuda ? "bf16" : "fp32";
   TB_REQUIRE(cuda ? (precision == "bf16" || precision == "fp8") : precision == "fp32",
-             fmt::format("trainbench run: the {} backend trains in {}, not {}", device, cuda ? "bf16 or fp8" : "fp32",
+             fmt::format("the {} backend trains in {}, not {}", device, cuda ? "bf16 or fp8" : "fp32",
                          precision));
   if (ref_gpu.empty()) ref_gpu = cuda ? "H100" : "CPU";
 
@@ -108,7 +109,8 @@ int cmd_run(int argc, char** argv) {
     if (devices.exit) return *devices.exit;
     gpu = devices.list.front();
     if (devices.list.size() > 1)
-      std::printf("note: multi-GPU training comes with the parallel issue; %zu GPUs visible, the proxy runs on GPU %d\n",
+      std::printf("note: `run` measures the per-GPU shard on one GPU (`train --gpus N` trains on several); %zu GPUs "
+                  "visible, the proxy runs on GPU %d\n",
                   devices.list.size(), gpu);
   }
   install_interrupt_handler();
@@ -211,7 +213,7 @@ int cmd_run(int argc, char** argv) {
               x.optimizer_s, x.tokens_per_s_per_gpu);
   std::printf("%s", report::render_comparisons({c}).c_str());
   print_results_location(run);
-  return kOk;
+  return c.verdict == report::RefVerdict::below ? kFailed : kOk;  // as `compare` exits on these results
 }
 
 }  // namespace tb::cli

@@ -52,7 +52,7 @@ int cmd_scale(int argc, char** argv) {
   report::Point fixed;
   for (const auto& s : sets) {
     const report::Point p = report::parse_point(s);
-    for (const auto& [k, v] : p) TB_REQUIRE(k != "ref_gpus", "scale: --gpus sets the GPU count, not --set ref_gpus");
+    for (const auto& [k, v] : p) TB_REQUIRE(k != "ref_gpus", "--gpus sets the GPU count, not --set ref_gpus");
     fixed.insert(fixed.end(), p.begin(), p.end());
   }
   const auto fixed_args = run_args(fixed);

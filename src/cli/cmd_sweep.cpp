@@ -97,7 +97,7 @@ int cmd_sweep(int argc, char** argv) {
   }
   std::vector<report::Point> points = axes.empty() ? std::vector<report::Point>{} : report::expand_grid(axes);
   for (const auto& l : listed) points.push_back(report::parse_point(l));
-  TB_REQUIRE(!points.empty(), "sweep: give --vary key=v1,v2 (a grid) or --point key=v,key=v (a listed set)");
+  TB_REQUIRE(!points.empty(), "give --vary key=v1,v2 (a grid) or --point key=v,key=v (a listed set)");
   report::Point fixed;
   for (const auto& s : sets) {
     const report::Point p = report::parse_point(s);

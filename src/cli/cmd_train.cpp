@@ -18,6 +18,7 @@
 #include "parallel/mesh.h"
 #include "comm/mpi_comm.h"
 #include "model/config_override.h"
+#include "model/param_layout.h"
 #include "model/flops.h"
 #include "train/rank_agreement.h"
 #include "train/trainer.h"
@@ -195,6 +196,11 @@ int cmd_train(int argc, char** argv) {
                fmt::format("--debug-delay-rank {}: rank and milliseconds must be >= 0", delay));
   }
   if (!sets.empty()) spec.model_config = model::with_overrides(model::preset(spec.model), sets);
+  if (spec.device == "cuda" && bench::visible_gpu_count() == 0) {  // a CPU-only preset (tiny) without a GPU: say
+    const model::ModelConfig& p = model::preset(spec.model);      // the GPU is missing, not its CUDA shape rules
+    if (!model::cuda_layout_problem(p, model::dense_layout(p)).empty())
+      raise_config(fmt::format("needs a GPU: {} (or use --device cpu)", bench::no_gpu_reason()));
+  }
   train::validate(spec);
   const model::ModelConfig m = train::resolve_model(spec);  // bad shapes fail before any work
   const bool cuda = spec.device == "cuda";

@@ -70,11 +70,7 @@ int dispatch(int argc, char** argv) {
     return argc < 2 ? kUsage : kOk;
   }
   const std::string_view name = argv[1];
-  if (name == "--version" || name == "version") {
-    std::printf("trainbench %s (%s, %s, CUDA archs %s)\n", build_info().version, build_info().git_describe,
-                build_info().build_type, build_info().cuda_archs);
-    return kOk;
-  }
+  if (name == "--version" || name == "version") return cmd_version(argc, argv);
   const Command* cmd = nullptr;
   std::vector<std::string> names;
   for (const auto& c : kCommands) {

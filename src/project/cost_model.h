@@ -9,7 +9,7 @@
 //                    (norms and residual adds on the h-wide rows, RoPE on q and k, the activation: k = 8 gated,
 //                    5 otherwise)
 //     FP8 adds       6·b·s·[x + dy]   the casts of every GEMM input (trainbench, current scaling: amax read 2 B, cast
-//                    read 2 B, FP8 copy and its transpose 1 + 1 B per element; DESIGN.md Precision)
+//                    read 2 B, FP8 copy and its transpose 1 + 1 B per element; docs/TRAINING.md FP8)
 //                    x  = 2·h/q + (A/tp)·d + ffn/tp                  the inputs of qkv, fc1 (h-wide), out, fc2
 //                    dy = 2·h/q + (A/tp + 2·G/tp)·d + (n−1)·ffn/tp   the output gradients of out, fc2 (h-wide), qkv,
 //                    fc1
@@ -20,7 +20,7 @@
 // Time  T(w) = GEMM/R_gemm + attention/R_attn + bytes/B_mem.  B_mem: the GPU's measured memory rate
 // (system [compute] membw_tbps); R_gemm, R_attn: least squares over the measured shards of relative error
 // (every `run` record gives one layer time F1), per precision: bf16 fits both (with one shard, R_attn = 0.8·R_gemm:
-// cuDNN causal attention forward+backward ~520 TFLOP/s against GEMMs ~650-700 on an H200, ../shared/GPU-NOTES.md);
+// cuDNN causal attention forward+backward ~520 TFLOP/s against GEMMs ~650-700 on an H200, bench/RESULTS.md);
 // fp8 fits R_gemm alone and keeps bf16's R_attn (attention stays bf16 in FP8 runs) when bf16 shards were measured.
 // Parameters per GPU (optimizer and data-parallel traffic):
 //   layer h·(A/tp + 2·G/tp)·d + (A/tp)·d·h + n·h·ffn/tp + 2·h;   embedding and LM head ⌈V/tp⌉·h each

@@ -1,5 +1,5 @@
 // recipe/plan.h: from a recipe to what `trainbench run` measures, and from those measurements to the full run's
-// per-GPU figures. trainbench trains on one device today (multi-GPU layouts come with the parallel issue), so a
+// per-GPU figures. `run` measures on one device (`train --gpus N` trains real multi-GPU layouts on one node), so a
 // recipe whose reference layout spans several GPUs runs as a PROXY: the per-GPU shard of that layout on one
 // device, i.e. the model with heads / tp, kv_heads / tp (at least 1), ffn / tp and vocab / tp (Megatron's
 // column/row-parallel and vocab-parallel shards), d_model and head_dim unchanged, the full sequence, the layout's

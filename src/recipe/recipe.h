@@ -83,7 +83,8 @@ const Recipe* lookup_recipe(const std::vector<Recipe>& recipes, std::string_view
 const Recipe& default_recipe(const std::vector<Recipe>& recipes);
 
 // The recipes folder: `explicit_dir` if given, else $TRAINBENCH_RECIPES, else the first of
-// <exe>/../recipes, <exe>/../../recipes, <source tree>/recipes that exists.
+// recipe::data_dir_candidates("recipes") (recipe/system.h: next to the binary, <exe dir>/../share/trainbench, the
+// source tree) that exists.
 std::filesystem::path find_recipes_dir(const std::optional<std::filesystem::path>& explicit_dir);
 
 // Checks one run against the model: world = dp·cp·pp·tp, heads and kv_heads divisible by tp, layers

@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::string_view kFileKeys[] = {"schema", "summary", "source", "peak_tflops", "group"};
 constexpr std::string_view kGroupKeys[] = {"recipe", "gpu",  "release", "precision", "variant", "flop_convention",
-                                           "flops_per_sample", "source", "note", "rows"};
+                                           "flops_per_sample", "source", "note", "tolerance", "rows"};
 const std::vector<std::string> kPrecisions = {"bf16", "fp8", "fp32"};
 constexpr std::string_view kRowKeys[] = {"gpus", "precision", "step_s", "tokens_per_s", "samples_per_s",
                                          "mfu_pct", "tflops_per_gpu", "peak_tflops", "note"};
@@ -76,6 +76,11 @@ std::vector<ReferenceRow> load_references(const std::filesystem::path& file) {
     base.variant = get_string(path, *g, "variant").value_or("");
     base.note = get_string(path, *g, "note").value_or("");
     base.flops_per_sample = positive_number(path, *g, "flops_per_sample");
+    if (const double tol = positive_number(path, *g, "tolerance"); tol > 0) {
+      TB_REQUIRE(tol < 1, fmt::format("{}: tolerance = {} must be a fraction below 1 (0.05: meets within ±5%)",
+                                      where_key(path, *g, "tolerance"), tol));
+      base.tolerance = tol;
+    }
     if (auto c = get_string(path, *g, "flop_convention")) {
       try {
         base.convention = parse_convention(*c);

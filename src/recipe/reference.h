@@ -27,6 +27,7 @@ struct ReferenceRow {
   double peak_tflops = 0;               // what mfu_pct divides by (the row's, else the file's peak table)
   double flops_per_sample = 0;          // the publisher's stated model FLOPs per sample (full model), if any
   std::optional<Convention> convention; // how the publisher counted FLOPs (required with mfu or TFLOP/s)
+  double tolerance = 0.05;              // relative: a comparison meets within 1 ± tolerance (the group's `tolerance`)
 
   const std::string& release() const { return releases.back(); }  // the newest
   double tokens_per_s_per_gpu() const { return tokens_per_s / gpus; }

@@ -194,14 +194,29 @@ std::filesystem::path find_data_dir(std::string_view name, std::string_view env_
     TB_REQUIRE(fs::is_directory(env), fmt::format("{}={} is not a folder", env_var, env));
     return env;
   }
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates;
-  if (!ec) candidates = {exe.parent_path() / ".." / name, exe.parent_path() / "../.." / name};
-  candidates.push_back(fs::path(TB_SOURCE_DIR) / name);
+  const auto candidates = data_dir_candidates(name);
   for (const auto& c : candidates)
     if (fs::is_directory(c / marker)) return fs::weakly_canonical(c);
-  raise_config(fmt::format("cannot find the {} folder: pass {} DIR or set {}", name, flag, env_var));
+  std::string looked;
+  for (const auto& c : candidates) looked += fmt::format("\n  {}", c.lexically_normal().string());
+  raise_config(fmt::format("cannot find the {} folder: pass {} DIR or set {}; looked in:{}", name, flag, env_var,
+                           looked));
+}
+
+std::vector<std::filesystem::path> data_dir_candidates(std::string_view name) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> out;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path bin = exe.parent_path();
+    out = {bin / name,                                // a copied binary with its data beside it
+           bin / ".." / "share" / "trainbench" / name,  // an installed tree: <prefix>/bin, <prefix>/share/trainbench
+           bin / ".." / name,                         // the build folder inside the source tree
+           bin / "../.." / name};
+  }
+  out.push_back(fs::path(TB_SOURCE_DIR) / name);  // the source tree this binary was built from
+  return out;
 }
 
 std::filesystem::path find_references_dir(const std::optional<std::filesystem::path>& explicit_dir) {

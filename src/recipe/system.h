@@ -81,12 +81,16 @@ std::vector<SystemRef> load_systems(const std::filesystem::path& dir);    // eve
 const SystemRef* match_system(const std::vector<SystemRef>& systems, std::string_view device_name);
 
 // The references folder: `explicit_dir` if given, else $TRAINBENCH_REFERENCES, else the first of
-// <exe>/../references, <exe>/../../references, <source tree>/references that exists.
+// data_dir_candidates("references") that holds a systems/ folder.
 std::filesystem::path find_references_dir(const std::optional<std::filesystem::path>& explicit_dir);
-// The data folder `name` (references, recipes): explicit_dir, else $env_var, else the first of <exe>/../name,
-// <exe>/../../name, <source tree>/name that holds `marker` (a subfolder, or "." for any). Error{config} naming the
-// flag and the variable when none exists.
+// The data folder `name` (references, recipes): explicit_dir, else $env_var, else the first of
+// data_dir_candidates(name) that holds `marker` (a subfolder, or "." for any). Error{config} naming the flag, the
+// variable and the folders looked in when none exists.
 std::filesystem::path find_data_dir(std::string_view name, std::string_view env_var, std::string_view flag,
                                     const std::optional<std::filesystem::path>& explicit_dir, std::string_view marker);
+// Where a data folder is looked for, in order: next to the binary (<exe dir>/name), the installed tree
+// (<exe dir>/../share/trainbench/name), the source tree around a build folder (<exe dir>/../name,
+// <exe dir>/../../name), and the source tree the binary was built from.
+std::vector<std::filesystem::path> data_dir_candidates(std::string_view name);
 
 }  // namespace tb::recipe

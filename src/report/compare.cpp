@@ -18,15 +18,15 @@ std::string_view ref_verdict_name(RefVerdict v) {
   return "?";
 }
 
-RefVerdict ref_verdict_for(double ratio) {
-  if (ratio < 0.95) return RefVerdict::below;
-  if (ratio > 1.05) return RefVerdict::above;
+RefVerdict ref_verdict_for(double ratio, double tolerance) {
+  if (ratio < 1 - tolerance) return RefVerdict::below;
+  if (ratio > 1 + tolerance) return RefVerdict::above;
   return RefVerdict::meets;
 }
 
 Comparison compare_run(const nlohmann::json& rec, const std::vector<recipe::ReferenceRow>& rows,
                        const std::string& ref_gpu) {
-  TB_REQUIRE(rec.value("bench", "") == "run", "compare: not a `run` record (bench '" + rec.value("bench", "") + "')");
+  TB_REQUIRE(rec.value("bench", "") == "run", "not a `run` record (bench '" + rec.value("bench", "") + "')");
   Comparison c;
   c.recipe = rec.at("recipe").get<std::string>();
   c.precision = rec.at("precision").get<std::string>();
@@ -70,7 +70,8 @@ Comparison compare_run(const nlohmann::json& rec, const std::vector<recipe::Refe
     c.ratio = c.tokens_per_gpu / c.ref_tokens_per_gpu;
   else if (c.ref_step_s > 0)
     c.ratio = c.ref_step_s / c.step_s;
-  if (c.ratio > 0) c.verdict = ref_verdict_for(c.ratio);
+  c.tolerance = row->tolerance;
+  if (c.ratio > 0) c.verdict = ref_verdict_for(c.ratio, c.tolerance);
   return c;
 }
 
@@ -94,10 +95,20 @@ std::string render_comparisons(const std::vector<Comparison>& cs) {
   }
   bool proxy = false;
   std::string conv;
-  for (const Comparison& c : cs) proxy = proxy || c.proxy, conv = c.convention.empty() ? conv : c.convention;
-  out += fmt::format("ratio: tokens/s per GPU, ours / reference; meets 0.95-1.05; TFLOP/s in the reference's FLOP "
+  double tol = 0;  // the tolerance of the compared rows; 0: none compared yet
+  bool mixed = false;
+  for (const Comparison& c : cs) {
+    proxy = proxy || c.proxy, conv = c.convention.empty() ? conv : c.convention;
+    if (c.verdict == RefVerdict::none) continue;
+    mixed = mixed || (tol > 0 && c.tolerance != tol);
+    tol = c.tolerance;
+  }
+  if (tol == 0) tol = 0.05;
+  const std::string band = mixed ? std::string("within each reference's tolerance")
+                                 : fmt::format("{:.2f}-{:.2f}", 1 - tol, 1 + tol);
+  out += fmt::format("ratio: tokens/s per GPU, ours / reference; meets {}; TFLOP/s in the reference's FLOP "
                      "convention{}.\n",
-                     conv.empty() ? "" : " (" + conv + ")");
+                     band, conv.empty() ? "" : " (" + conv + ")");
   if (proxy)
     out += "[proxy]: one device ran the per-GPU shard; figures extrapolated to the full layout without "
            "communication or pipeline bubble.\n";

@@ -3,7 +3,8 @@
 //   ratio = our tokens/s per GPU / the reference's      (the same global batch and sequence: step-time ratio inverted)
 //   TFLOP/s per GPU in the reference's FLOP convention = tokens/s per GPU x its FLOPs per token (the record carries
 //   them per convention); MFU against each side's own GPU peak.
-//   verdict: meets when 0.95 <= ratio <= 1.05, below under 0.95, above over 1.05; none without a reference row.
+//   verdict: meets when 1 - tol <= ratio <= 1 + tol (tol: the reference group's tolerance, 0.05 unless it says), below
+//   under, above over; none without a reference row.
 // A proxy's figures are extrapolated (recipe/plan.h): its caveat says what is not included.
 #pragma once
 
@@ -19,7 +20,7 @@ namespace tb::report {
 
 enum class RefVerdict { meets, below, above, none };
 std::string_view ref_verdict_name(RefVerdict v);
-RefVerdict ref_verdict_for(double ratio);
+RefVerdict ref_verdict_for(double ratio, double tolerance = 0.05);
 
 struct Comparison {
   std::string recipe, precision, gpu, release;  // ours: the GPU's name
@@ -29,7 +30,7 @@ struct Comparison {
   double tokens_per_gpu = 0, step_s = 0, tflops = 0, mfu = 0;
   std::string ref_gpu, ref_release, convention, ref_where;
   double ref_tokens_per_gpu = 0, ref_step_s = 0, ref_tflops = 0, ref_mfu = 0;
-  double ratio = 0;
+  double ratio = 0, tolerance = 0.05;
   RefVerdict verdict = RefVerdict::none;
   std::string why_none;  // no reference row: which counts exist
 };

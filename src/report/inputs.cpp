@@ -14,7 +14,7 @@ namespace {
 
 void read_jsonl(const fs::path& file, Inputs& in) {
   std::ifstream f(file);
-  TB_REQUIRE(f.good(), fmt::format("report: cannot read {}", file.string()));
+  TB_REQUIRE(f.good(), fmt::format("cannot read {}", file.string()));
   std::string line;
   for (int n = 1; std::getline(f, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -42,7 +42,7 @@ void read_run_json(const fs::path& file, Inputs& in) {
 Inputs load_inputs(const std::vector<fs::path>& paths) {
   Inputs in;
   for (const auto& p : paths) {
-    TB_REQUIRE(fs::exists(p), fmt::format("report: {} does not exist (give results folders or .jsonl files)", p.string()));
+    TB_REQUIRE(fs::exists(p), fmt::format("{} does not exist (give results folders or .jsonl files)", p.string()));
     if (!fs::is_directory(p)) {
       read_jsonl(p, in);
       continue;

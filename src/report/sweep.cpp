@@ -120,7 +120,7 @@ std::vector<nlohmann::json> run_sweep(const SweepSpec& spec, const SweepHooks& h
     } else {
       hooks.say(fmt::format("{}: running into {}", head, dir.string()));
       const PointRun pr = hooks.run(p, dir);
-      if (auto rec = finished_run(dir); pr.rc == 0 && rec) {
+      if (auto rec = finished_run(dir); (pr.rc == 0 || pr.rc == 1) && rec) {  // 1: measured, below its reference
         r.data.update(point_metrics(*rec));
         r.data["resumed"] = false;
         hooks.say(fmt::format("{}: {:.0f} tokens/s per GPU", head, r.data["tokens_per_s_per_gpu"].get<double>()));

@@ -1,7 +1,7 @@
-// bench/train_ratios.py (trainbench's training runs against the PyTorch peers of the same call) on a crafted folder:
+// bench/train_ratios.py (trainbench's training runs against the PyTorch peers of the same run) on a crafted folder:
 // runs and peers matched by shape, the peer's runs of one state averaged, speed and memory ratios, the other
 // configurations also against trainbench's default, the training-engine targets judged only for the default
-// configuration at the shapes, a shape without peers, unmeasured values shown as "-", and no trainbench records
+// configuration at the engine's target shapes, a shape without peers, unmeasured values shown as "-", and no trainbench records
 // refused.
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -109,7 +109,7 @@ TEST(CostModel, ShippedProxiesFitWithinTenPercentLeaveOneOut) {
   namespace fs = std::filesystem;
   const auto recipes = tb::recipe::load_recipes(tb::recipe::find_recipes_dir(std::nullopt));
   const fs::path from =
-      tb::recipe::find_references_dir(std::nullopt).parent_path() / "bench/results/2026-11-30-h200-recipes";
+      tb::recipe::find_references_dir(std::nullopt) / "measured/h200-recipes";
   const std::vector<fs::path> paths{from};
   const Inputs in = load_inputs(paths);
   ASSERT_EQ(in.runs.size(), 5u);
@@ -140,9 +140,9 @@ TEST(CostModel, ShippedProxiesFitWithinTenPercentLeaveOneOut) {
 TEST(CostModel, ShippedProxiesFitOneModelPerPrecision) {
   namespace fs = std::filesystem;
   const auto recipes = tb::recipe::load_recipes(tb::recipe::find_recipes_dir(std::nullopt));
-  const fs::path refs = tb::recipe::find_references_dir(std::nullopt), results = refs.parent_path() / "bench/results";
-  const std::vector<fs::path> paths{results / "2026-11-30-h200-recipes", results / "2026-11-30-h200-fp8",
-                                    results / "2026-11-30-h200-fp8-more"};
+  const fs::path refs = tb::recipe::find_references_dir(std::nullopt), results = refs / "measured";
+  const std::vector<fs::path> paths{results / "h200-recipes", results / "h200-fp8",
+                                    results / "h200-fp8-more"};
   const auto systems = tb::recipe::load_systems(refs / "systems");
   const Context ctx =
       make_context(recipes, load_inputs(paths), systems, *tb::recipe::match_system(systems, "H100 SXM"));

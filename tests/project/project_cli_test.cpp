@@ -15,14 +15,15 @@ tb::testing_support::CliResult project(std::vector<std::string> args) {
   return tb::testing_support::run_cli(std::move(args));
 }
 
-const std::string kFrom = "bench/results/2026-11-30-h200-recipes";  // tests run in the source tree
+const std::string kFrom = "references/measured/h200-recipes";  // tests run in the source tree
 }  // namespace
 
 TEST(ProjectCli, WithoutAMeasurementSaysHowToGetOne) {
   const auto r = project({"llama3.1-70b", "--gpus", "1024"});
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("trainbench run llama3.1-70b"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("--from bench/results/2026-11-30-h200-recipes"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--from /"), std::string::npos) << r.err;  // the shipped folder, by an absolute path
+  EXPECT_NE(r.err.find("references/measured/h200-recipes\n"), std::string::npos) << r.err;
   EXPECT_EQ(project({"llama3.1-70b"}).rc, 2);  // no --gpus
   EXPECT_EQ(project({}).rc, 2);
 }
@@ -85,8 +86,8 @@ TEST(ProjectCli, ValidatePassesTheAcceptanceAndFailsATighterOne) {
 }
 
 TEST(ProjectCli, Fp8AndTheLayerTimeAndATwoGpuStep) {
-  const std::string fp8 = "bench/results/2026-11-30-h200-fp8",
-                    tp2 = "bench/results/2026-11-30-h200x2-parallel/tp-final/70b-L4-tp2";
+  const std::string fp8 = "references/measured/h200-fp8",
+                    tp2 = "references/measured/h200x2-train/70b-L4-tp2";
   auto r = project({"llama3.1-70b", "--gpus", "64", "--precision", "fp8", "--from", kFrom, "--from", fp8, "--json"});
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -105,8 +106,8 @@ TEST(ProjectCli, Fp8AndTheLayerTimeAndATwoGpuStep) {
   EXPECT_NE(r.out.find("measured vs modelled, trainbench's own multi-GPU steps"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("dp1 cp1 pp1 tp2 L4 s8192 gb1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("a real 2-GPU step of it (tp 2 pp 1 cp 1 dp 1): the model"), std::string::npos) << r.out;
-  // a folder of result folders: the train records below it, every layout of the 2-GPU session
-  r = project({"llama3.1-70b", "--gpus", "1024", "--from", kFrom, "--from", "bench/results/2026-11-30-h200x2-parallel"});
+  // a folder of result folders: the train records below it, every layout measured on 2 GPUs
+  r = project({"llama3.1-70b", "--gpus", "1024", "--from", kFrom, "--from", "references/measured/h200x2-train"});
   ASSERT_EQ(r.rc, 0) << r.err;
   for (const char* layout : {"dp1 cp1 pp1 tp2", "dp1 cp1 pp2 tp1", "dp1 cp2 pp1 tp1", "dp2 cp1 pp1 tp1"})
     EXPECT_NE(r.out.find(layout), std::string::npos) << layout << "\n" << r.out;

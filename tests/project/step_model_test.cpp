@@ -296,8 +296,8 @@ TEST(StepModel, TrainbenchsOwnStep) {
 TEST(StepModel, NvlinkMeasuredOnTwoGpusOverridesTheSystemFile) {
   const fs::path dir = fs::temp_directory_path() / "tb_step_model_test";
   fs::create_directories(dir);
-  const fs::path src = tb::recipe::find_references_dir(std::nullopt).parent_path() /
-                       "bench/results/2026-11-30-h200-recipes/run-llama3.1-70b.jsonl";
+  const fs::path src = tb::recipe::find_references_dir(std::nullopt) /
+                       "measured/h200-recipes/run-llama3.1-70b.jsonl";
   std::ofstream(dir / "results.jsonl")
       << std::ifstream(src).rdbuf()
       << R"({"schema":"trainbench.result.v1","run":"x","bench":"micro.nccl.all_gather","case":"f32/1GiB","world":2,"status":"ok","bytes":1073741824,"busbw_gbps":135.0})"

@@ -1,5 +1,5 @@
 // Tests project/train_check on what ships (golden): the H200 proxies and the 2 × H200 `train --gpus 2` records of
-// bench/results/2026-11-30-h200x2-{dp,parallel} (data, tensor, pipeline and context parallel, BF16 and FP8): each
+// references/measured/h200x2-train (data, tensor, pipeline and context parallel, BF16 and FP8): each
 // record is read with its layout and op profile, modelled as trainbench runs it, and lands within 10% of its measured
 // step (docs/PROJECTION.md "Two GPUs measured"); a model no recipe starts from is skipped with its reason.
 #include "project/train_check.h"
@@ -17,26 +17,26 @@ namespace fs = std::filesystem;
 using namespace tb::project;
 
 struct Golden {
-  const char* folder;              // under bench/results
+  const char* folder;              // under references/measured
   const char* layout;              // as the record says it
   double error, comm_modelled_ms;  // modelled / measured step − 1; the model's exposed communication + bubble
 };
 // Measured on 2 × H200 NV18, 2026-11-30 (bench/RESULTS.md); modelled with the shipped system files and calibration.
 const Golden kGolden[] = {
-    {"2026-11-30-h200x2-dp/results/8b-L8-2gpu", "dp2", -0.035, 9.6},
-    {"2026-11-30-h200x2-parallel/tp-final/70b-L4-tp2", "tp2", -0.098, 7.9},
-    {"2026-11-30-h200x2-parallel/pp/70b-L4-gb4-pp2", "pp2", +0.056, 220.7},
-    {"2026-11-30-h200x2-parallel/cp/8b-L8-s16k-cp2", "cp2", -0.094, 11.9},
-    {"2026-11-30-h200x2-parallel/8b-L8-fp8-2gpu", "dp2 fp8", -0.041, 9.6},
-    {"2026-11-30-h200x2-parallel/fp8/small-fp8-tp2", "tp2 (small)", 0, 0},
+    {"h200x2-train/8b-L8-2gpu", "dp2", -0.035, 9.6},
+    {"h200x2-train/70b-L4-tp2", "tp2", -0.098, 7.9},
+    {"h200x2-train/70b-L4-gb4-pp2", "pp2", +0.056, 220.7},
+    {"h200x2-train/8b-L8-s16k-cp2", "cp2", -0.094, 11.9},
+    {"h200x2-train/8b-L8-fp8-2gpu", "dp2 fp8", -0.041, 9.6},
+    {"h200x2-train/small-fp8-tp2", "tp2 (small)", 0, 0},
 };
 }  // namespace
 
 TEST(TrainCheck, ShippedTwoGpuStepsAgainstTheModel) {
   const auto recipes = tb::recipe::load_recipes(tb::recipe::find_recipes_dir(std::nullopt));
-  const fs::path refs = tb::recipe::find_references_dir(std::nullopt), results = refs.parent_path() / "bench/results";
-  std::vector<fs::path> paths{results / "2026-11-30-h200-recipes", results / "2026-11-30-h200-fp8",
-                              results / "2026-11-30-h200-fp8-more"};
+  const fs::path refs = tb::recipe::find_references_dir(std::nullopt), results = refs / "measured";
+  std::vector<fs::path> paths{results / "h200-recipes", results / "h200-fp8",
+                              results / "h200-fp8-more"};
   for (const Golden& g : kGolden) paths.push_back(results / g.folder);
   const Inputs in = load_inputs(paths);
   ASSERT_EQ(in.trains.size(), std::size(kGolden));  // the 1-GPU train records and rank_steps are not read

@@ -1,5 +1,5 @@
 // Tests project/validate on what ships: the published H100 references (references/dgxc-h100.toml), the H200
-// proxies of bench/results/2026-11-30-h200-{recipes,fp8,fp8-more} (BF16 and FP8 of every acceptance recipe) and the
+// proxies of references/measured/h200-{recipes,fp8,fp8-more} (BF16 and FP8 of every acceptance recipe) and the
 // systems' [network]/[compute]/[projection]; asserts the acceptance of docs/PROJECTION.md (Llama 3.1 8B/70B/405B,
 // Nemotron-4 15B/340B, GPT-3 175B, BF16 and FP8): on the primary rows (releases 25.04.02 and 25.05.05, the layouts
 // the proxies measured) max |error| <= 15%, median <= 8%, weak-scaling efficiency within 5 points (every recipe and
@@ -34,9 +34,9 @@ const Shipped& shipped() {
     const fs::path refs = tb::recipe::find_references_dir(std::nullopt);
     x->rows = tb::recipe::load_reference_dir(refs);
     x->systems = tb::recipe::load_systems(refs / "systems");
-    const fs::path results = refs.parent_path() / "bench/results";
-    const std::vector<fs::path> paths{results / "2026-11-30-h200-recipes", results / "2026-11-30-h200-fp8",
-                                      results / "2026-11-30-h200-fp8-more"};
+    const fs::path results = refs / "measured";
+    const std::vector<fs::path> paths{results / "h200-recipes", results / "h200-fp8",
+                                      results / "h200-fp8-more"};
     const auto in = tb::project::load_inputs(paths);
     x->ctx = tb::project::make_context(x->recipes, in, x->systems, *tb::recipe::match_system(x->systems, "H100 SXM"));
     x->cases = tb::project::reference_cases(x->recipes, x->rows, x->ctx, nullptr);
@@ -60,7 +60,7 @@ TEST(Validation, AcceptanceOnTheShippedReferences) {
   for (const char* r : kAcceptance)
     for (const char* precision : {"bf16", "fp8"}) EXPECT_TRUE(seen.count({r, precision})) << r << " " << precision;
   EXPECT_EQ(v.primary.n, 62);
-  EXPECT_LE(v.primary.max, 0.15);  // the acceptance, both precisions
+  EXPECT_LE(v.primary.max, 0.15);  // the projection's acceptance bound, both precisions
   EXPECT_LE(v.primary.median, 0.08);
   const auto& bf16 = v.primary_by_precision.at("bf16");
   const auto& fp8 = v.primary_by_precision.at("fp8");

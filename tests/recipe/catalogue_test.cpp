@@ -1,5 +1,5 @@
-// Tests the catalogue as a whole against ../shared/data/dgxc-recipes.md: every workload of the fact
-// sheet has a recipe, every published row is in references/ (counted per table of the sheet), and
+// Tests the catalogue as a whole against the DGX Cloud Benchmarking Recipes (NVIDIA/dgxc-benchmarking): every
+// workload of it has a recipe, every published row is in references/ (counted per table of the sheet), and
 // `trainbench list` shows them.
 #include <gtest/gtest.h>
 

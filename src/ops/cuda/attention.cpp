@@ -98,8 +98,8 @@ std::string describe(const AttentionShape& s) {
 
 AttentionFlops attention_flops(const AttentionShape& s, bool causal) {
   const double sq = double(s.seq), sk = double(s.keys());
-  // Scores computed: the full s x kv_seq block; causal: half of it when kv_seq == seq (the DESIGN.md
-  // convention), else the exact visible count of the bottom-right block, sum_i (kv_seq - seq + i + 1).
+  // Scores computed: the full s x kv_seq block; causal: half of it when kv_seq == seq (the `causal`
+  // convention of docs/METRICS.md), else the exact visible count of the bottom-right block, sum_i (kv_seq - seq + i + 1).
   double scores = sq * sk;
   if (causal) scores = s.keys() == s.seq ? 0.5 * sq * sq : sq * sk - sq * (sq - 1) / 2;
   const double fwd = 2.0 * 2.0 * double(s.batch) * double(s.heads) * double(s.head_dim) * scores;  // Q K^T and P V

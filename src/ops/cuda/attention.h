@@ -17,7 +17,7 @@
 // no copies, no transposes. o and dout are [b, s, H, d] (contiguous by default). head_dim: 64 and 128 are
 // the tested ones (cuDNN on Hopper takes multiples of 8 up to 256).
 //
-// FLOPs (multiply-add = 2), both conventions of DESIGN.md:
+// FLOPs (multiply-add = 2), both conventions of docs/METRICS.md:
 //   forward   full:   4 b H s^2 d  (Q K^T: 2 b H s^2 d, P V: 2 b H s^2 d)
 //             causal: 2 b H s^2 d  (only the lower triangle: halved; exactly s(s+1)/2 of s^2 scores)
 //   with kv_seq = n > s: full 4 b H s n d; causal 4 b H d (s n - s(s-1)/2), the visible scores of the

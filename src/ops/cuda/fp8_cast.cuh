@@ -235,7 +235,7 @@ __host__ __device__ constexpr int source_halves() {
 // registers (8-byte stores; no shared memory, no barrier but the amax's). A warp covers kCastWarpRows x kCastWarpCols
 // (lanes: 4 row groups x 8 column groups: each load reads 4 rows of 128 bytes of a bf16 matrix, each qt store writes
 // 8 runs of 32 bytes); warp w of all runs warp tile w, row-major over rows / 32 x (cols / halves) / 64 tiles; warps
-// past the last tile only join the amax. Session 20 (bench/lab/cast_lab, H200): 3.3-3.7 TB/s of a bf16 matrix's 4
+// past the last tile only join the amax. Measured (bench/lab/cast_lab, H200): 3.3-3.7 TB/s of a bf16 matrix's 4
 // bytes per element, against 2.8-3.3 for 64 x 64 tiles staged through shared memory (whose transposed reads gathered
 // bytes with bank conflicts).
 inline constexpr int kCastWarpRows = 32, kCastWarpCols = 64;
