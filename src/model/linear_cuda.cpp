@@ -145,6 +145,7 @@ void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf
                           std::int64_t rows, const std::function<void()>& after_dgrad, bool amax_ready) const {
   const std::int64_t o = out(), i = in();
   void* dw = static_cast<std::byte*>(e.grads) + w_->offset * dtype_size(e.grad_type);
+  const float* dy_inv = e.fp8.enabled ? fp8.dy.scale_inv : nullptr;  // (read by the lambdas below, after this block)
   std::function<void()> wgrad, dgrad;
   if (!e.fp8.enabled) {
     wgrad = [&] { e.dc.gemm(gemm_shape(o, i, rows, ops::GemmLayout::atb, e.overwrite, e.grad_type), dw, dy, x); };
@@ -154,7 +155,6 @@ void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf
       cast_grad(e, dy, rows, amax_ready);
       mark(e, "fp8 casts");
     }
-    const float* dy_inv = fp8.dy.scale_inv;
     wgrad = [&] {
       ops::GemmShape gw;
       gw.m = o, gw.n = i, gw.k = rows, gw.a = e.fp8.grad, gw.b = DType::e4m3, gw.d = e.grad_type;

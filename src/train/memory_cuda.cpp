@@ -14,6 +14,7 @@
 #include "parallel/tensor_shard.h"
 #include "train/cuda_spec.h"
 #include "train/embedding_rows_cuda.h"
+#include "train/optimizer_cuda.h"
 #include "train/pipeline_cuda.h"
 #include "train/trainer.h"
 
@@ -51,8 +52,8 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
     }
     e.weights = 2 * P;
     e.grads = double(dtype_size(grad_type(spec))) * P + (dp > 1 ? 4 * P / dp : 0.0);
-    e.master = (spec.master == "split" ? 2 : 4) * P / dp;
-    e.moments = (spec.moments == "bf16" ? 4 : 8) * P / dp;
+    e.master = OptimizerCuda::master_bytes(spec, P / dp);
+    e.moments = OptimizerCuda::moment_bytes(spec, P / dp);
     e.activations += double(plan.buffers) * spec.micro_batch * m.seq * m.d_model * 2.0;
     if (shares_grads(spec, pp, cp, micro_batches))  // the layer blocks mostly inside the gradients
       e.activations = double(model::CudaDecoder::shared_arena_bytes(

@@ -63,8 +63,8 @@ OptimizerCuda::OptimizerCuda(ops::DeviceContext& dc, const TrainSpec& spec, cons
       }
     tpc->set_split_slots(split_slots_);
   }
-  master_ = ops::DeviceBuffer(dc_.device(), S_ * (split_ ? sizeof(std::int16_t) : sizeof(float)));
-  moments_ = ops::DeviceBuffer(dc_.device(), 2 * S_ * moment_bytes_);
+  master_ = ops::DeviceBuffer(dc_.device(), std::size_t(master_bytes(spec_, double(S_))));
+  moments_ = ops::DeviceBuffer(dc_.device(), std::size_t(moment_bytes(spec_, double(S_))));
   TB_CHECK(cudaMemsetAsync(moments_.get(), 0, moments_.bytes(), dc_.stream()));
 }
 
