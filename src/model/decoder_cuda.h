@@ -387,13 +387,13 @@ class CudaDecoder {
   LinearCuda& linear(int l, int k) { return linears_[std::size_t(l)][k]; }
   const LinearCuda& linear(int l, int k) const { return linears_[std::size_t(l)][k]; }
   LinearEnv env() const;               // what the linears read of this decoder for one call
-  // FP8 delayed scaling: the activation straight into fc2's FP8 input (s_.xq unless `transpose_only`, and A.xt[3]).
+  // FP8 delayed scaling: the activation straight into fc2's FP8 input (s_.xq unless `transpose_only`, and its X^T).
   void fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only);
   // FP8 delayed scaling: the activation's backward straight into fc1's FP8 output gradient (s_.dyq, s_.dyqt) from
   // dg (A.g) and h; its bf16 gradient is not written.
   void fp8_activation_backward(int l, const LayerActs& A, std::int64_t rows);
   // Delayed scaling: the cast of linear k's input ([rows, cols]) that its producer writes itself: E4M3 into s_.xq
-  // (unless transpose_only) and A.xt[k], with the slot's scale, recording its amax.
+  // (unless transpose_only) and A.lin[k].xt, with the slot's scale, recording its amax.
   ops::Fp8CastArgs fp8_input_cast(const LayerActs& A, int k, std::int64_t rows, std::int64_t cols,
                                   bool transpose_only) const;
   // A delayed-scaling cast of a [rows, cols] output into q (or null) and qt with slot m's scale, recording its amax.
@@ -401,8 +401,8 @@ class CudaDecoder {
                                     std::uint8_t* q, std::uint8_t* qt) const;
   // The pre-norm of linear k (0: norm1 before qkv, 2: norm2 before fc1): r = x + residual (r = x without one),
   // y = norm(r) into A.y1 / A.y2. With FP8 at tp 1 (y whole on this rank) the norm feeds the GEMM's FP8 input:
-  // delayed scaling writes s_.xq and A.xt[k] itself (y is not written), current scaling records y's amax. With tp > 1
-  // in BF16 y's all-gather starts beside the stream (gathering). Returns how linear_forward takes y.
+  // delayed scaling writes s_.xq and A.lin[k].xt itself (y is not written), current scaling records y's amax. With tp > 1
+  // in BF16 y's all-gather starts beside the stream (gathering). Returns how the linear takes y.
   LinearInput pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A, std::int64_t rows);
   // Current scaling at tp 1: linear k of layer l's output-gradient amax slot zeroed for the kernel producing that
   // gradient (a norm backward) to record into; null otherwise (and for l < 0).
