@@ -401,8 +401,8 @@ class CudaDecoder {
                                     std::uint8_t* q, std::uint8_t* qt) const;
   // The pre-norm of linear k (0: norm1 before qkv, 2: norm2 before fc1): r = x + residual (r = x without one),
   // y = norm(r) into A.y1 / A.y2. With FP8 at tp 1 (y whole on this rank) the norm feeds the GEMM's FP8 input:
-  // delayed scaling writes s_.xq and A.lin[k].xt itself (y is not written), current scaling records y's amax. With tp > 1
-  // in BF16 y's all-gather starts beside the stream (gathering). Returns how the linear takes y.
+  // delayed scaling writes s_.xq and A.lin[k].xt itself (y is not written), current scaling records y's amax. With
+  // tp > 1 in BF16 y's all-gather starts beside the stream (gathering). Returns how the linear takes y.
   LinearInput pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A, std::int64_t rows);
   // Current scaling at tp 1: linear k of layer l's output-gradient amax slot zeroed for the kernel producing that
   // gradient (a norm backward) to record into; null otherwise (and for l < 0).
