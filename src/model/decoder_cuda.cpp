@@ -584,10 +584,7 @@ ops::Activation CudaDecoder::activation() const {
 
 ops::Fp8CastArgs CudaDecoder::fp8_delayed_cast(const ops::Fp8Meta& m, DType type, std::int64_t rows,
                                                std::int64_t cols, std::uint8_t* q, std::uint8_t* qt) const {
-  ops::Fp8CastArgs a;
-  a.rows = rows, a.cols = cols, a.q = q, a.qt = qt, a.type = type;
-  a.scale = m.scale, a.scale_inv = m.scale_inv, a.amax_out = m.amax, a.margin = fp8_.margin;
-  return a;
+  return model::fp8_delayed_cast(m, type, rows, cols, q, qt, fp8_.margin);
 }
 
 ops::Fp8CastArgs CudaDecoder::fp8_input_cast(const LayerActs& A, int k, std::int64_t rows, std::int64_t cols,

@@ -76,11 +76,16 @@ void LinearCuda::cast_weight(const LinearEnv& e) const {
   fp8_scaled_cast(e.dc, e.fp8.margin, a, fp8.w_scale, e.fp8.delayed, false);
 }
 
-ops::Fp8CastArgs LinearCuda::weight_cast(int margin) const {
+ops::Fp8CastArgs fp8_delayed_cast(const ops::Fp8Meta& m, DType type, std::int64_t rows, std::int64_t cols,
+                                  std::uint8_t* q, std::uint8_t* qt, int margin) {
   ops::Fp8CastArgs a;
-  a.rows = out(), a.cols = in(), a.q = fp8.w, a.qt = fp8.wt, a.type = DType::e4m3;
-  a.scale = fp8.w_scale.scale, a.scale_inv = fp8.w_scale.scale_inv, a.amax_out = fp8.w_scale.amax, a.margin = margin;
+  a.rows = rows, a.cols = cols, a.q = q, a.qt = qt, a.type = type;
+  a.scale = m.scale, a.scale_inv = m.scale_inv, a.amax_out = m.amax, a.margin = margin;
   return a;
+}
+
+ops::Fp8CastArgs LinearCuda::weight_cast(int margin) const {
+  return fp8_delayed_cast(fp8.w_scale, DType::e4m3, out(), in(), fp8.w, fp8.wt, margin);
 }
 
 void LinearCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t rows,

@@ -61,6 +61,11 @@ struct LinearEnv {
 void fp8_scaled_cast(ops::DeviceContext& dc, int margin, ops::Fp8CastArgs a, const ops::Fp8Meta& m, bool delayed,
                      bool amax_ready);
 
+// A delayed-scaling cast of a [rows, cols] tensor into q (or null) and qt (or null) with slot m's scale, recording its
+// amax (the source x is the caller's to set).
+ops::Fp8CastArgs fp8_delayed_cast(const ops::Fp8Meta& m, DType type, std::int64_t rows, std::int64_t cols,
+                                  std::uint8_t* q, std::uint8_t* qt, int margin);
+
 class LinearCuda {
  public:
   using bf16 = __nv_bfloat16;
