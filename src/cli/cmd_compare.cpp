@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/jsonl.h"
 #include "recipe/reference.h"
 #include "recipe/system.h"
 #include "report/compare.h"
@@ -17,21 +18,16 @@ namespace {
 
 std::vector<nlohmann::json> read_runs(const std::filesystem::path& p) {
   const std::filesystem::path file = std::filesystem::is_directory(p) ? p / "results.jsonl" : p;
-  std::ifstream in(file);
-  TB_REQUIRE(in.good(), fmt::format("compare: cannot read {} (give results.jsonl files or the folders holding them)",
-                                    file.string()));
+  TB_REQUIRE(std::filesystem::exists(file),
+             fmt::format("compare: cannot read {} (give results.jsonl files or the folders holding them)",
+                         file.string()));
   std::vector<nlohmann::json> out;
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.empty()) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      raise_config(fmt::format("{}:{}: not JSON: {}", file.string(), n, e.what()));
+  for (auto& l : read_jsonl(file, "compare").lines)
+    if (l.value.value("bench", "") == "run" && l.value.value("status", "") == "ok") {
+      TB_REQUIRE(!l.value.contains("extrapolated") || l.value["extrapolated"].is_object(),
+                 fmt::format("{}:{}: 'extrapolated' must be an object", file.string(), l.line));
+      out.push_back(std::move(l.value));
     }
-    if (j.value("bench", "") == "run" && j.value("status", "") == "ok") out.push_back(std::move(j));
-  }
   return out;
 }
 
