@@ -14,8 +14,8 @@ int cmd_check(int argc, char** argv) {
   CommonOptions common;
   common.add_to(app);
   micro::Spec spec;
-  app.add_option("--warmup", spec.warmup, "warmup iterations (default: each suite's)")->check(CLI::NonNegativeNumber);
-  app.add_option("--iters", spec.iters, "timed iterations (default: each suite's)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", spec.warmup, "warmup iterations (default: each suite's)")->check(whole_number(0));
+  app.add_option("--iters", spec.iters, "timed iterations (default: each suite's)")->check(whole_number(1));
   if (auto rc = parse(app, argc, argv)) return *rc;
 
   auto devices = select_devices("check", common);

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/jsonl.h"
 #include "core/record.h"
 #include "recipe/reference.h"
 #include "recipe/system.h"
@@ -18,20 +19,14 @@ namespace tb::cli {
 namespace {
 
 void read_runs_of(const std::filesystem::path& file, std::vector<nlohmann::json>& out) {
-  std::ifstream in(file);
-  TB_REQUIRE(in.good(), fmt::format("cannot read {} (give results.jsonl files or the folders holding them)",
-                                    file.string()));
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.empty()) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      raise_config(fmt::format("{}:{}: not JSON: {}", file.string(), n, e.what()));
+  TB_REQUIRE(std::filesystem::exists(file),
+             fmt::format("cannot read {} (give results.jsonl files or the folders holding them)", file.string()));
+  for (auto& l : read_jsonl(file).lines)
+    if (l.value.value("bench", "") == "run" && l.value.value("status", "") == "ok") {
+      TB_REQUIRE(!l.value.contains("extrapolated") || l.value["extrapolated"].is_object(),
+                 fmt::format("{}:{}: 'extrapolated' must be an object", file.string(), l.line));
+      out.push_back(std::move(l.value));
     }
-    if (j.value("bench", "") == "run" && j.value("status", "") == "ok") out.push_back(std::move(j));
-  }
 }
 
 // A file as given; a folder: every .jsonl below it (a sweep's or a Slurm collection's subfolders too).

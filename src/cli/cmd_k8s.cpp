@@ -9,6 +9,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/output_path.h"
 #include "launch/k8s.h"
 #include "launch/site.h"
 #include "recipe/recipe.h"
@@ -43,12 +44,12 @@ int cmd_k8s(int argc, char** argv) {
   CLI::App app{"trainbench k8s render: a Kubernetes manifest that runs a recipe on N nodes", prog};
   std::optional<fs::path> out, site_file, recipes_dir;
   app.add_option("recipe", req.recipe, "a recipe of `trainbench list recipes`")->required();
-  app.add_option("-N,--nodes", req.nodes, "nodes (pods)")->required()->check(CLI::PositiveNumber);
+  app.add_option("-N,--nodes", req.nodes, "nodes (pods)")->required()->check(whole_number(1));
   app.add_option("--gpus-per-node", req.gpus_per_node, "GPUs per pod (site default, else 8)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   app.add_option("--tasks-per-node", req.tasks_per_node,
                  "processes per pod (default: one per GPU; 1 with --device cpu)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   app.add_option("--device", req.device, "cuda, or cpu (no GPU resource)")->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("--image", req.image, "container image with trainbench on its PATH");
   app.add_option("-n,--namespace", req.namespace_, "namespace (default: default)");
@@ -63,6 +64,7 @@ int cmd_k8s(int argc, char** argv) {
   app.add_option("--recipes", recipes_dir, "recipes folder (default: next to the binary, or $TRAINBENCH_RECIPES)");
   if (auto rc = parse(app, int(args.size()), args.data())) return *rc;
 
+  if (out) require_output_file(*out, "-o");
   const launch::Site site = launch::load_site(site_file, [](const char* k) { return std::getenv(k); });
   req.env = launch::env_passthrough(site.k8s.env, site.k8s.env_set, environ);
   const auto recipes = recipe::load_recipes(recipe::find_recipes_dir(recipes_dir));
@@ -73,6 +75,7 @@ int cmd_k8s(int argc, char** argv) {
   }
   std::ofstream f(*out);
   f << yaml;
+  f.close();
   if (!f) raise_error(Error::Kind::io, fmt::format("cannot write {}", out->string()));
   std::fprintf(stderr, "wrote %s: kubectl apply -f %s\n", out->c_str(), out->c_str());
   return kOk;

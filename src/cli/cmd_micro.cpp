@@ -30,8 +30,8 @@ int cmd_micro(int argc, char** argv) {
                  "triad; links: h2d d2h peer")->delimiter(',');
   app.add_option("--op", spec.reduce_op, "nccl reduction: sum prod max min avg")
       ->check(CLI::IsMember({"sum", "prod", "max", "min", "avg"}));
-  app.add_option("--warmup", spec.warmup, "warmup iterations (default: the suite's)")->check(CLI::NonNegativeNumber);
-  app.add_option("--iters", spec.iters, "timed iterations (default: the suite's)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", spec.warmup, "warmup iterations (default: the suite's)")->check(whole_number(0));
+  app.add_option("--iters", spec.iters, "timed iterations (default: the suite's)")->check(whole_number(1));
   app.add_flag("--quick", spec.quick, "the reduced size set `check` uses");
   bool no_verify = false, no_tune = false;
   app.add_flag("--no-verify", no_verify, "skip result verification");

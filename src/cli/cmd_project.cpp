@@ -160,8 +160,8 @@ int cmd_project(int argc, char** argv) {
   double max_error = 15, median_error = 8, scaling_points = 5;
   app.add_option("recipe", name, "a recipe of `trainbench list recipes`");
   app.add_option("--gpus", gpus,
-                 "the GPU count to project to (its layout: the recipe's, or derived by its scaling rule)")
-      ->check(CLI::PositiveNumber);
+                 "the GPU count to project to (its layout: the recipe's, or derived by its scaling rule; at most 2^20)")
+      ->check(whole_number(1, 1 << 20));
   app.add_option("--from", from,
                  "results of `trainbench run` (folders or results.jsonl files; micro.nccl records of 2+ "
                  "GPUs set the NVLink bandwidths; train records of 2+ GPUs are compared with the model)");

@@ -13,6 +13,7 @@
 #include "cli/common.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/output_path.h"
 #include "core/log.h"
 #include "recipe/reference.h"
 #include "report/charts.h"
@@ -45,6 +46,7 @@ int cmd_report(int argc, char** argv) {
     format = ext == ".md" ? "md" : ext == ".csv" ? "csv" : "html";
   }
   if (!output) output = "report." + format;
+  if (*output != "-") require_output_file(*output, "-o");  // before reading anything
   const report::Inputs in = report::load_inputs(inputs);
   if (in.records.empty()) {
     std::fprintf(stderr, "trainbench report: no records in the given results\n");
@@ -88,8 +90,10 @@ int cmd_report(int argc, char** argv) {
     return kOk;
   }
   if (output->has_parent_path()) std::filesystem::create_directories(output->parent_path());
-  std::ofstream(*output, std::ios::binary) << text;
-  TB_REQUIRE(std::filesystem::exists(*output), fmt::format("cannot write {}", output->string()));
+  std::ofstream f(*output, std::ios::binary);
+  f << text;
+  f.close();
+  if (!f) raise_error(Error::Kind::io, fmt::format("cannot write {}", output->string()));
   if (format == "html") std::printf("report: %s (self-contained; open it in any browser)\n", output->c_str());
   return kOk;
 }

@@ -60,7 +60,7 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--reference-gpu", ref_gpu, "GPU model of the reference to compare with (default: H100; CPU on cpu)");
   app.add_option("--set", sets, "override the layout: layers, seq, micro_batch, global_batch, tp, pp, cp, vp (key=value)");
   app.add_option("--points", points, "layer counts to measure (default: 1,2 or 2,4)")->delimiter(',');
-  app.add_option("--steps", steps, "measured steps per point")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "measured steps per point")->capture_default_str()->check(whole_number(1));
   app.add_option("--warmup-steps", warmup, "unmeasured steps per point")->capture_default_str();
   std::string recompute = "none", fp8_recipe = "current", fp8_format = "hybrid";
   app.add_option("--recompute", recompute, "activation recomputation: none | selective | full")

@@ -12,6 +12,7 @@
 #include "cli/common.h"
 #include "report/run_args.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/provenance.h"
 #include "recipe/recipe.h"
 #include "report/exec.h"
@@ -32,7 +33,7 @@ int cmd_scale(int argc, char** argv) {
   int steps = 0, warmup = -1;
   bool no_project = false;
   app.add_option("recipe", name, "a recipe of `trainbench list recipes`")->required();
-  app.add_option("--gpus", gpus, "GPU counts, e.g. 1,2,4,8")->required()->delimiter(',')->check(CLI::PositiveNumber);
+  app.add_option("--gpus", gpus, "GPU counts, e.g. 1,2,4,8")->required()->delimiter(',')->check(whole_number(1));
   app.add_option("--mode", mode, "weak: the recipe's layout per count (global batch grows); strong: the smallest "
                                  "count's global batch throughout")->check(CLI::IsMember({"weak", "strong"}))->capture_default_str();
   app.add_option("--set", sets, "fixed for every count: key=value (layers seq micro_batch tp pp cp vp precision ...)");
@@ -134,10 +135,15 @@ int cmd_scale(int argc, char** argv) {
   CommonOptions common;
   common.out = spec.out;
   auto run = open_run(common, argc, argv);
+  install_interrupt_handler();  // a stop request reaches the running point (report/exec.h) and ends the loop
   const auto recs = report::run_scale(spec, hooks, *run.sink);
   int failed = 0;
   for (const auto& j : recs) failed += j.value("status", "") == "error";
   print_results_location(run);
+  if (interrupted()) {
+    std::printf("interrupted: run the same command again to resume after the recorded points\n");
+    return kFailed;
+  }
   std::printf("report: trainbench report %s -o %s\n", spec.out.c_str(), (spec.out / "report.html").c_str());
   return failed ? kFailed : kOk;
 }

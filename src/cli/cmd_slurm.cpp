@@ -69,9 +69,9 @@ int submit_command(const std::string& command, int argc, char** argv, const std:
     n->delimiter(',');
   else
     n->expected(1);
-  app.add_option("--gpus-per-node", gpn, "GPUs per node (site default, else 8)")->check(CLI::PositiveNumber);
+  app.add_option("--gpus-per-node", gpn, "GPUs per node (site default, else 8)")->check(whole_number(1));
   app.add_option("--tasks-per-node", tpn, "tasks per node (default: one per GPU; 1 with --device cpu)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   app.add_option("--device", req.device, "cuda, or cpu: no GPU request, tasks run `trainbench run --device cpu`")
       ->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("-p,--partition", partition, "Slurm partition");

@@ -11,6 +11,7 @@
 #include "cli/common.h"
 #include "report/run_args.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/provenance.h"
 #include "recipe/plan.h"
 #include "report/sweep.h"
@@ -135,10 +136,15 @@ int cmd_sweep(int argc, char** argv) {
   CommonOptions common;
   common.out = spec.out;
   auto run = open_run(common, argc, argv);
+  install_interrupt_handler();  // a stop request reaches the running point (report/exec.h) and ends the loop
   const auto recs = report::run_sweep(spec, hooks, *run.sink);
   int failed = 0;
   for (const auto& j : recs) failed += j.value("status", "") == "error";
   print_results_location(run);
+  if (interrupted()) {
+    std::printf("interrupted: run the same command again to resume after the recorded points\n");
+    return kFailed;
+  }
   std::printf("report: trainbench report %s -o %s\n", spec.out.c_str(), (spec.out / "report.html").c_str());
   return failed ? kFailed : kOk;
 }

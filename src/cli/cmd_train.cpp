@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/ranks.h"
+#include "cli/train_progress.h"
 #include "comm/mpi.h"
 #include "parallel/mesh.h"
 #include "comm/mpi_comm.h"
@@ -65,25 +66,40 @@ int cmd_train(int argc, char** argv) {
   std::vector<std::string> models;
   for (const auto& p : model::presets()) models.push_back(p.name);
   app.add_option("-m,--model", spec.model, "model preset")->check(CLI::IsMember(models))->capture_default_str();
-  app.add_option("--layers", spec.layers, "layers (default: the preset's)")->check(CLI::PositiveNumber);
-  app.add_option("--seq", spec.seq, "sequence length (default: the preset's)")->check(CLI::PositiveNumber);
+  app.add_option("--layers", spec.layers, "layers (default: the preset's)")->check(whole_number(1));
+  app.add_option("--seq", spec.seq, "sequence length (default: the preset's)")->check(whole_number(1));
   std::vector<std::string> sets;
   app.add_option("--set", sets,
                  "change the preset's shape, key=value, repeatable: layers d_model ffn heads kv_heads head_dim vocab "
                  "seq (integers), norm rmsnorm|layernorm|layernorm1p, act swiglu|gelu|sqrelu, pos rope|learned, tied "
                  "true|false, rope_theta, rope_scaling on|off, norm_eps (--layers and --seq apply after)");
-  app.add_option("--micro-batch", spec.micro_batch, "sequences per micro-batch")->capture_default_str();
+  app.add_option("--micro-batch", spec.micro_batch, "sequences per micro-batch")
+      ->capture_default_str()
+      ->check(whole_number(1));
   app.add_option("--global-batch", spec.global_batch,
                  "sequences per step (default: micro-batch x dp, one micro-batch per rank); each rank runs "
-                 "global / (micro-batch x dp) micro-batches per step and accumulates their gradients");
-  app.add_option("--steps", spec.steps, "optimizer steps")->capture_default_str();
-  app.add_option("--warmup-steps", spec.warmup_steps, "steps not measured")->capture_default_str();
+                 "global / (micro-batch x dp) micro-batches per step and accumulates their gradients")
+      ->check(whole_number(1));
+  app.add_option("--steps", spec.steps, "optimizer steps")->capture_default_str()->check(whole_number(1, 100000000));
+  app.add_option("--warmup-steps", spec.warmup_steps, "steps not measured")
+      ->capture_default_str()
+      ->check(whole_number(0));
   app.add_option("--device", spec.device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
-  app.add_option("--gpu", spec.gpu, "CUDA device index (--device cuda, one GPU)")->capture_default_str();
-  app.add_option("--tp", spec.tp, "tensor-parallel ranks (with sequence parallelism)")->capture_default_str();
-  app.add_option("--pp", spec.pp, "pipeline-parallel ranks (1F1B; interleaved with --vp)")->capture_default_str();
-  app.add_option("--vp", spec.vp, "virtual pipeline stages per rank (interleaved 1F1B)")->capture_default_str();
-  app.add_option("--cp", spec.cp, "context-parallel ranks (load-balanced causal chunks)")->capture_default_str();
+  app.add_option("--gpu", spec.gpu, "CUDA device index (--device cuda, one GPU)")
+      ->capture_default_str()
+      ->check(whole_number(0));
+  app.add_option("--tp", spec.tp, "tensor-parallel ranks (with sequence parallelism)")
+      ->capture_default_str()
+      ->check(whole_number(1));
+  app.add_option("--pp", spec.pp, "pipeline-parallel ranks (1F1B; interleaved with --vp)")
+      ->capture_default_str()
+      ->check(whole_number(1));
+  app.add_option("--vp", spec.vp, "virtual pipeline stages per rank (interleaved 1F1B)")
+      ->capture_default_str()
+      ->check(whole_number(1));
+  app.add_option("--cp", spec.cp, "context-parallel ranks (load-balanced causal chunks)")
+      ->capture_default_str()
+      ->check(whole_number(1));
   app.add_option("--recompute", spec.recompute, "activation recomputation: none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}))
       ->capture_default_str();
@@ -114,7 +130,9 @@ int cmd_train(int argc, char** argv) {
                  "too)")
       ->check(CLI::IsMember({"hybrid", "e4m3"}))
       ->capture_default_str();
-  app.add_option("--fp8-history", spec.fp8_history, "delayed scaling: amax history length")->capture_default_str();
+  app.add_option("--fp8-history", spec.fp8_history, "delayed scaling: amax history length")
+      ->capture_default_str()
+      ->check(whole_number(1));
   app.add_option("--fp8-amax", spec.fp8_amax, "delayed scaling: max | most_recent")
       ->check(CLI::IsMember({"max", "most_recent"}))
       ->capture_default_str();
@@ -183,6 +201,8 @@ int cmd_train(int argc, char** argv) {
   app.add_option("--flops", convention, "FLOP convention: full | causal")->check(CLI::IsMember({"full", "causal"}))
       ->capture_default_str();
   if (auto rc = parse(app, argc, argv)) return *rc;
+  TB_REQUIRE(spec.comm_timeout_s > 0, fmt::format("--comm-timeout {}: seconds, more than 0", spec.comm_timeout_s));
+  comm::set_collective_timeout(spec.comm_timeout_s);  // the MPI collectives' watchdog (NCCL has its own)
   spec.convention = model::parse_convention(convention);
   if (!delay.empty()) {
     const auto colon = delay.find(':');
@@ -196,21 +216,35 @@ int cmd_train(int argc, char** argv) {
                fmt::format("--debug-delay-rank {}: rank and milliseconds must be >= 0", delay));
   }
   if (!sets.empty()) spec.model_config = model::with_overrides(model::preset(spec.model), sets);
-  if (spec.device == "cuda" && bench::visible_gpu_count() == 0) {  // a CPU-only preset (tiny) without a GPU: say
-    const model::ModelConfig& p = model::preset(spec.model);      // the GPU is missing, not its CUDA shape rules
-    if (!model::cuda_layout_problem(p, model::dense_layout(p)).empty())
-      raise_config(fmt::format("needs a GPU: {} (or use --device cpu)", bench::no_gpu_reason()));
-  }
-  train::validate(spec);
-  const model::ModelConfig m = train::resolve_model(spec);  // bad shapes fail before any work
-  const bool cuda = spec.device == "cuda";
   const int gpus = std::max(1, common.gpus);
+  const int world_n = launched_by_mpi() ? job_ranks() : gpus;
+  // The layout against the model and the rank count, every problem at once, before any rank starts.
+  auto check_config = [&](const train::TrainSpec& s) {
+    train::validate(s);
+    const model::ModelConfig mc = train::resolve_model(s);  // bad shapes fail before any work
+    const parallel::MeshShape planned = train::mesh_shape(s, world_n);
+    parallel::validate_layout(planned, mc, world_n, s.micro_batch, train::global_batch(s, planned.dp));
+  };
+  try {
+    check_config(spec);
+  } catch (const Error& e) {
+    // No --device on a machine without a GPU: when the flags would do on the CPU, what is missing is the GPU (the
+    // default preset's shapes are only wrong for the CUDA kernels).
+    if (e.kind() != Error::Kind::config || app.count("--device") > 0 || bench::visible_gpu_count() > 0) throw;
+    train::TrainSpec on_cpu = spec;
+    on_cpu.device = "cpu";
+    try {
+      check_config(on_cpu);
+    } catch (const Error&) {
+      throw e;
+    }
+    raise_config(fmt::format("needs a GPU: {} (or use --device cpu)", bench::no_gpu_reason()));
+  }
+  const model::ModelConfig m = train::resolve_model(spec);
+  const bool cuda = spec.device == "cuda";
   TB_REQUIRE(gpus == 1 || cuda, "--gpus > 1 needs --device cuda (CPU ranks: mpirun -np N trainbench train --device "
                                  "cpu ...)");
-  // The layout against the model and the rank count, every problem at once, before any rank starts.
-  const int world_n = launched_by_mpi() ? job_ranks() : gpus;
   const parallel::MeshShape planned = train::mesh_shape(spec, world_n);
-  parallel::validate_layout(planned, m, world_n, spec.micro_batch, train::global_batch(spec, planned.dp));
   const int visible = cuda ? bench::visible_gpu_count() : 0;
   if (cuda && visible == 0)  // raised: in a job of several ranks the error ends every rank
     raise_config(fmt::format("needs a GPU: {} (or use --device cpu)", bench::no_gpu_reason()));
@@ -225,11 +259,18 @@ int cmd_train(int argc, char** argv) {
   const bool rank0 = is_rank0();
   const int ranks = job_ranks();
   spec.job_ranks = true;
-  if (ranks > 1) {
-    const auto world = comm::world_communicator();
-    train::check_ranks_agree(spec, *world);  // before any GPU work
-    share_run_id(*world);
+  // The job's ranks, kept to the end: no rank exits before every rank has written its records (mpirun ends the job
+  // as soon as one rank exits non-zero, as an interrupted one does).
+  const std::unique_ptr<comm::Communicator> job = ranks > 1 ? comm::world_communicator() : nullptr;
+  if (job) {
+    train::check_ranks_agree(spec, *job);  // before any GPU work
+    share_run_id(*job);
   }
+  auto finish = [&](int code) {
+    std::fflush(stdout);
+    if (job) job->barrier();
+    return code;
+  };
   auto run = open_run(common, argc, argv);
   const parallel::MeshShape layout = train::mesh_shape(spec, ranks);
   const int global = train::global_batch(spec, layout.dp);
@@ -278,8 +319,16 @@ int cmd_train(int argc, char** argv) {
                 s.mem_gib);
     std::fflush(stdout);
   };
+  const std::string case_name = fmt::format("{}/L{}/s{}/mb{}/gb{}/{}", m.name, m.layers, m.seq, spec.micro_batch,
+                                            global, cuda ? spec.precision : "cpu");
+  TrainProgress progress(rank0 ? run.sink.get() : nullptr, case_name, ranks, spec.warmup_steps,
+                         !cuda && ranks > 1 ? comm::world_communicator() : nullptr);
+  auto after_step = [&](const train::StepStats& s) {
+    on_step(s);
+    progress.after_step(s);
+  };
   install_interrupt_handler();
-  const auto res = cuda ? train::train_cuda(spec, on_step) : train::train_cpu(spec, on_step);
+  const auto res = cuda ? train::train_cuda(spec, after_step) : train::train_cpu(spec, after_step);
 
   const double peak = cuda ? peak_tflops_or_warn(common, spec.gpu, spec.precision) : 0.0;
   const double mfu = peak > 0 ? res.tflops / peak : 0;
@@ -287,8 +336,7 @@ int cmd_train(int argc, char** argv) {
 
   Record r;
   r.bench = "train";
-  r.name = fmt::format("{}/L{}/s{}/mb{}/gb{}/{}", m.name, m.layers, m.seq, spec.micro_batch, global,
-                       cuda ? precision : "cpu");
+  r.name = case_name;
   auto losses = nlohmann::json::array();
   for (const auto& s : res.steps) losses.push_back(s.loss);
   r.data = {{"model", m.name},
@@ -363,6 +411,7 @@ int cmd_train(int argc, char** argv) {
     rs.bench = "rank_steps";
     rs.name = fmt::format("rank{}", lr.rank);
     rs.world = lr.world;
+    if (res.interrupted) rs.status = Status::interrupted;  // every rank of a stopped job says so
     if (cuda) rs.device = res.gpu;
     auto ms = nlohmann::json::array();
     for (const auto& s : res.steps)
@@ -374,7 +423,7 @@ int cmd_train(int argc, char** argv) {
     run.sink->write(rs);
   }
 
-  if (!rank0) return res.interrupted ? kFailed : kOk;  // rank 0 prints the summary
+  if (!rank0) return finish(res.interrupted ? kFailed : kOk);  // rank 0 prints the summary
   if (res.interrupted) std::printf("\ninterrupted after %zu of %d steps\n", res.steps.size(), spec.steps);
   const int accum = train::micro_batches_per_rank(spec, layout.dp);
   std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps%s | tokens/s %.0f%s | %s",
@@ -402,7 +451,7 @@ int cmd_train(int argc, char** argv) {
     print_ops(res);
   }
   print_results_location(run);
-  return res.interrupted ? kFailed : kOk;
+  return finish(res.interrupted ? kFailed : kOk);
 }
 
 }  // namespace tb::cli

@@ -10,6 +10,7 @@
 #include "comm/nccl.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/output_path.h"
 #include "core/provenance.h"
 #include "core/suggest.h"
 #include "ops/cuda/library_versions.h"
@@ -19,6 +20,19 @@ namespace tb::cli {
 std::optional<int> parse(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
+    // CLI11 reads an empty value as 0 for a number: refused, as any other value that is not a number.
+    for (const auto* o : app.get_options()) {
+      const std::string type = o->get_type_name();
+      if (!type.starts_with("INT") && !type.starts_with("UINT") && !type.starts_with("FLOAT") &&
+          !type.starts_with("NUMBER"))
+        continue;
+      for (const auto& v : o->results())
+        if (v.find_first_not_of(" \t") == std::string::npos) {
+          std::fprintf(stderr, "%s: %s: an empty value; give a number (see %s --help)\n", app.get_name().c_str(),
+                       o->get_name().c_str(), app.get_name().c_str());
+          return kUsage;
+        }
+    }
     return std::nullopt;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
@@ -48,8 +62,27 @@ std::optional<int> parse(CLI::App& app, int argc, char** argv) {
   }
 }
 
+CLI::Validator whole_number(long long lo, long long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        long long v = 0;
+        size_t used = 0;
+        try {
+          v = std::stoll(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || text.find_first_of(".eE") != std::string::npos)
+          return fmt::format("'{}' is not a whole number", text);
+        if (v < lo) return fmt::format("{} is less than {}", v, lo);
+        if (v > hi) return fmt::format("{} is more than {}, the most this takes", v, hi);
+        return {};
+      },
+      hi == 2147483647 ? fmt::format("INT >= {}", lo) : fmt::format("INT {}..{}", lo, hi));
+}
+
 void CommonOptions::add_to(CLI::App& app, bool with_out) {
-  app.add_option("-g,--gpus", gpus, "use the first N visible GPUs (default: all)")->check(CLI::PositiveNumber);
+  app.add_option("-g,--gpus", gpus, "use the first N visible GPUs (default: all)")->check(whole_number(1));
   app.add_option("-d,--devices", devices, "CUDA device indices to use, e.g. 0,2 (overrides --gpus)")->delimiter(',');
   app.add_option("--references", references, "references folder (default: the one next to the binary)");
   if (with_out) app.add_option("-o,--out", out, "results folder (default: results/<run id>)");
@@ -105,17 +138,23 @@ RunOutput open_run(const CommonOptions& opt, int argc, char** argv) {
   RunOutput run;
   run.run_id = make_run_id();
   run.dir = opt.out ? *opt.out : std::filesystem::path("results") / run.run_id;
+  require_output_dir(run.dir);
   nlohmann::json prov = host_provenance(argc, argv, run.run_id);
   prov["system"] = bench::gpu_info();
   prov["versions"] = library_versions();
-  write_json_file(run.dir / "run.json", prov);
+  run.run_file = write_run_file(run.dir, run.run_id, prov);
+  if (run.run_file != "run.json")
+    log::warn("{} holds another run's run.json: this run's provenance is {}", run.dir.string(), run.run_file);
   run.sink = std::make_unique<JsonlSink>(run.dir / "results.jsonl", run.run_id);
   return run;
 }
 
 void print_results_location(const RunOutput& run) {
+  if (!run.sink->still_there())
+    raise_error(Error::Kind::io, fmt::format("{} was deleted or replaced during the run: its {} records are lost",
+                                             run.sink->path().string(), run.sink->count()));
   std::printf("\nresults: %s (%d records), provenance: %s\n", (run.dir / "results.jsonl").c_str(), run.sink->count(),
-              (run.dir / "run.json").c_str());
+              (run.dir / run.run_file).c_str());
 }
 
 Systems load_systems_for(const CommonOptions& opt, int dev) {

@@ -23,6 +23,10 @@ enum Exit : int { kOk = 0, kFailed = 1, kUsage = 2, kFatal = 3 };
 // valid flag) and returns 2; returns nullopt when the command should go on.
 std::optional<int> parse(CLI::App& app, int argc, char** argv);
 
+// A CLI11 check for a whole number from lo to hi, failing in the user's terms ("--seq: 0 is less than 1"), never
+// CLI11's "Value 0 not in range 0.000000 to 1797...(309 digits)".
+CLI::Validator whole_number(long long lo, long long hi = 2147483647);
+
 // Options every measuring command has.
 struct CommonOptions {
   int gpus = 0;                       // first N visible GPUs; 0: all
@@ -43,9 +47,12 @@ Devices select_devices(std::string_view command, const CommonOptions& opt, int m
 struct RunOutput {
   std::string run_id;
   std::filesystem::path dir;
+  std::string run_file = "run.json";  // run-<run id>.json when the folder held another run's run.json
   std::unique_ptr<JsonlSink> sink;
 };
+// Refuses a results folder that cannot be right (core/output_path.h) before anything is written.
 RunOutput open_run(const CommonOptions& opt, int argc, char** argv);
+// Raises Error{io} when results.jsonl was deleted or replaced during the run (its records are not there).
 void print_results_location(const RunOutput& run);
 
 nlohmann::json library_versions();  // CUDA runtime/driver, cuBLASLt, cuDNN, NCCL as loaded

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,27 @@ constexpr Command kCommands[] = {
     {"list", "the micro suites, recipes and reference rows this build knows", cmd_list},
 };
 
+// -1 when text is valid UTF-8, else the offset of the first byte that is not.
+long bad_utf8_at(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size() || (n == 2 && c < 0xc2)) return long(i);
+    for (int k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return long(i);
+    i += n;
+  }
+  return -1;
+}
+
+// The JSON library's message without its "[json.exception.type_error.302] " prefix.
+std::string json_what(const std::exception& e) {
+  std::string w = e.what();
+  if (w.starts_with("[json.exception.")) w.erase(0, w.find(']') + 1);
+  while (!w.empty() && w.front() == ' ') w.erase(0, 1);
+  return w;
+}
+
 void usage() {
   std::printf("trainbench %s (%s): measures how well GPU systems train AI models\n\n", build_info().version,
               build_info().git_describe);
@@ -82,6 +105,12 @@ int dispatch(int argc, char** argv) {
                  int(name.size()), name.data(), did_you_mean(name, names).c_str());
     return kUsage;
   }
+  for (int i = 2; i < argc; ++i)  // every argument lands in run.json and records: text, as JSON needs
+    if (const long at = bad_utf8_at(argv[i]); at >= 0) {
+      std::fprintf(stderr, "trainbench %s: argument %d is not UTF-8 text (byte %ld); trainbench takes paths and values "
+                   "as UTF-8\n", std::string(cmd->name).c_str(), i - 1, at);
+      return kUsage;
+    }
   if (launched_by_mpi()) comm::world();  // MPI up first: any rank's error can then end the whole job (end_job)
   std::string prog = fmt::format("trainbench {}", cmd->name);
   std::vector<char*> args{prog.data()};
@@ -92,6 +121,14 @@ int dispatch(int argc, char** argv) {
     const int code = e.kind() == Error::Kind::config ? kUsage : e.fatal() ? kFatal : kFailed;
     std::fprintf(stderr, "trainbench %s: %s%s\n", std::string(cmd->name).c_str(), rank_prefix().c_str(), e.what());
     return end_job(code);
+  } catch (const nlohmann::json::exception& e) {  // a value of the wrong type in a results or run file
+    std::fprintf(stderr, "trainbench %s: %sa results or run file holds a value of the wrong type or lacks one: %s\n",
+                 std::string(cmd->name).c_str(), rank_prefix().c_str(), json_what(e).c_str());
+    return end_job(kUsage);
+  } catch (const std::filesystem::filesystem_error& e) {  // a symlink loop, a folder without permission, ...
+    std::fprintf(stderr, "trainbench %s: %s%s: %s\n", std::string(cmd->name).c_str(), rank_prefix().c_str(),
+                 e.path1().empty() ? "file system error" : e.path1().c_str(), e.code().message().c_str());
+    return end_job(kUsage);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trainbench %s: %sinternal error: %s\n", std::string(cmd->name).c_str(),
                  rank_prefix().c_str(), e.what());

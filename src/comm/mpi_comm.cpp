@@ -6,8 +6,15 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -34,6 +41,45 @@ int mpi_count(std::size_t count, DType t) {
   return int(n);
 }
 
+// The watchdog: one thread, started with the first MPI collective, polls what the main thread is waiting in.
+std::atomic<double> g_timeout_s{600};
+std::atomic<std::int64_t> g_waiting_since_ms{0};  // steady clock; 0: not in a collective
+std::atomic<const char*> g_waiting_in{""};
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void watchdog() {
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const std::int64_t since = g_waiting_since_ms.load();
+    const double limit = g_timeout_s.load();
+    if (since == 0 || double(now_ms() - since) < limit * 1e3) continue;
+    std::fprintf(stderr, "trainbench: rank %d: MPI %s did not finish within %.0f s (a peer rank stopped, hangs or "
+                 "died; --comm-timeout): ending the job\n",
+                 world().rank, g_waiting_in.load(), limit);
+    std::fflush(stderr);
+    std::fflush(stdout);
+    _exit(1);  // mpirun ends the other ranks when one exits without MPI_Finalize
+  }
+}
+
+// Marks the calling collective as waited in while it lives.
+class Watched {
+ public:
+  explicit Watched(const char* what) {
+    static std::once_flag started;
+    std::call_once(started, [] { std::thread(watchdog).detach(); });
+    g_waiting_in.store(what);
+    g_waiting_since_ms.store(now_ms());
+  }
+  ~Watched() { g_waiting_since_ms.store(0); }
+  Watched(const Watched&) = delete;
+  Watched& operator=(const Watched&) = delete;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(MPI_Comm c) : Communicator(rank_of(c), size_of(c)), comm_(c) {}
@@ -43,20 +89,24 @@ class MpiCommunicator final : public Communicator {
   std::string_view backend() const override { return "mpi"; }
 
   void all_reduce(const void* send, void* recv, std::size_t count, DType t, ReduceOp op) override {
+    const Watched watched("all_reduce");
     TB_CHECK(MpiStatus{MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, mpi_count(count, t),
                                      mpi_type(t, true), op == ReduceOp::sum ? MPI_SUM : MPI_MAX, comm_)});
   }
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType t) override {
+    const Watched watched("reduce_scatter");
     TB_CHECK(MpiStatus{MPI_Reduce_scatter_block(send, recv, mpi_count(recv_count, t), mpi_type(t, true), MPI_SUM,
                                                 comm_)});
   }
   void all_gather(const void* send, void* recv, std::size_t send_count, DType t) override {
     const int n = mpi_count(send_count, t);
     const bool in_place = send == static_cast<const char*>(recv) + std::size_t(rank_) * send_count * dtype_size(t);
+    const Watched watched("all_gather");
     TB_CHECK(MpiStatus{MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(t, false), recv, n,
                                      mpi_type(t, false), comm_)});
   }
   void broadcast(void* buf, std::size_t count, DType t, int root) override {
+    const Watched watched("broadcast");
     TB_CHECK(MpiStatus{MPI_Bcast(buf, mpi_count(count, t), mpi_type(t, false), root, comm_)});
   }
   void exchange(std::span<const P2P> ops, DType t) override {
@@ -69,9 +119,13 @@ class MpiCommunicator final : public Communicator {
       else
         TB_CHECK(MpiStatus{MPI_Irecv(p.buf, mpi_count(p.count, t), mpi_type(t, false), p.peer, 0, comm_, &reqs[i])});
     }
+    const Watched watched("exchange");
     TB_CHECK(MpiStatus{MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE)});
   }
-  void barrier() override { TB_CHECK(MpiStatus{MPI_Barrier(comm_)}); }
+  void barrier() override {
+    const Watched watched("barrier");
+    TB_CHECK(MpiStatus{MPI_Barrier(comm_)});
+  }
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm c = MPI_COMM_NULL;
     TB_CHECK(MpiStatus{MPI_Comm_split(comm_, color, key, &c)});
@@ -135,5 +189,7 @@ void abort_job(int code) {
   if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);
 }
+
+void set_collective_timeout(double timeout_s) { g_timeout_s.store(timeout_s); }
 
 }  // namespace tb::comm

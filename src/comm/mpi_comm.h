@@ -22,5 +22,9 @@ std::unique_ptr<Communicator> world_communicator();
 // Ends every rank of the job with `code` (MPI_Abort when MPI runs; else std::exit): a failing rank must not leave
 // the others waiting in a collective.
 [[noreturn]] void abort_job(int code);
+// The MPI collectives' watchdog (what NCCL's wait timeout is for GPUs): a collective or transfer of the MPI
+// communicator that has not returned after timeout_s (a peer rank stopped, hangs or died) prints which one and on
+// which rank, and ends this process with exit 1, so mpirun ends the job instead of waiting forever. Default 600 s.
+void set_collective_timeout(double timeout_s);
 
 }  // namespace tb::comm

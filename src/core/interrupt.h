@@ -7,6 +7,12 @@ namespace tb {
 
 void install_interrupt_handler();  // idempotent
 bool interrupted();
-void clear_interrupt();  // tests
+int interrupt_signal();    // the first signal received (SIGINT, SIGTERM), 0 when none: what a parent forwards
+void request_interrupt();  // as if a signal had come (and, deferred, as agreed)
+// The ranks of a job that must stop after the same step: from now on a signal is only a request
+// (interrupt_requested()), and interrupted() turns true when request_interrupt() is called, after the ranks agreed.
+void defer_interrupts_to_agreement();
+bool interrupt_requested();  // a signal came (or request_interrupt())
+void clear_interrupt();      // tests
 
 }  // namespace tb

@@ -113,11 +113,40 @@ void write_json_file(const std::filesystem::path& path, const nlohmann::json& j)
   const auto tmp = std::filesystem::path(fmt::format("{}.{}.tmp", path.string(), getpid()));
   {
     std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     if (!out) raise_error(Error::Kind::io, fmt::format("cannot write {}: check the folder is writable", tmp.string()));
   }
   std::filesystem::rename(tmp, path, ec);
   if (ec) raise_error(Error::Kind::io, fmt::format("cannot move {} to {}: {}", tmp.string(), path.string(), ec.message()));
+}
+
+std::string write_run_file(const std::filesystem::path& dir, const std::string& run_id, const nlohmann::json& j) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const auto tmp = dir / fmt::format(".run-{}.{}.tmp", run_id, getpid());
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (!out) raise_error(Error::Kind::io, fmt::format("cannot write {}: check the folder is writable", tmp.string()));
+  }
+  const auto main = dir / "run.json";
+  std::string name = "run.json";
+  if (::link(tmp.c_str(), main.c_str()) != 0) {  // link: never replaces a file that is there
+    std::string other;
+    try {
+      std::ifstream in(main);
+      other = nlohmann::json::parse(in).value("run", "");
+    } catch (const std::exception&) {
+    }
+    if (other != run_id) name = fmt::format("run-{}.json", run_id);
+    std::filesystem::rename(tmp, dir / name, ec);
+    if (ec)
+      raise_error(Error::Kind::io, fmt::format("cannot move {} to {}: {}", tmp.string(), (dir / name).string(),
+                                               ec.message()));
+  } else {
+    std::filesystem::remove(tmp, ec);
+  }
+  return name;
 }
 
 }  // namespace tb

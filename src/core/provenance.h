@@ -23,5 +23,9 @@ std::string hostname();
 nlohmann::json host_provenance(int argc, char** argv, const std::string& run_id);
 nlohmann::json relevant_env();  // {"NCCL_NVLS_ENABLE": "0", ...}
 void write_json_file(const std::filesystem::path& path, const nlohmann::json& j);  // atomically (tmp + rename)
+// Writes a run's provenance into its results folder and returns the file's name: run.json, unless the folder holds
+// another run's run.json already (a second run into one --out): then run-<run id>.json, so no run's provenance is
+// overwritten (records join their run file by the run id). The ranks of one job share the run id and the file.
+std::string write_run_file(const std::filesystem::path& dir, const std::string& run_id, const nlohmann::json& j);
 
 }  // namespace tb

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "launch/process.h"
+#include "launch/safe_text.h"
 #include "launch/yaml.h"
 #include "recipe/plan.h"
 #include "recipe/recipe.h"
@@ -160,11 +161,39 @@ std::string render_mpijob(const K8sJob& j) {
   return header(j) + to_yaml(doc);
 }
 
-bool dns_label(std::string_view s) {
-  if (s.empty() || s.size() > 52 || s.front() == '-' || s.back() == '-') return false;  // 52: room for "-<index>" pods
-  for (char c : s)
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  return true;
+// Every value of the job before anything is rendered: Kubernetes names as DNS-1123 names, no control character
+// anywhere (a newline in a value the header comment or the pod script holds would start a line, or a document, of
+// its own).
+void check_values(const K8sJob& j) {
+  // 52: room for "-<index>" in the pods' host names
+  TB_REQUIRE(dns1123_label(j.name, 52), fmt::format("k8s: '{}' is not a valid name (lowercase letters, digits and "
+                                                    "'-', starting and ending with a letter or digit, at most 52 "
+                                                    "characters)",
+                                                    printable(j.name)));
+  TB_REQUIRE(dns1123_label(j.namespace_),
+             fmt::format("k8s: namespace '{}' is not a valid Kubernetes namespace (a DNS-1123 label: lowercase "
+                         "letters, digits and '-', at most 63 characters)",
+                         printable(j.namespace_)));
+  TB_REQUIRE(j.results_pvc.empty() || dns1123_subdomain(j.results_pvc),
+             fmt::format("k8s: results PVC '{}' is not a valid claim name (a DNS-1123 subdomain: lowercase letters, "
+                         "digits, '-' and '.')",
+                         printable(j.results_pvc)));
+  TB_REQUIRE(j.service_account.empty() || dns1123_subdomain(j.service_account),
+             fmt::format("k8s: service account '{}' is not a valid name (a DNS-1123 subdomain)",
+                         printable(j.service_account)));
+  for (const auto& [what, v] : {std::pair{"image", &j.image}, {"GPU resource", &j.gpu_resource},
+                                {"shm size", &j.shm_size}, {"trainbench path", &j.trainbench}}) {
+    require_printable(fmt::format("k8s: the {}", what), *v);
+    TB_REQUIRE(v->find(' ') == std::string::npos,
+               fmt::format("k8s: the {} '{}' may not hold spaces", what, *v));
+  }
+  require_printable("k8s: the summary", j.summary);
+  for (const auto& [k, v] : j.env) {
+    TB_REQUIRE(env_name(k), fmt::format("k8s: '{}' is not an environment variable name (letters, digits, '_')",
+                                        printable(k)));
+    require_printable(fmt::format("k8s: the environment variable {}", k), v);
+  }
+  for (const auto& a : j.args) require_printable("k8s: an argument", a);
 }
 
 }  // namespace
@@ -179,9 +208,7 @@ std::string k8s_name(std::string_view recipe) {
 }
 
 std::string render_k8s(const K8sJob& j) {
-  TB_REQUIRE(dns_label(j.name), fmt::format("k8s: '{}' is not a valid name (lowercase letters, digits and '-', at most "
-                                            "52 characters)",
-                                            j.name));
+  check_values(j);
   TB_REQUIRE(!j.image.empty(),
              "k8s: which container image? (--image, or image = \"...\" in [k8s] of trainbench.toml); "
              "it needs trainbench on its PATH");

@@ -5,9 +5,59 @@
 
 #include "core/error.h"
 #include "launch/process.h"
+#include "launch/safe_text.h"
 
 namespace tb::launch {
+namespace {
+
+bool letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+// --name[=value] or -X[value]: what sbatch reads as an option on an #SBATCH line.
+bool sbatch_option(std::string_view o) {
+  if (o.starts_with("--")) {
+    const std::string_view name = o.substr(2, o.find('=') == std::string_view::npos ? o.npos : o.find('=') - 2);
+    if (name.empty() || !letter(name.front())) return false;
+    for (char c : name)
+      if (!letter(c) && !(c >= '0' && c <= '9') && c != '-' && c != '_') return false;
+    return true;
+  }
+  return o.size() >= 2 && o[0] == '-' && letter(o[1]);
+}
+
+// Every value of the job, before a line is written: none may hold a control character (a newline would start a
+// shell line of its own), an #SBATCH directive is one option, exported names are names.
+void check_values(const SlurmJob& j) {
+  require_printable("slurm: the command", j.command);
+  require_printable("slurm: the summary", j.summary);
+  for (const auto& [what, v] : {std::pair{"--partition", &j.partition}, {"--account", &j.account},
+                                {"--time", &j.time}, {"--mpi", &j.mpi}, {"--container-image", &j.container_image},
+                                {"--trainbench", &j.trainbench}})
+    require_printable(fmt::format("slurm: {}", what), *v);
+  require_printable("slurm: the job name", j.name);
+  require_printable("slurm: the submission folder", j.dir.string());
+  for (const auto& m : j.container_mounts) require_printable("slurm: a container mount", m);
+  for (const auto& e : j.sbatch_extra) {
+    require_printable("slurm: an --sbatch option", e);
+    TB_REQUIRE(sbatch_option(e), fmt::format("slurm: --sbatch '{}': each is one sbatch option, e.g. --qos=high or -p "
+                                             "batch",
+                                             e));
+  }
+  for (const auto& e : j.srun_extra) require_printable("slurm: an srun option", e);
+  for (const auto& line : j.setup) require_printable("slurm: a setup line of the site file", line);
+  for (const auto& [k, v] : j.env) {
+    TB_REQUIRE(env_name(k), fmt::format("slurm: '{}' is not an environment variable name (letters, digits, '_')",
+                                        printable(k)));
+    require_printable(fmt::format("slurm: the environment variable {}", k), v);
+  }
+  for (const auto& a : j.args) require_printable("slurm: an argument", a);
+  for (const auto& task : j.array)
+    for (const auto& a : task) require_printable("slurm: an array task's argument", a);
+}
+
+}  // namespace
+
 std::string render_sbatch(const SlurmJob& j) {
+  check_values(j);
   TB_REQUIRE(j.nodes >= 1 && j.tasks_per_node >= 1, "slurm: nodes and tasks per node must be at least 1");
   TB_REQUIRE(j.dir.is_absolute(),
              fmt::format("slurm: the submission folder must be an absolute path, not {}", j.dir.string()));

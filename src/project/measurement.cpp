@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/jsonl.h"
 #include "core/record.h"
 
 namespace tb::project {
@@ -122,32 +123,29 @@ Inputs load_inputs(std::span<const std::filesystem::path> paths) {
   std::map<std::string, std::pair<double, double>> nccl;  // op -> (bytes, busbw) at the largest size
   for (const auto& p : paths)
     for (const auto& file : files_of(p)) {
-      std::ifstream f(file);
-      TB_REQUIRE(f.good(), fmt::format("--from: cannot read {}", file.string()));
       in.files.push_back(file.string());
-      std::string line;
-      for (int n = 1; std::getline(f, line); ++n) {
-        if (line.empty()) continue;
-        const std::string where = fmt::format("{}:{}", file.string(), n);
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(line);
-        } catch (const std::exception& e) {
-          raise_config(fmt::format("{}: not JSON: {}", where, e.what()));
-        }
+      for (const auto& l : read_jsonl(file).lines) {
+        const nlohmann::json& j = l.value;
+        const std::string where = fmt::format("{}:{}", file.string(), l.line);
         if (j.value("status", "") != "ok") continue;
-        const std::string bench = j.value("bench", "");
-        if (bench == "run") {
-          in.runs.push_back(run_of(j, where));
-        } else if (bench == "train" && j.value("gpus", 1) >= 2) {
-          in.trains.push_back(train_of(j, where));
-        } else if (bench.starts_with("micro.nccl.") && j.value("world", 1) >= 2 && j.contains("busbw_gbps")) {
-          const std::string op = bench.substr(std::string("micro.nccl.").size());
-          const double bytes = j.value("bytes", 0.0), bw = j["busbw_gbps"].get<double>();
-          auto& best = nccl[op];
-          if (bytes >= best.first) best = {bytes, bw};
-          in.nvlink.gpus = std::max(in.nvlink.gpus, j.value("world", 1));
-          in.nvlink.where = file.string();
+        try {  // a field of the wrong type: this record's file and line, not the JSON library's words
+          const std::string bench = j.value("bench", "");
+          if (bench == "run") {
+            in.runs.push_back(run_of(j, where));
+          } else if (bench == "train" && j.value("gpus", 1) >= 2) {
+            in.trains.push_back(train_of(j, where));
+          } else if (bench.starts_with("micro.nccl.") && j.value("world", 1) >= 2 && j.contains("busbw_gbps")) {
+            const std::string op = bench.substr(std::string("micro.nccl.").size());
+            const double bytes = j.value("bytes", 0.0), bw = j["busbw_gbps"].get<double>();
+            auto& best = nccl[op];
+            if (bytes >= best.first) best = {bytes, bw};
+            in.nvlink.gpus = std::max(in.nvlink.gpus, j.value("world", 1));
+            in.nvlink.where = file.string();
+          }
+        } catch (const nlohmann::json::exception& e) {
+          raise_config(fmt::format("{}: a field of the wrong type: {}", where, e.what()));
+        } catch (const std::logic_error& e) {  // std::stoi on a layout word such as "tp99999999999"
+          raise_config(fmt::format("{}: a value out of range: {}", where, e.what()));
         }
       }
     }

@@ -93,8 +93,13 @@ std::string where_key(const std::string& path, const toml::table& t, std::string
 std::vector<std::filesystem::path> toml_files(const std::filesystem::path& dir) {
   std::vector<std::filesystem::path> files;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.is_regular_file() && e.path().extension() == ".toml") files.push_back(e.path());
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".toml") continue;
+    std::error_code file_ec;  // a symlink loop or a dangling link: one message naming it
+    const bool regular = e.is_regular_file(file_ec);
+    TB_REQUIRE(!file_ec, fmt::format("cannot read {}: {}", e.path().string(), file_ec.message()));
+    if (regular) files.push_back(e.path());
+  }
   TB_REQUIRE(!ec, fmt::format("cannot read {}: {}", dir.string(), ec.message()));
   std::sort(files.begin(), files.end());
   return files;

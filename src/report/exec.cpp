@@ -1,10 +1,16 @@
-// report/exec.cpp: posix_spawnp with the child's stdout/stderr redirected to a file (see exec.h).
+// report/exec.cpp: fork + execvp with the child's stdout/stderr redirected to a file (see exec.h).
 #include "report/exec.h"
 
 #include <fcntl.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <thread>
+
+#include "core/interrupt.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -37,24 +43,45 @@ ExecResult exec(const std::vector<std::string>& argv, const std::filesystem::pat
   } else if (out.has_parent_path()) {
     std::filesystem::create_directories(out.parent_path());
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  pid_t pid = 0;
-  const int err = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
+  const int log_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t parent = ::getpid();
+  const pid_t pid = log_fd < 0 || null_fd < 0 ? -1 : ::fork();
+  if (pid == 0) {
+    // The child dies with its parent (SIGTERM: it stops after its current step), and sits in a process group of its
+    // own, so a terminal's Ctrl-C reaches it once, through the parent, not twice.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) _exit(127);
+    ::setpgid(0, 0);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::dup2(null_fd, 0);
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    ::execvp(args[0], args.data());
+    _exit(127);
+  }
+  if (log_fd >= 0) ::close(log_fd);
+  if (null_fd >= 0) ::close(null_fd);
   ExecResult r;
-  if (err != 0) {
+  if (pid < 0) {
     r.rc = 127;
     r.output = std::string("cannot start ") + argv[0];
   } else {
+    // Waits, passing this process's stop request (Ctrl-C, SIGTERM: core/interrupt.h) on to the child once.
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    bool forwarded = false;
+    while (true) {
+      const pid_t w = ::waitpid(pid, &status, WNOHANG);
+      if (w == pid || (w < 0 && errno != EINTR)) break;
+      if (!forwarded && interrupted()) {
+        ::kill(pid, interrupt_signal() ? interrupt_signal() : SIGTERM);
+        forwarded = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r.output = temp ? tail_of(out, std::size_t(1) << 20) : tail_of(out, 4096);

@@ -1,6 +1,8 @@
 // report/exec.h: runs a helper program (gnuplot for the charts, trainbench itself for sweep and scale points,
 // chromium in tests) without a shell: argv[0] looked up on PATH, stdin /dev/null, stdout and stderr appended to
-// a log file (or captured and returned when no log is given). Waits for it.
+// a log file (or captured and returned when no log is given). Waits for it. The child dies with this process
+// (PR_SET_PDEATHSIG: SIGTERM) and runs in a process group of its own; a stop request to this process (Ctrl-C,
+// SIGTERM: core/interrupt.h) is passed on to it once while waiting.
 #pragma once
 
 #include <filesystem>

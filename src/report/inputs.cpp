@@ -3,9 +3,8 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-
 #include "core/error.h"
+#include "core/jsonl.h"
 #include "core/record.h"
 
 namespace tb::report {
@@ -13,28 +12,13 @@ namespace fs = std::filesystem;
 namespace {
 
 void read_jsonl(const fs::path& file, Inputs& in) {
-  std::ifstream f(file);
-  TB_REQUIRE(f.good(), fmt::format("cannot read {}", file.string()));
-  std::string line;
-  for (int n = 1; std::getline(f, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      in.records.push_back(nlohmann::json::parse(line));
-    } catch (const std::exception& e) {
-      raise_config(fmt::format("{}:{}: not JSON: {}", file.string(), n, e.what()));
-    }
-  }
+  for (auto& l : tb::read_jsonl(file).lines) in.records.push_back(std::move(l.value));
   in.files.push_back(file.string());
 }
 
 void read_run_json(const fs::path& file, Inputs& in) {
-  std::ifstream f(file);
-  try {
-    in.provenance.push_back(nlohmann::json::parse(f));
-    in.files.push_back(file.string());
-  } catch (const std::exception& e) {
-    raise_config(fmt::format("{}: not JSON: {}", file.string(), e.what()));
-  }
+  in.provenance.push_back(read_run_file(file));
+  in.files.push_back(file.string());
 }
 
 }  // namespace
@@ -44,6 +28,8 @@ Inputs load_inputs(const std::vector<fs::path>& paths) {
   for (const auto& p : paths) {
     TB_REQUIRE(fs::exists(p), fmt::format("{} does not exist (give results folders or .jsonl files)", p.string()));
     if (!fs::is_directory(p)) {
+      TB_REQUIRE(p.extension() != ".json" || !p.filename().string().starts_with("run"),
+                 fmt::format("{} is a run file; give its folder or its results.jsonl", p.string()));
       read_jsonl(p, in);
       continue;
     }

@@ -17,7 +17,8 @@ struct Inputs {
   std::vector<std::string> files;          // what was read
 };
 
-// Raises Error{config} for a path that does not exist or a line that is not JSON (file:line).
+// Raises Error{config} for a path that does not exist, a line that is not a result record or a run file that is not
+// one (file:line: what, core/jsonl.h); an incomplete last line (a crash) is skipped with a warning.
 Inputs load_inputs(const std::vector<std::filesystem::path>& paths);
 
 // Records of one bench ("run", "train", "sweep.point", ...); prefix match when bench ends with '*'.

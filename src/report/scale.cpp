@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "core/interrupt.h"
 #include "report/analysis.h"
 
 namespace tb::report {
@@ -32,6 +33,7 @@ std::vector<nlohmann::json> run_scale(const ScaleSpec& spec, const ScaleHooks& h
   };
   int strong_batch = 0;
   for (int n : spec.gpus) {
+    if (interrupted()) break;  // Ctrl-C or SIGTERM: the counts so far are recorded; a rerun resumes after them
     const fs::path dir = spec.out / fmt::format("gpus-{}", n);
     if (hooks.measured) {
       std::string why;
@@ -51,6 +53,12 @@ std::vector<nlohmann::json> run_scale(const ScaleSpec& spec, const ScaleHooks& h
       hooks.say(fmt::format("{} GPUs proxy: running into {}", n, dir.string()));
       const PointRun pr = hooks.proxy(n, spec.mode == "strong" ? strong_batch : 0, dir);
       run = finished_run(dir);
+      if (interrupted()) {
+        p.status = Status::interrupted;
+        hooks.say(fmt::format("{} GPUs proxy: interrupted", n));
+        emit(p);
+        break;
+      }
       if (!run) {
         if (pr.rc == 2) {
           p.status = Status::skipped, p.reason = pr.message;

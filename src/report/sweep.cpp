@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/interrupt.h"
+#include "core/record.h"
 #include "report/analysis.h"
 
 namespace tb::report {
@@ -72,11 +74,10 @@ std::optional<nlohmann::json> finished_run(const fs::path& dir, std::string_view
   std::ifstream in(dir / "results.jsonl");
   std::optional<nlohmann::json> out;
   for (std::string line; std::getline(in, line);) {
-    try {
-      auto j = nlohmann::json::parse(line);
-      if (j.value("bench", "") == bench && j.value("status", "") == "ok") out = std::move(j);
-    } catch (const std::exception&) {  // a line cut by a crash: that point is simply not finished
-    }
+    // A line cut by a crash or not a record: that point is simply not finished (its run is measured again).
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !check_record(j).empty()) continue;
+    if (j.value("bench", "") == bench && j.value("status", "") == "ok") out = std::move(j);
   }
   return out;
 }
@@ -99,6 +100,7 @@ std::vector<nlohmann::json> run_sweep(const SweepSpec& spec, const SweepHooks& h
   std::vector<nlohmann::json> out;
   int i = 0;
   for (const Point& p : spec.points) {
+    if (interrupted()) break;  // Ctrl-C or SIGTERM: the points so far are recorded; a rerun resumes after them
     ++i;
     const std::string name = point_name(p);
     const fs::path rel = fs::path("points") / name, dir = spec.out / rel;
@@ -120,7 +122,10 @@ std::vector<nlohmann::json> run_sweep(const SweepSpec& spec, const SweepHooks& h
     } else {
       hooks.say(fmt::format("{}: running into {}", head, dir.string()));
       const PointRun pr = hooks.run(p, dir);
-      if (auto rec = finished_run(dir); (pr.rc == 0 || pr.rc == 1) && rec) {  // 1: measured, below its reference
+      if (interrupted()) {  // the point's run was passed the signal and stopped: not measured
+        r.status = Status::interrupted;
+        hooks.say(fmt::format("{}: interrupted", head));
+      } else if (auto rec = finished_run(dir); (pr.rc == 0 || pr.rc == 1) && rec) {  // 1: measured, below its reference
         r.data.update(point_metrics(*rec));
         r.data["resumed"] = false;
         hooks.say(fmt::format("{}: {:.0f} tokens/s per GPU", head, r.data["tokens_per_s_per_gpu"].get<double>()));

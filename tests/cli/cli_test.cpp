@@ -92,10 +92,17 @@ TEST(Cli, TrainTinyOnTheCpuWritesARecord) {
   EXPECT_NE(r.out.find("over 3 steps (2 micro-batches each: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" | GFLOP/s "), std::string::npos) << r.out;  // a CPU's rate, not "TFLOP/s/GPU 0.0"
   EXPECT_EQ(r.out.find("TFLOP/s"), std::string::npos) << r.out;
+  // One "train.step" record per step as it finishes (a killed run keeps them), then the "train" record.
   std::ifstream in(dir / "results.jsonl");
-  std::string line;
-  ASSERT_TRUE(std::getline(in, line));
-  const auto j = nlohmann::json::parse(line);
+  std::vector<nlohmann::json> recs;
+  for (std::string line; std::getline(in, line);) recs.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(recs.size(), 6u);  // 4 steps, the train record, rank_steps
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(recs[i]["bench"], "train.step");
+    EXPECT_EQ(recs[i]["step"], i + 1);
+    EXPECT_EQ(recs[i]["measured"], i > 0);
+  }
+  const auto& j = recs[4];
   EXPECT_EQ(j["bench"], "train");
   EXPECT_EQ(j["status"], "ok");
   EXPECT_EQ(j["global_batch"], 4);
@@ -115,13 +122,13 @@ TEST(Cli, TrainSetChangesTheShapeAndNamesIt) {
   EXPECT_NE(r.out.find("train tiny[d_model=32,act=gelu] on cpu: 2 layers, d_model 32,"), std::string::npos) << r.out;
   std::ifstream in(dir / "results.jsonl");
   std::string line;
-  ASSERT_TRUE(std::getline(in, line));
-  EXPECT_EQ(nlohmann::json::parse(line)["model"], "tiny[d_model=32,act=gelu]");
+  ASSERT_TRUE(std::getline(in, line));  // the first step's record
+  EXPECT_EQ(nlohmann::json::parse(line)["case"], "tiny[d_model=32,act=gelu]/L2/s64/mb1/gb1/cpu");
   std::filesystem::remove_all(dir);
   r = run({"train", "--model", "tiny", "--device", "cpu", "--set", "dmodel=32"});
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("did you mean 'd_model'?"), std::string::npos) << r.err;
-  r = run({"train", "--model", "small", "--set", "head_dim=100"});  // refused on the host, GPU or not
+  r = run({"train", "--model", "small", "--device", "cuda", "--set", "head_dim=100"});  // refused on the host, GPU or not
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("head_dim 100 is not a multiple of 8"), std::string::npos) << r.err;
 }
@@ -137,7 +144,7 @@ TEST(Cli, TrainRejectsBadConfigurationsBeforeWork) {
   r = run({"train", "--model", "tiny", "--device", "cpu", "--data", "/no/such/tokens.bin"});
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("/no/such/tokens.bin"), std::string::npos) << r.err;
-  r = run({"train", "--model", "small-hd128", "--fp8-attention"});  // the flag exists and needs --precision fp8
+  r = run({"train", "--model", "small-hd128", "--device", "cuda", "--fp8-attention"});  // needs --precision fp8
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("--fp8-attention needs --precision fp8"), std::string::npos) << r.err;
   for (const char* cmd : {"train", "run"}) {  // the FP8 formats are hybrid and e4m3 only

@@ -10,9 +10,11 @@
 #include <sstream>
 #include <string>
 
+#include "../support/source_path.h"
+
 namespace tb::launch::golden {
 
-inline std::filesystem::path dir() { return std::filesystem::path(__FILE__).parent_path() / "golden"; }
+inline std::filesystem::path dir() { return testing_support::source_path(__FILE__).parent_path() / "golden"; }
 
 inline void expect_golden(const std::string& file, const std::string& text) {
   const auto path = dir() / file;

@@ -145,8 +145,10 @@ TEST_F(SlurmCluster, SrunPmixStartsOneTensorParallelJob) {
   const Shell s = sh("env -u TRAINBENCH_RUN_ID timeout 120 srun --mpi=pmix -n 2 " + tb.string() +
                      " train --device cpu --model tiny --tp 2 --steps 4 --warmup-steps 1 --out " + out.string());
   ASSERT_EQ(s.rc, 0) << s.out;
-  std::vector<nlohmann::json> train, ranks;
-  for (const auto& r : read_jsonl(out / "results.jsonl")) (r["bench"] == "train" ? train : ranks).push_back(r);
+  std::vector<nlohmann::json> train, ranks, steps;
+  for (const auto& r : read_jsonl(out / "results.jsonl"))
+    (r["bench"] == "train" ? train : r["bench"] == "train.step" ? steps : ranks).push_back(r);
+  EXPECT_EQ(steps.size(), 4u);  // rank 0's record of each step as it finished
   ASSERT_EQ(train.size(), 1u) << s.out;
   EXPECT_EQ(train[0]["status"], "ok");
   EXPECT_EQ(train[0]["gpus"], 2);

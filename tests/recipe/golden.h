@@ -16,6 +16,8 @@
 #include <functional>
 #include <sstream>
 #include <string>
+
+#include "../support/source_path.h"
 #include <vector>
 
 #include "core/error.h"
@@ -26,7 +28,7 @@ struct Case {
   std::string name, toml, error;
 };
 
-inline std::filesystem::path dir() { return std::filesystem::path(__FILE__).parent_path() / "golden"; }
+inline std::filesystem::path dir() { return testing_support::source_path(__FILE__).parent_path() / "golden"; }
 
 inline std::vector<Case> read_cases(const std::filesystem::path& file) {
   std::ifstream in(file);

@@ -41,7 +41,8 @@ TEST(Sweep, GridIsEveryCombinationFirstAxisSlowest) {
   EXPECT_EQ(point_name(parse_point("tp=2,pp=1")), "tp=2,pp=1");
 }
 
-// A fake run writes an ok run record whose tokens/s per GPU is 1000 x micro_batch.
+// A fake run writes an ok run record (trainbench.result.v1: resuming reads only records) whose tokens/s per GPU is
+// 1000 x micro_batch.
 SweepHooks fake_hooks(int* runs) {
   SweepHooks h;
   h.infeasible = [](const Point& p) { return p[0].second == "3" ? std::string("3 does not divide 8") : std::string(); };
@@ -49,7 +50,8 @@ SweepHooks fake_hooks(int* runs) {
     ++*runs;
     fs::create_directories(dir);
     if (p[0].second == "4") return PointRun{1, "crashed"};
-    nlohmann::json rec = {{"bench", "run"}, {"status", "ok"}, {"run", "x"},
+    nlohmann::json rec = {{"schema", "trainbench.result.v1"}, {"bench", "run"}, {"case", "r"}, {"world", 1},
+                          {"status", "ok"}, {"run", "x"},
                           {"extrapolated", {{"tokens_per_s_per_gpu", 1000.0 * std::stoi(p[0].second)}, {"step_s", 1.0}}}};
     std::ofstream(dir / "results.jsonl") << rec.dump() << "\n";
     return PointRun{0, ""};
