@@ -67,9 +67,12 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/decoder_common.h"
+#include "model/arena_plan.h"
 #include "model/linear_cuda.h"
+#include "model/mlp_cuda.h"
 #include "model/param_layout.h"
-#include "ops/cuda/activation.h"
+#include "model/recompute.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/attention_fp8.h"
 #include "ops/cuda/context.h"
@@ -89,7 +92,7 @@ namespace tb::model {
 // copies (X^T) instead of the BF16 inputs. The producers of the GEMM inputs emit them where they can (tp 1): with
 // delayed scaling the pre-norms and the MLP activation write the FP8 input and its transpose themselves; with current
 // scaling they, the activation backward and the norm backwards record the amax of what they write (pre_norm(),
-// fused_amax(), fused_grad_amax()).
+// model::fp8_fused_amax(), fused_grad_amax()).
 // `attention`: attention through cuDNN's FP8 SDPA too (ops/cuda/attention_fp8.h; model/decoder_fp8_attention_cuda.cpp
 // has the formulas): the fused qkv after RoPE cast to E4M3 (current scaling, one scale for q, k and v); o comes out
 // E4M3 and is dequantised to bf16 for the out-projection; the backward casts dO to E5M2 (current scaling) and
@@ -165,8 +168,7 @@ class CudaDecoder {
  public:
   using bf16 = __nv_bfloat16;
 
-  enum class Recompute { none, selective, full };
-
+  using Recompute = model::Recompute;
 
   // deterministic: cuDNN's deterministic attention backward (bitwise repeatable runs; slower).
   // buffer_elems: parameter and gradient buffers of this many elements (>= the layout's total; the tail, zeroed,
@@ -306,10 +308,10 @@ class CudaDecoder {
   std::function<void(float* buffer, std::size_t floats)> fp8_reduce_amax;
 
  private:
-  struct LayerActs {  // device pointers into the arena: per layer, or the shared copy (see above)
-    bf16 *r1, *y1, *qkv, *o, *r2, *y2, *h, *g;
+  struct LayerActs {  // device pointers into the arena: per layer, or the shared copy (see above); the MLP's are its own
+    bf16 *r1, *y1, *qkv, *o, *r2, *y2;
     float *mean1, *rstd1, *lse, *mean2, *rstd2;
-    LinearSaved lin[4];   // what qkv, out, fc1, fc2 (Lin) keep: FP8 X^T and its scale (fp8_assign_input_scales)
+    LinearSaved lin[2];   // what qkv and out (Lin) keep: FP8 X^T and its scale (fp8_assign_input_scales)
     std::uint8_t *qkv8, *o8;  // FP8 attention: its E4M3 inputs (fused, after RoPE) and output, for its backward
     ops::Fp8Meta qkv8_scale;  // qkv8's current-scaling slot (per activation set: fp8_attention_prepare)
   };
@@ -338,17 +340,28 @@ class CudaDecoder {
   struct ArenaSize {
     std::size_t total = 0, rest = 0, block = 0;
   };
-  // Carves (or, with base null, only sizes) the arena for batch x seq tokens. acts: slot-major (set k's layer l at
-  // k * layers + l); heads: one per set (head only). block_at (byte offsets from base, one per block): where the
-  // blocks go instead (gradient sharing); the rest then starts at base.
-  static ArenaSize carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq, Recompute rc,
-                         const Fp8Options& fp8, int tp, std::byte* base, std::vector<LayerActs>* acts,
-                         std::vector<HeadActs>* heads, Scratch* scratch,
+  // Carves (or, with base null, only sizes) the arena for batch x seq tokens: per (set, layer) a block of what the
+  // layer keeps (its own fields, then its MLP's), the shared copy (a union over the layers), the head sets and the
+  // scratch. acts: slot-major (set k's layer l at k * layers + l); heads: one per set (head only). block_at (byte
+  // offsets from base, one per block): where the blocks go instead (gradient sharing); the rest then starts at base.
+  // mlps: the layers' MLPs, which plan their own fields.
+  static ArenaSize carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq,
+                         const RecomputePolicy& policy, const Fp8Options& fp8, int tp,
+                         std::span<const std::unique_ptr<MlpCuda>> mlps, std::byte* base,
+                         std::vector<LayerActs>* acts, std::vector<HeadActs>* heads, Scratch* scratch,
                          const std::vector<std::size_t>* block_at = nullptr);
+  // A layer's own fields (the norms', attention's and its linears') in the pass.
+  static void plan_layer(ArenaPlan& a, const PlanPass& pass, std::span<LayerActs> sets, const ModelConfig& c,
+                         std::size_t n, std::size_t nl, const RecomputePolicy& policy, bool fp8_attention);
   static ArenaParts arena_parts(const ModelConfig& c, LayerRange stage, int slots);
-  const LayerActs& acts(int slot, int l) const {
-    return acts_[std::size_t(slot) * layout_.layers.size() + std::size_t(l)];
+  // Sizes the arena of a decoder not built (the memory estimate): its modules made for the sizing only.
+  static ArenaSize size_arena(const ModelConfig& cfg, LayerRange stage, int slots, int batch, int seq,
+                              Recompute recompute, const Fp8Options& fp8, int tp);
+  // acts_ is layer-major: layer l's activation sets side by side.
+  std::size_t act_index(int slot, int l) const {
+    return std::size_t(l) * (acts_.size() / layout_.layers.size()) + std::size_t(slot);
   }
+  const LayerActs& acts(int slot, int l) const { return acts_[act_index(slot, l)]; }
   // Flat offsets for the data-parallel hooks: where layer l's parameters end, and where they start.
   std::size_t slot_end(int slot) const;
   std::size_t layer_end(int l) const;
@@ -375,52 +388,45 @@ class CudaDecoder {
   std::size_t grad_size() const { return dtype_size(grad_type_); }
   TensorView<bf16> qk_view(bf16* fused_qkv, int batch, int seq) const;  // Q and K heads, skipping V
   TensorView<const float> inv_freq() const;  // empty unless pos == rope
-  ops::Activation activation() const;  // cfg_.act as the ops' kind
-  // A layer's linear layers (model/linear_cuda.h), and the index of each in LayerActs::lin.
-  enum Lin { kQkv, kOut, kFc1, kFc2 };
+  // A layer's attention linear layers (model/linear_cuda.h), and the index of each in LayerActs::lin.
+  enum Lin { kQkv, kOut };
   struct LayerLinears {
-    LinearCuda qkv, out, fc1, fc2;
-    const LinearCuda& operator[](int k) const { return k == kQkv ? qkv : k == kOut ? out : k == kFc1 ? fc1 : fc2; }
-    LinearCuda& operator[](int k) { return k == kQkv ? qkv : k == kOut ? out : k == kFc1 ? fc1 : fc2; }
+    LinearCuda qkv, out;
   };
-  std::vector<LayerLinears> linears_;  // per layer of this decoder
-  LinearCuda& linear(int l, int k) { return linears_[std::size_t(l)][k]; }
-  const LinearCuda& linear(int l, int k) const { return linears_[std::size_t(l)][k]; }
-  LinearEnv env() const;               // what the linears read of this decoder for one call
-  // FP8 delayed scaling: the activation straight into fc2's FP8 input (s_.xq unless `transpose_only`, and its X^T).
-  void fp8_activation_forward(const LayerActs& A, std::int64_t rows, bool transpose_only);
-  // FP8 delayed scaling: the activation's backward straight into fc1's FP8 output gradient (s_.dyq, s_.dyqt) from
-  // dg (A.g) and h; its bf16 gradient is not written.
-  void fp8_activation_backward(int l, const LayerActs& A, std::int64_t rows);
-  // Delayed scaling: the cast of linear k's input ([rows, cols]) that its producer writes itself: E4M3 into s_.xq
-  // (unless transpose_only) and A.lin[k].xt, with the slot's scale, recording its amax.
-  ops::Fp8CastArgs fp8_input_cast(const LayerActs& A, int k, std::int64_t rows, std::int64_t cols,
-                                  bool transpose_only) const;
-  // A delayed-scaling cast of a [rows, cols] output into q (or null) and qt with slot m's scale, recording its amax.
-  ops::Fp8CastArgs fp8_delayed_cast(const ops::Fp8Meta& m, DType type, std::int64_t rows, std::int64_t cols,
-                                    std::uint8_t* q, std::uint8_t* qt) const;
-  // The pre-norm of linear k (0: norm1 before qkv, 2: norm2 before fc1): r = x + residual (r = x without one),
-  // y = norm(r) into A.y1 / A.y2. With FP8 at tp 1 (y whole on this rank) the norm feeds the GEMM's FP8 input:
-  // delayed scaling writes s_.xq and A.lin[k].xt itself (y is not written), current scaling records y's amax. With
-  // tp > 1 in BF16 y's all-gather starts beside the stream (gathering). Returns how the linear takes y.
-  LinearInput pre_norm(int l, int k, const bf16* x, const bf16* resid, const LayerActs& A, std::int64_t rows);
-  // Current scaling at tp 1: linear k of layer l's output-gradient amax slot zeroed for the kernel producing that
-  // gradient (a norm backward) to record into; null otherwise (and for l < 0).
-  float* fused_grad_amax(int l, int k);
-  // Current scaling: the slot's amax zeroed, for the kernel producing the tensor to record into (the activation's
-  // output for fc2, its gradient for fc1); null otherwise.
-  float* fused_amax(const ops::Fp8Meta& m);
+  std::vector<LayerLinears> linears_;         // per layer of this decoder
+  std::vector<std::unique_ptr<MlpCuda>> mlps_;  // per layer: its MLP (model/mlp_cuda.h)
+  // Every linear of layer l in a fixed order (qkv, out, then its MLP's): the FP8 tables' order. linear_saved: what
+  // activation set `set` keeps for the layer's linear k of that order.
+  std::vector<LinearCuda*> layer_linears(int l);
+  std::vector<const LinearCuda*> layer_linears(int l) const;
+  LinearSaved& linear_saved(int set, int l, int k);
+  int linear_count() const;                     // of all the layers
+  LinearEnv env() const;                        // what the linears read of this decoder for one call
+  MlpCall mlp_call(const LinearEnv& e, std::int64_t rows) const { return {e, policy_, rows}; }
+  // The pre-norm of a layer (first: norm1 before attention; else norm2 before the MLP): r = x + residual (r = x
+  // without one), y = norm(r) into A.y1 / A.y2. `fused`: what the linear reading y keeps (null: y is read in BF16).
+  // With FP8 at tp 1 (y whole on this rank) and `fused`, the norm feeds the GEMM's FP8 input: delayed scaling writes
+  // s_.xq and fused->xt itself (y is not written), current scaling records y's amax. With tp > 1 in BF16 y's all-gather
+  // starts beside the stream (gathering). Returns how the linear takes y.
+  LinearInput pre_norm(int l, bool first, const LinearSaved* fused, const bf16* x, const bf16* resid,
+                       const LayerActs& A, std::int64_t rows);
+  // Current scaling at tp 1: the output-gradient amax slot of `lin` zeroed for the kernel producing that gradient (a
+  // norm backward) to record into; null otherwise (and for a null lin).
+  float* fused_grad_amax(const LinearCuda* lin);
+  // The linear of layer l's MLP whose output gradient a norm backward may record the amax of (null: none, l < 0).
+  const LinearCuda* mlp_output_linear(int l);
   // model::fp8_scaled_cast with this decoder's device and margin.
   void fp8_scaled_cast(ops::Fp8CastArgs a, const ops::Fp8Meta& m, bool delayed, bool amax_ready) {
     model::fp8_scaled_cast(dc_, fp8_.margin, a, m, delayed, amax_ready);
   }
   void fp8_assign_input_scales(int slots);
-  // The layer's forward from x (+ resid) into A; fc2's output into scratch m unless `to_fc1_act` (recompute).
-  void layer_forward(int l, const bf16* x, const bf16* resid, const LayerActs& A, int batch, int seq,
-                     bool to_fc1_act);
-  // dnext_amax_ready: the gradient arriving in s_.dnext came with fc2's amax (fused_grad_amax); returns whether the
-  // gradient it leaves in s_.dnext does (for layer l - 1).
-  bool layer_backward(int l, const LayerActs& A, int batch, int seq, bool dnext_amax_ready);
+  // The block (model/block_cuda.cpp). Its forward from x (+ resid) into A and activation set `set` of its MLP; the
+  // MLP's output into scratch m unless `recompute_only` (full recompute: what the backward reads, without the output).
+  void layer_forward(int l, int set, const bf16* x, const bf16* resid, const LayerActs& A, int batch, int seq,
+                     bool recompute_only);
+  // dnext_amax_ready: the gradient arriving in s_.dnext came with the MLP output linear's amax (fused_grad_amax);
+  // returns whether the gradient it leaves in s_.dnext does (for layer l - 1).
+  bool layer_backward(int l, int set, const LayerActs& A, int batch, int seq, bool dnext_amax_ready);
 
   ops::DeviceContext& dc_;
   ModelConfig cfg_;
@@ -433,7 +439,7 @@ class CudaDecoder {
   ops::DeviceBuffer inv_freq_;        // [head_dim / 2] fp32 (pos == rope)
   std::unique_ptr<ops::CudnnAttention> attention_;
 
-  Recompute recompute_;
+  RecomputePolicy policy_;
   Fp8Options fp8_;
   ops::DeviceBuffer fp8_weights_;                       // per linear: W (E4M3) then W^T (LinearCuda::Fp8State)
   bool fp8_weights_by_optimizer_ = false;               // fp8_weights_from_optimizer()

@@ -61,7 +61,7 @@ void CudaDecoder::fp8_attention_prepare(int batch, int seq, int slots) {
     TB_CHECK(cudaMemcpy(p.scale_inv, &p_scale_inv, sizeof(float), cudaMemcpyHostToDevice));
   }
   for (int set = 0; set < slots; ++set)
-    for (int l = 0; l < L; ++l) acts_[std::size_t(set * L + l)].qkv8_scale = fp8_attn_now_->meta(kQkv0 + set * L + l);
+    for (int l = 0; l < L; ++l) acts_[act_index(set, l)].qkv8_scale = fp8_attn_now_->meta(kQkv0 + set * L + l);
   fp8_attention_->plan(fp8_attention_shape(batch, seq));  // may grow its workspace
 }
 

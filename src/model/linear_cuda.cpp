@@ -51,6 +51,12 @@ void fp8_scaled_cast(ops::DeviceContext& dc, int margin, ops::Fp8CastArgs a, con
   ops::fp8_cast(a, st);
 }
 
+float* fp8_fused_amax(const LinearEnv& e, const ops::Fp8Meta& m) {
+  if (!e.fp8.enabled || e.fp8.delayed) return nullptr;
+  TB_CHECK(cudaMemsetAsync(m.amax, 0, sizeof(float), e.dc.stream()));
+  return m.amax;
+}
+
 LinearCuda::LinearCuda(const ParamRegistry& registry, int slot) : slot_(slot), w_(&registry.slots.at(std::size_t(slot))) {
   TB_REQUIRE(w_->shape.size() == 2 && w_->tags.role == ParamRole::linear,
              "CUDA decoder: " + w_->name + " is not a linear layer's weight");

@@ -66,6 +66,10 @@ void fp8_scaled_cast(ops::DeviceContext& dc, int margin, ops::Fp8CastArgs a, con
 ops::Fp8CastArgs fp8_delayed_cast(const ops::Fp8Meta& m, DType type, std::int64_t rows, std::int64_t cols,
                                   std::uint8_t* q, std::uint8_t* qt, int margin);
 
+// Current scaling: slot m's amax zeroed, for the kernel that produces the tensor to record its amax into; null otherwise
+// (BF16, delayed scaling).
+float* fp8_fused_amax(const LinearEnv& e, const ops::Fp8Meta& m);
+
 class LinearCuda {
  public:
   using bf16 = __nv_bfloat16;

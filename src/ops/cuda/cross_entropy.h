@@ -71,6 +71,8 @@ namespace tb::ops {
 // V = 128256, which the gradients sharing the activations' memory (model/grad_sharing.h) more than paid for.
 inline constexpr int kLmHeadDefaultChunk = 8192;
 inline constexpr int kLmHeadFp8Chunk = 4096;  // FP8: the same scratch as bf16's 8192 (see above)
+// The LM head's tokens per chunk, FP8 or BF16.
+inline constexpr int lm_head_chunk(bool fp8) { return fp8 ? kLmHeadFp8Chunk : kLmHeadDefaultChunk; }
 
 struct LmHeadCeScratch {
   std::int64_t chunk = 0;                // tokens per chunk actually used (rounded as above, at most t)

@@ -1,0 +1,200 @@
+// model/block_cuda.cpp: one layer of the CUDA decoder, the block: r1 = x + resid, y1 = norm1(r1), attention (qkv
+// linear, RoPE, the core: cuDNN | FP8 | context parallel, out linear), r2 = a + r1, y2 = norm2(r2), its MLP
+// (model/mlp_cuda.h), and the backward in reverse (model/decoder_cuda.h has the data flow and what each recompute mode
+// keeps). The pre-norms feed the linears that read them (FP8: their inputs' casts written by the norm itself).
+#include <cuda_runtime_api.h>
+
+#include <type_traits>
+
+#include "model/decoder_cuda.h"
+#include "ops/cuda/attention.h"
+#include "ops/cuda/norm.h"
+#include "ops/cuda/rope.h"
+
+namespace tb::model {
+
+using bf16 = __nv_bfloat16;
+
+std::vector<LinearCuda*> CudaDecoder::layer_linears(int l) {
+  LayerLinears& M = linears_[std::size_t(l)];
+  std::vector<LinearCuda*> out{&M.qkv, &M.out};
+  for (LinearCuda* lin : mlps_[std::size_t(l)]->linears()) out.push_back(lin);
+  return out;
+}
+
+std::vector<const LinearCuda*> CudaDecoder::layer_linears(int l) const {
+  std::vector<const LinearCuda*> out;
+  for (LinearCuda* lin : const_cast<CudaDecoder*>(this)->layer_linears(l)) out.push_back(lin);
+  return out;
+}
+
+LinearSaved& CudaDecoder::linear_saved(int set, int l, int k) {
+  return k < 2 ? acts_[act_index(set, l)].lin[k]
+               : mlps_[std::size_t(l)]->saved(set, k - 2);
+}
+
+int CudaDecoder::linear_count() const {
+  std::size_t n = 0;
+  for (const auto& mlp : mlps_) n += 2 + mlp->linears().size();
+  return int(n);
+}
+
+const LinearCuda* CudaDecoder::mlp_output_linear(int l) {
+  if (l < 0) return nullptr;
+  MlpCuda& mlp = *mlps_[std::size_t(l)];
+  const int k = mlp.output_linear();
+  return k < 0 ? nullptr : mlp.linears()[std::size_t(k)];
+}
+
+LinearInput CudaDecoder::pre_norm(int l, bool first, const LinearSaved* fused, const bf16* x, const bf16* resid,
+                                  const LayerActs& A, std::int64_t rows) {
+  const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
+  const ops::NormKind nk = detail::norm_kind(cfg_.norm);
+  const float eps = float(cfg_.norm_eps);
+  const std::int64_t d = cfg_.d_model;
+  bf16* const y = first ? A.y1 : A.y2;
+  const TensorView<bf16> r(first ? A.r1 : A.r2, {rows, d});
+  const TensorView<float> mean(first ? A.mean1 : A.mean2, {rows}), rstd(first ? A.rstd1 : A.rstd2, {rows});
+  const TensorView<const bf16> xv(x, {rows, d});
+  const TensorView<const bf16> rv = resid ? TensorView<const bf16>(resid, {rows, d}) : TensorView<const bf16>();
+  const TensorView<const bf16> w = P(first ? L.norm1_w : L.norm2_w), b = P(first ? L.norm1_b : L.norm2_b);
+  const bool whole = fp8_.enabled && tp_.size == 1 && fused;
+  LinearInput input = LinearInput::bf16;
+  if (whole && fp8_.delayed) {
+    const ops::Fp8CastArgs cast = fp8_delayed_cast(fused->xs, DType::e4m3, rows, d, s_.xq, fused->xt, fp8_.margin);
+    ops::add_norm_forward_fp8(nk, cast, r, mean, rstd, xv, rv, w, b, eps, dc_.stream());
+    input = LinearInput::cast;
+  } else {
+    float* amax = whole ? fp8_fused_amax(env(), fused->xs) : nullptr;
+    ops::add_norm_forward(nk, {own(y, rows), {rows, d}}, r, mean, rstd, xv, rv, w, b, eps, dc_.stream(), amax);
+    if (amax) input = LinearInput::amax_ready;
+  }
+  mark("norm fwd");
+  if (input == LinearInput::bf16 && tp_.size > 1) {
+    if (!tp_.all_gather_async || fp8_.enabled) {  // FP8: the cast reads the whole gathered input
+      tp_gather(y, rows);
+    } else {  // the GEMM starts on this rank's rows (LinearCuda::forward)
+      tp_.all_gather_async(y, std::size_t(rows * d));
+      input = LinearInput::gathering;
+    }
+  }
+  return input;
+}
+
+float* CudaDecoder::fused_grad_amax(const LinearCuda* lin) {
+  return fp8_.enabled && tp_.size == 1 && lin ? fp8_fused_amax(env(), lin->fp8.dy) : nullptr;
+}
+
+void CudaDecoder::layer_forward(int l, int set, const bf16* x_in, const bf16* resid_in, const LayerActs& A, int batch,
+                                int seq, bool recompute_only) {
+  const ModelConfig& c = cfg_;
+  cudaStream_t st = dc_.stream();
+  const std::int64_t n = std::int64_t(batch) * seq;
+  const ops::AttentionShape as = attention_shape(batch, seq);
+  const std::int64_t nl = n / tp_.size;  // the residual stream's rows (sequence parallel)
+
+  const LayerLinears& M = linears_[std::size_t(l)];
+  const LinearEnv e = env();
+  M.qkv.forward(e, A.qkv, A.y1, A.lin[kQkv], n, pre_norm(l, true, &A.lin[kQkv], x_in, resid_in, A, nl));
+  if (cp_.size > 1) {  // this rank's chunks against every rank's keys (model/decoder_cp_cuda.cpp)
+    if (c.pos == Pos::rope) cp_rope(A.qkv, batch, seq, false);
+    cp_attention_forward(A, batch, seq);
+  } else {
+    if (c.pos == Pos::rope) {
+      ops::rope_forward(qk_view(A.qkv, batch, seq), inv_freq(), st);
+      mark("rope fwd");
+    }
+    if (fp8_attention()) {
+      fp8_attention_forward(l, A, batch, seq);
+    } else {
+      const std::int64_t qd = c.q_dim(), width = qd + 2 * std::int64_t(c.kv_dim());
+      if (fp8_.attention_emulate & kEmulateQkv) fp8_attention_emulate(A.qkv, n, width, 0);
+      const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
+      attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o, A.lse}, st);
+      mark("attention fwd");
+      if (fp8_.attention_emulate & kEmulateO) fp8_attention_emulate(A.o, n, qd, 1);
+    }
+  }
+  M.out.forward(e, s_.m, A.o, A.lin[kOut], n);  // the attention output lands in m (free until the MLP)
+  MlpCuda& mlp = *mlps_[std::size_t(l)];
+  const int in = mlp.input_linear();
+  const LinearInput y2_input = pre_norm(l, false, in < 0 ? nullptr : &mlp.saved(set, in), s_.m, A.r1, A, nl);
+  mlp.forward(mlp_call(e, n), set, A.y2, y2_input, s_.m, recompute_only);
+}
+
+bool CudaDecoder::layer_backward(int l, int set, const LayerActs& A, int batch, int seq, bool dnext_amax_ready) {
+  const ModelConfig& c = cfg_;
+  const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
+  const LayerLinears& M = linears_[std::size_t(l)];
+  cudaStream_t st = dc_.stream();
+  const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model;
+  const ops::NormKind nk = detail::norm_kind(c.norm);
+  const float eps = float(c.norm_eps);
+  const ops::AttentionShape as = attention_shape(batch, seq);
+  const ops::Workspace norm_ws{s_.norm_ws, s_.norm_ws_bytes};
+  const bool sel = policy_.recomputes_cheap_outputs();  // FP8 saves X^T: nothing to recompute
+  const std::int64_t nl = n / tp_.size;
+  bf16* const dy_local = tp_.size > 1 ? s_.dyl : s_.dy;  // an input gradient after the reduce-scatter
+  // The layer's output gradient arrives in this rank's block of dnext: gathered to all n rows for fc2's backward.
+  tp_gather(s_.dnext, nl);
+
+  if (policy_.full()) {  // the whole forward again, from the saved layer input
+    layer_forward(l, set, A.r1, nullptr, A, batch, seq, true);
+    mark("recompute");
+  }
+  // MLP (selective recompute: the norm's output here, the MLP's own in its backward)
+  if (sel) {
+    ops::norm_forward(nk, {own(A.y2, nl), {nl, d}}, {A.mean2, {nl}}, {A.rstd2, {nl}}, {A.r2, {nl, d}}, P(L.norm2_w),
+                      P(L.norm2_b), eps, st);
+    tp_gather(A.y2, nl);
+  }
+  const LinearEnv e = env();  // (after a full recompute: its forward ran with the same env)
+  mlps_[std::size_t(l)]->backward(mlp_call(e, n), set, A.y2, s_.dnext, dnext_amax_ready, s_.dy,
+                                  tp_scatter_async(s_.dy, s_.dyl, nl));
+  tp_wait(s_.dy, s_.dyl, nl);
+  float* dr2_amax = fused_grad_amax(&M.out);  // the out-projection's output gradient
+  with_grad_type([&]<class T>(std::type_identity<T>) {
+    ops::add_norm_backward(nk, {own(s_.dr2, nl), {nl, d}}, G<T>(L.norm2_w), G<T>(L.norm2_b), {dy_local, {nl, d}},
+                           {own(s_.dnext, nl), {nl, d}}, {A.r2, {nl, d}}, P(L.norm2_w), {A.mean2, {nl}},
+                           {A.rstd2, {nl}}, st, norm_ws, dr2_amax);
+  });
+  mark("norm bwd");
+  tp_gather(s_.dr2, nl);
+  // attention
+  M.out.backward(e, s_.dout, s_.dr2, A.o, A.lin[kOut], n, {}, dr2_amax != nullptr);
+  if (cp_.size > 1) {
+    cp_attention_backward(A, batch, seq);
+    if (c.pos == Pos::rope) cp_rope(s_.dqkv, batch, seq, true);
+  } else {
+    if (fp8_attention()) {
+      fp8_attention_backward(l, A, batch, seq);
+    } else {
+      const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
+      const ops::QkvPointers dqkv = ops::split_fused_qkv(s_.dqkv, as);
+      attention_->backward(as, {qkv.q, qkv.k, qkv.v, A.o, s_.dout, A.lse, dqkv.q, dqkv.k, dqkv.v}, st);
+      mark("attention bwd");
+    }
+    if (c.pos == Pos::rope) {
+      ops::rope_backward(qk_view(s_.dqkv, batch, seq), inv_freq(), st);
+      mark("rope bwd");
+    }
+  }
+  if (sel) {
+    ops::norm_forward(nk, {own(A.y1, nl), {nl, d}}, {A.mean1, {nl}}, {A.rstd1, {nl}}, {A.r1, {nl, d}}, P(L.norm1_w),
+                      P(L.norm1_b), eps, st);
+    tp_gather(A.y1, nl);
+    mark("recompute");
+  }
+  M.qkv.backward(e, s_.dy, s_.dqkv, A.y1, A.lin[kQkv], n, tp_scatter_async(s_.dy, s_.dyl, nl));
+  tp_wait(s_.dy, s_.dyl, nl);
+  float* dnext_amax = fused_grad_amax(mlp_output_linear(l - 1));  // the layer below's fc2 output gradient
+  with_grad_type([&]<class T>(std::type_identity<T>) {
+    ops::add_norm_backward(nk, {own(s_.dnext, nl), {nl, d}}, G<T>(L.norm1_w), G<T>(L.norm1_b), {dy_local, {nl, d}},
+                           {own(s_.dr2, nl), {nl, d}}, {A.r1, {nl, d}}, P(L.norm1_w), {A.mean1, {nl}},
+                           {A.rstd1, {nl}}, st, norm_ws, dnext_amax);
+  });
+  mark("norm bwd");
+  return dnext_amax != nullptr;
+}
+
+}  // namespace tb::model

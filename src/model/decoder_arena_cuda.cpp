@@ -1,0 +1,244 @@
+// model/decoder_arena_cuda.cpp: the CUDA decoder's activation arena, planned by its modules (model/arena_plan.h):
+//   [ (set, layer) blocks: what each layer keeps (its norms' and attention's fields, then its MLP's) ]
+//   [ the shared copy: what a layer uses only while it runs (one union over the layers) ]
+//   [ the head sets: the final norm's sum and statistics, the LM head's dyf ]  [ the step's scratch ]
+// With gradient sharing (model/grad_sharing.h) the blocks sit over the gradients instead; the FP8 weight copies'
+// bytes. The memory estimate sizes the same plan (size_arena).
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "model/decoder_cuda.h"
+#include "model/grad_sharing.h"
+#include "ops/cuda/cross_entropy.h"
+#include "ops/cuda/embedding.h"
+#include "ops/cuda/norm.h"
+
+namespace tb::model {
+
+using bf16 = __nv_bfloat16;
+using ops::lm_head_chunk;
+
+CudaDecoder::ArenaParts CudaDecoder::arena_parts(const ModelConfig& c, LayerRange stage, int slots) {
+  const int last = stage.last < 0 ? c.layers : stage.last;
+  return {last - stage.first, slots, stage.first == 0, last == c.layers};
+}
+
+void CudaDecoder::plan_layer(ArenaPlan& a, const PlanPass& pass, std::span<LayerActs> sets, const ModelConfig& c,
+                             std::size_t n, std::size_t nl, const RecomputePolicy& p, bool fp8_attn) {
+  const std::size_t d = std::size_t(c.d_model), qd = std::size_t(c.q_dim());
+  const std::size_t width = qd + 2 * std::size_t(c.kv_dim());
+  const bool state = p.keeps_state(), cheap = p.keeps_cheap_outputs();
+  plan_field(a, pass, sets, &LayerActs::r1, nl * d, true);  // the layer's input: kept in every mode
+  plan_field(a, pass, sets, &LayerActs::mean1, nl, state);
+  plan_field(a, pass, sets, &LayerActs::rstd1, nl, state);
+  plan_field(a, pass, sets, &LayerActs::y1, n * d, cheap);  // FP8: the weight gradients read X^T instead
+  plan_field(a, pass, sets, &LayerActs::qkv, n * width, state && !fp8_attn);
+  plan_field(a, pass, sets, &LayerActs::o, n * qd, state && !fp8_attn);
+  plan_field(a, pass, sets, &LayerActs::lse, n * std::size_t(c.heads), state);
+  plan_field(a, pass, sets, &LayerActs::r2, nl * d, state);
+  plan_field(a, pass, sets, &LayerActs::mean2, nl, state);
+  plan_field(a, pass, sets, &LayerActs::rstd2, nl, state);
+  plan_field(a, pass, sets, &LayerActs::y2, n * d, cheap);
+  if (fp8_attn) {  // its backward reads qkv8 and o8; out's weight gradient reads X^T
+    plan_field(a, pass, sets, &LayerActs::qkv8, n * width, state);
+    plan_field(a, pass, sets, &LayerActs::o8, n * qd, state);
+  }
+  if (!p.fp8) return;
+  const std::size_t xt_cols[2] = {d, qd};  // the inputs of qkv and out
+  for (int k = 0; k < 2; ++k)
+    plan_field_at(a, pass, sets, [k](LayerActs& s) -> std::uint8_t*& { return s.lin[k].xt; }, n * xt_cols[k], state);
+}
+
+CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq,
+                                          const RecomputePolicy& policy, const Fp8Options& fp8_options, int tp,
+                                          std::span<const std::unique_ptr<MlpCuda>> mlps, std::byte* base,
+                                          std::vector<LayerActs>* acts, std::vector<HeadActs>* heads, Scratch* S,
+                                          const std::vector<std::size_t>* block_at) {
+  TB_REQUIRE(mlps.size() == std::size_t(parts.layers), "CUDA decoder: internal: an MLP per layer");
+  const bool fp8 = fp8_options.enabled, fp8_head = fp8 && fp8_options.lm_head;
+  const bool fp8_attn = fp8 && fp8_options.attention;
+  const std::size_t n = std::size_t(batch) * std::size_t(seq);
+  const std::size_t nl = n / std::size_t(tp);  // the residual stream's rows on this rank (sequence parallel)
+  const std::size_t d = std::size_t(c.d_model), qd = std::size_t(c.q_dim());
+  const std::size_t width = qd + 2 * std::size_t(c.kv_dim());
+  const auto layers_n = std::size_t(parts.layers), sets = std::size_t(parts.slots);
+  ArenaPlan a(base);
+
+  // Layer-major: layer l's sets at l * sets + k (acts()).
+  std::vector<LayerActs> layers(layers_n * sets);
+  auto layer_sets = [&](std::size_t l) { return std::span<LayerActs>(layers).subspan(l * sets, sets); };
+  auto plan_block = [&](std::size_t l, const PlanPass& pass) {
+    plan_layer(a, pass, layer_sets(l), c, n, nl, policy, fp8_attn);
+    mlps[l]->plan(a, pass, parts.slots, std::int64_t(n), policy);
+  };
+  std::size_t block = 0, i = 0;
+  for (std::size_t k = 0; k < sets; ++k)  // set-major, back to back, or where block_at says (a.end() resumes after)
+    for (std::size_t l = 0; l < layers_n; ++l, ++i) {
+      const std::size_t next = a.end(), at = block_at ? (*block_at)[i] : next;
+      a.seek(at);
+      plan_block(l, {true, int(k)});
+      block = std::max(block, a.end() - at);
+      if (block_at) a.seek(next);
+    }
+  const std::size_t blocks_end = a.end();
+  std::size_t shared_end = blocks_end;  // the shared copy: every layer's from the same start
+  for (std::size_t l = 0; l < layers_n; ++l) {
+    a.seek(blocks_end);
+    plan_block(l, {false, 0});
+    shared_end = std::max(shared_end, a.end());
+  }
+  a.seek(shared_end);
+
+  std::vector<HeadActs> head_sets(parts.head ? sets : 0);
+  for (HeadActs& H : head_sets)
+    H.rf = a.take<bf16>(nl * d), H.dyf = a.take<bf16>(nl * d), H.meanf = a.take<float>(nl),
+    H.rstdf = a.take<float>(nl);
+
+  Scratch s{};
+  s.tokens = a.take<std::int32_t>(n);
+  s.targets = a.take<std::int32_t>(n);
+  if (parts.embedding) s.x0 = a.take<bf16>(nl * d);
+  s.m = a.take<bf16>(nl * d);
+  if (parts.head) s.yf = a.take<bf16>(nl * d);
+  s.loss = a.take<float>(1);
+  s.dnext = a.take<bf16>(n * d), s.dr2 = a.take<bf16>(n * d), s.dy = a.take<bf16>(n * d);
+  s.dout = a.take<bf16>(n * qd), s.dqkv = a.take<bf16>(n * width);  // the MLPs' gradients live in their own fields
+  if (tp > 1) s.part = a.take<bf16>(n * d), s.dyl = a.take<bf16>(nl * d);
+  if (fp8_attn) s.dout8 = a.take<std::uint8_t>(n * qd), s.dqkv8 = a.take<std::uint8_t>(n * width);
+  s.ce_bytes = parts.head ? ops::lm_head_ce_scratch(std::int64_t(nl), c.vocab, c.d_model, lm_head_chunk(fp8_head),
+                                                   fp8_head)
+                                .bytes
+                          : 0;
+  // The LM head's scratch and the FP8 linears' (xq, dyq, dyq^T) share bytes: the head runs between the layers'
+  // forward and backward, on the same stream, while no linear holds its FP8 scratch.
+  std::size_t widest_in = std::max(d, qd), widest_out = std::max(width, d);  // qkv and out
+  for (const auto& mlp : mlps)
+    for (const LinearCuda* lin : mlp->linears())
+      widest_in = std::max(widest_in, std::size_t(lin->in())), widest_out = std::max(widest_out, std::size_t(lin->out()));
+  const std::size_t fp8_bytes = fp8 ? pad256(n * widest_in) + 2 * pad256(n * widest_out) : 0;
+  s.ce = a.take_bytes(std::max(s.ce_bytes, fp8_bytes));
+  if (fp8 && base) {
+    auto* at = static_cast<std::uint8_t*>(s.ce);
+    s.xq = at, s.dyq = at + pad256(n * widest_in), s.dyqt = s.dyq + pad256(n * widest_out);
+  }
+  s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(nl), c.d_model);
+  s.norm_ws = a.take_bytes(s.norm_ws_bytes);
+  s.embed_ws_bytes =
+      parts.embedding ? ops::embedding_backward_workspace_bytes(std::int64_t(nl), c.vocab, c.d_model) : 0;
+  s.embed_ws = a.take_bytes(s.embed_ws_bytes);
+  if (acts) *acts = std::move(layers);
+  if (heads) *heads = std::move(head_sets);
+  if (S) *S = s;
+  return {a.end(), a.end() - blocks_end, block};
+}
+
+CudaDecoder::ArenaSize CudaDecoder::size_arena(const ModelConfig& cfg, LayerRange stage, int slots, int batch, int seq,
+                                               Recompute recompute, const Fp8Options& fp8, int tp) {
+  const DenseLayout layout = model::dense_layout(cfg, stage);
+  std::vector<std::unique_ptr<MlpCuda>> mlps;
+  for (const DenseLayout::Layer& L : layout.layers) mlps.push_back(make_mlp(cfg, layout, L));
+  return carve(cfg, arena_parts(cfg, stage, slots), batch, seq, {recompute, fp8.enabled}, fp8, tp, mlps, nullptr,
+               nullptr, nullptr, nullptr);
+}
+
+std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
+                                          const Fp8Options& fp8, int tp, LayerRange stage, int slots) {
+  return size_arena(cfg, stage, slots, batch, seq, recompute, fp8, tp).total;
+}
+
+// model/grad_sharing.h for this layout: block k may overlap the gradients below layer k's (tied: above the
+// embedding's, which the LM head accumulates first).
+static GradSharing plan_grad_sharing(const DenseLayout& L, bool tied, std::size_t block, std::size_t grad_size) {
+  auto begin = [&](std::size_t l) {
+    return std::int64_t(L.slots[std::size_t(L.layers[l].norm1_w)].offset * grad_size);
+  };
+  std::vector<std::int64_t> free_end;
+  for (std::size_t l = 0; l < L.layers.size(); ++l) free_end.push_back(begin(l));
+  return place_blocks_over_grads(std::int64_t(block), tied && !L.layers.empty() ? begin(0) : 0, free_end);
+}
+
+std::size_t CudaDecoder::shared_arena_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
+                                            const Fp8Options& fp8, int tp, DType grads) {
+  const ArenaSize size = size_arena(cfg, {}, 1, batch, seq, recompute, fp8, tp);
+  const GradSharing g = plan_grad_sharing(model::dense_layout(cfg), cfg.tied_embeddings, size.block, dtype_size(grads));
+  return size.rest + std::size_t(g.below);
+}
+
+void CudaDecoder::share_grads_with_activations() {
+  TB_REQUIRE(batch_ == 0, "CUDA decoder: share_grads_with_activations() must come before prepare()");
+  share_grads_ = true;
+  grads_ = ops::DeviceBuffer();  // the gradients hold nothing between steps: their bytes come back with the arena
+  grads_ptr_ = nullptr;
+}
+
+void CudaDecoder::prepare(int batch, int seq, int slots) {
+  const ModelConfig& c = cfg_;
+  TB_REQUIRE(batch >= 1 && seq >= 1, "CUDA decoder: batch and seq must be >= 1, got batch " + std::to_string(batch) +
+                                         " seq " + std::to_string(seq));
+  TB_REQUIRE(seq <= c.seq, "CUDA decoder: seq " + std::to_string(seq) + " is longer than the model's " +
+                               std::to_string(c.seq) + " positions");
+  TB_REQUIRE(slots >= 1, "CUDA decoder: prepare() needs at least one activation set, got " + std::to_string(slots));
+  if (batch == batch_ && seq == seq_ && slots <= slots_) return;
+  slots = std::max(slots, batch == batch_ && seq == seq_ ? slots_ : 1);
+  dc_.activate();
+  dc_.synchronize();  // the old arena may still be in use
+  arena_ = ops::DeviceBuffer();
+  TB_REQUIRE(std::int64_t(batch) * seq % tp_.size == 0,
+             "CUDA decoder: batch x seq (" + std::to_string(std::int64_t(batch) * seq) +
+                 " tokens) must divide by the tensor-parallel size " + std::to_string(tp_.size) + " (sequence parallel)");
+  TB_REQUIRE(!fp8_head() || std::int64_t(batch) * seq / tp_.size % 16 == 0,
+             "CUDA decoder: the FP8 LM head needs a multiple of 16 tokens per rank, got " +
+                 std::to_string(std::int64_t(batch) * seq / tp_.size) + "; leave the LM head in BF16");
+  TB_REQUIRE(!share_grads_ || cp_.size == 1,
+             "CUDA decoder: gradients that share the activations' memory need cp = 1 (each rank the whole sequence)");
+  TB_REQUIRE(!share_grads_ || slots == 1,
+             "CUDA decoder: gradients that share the activations' memory allow one activation set, not " +
+                 std::to_string(slots) + " (a pipeline schedule keeps several micro-batches in flight)");
+  const ArenaParts parts{layers(), slots, first_stage(), last_stage()};
+  const ArenaSize size = carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, nullptr, nullptr, nullptr, nullptr);
+  if (!share_grads_) {
+    arena_ = ops::DeviceBuffer(dc_.device(), size.total);
+    carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, static_cast<std::byte*>(arena_.get()), &acts_, &heads_,
+          &s_);
+  } else {  // [rest | below | gradients], the layer blocks over the gradients and below them
+    const GradSharing g = plan_grad_sharing(layout_, cfg_.tied_embeddings, size.block, grad_size());
+    const std::size_t at = size.rest + std::size_t(g.below);
+    arena_ = ops::DeviceBuffer(dc_.device(), at + buffer_elems_ * grad_size());
+    auto* base = static_cast<std::byte*>(arena_.get());
+    grads_ptr_ = base + at;
+    std::vector<std::size_t> block_at;
+    for (std::int64_t o : g.block_at) block_at.push_back(std::size_t(std::int64_t(at) + o));
+    carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, base, &acts_, &heads_, &s_, &block_at);
+  }
+  if (fp8_.enabled) fp8_assign_input_scales(slots);
+  if (fp8_attention())
+    fp8_attention_prepare(batch, seq, slots);  // qkv8's scaling slots and the FP8 attention plans
+  else if (cp_.size > 1)
+    cp_prepare(batch, seq);  // its scratch and the two chunks' attention plans
+  else
+    attention_->plan(attention_shape(batch, seq));  // may grow its workspace
+  if (fp8_.attention_emulate) {
+    TB_REQUIRE(cp_.size == 1, "CUDA decoder: the FP8 attention emulation takes no context parallel");
+    const std::size_t n = std::size_t(batch) * std::size_t(seq);
+    fp8_emulate_buf_ = ops::DeviceBuffer(dc_.device(), n * std::size_t(cfg_.q_dim() + 2 * cfg_.kv_dim()));
+  }
+  batch_ = batch;
+  seq_ = seq;
+  slots_ = slots;
+}
+
+std::size_t CudaDecoder::fp8_weight_bytes(const ModelConfig& cfg) { return fp8_weight_bytes(model::dense_layout(cfg)); }
+
+std::size_t CudaDecoder::fp8_weight_bytes(const DenseLayout& L) {
+  std::size_t bytes = 0;
+  for (const Slot& s : L.slots)
+    if (s.tags.role == ParamRole::linear) bytes += 2 * pad256(s.size);
+  return bytes;
+}
+
+std::size_t CudaDecoder::fp8_lm_head_bytes(const ModelConfig& cfg) {
+  return 2 * pad256(std::size_t(cfg.vocab) * std::size_t(cfg.d_model));
+}
+
+}  // namespace tb::model
