@@ -87,35 +87,14 @@ float* CudaDecoder::fused_grad_amax(const LinearCuda* lin) {
 
 void CudaDecoder::layer_forward(int l, int set, const bf16* x_in, const bf16* resid_in, const LayerActs& A, int batch,
                                 int seq, bool recompute_only) {
-  const ModelConfig& c = cfg_;
-  cudaStream_t st = dc_.stream();
   const std::int64_t n = std::int64_t(batch) * seq;
-  const ops::AttentionShape as = attention_shape(batch, seq);
   const std::int64_t nl = n / tp_.size;  // the residual stream's rows (sequence parallel)
 
   const LayerLinears& M = linears_[std::size_t(l)];
   const LinearEnv e = env();
-  M.qkv.forward(e, A.qkv, A.y1, A.lin[kQkv], n, pre_norm(l, true, &A.lin[kQkv], x_in, resid_in, A, nl));
-  if (cp_.size > 1) {  // this rank's chunks against every rank's keys (model/decoder_cp_cuda.cpp)
-    if (c.pos == Pos::rope) cp_rope(A.qkv, batch, seq, false);
-    cp_attention_forward(A, batch, seq);
-  } else {
-    if (c.pos == Pos::rope) {
-      ops::rope_forward(qk_view(A.qkv, batch, seq), inv_freq(), st);
-      mark("rope fwd");
-    }
-    if (fp8_attention()) {
-      fp8_attention_forward(l, A, batch, seq);
-    } else {
-      const std::int64_t qd = c.q_dim(), width = qd + 2 * std::int64_t(c.kv_dim());
-      if (fp8_.attention_emulate & kEmulateQkv) fp8_attention_emulate(A.qkv, n, width, 0);
-      const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
-      attention_->forward(as, {qkv.q, qkv.k, qkv.v, A.o, A.lse}, st);
-      mark("attention fwd");
-      if (fp8_.attention_emulate & kEmulateO) fp8_attention_emulate(A.o, n, qd, 1);
-    }
-  }
-  M.out.forward(e, s_.m, A.o, A.lin[kOut], n);  // the attention output lands in m (free until the MLP)
+  M.qkv.forward(e, A.attn.qkv, A.y1, A.lin[kQkv], n, pre_norm(l, true, &A.lin[kQkv], x_in, resid_in, A, nl));
+  attention_->forward(l, A.attn, batch, seq);
+  M.out.forward(e, s_.m, A.attn.o, A.lin[kOut], n);  // the attention output lands in m (free until the MLP)
   MlpCuda& mlp = *mlps_[std::size_t(l)];
   const int in = mlp.input_linear();
   const LinearInput y2_input = pre_norm(l, false, in < 0 ? nullptr : &mlp.saved(set, in), s_.m, A.r1, A, nl);
@@ -130,7 +109,6 @@ bool CudaDecoder::layer_backward(int l, int set, const LayerActs& A, int batch, 
   const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model;
   const ops::NormKind nk = detail::norm_kind(c.norm);
   const float eps = float(c.norm_eps);
-  const ops::AttentionShape as = attention_shape(batch, seq);
   const ops::Workspace norm_ws{s_.norm_ws, s_.norm_ws_bytes};
   const bool sel = policy_.recomputes_cheap_outputs();  // FP8 saves X^T: nothing to recompute
   const std::int64_t nl = n / tp_.size;
@@ -161,24 +139,8 @@ bool CudaDecoder::layer_backward(int l, int set, const LayerActs& A, int batch, 
   mark("norm bwd");
   tp_gather(s_.dr2, nl);
   // attention
-  M.out.backward(e, s_.dout, s_.dr2, A.o, A.lin[kOut], n, {}, dr2_amax != nullptr);
-  if (cp_.size > 1) {
-    cp_attention_backward(A, batch, seq);
-    if (c.pos == Pos::rope) cp_rope(s_.dqkv, batch, seq, true);
-  } else {
-    if (fp8_attention()) {
-      fp8_attention_backward(l, A, batch, seq);
-    } else {
-      const ops::QkvPointers qkv = ops::split_fused_qkv(A.qkv, as);
-      const ops::QkvPointers dqkv = ops::split_fused_qkv(s_.dqkv, as);
-      attention_->backward(as, {qkv.q, qkv.k, qkv.v, A.o, s_.dout, A.lse, dqkv.q, dqkv.k, dqkv.v}, st);
-      mark("attention bwd");
-    }
-    if (c.pos == Pos::rope) {
-      ops::rope_backward(qk_view(s_.dqkv, batch, seq), inv_freq(), st);
-      mark("rope bwd");
-    }
-  }
+  M.out.backward(e, s_.dout, s_.dr2, A.attn.o, A.lin[kOut], n, {}, dr2_amax != nullptr);
+  attention_->backward(l, A.attn, {s_.dout, s_.dqkv, s_.dout8, s_.dqkv8}, batch, seq);
   if (sel) {
     ops::norm_forward(nk, {own(A.y1, nl), {nl, d}}, {A.mean1, {nl}}, {A.rstd1, {nl}}, {A.r1, {nl, d}}, P(L.norm1_w),
                       P(L.norm1_b), eps, st);

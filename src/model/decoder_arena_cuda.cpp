@@ -27,23 +27,16 @@ CudaDecoder::ArenaParts CudaDecoder::arena_parts(const ModelConfig& c, LayerRang
 void CudaDecoder::plan_layer(ArenaPlan& a, const PlanPass& pass, std::span<LayerActs> sets, const ModelConfig& c,
                              std::size_t n, std::size_t nl, const RecomputePolicy& p, bool fp8_attn) {
   const std::size_t d = std::size_t(c.d_model), qd = std::size_t(c.q_dim());
-  const std::size_t width = qd + 2 * std::size_t(c.kv_dim());
   const bool state = p.keeps_state(), cheap = p.keeps_cheap_outputs();
   plan_field(a, pass, sets, &LayerActs::r1, nl * d, true);  // the layer's input: kept in every mode
   plan_field(a, pass, sets, &LayerActs::mean1, nl, state);
   plan_field(a, pass, sets, &LayerActs::rstd1, nl, state);
   plan_field(a, pass, sets, &LayerActs::y1, n * d, cheap);  // FP8: the weight gradients read X^T instead
-  plan_field(a, pass, sets, &LayerActs::qkv, n * width, state && !fp8_attn);
-  plan_field(a, pass, sets, &LayerActs::o, n * qd, state && !fp8_attn);
-  plan_field(a, pass, sets, &LayerActs::lse, n * std::size_t(c.heads), state);
+  plan_attention_fields(a, pass, sets, [](LayerActs& s) -> AttentionActs& { return s.attn; }, c, n, p, fp8_attn);
   plan_field(a, pass, sets, &LayerActs::r2, nl * d, state);
   plan_field(a, pass, sets, &LayerActs::mean2, nl, state);
   plan_field(a, pass, sets, &LayerActs::rstd2, nl, state);
   plan_field(a, pass, sets, &LayerActs::y2, n * d, cheap);
-  if (fp8_attn) {  // its backward reads qkv8 and o8; out's weight gradient reads X^T
-    plan_field(a, pass, sets, &LayerActs::qkv8, n * width, state);
-    plan_field(a, pass, sets, &LayerActs::o8, n * qd, state);
-  }
   if (!p.fp8) return;
   const std::size_t xt_cols[2] = {d, qd};  // the inputs of qkv and out
   for (int k = 0; k < 2; ++k)
@@ -212,17 +205,9 @@ void CudaDecoder::prepare(int batch, int seq, int slots) {
     carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, base, &acts_, &heads_, &s_, &block_at);
   }
   if (fp8_.enabled) fp8_assign_input_scales(slots);
-  if (fp8_attention())
-    fp8_attention_prepare(batch, seq, slots);  // qkv8's scaling slots and the FP8 attention plans
-  else if (cp_.size > 1)
-    cp_prepare(batch, seq);  // its scratch and the two chunks' attention plans
-  else
-    attention_->plan(attention_shape(batch, seq));  // may grow its workspace
-  if (fp8_.attention_emulate) {
-    TB_REQUIRE(cp_.size == 1, "CUDA decoder: the FP8 attention emulation takes no context parallel");
-    const std::size_t n = std::size_t(batch) * std::size_t(seq);
-    fp8_emulate_buf_ = ops::DeviceBuffer(dc_.device(), n * std::size_t(cfg_.q_dim() + 2 * cfg_.kv_dim()));
-  }
+  attention_->prepare(batch, seq, slots);  // its plans and workspaces (FP8: qkv8's scaling slot per set)
+  for (int set = 0; set < slots; ++set)
+    for (int l = 0; l < layers(); ++l) acts_[act_index(set, l)].attn.qkv8_scale = attention_->qkv8_scale(l, set);
   batch_ = batch;
   seq_ = seq;
   slots_ = slots;

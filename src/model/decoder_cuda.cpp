@@ -60,12 +60,6 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
   TB_CHECK(cudaMemsetAsync(params_.as<bf16>() + layout_.total, 0, (buffer_elems_ - layout_.total) * sizeof(bf16),
                            dc_.stream()));
   zero_grads();
-  if (cfg_.pos == Pos::rope) {
-    const std::vector<double> inv = detail::rope_inv_freq(cfg_);
-    inv_freq_ = ops::DeviceBuffer(dc_.device(), inv.size() * sizeof(float));
-    ops::upload_rope_inv_freq(TensorView<float>(inv_freq_.as<float>(), {std::int64_t(inv.size())}), inv, dc_.stream());
-  }
-  attention_ = std::make_unique<ops::CudnnAttention>(dc_.device());
   if (fp8_.enabled) {
     TB_REQUIRE(cfg_.d_model % 16 == 0 && cfg_.ffn % 16 == 0 && cfg_.q_dim() % 16 == 0,
                "CUDA decoder: FP8 GEMMs need d_model, ffn and heads x head_dim to be multiples of 16");
@@ -94,13 +88,10 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
     fp8_head_w_ = ops::DeviceBuffer(dc_.device(), fp8_lm_head_bytes(cfg_));
     fp8_head_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 3, 1, dc_.stream());  // W, x, dlogits
   }
-  if (fp8_.attention) fp8_attention_setup();
-  if (fp8_.attention_emulate) {
-    TB_REQUIRE(fp8_.enabled && !fp8_.attention && policy_.mode == Recompute::none,
-               "CUDA decoder: the FP8 attention emulation (a diagnostic of BF16 attention) needs FP8, not FP8 "
-               "attention itself, and no recompute");
-    fp8_emulate_scales_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 2, 1, dc_.stream());
-  }
+  TB_REQUIRE(!fp8_.attention_emulate || (fp8_.enabled && !fp8_.attention && policy_.mode == Recompute::none),
+             "CUDA decoder: the FP8 attention emulation (a diagnostic of BF16 attention) needs FP8, not FP8 attention "
+             "itself, and no recompute");
+  attention_ = fp8_attention() ? make_fp8_attention(attention_setup()) : make_bf16_attention(attention_setup());
   dc_.synchronize();
 }
 
@@ -160,10 +151,7 @@ void CudaDecoder::fp8_end_step() {
   if (!fp8_.enabled) return;
   std::vector<std::pair<const ops::Fp8Scales*, DType>> delayed;  // the histories this step rolls
   if (fp8_.delayed) delayed = {{fp8_fwd_.get(), DType::e4m3}, {fp8_bwd_.get(), fp8_.grad}};
-  if (fp8_attention()) {  // o, dS, dq, dk, dv: delayed in both recipes
-    delayed.emplace_back(fp8_attn_o_.get(), DType::e4m3);
-    delayed.emplace_back(fp8_attn_grad_.get(), fp8_.grad);
-  }
+  attention_->delayed_tables(delayed);  // FP8 attention's: delayed in both recipes
   const auto algo = fp8_.most_recent ? ops::AmaxAlgo::most_recent : ops::AmaxAlgo::max;
   if (fp8_reduce_amax)
     for (const auto& [f, type] : delayed) fp8_reduce_amax(f->base(), std::size_t(f->tensors()) * f->slot_stride());
@@ -278,6 +266,18 @@ void CudaDecoder::set_tensor_parallel(TensorParallelOps tp) {
   tp_ = std::move(tp);
 }
 
+void CudaDecoder::set_context_parallel(ContextParallelOps cp) {
+  TB_REQUIRE(batch_ == 0, "CUDA decoder: set_context_parallel() must come before prepare()");
+  TB_REQUIRE(cp.size >= 1 && cp.rank >= 0 && cp.rank < cp.size, "CUDA decoder: context-parallel rank out of range");
+  if (cp.size > 1) {
+    TB_REQUIRE(cp.all_gather && cp.reduce_scatter, "CUDA decoder: context parallel needs all_gather and reduce_scatter");
+    TB_REQUIRE(!fp8_attention(), "CUDA decoder: FP8 attention does not combine with context parallel (cuDNN's FP8 "
+                                 "attention has no bottom-right causal mask on Hopper): leave it off");
+  }
+  cp_ = std::move(cp);
+  if (cp_.size > 1) attention_ = make_cp_attention(attention_setup(), cp_);
+}
+
 CudaDecoder::bf16* CudaDecoder::own(bf16* full, std::int64_t local_rows) const {
   return full + std::size_t(tp_.rank) * std::size_t(local_rows) * std::size_t(cfg_.d_model);
 }
@@ -308,11 +308,7 @@ void CudaDecoder::tp_wait(const bf16* full, bf16* local, std::int64_t local_rows
 }
 
 std::size_t CudaDecoder::attention_workspace_bytes() const {
-  return attention_->workspace_bytes() + (fp8_attention_ ? fp8_attention_->workspace_bytes() : 0);
-}
-
-ops::AttentionShape CudaDecoder::attention_shape(int batch, int seq) const {
-  return ops::fused_qkv_attention(batch, seq, cfg_.heads, cfg_.kv_heads, cfg_.head_dim, deterministic_);
+  return attention_->workspace_bytes();
 }
 
 TensorView<const bf16> CudaDecoder::P(int slot) const {
@@ -325,17 +321,6 @@ TensorView<T> CudaDecoder::G(int slot) const {
 }
 template TensorView<float> CudaDecoder::G<float>(int) const;
 template TensorView<bf16> CudaDecoder::G<bf16>(int) const;
-
-TensorView<bf16> CudaDecoder::qk_view(bf16* fused_qkv, int batch, int seq) const {
-  const std::int64_t hd = cfg_.head_dim, width = cfg_.q_dim() + 2 * std::int64_t(cfg_.kv_dim());
-  return TensorView<bf16>(fused_qkv, Shape{batch, seq, cfg_.heads + cfg_.kv_heads, hd},
-                          Shape{seq * width, width, hd, 1}, 4);
-}
-
-TensorView<const float> CudaDecoder::inv_freq() const {
-  if (cfg_.pos != Pos::rope) return {};
-  return TensorView<const float>(inv_freq_.as<float>(), {cfg_.head_dim / 2});
-}
 
 double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std::int32_t* host_targets, int batch,
                                      int seq, double grad_scale) {

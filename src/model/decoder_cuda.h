@@ -69,6 +69,7 @@
 #include "model/config.h"
 #include "model/decoder_common.h"
 #include "model/arena_plan.h"
+#include "model/attention_cuda.h"
 #include "model/linear_cuda.h"
 #include "model/mlp_cuda.h"
 #include "model/param_layout.h"
@@ -93,7 +94,7 @@ namespace tb::model {
 // delayed scaling the pre-norms and the MLP activation write the FP8 input and its transpose themselves; with current
 // scaling they, the activation backward and the norm backwards record the amax of what they write (pre_norm(),
 // model::fp8_fused_amax(), fused_grad_amax()).
-// `attention`: attention through cuDNN's FP8 SDPA too (ops/cuda/attention_fp8.h; model/decoder_fp8_attention_cuda.cpp
+// `attention`: attention through cuDNN's FP8 SDPA too (ops/cuda/attention_fp8.h; model/attention_fp8_cuda.cpp
 // has the formulas): the fused qkv after RoPE cast to E4M3 (current scaling, one scale for q, k and v); o comes out
 // E4M3 and is dequantised to bf16 for the out-projection; the backward casts dO to E5M2 (current scaling) and
 // dequantises dq, dk, dv (E5M2) into the bf16 dqkv. o, dS, dq, dk and dv are scaled by delayed scaling in both recipes
@@ -309,11 +310,10 @@ class CudaDecoder {
 
  private:
   struct LayerActs {  // device pointers into the arena: per layer, or the shared copy (see above); the MLP's are its own
-    bf16 *r1, *y1, *qkv, *o, *r2, *y2;
-    float *mean1, *rstd1, *lse, *mean2, *rstd2;
-    LinearSaved lin[2];   // what qkv and out (Lin) keep: FP8 X^T and its scale (fp8_assign_input_scales)
-    std::uint8_t *qkv8, *o8;  // FP8 attention: its E4M3 inputs (fused, after RoPE) and output, for its backward
-    ops::Fp8Meta qkv8_scale;  // qkv8's current-scaling slot (per activation set: fp8_attention_prepare)
+    bf16 *r1, *y1, *r2, *y2;
+    float *mean1, *rstd1, *mean2, *rstd2;
+    AttentionActs attn;  // the attention core's (model/attention_cuda.h)
+    LinearSaved lin[2];  // what qkv and out (Lin) keep: FP8 X^T and its scale (fp8_assign_input_scales)
   };
   struct HeadActs {  // per activation set, last stage only: the final norm's sum and statistics, the LM head's dyf
     bf16 *rf, *dyf;
@@ -386,8 +386,6 @@ class CudaDecoder {
     ops::with_float_type(grad_type_, std::forward<F>(f));
   }
   std::size_t grad_size() const { return dtype_size(grad_type_); }
-  TensorView<bf16> qk_view(bf16* fused_qkv, int batch, int seq) const;  // Q and K heads, skipping V
-  TensorView<const float> inv_freq() const;  // empty unless pos == rope
   // A layer's attention linear layers (model/linear_cuda.h), and the index of each in LayerActs::lin.
   enum Lin { kQkv, kOut };
   struct LayerLinears {
@@ -436,8 +434,6 @@ class CudaDecoder {
   void* grads_ptr_ = nullptr;         // grads_, or its place in the arena (share_grads_)
   DType grad_type_ = DType::f32;
   bool share_grads_ = false;
-  ops::DeviceBuffer inv_freq_;        // [head_dim / 2] fp32 (pos == rope)
-  std::unique_ptr<ops::CudnnAttention> attention_;
 
   RecomputePolicy policy_;
   Fp8Options fp8_;
@@ -449,38 +445,14 @@ class CudaDecoder {
   ops::DeviceBuffer fp8_head_w_;                        // Fp8Options::lm_head: the LM head's W, then W^T (E4M3)
   std::unique_ptr<ops::Fp8Scales> fp8_head_;            // its W, x, dlogits slots (current scaling)
   bool fp8_head() const { return fp8_.enabled && fp8_.lm_head && last_stage(); }
-  // FP8 attention (Fp8Options::attention): model/decoder_fp8_attention_cuda.cpp.
-  std::unique_ptr<ops::CudnnFp8Attention> fp8_attention_;
-  ops::DeviceBuffer fp8_emulate_buf_;                   // Fp8Options::attention_emulate: the E4M3 codes (prepare())
-  std::unique_ptr<ops::Fp8Scales> fp8_emulate_scales_;  // its qkv and O slots
-  std::unique_ptr<ops::Fp8Scales> fp8_attn_o_;     // delayed, E4M3: o of layer l at l
-  std::unique_ptr<ops::Fp8Scales> fp8_attn_grad_;  // delayed, Fp8Options::grad: dS, dq, dk, dv of layer l at 4 l + 0..3
-  std::unique_ptr<ops::Fp8Scales> fp8_attn_now_;   // P (fixed), dO (current), then qkv8 per activation set and layer
   bool fp8_attention() const { return fp8_.enabled && fp8_.attention; }
-  void fp8_attention_setup();  // the constructor's part
-  // Fp8Options::attention_emulate: x [rows, cols] rounded to E4M3 and back in place, current scaling in slot `slot`.
-  void fp8_attention_emulate(bf16* x, std::int64_t rows, std::int64_t cols, int slot);
-  void fp8_attention_prepare(int batch, int seq, int slots);
-  ops::Fp8AttentionShape fp8_attention_shape(int batch, int seq) const;
-  void fp8_attention_forward(int l, const LayerActs& A, int batch, int seq);   // from A.qkv (bf16, after RoPE)
-  void fp8_attention_backward(int l, const LayerActs& A, int batch, int seq);  // from s_.dout into s_.dqkv
+  // The attention core of every layer (model/attention_cuda.h): BF16, FP8, or context parallel (set_context_parallel).
+  std::unique_ptr<AttentionCore> attention_;
+  AttentionSetup attention_setup() const { return {dc_, cfg_, fp8_, deterministic_, layers(), on_op}; }
   bool overwrite_linear_grads_ = false;  // set by zero_grads_for_overwrite() for the next forward_backward
   bool overwrite_head_grad_ = false;     // and for the next LM head call (in forward(): the step's first)
   TensorParallelOps tp_;
   ContextParallelOps cp_;
-  ops::DeviceBuffer cp_buf_;  // context parallel scratch: K|V local, gathered, natural order; dK|dV per chunk
-  struct CpScratch {
-    bf16 *kv_local, *kv_all, *kv_full, *dkv_full[2];
-  } cp_s_{};
-  const bf16* cp_kv_of_ = nullptr;  // whose K|V kv_full holds (the qkv rows last gathered): the backward of those
-                                    // rows skips its gather (the last layer; every layer under full recompute)
-  void cp_prepare(int batch, int seq);
-  int cp_chunk(int k) const { return k == 0 ? cp_.rank : 2 * cp_.size - 1 - cp_.rank; }  // global chunk of local k
-  ops::AttentionShape cp_attention_shape(int batch, int seq, int k) const;
-  void cp_rope(bf16* qkv, int batch, int seq, bool backward);
-  void cp_gather_kv(const bf16* qkv, int batch, int seq);  // K|V of every rank into cp_s_.kv_full, natural order
-  void cp_attention_forward(const LayerActs& A, int batch, int seq);
-  void cp_attention_backward(const LayerActs& A, int batch, int seq);
   bf16* own(bf16* full, std::int64_t local_rows) const;  // this rank's block of a [n, d] buffer (tp 1: full)
   void tp_gather(bf16* full, std::int64_t local_rows);   // no-op at tp 1
   void tp_scatter(const bf16* full, bf16* local, std::int64_t local_rows);
@@ -489,7 +461,6 @@ class CudaDecoder {
   std::function<void()> tp_scatter_async(const bf16* full, bf16* local, std::int64_t local_rows);
   void tp_wait(const bf16* full, bf16* local, std::int64_t local_rows);
   bool deterministic_;
-  ops::AttentionShape attention_shape(int batch, int seq) const;
 
   // Activations and gradient scratch for batch_ x seq_ tokens.
   int batch_ = 0, seq_ = 0, slots_ = 0;
