@@ -4,7 +4,7 @@
 # (bench/peers/torch_train.py) on the same GPU, one after the other, at the engine's target shapes, then every run's ratios
 # to the peers of its shape (bench/train_ratios.py). Logs and JSONL to $OUT.
 # Usage: bench/train_acceptance.sh [tests|8b|70b|recompute|fp8...|recipes]...  (default: tests 8b)
-# (Since 2026-12-01 `--fp8-lm-head` rounds its logit gradients stochastically unless told `--fp8-lm-head-rounding
+# (Since 2026-12-01 `--fp8-lm-head` rounds its logit gradients stochastically unless told `--debug-fp8-lm-head-rounding
 # nearest`; the results of the modes from fp8head to fp8headgradacc and of fp8best, all earlier, rounded to nearest.)
 #   8b:        Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: trainbench (fp32 master + moments; recompute
 #              none and selective), torch bf16
@@ -31,25 +31,25 @@
 #              ${ACC_MB:-8}, LR ${ACC_LR:-3e-4}, seeds ${ACC_SEEDS:-1..6}, 500 steps in BF16, BF16 --deterministic (the
 #              control: the same arithmetic summed in another order), FP8 current, FP8 delayed and FP8 delayed + FP8
 #              head + FP8 attention; make the text with `TEXT_BYTES=8000000 scripts/carry.sh` (half an epoch at mb 8)
-#   fp8headgrad: the FP8 head's logit-gradient format (--fp8-lm-head-grad): 8B L8 BF16, FP8 delayed + FP8 head with
+#   fp8headgrad: the FP8 head's logit-gradient format (--debug-fp8-lm-head-grad): 8B L8 BF16, FP8 delayed + FP8 head with
 #              E4M3 and with E5M2 (the hybrid default) logit gradients, and + FP8 attention (op profile on the first
 #              FP8 run); 70B L2 BF16 and FP8 delayed + head; the torch BF16 peer at 8B
 #   fp8headgradacc: its accuracy per seed on the 76 M model of fp8accmid (micro-batch ${ACC_MB:-4}, LR ${ACC_LR:-1e-3},
 #              seeds ${ACC_SEEDS:-1..3}; the Llama vocabulary with ACC_ARGS="--set vocab=128256"): BF16, the control,
 #              FP8 delayed alone, + head in both formats, + FP8 attention
-#   fp8headgemms: which of the FP8 head's GEMMs cost its accuracy (--fp8-lm-head-gemms), their speed: 8B L8 BF16, FP8
+#   fp8headgemms: which of the FP8 head's GEMMs cost its accuracy (--debug-fp8-lm-head-gemms), their speed: 8B L8 BF16, FP8
 #              delayed, + FP8 head (rounding to nearest) with all three GEMMs in FP8, with the backward's two (forward
 #              BF16), with the forward alone (op profile on the head runs)
 #   fp8headgemmsacc: their accuracy per seed on the 76 M model at the Llama vocabulary (micro-batch 8, LR 3e-4, seeds
 #              ${ACC_SEEDS:-1..6}, text): BF16, FP8 delayed, + head with every non-empty set of its GEMMs in FP8
-#   fp8headsr: stochastic rounding of the FP8 head's logit gradients (--fp8-lm-head-rounding stochastic), its speed:
+#   fp8headsr: stochastic rounding of the FP8 head's logit gradients (--debug-fp8-lm-head-rounding stochastic), its speed:
 #              8B L8 FP8 delayed + head with nearest and with stochastic rounding (op profile on)
 #   fp8headsracc: its accuracy per seed as fp8headgemmsacc: BF16, FP8 delayed, + head rounding to nearest, + head
 #              rounding stochastically, in E5M2 and in E4M3
 #   fp8srtargets: the FP8 targets with the stochastic head in one run: 8B L8 BF16, FP8 delayed + head with nearest
 #              and with stochastic rounding, the latter + FP8 attention; 70B L2 BF16 and FP8 delayed + stochastic head;
 #              the torch BF16 peer at 8B
-#   fp8gradsr: the linear layers' gradients rounded stochastically (--fp8-grad-rounding stochastic), accuracy per seed
+#   fp8gradsr: the linear layers' gradients rounded stochastically (--debug-fp8-grad-rounding stochastic), accuracy per seed
 #              as fp8headsracc at LR $ACC_LR (default 1e-4): BF16, FP8 delayed, + gradients rounded stochastically, +
 #              the FP8 head (stochastic), FP8 delayed + the head
 #   fp8attnmargin: whether FP8 attention's loss at LR 1e-3 (measured 2026-12-01: +14% where FP8 delayed is +5%) is
@@ -57,7 +57,7 @@
 #              text, seeds $ACC_SEEDS (1 2 3): BF16, FP8 delayed, + FP8 attention, each FP8 run with --fp8-margin 0 and 2
 #   fp8attnemu: where FP8 attention's cost comes from, in fp8attnmargin's setting (seeds $ACC_SEEDS, 1..6): BF16, FP8
 #              delayed, + FP8 attention, + BF16 attention on E4M3-rounded q, k, v, on an E4M3-rounded O, on both
-#              (--fp8-attention-emulate qkv | o | qkv,o)
+#              (--debug-fp8-attention-emulate qkv | o | qkv,o)
 #   fp8fused:  AdamW writing the FP8 weight copies (--fp8-weight-cast fused; auto, the default, does with fp32
 #              moments) against the cast at each step's start (separate): 8B L8 FP8 delayed + stochastic head (op
 #              profiles), + FP8 attention, the latter with bf16 moments too; 70B L2 FP8 delayed + head; BF16 (also with
@@ -177,7 +177,7 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
       fp8headgrad)
         dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head"
         ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile
-        ours 8b-L8-fp8-delayed-head-e4m3 --model llama3.1-8b --layers 8 --seq 8192 $dh --fp8-lm-head-grad e4m3
+        ours 8b-L8-fp8-delayed-head-e4m3 --model llama3.1-8b --layers 8 --seq 8192 $dh --debug-fp8-lm-head-grad e4m3
         ours 8b-L8-fp8-delayed-head-e5m2 --model llama3.1-8b --layers 8 --seq 8192 $dh --no-op-profile
         ours 8b-L8-fp8-delayed-head-attn --model llama3.1-8b --layers 8 --seq 8192 $dh --fp8-attention --no-op-profile
         ours 70b-L2-bf16 --model llama3.1-70b --layers 2 --seq 8192 --no-op-profile
@@ -187,27 +187,27 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
         dh="fp8 --fp8-recipe delayed --fp8-lm-head"
         ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_ARGS="--seq 1024 --micro-batch ${ACC_MB:-4} \
           --lr ${ACC_LR:-1e-3} ${ACC_ARGS:-}" accuracy accmid "$MID" "bf16" "bf16 --deterministic" \
-          "fp8 --fp8-recipe delayed" "$dh" "$dh --fp8-lm-head-grad e4m3" "$dh --fp8-attention" ;;
+          "fp8 --fp8-recipe delayed" "$dh" "$dh --debug-fp8-lm-head-grad e4m3" "$dh --fp8-attention" ;;
       fp8headgemms)
-        rn="--precision fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding nearest"
+        rn="--precision fp8 --fp8-recipe delayed --fp8-lm-head --debug-fp8-lm-head-rounding nearest"
         ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile
         ours 8b-L8-fp8-delayed --model llama3.1-8b --layers 8 --seq 8192 --precision fp8 --fp8-recipe delayed \
           --no-op-profile
         ours 8b-L8-fp8-delayed-head --model llama3.1-8b --layers 8 --seq 8192 $rn
-        ours 8b-L8-fp8-delayed-head-bwd --model llama3.1-8b --layers 8 --seq 8192 $rn --fp8-lm-head-gemms dgrad,wgrad
-        ours 8b-L8-fp8-delayed-head-fwd --model llama3.1-8b --layers 8 --seq 8192 $rn --fp8-lm-head-gemms forward ;;
+        ours 8b-L8-fp8-delayed-head-bwd --model llama3.1-8b --layers 8 --seq 8192 $rn --debug-fp8-lm-head-gemms dgrad,wgrad
+        ours 8b-L8-fp8-delayed-head-fwd --model llama3.1-8b --layers 8 --seq 8192 $rn --debug-fp8-lm-head-gemms forward ;;
       fp8headgemmsacc)
-        rn="fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding nearest"
-        llama_vocab_acc "bf16" "fp8 --fp8-recipe delayed" "$rn" "$rn --fp8-lm-head-gemms dgrad,wgrad" \
-          "$rn --fp8-lm-head-gemms forward" "$rn --fp8-lm-head-gemms dgrad" "$rn --fp8-lm-head-gemms wgrad" ;;
+        rn="fp8 --fp8-recipe delayed --fp8-lm-head --debug-fp8-lm-head-rounding nearest"
+        llama_vocab_acc "bf16" "fp8 --fp8-recipe delayed" "$rn" "$rn --debug-fp8-lm-head-gemms dgrad,wgrad" \
+          "$rn --debug-fp8-lm-head-gemms forward" "$rn --debug-fp8-lm-head-gemms dgrad" "$rn --debug-fp8-lm-head-gemms wgrad" ;;
       fp8headsr)
-        dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding"
+        dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head --debug-fp8-lm-head-rounding"
         ours 8b-L8-fp8-delayed-head --model llama3.1-8b --layers 8 --seq 8192 $dh nearest
         ours 8b-L8-fp8-delayed-head-sr --model llama3.1-8b --layers 8 --seq 8192 $dh stochastic
         ours 8b-L8-fp8-delayed-head-2 --model llama3.1-8b --layers 8 --seq 8192 $dh nearest --no-op-profile
         ours 8b-L8-fp8-delayed-head-sr-2 --model llama3.1-8b --layers 8 --seq 8192 $dh stochastic --no-op-profile ;;
       fp8srtargets)
-        dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding"
+        dh="--precision fp8 --fp8-recipe delayed --fp8-lm-head --debug-fp8-lm-head-rounding"
         ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile
         ours 8b-L8-fp8-delayed-head --model llama3.1-8b --layers 8 --seq 8192 $dh nearest --no-op-profile
         ours 8b-L8-fp8-delayed-head-sr --model llama3.1-8b --layers 8 --seq 8192 $dh stochastic --no-op-profile
@@ -254,12 +254,12 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
         dl="fp8 --fp8-recipe delayed"
         ACC_SEEDS=${ACC_SEEDS:-1 2 3 4 5 6} ACC_DATA=${ACC_DATA:-carry/text-bytes.u16} ACC_ARGS="--seq 1024 \
           --micro-batch ${ACC_MB:-4} --lr ${ACC_LR:-1e-3} ${ACC_ARGS:-}" accuracy accmid "$MID" "bf16" "$dl" \
-          "$dl --fp8-attention" "$dl --fp8-attention-emulate qkv" "$dl --fp8-attention-emulate o" \
-          "$dl --fp8-attention-emulate qkv,o" ;;
+          "$dl --fp8-attention" "$dl --debug-fp8-attention-emulate qkv" "$dl --debug-fp8-attention-emulate o" \
+          "$dl --debug-fp8-attention-emulate qkv,o" ;;
       fp8gradsr)
         ACC_LR=${ACC_LR:-1e-4} llama_vocab_acc "bf16" "fp8 --fp8-recipe delayed" \
-          "fp8 --fp8-recipe delayed --fp8-grad-rounding stochastic" \
-          "fp8 --fp8-recipe delayed --fp8-grad-rounding stochastic --fp8-lm-head" \
+          "fp8 --fp8-recipe delayed --debug-fp8-grad-rounding stochastic" \
+          "fp8 --fp8-recipe delayed --debug-fp8-grad-rounding stochastic --fp8-lm-head" \
           "fp8 --fp8-recipe delayed --fp8-lm-head" ;;
       gradsacc)
         dh="fp8 --fp8-recipe delayed --fp8-lm-head"
@@ -271,9 +271,9 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
         python3 bench/accuracy_table.py "$OUT/results" --tag accmid --against "bf16 --moments bf16 --grads bf16"
         echo "exit $?" ;;
       fp8headsracc)
-        dh="fp8 --fp8-recipe delayed --fp8-lm-head --fp8-lm-head-rounding"
+        dh="fp8 --fp8-recipe delayed --fp8-lm-head --debug-fp8-lm-head-rounding"
         llama_vocab_acc "bf16" "fp8 --fp8-recipe delayed" "$dh nearest" "$dh stochastic" \
-          "$dh stochastic --fp8-lm-head-grad e4m3" ;;
+          "$dh stochastic --debug-fp8-lm-head-grad e4m3" ;;
       fp8head)
         log "lm_head_lab"; carry/lm_head_lab
         ours 8b-L8-bf16 --model llama3.1-8b --layers 8 --seq 8192 --no-op-profile

@@ -129,23 +129,27 @@ int cmd_run(int argc, char** argv) {
   bool stopped = false;
   for (int layers : plan.points) {
     train::TrainSpec spec;
-    spec.model_config = plan.shard;
-    spec.model_config->layers = layers;
-    spec.model = plan.shard.name;
-    spec.micro_batch = L.micro_batch;
-    spec.global_batch = L.micro_batch;  // one micro-batch per step; the layout's accumulation is extrapolated
-    spec.steps = steps + warmup;
-    spec.warmup_steps = warmup;
-    spec.device = device;
-    spec.gpu = gpu;
-    spec.op_profile = cuda;  // the optimizer's share of the step
-    spec.recompute = recompute;
-    if (cuda) spec.precision = precision, spec.fp8_recipe = fp8_recipe, spec.fp8_format = fp8_format;
+    spec.model.config = plan.shard;
+    spec.model.config->layers = layers;
+    spec.model.preset = plan.shard.name;
+    spec.batch.micro = L.micro_batch;
+    spec.batch.global = L.micro_batch;  // one micro-batch per step; the layout's accumulation is extrapolated
+    spec.run.steps = steps + warmup;
+    spec.run.warmup_steps = warmup;
+    spec.run.device = cuda ? train::Device::cuda : train::Device::cpu;
+    spec.run.gpu = gpu;
+    spec.run.op_profile = cuda;  // the optimizer's share of the step
+    spec.memory.recompute = train::parse_choice(train::kRecomputeModes, recompute, "--recompute");
+    if (cuda) {
+      spec.precision.linear = train::parse_choice(train::kPrecisions, precision, "--precision");
+      spec.precision.fp8.recipe = train::parse_choice(train::kFp8Recipes, fp8_recipe, "--fp8-recipe");
+      spec.precision.fp8.format = train::parse_choice(train::kFp8Formats, fp8_format, "--fp8-format");
+    }
     std::printf("point: %d layer%s\n", layers, layers > 1 ? "s" : "");
     std::fflush(stdout);
     auto on_step = [&](const train::StepStats& s) {
       std::printf("  step %d/%d | loss %.4f | step_s %.4f | tokens/s %.0f | TFLOP/s/GPU %.1f | mem %.2f GiB\n", s.step,
-                  spec.steps, s.loss, s.step_s, s.tokens_per_s, s.tflops, s.mem_gib);
+                  spec.run.steps, s.loss, s.step_s, s.tokens_per_s, s.tflops, s.mem_gib);
       std::fflush(stdout);
     };
     const train::TrainResult res = cuda ? train::train_cuda(spec, on_step) : train::train_cpu(spec, on_step);

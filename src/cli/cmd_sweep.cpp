@@ -51,13 +51,13 @@ std::string infeasible(const recipe::Recipe& r, const report::Point& fixed, cons
     const recipe::RunPlan plan = recipe::plan_run(r, opt);
     if (device == "cpu" || mem_bytes <= 0) return "";
     train::TrainSpec spec;
-    spec.model_config = plan.shard;
-    spec.model_config->layers = plan.points.back();
-    spec.model = plan.shard.name;
-    spec.micro_batch = spec.global_batch = plan.layout.micro_batch;
-    spec.recompute = recompute;
-    spec.precision = opt.precision;
-    return train::fit_advice(spec, *spec.model_config, mem_bytes - double(1ull << 30));  // ~1 GiB: context, libraries
+    spec.model.config = plan.shard;
+    spec.model.config->layers = plan.points.back();
+    spec.model.preset = plan.shard.name;
+    spec.batch.micro = spec.batch.global = plan.layout.micro_batch;
+    spec.memory.recompute = train::parse_choice(train::kRecomputeModes, recompute, "recompute");
+    spec.precision.linear = train::parse_choice(train::kPrecisions, opt.precision, "precision");
+    return train::fit_advice(spec, *spec.model.config, mem_bytes - double(1ull << 30));  // ~1 GiB: context, libraries
   } catch (const Error& e) {
     return e.what();
   } catch (const std::exception& e) {  // std::stoi

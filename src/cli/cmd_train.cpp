@@ -53,6 +53,170 @@ void print_ops(const train::TrainResult& res) {
               res.gpu_step_s.median * 1e3, res.step_s.median * 1e3);
 }
 
+// An option naming one of a choice table's values (train/spec.h): help and errors list the names.
+template <class E, std::size_t N>
+CLI::Option* add_choice(CLI::App& app, const std::string& flags, E& value, const train::Choice<E> (&table)[N],
+                        const std::string& help) {
+  std::vector<std::string> names;
+  for (const auto& c : table) names.emplace_back(c.name);
+  return app
+      .add_option_function<std::string>(
+          flags, [&value, &table, flags](const std::string& text) { value = train::parse_choice(table, text, flags); },
+          help)
+      ->check(CLI::IsMember(names))
+      ->default_str(std::string(train::choice_name(table, value)));
+}
+
+// The options of the model, batch, run, optimizer, parallel, memory and precision sections of spec.
+void add_spec_options(CLI::App& app, train::TrainSpec& spec) {
+  train::ModelSpec& md = spec.model;
+  std::vector<std::string> models;
+  for (const auto& p : model::presets()) models.push_back(p.name);
+  app.add_option("-m,--model", md.preset, "model preset")->check(CLI::IsMember(models))->capture_default_str();
+  app.add_option("--layers", md.layers, "layers (default: the preset's)")->check(whole_number(1));
+  app.add_option("--seq", md.seq, "sequence length (default: the preset's)")->check(whole_number(1));
+  app.add_option("--micro-batch", spec.batch.micro, "sequences per micro-batch")
+      ->capture_default_str()
+      ->check(whole_number(1));
+  app.add_option("--global-batch", spec.batch.global,
+                 "sequences per step (default: micro-batch x dp, one micro-batch per rank); each rank runs "
+                 "global / (micro-batch x dp) micro-batches per step and accumulates their gradients")
+      ->check(whole_number(1));
+  train::RunSpec& r = spec.run;
+  app.add_option("--steps", r.steps, "optimizer steps")->capture_default_str()->check(whole_number(1, 100000000));
+  app.add_option("--warmup-steps", r.warmup_steps, "steps not measured")->capture_default_str()->check(whole_number(0));
+  add_choice(app, "--device", r.device, train::kDevices, "cuda or cpu");
+  app.add_option("--gpu", r.gpu, "CUDA device index (--device cuda, one GPU)")
+      ->capture_default_str()
+      ->check(whole_number(0));
+  train::ParallelSpec& pl = spec.parallel;
+  app.add_option("--tp", pl.tp, "tensor-parallel ranks (with sequence parallelism)")
+      ->capture_default_str()
+      ->check(whole_number(1));
+  app.add_option("--pp", pl.pp, "pipeline-parallel ranks (1F1B; interleaved with --vp)")
+      ->capture_default_str()
+      ->check(whole_number(1));
+  app.add_option("--vp", pl.vp, "virtual pipeline stages per rank (interleaved 1F1B)")
+      ->capture_default_str()
+      ->check(whole_number(1));
+  app.add_option("--cp", pl.cp, "context-parallel ranks (load-balanced causal chunks)")
+      ->capture_default_str()
+      ->check(whole_number(1));
+  add_choice(app, "--recompute", spec.memory.recompute, train::kRecomputeModes,
+             "activation recomputation: none | selective (the norm and activation outputs) | full (each layer from "
+             "its input)");
+  add_choice(app, "--moments", spec.optimizer.moments, train::kStateTypes, "AdamW moment precision: f32 | bf16");
+  add_choice(app, "--grads", spec.memory.grads, train::kStateTypes,
+             "weight gradient precision: f32 | bf16 (half their bytes, the bf16-state peer's; --device cuda, one GPU)");
+  add_choice(app, "--master", spec.optimizer.master, train::kMasters,
+             "fp32 master weights: split (bf16 weight + 16-bit residual, exact) | f32");
+  add_choice(app, "--grad-buffer", spec.memory.grad_buffer, train::kGradBuffers,
+             "--device cuda: the weight gradients shared (in activation memory already used, with one micro-batch "
+             "per rank and no --pp or --cp; else separate) | separate");
+  train::Fp8Spec& f = spec.precision.fp8;
+  add_choice(app, "--precision", spec.precision.linear, train::kPrecisions,
+             "bf16 | fp8 (FP8 linear layers, --device cuda)");
+  add_choice(app, "--fp8-recipe", f.recipe, train::kFp8Recipes, "FP8 scaling: current | delayed");
+  add_choice(app, "--fp8-format", f.format, train::kFp8Formats,
+             "FP8 formats: hybrid (E4M3 forward, E5M2 gradients, as Transformer Engine) | e4m3 (gradients E4M3 too)");
+  app.add_option("--fp8-history", f.history, "delayed scaling: amax history length")
+      ->capture_default_str()
+      ->check(whole_number(1));
+  add_choice(app, "--fp8-amax", f.amax, train::kAmaxRules, "delayed scaling: max | most_recent");
+  app.add_option("--fp8-margin", f.margin, "FP8 scale margin: scale = max / amax / 2^margin")->capture_default_str();
+  app.add_flag_callback(
+      "--fp8-local-amax", [&f] { f.reduce_amax = false; },
+      "delayed scaling on several ranks: each rank scales by its own amaxes (default: the max over "
+      "the data-, tensor- and context-parallel ranks, as one GPU would see them)");
+  app.add_flag("--fp8-lm-head", f.lm_head,
+               "FP8: the LM head's three GEMMs in FP8 too, current scaling (default: BF16, as Transformer Engine and "
+               "NeMo keep it)");
+  add_choice(app, "--fp8-weight-cast", f.weight_cast, train::kWeightCasts,
+             "FP8: who makes the linear layers' FP8 weight copies, fused (AdamW in its update, where it can: delayed "
+             "scaling without data or context parallel) | separate (a cast at each step's start) | auto (fused with "
+             "fp32 moments, where it is faster); the same numbers");
+  app.add_flag("--fp8-attention", f.attention,
+               "FP8: attention through cuDNN's FP8 SDPA too (Hopper: head_dim 128; O, dP and dQKV with delayed "
+               "scales); off by default: it costs accuracy at high learning rates (docs/TRAINING.md)");
+  add_choice(app, "--graph", r.graph, train::kSwitches,
+             "capture the step as a CUDA graph: on | off | auto (on; off with --tp > 1)");
+  app.add_flag_callback(
+      "--no-graph", [&r] { r.graph = train::Switch::off; }, "the same as --graph off");
+  app.add_flag("--autotune", r.autotune,
+               "time cuBLASLt's candidates for every GEMM shape after step 1, each at its settled (power-limited) "
+               "clock; on an H200 no faster than the heuristic's picks (bench/RESULTS.md)");
+  app.add_flag_callback(
+      "--no-op-profile", [&r] { r.op_profile = false; }, "skip the extra eager step that times each op");
+  app.add_flag("--deterministic", r.deterministic, "deterministic attention backward (repeatable, slower)");
+  app.add_option("--data", r.data, "markov | copy | random (synthetic tasks) or a token file")->capture_default_str();
+  add_choice(app, "--token-type", r.token_type, train::kTokenTypes, "token file element type: uint16 | uint32");
+  train::OptimizerSpec& o = spec.optimizer;
+  app.add_option("--lr", o.lr, "peak learning rate (default: 3e-3 under 100M parameters, else 3e-4)");
+  app.add_option("--min-lr", o.min_lr, "final learning rate (default: lr / 10)");
+  app.add_option("--clip", o.clip, "gradient norm clipping (0: off)")->capture_default_str();
+  app.add_option("--seed", r.seed, "seed of the initial weights and the data")->capture_default_str();
+  app.add_flag("--share-gpus", pl.share_gpus,
+               "--gpus N above the node's GPU count: ranks share GPUs, each group on distinct ones (a layout mix "
+               "checked on a smaller node; correctness only, the times mean nothing)");
+  app.add_option("--comm-timeout", pl.comm_timeout_s,
+                 "several GPUs: seconds a step's NCCL work may take before the job is aborted as hung, naming the rank")
+      ->capture_default_str();
+}
+
+// The debug family: diagnostics, not measurements (an injected straggler; the FP8 experiments of docs/TRAINING.md).
+void add_debug_options(CLI::App& app, train::DebugSpec& d) {
+  const std::string group = "Debug (diagnostics, not for measurements)";
+  app.add_option_function<std::string>(
+         "--debug-delay-rank",
+         [&d](const std::string& text) {
+           const auto colon = text.find(':');
+           try {
+             d.delay_rank = std::stoi(text.substr(0, colon));
+             d.delay_ms = colon == std::string::npos ? 20.0 : std::stod(text.substr(colon + 1));
+           } catch (const std::exception&) {
+             raise_config(fmt::format("--debug-delay-rank {}: expected R or R:MS, e.g. 1:20", text));
+           }
+           TB_REQUIRE(d.delay_rank >= 0 && d.delay_ms >= 0,
+                      fmt::format("--debug-delay-rank {}: rank and milliseconds must be >= 0", text));
+         },
+         "R[:MS]: launcher rank R sleeps MS ms (default 20) inside every step (an injected straggler)")
+      ->group(group);
+  app.add_option_function<std::string>(
+         "--debug-fp8-attention-emulate",
+         [&d](const std::string& text) { d.fp8_attention_emulate = train::parse_attention_emulation(text); },
+         "FP8: BF16 attention with its inputs (qkv) and/or output (o) rounded to E4M3 and back as --fp8-attention "
+         "stores them, qkv | o | qkv,o (where FP8 attention costs accuracy)")
+      ->group(group);
+  add_choice(app, "--debug-fp8-grad-rounding", d.fp8_grad_rounding, train::kRoundings,
+             "FP8: how the linear layers' output gradients round to FP8, nearest | stochastic (stochastic cost loss "
+             "where measured, docs/TRAINING.md)")
+      ->group(group);
+  app.add_option_function<std::string>(
+         "--debug-fp8-lm-head-grad",
+         [&d](const std::string& text) {
+           d.fp8_head_grad = train::parse_choice(train::kFp8Types, text, "--debug-fp8-lm-head-grad");
+         },
+         "--fp8-lm-head: its logit gradients' format, e4m3 | e5m2 (default: --fp8-format's, E5M2 in hybrid; E4M3 cost "
+         "more accuracy at the Llama vocabulary, docs/TRAINING.md)")
+      ->check(CLI::IsMember({"e4m3", "e5m2"}))
+      ->group(group);
+  app.add_option_function<std::string>(
+         "--debug-fp8-lm-head-rounding",
+         [&d](const std::string& text) {
+           d.fp8_head_rounding = train::parse_choice(train::kRoundings, text, "--debug-fp8-lm-head-rounding");
+         },
+         "--fp8-lm-head: how its logit gradients round to FP8, nearest | stochastic (the default: unbiased; nearest "
+         "rounding moves a row's many small probabilities the same way and cost more loss)")
+      ->check(CLI::IsMember({"nearest", "stochastic"}))
+      ->group(group);
+  app.add_option_function<std::string>(
+         "--debug-fp8-lm-head-gemms",
+         [&d](const std::string& text) { d.fp8_head_gemms = train::parse_head_gemms(text); },
+         "--fp8-lm-head: which of its GEMMs run in FP8, comma-separated forward, dgrad, wgrad (default: all three; "
+         "the others in BF16: where FP8 costs the head accuracy, docs/TRAINING.md)")
+      ->group(group);
+}
+
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
@@ -63,159 +227,22 @@ int cmd_train(int argc, char** argv) {
   app.get_option("--gpus")->description(
       "GPUs of this node to train on (default 1): starts one rank per GPU under mpirun; the layout "
       "is --tp/--pp/--cp, data parallel the rest");
-  std::vector<std::string> models;
-  for (const auto& p : model::presets()) models.push_back(p.name);
-  app.add_option("-m,--model", spec.model, "model preset")->check(CLI::IsMember(models))->capture_default_str();
-  app.add_option("--layers", spec.layers, "layers (default: the preset's)")->check(whole_number(1));
-  app.add_option("--seq", spec.seq, "sequence length (default: the preset's)")->check(whole_number(1));
   std::vector<std::string> sets;
+  add_spec_options(app, spec);
   app.add_option("--set", sets,
                  "change the preset's shape, key=value, repeatable: layers d_model ffn heads kv_heads head_dim vocab "
                  "seq (integers), norm rmsnorm|layernorm|layernorm1p, act swiglu|gelu|sqrelu, pos rope|learned, tied "
                  "true|false, rope_theta, rope_scaling on|off, norm_eps (--layers and --seq apply after)");
-  app.add_option("--micro-batch", spec.micro_batch, "sequences per micro-batch")
-      ->capture_default_str()
-      ->check(whole_number(1));
-  app.add_option("--global-batch", spec.global_batch,
-                 "sequences per step (default: micro-batch x dp, one micro-batch per rank); each rank runs "
-                 "global / (micro-batch x dp) micro-batches per step and accumulates their gradients")
-      ->check(whole_number(1));
-  app.add_option("--steps", spec.steps, "optimizer steps")->capture_default_str()->check(whole_number(1, 100000000));
-  app.add_option("--warmup-steps", spec.warmup_steps, "steps not measured")
-      ->capture_default_str()
-      ->check(whole_number(0));
-  app.add_option("--device", spec.device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}))->capture_default_str();
-  app.add_option("--gpu", spec.gpu, "CUDA device index (--device cuda, one GPU)")
-      ->capture_default_str()
-      ->check(whole_number(0));
-  app.add_option("--tp", spec.tp, "tensor-parallel ranks (with sequence parallelism)")
-      ->capture_default_str()
-      ->check(whole_number(1));
-  app.add_option("--pp", spec.pp, "pipeline-parallel ranks (1F1B; interleaved with --vp)")
-      ->capture_default_str()
-      ->check(whole_number(1));
-  app.add_option("--vp", spec.vp, "virtual pipeline stages per rank (interleaved 1F1B)")
-      ->capture_default_str()
-      ->check(whole_number(1));
-  app.add_option("--cp", spec.cp, "context-parallel ranks (load-balanced causal chunks)")
-      ->capture_default_str()
-      ->check(whole_number(1));
-  app.add_option("--recompute", spec.recompute, "activation recomputation: none | selective | full")
-      ->check(CLI::IsMember({"none", "selective", "full"}))
-      ->capture_default_str();
-  app.add_option("--moments", spec.moments, "AdamW moment precision: f32 | bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
-  app.add_option("--grads", spec.grads,
-                 "weight gradient precision: f32 | bf16 (half their bytes, the bf16-state peer's; --device cuda, one "
-                 "GPU)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
-  app.add_option("--master", spec.master, "fp32 master weights: split (bf16 weight + 16-bit residual, exact) | f32")
-      ->check(CLI::IsMember({"split", "f32"}))
-      ->capture_default_str();
-  app.add_option("--grad-buffer", spec.grad_buffer,
-                 "--device cuda: the weight gradients shared (in activation memory already used, with one micro-batch "
-                 "per rank and no --pp or --cp; else separate) | separate")
-      ->check(CLI::IsMember({"shared", "separate"}))
-      ->capture_default_str();
-  app.add_option("--precision", spec.precision, "bf16 | fp8 (FP8 linear layers, --device cuda)")
-      ->check(CLI::IsMember({"bf16", "fp8"}))
-      ->capture_default_str();
-  app.add_option("--fp8-recipe", spec.fp8_recipe, "FP8 scaling: current | delayed")
-      ->check(CLI::IsMember({"current", "delayed"}))
-      ->capture_default_str();
-  app.add_option("--fp8-format", spec.fp8_format,
-                 "FP8 formats: hybrid (E4M3 forward, E5M2 gradients, as Transformer Engine) | e4m3 (gradients E4M3 "
-                 "too)")
-      ->check(CLI::IsMember({"hybrid", "e4m3"}))
-      ->capture_default_str();
-  app.add_option("--fp8-history", spec.fp8_history, "delayed scaling: amax history length")
-      ->capture_default_str()
-      ->check(whole_number(1));
-  app.add_option("--fp8-amax", spec.fp8_amax, "delayed scaling: max | most_recent")
-      ->check(CLI::IsMember({"max", "most_recent"}))
-      ->capture_default_str();
-  app.add_option("--fp8-margin", spec.fp8_margin, "FP8 scale margin: scale = max / amax / 2^margin")
-      ->capture_default_str();
-  app.add_flag_callback("--fp8-local-amax", [&] { spec.fp8_reduce_amax = false; },
-                        "delayed scaling on several ranks: each rank scales by its own amaxes (default: the max over "
-                        "the data-, tensor- and context-parallel ranks, as one GPU would see them)");
-  app.add_flag("--fp8-lm-head", spec.fp8_lm_head,
-               "FP8: the LM head's three GEMMs in FP8 too, current scaling (default: BF16, as Transformer Engine and "
-               "NeMo keep it)");
-  app.add_option("--fp8-lm-head-grad", spec.fp8_lm_head_grad,
-                 "--fp8-lm-head: its logit gradients' format, e4m3 | e5m2 (default: --fp8-format's, E5M2 in hybrid; "
-                 "E4M3 cost more accuracy at the Llama vocabulary, docs/TRAINING.md)")
-      ->check(CLI::IsMember({"e4m3", "e5m2"}));
-  app.add_option("--fp8-lm-head-rounding", spec.fp8_lm_head_rounding,
-                 "--fp8-lm-head: how its logit gradients round to FP8, nearest | stochastic (the default: unbiased; "
-                 "nearest rounding moves a row's many small probabilities the same way and cost more loss)")
-      ->check(CLI::IsMember({"nearest", "stochastic"}));
-  app.add_option("--fp8-lm-head-gemms", spec.fp8_lm_head_gemms,
-                 "--fp8-lm-head: which of its GEMMs run in FP8, comma-separated forward, dgrad, wgrad (default: all "
-                 "three; the others run in BF16: where FP8 costs the head accuracy, docs/TRAINING.md)");
-  app.add_option("--fp8-grad-rounding", spec.fp8_grad_rounding,
-                 "FP8: how the linear layers' output gradients round to FP8, nearest | stochastic (a diagnostic: it "
-                 "cost loss where measured, docs/TRAINING.md)")
-      ->check(CLI::IsMember({"nearest", "stochastic"}))
-      ->capture_default_str();
-  app.add_option("--fp8-weight-cast", spec.fp8_weight_cast,
-                 "FP8: who makes the linear layers' FP8 weight copies, fused (AdamW in its update, where it can: "
-                 "delayed scaling without data or context parallel) | separate (a cast at each step's start) | auto "
-                 "(fused with fp32 moments, where it is faster); the same numbers")
-      ->check(CLI::IsMember({"auto", "fused", "separate"}))
-      ->capture_default_str();
-  app.add_option("--fp8-attention-emulate", spec.fp8_attention_emulate,
-                 "FP8, a diagnostic: BF16 attention with its inputs (qkv) and/or output (o) rounded to E4M3 and back "
-                 "as --fp8-attention stores them, qkv | o | qkv,o (where FP8 attention costs accuracy)")
-      ->check(CLI::IsMember({"qkv", "o", "qkv,o"}));
-  app.add_flag("--fp8-attention", spec.fp8_attention,
-               "FP8: attention through cuDNN's FP8 SDPA too (Hopper: head_dim 128; O, dP and dQKV with delayed "
-               "scales); off by default: it costs accuracy at high learning rates (docs/TRAINING.md)");
-  app.add_option("--graph", spec.graph, "capture the step as a CUDA graph: on | off | auto (on; off with --tp > 1)")
-      ->check(CLI::IsMember({"on", "off", "auto"}))
-      ->capture_default_str();
-  app.add_flag_callback("--no-graph", [&] { spec.graph = "off"; }, "the same as --graph off");
-  app.add_flag("--autotune", spec.autotune,
-               "time cuBLASLt's candidates for every GEMM shape after step 1, each at its settled (power-limited) "
-               "clock; on an H200 no faster than the heuristic's picks (bench/RESULTS.md)");
-  app.add_flag("!--no-op-profile", spec.op_profile, "skip the extra eager step that times each op");
-  app.add_flag("--deterministic", spec.deterministic, "deterministic attention backward (repeatable, slower)");
-  app.add_option("--data", spec.data, "markov | copy | random (synthetic tasks) or a token file")->capture_default_str();
-  app.add_option("--token-type", spec.token_type, "token file element type: uint16 | uint32")->capture_default_str();
-  app.add_option("--lr", spec.lr, "peak learning rate (default: 3e-3 under 100M parameters, else 3e-4)");
-  app.add_option("--min-lr", spec.min_lr, "final learning rate (default: lr / 10)");
-  app.add_option("--clip", spec.clip, "gradient norm clipping (0: off)")->capture_default_str();
-  app.add_option("--seed", spec.seed, "seed of the initial weights and the data")->capture_default_str();
-  app.add_flag("--share-gpus", spec.share_gpus,
-               "--gpus N above the node's GPU count: ranks share GPUs, each group on distinct ones (a layout mix "
-               "checked on a smaller node; correctness only, the times mean nothing)");
-  app.add_option("--comm-timeout", spec.comm_timeout_s,
-                 "several GPUs: seconds a step's NCCL work may take before the job is aborted as hung, naming the rank")
-      ->capture_default_str();
-  std::string delay;
-  app.add_option("--debug-delay-rank", delay,
-                 "R[:MS]: launcher rank R sleeps MS ms (default 20) inside every step (an injected straggler)");
   std::string convention = "full";
   app.add_option("--flops", convention, "FLOP convention: full | causal")->check(CLI::IsMember({"full", "causal"}))
       ->capture_default_str();
+  add_debug_options(app, spec.debug);
   if (auto rc = parse(app, argc, argv)) return *rc;
-  TB_REQUIRE(spec.comm_timeout_s > 0, fmt::format("--comm-timeout {}: seconds, more than 0", spec.comm_timeout_s));
-  comm::set_collective_timeout(spec.comm_timeout_s);  // the MPI collectives' watchdog (NCCL has its own)
-  spec.convention = model::parse_convention(convention);
-  if (!delay.empty()) {
-    const auto colon = delay.find(':');
-    try {
-      spec.debug_delay_rank = std::stoi(delay.substr(0, colon));
-      spec.debug_delay_ms = colon == std::string::npos ? 20.0 : std::stod(delay.substr(colon + 1));
-    } catch (const std::exception&) {
-      raise_config(fmt::format("--debug-delay-rank {}: expected R or R:MS, e.g. 1:20", delay));
-    }
-    TB_REQUIRE(spec.debug_delay_rank >= 0 && spec.debug_delay_ms >= 0,
-               fmt::format("--debug-delay-rank {}: rank and milliseconds must be >= 0", delay));
-  }
-  if (!sets.empty()) spec.model_config = model::with_overrides(model::preset(spec.model), sets);
+  TB_REQUIRE(spec.parallel.comm_timeout_s > 0,
+             fmt::format("--comm-timeout {}: seconds, more than 0", spec.parallel.comm_timeout_s));
+  comm::set_collective_timeout(spec.parallel.comm_timeout_s);  // the MPI collectives' watchdog (NCCL has its own)
+  spec.run.convention = model::parse_convention(convention);
+  if (!sets.empty()) spec.model.config = model::with_overrides(model::preset(spec.model.preset), sets);
   const int gpus = std::max(1, common.gpus);
   const int world_n = launched_by_mpi() ? job_ranks() : gpus;
   // The layout against the model and the rank count, every problem at once, before any rank starts.
@@ -223,7 +250,7 @@ int cmd_train(int argc, char** argv) {
     train::validate(s);
     const model::ModelConfig mc = train::resolve_model(s);  // bad shapes fail before any work
     const parallel::MeshShape planned = train::mesh_shape(s, world_n);
-    parallel::validate_layout(planned, mc, world_n, s.micro_batch, train::global_batch(s, planned.dp));
+    parallel::validate_layout(planned, mc, world_n, s.batch.micro, train::global_batch(s, planned.dp));
   };
   try {
     check_config(spec);
@@ -232,7 +259,7 @@ int cmd_train(int argc, char** argv) {
     // default preset's shapes are only wrong for the CUDA kernels).
     if (e.kind() != Error::Kind::config || app.count("--device") > 0 || bench::visible_gpu_count() > 0) throw;
     train::TrainSpec on_cpu = spec;
-    on_cpu.device = "cpu";
+    on_cpu.run.device = train::Device::cpu;
     try {
       check_config(on_cpu);
     } catch (const Error&) {
@@ -241,24 +268,24 @@ int cmd_train(int argc, char** argv) {
     raise_config(fmt::format("needs a GPU: {} (or use --device cpu)", bench::no_gpu_reason()));
   }
   const model::ModelConfig m = train::resolve_model(spec);
-  const bool cuda = spec.device == "cuda";
+  const bool cuda = spec.cuda();
   TB_REQUIRE(gpus == 1 || cuda, "--gpus > 1 needs --device cuda (CPU ranks: mpirun -np N trainbench train --device "
                                  "cpu ...)");
   const parallel::MeshShape planned = train::mesh_shape(spec, world_n);
   const int visible = cuda ? bench::visible_gpu_count() : 0;
   if (cuda && visible == 0)  // raised: in a job of several ranks the error ends every rank
     raise_config(fmt::format("needs a GPU: {} (or use --device cpu)", bench::no_gpu_reason()));
-  if (cuda && spec.share_gpus && world_n > visible)  // before any rank starts
+  if (cuda && spec.parallel.share_gpus && world_n > visible)  // before any rank starts
     if (const std::string problem = train::share_gpus_problem(planned, visible); !problem.empty())
       raise_config(problem);
-  if (cuda && !spec.share_gpus && !launched_by_mpi() && gpus > visible)
+  if (cuda && !spec.parallel.share_gpus && !launched_by_mpi() && gpus > visible)
     raise_config(fmt::format("--gpus {}: this node shows {} GPU{} (see `trainbench info`); lower --gpus or check "
                              "CUDA_VISIBLE_DEVICES",
                              gpus, visible, visible == 1 ? "" : "s"));
   if (auto rc = start_ranks(gpus, "train", argc, argv)) return *rc;  // re-executes as `gpus` ranks
   const bool rank0 = is_rank0();
   const int ranks = job_ranks();
-  spec.job_ranks = true;
+  spec.parallel.job_ranks = true;
   // The job's ranks, kept to the end: no rank exits before every rank has written its records (mpirun ends the job
   // as soon as one rank exits non-zero, as an interrupted one does).
   const std::unique_ptr<comm::Communicator> job = ranks > 1 ? comm::world_communicator() : nullptr;
@@ -274,36 +301,41 @@ int cmd_train(int argc, char** argv) {
   auto run = open_run(common, argc, argv);
   const parallel::MeshShape layout = train::mesh_shape(spec, ranks);
   const int global = train::global_batch(spec, layout.dp);
-  const char* units = spec.share_gpus && ranks > visible ? "ranks sharing GPUs" : "GPUs";
-  const std::string where = !cuda       ? (ranks > 1 ? fmt::format("{} CPU ranks ({})", ranks, layout.str()) : "cpu")
-                            : ranks > 1 ? fmt::format("{} {} ({}{})", ranks, units, layout.str(),
-                                                      layout.dp > 1 ? ", ZeRO-1" : "")
-                                        : fmt::format("GPU {}", spec.gpu);
+  const char* units = spec.parallel.share_gpus && ranks > visible ? "ranks sharing GPUs" : "GPUs";
+  const std::string where =
+      !cuda       ? (ranks > 1 ? fmt::format("{} CPU ranks ({})", ranks, layout.str()) : "cpu")
+      : ranks > 1 ? fmt::format("{} {} ({}{})", ranks, units, layout.str(), layout.dp > 1 ? ", ZeRO-1" : "")
+                  : fmt::format("GPU {}", spec.run.gpu);
   // "(delayed scaling, hybrid, FP8 LM head with E5M2 logit gradients rounded stochastically, FP8 attention)"; a head
   // with some GEMMs in BF16: "FP8 LM head (dgrad, wgrad in FP8) with ..."
   std::string fp8;
-  if (spec.precision == "fp8") {
-    const std::vector<std::string> head_gemms = train::fp8_head_gemms(spec);
-    const std::string which = head_gemms.size() == 3 ? "" : fmt::format(" ({} in FP8)", fmt::join(head_gemms, ", "));
-    const std::string attention = spec.fp8_attention                   ? std::string(", FP8 attention")
-                                  : spec.fp8_attention_emulate.empty() ? std::string()
-                                  : ", BF16 attention, E4M3-rounded " + spec.fp8_attention_emulate;
-    fp8 = fmt::format(" ({} scaling, {}{}{}{})", spec.fp8_recipe, spec.fp8_format,
-                      spec.fp8_grad_rounding == "stochastic" ? ", gradients rounded stochastically" : "",
-                      spec.fp8_lm_head
-                          ? fmt::format(", FP8 LM head{} with {} logit gradients rounded {}", which,
-                                        train::fp8_head_grad_format(spec) == "e4m3" ? "E4M3" : "E5M2",
-                                        train::fp8_head_rounding(spec) == "stochastic" ? "stochastically" : "to nearest")
-                          : "",
-                      attention);
+  if (spec.fp8()) {
+    const train::Fp8Spec& f = spec.precision.fp8;
+    const train::HeadGemms& gemms = spec.debug.fp8_head_gemms;
+    const std::string which = gemms.all() ? "" : fmt::format(" ({} in FP8)", train::head_gemm_names(gemms));
+    const std::string attention =
+        f.attention ? std::string(", FP8 attention")
+        : spec.debug.fp8_attention_emulate.on()
+            ? ", BF16 attention, E4M3-rounded " + train::attention_emulation_name(spec.debug.fp8_attention_emulate)
+            : std::string();
+    const bool stochastic_head = train::fp8_head_rounding(spec) == train::Rounding::stochastic;
+    fp8 = fmt::format(
+        " ({} scaling, {}{}{}{})", train::name(f.recipe), train::name(f.format),
+        spec.debug.fp8_grad_rounding == train::Rounding::stochastic ? ", gradients rounded stochastically" : "",
+        f.lm_head ? fmt::format(", FP8 LM head{} with {} logit gradients rounded {}", which,
+                                train::fp8_head_grad_format(spec) == DType::e4m3 ? "E4M3" : "E5M2",
+                                stochastic_head ? "stochastically" : "to nearest")
+                  : "",
+        attention);
   }
   if (rank0)
     std::printf(
         "train %s on %s: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps%s\n",
         m.name.c_str(), where.c_str(), m.layers, m.d_model, m.seq,
-        fmt::format("{:.3g}", double(model::param_count(m))).c_str(), spec.micro_batch, global, spec.steps,
-        cuda ? fmt::format(", {}{}, recompute {}, master {}, moments {}{}", spec.precision, fp8, spec.recompute,
-                           spec.master, spec.moments, spec.grads == "bf16" ? ", grads bf16" : "")
+        fmt::format("{:.3g}", double(model::param_count(m))).c_str(), spec.batch.micro, global, spec.run.steps,
+        cuda ? fmt::format(", {}{}, recompute {}, master {}, moments {}{}", train::name(spec.precision.linear), fp8,
+                           train::name(spec.memory.recompute), train::name(spec.optimizer.master),
+                           dtype_name(spec.optimizer.moments), spec.memory.grads == DType::bf16 ? ", grads bf16" : "")
                    .c_str()
              : "");
   std::fflush(stdout);
@@ -315,13 +347,14 @@ int cmd_train(int argc, char** argv) {
   auto on_step = [&](const train::StepStats& s) {
     if (!rank0) return;
     std::printf("step %d/%d | loss %.4f | lr %.2e | grad_norm %.3f | step_s %.4f | tokens/s %.0f | %s | mem %.2f GiB\n",
-                s.step, spec.steps, s.loss, s.lr, s.grad_norm, s.step_s, s.tokens_per_s, flop_rate(s.tflops).c_str(),
-                s.mem_gib);
+                s.step, spec.run.steps, s.loss, s.lr, s.grad_norm, s.step_s, s.tokens_per_s,
+                flop_rate(s.tflops).c_str(), s.mem_gib);
     std::fflush(stdout);
   };
-  const std::string case_name = fmt::format("{}/L{}/s{}/mb{}/gb{}/{}", m.name, m.layers, m.seq, spec.micro_batch,
-                                            global, cuda ? spec.precision : "cpu");
-  TrainProgress progress(rank0 ? run.sink.get() : nullptr, case_name, ranks, spec.warmup_steps,
+  const std::string precision = cuda ? std::string(train::name(spec.precision.linear)) : "fp32";
+  const std::string case_name = fmt::format("{}/L{}/s{}/mb{}/gb{}/{}", m.name, m.layers, m.seq, spec.batch.micro,
+                                            global, cuda ? precision : "cpu");
+  TrainProgress progress(rank0 ? run.sink.get() : nullptr, case_name, ranks, spec.run.warmup_steps,
                          !cuda && ranks > 1 ? comm::world_communicator() : nullptr);
   auto after_step = [&](const train::StepStats& s) {
     on_step(s);
@@ -330,9 +363,8 @@ int cmd_train(int argc, char** argv) {
   install_interrupt_handler();
   const auto res = cuda ? train::train_cuda(spec, after_step) : train::train_cpu(spec, after_step);
 
-  const double peak = cuda ? peak_tflops_or_warn(common, spec.gpu, spec.precision) : 0.0;
+  const double peak = cuda ? peak_tflops_or_warn(common, spec.run.gpu, precision) : 0.0;
   const double mfu = peak > 0 ? res.tflops / peak : 0;
-  const std::string precision = cuda ? spec.precision : "fp32";
 
   Record r;
   r.bench = "train";
@@ -342,7 +374,7 @@ int cmd_train(int argc, char** argv) {
   r.data = {{"model", m.name},
             {"layers", m.layers},
             {"seq", m.seq},
-            {"micro_batch", spec.micro_batch},
+            {"micro_batch", spec.batch.micro},
             {"gpus", res.gpus},
             {"layout", layout.str()},
             {"tokens_per_s_per_gpu", res.tokens_per_s / res.gpus},
@@ -350,37 +382,46 @@ int cmd_train(int argc, char** argv) {
             {"device", cuda ? "cuda" : "cpu"},
             {"precision", precision},
             {"params", res.params},
-            {"steps", spec.steps},
-            {"warmup_steps", spec.warmup_steps},
+            {"steps", spec.run.steps},
+            {"warmup_steps", spec.run.warmup_steps},
             {"step_ms", to_json(scaled(res.step_s, 1e3))},
             {"tokens_per_s", res.tokens_per_s},
             {"flops_per_step", res.flops_per_step},
-            {"flop_convention", model::convention_name(spec.convention)},
+            {"flop_convention", model::convention_name(spec.run.convention)},
             {"tflops", res.tflops},
             {"loss", losses},
             {"loss_first", res.steps.front().loss},
             {"loss_last", res.steps.back().loss},
-            {"data", spec.data}};
+            {"data", spec.run.data}};
   if (res.loss_floor > 0) r.data["loss_floor"] = res.loss_floor;
   if (cuda) {
     r.data["gpu"] = res.device_name;
-    r.data["recompute"] = spec.recompute;
-    r.data["moments"] = spec.moments;
-    r.data["grads"] = spec.grads;
-    r.data["master"] = spec.master;
+    r.data["recompute"] = train::name(spec.memory.recompute);
+    r.data["moments"] = dtype_name(spec.optimizer.moments);
+    r.data["grads"] = dtype_name(spec.memory.grads);
+    r.data["master"] = train::name(spec.optimizer.master);
     r.data["grad_buffer"] = res.grads_shared ? "shared" : "separate";
-    if (spec.precision == "fp8")
-      r.data["fp8"] = {{"recipe", spec.fp8_recipe}, {"format", spec.fp8_format}, {"history", spec.fp8_history},
-                       {"amax", spec.fp8_amax},
-                       {"margin", spec.fp8_margin}, {"reduce_amax", spec.fp8_reduce_amax},
-                       {"lm_head", spec.fp8_lm_head ? "fp8" : "bf16"},
-                       {"attention", spec.fp8_attention ? "fp8" : "bf16"},
-                       {"attention_emulate", spec.fp8_attention_emulate},
-                       {"weight_cast", res.fp8_weight_cast}, {"grad_rounding", spec.fp8_grad_rounding}};
-    if (spec.precision == "fp8" && spec.fp8_lm_head) {
-      r.data["fp8"]["lm_head_grad"] = train::fp8_head_grad_format(spec);
-      r.data["fp8"]["lm_head_gemms"] = train::fp8_head_gemms(spec);
-      r.data["fp8"]["lm_head_rounding"] = train::fp8_head_rounding(spec);
+    const train::Fp8Spec& f = spec.precision.fp8;
+    if (spec.fp8())
+      r.data["fp8"] = {{"recipe", train::name(f.recipe)},
+                       {"format", train::name(f.format)},
+                       {"history", f.history},
+                       {"amax", train::name(f.amax)},
+                       {"margin", f.margin},
+                       {"reduce_amax", f.reduce_amax},
+                       {"lm_head", f.lm_head ? "fp8" : "bf16"},
+                       {"attention", f.attention ? "fp8" : "bf16"},
+                       {"attention_emulate", train::attention_emulation_name(spec.debug.fp8_attention_emulate)},
+                       {"weight_cast", res.fp8_weight_cast},
+                       {"grad_rounding", train::name(spec.debug.fp8_grad_rounding)}};
+    if (spec.fp8() && f.lm_head) {
+      const train::HeadGemms& g = spec.debug.fp8_head_gemms;
+      auto gemms = nlohmann::json::array();
+      for (const auto& [on, gemm] : {std::pair{g.forward, "forward"}, {g.dgrad, "dgrad"}, {g.wgrad, "wgrad"}})
+        if (on) gemms.push_back(gemm);
+      r.data["fp8"]["lm_head_grad"] = dtype_name(train::fp8_head_grad_format(spec));
+      r.data["fp8"]["lm_head_gemms"] = gemms;
+      r.data["fp8"]["lm_head_rounding"] = train::name(train::fp8_head_rounding(spec));
     }
     r.data["graph"] = res.graph;
     r.data["gemm_plans"] = res.gemm_plans;
@@ -415,16 +456,16 @@ int cmd_train(int argc, char** argv) {
     if (cuda) rs.device = res.gpu;
     auto ms = nlohmann::json::array();
     for (const auto& s : res.steps)
-      if (s.step > spec.warmup_steps) ms.push_back(s.step_s * 1e3);
+      if (s.step > spec.run.warmup_steps) ms.push_back(s.step_s * 1e3);
     rs.data = {{"rank", lr.rank}, {"host", hostname()}, {"step_ms", ms}};
     if (res.telemetry) rs.data["telemetry"] = bench::to_json(*res.telemetry);  // this rank's GPU
-    if (spec.debug_delay_rank >= 0)
-      rs.data["debug_delay"] = {{"rank", spec.debug_delay_rank}, {"ms", spec.debug_delay_ms}};
+    if (spec.debug.delay_rank >= 0)
+      rs.data["debug_delay"] = {{"rank", spec.debug.delay_rank}, {"ms", spec.debug.delay_ms}};
     run.sink->write(rs);
   }
 
   if (!rank0) return finish(res.interrupted ? kFailed : kOk);  // rank 0 prints the summary
-  if (res.interrupted) std::printf("\ninterrupted after %zu of %d steps\n", res.steps.size(), spec.steps);
+  if (res.interrupted) std::printf("\ninterrupted after %zu of %d steps\n", res.steps.size(), spec.run.steps);
   const int accum = train::micro_batches_per_rank(spec, layout.dp);
   std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps%s | tokens/s %.0f%s | %s",
               res.step_s.median, res.step_s.p10, res.step_s.p90, res.step_s.n,

@@ -1,5 +1,5 @@
-// train/cuda_spec.h: how the CUDA trainer reads a TrainSpec (train/trainer.h): the decoder's recompute mode and FP8
-// options, the gradients' type and buffer, each pipeline chunk's layers, cuDNN's attention workspace allowance. One
+// train/cuda_spec.h: how the CUDA trainer reads a TrainSpec (train/trainer.h): the decoder's FP8 options, whether the
+// gradients share the activations' memory, each pipeline chunk's layers, cuDNN's attention workspace allowance. One
 // reading shared by the trainer's parts (topology, replica, optimizer, step) and the memory estimate.
 #pragma once
 
@@ -11,11 +11,8 @@
 
 namespace tb::train {
 
-model::CudaDecoder::Recompute recompute_mode(const TrainSpec& spec);
 model::Fp8Options fp8_options(const TrainSpec& spec);
-// The weight gradients' element type (TrainSpec::grads).
-DType grad_type(const TrainSpec& spec);
-// TrainSpec::grad_buffer: shared where the step allows it: one micro-batch per step and rank (the gradients are
+// MemorySpec::grad_buffer: shared where the step allows it: one micro-batch per step and rank (the gradients are
 // written, not accumulated), one model chunk with one activation set (no pipeline), each rank the whole sequence (no
 // context parallel). Data and tensor parallel read the gradients (reduce-scatters, all-reduces) before the next
 // forward, as the optimizer does.

@@ -250,15 +250,12 @@ void TokenFile::validate(int vocab) const {
   }
 }
 
-DataSource::DataSource(const std::string& data, const std::string& token_type, int vocab, int seq,
-                       std::uint64_t seed) {
+DataSource::DataSource(const std::string& data, TokenType token_type, int vocab, int seq, std::uint64_t seed) {
   if (data == "copy" || data == "random" || data == "markov") {
     const Task task = data == "copy" ? Task::copy : data == "random" ? Task::random : Task::markov;
     floor_ = data_.emplace<SyntheticData>(vocab, seq, seed, task).loss_floor();
   } else {
-    TB_REQUIRE(token_type == "uint16" || token_type == "uint32",
-               fmt::format("--token-type must be uint16 or uint32, not '{}'", token_type));
-    data_.emplace<TokenFile>(data, token_type == "uint16" ? TokenType::uint16 : TokenType::uint32, seq, seed, vocab);
+    data_.emplace<TokenFile>(data, token_type, seq, seed, vocab);
   }
 }
 

@@ -106,10 +106,10 @@ class TokenFile {
 };
 
 // The --data argument behind one next(batch): "markov", "copy", "random" (synthetic tasks) or the path of a token
-// file of `token_type` ("uint16" | "uint32"). loss_floor(): the synthetic task's (0 for a token file).
+// file of `token_type`. loss_floor(): the synthetic task's (0 for a token file).
 class DataSource {
  public:
-  DataSource(const std::string& data, const std::string& token_type, int vocab, int seq, std::uint64_t seed);
+  DataSource(const std::string& data, TokenType token_type, int vocab, int seq, std::uint64_t seed);
   Batch next(int batch);
   double loss_floor() const { return floor_; }
 

@@ -27,10 +27,12 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // interleaved) and, per chunk, a decoder with the activation sets of that chunk's passes in flight (1F1B:
 // min(pp - r, micro-batches)), its own scratch and attention workspace; plus the boundary buffers its schedule keeps.
 MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& full) {
-  const int tp = std::max(1, spec.tp), pp = std::max(1, spec.pp), vp = pp > 1 ? std::max(1, spec.vp) : 1;
+  const int tp = std::max(1, spec.parallel.tp), pp = std::max(1, spec.parallel.pp),
+            vp = pp > 1 ? std::max(1, spec.parallel.vp) : 1;
   const model::ModelConfig m = tp > 1 ? parallel::tp_shard_config(full, tp) : full;  // this rank's shard
-  const int cp = std::max(1, spec.cp), seq = full.seq / cp;  // context parallel: this rank's tokens per sequence
-  const int dp_ranks = std::max(1, spec.dp);
+  const int cp = std::max(1, spec.parallel.cp),
+            seq = full.seq / cp;  // context parallel: this rank's tokens per sequence
+  const int dp_ranks = std::max(1, spec.parallel.dp);
   const double dp = dp_ranks * cp;  // ZeRO-1 over dp x cp: master weights, moments and reduced gradients sharded
   const int micro_batches = std::max(1, micro_batches_per_rank(spec, dp_ranks));
   const model::Fp8Options fp8 = fp8_options(spec);
@@ -46,24 +48,23 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
       const model::LayerRange stage = stage_layers(m, pp, vp, r, c);
       P += double(model::dense_layout(m, stage).total);
       stage_layer_count += (stage.last < 0 ? m.layers : stage.last) - stage.first;
-      e.activations += double(model::CudaDecoder::activation_bytes(m, spec.micro_batch, seq,
-                                                                   recompute_mode(spec), fp8, tp, stage,
-                                                                   plan.activation_sets[std::size_t(c)]));
+      e.activations += double(model::CudaDecoder::activation_bytes(m, spec.batch.micro, seq, spec.memory.recompute, fp8,
+                                                                   tp, stage, plan.activation_sets[std::size_t(c)]));
     }
     e.weights = 2 * P;
-    e.grads = double(dtype_size(grad_type(spec))) * P + (dp > 1 ? 4 * P / dp : 0.0);
+    e.grads = double(dtype_size(spec.memory.grads)) * P + (dp > 1 ? 4 * P / dp : 0.0);
     e.master = OptimizerCuda::master_bytes(spec, P / dp);
     e.moments = OptimizerCuda::moment_bytes(spec, P / dp);
-    e.activations += double(plan.buffers) * spec.micro_batch * m.seq * m.d_model * 2.0;
+    e.activations += double(plan.buffers) * spec.batch.micro * m.seq * m.d_model * 2.0;
     if (shares_grads(spec, pp, cp, micro_batches))  // the layer blocks mostly inside the gradients
-      e.activations = double(model::CudaDecoder::shared_arena_bytes(
-          m, spec.micro_batch, seq, recompute_mode(spec), fp8, tp, grad_type(spec)));
+      e.activations = double(model::CudaDecoder::shared_arena_bytes(m, spec.batch.micro, seq, spec.memory.recompute,
+                                                                    fp8, tp, spec.memory.grads));
     if (fp8.enabled)
       e.fp8_weights = double(model::CudaDecoder::fp8_weight_bytes(m)) * stage_layer_count / m.layers +
                       (fp8.lm_head && r == pp - 1 ? double(model::CudaDecoder::fp8_lm_head_bytes(m)) : 0.0);
     e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) +
-                   vp * attention_workspace_allowance(m, spec.micro_batch, seq, fp8.attention);
-    const std::int64_t n = std::int64_t(spec.micro_batch) * seq;  // tokens of a micro-batch on this rank
+                   vp * attention_workspace_allowance(m, spec.batch.micro, seq, fp8.attention);
+    const std::int64_t n = std::int64_t(spec.batch.micro) * seq;  // tokens of a micro-batch on this rank
     if (!m.tied_embeddings && r == 0 && dp > 1)  // the embedding gradient's rows from the other replicas
       e.workspaces += double(EmbeddingRowsGather::bytes(m, n, int(dp)));
     if (!m.tied_embeddings && tp > 1 && r == 0) e.workspaces += double(EmbeddingRowsGather::bytes(m, n / tp, tp));
@@ -75,33 +76,34 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
 std::string fit_advice(const TrainSpec& spec, const model::ModelConfig& m, double free_bytes) {
   const MemoryEstimate e = estimate_memory(spec, m);
   if (e.total() <= free_bytes) return "";
-  std::string msg = fmt::format("{} with {} layers, seq {}, micro-batch {}{}, --recompute {} needs about {:.1f} GiB on "
-                                "the GPU ({}); {:.1f} GiB are free.",
-                                m.name, m.layers, m.seq, spec.micro_batch,
-                                spec.pp > 1 ? fmt::format(", pp {} vp {} (the fullest rank)", spec.pp, spec.vp) : "",
-                                spec.recompute, e.total() / kGiB, e.parts_gib(), free_bytes / kGiB);
+  std::string msg = fmt::format(
+      "{} with {} layers, seq {}, micro-batch {}{}, --recompute {} needs about {:.1f} GiB on "
+      "the GPU ({}); {:.1f} GiB are free.",
+      m.name, m.layers, m.seq, spec.batch.micro,
+      spec.parallel.pp > 1 ? fmt::format(", pp {} vp {} (the fullest rank)", spec.parallel.pp, spec.parallel.vp) : "",
+      name(spec.memory.recompute), e.total() / kGiB, e.parts_gib(), free_bytes / kGiB);
   std::vector<std::string> knobs;
   auto try_knob = [&](TrainSpec alt, const model::ModelConfig& am, const std::string& what) {
     const double t = estimate_memory(alt, am).total();
     if (t <= free_bytes) knobs.push_back(fmt::format("{} ({:.1f} GiB)", what, t / kGiB));
   };
-  for (const char* rc : {"selective", "full"})
-    if (spec.recompute != rc) {
+  for (const model::Recompute rc : {model::Recompute::selective, model::Recompute::full})
+    if (spec.memory.recompute != rc) {
       TrainSpec alt = spec;
-      alt.recompute = rc;
-      try_knob(alt, m, fmt::format("--recompute {}", rc));
+      alt.memory.recompute = rc;
+      try_knob(alt, m, fmt::format("--recompute {}", name(rc)));
     }
-  if (spec.micro_batch > 1) {
+  if (spec.batch.micro > 1) {
     TrainSpec alt = spec;
-    alt.micro_batch = 1;
+    alt.batch.micro = 1;
     try_knob(alt, m, "--micro-batch 1 (with --global-batch for accumulation)");
   }
-  if (spec.moments != "bf16") {
+  if (spec.optimizer.moments != DType::bf16) {
     TrainSpec alt = spec;
-    alt.moments = "bf16";
+    alt.optimizer.moments = DType::bf16;
     try_knob(alt, m, "--moments bf16");
   }
-  for (int layers = m.layers - 1; layers >= std::max(1, spec.pp * spec.vp); --layers) {
+  for (int layers = m.layers - 1; layers >= std::max(1, spec.parallel.pp * spec.parallel.vp); --layers) {
     model::ModelConfig am = m;
     am.layers = layers;
     if (estimate_memory(spec, am).total() <= free_bytes) {

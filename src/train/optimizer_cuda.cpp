@@ -17,8 +17,12 @@ namespace tb::train {
 
 OptimizerCuda::OptimizerCuda(ops::DeviceContext& dc, const TrainSpec& spec, const model::ModelConfig& m,
                              ReplicaCuda& replica, bool tied_over_stages)
-    : dc_(dc), spec_(spec), m_(m), rep_(replica), split_(spec.master == "split"),
-      moment_bytes_(spec.moments == "bf16" ? 2 : 4) {
+    : dc_(dc),
+      spec_(spec),
+      m_(m),
+      rep_(replica),
+      split_(spec.optimizer.master == Master::split),
+      moment_bytes_(spec.optimizer.moments == DType::bf16 ? 2 : 4) {
   const auto& chunks = rep_.chunks;
   for (std::size_t c = 0; c < chunks.size(); ++c)
     for (const model::Slot& sl : chunks[c]->dense_layout().slots) slots_.push_back({c, chunks[c].get(), &sl});
@@ -57,7 +61,7 @@ OptimizerCuda::OptimizerCuda(ops::DeviceContext& dc, const TrainSpec& spec, cons
     for (parallel::ZeroSegment& g : segments_)
       if (const model::Slot& sl = *slots_[std::size_t(g.slot)].slot; split_update(sl)) {
         split_slots_.emplace_back(sl.offset, sl.size);
-        g.count = sl.size / std::size_t(spec_.tp);
+        g.count = sl.size / std::size_t(spec_.parallel.tp);
         g.flat += std::size_t(tpc->rank()) * g.count;
         g.shard += std::size_t(tpc->rank()) * g.count;
       }
@@ -70,9 +74,9 @@ OptimizerCuda::OptimizerCuda(ops::DeviceContext& dc, const TrainSpec& spec, cons
 
 // (with data parallel the ZeRO-1 shards already split them)
 bool OptimizerCuda::split_update(const model::Slot& sl) const {
-  return rep_.tp() && rep_.dps.empty() && spec_.vp == 1 &&
+  return rep_.tp() && rep_.dps.empty() && spec_.parallel.vp == 1 &&
          (sl.tags.role == model::ParamRole::embedding || sl.tags.role == model::ParamRole::head) &&
-         sl.size % std::size_t(spec_.tp) == 0;
+         sl.size % std::size_t(spec_.parallel.tp) == 0;
 }
 
 // Every rank draws every slot of the full model (the same values), keeps its tensor-parallel shard of the model
@@ -82,7 +86,7 @@ bool OptimizerCuda::split_update(const model::Slot& sl) const {
 void OptimizerCuda::init_weights(std::uint64_t seed) {
   constexpr std::size_t kInitPiece = std::size_t(1) << 26;  // 256 MiB of fp32 values + 128 MiB of residuals
   cudaStream_t st = dc_.stream();
-  const int tp = spec_.tp;
+  const int tp = spec_.parallel.tp;
   const model::DenseLayout full = model::dense_layout(m_);
   auto split_by_tp = [&](const model::Slot& s) { return tp > 1 && !parallel::tp_replicated(s); };
   std::size_t piece = 0, largest_full = 0;
@@ -172,9 +176,10 @@ void OptimizerCuda::build() {
   // amaxes still reach the ranks' max at fp8_end_step), not ZeRO-1's shards (data and context parallel: the copies need
   // whole weights). auto: only with fp32 moments (8B L8 on an H200: -0.83 ms; with bf16 moments +0.16 ms,
   // bench/RESULTS.md).
-  const bool bf16_moments = spec_.moments == "bf16";
+  const bool bf16_moments = spec_.optimizer.moments == DType::bf16;
   if (rep_.net().fp8()) fp8_weight_cast_ = "separate";
-  const bool fuse = spec_.fp8_weight_cast == "fused" || (spec_.fp8_weight_cast == "auto" && !bf16_moments);
+  const bool fuse = spec_.precision.fp8.weight_cast == WeightCast::fused ||
+                    (spec_.precision.fp8.weight_cast == WeightCast::automatic && !bf16_moments);
   for (std::size_t c = 0; c < rep_.chunks.size() && fuse && rep_.dps.empty(); ++c) {
     const auto copies = rep_.chunks[c]->fp8_weight_copies();
     std::size_t found = 0;
@@ -190,7 +195,7 @@ void OptimizerCuda::build() {
     if (found > 0) rep_.chunks[c]->fp8_weights_from_optimizer(), fp8_weight_cast_ = "adamw";
   }
   const DType moment_type = bf16_moments ? DType::bf16 : DType::f32;
-  const DType grads_type = grad_type(spec_);  // (several ranks: fp32, validate())
+  const DType grads_type = spec_.memory.grads;  // (several ranks: fp32, validate())
   group_ = std::make_unique<ops::AdamWGroup>(dc_.device(), tensors_, moment_type, grads_type);
   // The gradient norm counts every parameter once: a tensor-parallel replicated one on tp rank 0 (the split embedding
   // and LM head: each rank's part), the shards on every rank, a tied embedding on the first stage only; the ranks'
@@ -216,8 +221,9 @@ void OptimizerCuda::build() {
     early_ = std::make_unique<ops::AdamWGroup>(dc_.device(), all.first(early_tensors), moment_type);
     late_ = std::make_unique<ops::AdamWGroup>(dc_.device(), all.subspan(early_tensors), moment_type);
   }
-  hp_.beta1 = spec_.beta1, hp_.beta2 = spec_.beta2, hp_.eps = spec_.eps, hp_.weight_decay = spec_.weight_decay;
-  max_norm_ = spec_.clip > 0 ? float(spec_.clip) : std::numeric_limits<float>::infinity();
+  hp_.beta1 = spec_.optimizer.beta1, hp_.beta2 = spec_.optimizer.beta2, hp_.eps = spec_.optimizer.eps,
+  hp_.weight_decay = spec_.optimizer.weight_decay;
+  max_norm_ = spec_.optimizer.clip > 0 ? float(spec_.optimizer.clip) : std::numeric_limits<float>::infinity();
 }
 
 void OptimizerCuda::grad_norm(ops::GradNormResult* norm, cudaStream_t st) const {

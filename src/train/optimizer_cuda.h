@@ -45,10 +45,10 @@ class OptimizerCuda {
   std::size_t bytes() const { return master_.bytes() + moments_.bytes(); }
   // The master weights' and the moments' bytes for `elements` of state (what the memory estimate adds up).
   static double master_bytes(const TrainSpec& spec, double elements) {
-    return (spec.master == "split" ? 2 : 4) * elements;
+    return (spec.optimizer.master == Master::split ? 2 : 4) * elements;
   }
   static double moment_bytes(const TrainSpec& spec, double elements) {
-    return (spec.moments == "bf16" ? 4 : 8) * elements;
+    return (spec.optimizer.moments == DType::bf16 ? 4 : 8) * elements;
   }
   std::string fp8_weight_cast() const { return fp8_weight_cast_; }  // "adamw", "separate" or "" (BF16)
 

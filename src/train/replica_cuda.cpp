@@ -9,16 +9,17 @@ namespace tb::train {
 ReplicaCuda::ReplicaCuda(ops::DeviceContext& dc, const TrainSpec& spec, TopologyCuda& topo,
                          const model::ModelConfig& m, const model::ModelConfig& ml, std::size_t n, int accum) {
   using bf16 = model::CudaDecoder::bf16;
-  const int pp = spec.pp, vp = spec.vp, cp = spec.cp, tp = spec.tp, pp_rank = topo.place.pp;
+  const int pp = spec.parallel.pp, vp = spec.parallel.vp, cp = spec.parallel.cp, tp = spec.parallel.tp,
+            pp_rank = topo.place.pp;
   cudaStream_t st = dc.stream();
   for (int c = 0; c < vp; ++c)
     zero.push_back(parallel::zero_layout(model::dense_layout(ml, stage_layers(m, pp, vp, pp_rank, c)), topo.zero_ranks,
                                          topo.zero_rank));
   for (int c = 0; c < vp; ++c)
-    chunks.push_back(std::make_unique<model::CudaDecoder>(dc, ml, recompute_mode(spec), spec.deterministic,
+    chunks.push_back(std::make_unique<model::CudaDecoder>(dc, ml, spec.memory.recompute, spec.run.deterministic,
                                                           fp8_options(spec), zero[std::size_t(c)].padded_total,
                                                           stage_layers(m, pp, vp, pp_rank, c)));
-  for (const auto& chunk : chunks) chunk->set_grad_type(grad_type(spec));
+  for (const auto& chunk : chunks) chunk->set_grad_type(spec.memory.grads);
   grads_shared = shares_grads(spec, pp, cp, accum);
   if (grads_shared) net().share_grads_with_activations();  // frees the separate gradient buffer (prepare() later)
   for (std::size_t c = 0; c < chunks.size() && tp > 1; ++c) {  // over the world (alone) or the tp group (a mix)
@@ -54,7 +55,7 @@ ReplicaCuda::ReplicaCuda(ops::DeviceContext& dc, const TrainSpec& spec, Topology
   // FP8 delayed scaling: the amaxes' max over the ranks holding the same layers: the world's (dp, tp, cp, dp x cp
   // alone), or in a mix the tp group's, then dp x cp's (pipeline alone: none).
   const model::Fp8Options fp8 = fp8_options(spec);
-  if (fp8.enabled && fp8.delayed && spec.fp8_reduce_amax && topo.world.size > pp) {
+  if (fp8.enabled && fp8.delayed && spec.precision.fp8.reduce_amax && topo.world.size > pp) {
     comm::NcclCommunicator* all = topo.nccl.get();
     for (const auto& chunk : chunks)
       chunk->fp8_reduce_amax = [all, t = this->tp(), d = this->dp()](float* buffer, std::size_t floats) {

@@ -25,30 +25,31 @@ TrainResult train_cpu_parallel(const TrainSpec& spec, const std::function<void(c
   TrainResult res;
   res.model = resolve_model(spec);
   const model::ModelConfig& m = res.model;
-  auto world = spec.job_ranks ? comm::world_communicator() : comm::make_self_communicator();
-  const int model_ranks = spec.tp * spec.pp * spec.cp;
+  auto world = spec.parallel.job_ranks ? comm::world_communicator() : comm::make_self_communicator();
+  const int model_ranks = spec.parallel.tp * spec.parallel.pp * spec.parallel.cp;
   TB_REQUIRE(model_ranks >= 1 && world->size() % model_ranks == 0,
              fmt::format("tp·pp·cp = {} does not divide the job's {} ranks", model_ranks, world->size()));
   parallel::ParallelTrainSpec ps;
   ps.mesh = mesh_shape(spec, world->size());
-  ps.micro_batch = spec.micro_batch;
+  ps.micro_batch = spec.batch.micro;
   ps.global_batch = global_batch(spec, ps.mesh.dp);
-  ps.hyper = {spec.beta1, spec.beta2, spec.eps, spec.weight_decay, spec.clip};
-  parallel::ParallelCpuTrainer<float> trainer(*world, m, ps, spec.seed);  // validates the layout on every rank
+  ps.hyper = {spec.optimizer.beta1, spec.optimizer.beta2, spec.optimizer.eps, spec.optimizer.weight_decay,
+              spec.optimizer.clip};
+  parallel::ParallelCpuTrainer<float> trainer(*world, m, ps, spec.run.seed);  // validates the layout on every rank
   res.gpus = world->size();
   res.params = model::param_count(m);
   res.tokens_per_step = double(ps.global_batch) * m.seq;
-  res.flops_per_step = res.tokens_per_step * model::flops_per_token(m, spec.convention).total();
+  res.flops_per_step = res.tokens_per_step * model::flops_per_token(m, spec.run.convention).total();
 
-  DataSource source(spec.data, spec.token_type, m.vocab, m.seq, spec.seed);
+  DataSource source(spec.run.data, spec.run.token_type, m.vocab, m.seq, spec.run.seed);
   res.loss_floor = source.loss_floor();
   const LrSchedule schedule = lr_schedule(spec, m);
   std::vector<std::int32_t> tokens, targets;
   std::vector<double> measured;
-  for (int step = 1; step <= spec.steps; ++step) {
+  for (int step = 1; step <= spec.run.steps; ++step) {
     tokens.clear(), targets.clear();
-    for (int a = 0; a < ps.global_batch / spec.micro_batch; ++a) {
-      const Batch b = source.next(spec.micro_batch);
+    for (int a = 0; a < ps.global_batch / spec.batch.micro; ++a) {
+      const Batch b = source.next(spec.batch.micro);
       tokens.insert(tokens.end(), b.tokens.begin(), b.tokens.end());
       targets.insert(targets.end(), b.targets.begin(), b.targets.end());
     }
@@ -67,7 +68,7 @@ TrainResult train_cpu_parallel(const TrainSpec& spec, const std::function<void(c
     getrusage(RUSAGE_SELF, &u);
     st.mem_gib = double(u.ru_maxrss) / (1024.0 * 1024.0);
     TB_REQUIRE(std::isfinite(st.loss), fmt::format("step {}: the loss is not finite: lower --lr", step));
-    if (step > spec.warmup_steps) measured.push_back(st.step_s);
+    if (step > spec.run.warmup_steps) measured.push_back(st.step_s);
     res.steps.push_back(st);
     if (on_step) on_step(st);
     if (interrupted()) {  // (every rank gets the signal from mpirun)

@@ -4,9 +4,9 @@
 //   optimizer (train/optimizer_cuda.h) distributed AdamW over the trainable parameters, the weights' init
 //   pipeline (train/pipeline_cuda.h)   pipeline parallel: the 1F1B or interleaved schedule of the chunks
 //   step (train/step_cuda.h)           one optimizer step on one stream, captured as a CUDA graph
-// Step 1 runs eagerly (plans every GEMM and attention shape); then (with spec.autotune) every GEMM shape is autotuned
-// (bench/gemm_tune.h) and the same enqueue is captured once as a CUDA graph and replayed, the host writing the next
-// step's inputs into the pinned buffers between replays. Each step is timed by the host clock (launch to
+// Step 1 runs eagerly (plans every GEMM and attention shape); then (with spec.run.autotune) every GEMM shape is
+// autotuned (bench/gemm_tune.h) and the same enqueue is captured once as a CUDA graph and replayed, the host writing
+// the next step's inputs into the pinned buffers between replays. Each step is timed by the host clock (launch to
 // completion) and by CUDA events around it. The memory needs (train/memory_cuda.cpp) are estimated and checked
 // against the GPU's free memory before anything is allocated.
 // Pipeline parallel (--pp): each rank's decoder is its stage (layers [r L/pp, (r+1) L/pp), parameters of that stage
@@ -54,61 +54,63 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const StepStats&)>& on_step) {
   TrainSpec spec = spec_in;
-  const comm::World world = spec.job_ranks ? comm::world() : comm::World{};  // else this process alone
-  TB_REQUIRE(spec.tp >= 1 && spec.pp >= 1 && spec.cp >= 1 && world.size % (spec.tp * spec.pp * spec.cp) == 0,
-             fmt::format("--tp {} x --pp {} x --cp {} does not divide the job's {} ranks", spec.tp, spec.pp, spec.cp,
-                         world.size));
+  const comm::World world = spec.parallel.job_ranks ? comm::world() : comm::World{};  // else this process alone
+  TB_REQUIRE(spec.parallel.tp >= 1 && spec.parallel.pp >= 1 && spec.parallel.cp >= 1 &&
+                 world.size % (spec.parallel.tp * spec.parallel.pp * spec.parallel.cp) == 0,
+             fmt::format("--tp {} x --pp {} x --cp {} does not divide the job's {} ranks", spec.parallel.tp,
+                         spec.parallel.pp, spec.parallel.cp, world.size));
   const parallel::MeshShape mesh = mesh_shape(spec, world.size);
-  spec.dp = mesh.dp;
+  spec.parallel.dp = mesh.dp;
   const parallel::Coord place = parallel::coord_of(mesh, world.rank);
   int devices = 0;
   TB_CHECK(cudaGetDeviceCount(&devices));
-  if (spec.share_gpus && world.size > devices) {
+  if (spec.parallel.share_gpus && world.size > devices) {
     if (const std::string problem = share_gpus_problem(mesh, devices); !problem.empty()) raise_config(problem);
-    spec.gpu = parallel::shared_gpu(place, devices);
+    spec.run.gpu = parallel::shared_gpu(place, devices);
   } else if (world.size > 1) {
-    spec.gpu = world.local_rank;
+    spec.run.gpu = world.local_rank;
   }
   validate(spec);
   TrainResult res;
   res.model = resolve_model(spec);
   res.gpus = world.size;
-  res.gpu = spec.gpu;
+  res.gpu = spec.run.gpu;
   const model::ModelConfig& m = res.model;
-  const int tp = spec.tp, pp = spec.pp, cp = spec.cp, dp = spec.dp;
+  const int tp = spec.parallel.tp, pp = spec.parallel.pp, cp = spec.parallel.cp, dp = spec.parallel.dp;
   const int global = global_batch(spec, dp);
-  parallel::validate_layout(mesh, m, world.size, spec.micro_batch, global);
+  parallel::validate_layout(mesh, m, world.size, spec.batch.micro, global);
   const model::ModelConfig ml = tp > 1 ? parallel::tp_shard_config(m, tp) : m;  // this rank's shard of the model
   const int accum = micro_batches_per_rank(spec, dp);
-  const int mb = spec.micro_batch, seq = m.seq / cp;  // context parallel: this rank's two chunks of every sequence
+  const int mb = spec.batch.micro, seq = m.seq / cp;  // context parallel: this rank's two chunks of every sequence
   const std::size_t n = std::size_t(mb) * std::size_t(seq);
   res.params = model::param_count(m);
   res.tokens_per_step = double(global) * m.seq;
-  res.flops_per_step = res.tokens_per_step * model::flops_per_token(m, spec.convention).total();
+  res.flops_per_step = res.tokens_per_step * model::flops_per_token(m, spec.run.convention).total();
   const double flops_per_gpu = res.flops_per_step / world.size;
   res.estimate = estimate_memory(spec, m);
 
   // ---- Fit check before any allocation.
-  TB_REQUIRE(spec.gpu < devices, fmt::format("rank {} of {} needs GPU {} of this node, which has {} GPU{}: run at most "
-                                             "{} ranks per node",
-                                             world.rank, world.size, spec.gpu, devices, devices == 1 ? "" : "s", devices));
-  TB_CHECK(cudaSetDevice(spec.gpu));
+  TB_REQUIRE(spec.run.gpu < devices,
+             fmt::format("rank {} of {} needs GPU {} of this node, which has {} GPU{}: run at most "
+                         "{} ranks per node",
+                         world.rank, world.size, spec.run.gpu, devices, devices == 1 ? "" : "s", devices));
+  TB_CHECK(cudaSetDevice(spec.run.gpu));
   std::size_t free_b = 0, total_b = 0;
   TB_CHECK(cudaMemGetInfo(&free_b, &total_b));
   if (std::string advice = fit_advice(spec, m, double(free_b)); !advice.empty()) raise_config(advice);
   cudaDeviceProp prop{};
-  TB_CHECK(cudaGetDeviceProperties(&prop, spec.gpu));
+  TB_CHECK(cudaGetDeviceProperties(&prop, spec.run.gpu));
   res.device_name = prop.name;
 
   ops::reset_device_memory_peak();
-  ops::DeviceContext dc(spec.gpu);
+  ops::DeviceContext dc(spec.run.gpu);
   cudaStream_t st = dc.stream();
-  TopologyCuda topo(world, mesh, spec.gpu, st, m.tied_embeddings);
+  TopologyCuda topo(world, mesh, spec.run.gpu, st, m.tied_embeddings);
   ReplicaCuda rep(dc, spec, topo, m, ml, n, accum);
   res.grads_shared = rep.grads_shared;
   res.buckets = rep.buckets;
   OptimizerCuda opt(dc, spec, m, rep, topo.tied != nullptr);
-  opt.init_weights(spec.seed);
+  opt.init_weights(spec.run.seed);
   // Gradients in the activations' memory: the arena that holds them is allocated before anything takes
   // grads_device() (the optimizer's tensors), after the weights' init (whose temporaries would otherwise come on top
   // of the whole arena).
@@ -121,7 +123,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   res.fp8_weight_cast = opt.fp8_weight_cast();
 
   std::unique_ptr<PipelineCuda> pipe;
-  if (pp > 1) pipe = std::make_unique<PipelineCuda>(*topo.pp, st, rep.chunks, parallel::PipelineShape{pp, spec.vp, accum});
+  if (pp > 1)
+    pipe =
+        std::make_unique<PipelineCuda>(*topo.pp, st, rep.chunks, parallel::PipelineShape{pp, spec.parallel.vp, accum});
   for (std::size_t c = 0; c < rep.chunks.size(); ++c)
     rep.chunks[c]->prepare(mb, seq, pipe ? pipe->activation_sets(int(c)) : 1);
   if (pipe) pipe->prepare();
@@ -132,9 +136,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     if (profiling) profiler.mark(op);
   };
   rep.connect_step(pipe.get(), opt.tied_chunk, mark);
-  StepCuda step_run(dc, topo, rep, opt, pipe.get(), accum, n, mb, seq, dp, spec.clip > 0, mark);
+  StepCuda step_run(dc, topo, rep, opt, pipe.get(), accum, n, mb, seq, dp, spec.optimizer.clip > 0, mark);
 
-  DataSource source(spec.data, spec.token_type, m.vocab, m.seq, spec.seed);
+  DataSource source(spec.run.data, spec.run.token_type, m.vocab, m.seq, spec.run.seed);
   res.loss_floor = source.loss_floor();
   const LrSchedule schedule = lr_schedule(spec, m);
   auto load_inputs = [&](int step) {  // step 1-based; rank r takes micro-batches [r accum, (r + 1) accum) of the step
@@ -170,18 +174,19 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   bench::Telemetry::Mark tm_from = 0;
   std::vector<double> measured, measured_gpu;
   dc.synchronize();
-  const bool delay = spec.debug_delay_rank >= 0 && launch_rank().rank == spec.debug_delay_rank &&
-                     spec.debug_delay_ms > 0;  // an injected straggler
-  for (int step = 1; step <= spec.steps; ++step) {
+  const bool delay = spec.debug.delay_rank >= 0 && launch_rank().rank == spec.debug.delay_rank &&
+                     spec.debug.delay_ms > 0;  // an injected straggler
+  for (int step = 1; step <= spec.run.steps; ++step) {
     load_inputs(step);
-    if (step == spec.warmup_steps + 1) tm_from = telemetry.mark();
+    if (step == spec.run.warmup_steps + 1) tm_from = telemetry.mark();
     const auto t0 = std::chrono::steady_clock::now();
-    if (delay) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(spec.debug_delay_ms));
+    if (delay) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(spec.debug.delay_ms));
     TB_CHECK(cudaEventRecord(ev0, st));
     step_run.launch();
     TB_CHECK(cudaEventRecord(ev1, st));
     if (topo.waiter)
-      topo.waiter->wait(st, spec.comm_timeout_s);  // raises naming this rank when a peer died, hung or NCCL failed
+      topo.waiter->wait(st,
+                        spec.parallel.comm_timeout_s);  // raises naming this rank when a peer died, hung or NCCL failed
     else
       TB_CHECK(cudaStreamSynchronize(st));
     StepStats s;
@@ -204,19 +209,20 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       TB_CHECK(cudaMemGetInfo(&fr, &tot));
       res.device_used_bytes = double(tot - fr);
       dc.for_each_plan([&](ops::GemmPlan&) { ++res.gemm_plans; });
-      if (spec.autotune) {  // up to kCandidates x (200 ms + 20 runs) per shape: say so before the silence
+      if (spec.run.autotune) {  // up to kCandidates x (200 ms + 20 runs) per shape: say so before the silence
         if (world.rank == 0)
           log::info("train: --autotune: timing cuBLASLt's candidates of {} GEMM shapes (up to ~{:.0f} s)",
                     res.gemm_plans, res.gemm_plans * ops::GemmPlan::kCandidates * bench::kTuneSustainMs * 1.2e-3);
         res.gemm_retuned = bench::tune_all_plans(dc);
         ops::reset_device_memory_peak();  // its scratch operands are gone: not part of a training step
       }
-      const bool use_graph = spec.graph == "on" || (spec.graph == "auto" && tp == 1);  // trainer.h: tp eager
+      const bool use_graph =
+          spec.run.graph == Switch::on || (spec.run.graph == Switch::automatic && tp == 1);  // trainer.h: tp eager
       res.graph = use_graph ? step_run.capture() : "off";
       if (res.graph != "captured" && use_graph)
         log::warn("train: running without a CUDA graph ({}); step times include launch overhead", res.graph);
     }
-    if (step > spec.warmup_steps) {
+    if (step > spec.run.warmup_steps) {
       measured.push_back(s.step_s);
       measured_gpu.push_back(double(gpu_ms) * 1e-3);
     }
@@ -241,8 +247,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   }
 
   // ---- One more step, eager, with an event after every op: the breakdown.
-  if (spec.op_profile && !res.interrupted) {
-    load_inputs(spec.steps + 1);
+  if (spec.run.op_profile && !res.interrupted) {
+    load_inputs(spec.run.steps + 1);
     profiling = true;
     profiler.begin();
     step_run.enqueue();

@@ -18,15 +18,17 @@ TEST(RankAgreement, EqualConfigurationsPass) {
   ASSERT_TRUE(comm::world().mpi) << "run under mpirun";
   auto world = comm::world_communicator();
   TrainSpec spec;
-  spec.model = "small", spec.tp = 2;
+  spec.model.preset = "small", spec.parallel.tp = 2;
   EXPECT_NO_THROW(check_ranks_agree(spec, *world));
 }
 
 TEST(RankAgreement, DifferingRanksNameTheFields) {
   auto world = comm::world_communicator();
   TrainSpec spec;
-  spec.model = "small";
-  if (world->rank() > 0) spec.layers = 4, spec.precision = "fp8", spec.fp8_recipe = "delayed", spec.seed = 7;
+  spec.model.preset = "small";
+  if (world->rank() > 0)
+    spec.model.layers = 4, spec.precision.linear = tb::train::Precision::fp8,
+    spec.precision.fp8.recipe = tb::train::Fp8Recipe::delayed, spec.run.seed = 7;
   if (world->rank() == 0) {
     EXPECT_NO_THROW(check_ranks_agree(spec, *world));
     return;

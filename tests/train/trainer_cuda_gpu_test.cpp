@@ -25,21 +25,21 @@ namespace {
 
 tb::train::TrainSpec small(int steps) {
   tb::train::TrainSpec s;
-  s.model = "small";
-  s.device = "cuda";
-  s.seq = 128;
-  s.micro_batch = 8;
-  s.steps = steps;
-  s.warmup_steps = 1;
-  s.data = "markov";
-  s.op_profile = false;
+  s.model.preset = "small";
+  s.run.device = tb::train::Device::cuda;
+  s.model.seq = 128;
+  s.batch.micro = 8;
+  s.run.steps = steps;
+  s.run.warmup_steps = 1;
+  s.run.data = "markov";
+  s.run.op_profile = false;
   return s;
 }
 
 TEST(TrainerCuda, LearnsTheMarkovTaskToNearItsFloor) {
   SKIP_WITHOUT_GPU();
   auto spec = small(200);
-  spec.op_profile = true;
+  spec.run.op_profile = true;
   const auto res = tb::train::train_cuda(spec, nullptr);
   ASSERT_EQ(res.steps.size(), 200u);
   std::printf("loss %.4f -> %.4f, floor %.4f, graph %s\n", res.steps.front().loss, res.steps.back().loss,
@@ -57,14 +57,14 @@ TEST(TrainerCuda, LearnsTheMarkovTaskToNearItsFloor) {
 TEST(TrainerCuda, DeterministicGraphEagerAndAccumulationAgree) {
   SKIP_WITHOUT_GPU();
   auto spec = small(6);
-  spec.deterministic = true;
+  spec.run.deterministic = true;
   const auto a = tb::train::train_cuda(spec, nullptr), b = tb::train::train_cuda(spec, nullptr);
   auto eager = spec;
-  eager.graph = "off";
+  eager.run.graph = tb::train::Switch::off;
   const auto e = tb::train::train_cuda(eager, nullptr);
   auto acc = spec;
-  acc.micro_batch = 4;
-  acc.global_batch = 8;
+  acc.batch.micro = 4;
+  acc.batch.global = 8;
   const auto c = tb::train::train_cuda(acc, nullptr);
   EXPECT_EQ(e.graph, "off");
   for (int i = 0; i < 6; ++i) {
@@ -77,13 +77,14 @@ TEST(TrainerCuda, DeterministicGraphEagerAndAccumulationAgree) {
 TEST(TrainerCuda, RecomputeModesTrainTheSame) {
   SKIP_WITHOUT_GPU();
   auto spec = small(4);
-  spec.deterministic = true;
+  spec.run.deterministic = true;
   const auto none = tb::train::train_cuda(spec, nullptr);
-  for (const char* rc : {"selective", "full"}) {
-    spec.recompute = rc;
+  for (const auto rc : {tb::model::Recompute::selective, tb::model::Recompute::full}) {
+    spec.memory.recompute = rc;
     const auto r = tb::train::train_cuda(spec, nullptr);
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(r.steps[i].loss, none.steps[i].loss) << rc << " step " << i + 1;
-    EXPECT_LT(r.estimate.activations, none.estimate.activations) << rc;
+    const auto name = tb::train::name(rc);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(r.steps[i].loss, none.steps[i].loss) << name << " step " << i + 1;
+    EXPECT_LT(r.estimate.activations, none.estimate.activations) << name;
   }
 }
 
@@ -92,9 +93,9 @@ TEST(TrainerCuda, RecomputeModesTrainTheSame) {
 TEST(TrainerCuda, SharedGradientBufferTrainsLikeSeparate) {
   SKIP_WITHOUT_GPU();
   auto spec = small(6);
-  spec.deterministic = true;
+  spec.run.deterministic = true;
   const auto shared = tb::train::train_cuda(spec, nullptr);
-  spec.grad_buffer = "separate";
+  spec.memory.grad_buffer = tb::train::GradBuffer::separate;
   const auto separate = tb::train::train_cuda(spec, nullptr);
   EXPECT_TRUE(shared.grads_shared);
   EXPECT_FALSE(separate.grads_shared);
@@ -106,9 +107,9 @@ TEST(TrainerCuda, SharedGradientBufferTrainsLikeSeparate) {
               separate.peak_alloc_bytes / 1048576.0);
   EXPECT_LT(shared.peak_alloc_bytes, separate.peak_alloc_bytes);
   EXPECT_LT(shared.estimate.total(), separate.estimate.total());
-  spec.grad_buffer = "shared";
-  spec.micro_batch = 4;
-  spec.global_batch = 8;
+  spec.memory.grad_buffer = tb::train::GradBuffer::shared;
+  spec.batch.micro = 4;
+  spec.batch.global = 8;
   EXPECT_FALSE(tb::train::train_cuda(spec, nullptr).grads_shared);
 }
 
@@ -119,10 +120,10 @@ TEST(TrainerCuda, SharedGradientBufferTrainsLikeSeparate) {
 TEST(TrainerCuda, SplitMasterTrainsLikeTheF32Master) {
   SKIP_WITHOUT_GPU();
   auto spec = small(8);
-  spec.deterministic = true;
-  spec.lr = 3e-4;
+  spec.run.deterministic = true;
+  spec.optimizer.lr = 3e-4;
   const auto split = tb::train::train_cuda(spec, nullptr);
-  spec.master = "f32";
+  spec.optimizer.master = tb::train::Master::f32;
   const auto f32 = tb::train::train_cuda(spec, nullptr);
   for (int i = 0; i < 8; ++i) EXPECT_NEAR(split.steps[i].loss, f32.steps[i].loss, 1e-4 * f32.steps[i].loss) << i + 1;
   EXPECT_LT(split.peak_alloc_bytes, f32.peak_alloc_bytes);
@@ -135,31 +136,33 @@ TEST(TrainerCuda, SplitMasterTrainsLikeTheF32Master) {
 TEST(TrainerCuda, Fp8WeightCopiesFromAdamWTrainLikeTheCast) {
   SKIP_WITHOUT_GPU();
   auto spec = small(8);
-  spec.deterministic = true;
-  spec.precision = "fp8";
-  spec.fp8_recipe = "delayed";
-  spec.fp8_lm_head = true;
-  for (const auto& [master, moments] : {std::pair{"split", "f32"}, std::pair{"f32", "bf16"}}) {
-    spec.master = master, spec.moments = moments;
-    spec.fp8_weight_cast = "fused";
+  spec.run.deterministic = true;
+  spec.precision.linear = tb::train::Precision::fp8;
+  spec.precision.fp8.recipe = tb::train::Fp8Recipe::delayed;
+  spec.precision.fp8.lm_head = true;
+  for (const auto& [master, moments] :
+       {std::pair{tb::train::Master::split, tb::DType::f32}, std::pair{tb::train::Master::f32, tb::DType::bf16}}) {
+    spec.optimizer.master = master, spec.optimizer.moments = moments;
+    spec.precision.fp8.weight_cast = tb::train::WeightCast::fused;
     const auto fused = tb::train::train_cuda(spec, nullptr);
-    spec.fp8_weight_cast = "separate";
+    spec.precision.fp8.weight_cast = tb::train::WeightCast::separate;
     const auto cast = tb::train::train_cuda(spec, nullptr);
     EXPECT_EQ(fused.fp8_weight_cast, "adamw");
     EXPECT_EQ(cast.fp8_weight_cast, "separate");
     EXPECT_EQ(fused.graph, "captured");
     for (int i = 0; i < 8; ++i) {
-      EXPECT_EQ(fused.steps[i].loss, cast.steps[i].loss) << master << " master, step " << i + 1;
-      EXPECT_EQ(fused.steps[i].grad_norm, cast.steps[i].grad_norm) << master << " master, step " << i + 1;
+      EXPECT_EQ(fused.steps[i].loss, cast.steps[i].loss) << tb::train::name(master) << " master, step " << i + 1;
+      EXPECT_EQ(fused.steps[i].grad_norm, cast.steps[i].grad_norm) << tb::train::name(master) << " master, step " << i + 1;
     }
     EXPECT_NE(fused.steps[7].loss, fused.steps[0].loss) << "it must train";
   }
-  spec.fp8_weight_cast = "auto", spec.steps = 2;  // the default: fused with fp32 moments only
+  spec.precision.fp8.weight_cast = tb::train::WeightCast::automatic,
+  spec.run.steps = 2;  // the default: fused with fp32 moments only
   EXPECT_EQ(tb::train::train_cuda(spec, nullptr).fp8_weight_cast, "separate");  // (bf16 moments, from the loop)
-  spec.moments = "f32";
+  spec.optimizer.moments = tb::DType::f32;
   EXPECT_EQ(tb::train::train_cuda(spec, nullptr).fp8_weight_cast, "adamw");
-  spec.fp8_recipe = "current";
-  spec.fp8_weight_cast = "fused";
+  spec.precision.fp8.recipe = tb::train::Fp8Recipe::current;
+  spec.precision.fp8.weight_cast = tb::train::WeightCast::fused;
   EXPECT_EQ(tb::train::train_cuda(spec, nullptr).fp8_weight_cast, "separate");
 }
 
@@ -171,26 +174,28 @@ TEST(TrainerCuda, Fp8LearnsLikeBf16) {
   SKIP_WITHOUT_GPU();
   auto spec = small(200);
   const auto bf16 = tb::train::train_cuda(spec, nullptr);
-  spec.precision = "fp8";
+  spec.precision.linear = tb::train::Precision::fp8;
   const auto cur = tb::train::train_cuda(spec, nullptr);
-  spec.fp8_lm_head = true;  // rounded to nearest, logit gradients E5M2 (the hybrid format's), then E4M3
-  spec.fp8_lm_head_rounding = "nearest";
+  spec.precision.fp8.lm_head = true;  // rounded to nearest, logit gradients E5M2 (the hybrid format's), then E4M3
+  spec.debug.fp8_head_rounding = tb::train::Rounding::nearest;
   const auto head = tb::train::train_cuda(spec, nullptr);
-  spec.fp8_lm_head_grad = "e4m3";
+  spec.debug.fp8_head_grad = tb::DType::e4m3;
   const auto head_e4m3 = tb::train::train_cuda(spec, nullptr);
-  spec.fp8_lm_head_grad.clear(), spec.fp8_lm_head_gemms = "dgrad,wgrad";
+  spec.debug.fp8_head_grad.reset(), spec.debug.fp8_head_gemms = {.forward = false};
   const auto head_bwd = tb::train::train_cuda(spec, nullptr);
-  spec.fp8_lm_head_gemms.clear(), spec.fp8_lm_head_rounding.clear();  // stochastic, the default
+  spec.debug.fp8_head_gemms = {}, spec.debug.fp8_head_rounding.reset();  // stochastic, the default
   const auto head_sr = tb::train::train_cuda(spec, nullptr);
-  spec.fp8_lm_head = false;
-  spec.fp8_recipe = "delayed";
+  spec.precision.fp8.lm_head = false;
+  spec.precision.fp8.recipe = tb::train::Fp8Recipe::delayed;
   const auto del = tb::train::train_cuda(spec, nullptr);
-  spec.fp8_grad_rounding = "stochastic";  // the linear layers' gradient casts, and the activation's (delayed)
+  spec.debug.fp8_grad_rounding =
+      tb::train::Rounding::stochastic;  // the linear layers' gradient casts, and the activation's (delayed)
   const auto del_sr = tb::train::train_cuda(spec, nullptr);
-  spec.fp8_recipe = "current";
+  spec.precision.fp8.recipe = tb::train::Fp8Recipe::current;
   const auto cur_sr = tb::train::train_cuda(spec, nullptr);
-  spec.fp8_grad_rounding = "nearest", spec.fp8_recipe = "delayed";
-  spec.fp8_format = "e4m3";
+  spec.debug.fp8_grad_rounding = tb::train::Rounding::nearest,
+  spec.precision.fp8.recipe = tb::train::Fp8Recipe::delayed;
+  spec.precision.fp8.format = tb::train::Fp8Format::e4m3;
   const auto e4m3 = tb::train::train_cuda(spec, nullptr);
   std::printf("final loss: bf16 %.4f, fp8 current %.4f (+ FP8 LM head %.4f, with E4M3 logit gradients %.4f, its "
               "forward in BF16 %.4f, stochastic rounding %.4f; gradients rounded stochastically %.4f), fp8 delayed "
@@ -219,14 +224,14 @@ TEST(TrainerCuda, Fp8LearnsLikeBf16) {
   EXPECT_EQ(head.graph, "captured");
   // FP8 attention (cuDNN: head_dim 128): `small-hd128` against itself in BF16.
   auto hd = small(200);
-  hd.model = "small-hd128";
+  hd.model.preset = "small-hd128";
   const auto hd_bf16 = tb::train::train_cuda(hd, nullptr);
-  hd.precision = "fp8";
-  hd.fp8_attention = true;
+  hd.precision.linear = tb::train::Precision::fp8;
+  hd.precision.fp8.attention = true;
   const auto hd_attn = tb::train::train_cuda(hd, nullptr);
-  hd.fp8_attention = false;  // its emulation (a diagnostic): BF16 attention on E4M3-rounded q, k, v and O
+  hd.precision.fp8.attention = false;  // its emulation (a diagnostic): BF16 attention on E4M3-rounded q, k, v and O
   const auto hd_fp8 = tb::train::train_cuda(hd, nullptr);
-  hd.fp8_attention_emulate = "qkv,o";
+  hd.debug.fp8_attention_emulate = {.qkv = true, .o = true};
   const auto hd_emu = tb::train::train_cuda(hd, nullptr);
   std::printf("small-hd128 final loss: bf16 %.4f, fp8 %.4f, + fp8 attention %.4f, + its emulation %.4f\n",
               hd_bf16.steps.back().loss, hd_fp8.steps.back().loss, hd_attn.steps.back().loss,
@@ -246,12 +251,12 @@ TEST(TrainerCuda, Fp8LearnsLikeBf16) {
 TEST(TrainerCuda, Bf16GradientsTrainLikeFp32) {
   SKIP_WITHOUT_GPU();
   auto spec = small(8);
-  spec.deterministic = true;
-  spec.lr = 3e-4;  // (as the split-master test: a perturbation grows faster at higher LRs)
+  spec.run.deterministic = true;
+  spec.optimizer.lr = 3e-4;  // (as the split-master test: a perturbation grows faster at higher LRs)
   const auto f32 = tb::train::train_cuda(spec, nullptr);
-  spec.grads = "bf16";
+  spec.memory.grads = tb::DType::bf16;
   const auto bf = tb::train::train_cuda(spec, nullptr);
-  spec.grad_buffer = "separate";
+  spec.memory.grad_buffer = tb::train::GradBuffer::separate;
   const auto bf_sep = tb::train::train_cuda(spec, nullptr);
   EXPECT_TRUE(bf.grads_shared);
   EXPECT_EQ(bf.steps[0].loss, f32.steps[0].loss);
@@ -267,16 +272,17 @@ TEST(TrainerCuda, Bf16GradientsTrainLikeFp32) {
   EXPECT_LT(bf.peak_alloc_bytes, f32.peak_alloc_bytes);
   EXPECT_EQ(2 * bf.estimate.grads, f32.estimate.grads);
   EXPECT_GE(bf.estimate.total(), bf.peak_alloc_bytes) << "the estimate must cover what was allocated";
-  spec.grad_buffer = "shared", spec.micro_batch = 4, spec.global_batch = 8;
+  spec.memory.grad_buffer = tb::train::GradBuffer::shared, spec.batch.micro = 4, spec.batch.global = 8;
   const auto acc = tb::train::train_cuda(spec, nullptr);
   EXPECT_FALSE(acc.grads_shared);
   for (int i = 0; i < 8; ++i) EXPECT_NEAR(acc.steps[i].loss, bf.steps[i].loss, 1e-2 * bf.steps[i].loss) << i + 1;
 
   auto run = small(200);
   const auto base = tb::train::train_cuda(run, nullptr);
-  run.grads = "bf16";
+  run.memory.grads = tb::DType::bf16;
   const auto bf200 = tb::train::train_cuda(run, nullptr);
-  run.precision = "fp8", run.fp8_recipe = "delayed", run.fp8_lm_head = true;
+  run.precision.linear = tb::train::Precision::fp8, run.precision.fp8.recipe = tb::train::Fp8Recipe::delayed;
+  run.precision.fp8.lm_head = true;
   const auto fp8 = tb::train::train_cuda(run, nullptr);
   std::printf("final loss: fp32 gradients %.4f, bf16 gradients %.4f, + FP8 delayed %.4f (floor %.4f)\n",
               base.steps.back().loss, bf200.steps.back().loss, fp8.steps.back().loss, base.loss_floor);
@@ -289,14 +295,14 @@ TEST(TrainerCuda, Bf16GradientsTrainLikeFp32) {
 TEST(TrainerCuda, ModelThatCannotFitIsRefusedWithKnobs) {
   SKIP_WITHOUT_GPU();
   tb::train::TrainSpec spec;
-  spec.model = "llama3.1-8b";
+  spec.model.preset = "llama3.1-8b";
   const auto m = tb::train::resolve_model(spec);
   const std::string advice = tb::train::fit_advice(spec, m, 80.0 * (1ull << 30));
   std::printf("%s\n", advice.c_str());
   EXPECT_NE(advice.find("needs about"), std::string::npos);
   EXPECT_NE(advice.find("--layers"), std::string::npos);
   EXPECT_EQ(tb::train::fit_advice(small(1), tb::train::resolve_model(small(1)), 80.0 * (1ull << 30)), "");
-  spec.model = "llama3.1-405b";
+  spec.model.preset = "llama3.1-405b";
   try {
     tb::train::train_cuda(spec, nullptr);
     ADD_FAILURE() << "405B cannot fit on one GPU";
@@ -319,13 +325,13 @@ namespace {
 TEST(TrainerCuda, PipelineMemoryEstimateIsPerStage) {
   SKIP_WITHOUT_GPU();
   tb::train::TrainSpec spec;
-  spec.model = "llama3.1-70b";
-  spec.layers = 4;
-  spec.micro_batch = 1;
-  spec.global_batch = 4;
+  spec.model.preset = "llama3.1-70b";
+  spec.model.layers = 4;
+  spec.batch.micro = 1;
+  spec.batch.global = 4;
   const auto m = tb::train::resolve_model(spec);
   const tb::train::MemoryEstimate one = tb::train::estimate_memory(spec, m);
-  spec.pp = 2;
+  spec.parallel.pp = 2;
   const tb::train::MemoryEstimate two = tb::train::estimate_memory(spec, m);
   std::printf("70B L4: 1 GPU %.1f GiB, pp 2 fullest stage %.1f GiB\n", one.total() / (1ull << 30),
               two.total() / (1ull << 30));
@@ -339,7 +345,7 @@ TEST(TrainerCuda, PipelineMemoryEstimateIsPerStage) {
     EXPECT_EQ(e.kind(), tb::Error::Kind::config);
     EXPECT_NE(std::string(e.what()).find("--pp"), std::string::npos) << e.what();
   }
-  spec.vp = 2;
+  spec.parallel.vp = 2;
   const tb::train::MemoryEstimate interleaved = tb::train::estimate_memory(spec, m);
   EXPECT_NEAR(interleaved.weights, two.weights, 1e-6 * two.weights);
   EXPECT_GT(interleaved.activations, two.activations);
@@ -354,23 +360,23 @@ TEST(TrainerCuda, PipelineMemoryEstimateIsPerStage) {
 TEST(TrainerCuda, MemoryEstimateCountsSharedGradients) {
   SKIP_WITHOUT_GPU();  // the estimate asks the norm kernels' occupancy for their workspace
   tb::train::TrainSpec s;
-  s.model = "llama3.1-8b";
-  s.layers = 8;
-  s.seq = 8192;
+  s.model.preset = "llama3.1-8b";
+  s.model.layers = 8;
+  s.model.seq = 8192;
   const auto m = tb::train::resolve_model(s);
   const tb::train::MemoryEstimate shared = tb::train::estimate_memory(s, m);
-  s.grad_buffer = "separate";
+  s.memory.grad_buffer = tb::train::GradBuffer::separate;
   const tb::train::MemoryEstimate separate = tb::train::estimate_memory(s, m);
   EXPECT_EQ(shared.grads, separate.grads);
   EXPECT_EQ(shared.moments, separate.moments);
   const double saved = (separate.activations - shared.activations) / double(1ull << 30);
   EXPECT_GT(saved, 7.4);
   EXPECT_LT(saved, 7.8);
-  s.grad_buffer = "shared";
-  s.global_batch = 2;  // two micro-batches: the gradients accumulate over them
+  s.memory.grad_buffer = tb::train::GradBuffer::shared;
+  s.batch.global = 2;  // two micro-batches: the gradients accumulate over them
   EXPECT_EQ(tb::train::estimate_memory(s, m).activations, separate.activations);
-  s.global_batch = 0;
-  s.dp = 2;  // one micro-batch on each of two data-parallel ranks: shared
+  s.batch.global = 0;
+  s.parallel.dp = 2;  // one micro-batch on each of two data-parallel ranks: shared
   EXPECT_EQ(tb::train::estimate_memory(s, m).activations, shared.activations);
 }
 

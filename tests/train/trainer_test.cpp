@@ -16,13 +16,13 @@
 namespace {
 tb::train::TrainSpec tiny(int steps) {
   tb::train::TrainSpec s;
-  s.model = "tiny";
-  s.device = "cpu";
-  s.seq = 32;
-  s.micro_batch = 8;
-  s.steps = steps;
-  s.warmup_steps = 1;
-  s.data = "markov";
+  s.model.preset = "tiny";
+  s.run.device = tb::train::Device::cpu;
+  s.model.seq = 32;
+  s.batch.micro = 8;
+  s.run.steps = steps;
+  s.run.warmup_steps = 1;
+  s.run.data = "markov";
   return s;
 }
 
@@ -34,7 +34,8 @@ std::string refusal(const tb::train::TrainSpec& s) {
 // A CUDA run of `small` in FP8 with the FP8 LM head (validated only: no GPU needed).
 tb::train::TrainSpec fp8_head_spec() {
   tb::train::TrainSpec s;
-  s.model = "small", s.device = "cuda", s.precision = "fp8", s.fp8_lm_head = true;
+  s.model.preset = "small", s.run.device = tb::train::Device::cuda, s.precision.linear = tb::train::Precision::fp8,
+  s.precision.fp8.lm_head = true;
   return s;
 }
 
@@ -52,8 +53,8 @@ TEST(TrainerCpu, LearnsTheMarkovTaskToNearItsFloor) {
 
 TEST(TrainerCpu, SameSeedSameLossesWithAccumulation) {
   auto spec = tiny(5);
-  spec.micro_batch = 2;
-  spec.global_batch = 8;  // 4 micro-batches accumulate: the same data as one batch of 8
+  spec.batch.micro = 2;
+  spec.batch.global = 8;  // 4 micro-batches accumulate: the same data as one batch of 8
   const auto a = tb::train::train_cpu(spec, nullptr), b = tb::train::train_cpu(spec, nullptr);
   const auto whole = tb::train::train_cpu(tiny(5), nullptr);
   for (int i = 0; i < 5; ++i) {
@@ -64,169 +65,175 @@ TEST(TrainerCpu, SameSeedSameLossesWithAccumulation) {
 
 TEST(TrainerCpu, BadSpecsFailBeforeWork) {
   auto s = tiny(5);
-  s.global_batch = 12;
-  s.micro_batch = 8;
+  s.batch.global = 12;
+  s.batch.micro = 8;
   EXPECT_THROW(tb::train::train_cpu(s, nullptr), tb::Error);
   s = tiny(5);
-  s.model = "nope";
+  s.model.preset = "nope";
   EXPECT_THROW(tb::train::train_cpu(s, nullptr), tb::Error);
   s = tiny(5);
-  s.warmup_steps = 5;
+  s.run.warmup_steps = 5;
   EXPECT_THROW(tb::train::train_cpu(s, nullptr), tb::Error);
   s = tiny(5);
-  s.grad_buffer = "pooled";
-  EXPECT_NE(tb::testing_support::config_error([&] { tb::train::validate(s); }).find("--grad-buffer"),
-            std::string::npos);
-  s = tiny(5);
-  s.autotune = true;  // nothing to tune on the CPU: refused, not ignored
+  s.run.autotune = true;  // nothing to tune on the CPU: refused, not ignored
   EXPECT_NE(tb::testing_support::config_error([&] { tb::train::validate(s); }).find("--autotune"), std::string::npos);
+}
+
+// Names become enums once, through the choice tables; an unknown name is one config error listing the choices.
+TEST(TrainSpec, ChoicesParseByName) {
+  using namespace tb::train;
+  EXPECT_EQ(parse_choice(kRecomputeModes, "selective", "--recompute"), tb::model::Recompute::selective);
+  EXPECT_EQ(parse_choice(kSwitches, "auto", "--graph"), Switch::automatic);
+  EXPECT_EQ(parse_choice(kStateTypes, "bf16", "--moments"), tb::DType::bf16);
+  EXPECT_EQ(name(WeightCast::automatic), "auto");
+  EXPECT_EQ(name(tb::model::Recompute::full), "full");
+  EXPECT_EQ(tb::testing_support::config_error([] { parse_choice(kGradBuffers, "pooled", "--grad-buffer"); }),
+            "--grad-buffer 'pooled': expected shared or separate");
+  EXPECT_EQ(tb::testing_support::config_error([] { parse_choice(kWeightCasts, "adamw", "--fp8-weight-cast"); }),
+            "--fp8-weight-cast 'adamw': expected auto, fused or separate");
+  EXPECT_EQ(tb::testing_support::config_error([] { parse_choice(kStateTypes, "fp16", "--grads"); }),
+            "--grads 'fp16': expected f32 or bf16");
+  for (const auto& c : kFp8Formats) EXPECT_EQ(parse_choice(kFp8Formats, c.name, "--fp8-format"), c.value);
 }
 
 // --fp8-attention: each combination cuDNN's FP8 attention cannot run is refused by validate() (no GPU needed) with
 // one config error naming the flag and what to do.
 TEST(TrainerCpu, Fp8AttentionRefusalsNameTheFlag) {
   tb::train::TrainSpec ok;
-  ok.model = "small-hd128", ok.device = "cuda", ok.precision = "fp8", ok.fp8_attention = true;
+  ok.model.preset = "small-hd128", ok.run.device = tb::train::Device::cuda;
+  ok.precision.linear = tb::train::Precision::fp8, ok.precision.fp8.attention = true;
   EXPECT_NO_THROW(tb::train::validate(ok));
-  ok.tp = 2, ok.pp = 2;  // tensor and pipeline parallel: each rank's heads, each activation set's own q|k|v scale
+  ok.parallel.tp = 2, ok.parallel.pp = 2;  // tensor and pipeline parallel: each rank's heads, each set's own scale
   EXPECT_NO_THROW(tb::train::validate(ok));
   tb::train::TrainSpec s = ok;
-  s.precision = "bf16";
+  s.precision.linear = tb::train::Precision::bf16;
   EXPECT_EQ(refusal(s), "--fp8-attention needs --precision fp8");
-  s = ok, s.model = "small";
+  s = ok, s.model.preset = "small";
   EXPECT_NE(refusal(s).find("--fp8-attention needs head_dim 128"), std::string::npos) << refusal(s);
   EXPECT_NE(refusal(s).find("small has head_dim 64"), std::string::npos) << refusal(s);
-  s = ok, s.cp = 2;
+  s = ok, s.parallel.cp = 2;
   EXPECT_NE(refusal(s).find("--fp8-attention does not combine with context parallel (--cp 2)"), std::string::npos)
       << refusal(s);
-  s = ok, s.deterministic = true;
+  s = ok, s.run.deterministic = true;
   EXPECT_NE(refusal(s).find("drop --deterministic or --fp8-attention"), std::string::npos) << refusal(s);
-  s = ok, s.fp8_format = "e4m3";  // all-E4M3: the attention gradients too
+  s = ok, s.precision.fp8.format = tb::train::Fp8Format::e4m3;  // all-E4M3: the attention gradients too
   EXPECT_EQ(refusal(s), "accepted");
-  s = ok, s.fp8_format = "e5m2";
-  EXPECT_EQ(refusal(s), "--fp8-format must be hybrid or e4m3, not 'e5m2'");
 }
 
-// --fp8-lm-head-grad: refused without the FP8 head or with an unknown format; the head's logit gradients follow
-// --fp8-format unless told.
+// --debug-fp8-lm-head-grad: refused without the FP8 head; the head's logit gradients follow --fp8-format unless told.
 TEST(TrainerCpu, Fp8LmHeadGradFormat) {
   const tb::train::TrainSpec ok = fp8_head_spec();
   tb::train::TrainSpec s = ok;
-  s.fp8_lm_head_grad = "e5m2";
+  s.debug.fp8_head_grad = tb::DType::e5m2;
   EXPECT_EQ(refusal(s), "accepted");
-  s.fp8_lm_head_grad = "hybrid";
-  EXPECT_EQ(refusal(s), "--fp8-lm-head-grad must be e4m3 or e5m2, not 'hybrid'");
-  s = ok, s.fp8_lm_head = false, s.fp8_lm_head_grad = "e4m3";
-  EXPECT_EQ(refusal(s), "--fp8-lm-head-grad sets the FP8 LM head's logit gradients: add --fp8-lm-head (or drop it)");
+  s = ok, s.precision.fp8.lm_head = false, s.debug.fp8_head_grad = tb::DType::e4m3;
+  EXPECT_EQ(refusal(s),
+            "--debug-fp8-lm-head-grad sets the FP8 LM head's logit gradients: add --fp8-lm-head (or drop it)");
   s = ok;
-  EXPECT_EQ(tb::train::fp8_head_grad_format(s), "e5m2");
-  s.fp8_format = "e4m3";
-  EXPECT_EQ(tb::train::fp8_head_grad_format(s), "e4m3");
-  s.fp8_lm_head_grad = "e5m2";
-  EXPECT_EQ(tb::train::fp8_head_grad_format(s), "e5m2");
-  s = ok, s.fp8_lm_head_grad = "e4m3";
-  EXPECT_EQ(tb::train::fp8_head_grad_format(s), "e4m3");
+  EXPECT_EQ(tb::train::fp8_head_grad_format(s), tb::DType::e5m2);
+  s.precision.fp8.format = tb::train::Fp8Format::e4m3;
+  EXPECT_EQ(tb::train::fp8_head_grad_format(s), tb::DType::e4m3);
+  s.debug.fp8_head_grad = tb::DType::e5m2;
+  EXPECT_EQ(tb::train::fp8_head_grad_format(s), tb::DType::e5m2);
+  s = ok, s.debug.fp8_head_grad = tb::DType::e4m3;
+  EXPECT_EQ(tb::train::fp8_head_grad_format(s), tb::DType::e4m3);
 }
 
-// --fp8-lm-head-gemms: a subset of forward, dgrad, wgrad in the head's order (empty: all three); refused without the
-// FP8 head, with an unknown, repeated or empty name.
+// --debug-fp8-lm-head-gemms: a subset of forward, dgrad, wgrad (default: all three); refused without the FP8 head,
+// with an unknown, repeated or empty name.
 TEST(TrainerCpu, Fp8LmHeadGemms) {
+  using tb::train::HeadGemms, tb::train::parse_head_gemms;
   const tb::train::TrainSpec ok = fp8_head_spec();
-  using V = std::vector<std::string>;
   tb::train::TrainSpec s = ok;
-  EXPECT_EQ(tb::train::fp8_head_gemms(s), (V{"forward", "dgrad", "wgrad"}));
-  s.fp8_lm_head_gemms = "wgrad,dgrad";
+  EXPECT_TRUE(s.debug.fp8_head_gemms.all());
+  EXPECT_EQ(parse_head_gemms("wgrad,dgrad"), (HeadGemms{false, true, true}));
+  EXPECT_EQ(tb::train::head_gemm_names(parse_head_gemms("wgrad,dgrad")), "dgrad,wgrad");  // in the head's order
+  EXPECT_EQ(parse_head_gemms("forward"), (HeadGemms{true, false, false}));
+  auto refused = [](const char* text) { return tb::testing_support::config_error([&] { parse_head_gemms(text); }); };
+  EXPECT_EQ(refused("forward,fwd"),
+            "--debug-fp8-lm-head-gemms takes forward, dgrad, wgrad, comma-separated; 'fwd' is none of them");
+  EXPECT_EQ(refused("dgrad,dgrad"), "--debug-fp8-lm-head-gemms names 'dgrad' twice");
+  EXPECT_EQ(refused("dgrad,"),
+            "--debug-fp8-lm-head-gemms takes forward, dgrad, wgrad, comma-separated; it has an empty item");
+  s.debug.fp8_head_gemms = parse_head_gemms("dgrad,wgrad");
   EXPECT_EQ(refusal(s), "accepted");
-  EXPECT_EQ(tb::train::fp8_head_gemms(s), (V{"dgrad", "wgrad"}));
-  s.fp8_lm_head_gemms = "forward";
-  EXPECT_EQ(tb::train::fp8_head_gemms(s), (V{"forward"}));
-  s.fp8_lm_head_gemms = "forward,fwd";
-  EXPECT_EQ(refusal(s), "--fp8-lm-head-gemms takes forward, dgrad and wgrad, comma-separated; 'fwd' is none of them");
-  s.fp8_lm_head_gemms = "dgrad,dgrad";
-  EXPECT_EQ(refusal(s), "--fp8-lm-head-gemms names 'dgrad' twice");
-  s.fp8_lm_head_gemms = "dgrad,";
-  EXPECT_EQ(refusal(s), "--fp8-lm-head-gemms takes forward, dgrad and wgrad, comma-separated; it ends with an empty "
-                        "item");
-  s = ok, s.fp8_lm_head = false, s.fp8_lm_head_gemms = "dgrad";
-  EXPECT_EQ(refusal(s), "--fp8-lm-head-gemms chooses the FP8 LM head's GEMMs: add --fp8-lm-head (or drop it)");
+  s.precision.fp8.lm_head = false;
+  EXPECT_EQ(refusal(s), "--debug-fp8-lm-head-gemms chooses the FP8 LM head's GEMMs: add --fp8-lm-head (or drop it)");
 }
 
-// --fp8-lm-head-rounding: nearest or stochastic (the default), only with the FP8 head.
+// --debug-fp8-lm-head-rounding: nearest or stochastic (the default), only with the FP8 head.
 TEST(TrainerCpu, Fp8LmHeadRounding) {
   const tb::train::TrainSpec ok = fp8_head_spec();
   tb::train::TrainSpec s = ok;
-  EXPECT_EQ(tb::train::fp8_head_rounding(s), "stochastic");
-  s.fp8_lm_head_rounding = "nearest";
+  EXPECT_EQ(tb::train::fp8_head_rounding(s), tb::train::Rounding::stochastic);
+  s.debug.fp8_head_rounding = tb::train::Rounding::nearest;
   EXPECT_EQ(refusal(s), "accepted");
-  EXPECT_EQ(tb::train::fp8_head_rounding(s), "nearest");
-  s.fp8_lm_head_rounding = "random";
-  EXPECT_EQ(refusal(s), "--fp8-lm-head-rounding must be nearest or stochastic, not 'random'");
-  s = ok, s.fp8_lm_head = false;
+  EXPECT_EQ(tb::train::fp8_head_rounding(s), tb::train::Rounding::nearest);
+  s = ok, s.precision.fp8.lm_head = false;
   EXPECT_EQ(refusal(s), "accepted");
-  s.fp8_lm_head_rounding = "nearest";
-  EXPECT_EQ(refusal(s), "--fp8-lm-head-rounding rounds the FP8 LM head's logit gradients: add --fp8-lm-head (or drop "
-                        "it)");
+  s.debug.fp8_head_rounding = tb::train::Rounding::nearest;
+  EXPECT_EQ(refusal(s),
+            "--debug-fp8-lm-head-rounding rounds the FP8 LM head's logit gradients: add --fp8-lm-head "
+            "(or drop it)");
 }
 
-// --fp8-grad-rounding: nearest (the default) or stochastic, only in FP8.
+// --debug-fp8-grad-rounding: nearest (the default) or stochastic, only in FP8.
 TEST(TrainerCpu, Fp8GradRounding) {
   tb::train::TrainSpec s = fp8_head_spec();
-  EXPECT_EQ(s.fp8_grad_rounding, "nearest");
-  s.fp8_grad_rounding = "stochastic";
+  EXPECT_EQ(s.debug.fp8_grad_rounding, tb::train::Rounding::nearest);
+  s.debug.fp8_grad_rounding = tb::train::Rounding::stochastic;
   EXPECT_EQ(refusal(s), "accepted");
-  s.fp8_grad_rounding = "random";
-  EXPECT_EQ(refusal(s), "--fp8-grad-rounding must be nearest or stochastic, not 'random'");
-  s.fp8_grad_rounding = "stochastic", s.fp8_lm_head = false, s.precision = "bf16";
+  s.precision.fp8.lm_head = false, s.precision.linear = tb::train::Precision::bf16;
   EXPECT_EQ(refusal(s),
-            "--fp8-grad-rounding rounds the FP8 linear layers' gradients: add --precision fp8 (or drop it)");
+            "--debug-fp8-grad-rounding rounds the FP8 linear layers' gradients: add --precision fp8 (or drop it)");
 }
 
-// --fp8-attention-emulate: qkv, o or both, with FP8 and BF16 attention only.
+// --debug-fp8-attention-emulate: qkv, o or both, with FP8 and BF16 attention only.
 TEST(TrainerCpu, Fp8AttentionEmulate) {
   tb::train::TrainSpec s = fp8_head_spec();
-  for (const char* v : {"qkv", "o", "qkv,o"}) {
-    s.fp8_attention_emulate = v;
+  for (const char* v : {"qkv", "o", "qkv,o", "o,qkv"}) {
+    s.debug.fp8_attention_emulate = tb::train::parse_attention_emulation(v);
     EXPECT_EQ(refusal(s), "accepted") << v;
   }
-  s.fp8_attention_emulate = "p";
-  EXPECT_EQ(refusal(s), "--fp8-attention-emulate takes qkv, o or qkv,o, not 'p'");
-  const std::string needs = "--fp8-attention-emulate (a diagnostic of BF16 attention) needs --precision fp8 without "
-                            "--fp8-attention, --cp 1 and --recompute none";
-  s.fp8_attention_emulate = "qkv", s.recompute = "selective";
+  EXPECT_EQ(tb::train::attention_emulation_name(tb::train::parse_attention_emulation("o,qkv")), "qkv,o");
+  EXPECT_EQ(tb::testing_support::config_error([] { tb::train::parse_attention_emulation("p"); }),
+            "--debug-fp8-attention-emulate takes qkv, o, comma-separated; 'p' is none of them");
+  const std::string needs =
+      "--debug-fp8-attention-emulate (a diagnostic of BF16 attention) needs --precision fp8 "
+      "without --fp8-attention, --cp 1 and --recompute none";
+  s.debug.fp8_attention_emulate = tb::train::parse_attention_emulation("qkv");
+  s.memory.recompute = tb::model::Recompute::selective;
   EXPECT_EQ(refusal(s), needs);
-  s.recompute = "none", s.precision = "bf16", s.fp8_lm_head = false;
+  s.memory.recompute = tb::model::Recompute::none, s.precision.linear = tb::train::Precision::bf16;
+  s.precision.fp8.lm_head = false;
   EXPECT_EQ(refusal(s), needs);
 }
 
 // --fp8-weight-cast: auto (the default), fused or separate.
 TEST(TrainerCpu, Fp8WeightCast) {
   tb::train::TrainSpec s = fp8_head_spec();
-  EXPECT_EQ(s.fp8_weight_cast, "auto");
-  for (const char* v : {"fused", "separate"}) {
-    s.fp8_weight_cast = v;
-    EXPECT_EQ(refusal(s), "accepted") << v;
+  EXPECT_EQ(s.precision.fp8.weight_cast, tb::train::WeightCast::automatic);
+  for (const auto v : {tb::train::WeightCast::fused, tb::train::WeightCast::separate}) {
+    s.precision.fp8.weight_cast = v;
+    EXPECT_EQ(refusal(s), "accepted") << tb::train::name(v);
   }
-  s.fp8_weight_cast = "adamw";
-  EXPECT_EQ(refusal(s), "--fp8-weight-cast must be auto, fused or separate, not 'adamw'");
 }
 
 // --grads: f32 (the default) or bf16, the latter on one GPU only.
 TEST(TrainerCpu, GradsBf16OnOneGpu) {
   tb::train::TrainSpec s = fp8_head_spec();
-  EXPECT_EQ(s.grads, "f32");
-  s.grads = "bf16";
+  EXPECT_EQ(s.memory.grads, tb::DType::f32);
+  s.memory.grads = tb::DType::bf16;
   EXPECT_EQ(refusal(s), "accepted");
-  s.grads = "fp16";
-  EXPECT_EQ(refusal(s), "--grads must be f32 or bf16, not 'fp16'");
   const std::string one_gpu = "--grads bf16 runs on one GPU (--device cuda, dp, tp, pp and cp 1): the CPU backend and "
                               "the parallel layouts' gradient reductions are fp32; drop --grads bf16 for them";
   for (auto [tp, pp, cp, dp] : {std::tuple{2, 1, 1, 1}, {1, 2, 1, 1}, {1, 1, 2, 1}, {1, 1, 1, 2}}) {
     tb::train::TrainSpec p = s;
-    p.grads = "bf16", p.tp = tp, p.pp = pp, p.cp = cp, p.dp = dp;
+    p.memory.grads = tb::DType::bf16, p.parallel.tp = tp, p.parallel.pp = pp, p.parallel.cp = cp, p.parallel.dp = dp;
     EXPECT_EQ(refusal(p), one_gpu) << tp << pp << cp << dp;
   }
   tb::train::TrainSpec cpu = tiny(2);
-  cpu.grads = "bf16";
+  cpu.memory.grads = tb::DType::bf16;
   EXPECT_EQ(refusal(cpu), one_gpu);
 }
 
@@ -234,9 +241,9 @@ TEST(TrainerCpu, GradsBf16OnOneGpu) {
 // parallel with learned positions was refused until its 2-GPU check passed).
 TEST(TrainerCpu, CudaLayoutsTakeLearnedPositionsAndTiedEmbeddings) {
   tb::train::TrainSpec s;
-  s.model = "small-gpt", s.device = "cuda";
+  s.model.preset = "small-gpt", s.run.device = tb::train::Device::cuda;
   for (auto [tp, pp, cp] : {std::tuple{2, 1, 1}, {1, 2, 1}, {1, 1, 2}, {2, 2, 2}, {4, 1, 1}, {1, 4, 1}, {4, 2, 1}}) {
-    s.tp = tp, s.pp = pp, s.cp = cp;
+    s.parallel.tp = tp, s.parallel.pp = pp, s.parallel.cp = cp;
     EXPECT_NO_THROW(tb::train::validate(s)) << tp << " " << pp << " " << cp;
   }
 }
