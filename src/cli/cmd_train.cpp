@@ -53,6 +53,130 @@ void print_ops(const train::TrainResult& res) {
               res.gpu_step_s.median * 1e3, res.step_s.median * 1e3);
 }
 
+// The train record's CUDA fields: the memory and precision settings, FP8's, graph and GEMM plans, peak and MFU, memory
+// against its estimate, power and energy, the time by op.
+nlohmann::json cuda_fields(const train::TrainSpec& spec, const train::TrainResult& res, double peak, double mfu) {
+  nlohmann::json d;
+  d["gpu"] = res.device_name;
+  d["recompute"] = train::name(spec.memory.recompute);
+  d["moments"] = dtype_name(spec.optimizer.moments);
+  d["grads"] = dtype_name(spec.memory.grads);
+  d["master"] = train::name(spec.optimizer.master);
+  d["grad_buffer"] = res.grads_shared ? "shared" : "separate";
+  const train::Fp8Spec& f = spec.precision.fp8;
+  if (spec.fp8())
+    d["fp8"] = {{"recipe", train::name(f.recipe)},
+                     {"format", train::name(f.format)},
+                     {"history", f.history},
+                     {"amax", train::name(f.amax)},
+                     {"margin", f.margin},
+                     {"reduce_amax", f.reduce_amax},
+                     {"lm_head", f.lm_head ? "fp8" : "bf16"},
+                     {"attention", f.attention ? "fp8" : "bf16"},
+                     {"attention_emulate", train::attention_emulation_name(spec.debug.fp8_attention_emulate)},
+                     {"weight_cast", res.fp8_weight_cast},
+                     {"grad_rounding", train::name(spec.debug.fp8_grad_rounding)}};
+  if (spec.fp8() && f.lm_head) {
+    const train::HeadGemms& g = spec.debug.fp8_head_gemms;
+    auto gemms = nlohmann::json::array();
+    for (const auto& [on, gemm] : {std::pair{g.forward, "forward"}, {g.dgrad, "dgrad"}, {g.wgrad, "wgrad"}})
+      if (on) gemms.push_back(gemm);
+    d["fp8"]["lm_head_grad"] = dtype_name(train::fp8_head_grad_format(spec));
+    d["fp8"]["lm_head_gemms"] = gemms;
+    d["fp8"]["lm_head_rounding"] = train::name(train::fp8_head_rounding(spec));
+  }
+  d["graph"] = res.graph;
+  d["gemm_plans"] = res.gemm_plans;
+  d["gemm_retuned"] = res.gemm_retuned;
+  d["gpu_step_ms"] = to_json(scaled(res.gpu_step_s, 1e3));
+  d["peak_tflops"] = peak;
+  if (mfu > 0) d["mfu"] = mfu;
+  d["peak_alloc_gib"] = res.peak_alloc_bytes / kGiB;
+  d["device_used_gib"] = res.device_used_bytes / kGiB;
+  d["estimate_gib"] = res.estimate.total() / kGiB;
+  const train::MemoryEstimate& e = res.estimate;
+  d["estimate_parts_gib"] = {{"weights", e.weights / kGiB},         {"grads", e.grads / kGiB},
+                                  {"master", e.master / kGiB},           {"moments", e.moments / kGiB},
+                                  {"activations", e.activations / kGiB}, {"fp8_weights", e.fp8_weights / kGiB},
+                                  {"workspaces", e.workspaces / kGiB}};
+  d["power_w"] = res.telemetry ? res.telemetry->power_w_mean : 0.0;
+  d["energy_j_per_token"] = res.energy_j_per_token;
+  if (res.telemetry) d["telemetry"] = bench::to_json(*res.telemetry);
+  d["ops"] = ops_json(res);
+  return d;
+}
+
+// This rank's step times: the report's straggler and jitter analysis joins the ranks of one run id.
+Record rank_steps_record(const train::TrainSpec& spec, const train::TrainResult& res, bool cuda) {
+  const LaunchRank lr = launch_rank();
+  Record rs;
+  rs.bench = "rank_steps";
+  rs.name = fmt::format("rank{}", lr.rank);
+  rs.world = lr.world;
+  if (res.interrupted) rs.status = Status::interrupted;  // every rank of a stopped job says so
+  if (cuda) rs.device = res.gpu;
+  auto ms = nlohmann::json::array();
+  for (const auto& s : res.steps)
+    if (s.step > spec.run.warmup_steps) ms.push_back(s.step_s * 1e3);
+  rs.data = {{"rank", lr.rank}, {"host", hostname()}, {"step_ms", ms}};
+  if (res.telemetry) rs.data["telemetry"] = bench::to_json(*res.telemetry);  // this rank's GPU
+  if (spec.debug.delay_rank >= 0)
+    rs.data["debug_delay"] = {{"rank", spec.debug.delay_rank}, {"ms", spec.debug.delay_ms}};
+  return rs;
+}
+
+// " (delayed scaling, hybrid, FP8 LM head with E5M2 logit gradients rounded stochastically, FP8 attention)"; a head
+// with some GEMMs in BF16: "FP8 LM head (dgrad,wgrad in FP8) with ..."
+std::string fp8_description(const train::TrainSpec& spec) {
+  const train::Fp8Spec& f = spec.precision.fp8;
+  const train::HeadGemms& gemms = spec.debug.fp8_head_gemms;
+  const std::string which = gemms.all() ? "" : fmt::format(" ({} in FP8)", train::head_gemm_names(gemms));
+  const std::string attention =
+      f.attention ? std::string(", FP8 attention")
+      : spec.debug.fp8_attention_emulate.on()
+          ? ", BF16 attention, E4M3-rounded " + train::attention_emulation_name(spec.debug.fp8_attention_emulate)
+          : std::string();
+  const bool stochastic_head = train::fp8_head_rounding(spec) == train::Rounding::stochastic;
+  return fmt::format(
+      " ({} scaling, {}{}{}{})", train::name(f.recipe), train::name(f.format),
+      spec.debug.fp8_grad_rounding == train::Rounding::stochastic ? ", gradients rounded stochastically" : "",
+      f.lm_head ? fmt::format(", FP8 LM head{} with {} logit gradients rounded {}", which,
+                              train::fp8_head_grad_format(spec) == DType::e4m3 ? "E4M3" : "E5M2",
+                              stochastic_head ? "stochastically" : "to nearest")
+                : "",
+      attention);
+}
+
+// The summary lines: step time, tokens/s, FLOP rate and MFU, the loss, memory against the estimate, power and energy,
+// the time by op.
+void print_summary(const train::TrainResult& res, int accum, const std::string& flop_rate, double peak, bool cuda) {
+  std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps%s | tokens/s %.0f%s | %s",
+              res.step_s.median, res.step_s.p10, res.step_s.p90, res.step_s.n,
+              accum > 1 ? fmt::format(" ({} micro-batches each: {:.1f} ms per micro-batch)", accum,
+                                      1e3 * res.step_s.median / accum).c_str()
+                        : "",
+              res.tokens_per_s,
+              res.gpus > 1 ? fmt::format(" ({:.0f} per GPU, {} GPUs)", res.tokens_per_s / res.gpus, res.gpus).c_str()
+                           : "",
+              flop_rate.c_str());
+  const double mfu = peak > 0 ? res.tflops / peak : 0;
+  if (mfu > 0) std::printf(" | MFU %.1f%% of %.0f", 100 * mfu, peak);
+  std::printf("\n         loss %.4f -> %.4f%s\n", res.steps.front().loss, res.steps.back().loss,
+              res.loss_floor > 0 ? fmt::format(" (task floor {:.4f})", res.loss_floor).c_str() : "");
+  if (cuda) {
+    std::printf("         memory: peak %.2f GiB allocated by trainbench (estimate %.2f; gradients %s), %.2f GiB in use "
+                "on the GPU | graph: %s | GEMM shapes %d (%d retuned)\n",
+                res.peak_alloc_bytes / kGiB, res.estimate.total() / kGiB,
+                res.grads_shared ? "in activation memory" : "separate", res.device_used_bytes / kGiB,
+                res.graph.c_str(), res.gemm_plans, res.gemm_retuned);
+    std::printf("         estimate: %s\n", res.estimate.parts_gib().c_str());
+    if (res.telemetry && res.telemetry->samples > 0)
+      std::printf("         %s | energy %.1f mJ/token\n", bench::describe(*res.telemetry).c_str(),
+                  1e3 * res.energy_j_per_token);  // three digits: runs differ in the third
+    print_ops(res);
+  }
+}
+
 // An option naming one of a choice table's values (train/spec.h): help and errors list the names.
 template <class E, std::size_t N>
 CLI::Option* add_choice(CLI::App& app, const std::string& flags, E& value, const train::Choice<E> (&table)[N],
@@ -308,26 +432,7 @@ int cmd_train(int argc, char** argv) {
                   : fmt::format("GPU {}", spec.run.gpu);
   // "(delayed scaling, hybrid, FP8 LM head with E5M2 logit gradients rounded stochastically, FP8 attention)"; a head
   // with some GEMMs in BF16: "FP8 LM head (dgrad, wgrad in FP8) with ..."
-  std::string fp8;
-  if (spec.fp8()) {
-    const train::Fp8Spec& f = spec.precision.fp8;
-    const train::HeadGemms& gemms = spec.debug.fp8_head_gemms;
-    const std::string which = gemms.all() ? "" : fmt::format(" ({} in FP8)", train::head_gemm_names(gemms));
-    const std::string attention =
-        f.attention ? std::string(", FP8 attention")
-        : spec.debug.fp8_attention_emulate.on()
-            ? ", BF16 attention, E4M3-rounded " + train::attention_emulation_name(spec.debug.fp8_attention_emulate)
-            : std::string();
-    const bool stochastic_head = train::fp8_head_rounding(spec) == train::Rounding::stochastic;
-    fp8 = fmt::format(
-        " ({} scaling, {}{}{}{})", train::name(f.recipe), train::name(f.format),
-        spec.debug.fp8_grad_rounding == train::Rounding::stochastic ? ", gradients rounded stochastically" : "",
-        f.lm_head ? fmt::format(", FP8 LM head{} with {} logit gradients rounded {}", which,
-                                train::fp8_head_grad_format(spec) == DType::e4m3 ? "E4M3" : "E5M2",
-                                stochastic_head ? "stochastically" : "to nearest")
-                  : "",
-        attention);
-  }
+  const std::string fp8 = spec.fp8() ? fp8_description(spec) : "";
   if (rank0)
     std::printf(
         "train %s on %s: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps%s\n",
@@ -395,102 +500,16 @@ int cmd_train(int argc, char** argv) {
             {"data", spec.run.data}};
   if (res.loss_floor > 0) r.data["loss_floor"] = res.loss_floor;
   if (cuda) {
-    r.data["gpu"] = res.device_name;
-    r.data["recompute"] = train::name(spec.memory.recompute);
-    r.data["moments"] = dtype_name(spec.optimizer.moments);
-    r.data["grads"] = dtype_name(spec.memory.grads);
-    r.data["master"] = train::name(spec.optimizer.master);
-    r.data["grad_buffer"] = res.grads_shared ? "shared" : "separate";
-    const train::Fp8Spec& f = spec.precision.fp8;
-    if (spec.fp8())
-      r.data["fp8"] = {{"recipe", train::name(f.recipe)},
-                       {"format", train::name(f.format)},
-                       {"history", f.history},
-                       {"amax", train::name(f.amax)},
-                       {"margin", f.margin},
-                       {"reduce_amax", f.reduce_amax},
-                       {"lm_head", f.lm_head ? "fp8" : "bf16"},
-                       {"attention", f.attention ? "fp8" : "bf16"},
-                       {"attention_emulate", train::attention_emulation_name(spec.debug.fp8_attention_emulate)},
-                       {"weight_cast", res.fp8_weight_cast},
-                       {"grad_rounding", train::name(spec.debug.fp8_grad_rounding)}};
-    if (spec.fp8() && f.lm_head) {
-      const train::HeadGemms& g = spec.debug.fp8_head_gemms;
-      auto gemms = nlohmann::json::array();
-      for (const auto& [on, gemm] : {std::pair{g.forward, "forward"}, {g.dgrad, "dgrad"}, {g.wgrad, "wgrad"}})
-        if (on) gemms.push_back(gemm);
-      r.data["fp8"]["lm_head_grad"] = dtype_name(train::fp8_head_grad_format(spec));
-      r.data["fp8"]["lm_head_gemms"] = gemms;
-      r.data["fp8"]["lm_head_rounding"] = train::name(train::fp8_head_rounding(spec));
-    }
-    r.data["graph"] = res.graph;
-    r.data["gemm_plans"] = res.gemm_plans;
-    r.data["gemm_retuned"] = res.gemm_retuned;
-    r.data["gpu_step_ms"] = to_json(scaled(res.gpu_step_s, 1e3));
-    r.data["peak_tflops"] = peak;
-    if (mfu > 0) r.data["mfu"] = mfu;
-    r.data["peak_alloc_gib"] = res.peak_alloc_bytes / kGiB;
-    r.data["device_used_gib"] = res.device_used_bytes / kGiB;
-    r.data["estimate_gib"] = res.estimate.total() / kGiB;
-    const train::MemoryEstimate& e = res.estimate;
-    r.data["estimate_parts_gib"] = {{"weights", e.weights / kGiB},         {"grads", e.grads / kGiB},
-                                    {"master", e.master / kGiB},           {"moments", e.moments / kGiB},
-                                    {"activations", e.activations / kGiB}, {"fp8_weights", e.fp8_weights / kGiB},
-                                    {"workspaces", e.workspaces / kGiB}};
-    r.data["power_w"] = res.telemetry ? res.telemetry->power_w_mean : 0.0;
-    r.data["energy_j_per_token"] = res.energy_j_per_token;
-    if (res.telemetry) r.data["telemetry"] = bench::to_json(*res.telemetry);
-    r.data["ops"] = ops_json(res);
+    r.data.update(cuda_fields(spec, res, peak, mfu));
   } else {
     r.data["peak_rss_gib"] = peak_rss_gib();
   }
   if (res.interrupted) r.status = Status::interrupted;
   if (rank0) run.sink->write(r);  // one record per job; every rank writes its rank_steps below
-  {  // this rank's step times: the report's straggler and jitter analysis joins the ranks of one run id
-    const LaunchRank lr = launch_rank();
-    Record rs;
-    rs.bench = "rank_steps";
-    rs.name = fmt::format("rank{}", lr.rank);
-    rs.world = lr.world;
-    if (res.interrupted) rs.status = Status::interrupted;  // every rank of a stopped job says so
-    if (cuda) rs.device = res.gpu;
-    auto ms = nlohmann::json::array();
-    for (const auto& s : res.steps)
-      if (s.step > spec.run.warmup_steps) ms.push_back(s.step_s * 1e3);
-    rs.data = {{"rank", lr.rank}, {"host", hostname()}, {"step_ms", ms}};
-    if (res.telemetry) rs.data["telemetry"] = bench::to_json(*res.telemetry);  // this rank's GPU
-    if (spec.debug.delay_rank >= 0)
-      rs.data["debug_delay"] = {{"rank", spec.debug.delay_rank}, {"ms", spec.debug.delay_ms}};
-    run.sink->write(rs);
-  }
-
+  run.sink->write(rank_steps_record(spec, res, cuda));
   if (!rank0) return finish(res.interrupted ? kFailed : kOk);  // rank 0 prints the summary
   if (res.interrupted) std::printf("\ninterrupted after %zu of %d steps\n", res.steps.size(), spec.run.steps);
-  const int accum = train::micro_batches_per_rank(spec, layout.dp);
-  std::printf("\nsummary: step_s median %.4f (p10 %.4f, p90 %.4f) over %zu steps%s | tokens/s %.0f%s | %s",
-              res.step_s.median, res.step_s.p10, res.step_s.p90, res.step_s.n,
-              accum > 1 ? fmt::format(" ({} micro-batches each: {:.1f} ms per micro-batch)", accum,
-                                      1e3 * res.step_s.median / accum).c_str()
-                        : "",
-              res.tokens_per_s,
-              res.gpus > 1 ? fmt::format(" ({:.0f} per GPU, {} GPUs)", res.tokens_per_s / res.gpus, res.gpus).c_str()
-                           : "",
-              flop_rate(res.tflops).c_str());
-  if (mfu > 0) std::printf(" | MFU %.1f%% of %.0f", 100 * mfu, peak);
-  std::printf("\n         loss %.4f -> %.4f%s\n", res.steps.front().loss, res.steps.back().loss,
-              res.loss_floor > 0 ? fmt::format(" (task floor {:.4f})", res.loss_floor).c_str() : "");
-  if (cuda) {
-    std::printf("         memory: peak %.2f GiB allocated by trainbench (estimate %.2f; gradients %s), %.2f GiB in use "
-                "on the GPU | graph: %s | GEMM shapes %d (%d retuned)\n",
-                res.peak_alloc_bytes / kGiB, res.estimate.total() / kGiB,
-                res.grads_shared ? "in activation memory" : "separate", res.device_used_bytes / kGiB,
-                res.graph.c_str(), res.gemm_plans, res.gemm_retuned);
-    std::printf("         estimate: %s\n", res.estimate.parts_gib().c_str());
-    if (res.telemetry && res.telemetry->samples > 0)
-      std::printf("         %s | energy %.1f mJ/token\n", bench::describe(*res.telemetry).c_str(),
-                  1e3 * res.energy_j_per_token);  // three digits: runs differ in the third
-    print_ops(res);
-  }
+  print_summary(res, train::micro_batches_per_rank(spec, layout.dp), flop_rate(res.tflops), peak, cuda);
   print_results_location(run);
   return finish(res.interrupted ? kFailed : kOk);
 }

@@ -1,6 +1,7 @@
 // train/step_cuda.cpp: the CUDA trainer's step, enqueued and captured (train/step_cuda.h).
 #include "train/step_cuda.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace tb::train {
@@ -27,6 +28,33 @@ StepCuda::~StepCuda() {
 //   the gradients' reductions: tp all-reduces, the tied embedding's sum over the stages, dp reduce-scatters
 //   norm, clip = grad_norm(grads, max_norm) summed over the groups;  AdamW(master, m, v -> bf16 weights)
 //   D2H: loss[0..micro-batches), norm                                   (into pinned host memory)
+void StepCuda::load_inputs(DataSource& source, int full_seq, int cp, int step, float lr) {
+  const parallel::Coord& place = topo_.place;
+  const std::size_t c = std::size_t(full_seq) / std::size_t(2 * cp);  // context parallel: chunk length
+  std::int32_t* tokens = h_tokens_.get();
+  std::int32_t* targets = h_targets_.get();
+  for (int k = 0; k < accum_ * dp_; ++k) {
+    const Batch b = source.next(mb_);
+    const int a = k - place.dp * accum_;
+    if (a < 0 || a >= accum_) continue;
+    if (cp == 1) {
+      std::copy(b.tokens.begin(), b.tokens.end(), tokens + std::size_t(a) * n_);
+      std::copy(b.targets.begin(), b.targets.end(), targets + std::size_t(a) * n_);
+      continue;
+    }
+    for (int i = 0; i < mb_; ++i)  // sequence i: this rank's chunks cp rank and 2 cp - 1 - cp rank
+      for (int h = 0; h < 2; ++h) {
+        const std::size_t g = std::size_t(h == 0 ? place.cp : 2 * cp - 1 - place.cp);
+        const std::size_t from = std::size_t(i) * std::size_t(full_seq) + g * c;
+        const std::size_t to = std::size_t(a) * n_ + std::size_t(i) * std::size_t(seq_) + std::size_t(h) * c;
+        std::copy_n(b.tokens.begin() + std::ptrdiff_t(from), c, tokens + to);
+        std::copy_n(b.targets.begin() + std::ptrdiff_t(from), c, targets + to);
+      }
+  }
+  scalars().lr = lr;
+  scalars().step = step;
+}
+
 void StepCuda::enqueue() {
   cudaStream_t st = dc_.stream();
   const auto& chunks = rep_.chunks;

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "ops/cuda/adamw.h"
 #include "ops/cuda/context.h"
+#include "train/data.h"
 #include "train/optimizer_cuda.h"
 #include "train/pipeline_cuda.h"
 #include "train/replica_cuda.h"
@@ -57,6 +58,10 @@ class StepCuda {
   ops::AdamWStepScalars& scalars() const { return h_scalars_[0]; }
   float loss(int micro_batch) const { return h_losses_[std::size_t(micro_batch)]; }
   float grad_norm() const { return h_norm_[0].norm; }
+  // Step `step`'s inputs (1-based): the next micro_batches x dp micro-batches of `source`, of which this rank takes
+  // [dp rank x micro_batches, +micro_batches) (the tensor-, pipeline- and context-parallel ranks of one replica share
+  // them); context parallel (cp > 1): of each sequence of `full_seq` tokens, chunks cp rank and 2 cp - 1 - cp rank.
+  void load_inputs(DataSource& source, int full_seq, int cp, int step, float lr);
 
   void enqueue();          // the whole step, eagerly
   std::string capture();   // "captured", or why not (the step then runs eagerly)

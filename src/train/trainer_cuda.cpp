@@ -50,6 +50,50 @@
 namespace tb::train {
 namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The rank's data-parallel size and its GPU: its node-local rank, or with --share-gpus the mesh's sharing rule.
+void place_rank(TrainSpec& spec, const comm::World& world, const parallel::MeshShape& mesh, int devices) {
+  spec.parallel.dp = mesh.dp;
+  if (spec.parallel.share_gpus && world.size > devices) {
+    if (const std::string problem = share_gpus_problem(mesh, devices); !problem.empty()) raise_config(problem);
+    spec.run.gpu = parallel::shared_gpu(parallel::coord_of(mesh, world.rank), devices);
+  } else if (world.size > 1) {
+    spec.run.gpu = world.local_rank;
+  }
+}
+
+// The rank's GPU exists and the run fits in its free memory (else the estimate and the knobs that would fit).
+void check_fits(const TrainSpec& spec, const model::ModelConfig& m, const comm::World& world, int devices) {
+  TB_REQUIRE(spec.run.gpu < devices,
+             fmt::format("rank {} of {} needs GPU {} of this node, which has {} GPU{}: run at most {} ranks per node",
+                         world.rank, world.size, spec.run.gpu, devices, devices == 1 ? "" : "s", devices));
+  TB_CHECK(cudaSetDevice(spec.run.gpu));
+  std::size_t free_b = 0, total_b = 0;
+  TB_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (std::string advice = fit_advice(spec, m, double(free_b)); !advice.empty()) raise_config(advice);
+}
+
+// After the eager first step: the device memory in use, the GEMM plans, their autotuning (--autotune), the capture of
+// the step as a CUDA graph.
+void after_first_step(const TrainSpec& spec, ops::DeviceContext& dc, StepCuda& step_run, int rank, TrainResult& res) {
+  std::size_t fr = 0, tot = 0;
+  TB_CHECK(cudaMemGetInfo(&fr, &tot));
+  res.device_used_bytes = double(tot - fr);
+  dc.for_each_plan([&](ops::GemmPlan&) { ++res.gemm_plans; });
+  if (spec.run.autotune) {  // up to kCandidates x (200 ms + 20 runs) per shape: say so before the silence
+    if (rank == 0)
+      log::info("train: --autotune: timing cuBLASLt's candidates of {} GEMM shapes (up to ~{:.0f} s)", res.gemm_plans,
+                res.gemm_plans * ops::GemmPlan::kCandidates * bench::kTuneSustainMs * 1.2e-3);
+    res.gemm_retuned = bench::tune_all_plans(dc);
+    ops::reset_device_memory_peak();  // its scratch operands are gone: not part of a training step
+  }
+  const bool use_graph = spec.run.graph == Switch::on ||
+                         (spec.run.graph == Switch::automatic && spec.parallel.tp == 1);  // train/spec.h
+  res.graph = use_graph ? step_run.capture() : "off";
+  if (res.graph != "captured" && use_graph)
+    log::warn("train: running without a CUDA graph ({}); step times include launch overhead", res.graph);
+}
+
 }  // namespace
 
 TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const StepStats&)>& on_step) {
@@ -60,16 +104,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
              fmt::format("--tp {} x --pp {} x --cp {} does not divide the job's {} ranks", spec.parallel.tp,
                          spec.parallel.pp, spec.parallel.cp, world.size));
   const parallel::MeshShape mesh = mesh_shape(spec, world.size);
-  spec.parallel.dp = mesh.dp;
-  const parallel::Coord place = parallel::coord_of(mesh, world.rank);
   int devices = 0;
   TB_CHECK(cudaGetDeviceCount(&devices));
-  if (spec.parallel.share_gpus && world.size > devices) {
-    if (const std::string problem = share_gpus_problem(mesh, devices); !problem.empty()) raise_config(problem);
-    spec.run.gpu = parallel::shared_gpu(place, devices);
-  } else if (world.size > 1) {
-    spec.run.gpu = world.local_rank;
-  }
+  place_rank(spec, world, mesh, devices);
   validate(spec);
   TrainResult res;
   res.model = resolve_model(spec);
@@ -89,15 +126,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const double flops_per_gpu = res.flops_per_step / world.size;
   res.estimate = estimate_memory(spec, m);
 
-  // ---- Fit check before any allocation.
-  TB_REQUIRE(spec.run.gpu < devices,
-             fmt::format("rank {} of {} needs GPU {} of this node, which has {} GPU{}: run at most "
-                         "{} ranks per node",
-                         world.rank, world.size, spec.run.gpu, devices, devices == 1 ? "" : "s", devices));
-  TB_CHECK(cudaSetDevice(spec.run.gpu));
-  std::size_t free_b = 0, total_b = 0;
-  TB_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  if (std::string advice = fit_advice(spec, m, double(free_b)); !advice.empty()) raise_config(advice);
+  check_fits(spec, m, world, devices);  // before any allocation
   cudaDeviceProp prop{};
   TB_CHECK(cudaGetDeviceProperties(&prop, spec.run.gpu));
   res.device_name = prop.name;
@@ -141,31 +170,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   DataSource source(spec.run.data, spec.run.token_type, m.vocab, m.seq, spec.run.seed);
   res.loss_floor = source.loss_floor();
   const LrSchedule schedule = lr_schedule(spec, m);
-  auto load_inputs = [&](int step) {  // step 1-based; rank r takes micro-batches [r accum, (r + 1) accum) of the step
-    const std::size_t c = std::size_t(m.seq) / std::size_t(2 * cp);  // context parallel: chunk length
-    std::int32_t* tokens = step_run.tokens();
-    std::int32_t* targets = step_run.targets();
-    for (int k = 0; k < accum * dp; ++k) {
-      const Batch b = source.next(mb);
-      const int a = k - place.dp * accum;  // tensor-, pipeline- and context-parallel ranks share their micro-batches
-      if (a < 0 || a >= accum) continue;
-      if (cp == 1) {
-        std::copy(b.tokens.begin(), b.tokens.end(), tokens + std::size_t(a) * n);
-        std::copy(b.targets.begin(), b.targets.end(), targets + std::size_t(a) * n);
-        continue;
-      }
-      for (int i = 0; i < mb; ++i)  // sequence i: this rank's chunks cp rank and 2 cp - 1 - cp rank
-        for (int h = 0; h < 2; ++h) {
-          const std::size_t g = std::size_t(h == 0 ? place.cp : 2 * cp - 1 - place.cp);
-          const std::size_t from = std::size_t(i) * std::size_t(m.seq) + g * c;
-          const std::size_t to = std::size_t(a) * n + std::size_t(i) * std::size_t(seq) + std::size_t(h) * c;
-          std::copy_n(b.tokens.begin() + std::ptrdiff_t(from), c, tokens + to);
-          std::copy_n(b.targets.begin() + std::ptrdiff_t(from), c, targets + to);
-        }
-    }
-    step_run.scalars().lr = float(schedule.lr(step - 1));
-    step_run.scalars().step = step;
-  };
+  auto load_inputs = [&](int step) { step_run.load_inputs(source, m.seq, cp, step, float(schedule.lr(step - 1))); };
 
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
   TB_CHECK(cudaEventCreate(&ev0));
@@ -204,24 +209,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                fmt::format("step {}: the loss ({}) or the gradient norm ({}) is not finite: lower --lr or check the "
                            "data (token ids must be below the vocabulary, {})",
                            step, s.loss, s.grad_norm, m.vocab));
-    if (step == 1) {
-      std::size_t fr = 0, tot = 0;
-      TB_CHECK(cudaMemGetInfo(&fr, &tot));
-      res.device_used_bytes = double(tot - fr);
-      dc.for_each_plan([&](ops::GemmPlan&) { ++res.gemm_plans; });
-      if (spec.run.autotune) {  // up to kCandidates x (200 ms + 20 runs) per shape: say so before the silence
-        if (world.rank == 0)
-          log::info("train: --autotune: timing cuBLASLt's candidates of {} GEMM shapes (up to ~{:.0f} s)",
-                    res.gemm_plans, res.gemm_plans * ops::GemmPlan::kCandidates * bench::kTuneSustainMs * 1.2e-3);
-        res.gemm_retuned = bench::tune_all_plans(dc);
-        ops::reset_device_memory_peak();  // its scratch operands are gone: not part of a training step
-      }
-      const bool use_graph =
-          spec.run.graph == Switch::on || (spec.run.graph == Switch::automatic && tp == 1);  // trainer.h: tp eager
-      res.graph = use_graph ? step_run.capture() : "off";
-      if (res.graph != "captured" && use_graph)
-        log::warn("train: running without a CUDA graph ({}); step times include launch overhead", res.graph);
-    }
+    if (step == 1) after_first_step(spec, dc, step_run, world.rank, res);
     if (step > spec.run.warmup_steps) {
       measured.push_back(s.step_s);
       measured_gpu.push_back(double(gpu_ms) * 1e-3);
