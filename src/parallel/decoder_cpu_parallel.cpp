@@ -41,8 +41,8 @@ std::vector<std::int64_t> cp_positions(int cp, int rank, int seq) {
     for (int j = 0; j < seq; ++j) pos.push_back(j);
     return pos;
   }
-  TB_REQUIRE(seq % (2 * cp) == 0, "context parallel: seq " + str(seq) + " must be divisible by 2·cp = " +
-                                      str(2 * cp) + " (two load-balanced causal chunks per cp rank)");
+  TB_REQUIRE(seq % (2 * cp) == 0, "context parallel: seq " + str(seq) + " must be divisible by 2·cp = " + str(2 * cp) +
+                                      " (two load-balanced causal chunks per cp rank)");
   const int chunk = seq / (2 * cp);
   for (int c : {rank, 2 * cp - 1 - rank})
     for (int j = 0; j < chunk; ++j) pos.push_back(std::int64_t(c) * chunk + j);
@@ -57,13 +57,13 @@ struct ShardedCpuDecoder<T>::LayerActs {  // saved for the backward; y1g, y2g: t
 template <class T>
 struct ShardedCpuDecoder<T>::State {
   int batch = 0, seq = 0;
-  std::int64_t n = 0, rows = 0;           // tokens on this cp rank; residual-stream rows on this rank
-  std::vector<std::int64_t> pos;           // positions of the cp rank's seq / cp tokens of a sequence
+  std::int64_t n = 0, rows = 0;               // tokens on this cp rank; residual-stream rows on this rank
+  std::vector<std::int64_t> pos;              // positions of the cp rank's seq / cp tokens of a sequence
   std::vector<std::int32_t> tokens, targets;  // the n local tokens, (b, j) row-major
   std::vector<LayerActs> layers;
-  std::vector<T> rf, meanf, rstdf, yf;     // the final norm on this rank's rows
-  std::vector<T> dyf;                      // forward_backward: the head's input gradient, from the forward
-  bool head_done = false;                  // the head's backward ran in the forward (dyf holds its result)
+  std::vector<T> rf, meanf, rstdf, yf;  // the final norm on this rank's rows
+  std::vector<T> dyf;                   // forward_backward: the head's input gradient, from the forward
+  bool head_done = false;               // the head's backward ran in the forward (dyf holds its result)
 };
 
 template <class T>
@@ -77,8 +77,8 @@ ShardedCpuDecoder<T>::ShardedCpuDecoder(const model::ModelConfig& cfg, DecoderGr
       full_(model::dense_layout(cfg)) {
   const int tp = tp_.size();
   auto divides = [&](int v, const char* what) {
-    TB_REQUIRE(v % tp == 0, std::string("CPU decoder: ") + what + " (" + str(v) + ") is not divisible by tp (" +
-                                str(tp) + ")");
+    TB_REQUIRE(v % tp == 0,
+               std::string("CPU decoder: ") + what + " (" + str(v) + ") is not divisible by tp (" + str(tp) + ")");
   };
   divides(cfg_.heads, "heads");
   divides(cfg_.kv_heads, "kv_heads");
@@ -144,9 +144,8 @@ void ShardedCpuDecoder<T>::init(std::uint64_t seed) {
 
 template <class T>
 void ShardedCpuDecoder<T>::add_grads_to_full(std::span<T> full) const {
-  TB_REQUIRE(full.size() == full_.total, "CPU decoder: add_grads_to_full got " +
-                                             str(std::int64_t(full.size())) + " elements, the model has " +
-                                             str(std::int64_t(full_.total)));
+  TB_REQUIRE(full.size() == full_.total, "CPU decoder: add_grads_to_full got " + str(std::int64_t(full.size())) +
+                                             " elements, the model has " + str(std::int64_t(full_.total)));
   for (const ShardBlock& b : blocks_) {
     if (b.tp_replicated && tp_.rank() != 0) continue;
     for (std::int64_t i = 0; i < b.rows; ++i) {
@@ -178,22 +177,22 @@ template <class T>
 void ShardedCpuDecoder<T>::check_batch(const MicroBatch& b) const {
   const int cp = cp_.size(), tp = tp_.size();
   TB_REQUIRE(b.batch >= 1 && b.seq >= 1 && b.seq <= cfg_.seq,
-             "CPU decoder: batch " + str(b.batch) + " and seq " + str(b.seq) + " must be >= 1, seq at most the "
-                                                                                   "model's " + str(cfg_.seq));
-  TB_REQUIRE(cp == 1 || b.seq % (2 * cp) == 0,
-             "CPU decoder: seq " + str(b.seq) + " must be divisible by 2·cp = " + str(2 * cp) +
-                 " (context parallel: two load-balanced causal chunks per cp rank)");
+             "CPU decoder: batch " + str(b.batch) + " and seq " + str(b.seq) +
+                 " must be >= 1, seq at most the model's " + str(cfg_.seq));
+  TB_REQUIRE(cp == 1 || b.seq % (2 * cp) == 0, "CPU decoder: seq " + str(b.seq) +
+                                                   " must be divisible by 2·cp = " + str(2 * cp) +
+                                                   " (context parallel: two load-balanced causal chunks per cp rank)");
   const std::int64_t n = std::int64_t(b.batch) * b.seq / cp;
   TB_REQUIRE(!sp_ || n % tp == 0, "CPU decoder: sequence parallel splits the " + str(n) +
                                       " tokens of a cp rank (batch · seq / cp) over tp = " + str(tp) +
                                       ", which must divide them");
   const std::size_t full = std::size_t(b.batch) * std::size_t(b.seq);
-  TB_REQUIRE(!is_first() || b.tokens.size() == full, "CPU decoder: the first stage needs batch · seq = " +
-                                                         str(std::int64_t(full)) + " tokens, got " +
-                                                         str(std::int64_t(b.tokens.size())));
-  TB_REQUIRE(!is_last() || b.targets.size() == full, "CPU decoder: the last stage needs batch · seq = " +
-                                                         str(std::int64_t(full)) + " targets, got " +
-                                                         str(std::int64_t(b.targets.size())));
+  TB_REQUIRE(!is_first() || b.tokens.size() == full,
+             "CPU decoder: the first stage needs batch · seq = " + str(std::int64_t(full)) + " tokens, got " +
+                 str(std::int64_t(b.tokens.size())));
+  TB_REQUIRE(!is_last() || b.targets.size() == full,
+             "CPU decoder: the last stage needs batch · seq = " + str(std::int64_t(full)) + " targets, got " +
+                 str(std::int64_t(b.targets.size())));
   if (is_first()) model::detail::check_ids(b.tokens, cfg_.vocab, "token");
   if (is_last()) model::detail::check_ids(b.targets, cfg_.vocab, "target");
 }
@@ -256,13 +255,12 @@ void ShardedCpuDecoder<T>::reduce_rows(View dst, const std::vector<T>& partial, 
 
 // kv [batch * seq, width] in natural order = columns [col, col + width) of every cp rank's qkv [n, *], gathered.
 template <class T>
-void ShardedCpuDecoder<T>::gather_kv(const State& s, const std::vector<T>& qkv, std::int64_t col,
-                                     std::int64_t width, std::vector<T>& kv) {
+void ShardedCpuDecoder<T>::gather_kv(const State& s, const std::vector<T>& qkv, std::int64_t col, std::int64_t width,
+                                     std::vector<T>& kv) {
   const int cp = cp_.size();
   const std::int64_t qkv_width = std::int64_t(qkv.size()) / s.n, sl = s.seq / cp;
   std::vector<T> mine(std::size_t(s.n * width)), all(std::size_t(cp * s.n * width));
-  for (std::int64_t t = 0; t < s.n; ++t)
-    std::copy_n(qkv.data() + t * qkv_width + col, width, mine.data() + t * width);
+  for (std::int64_t t = 0; t < s.n; ++t) std::copy_n(qkv.data() + t * qkv_width + col, width, mine.data() + t * width);
   cp_.all_gather(mine.data(), all.data(), mine.size(), dtype_of<T>());
   kv.resize(std::size_t(s.batch * s.seq * width));
   for (int r = 0; r < cp; ++r) {
@@ -276,8 +274,8 @@ void ShardedCpuDecoder<T>::gather_kv(const State& s, const std::vector<T>& qkv, 
 
 // The mirror of gather_kv: columns [col, col + width) of dqkv = sum over cp ranks of their dkv at our positions.
 template <class T>
-void ShardedCpuDecoder<T>::scatter_dkv(const State& s, const std::vector<T>& dkv, std::int64_t col,
-                                       std::int64_t width, std::vector<T>& dqkv) {
+void ShardedCpuDecoder<T>::scatter_dkv(const State& s, const std::vector<T>& dkv, std::int64_t col, std::int64_t width,
+                                       std::vector<T>& dqkv) {
   const int cp = cp_.size();
   const std::int64_t qkv_width = std::int64_t(dqkv.size()) / s.n, sl = s.seq / cp;
   std::vector<T> all(std::size_t(cp * s.n * width)), mine(std::size_t(s.n * width));
@@ -289,8 +287,7 @@ void ShardedCpuDecoder<T>::scatter_dkv(const State& s, const std::vector<T>& dkv
                     all.data() + ((r * s.batch + b) * sl + j) * width);
   }
   cp_.reduce_scatter(all.data(), mine.data(), mine.size(), dtype_of<T>());
-  for (std::int64_t t = 0; t < s.n; ++t)
-    std::copy_n(mine.data() + t * width, width, dqkv.data() + t * qkv_width + col);
+  for (std::int64_t t = 0; t < s.n; ++t) std::copy_n(mine.data() + t * width, width, dqkv.data() + t * qkv_width + col);
 }
 
 // The position of each residual-stream row on this rank (SP: rows [tp_rank * rows, ...) of the n tokens).
@@ -316,10 +313,15 @@ void ShardedCpuDecoder<T>::backward(int mb, std::span<const T> doutput, std::spa
   states_.erase(it);
 }
 
+template <class T>
+void ShardedCpuDecoder<T>::drop(int mb) {
+  states_.erase(mb);
+}
+
 // The head's backward runs inside the forward (begin_replicated_grads first: it writes the LM head's gradient).
 template <class T>
-double ShardedCpuDecoder<T>::forward_backward(int mb, const MicroBatch& b, double grad_scale,
-                                              std::span<const T> input, std::span<T> dinput) {
+double ShardedCpuDecoder<T>::forward_backward(int mb, const MicroBatch& b, double grad_scale, std::span<const T> input,
+                                              std::span<T> dinput) {
   TB_REQUIRE(is_last(), "CPU decoder: forward_backward runs on the last stage only (layers [" + str(first_) + ", " +
                             str(last_) + ") of " + str(cfg_.layers) + ")");
   begin_replicated_grads();
@@ -334,8 +336,8 @@ double ShardedCpuDecoder<T>::forward_backward(int mb, const MicroBatch& b, doubl
 template <class T>
 double ShardedCpuDecoder<T>::run_forward(int mb, const MicroBatch& b, std::span<const T> input, std::span<T> output,
                                          const double* head_grad_scale) {
-  TB_REQUIRE(!states_.contains(mb), "CPU decoder: micro-batch " + str(mb) +
-                                        " is already in flight (forward twice without a backward)");
+  TB_REQUIRE(!states_.contains(mb),
+             "CPU decoder: micro-batch " + str(mb) + " is already in flight (forward twice without a backward)");
   check_batch(b);
   const std::size_t act = activation_size(b.batch, b.seq);
   TB_REQUIRE(is_first() || input.size() == act, "CPU decoder: a non-first stage needs an input of " +
@@ -384,14 +386,13 @@ double ShardedCpuDecoder<T>::run_forward(int mb, const MicroBatch& b, std::span<
 }
 
 template <class T>
-void ShardedCpuDecoder<T>::run_backward(State& s, std::span<const T> doutput, std::span<T> dinput,
-                                        double grad_scale) {
+void ShardedCpuDecoder<T>::run_backward(State& s, std::span<const T> doutput, std::span<T> dinput, double grad_scale) {
   const std::size_t act = activation_size(s.batch, s.seq);
   TB_REQUIRE(is_last() || doutput.size() == act, "CPU decoder: a non-last stage needs the output gradient of " +
-                                                      str(std::int64_t(act)) + " elements, got " +
-                                                      str(std::int64_t(doutput.size())));
-  TB_REQUIRE(is_first() || dinput.size() == act, "CPU decoder: a non-first stage needs room for the input "
-                                                 "gradient, " + str(std::int64_t(act)) + " elements, got " +
+                                                     str(std::int64_t(act)) + " elements, got " +
+                                                     str(std::int64_t(doutput.size())));
+  TB_REQUIRE(is_first() || dinput.size() == act, "CPU decoder: a non-first stage needs room for the input gradient, " +
+                                                     str(std::int64_t(act)) + " elements, got " +
                                                      str(std::int64_t(dinput.size())));
   std::vector<T> dnext_buf;
   auto dnext = mat(dnext_buf, s.rows, cfg_.d_model);
@@ -443,9 +444,9 @@ double ShardedCpuDecoder<T>::head_forward(State& s, CView x, CView resid, const 
   const double share = double(s.rows) / (double(s.batch) * s.seq);
   View dyf, dw;
   if (grad_scale) dyf = mat(s.dyf, s.rows, d), dw = G(local_.lm_head), s.head_done = true;
-  double loss[1] = {cpu::lm_head_cross_entropy<T>(dyf, dw, yf, P(local_.lm_head), row_ids(s, s.targets),
-                                                  lm_head_chunk_, grad_scale ? *grad_scale * share : 1.0) *
-                    share};
+  const double mean = cpu::lm_head_cross_entropy<T>(dyf, dw, yf, P(local_.lm_head), row_ids(s, s.targets),
+                                                    lm_head_chunk_, grad_scale ? *grad_scale * share : 1.0);
+  double loss[1] = {mean * share};
   if (sp_ && tp_.size() > 1) tp_.all_reduce(std::span<double>(loss));
   if (cp_.size() > 1) cp_.all_reduce(std::span<double>(loss));
   return loss[0];
@@ -460,9 +461,9 @@ void ShardedCpuDecoder<T>::head_backward(State& s, View dnext, double grad_scale
     cpu::lm_head_cross_entropy<T>(mat(s.dyf, s.rows, d), G(local_.lm_head), CView(s.yf.data(), {s.rows, d}),
                                   P(local_.lm_head), row_ids(s, s.targets), lm_head_chunk_, grad_scale * share);
   }
-  cpu::add_norm_backward<T>(model::detail::norm_kind(cfg_.norm), dnext, G(local_.final_norm_w),
-                            G(local_.final_norm_b), mat(s.dyf, s.rows, d), {}, mat(s.rf, s.rows, d),
-                            P(local_.final_norm_w), vec(s.meanf, s.rows), vec(s.rstdf, s.rows));
+  cpu::add_norm_backward<T>(model::detail::norm_kind(cfg_.norm), dnext, G(local_.final_norm_w), G(local_.final_norm_b),
+                            mat(s.dyf, s.rows, d), {}, mat(s.rf, s.rows, d), P(local_.final_norm_w),
+                            vec(s.meanf, s.rows), vec(s.rstdf, s.rows));
 }
 
 template <class T>
@@ -475,16 +476,16 @@ void ShardedCpuDecoder<T>::layer_forward(State& s, int l, CView x, CView resid, 
   std::vector<T> partial;
   // attention
   auto r1 = mat(A.r1, rows, d), y1 = mat(A.y1, rows, d);
-  cpu::add_norm_forward<T>(nk, y1, r1, vec(A.mean1, rows), vec(A.rstd1, rows), x, resid, P(L.norm1_w),
-                           P(L.norm1_b), c.norm_eps);
+  cpu::add_norm_forward<T>(nk, y1, r1, vec(A.mean1, rows), vec(A.rstd1, rows), x, resid, P(L.norm1_w), P(L.norm1_b),
+                           c.norm_eps);
   cpu::linear_forward<T>(mat(A.qkv, n, dims_.width), gather_rows(A.y1g, y1, n), P(L.qkv));
   attention_forward(s, A);
   cpu::linear_forward<T>(mat(partial, n, d), mat(A.o, n, dims_.ql), P(L.out));
   reduce_rows(out, partial, n);  // the attention output lands in out (x is consumed)
   // MLP
   auto r2 = mat(A.r2, rows, d), y2 = mat(A.y2, rows, d);
-  cpu::add_norm_forward<T>(nk, y2, r2, vec(A.mean2, rows), vec(A.rstd2, rows), out, r1, P(L.norm2_w),
-                           P(L.norm2_b), c.norm_eps);
+  cpu::add_norm_forward<T>(nk, y2, r2, vec(A.mean2, rows), vec(A.rstd2, rows), out, r1, P(L.norm2_w), P(L.norm2_b),
+                           c.norm_eps);
   auto h = mat(A.h, n, dims_.fc1l), g = mat(A.g, n, dims_.ffl);
   cpu::linear_forward<T>(h, gather_rows(A.y2g, y2, n), P(L.fc1));
   model::detail::act_forward<T>(c.act, g, h);
@@ -504,10 +505,9 @@ void ShardedCpuDecoder<T>::attention_forward(const State& s, LayerActs& A) {
   }
   gather_kv(s, A.qkv, D.ql, kvw, A.kv);
   mat(A.o, s.n, D.ql);
-  cpu::attention_forward_at<T>(heads_view(A.o, 0, b, sl, D.hl, D.hd, D.ql),
-                               vec(A.lse, b * D.hl * sl).reshape({b, D.hl, sl}), q,
-                               heads_view(A.kv, 0, b, s.seq, D.kvl, D.hd, kvw),
-                               heads_view(A.kv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw), s.pos);
+  cpu::attention_forward_at<T>(
+      heads_view(A.o, 0, b, sl, D.hl, D.hd, D.ql), vec(A.lse, b * D.hl * sl).reshape({b, D.hl, sl}), q,
+      heads_view(A.kv, 0, b, s.seq, D.kvl, D.hd, kvw), heads_view(A.kv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw), s.pos);
 }
 
 template <class T>
@@ -534,8 +534,7 @@ void ShardedCpuDecoder<T>::layer_backward(State& s, int l, View dnext) {
   cpu::linear_backward<T>(mat(do_buf, n, dims_.ql), G(L.out), {}, gather_rows(gbuf, dr2, n), mat(A.o, n, dims_.ql),
                           P(L.out));
   attention_backward(s, A, do_buf, dqkv_buf);
-  cpu::linear_backward<T>(mat(partial, n, d), G(L.qkv), {}, mat(dqkv_buf, n, dims_.width), full(A.y1g, A.y1),
-                          P(L.qkv));
+  cpu::linear_backward<T>(mat(partial, n, d), G(L.qkv), {}, mat(dqkv_buf, n, dims_.width), full(A.y1g, A.y1), P(L.qkv));
   reduce_rows(dy, partial, n);
   cpu::add_norm_backward<T>(nk, dnext, G(L.norm1_w), G(L.norm1_b), dy, dr2, mat(A.r1, rows, d), P(L.norm1_w),
                             vec(A.mean1, rows), vec(A.rstd1, rows));
@@ -552,14 +551,11 @@ void ShardedCpuDecoder<T>::attention_backward(const State& s, LayerActs& A, std:
   mat(dqkv, s.n, D.width);
   mat(dkv, b * s.seq, kvw);
   auto dq = heads_view(dqkv, 0, b, sl, D.hl, D.hd, D.width);
-  cpu::attention_backward_at<T>(dq, heads_view(dkv, 0, b, s.seq, D.kvl, D.hd, kvw),
-                                heads_view(dkv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw),
-                                heads_view(dout, 0, b, sl, D.hl, D.hd, D.ql),
-                                heads_view(A.qkv, 0, b, sl, D.hl, D.hd, D.width),
-                                heads_view(A.kv, 0, b, s.seq, D.kvl, D.hd, kvw),
-                                heads_view(A.kv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw),
-                                heads_view(A.o, 0, b, sl, D.hl, D.hd, D.ql),
-                                TensorView<T>(A.lse.data(), {b, D.hl, sl}), s.pos);
+  cpu::attention_backward_at<T>(
+      dq, heads_view(dkv, 0, b, s.seq, D.kvl, D.hd, kvw), heads_view(dkv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw),
+      heads_view(dout, 0, b, sl, D.hl, D.hd, D.ql), heads_view(A.qkv, 0, b, sl, D.hl, D.hd, D.width),
+      heads_view(A.kv, 0, b, s.seq, D.kvl, D.hd, kvw), heads_view(A.kv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw),
+      heads_view(A.o, 0, b, sl, D.hl, D.hd, D.ql), TensorView<T>(A.lse.data(), {b, D.hl, sl}), s.pos);
   scatter_dkv(s, dkv, D.ql, kvw, dqkv);
   if (cfg_.pos == model::Pos::rope) {
     cpu::rope_backward_at<T>(dq, inv_freq_, s.pos);

@@ -73,17 +73,17 @@ struct DecoderGroups {
 
 struct StageSpec {
   int first_layer = 0;
-  int last_layer = -1;              // exclusive; -1: all layers
-  bool sequence_parallel = false;   // residual stream on n / tp rows per tp rank (tp == 1: changes nothing)
+  int last_layer = -1;             // exclusive; -1: all layers
+  bool sequence_parallel = false;  // residual stream on n / tp rows per tp rank (tp == 1: changes nothing)
 };
 
 // A 2-D block of the full parameter buffer held by this rank, stored contiguously ([rows, cols] row-major) in the
 // local buffer: full element (i, j) of the block is full[full_offset + i * full_stride + j].
 struct ShardBlock {
-  std::string name;                 // the full slot (model::dense_layout name)
+  std::string name;  // the full slot (model::dense_layout name)
   std::size_t full_offset = 0, local_offset = 0;
   std::int64_t rows = 0, cols = 0, full_stride = 0;
-  bool tp_replicated = false;       // the same values on every tp rank: counted once (tp rank 0)
+  bool tp_replicated = false;  // the same values on every tp rank: counted once (tp rank 0)
 };
 
 // A micro-batch: tokens and targets [batch, seq] row-major, the whole sequences (every cp rank passes the same).
@@ -146,7 +146,7 @@ class ShardedCpuDecoder {
   // logits computed once). Returns the loss; non-first stages read `input` and write `dinput`.
   double forward_backward(int mb, const MicroBatch& b, double grad_scale = 1.0, std::span<const T> input = {},
                           std::span<T> dinput = {});
-  void drop(int mb) { states_.erase(mb); }  // forget a forward that will not be backpropagated
+  void drop(int mb);  // forget a forward that will not be backpropagated
   std::size_t in_flight() const { return states_.size(); }
 
  private:
@@ -168,8 +168,7 @@ class ShardedCpuDecoder {
   View G(int slot);
   CView gather_rows(std::vector<T>& buf, CView local, std::int64_t n);
   void reduce_rows(View dst, const std::vector<T>& partial, std::int64_t n);
-  void gather_kv(const State& s, const std::vector<T>& qkv, std::int64_t col, std::int64_t width,
-                 std::vector<T>& kv);
+  void gather_kv(const State& s, const std::vector<T>& qkv, std::int64_t col, std::int64_t width, std::vector<T>& kv);
   void scatter_dkv(const State& s, const std::vector<T>& dkv, std::int64_t col, std::int64_t width,
                    std::vector<T>& dqkv);
   std::vector<std::int64_t> row_positions(const State& s) const;
