@@ -66,6 +66,12 @@ struct ShardedCpuDecoder<T>::State {
   bool head_done = false;               // the head's backward ran in the forward (dyf holds its result)
 };
 
+// One call's temporaries (every use writes them whole before reading).
+template <class T>
+struct ShardedCpuDecoder<T>::Scratch {
+  std::vector<T> x0, m, dnext, partial, gathered, dg, dh, dy, dr2, dout, dqkv, dkv, kv_mine, kv_all;
+};
+
 template <class T>
 ShardedCpuDecoder<T>::ShardedCpuDecoder(const model::ModelConfig& cfg, DecoderGroups groups, StageSpec stage)
     : cfg_(cfg),
@@ -93,6 +99,7 @@ ShardedCpuDecoder<T>::ShardedCpuDecoder(const model::ModelConfig& cfg, DecoderGr
   build_layout();
   params_.assign(local_.total, T(0));
   grads_.assign(local_.total, T(0));
+  scratch_ = std::make_unique<Scratch>();
 }
 
 template <class T>
@@ -259,7 +266,9 @@ void ShardedCpuDecoder<T>::gather_kv(const State& s, const std::vector<T>& qkv, 
                                      std::vector<T>& kv) {
   const int cp = cp_.size();
   const std::int64_t qkv_width = std::int64_t(qkv.size()) / s.n, sl = s.seq / cp;
-  std::vector<T> mine(std::size_t(s.n * width)), all(std::size_t(cp * s.n * width));
+  std::vector<T>& mine = scratch_->kv_mine;
+  std::vector<T>& all = scratch_->kv_all;
+  mine.resize(std::size_t(s.n * width)), all.resize(std::size_t(cp * s.n * width));
   for (std::int64_t t = 0; t < s.n; ++t) std::copy_n(qkv.data() + t * qkv_width + col, width, mine.data() + t * width);
   cp_.all_gather(mine.data(), all.data(), mine.size(), dtype_of<T>());
   kv.resize(std::size_t(s.batch * s.seq * width));
@@ -278,7 +287,9 @@ void ShardedCpuDecoder<T>::scatter_dkv(const State& s, const std::vector<T>& dkv
                                        std::vector<T>& dqkv) {
   const int cp = cp_.size();
   const std::int64_t qkv_width = std::int64_t(dqkv.size()) / s.n, sl = s.seq / cp;
-  std::vector<T> all(std::size_t(cp * s.n * width)), mine(std::size_t(s.n * width));
+  std::vector<T>& all = scratch_->kv_all;
+  std::vector<T>& mine = scratch_->kv_mine;
+  all.resize(std::size_t(cp * s.n * width)), mine.resize(std::size_t(s.n * width));
   for (int r = 0; r < cp; ++r) {
     const std::vector<std::int64_t> pos = cp_positions(cp, r, s.seq);
     for (std::int64_t b = 0; b < s.batch; ++b)
@@ -310,12 +321,29 @@ void ShardedCpuDecoder<T>::backward(int mb, std::span<const T> doutput, std::spa
   TB_REQUIRE(it != states_.end(), "CPU decoder: backward of micro-batch " + str(mb) + " without its forward");
   begin_replicated_grads();
   run_backward(*it->second, doutput, dinput, grad_scale);
-  states_.erase(it);
+  retire(mb);
 }
 
 template <class T>
 void ShardedCpuDecoder<T>::drop(int mb) {
-  states_.erase(mb);
+  if (states_.contains(mb)) retire(mb);
+}
+
+// A state for a new forward: a retired one (its buffers keep their capacity) or a new one.
+template <class T>
+std::unique_ptr<typename ShardedCpuDecoder<T>::State> ShardedCpuDecoder<T>::take_state() {
+  if (spare_.empty()) return std::make_unique<State>();
+  std::unique_ptr<State> s = std::move(spare_.back());
+  spare_.pop_back();
+  s->tokens.clear(), s->targets.clear(), s->head_done = false;
+  return s;
+}
+
+template <class T>
+void ShardedCpuDecoder<T>::retire(int mb) {
+  auto it = states_.find(mb);
+  spare_.push_back(std::move(it->second));
+  states_.erase(it);
 }
 
 // The head's backward runs inside the forward (begin_replicated_grads first: it writes the LM head's gradient).
@@ -326,9 +354,8 @@ double ShardedCpuDecoder<T>::forward_backward(int mb, const MicroBatch& b, doubl
                             str(last_) + ") of " + str(cfg_.layers) + ")");
   begin_replicated_grads();
   const double loss = run_forward(mb, b, input, {}, &grad_scale);
-  auto it = states_.find(mb);
-  run_backward(*it->second, {}, dinput, grad_scale);
-  states_.erase(it);
+  run_backward(*states_.at(mb), {}, dinput, grad_scale);
+  retire(mb);
   return loss;
 }
 
@@ -346,7 +373,7 @@ double ShardedCpuDecoder<T>::run_forward(int mb, const MicroBatch& b, std::span<
   TB_REQUIRE(is_last() || output.size() == act, "CPU decoder: a non-last stage needs an output of " +
                                                     str(std::int64_t(act)) + " elements, got " +
                                                     str(std::int64_t(output.size())));
-  auto state = std::make_unique<State>();
+  std::unique_ptr<State> state = take_state();
   State& s = *state;
   s.batch = b.batch, s.seq = b.seq;
   s.n = std::int64_t(b.batch) * b.seq / cp_.size();
@@ -361,16 +388,15 @@ double ShardedCpuDecoder<T>::run_forward(int mb, const MicroBatch& b, std::span<
   s.layers.resize(std::size_t(last_ - first_));
 
   const std::int64_t d = cfg_.d_model;
-  std::vector<T> x0_buf, m_buf;
   CView x, resid;
   if (is_first()) {
-    auto x0 = mat(x0_buf, s.rows, d);
+    auto x0 = mat(scratch_->x0, s.rows, d);
     embed_forward(s, x0);
     x = x0;
   } else {
     x = CView(input.data(), {s.rows, d});
   }
-  auto m = mat(m_buf, s.rows, d);  // a layer's MLP output, the x of the next
+  auto m = mat(scratch_->m, s.rows, d);  // a layer's MLP output, the x of the next
   for (int l = first_; l < last_; ++l) {
     layer_forward(s, l, x, resid, m);
     x = m;
@@ -394,7 +420,7 @@ void ShardedCpuDecoder<T>::run_backward(State& s, std::span<const T> doutput, st
   TB_REQUIRE(is_first() || dinput.size() == act, "CPU decoder: a non-first stage needs room for the input gradient, " +
                                                      str(std::int64_t(act)) + " elements, got " +
                                                      str(std::int64_t(dinput.size())));
-  std::vector<T> dnext_buf;
+  std::vector<T>& dnext_buf = scratch_->dnext;
   auto dnext = mat(dnext_buf, s.rows, cfg_.d_model);
   if (is_last())
     head_backward(s, dnext, grad_scale);
@@ -404,7 +430,7 @@ void ShardedCpuDecoder<T>::run_backward(State& s, std::span<const T> doutput, st
   if (is_first())
     embed_backward(s, dnext);
   else
-    std::copy(dnext_buf.begin(), dnext_buf.end(), dinput.begin());
+    std::copy_n(dnext_buf.begin(), act, dinput.begin());
   end_replicated_grads();
 }
 
@@ -473,7 +499,7 @@ void ShardedCpuDecoder<T>::layer_forward(State& s, int l, CView x, CView resid, 
   LayerActs& A = s.layers[std::size_t(l - first_)];
   const auto nk = model::detail::norm_kind(c.norm);
   const std::int64_t d = dims_.d, n = s.n, rows = s.rows;
-  std::vector<T> partial;
+  std::vector<T>& partial = scratch_->partial;
   // attention
   auto r1 = mat(A.r1, rows, d), y1 = mat(A.y1, rows, d);
   cpu::add_norm_forward<T>(nk, y1, r1, vec(A.mean1, rows), vec(A.rstd1, rows), x, resid, P(L.norm1_w), P(L.norm1_b),
@@ -520,22 +546,22 @@ void ShardedCpuDecoder<T>::layer_backward(State& s, int l, View dnext) {
   auto full = [&](std::vector<T>& gathered, std::vector<T>& local) {  // a saved gather_rows result
     return sp_ ? CView(gathered.data(), {n, d}) : CView(local.data(), {rows, d});
   };
-  std::vector<T> gbuf, partial, dg_buf, dh_buf, dy_buf, dr2_buf, do_buf, dqkv_buf;
-  auto dy = mat(dy_buf, rows, d), dr2 = mat(dr2_buf, rows, d);
+  Scratch& S = *scratch_;
+  auto dy = mat(S.dy, rows, d), dr2 = mat(S.dr2, rows, d);
   // MLP
-  auto dg = mat(dg_buf, n, dims_.ffl), dh = mat(dh_buf, n, dims_.fc1l);
-  cpu::linear_backward<T>(dg, G(L.fc2), {}, gather_rows(gbuf, dnext, n), mat(A.g, n, dims_.ffl), P(L.fc2));
+  auto dg = mat(S.dg, n, dims_.ffl), dh = mat(S.dh, n, dims_.fc1l);
+  cpu::linear_backward<T>(dg, G(L.fc2), {}, gather_rows(S.gathered, dnext, n), mat(A.g, n, dims_.ffl), P(L.fc2));
   model::detail::act_backward<T>(c.act, dh, dg, mat(A.h, n, dims_.fc1l));
-  cpu::linear_backward<T>(mat(partial, n, d), G(L.fc1), {}, dh, full(A.y2g, A.y2), P(L.fc1));
-  reduce_rows(dy, partial, n);
+  cpu::linear_backward<T>(mat(S.partial, n, d), G(L.fc1), {}, dh, full(A.y2g, A.y2), P(L.fc1));
+  reduce_rows(dy, S.partial, n);
   cpu::add_norm_backward<T>(nk, dr2, G(L.norm2_w), G(L.norm2_b), dy, dnext, mat(A.r2, rows, d), P(L.norm2_w),
                             vec(A.mean2, rows), vec(A.rstd2, rows));
   // attention
-  cpu::linear_backward<T>(mat(do_buf, n, dims_.ql), G(L.out), {}, gather_rows(gbuf, dr2, n), mat(A.o, n, dims_.ql),
-                          P(L.out));
-  attention_backward(s, A, do_buf, dqkv_buf);
-  cpu::linear_backward<T>(mat(partial, n, d), G(L.qkv), {}, mat(dqkv_buf, n, dims_.width), full(A.y1g, A.y1), P(L.qkv));
-  reduce_rows(dy, partial, n);
+  cpu::linear_backward<T>(mat(S.dout, n, dims_.ql), G(L.out), {}, gather_rows(S.gathered, dr2, n),
+                          mat(A.o, n, dims_.ql), P(L.out));
+  attention_backward(s, A, S.dout, S.dqkv);
+  cpu::linear_backward<T>(mat(S.partial, n, d), G(L.qkv), {}, mat(S.dqkv, n, dims_.width), full(A.y1g, A.y1), P(L.qkv));
+  reduce_rows(dy, S.partial, n);
   cpu::add_norm_backward<T>(nk, dnext, G(L.norm1_w), G(L.norm1_b), dy, dr2, mat(A.r1, rows, d), P(L.norm1_w),
                             vec(A.mean1, rows), vec(A.rstd1, rows));
 }
@@ -547,7 +573,7 @@ void ShardedCpuDecoder<T>::attention_backward(const State& s, LayerActs& A, std:
                                               std::vector<T>& dqkv) {
   const Dims& D = dims_;
   const std::int64_t b = s.batch, sl = std::int64_t(s.pos.size()), kvw = 2 * D.kvdl;
-  std::vector<T> dkv;
+  std::vector<T>& dkv = scratch_->dkv;
   mat(dqkv, s.n, D.width);
   mat(dkv, b * s.seq, kvw);
   auto dq = heads_view(dqkv, 0, b, sl, D.hl, D.hd, D.width);

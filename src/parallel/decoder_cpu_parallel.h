@@ -152,6 +152,7 @@ class ShardedCpuDecoder {
  private:
   struct LayerActs;
   struct State;
+  struct Scratch;
   struct Dims {  // this tp rank's widths: heads, kv heads, q / kv columns, fused qkv, fc1 rows, ffn
     std::int64_t d, hd, hl, kvl, ql, kvdl, width, fc1l, ffl;
   };
@@ -162,6 +163,8 @@ class ShardedCpuDecoder {
   double run_forward(int mb, const MicroBatch& b, std::span<const T> input, std::span<T> output,
                      const double* head_grad_scale);
   void run_backward(State& s, std::span<const T> doutput, std::span<T> dinput, double grad_scale);
+  std::unique_ptr<State> take_state();
+  void retire(int mb);
   void begin_replicated_grads();
   void end_replicated_grads();
   View P(int slot);
@@ -198,6 +201,9 @@ class ShardedCpuDecoder {
   std::vector<std::size_t> rgrad_offset_;
   std::vector<T> params_, grads_, rgrads_;
   std::map<int, std::unique_ptr<State>> states_;
+  // Buffers kept across calls (no allocation per micro-batch once warm): retired states and one call's scratch.
+  std::vector<std::unique_ptr<State>> spare_;
+  std::unique_ptr<Scratch> scratch_;
 };
 
 extern template class ShardedCpuDecoder<float>;
