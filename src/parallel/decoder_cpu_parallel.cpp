@@ -114,8 +114,10 @@ void ShardedCpuDecoder<T>::load_full(std::span<const T> full) {
                   params_.data() + b.local_offset + std::size_t(i * b.cols));
 }
 
+// Without tp every local slot is the full slot of its name (init_params draws by name and element): drawn in place.
 template <class T>
 void ShardedCpuDecoder<T>::init(std::uint64_t seed) {
+  if (tp_.size() == 1) return model::init_params<T>(params_, local_, seed);
   std::vector<T> full(full_.total);
   model::init_params<T>(full, full_, seed);
   load_full(full);
