@@ -1,5 +1,5 @@
-// model/decoder_common.h: internal helpers shared by the dense decoder's CPU implementations
-// (model/decoder_cpu.cpp, the single-rank reference, and parallel/decoder_cpu_parallel.cpp, its sharded form):
+// model/decoder_common.h: internal helpers of the dense decoder's implementations (the CPU one,
+// parallel/decoder_cpu_parallel*.cpp, which model/decoder_cpu.h wraps for one rank; the CUDA one; the CPU trainer):
 // views of slots and scratch buffers, the config-to-op mappings (norm kind, activation, RoPE frequencies) and the
 // token-id check. Not a public API: no layer above parallel/ includes it.
 #pragma once

@@ -7,60 +7,73 @@
 //               r2 = o Wout^T + r1;  y2 = norm2(r2)
 //               x = act(y2 W1^T) W2^T;  resid = r2                        (act: swiglu | gelu | sqrelu)
 //   rf = x + resid;  yf = normf(rf);  loss = mean_t CE(yf Wlm^T, targets)  (LM head chunked over tokens)
+// Backward, in reverse (dnext: gradient reaching the sum r = x + resid of the next norm, i.e. both the layer's
+// output x and its residual r2):
+//   dyf = dLM/dyf;  dnext = dnormf(dyf)
+//   per layer, last first:
+//     dg = dnext W2;  dh = act'(dg);  dy2 = dh W1;  dr2 = dnorm2(dy2) + dnext
+//     do = dr2 Wout;  dq, dk, dv = attention'(do);  dq, dk = rope^-1(dq, dk);  dy1 = dqkv Wqkv
+//     dnext = dnorm1(dy1) + dr2
+//   dE[tokens] += dnext (and dP[position] += dnext)
+// The math lives once, in parallel::ShardedCpuDecoder (parallel/decoder_cpu_parallel.h): CpuDecoder is that decoder
+// on one rank (tensor- and context-parallel groups of one, comm::make_self_communicator()) holding every layer, with
+// this single-rank interface. Header-only over it (its float and double code is in tb_parallel): link tb_parallel.
 // Parameters: one flat buffer in the layout of model/param_layout.h (grads: a buffer of the same shape).
 // forward_backward ACCUMULATES grad_scale * dloss/dparams into grads() (micro-batches add up; the caller
-// zeroes). Activations of the last call are kept in the object (so the methods are not const).
+// zeroes); the LM head's forward and backward run in one pass, at most [chunk, vocab] logits at once.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
-#include <vector>
+#include <string_view>
 
+#include "comm/communicator.h"
 #include "model/config.h"
 #include "model/param_layout.h"
+#include "parallel/decoder_cpu_parallel.h"
 
 namespace tb::model {
 
 template <class T>
 class CpuDecoder {
  public:
-  explicit CpuDecoder(const ModelConfig& cfg, std::uint64_t seed);
+  CpuDecoder(const ModelConfig& cfg, std::uint64_t seed)
+      : self_(comm::make_self_communicator()),
+        dec_(std::make_unique<parallel::ShardedCpuDecoder<T>>(cfg, parallel::DecoderGroups{*self_, *self_})) {
+    dec_->init(seed);
+  }
 
-  const ModelConfig& config() const { return cfg_; }
-  std::span<T> params() { return params_; }
-  std::span<T> grads() { return grads_; }
-  std::span<const Slot> layout() const { return layout_.slots; }
-  const DenseLayout& dense_layout() const { return layout_; }
-  std::span<T> param(std::string_view name);  // one slot's parameters; Error{config} if unknown
-  std::span<T> grad(std::string_view name);
-  void zero_grads();
+  const ModelConfig& config() const { return dec_->config(); }
+  std::span<T> params() { return dec_->params(); }
+  std::span<T> grads() { return dec_->grads(); }
+  std::span<const Slot> layout() const { return dec_->local_layout().slots; }
+  const DenseLayout& dense_layout() const { return dec_->local_layout(); }  // model::dense_layout(config())
+  // One slot's parameters; Error{config} if unknown.
+  std::span<T> param(std::string_view name) { return params().subspan(slot(name).offset, slot(name).size); }
+  std::span<T> grad(std::string_view name) { return grads().subspan(slot(name).offset, slot(name).size); }
+  void zero_grads() { dec_->zero_grads(); }
 
   // Tokens per LM-head chunk: at most [chunk, vocab] logits exist at once (default 256).
-  void set_lm_head_chunk(int tokens);
+  void set_lm_head_chunk(int tokens) { dec_->set_lm_head_chunk(tokens); }
 
   // tokens, targets: [batch, seq] row-major, values in [0, vocab); 1 <= seq <= config().seq.
   // Returns the mean cross-entropy over batch * seq tokens.
-  double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int batch, int seq);
+  double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int batch, int seq) {
+    const double loss = dec_->forward(0, {tokens, targets, batch, seq});
+    dec_->drop(0);
+    return loss;
+  }
   double forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int batch,
-                          int seq, double grad_scale = 1.0);
+                          int seq, double grad_scale = 1.0) {
+    return dec_->forward_backward(0, {tokens, targets, batch, seq}, grad_scale);
+  }
 
  private:
-  struct LayerActs {  // saved for the backward, [tokens, width] row-major
-    std::vector<T> r1, mean1, rstd1, y1, qkv, o, lse, r2, mean2, rstd2, y2, h, g;
-  };
-  double run(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int batch, int seq,
-             bool backward, double grad_scale);
+  const Slot& slot(std::string_view name) const { return dense_layout().at(name); }
 
-  ModelConfig cfg_;
-  DenseLayout layout_;
-  std::vector<T> params_, grads_;
-  std::vector<double> inv_freq_;  // rope frequencies (pos == rope)
-  int lm_head_chunk_ = 256;
-  std::vector<LayerActs> acts_;
-  std::vector<T> x0_, m_, rf_, meanf_, rstdf_, yf_;
+  std::unique_ptr<comm::Communicator> self_;  // the tp and cp group of one rank
+  std::unique_ptr<parallel::ShardedCpuDecoder<T>> dec_;
 };
-
-extern template class CpuDecoder<float>;
-extern template class CpuDecoder<double>;
 
 }  // namespace tb::model

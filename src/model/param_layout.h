@@ -16,8 +16,7 @@
 // Init (model/params.h): matrices and embeddings std 0.02, the output projections (attn.out, mlp.fc2)
 // 0.02 / sqrt(2 layers); norm weights 1 (0 for layernorm1p, which stores w - 1); biases 0. Tags: norms replicated and
 // not decayed; qkv and fc1 column parallel (blocks Q, K, V and gate, up), out and fc2 row parallel; the embedding,
-// positions and LM head replicated (the CUDA backend's tensor parallel; the sharded CPU decoder splits the
-// embedding and LM head by vocabulary rows).
+// positions and LM head replicated (both backends' tensor parallel: whole on every rank, run on its token rows).
 // Pipeline stages: dense_layout(c, LayerRange{first, last}) is the part of the layout one stage holds, layers
 // [first, last) of the model c: the same slot names (global layer indices, so a stage draws the full model's
 // values), packed from offset 0 in the same order; embed.weight (and pos_embed) only when first == 0,

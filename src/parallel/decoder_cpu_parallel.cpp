@@ -1,40 +1,31 @@
 // parallel/decoder_cpu_parallel.cpp: one stage of the dense decoder on a TP x SP x CP rank (the .h has the data
-// flow). Backward, in reverse, with dnext the gradient of the sum h = x + resid leaving a layer:
-//   last stage: dz = vocab-parallel CE'(z);  dyf = reduce(dz Wlm);  dnext = dnormf(dyf)
-//   per layer, last first:
-//     dM = gather(dnext);  dg = dM Wfc2;  dh = act'(dg);  dy2 = reduce(dh Wfc1);  dr2 = dnorm2(dy2) + dnext
-//     dA = gather(dr2);  do = dA Wout;  dq, dK, dV = attention'(do);  dk, dv = reduce-scatter over cp of dK, dV
-//     dq, dk = rope^-1;  dy1 = reduce(dqkv Wqkv);  dnext = dnorm1(dy1) + dr2
-//   first stage: dE_shard[tokens] += gather(dnext);  dP[pos] += dnext
-// gather: SP all-gather over tp (else identity); reduce: SP reduce-scatter over tp (else all-reduce).
+// flow): the local layout and its buffers, the stage's forward and backward, the embedding and the LM head (the
+// layers: parallel/decoder_cpu_parallel_layer.cpp). Backward, in reverse, with dnext the gradient of the sum
+// h = x + resid leaving a layer (on this rank's rows):
+//   last stage: per chunk of rows dz = CE'(yf Wlm^T);  dyf = dz Wlm;  dWlm += dz^T yf;  dnext = dnormf(dyf)
+//   per layer, last first: the layer's backward (dnext in, dnext out)
+//   first stage: dE[token of row] += dnext;  dP[position of row] += dnext
 #include "parallel/decoder_cpu_parallel.h"
-#include "parallel/tensor_shard.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <string>
 
 #include "core/error.h"
 #include "model/decoder_common.h"
-#include "ops/cpu/attention.h"
+#include "ops/cpu/cross_entropy.h"
 #include "ops/cpu/embedding.h"
-#include "ops/cpu/linear.h"
 #include "ops/cpu/norm.h"
-#include "ops/cpu/rope.h"
+#include "parallel/decoder_cpu_parallel_state.h"
+#include "parallel/tensor_shard.h"
 
 namespace tb::parallel {
 namespace {
 
 namespace cpu = tb::ops::cpu;
-using model::detail::heads_view;
 using model::detail::mat;
 using model::detail::vec;
 
 std::string str(std::int64_t v) { return std::to_string(v); }
-
-// A rows x cols block of a full slot, by its first row and column (vectors are one row).
-using Part = SlotPart;  // parallel/tensor_shard.h: a block of the full slot
 
 }  // namespace
 
@@ -45,29 +36,13 @@ std::vector<std::int64_t> cp_positions(int cp, int rank, int seq) {
     for (int j = 0; j < seq; ++j) pos.push_back(j);
     return pos;
   }
-  TB_REQUIRE(seq % (2 * cp) == 0, "context parallel: seq " + str(seq) + " must be divisible by 2·cp = " +
-                                      str(2 * cp) + " (two load-balanced causal chunks per cp rank)");
+  TB_REQUIRE(seq % (2 * cp) == 0, "context parallel: seq " + str(seq) + " must be divisible by 2·cp = " + str(2 * cp) +
+                                      " (two load-balanced causal chunks per cp rank)");
   const int chunk = seq / (2 * cp);
   for (int c : {rank, 2 * cp - 1 - rank})
     for (int j = 0; j < chunk; ++j) pos.push_back(std::int64_t(c) * chunk + j);
   return pos;
 }
-
-template <class T>
-struct ShardedCpuDecoder<T>::LayerActs {  // saved for the backward; y1g, y2g: the gathered norm outputs (SP)
-  std::vector<T> r1, mean1, rstd1, y1, y1g, qkv, kv, o, lse, r2, mean2, rstd2, y2, y2g, h, g;
-};
-
-template <class T>
-struct ShardedCpuDecoder<T>::State {
-  int batch = 0, seq = 0;
-  std::int64_t n = 0, rows = 0;           // tokens on this cp rank; residual-stream rows on this rank
-  std::vector<std::int64_t> pos;           // positions of the cp rank's seq / cp tokens of a sequence
-  std::vector<std::int32_t> tokens, targets;  // the n local tokens, (b, j) row-major
-  std::vector<LayerActs> layers;
-  std::vector<T> rf, meanf, rstdf, yf, yfg, logits;
-  std::vector<double> lse;                 // per token, over the whole vocabulary
-};
 
 template <class T>
 ShardedCpuDecoder<T>::ShardedCpuDecoder(const model::ModelConfig& cfg, DecoderGroups groups, StageSpec stage)
@@ -80,88 +55,58 @@ ShardedCpuDecoder<T>::ShardedCpuDecoder(const model::ModelConfig& cfg, DecoderGr
       full_(model::dense_layout(cfg)) {
   const int tp = tp_.size();
   auto divides = [&](int v, const char* what) {
-    TB_REQUIRE(v % tp == 0, std::string("sharded decoder: ") + what + " (" + str(v) + ") is not divisible by tp (" +
-                                str(tp) + ")");
+    TB_REQUIRE(v % tp == 0,
+               std::string("CPU decoder: ") + what + " (" + str(v) + ") is not divisible by tp (" + str(tp) + ")");
   };
   divides(cfg_.heads, "heads");
   divides(cfg_.kv_heads, "kv_heads");
   divides(cfg_.ffn, "ffn");
-  divides(cfg_.vocab, "vocab");
   TB_REQUIRE(0 <= first_ && first_ < last_ && last_ <= cfg_.layers,
-             "sharded decoder: the stage's layers [" + str(first_) + ", " + str(last_) +
+             "CPU decoder: the stage's layers [" + str(first_) + ", " + str(last_) +
                  ") must be a non-empty part of the model's " + str(cfg_.layers));
   const std::int64_t hd = cfg_.head_dim, hl = cfg_.heads / tp, kvl = cfg_.kv_heads / tp;
   dims_ = {cfg_.d_model, hd, hl, kvl, hl * hd, kvl * hd, (hl + 2 * kvl) * hd, model::detail::fc1_rows(cfg_) / tp,
-           cfg_.ffn / tp, cfg_.vocab / tp};
+           cfg_.ffn / tp};
   inv_freq_ = model::detail::rope_inv_freq(cfg_);
   build_layout();
   params_.assign(local_.total, T(0));
   grads_.assign(local_.total, T(0));
+  scratch_ = std::make_unique<Scratch>();
 }
 
 template <class T>
 ShardedCpuDecoder<T>::~ShardedCpuDecoder() = default;
 
-// The local layout: tp-replicated slots first (learned positions, norms), then the shards (embedding rows,
-// column-parallel qkv and fc1 rows, row-parallel out and fc2 columns, LM-head rows).
+// The local layout is the CUDA backend's (tensor_shard.h): the slots of the tp shard's config, in the full
+// layout's order; each is stacked from its parts of the full slot of the same name (one whole part when replicated).
 template <class T>
 void ShardedCpuDecoder<T>::build_layout() {
-  const std::int64_t r = tp_.rank(), d = dims_.d, vl = dims_.vl;
-  auto add = [&](const std::string& name, int full_index, std::vector<Part> parts, bool replicated) {
-    const model::Slot& f = full_.slots[std::size_t(full_index)];
-    const bool matrix = f.shape.size() == 2;
-    const std::int64_t full_cols = matrix ? f.shape[1] : f.shape[0], cols = parts[0].cols;
-    std::int64_t rows = 0;
-    for (const Part& p : parts) {
-      blocks_.push_back({f.name, f.offset + std::size_t(p.row0 * full_cols + p.col0),
-                         local_.total + std::size_t(rows * cols), p.rows, p.cols, full_cols, replicated});
-      rows += p.rows;
+  const int tp = tp_.size();
+  local_ = model::dense_layout(tp_shard_config(cfg_, tp), {first_, last_});
+  rgrad_offset_.assign(local_.slots.size(), 0);
+  std::size_t replicated = 0;
+  for (std::size_t i = 0; i < local_.slots.size(); ++i) {
+    const model::Slot& l = local_.slots[i];
+    const model::Slot& f = full_.at(l.name);  // a tied embedding's copy on a last stage: embed.weight itself
+    const std::int64_t full_cols = f.shape.size() == 2 ? f.shape[1] : 1;  // a vector is one column
+    std::size_t local_offset = l.offset;
+    for (const SlotPart& p : tp_slot_parts(f, tp, tp_.rank())) {
+      blocks_.push_back({f.name, f.offset + std::size_t(p.row0 * full_cols + p.col0), local_offset, p.rows, p.cols,
+                         full_cols, tp_replicated(f)});
+      local_offset += std::size_t(p.rows * p.cols);
     }
-    std::vector<std::int64_t> shape = matrix ? std::vector<std::int64_t>{rows, cols} : std::vector<std::int64_t>{cols};
-    model::ParamTags tags = f.tags;  // a column-parallel shard holds 1 / tp of each row block
-    for (std::int64_t& b : tags.tp_blocks) b = replicated ? b : b / tp_.size();
-    return local_.add(name, shape, {f.init_std, f.init_value}, std::move(tags));
-  };
-  auto whole = [&](int full_index) {  // a replicated slot (-1: absent)
-    if (full_index < 0) return -1;
-    const model::Slot& f = full_.slots[std::size_t(full_index)];
-    const bool matrix = f.shape.size() == 2;
-    return add(f.name, full_index, {{0, matrix ? f.shape[0] : 1, 0, matrix ? f.shape[1] : f.shape[0]}}, true);
-  };
-  auto rows_of = [&](int full_index, std::vector<Part> parts) {
-    return add(full_.slots[std::size_t(full_index)].name, full_index, std::move(parts), false);
-  };
-  local_.layers.resize(std::size_t(last_ - first_));
-  if (is_first()) local_.pos_embed = whole(full_.pos_embed);
-  for (int l = first_; l < last_; ++l) {
-    const auto& F = full_.layers[std::size_t(l)];
-    auto& L = local_.layers[std::size_t(l - first_)];
-    L.norm1_w = whole(F.norm1_w), L.norm1_b = whole(F.norm1_b);
-    L.norm2_w = whole(F.norm2_w), L.norm2_b = whole(F.norm2_b);
+    TB_REQUIRE(local_offset == l.offset + l.size, "CPU decoder: the tp parts of " + l.name + " hold " +
+                                                      str(std::int64_t(local_offset - l.offset)) +
+                                                      " elements, its local slot " + str(std::int64_t(l.size)));
+    if (tp_replicated(f)) rgrad_offset_[i] = replicated, replicated += l.size;
   }
-  if (is_last()) local_.final_norm_w = whole(full_.final_norm_w), local_.final_norm_b = whole(full_.final_norm_b);
-  replicated_ = local_.total;
-
-  if (is_first()) local_.embed = rows_of(full_.embed, {{r * vl, vl, 0, d}});
-  auto tp_parts = [&](int full_index) {  // Megatron's split of a linear layer (tensor_shard.h)
-    return rows_of(full_index, tp_slot_parts(full_.slots[std::size_t(full_index)], tp_.size(), int(r)));
-  };
-  for (int l = first_; l < last_; ++l) {
-    const auto& F = full_.layers[std::size_t(l)];
-    auto& L = local_.layers[std::size_t(l - first_)];
-    L.qkv = tp_parts(F.qkv), L.out = tp_parts(F.out), L.fc1 = tp_parts(F.fc1), L.fc2 = tp_parts(F.fc2);
-  }
-  if (is_last()) {
-    if (cfg_.tied_embeddings && is_first())
-      local_.lm_head = local_.embed;
-    else  // untied, or a copy of the embedding shard on a last stage that is not the first
-      local_.lm_head = add("lm_head.weight", full_.lm_head, {{r * vl, vl, 0, d}}, false);
-  }
+  reduce_replicated_ = sp_ && tp > 1;
+  if (reduce_replicated_) rgrads_.resize(replicated);
 }
 
 template <class T>
 void ShardedCpuDecoder<T>::load_full(std::span<const T> full) {
-  TB_REQUIRE(full.size() == full_.total, "sharded decoder: load_full got " + str(std::int64_t(full.size())) +
+  TB_REQUIRE(full.size() == full_.total, "CPU decoder: load_full got " + str(std::int64_t(full.size())) +
                                              " parameters, the model has " + str(std::int64_t(full_.total)));
   for (const ShardBlock& b : blocks_)
     for (std::int64_t i = 0; i < b.rows; ++i)
@@ -169,8 +114,10 @@ void ShardedCpuDecoder<T>::load_full(std::span<const T> full) {
                   params_.data() + b.local_offset + std::size_t(i * b.cols));
 }
 
+// Without tp every local slot is the full slot of its name (init_params draws by name and element): drawn in place.
 template <class T>
 void ShardedCpuDecoder<T>::init(std::uint64_t seed) {
+  if (tp_.size() == 1) return model::init_params<T>(params_, local_, seed);
   std::vector<T> full(full_.total);
   model::init_params<T>(full, full_, seed);
   load_full(full);
@@ -178,9 +125,8 @@ void ShardedCpuDecoder<T>::init(std::uint64_t seed) {
 
 template <class T>
 void ShardedCpuDecoder<T>::add_grads_to_full(std::span<T> full) const {
-  TB_REQUIRE(full.size() == full_.total, "sharded decoder: add_grads_to_full got " +
-                                             str(std::int64_t(full.size())) + " elements, the model has " +
-                                             str(std::int64_t(full_.total)));
+  TB_REQUIRE(full.size() == full_.total, "CPU decoder: add_grads_to_full got " + str(std::int64_t(full.size())) +
+                                             " elements, the model has " + str(std::int64_t(full_.total)));
   for (const ShardBlock& b : blocks_) {
     if (b.tp_replicated && tp_.rank() != 0) continue;
     for (std::int64_t i = 0; i < b.rows; ++i) {
@@ -197,6 +143,12 @@ void ShardedCpuDecoder<T>::zero_grads() {
 }
 
 template <class T>
+void ShardedCpuDecoder<T>::set_lm_head_chunk(int tokens) {
+  TB_REQUIRE(tokens >= 1, "CPU decoder: the LM-head chunk must be at least 1 token, got " + str(tokens));
+  lm_head_chunk_ = tokens;
+}
+
+template <class T>
 std::int64_t ShardedCpuDecoder<T>::activation_rows(int batch, int seq) const {
   const std::int64_t n = std::int64_t(batch) * seq / cp_.size();
   return sp_ ? n / tp_.size() : n;
@@ -206,22 +158,22 @@ template <class T>
 void ShardedCpuDecoder<T>::check_batch(const MicroBatch& b) const {
   const int cp = cp_.size(), tp = tp_.size();
   TB_REQUIRE(b.batch >= 1 && b.seq >= 1 && b.seq <= cfg_.seq,
-             "sharded decoder: batch " + str(b.batch) + " and seq " + str(b.seq) + " must be >= 1, seq at most the "
-                                                                                   "model's " + str(cfg_.seq));
-  TB_REQUIRE(cp == 1 || b.seq % (2 * cp) == 0,
-             "sharded decoder: seq " + str(b.seq) + " must be divisible by 2·cp = " + str(2 * cp) +
-                 " (context parallel: two load-balanced causal chunks per cp rank)");
+             "CPU decoder: batch " + str(b.batch) + " and seq " + str(b.seq) +
+                 " must be >= 1, seq at most the model's " + str(cfg_.seq));
+  TB_REQUIRE(cp == 1 || b.seq % (2 * cp) == 0, "CPU decoder: seq " + str(b.seq) +
+                                                   " must be divisible by 2·cp = " + str(2 * cp) +
+                                                   " (context parallel: two load-balanced causal chunks per cp rank)");
   const std::int64_t n = std::int64_t(b.batch) * b.seq / cp;
-  TB_REQUIRE(!sp_ || n % tp == 0, "sharded decoder: sequence parallel splits the " + str(n) +
+  TB_REQUIRE(!sp_ || n % tp == 0, "CPU decoder: sequence parallel splits the " + str(n) +
                                       " tokens of a cp rank (batch · seq / cp) over tp = " + str(tp) +
                                       ", which must divide them");
   const std::size_t full = std::size_t(b.batch) * std::size_t(b.seq);
-  TB_REQUIRE(!is_first() || b.tokens.size() == full, "sharded decoder: the first stage needs batch · seq = " +
-                                                         str(std::int64_t(full)) + " tokens, got " +
-                                                         str(std::int64_t(b.tokens.size())));
-  TB_REQUIRE(!is_last() || b.targets.size() == full, "sharded decoder: the last stage needs batch · seq = " +
-                                                         str(std::int64_t(full)) + " targets, got " +
-                                                         str(std::int64_t(b.targets.size())));
+  TB_REQUIRE(!is_first() || b.tokens.size() == full,
+             "CPU decoder: the first stage needs batch · seq = " + str(std::int64_t(full)) + " tokens, got " +
+                 str(std::int64_t(b.tokens.size())));
+  TB_REQUIRE(!is_last() || b.targets.size() == full,
+             "CPU decoder: the last stage needs batch · seq = " + str(std::int64_t(full)) + " targets, got " +
+                 str(std::int64_t(b.targets.size())));
   if (is_first()) model::detail::check_ids(b.tokens, cfg_.vocab, "token");
   if (is_last()) model::detail::check_ids(b.targets, cfg_.vocab, "target");
 }
@@ -231,71 +183,35 @@ TensorView<T> ShardedCpuDecoder<T>::P(int slot) {
   return model::detail::slot_view(params_, local_, slot);
 }
 
-// Replicated slots' gradients go to rgrads_ (one backward's), reduced and added to grads_ at its end.
+// With SP over tp > 1 the replicated slots' gradients go to rgrads_ (one backward's), reduced and added to grads_ at
+// its end (end_replicated_grads); every other gradient accumulates in place.
 template <class T>
 TensorView<T> ShardedCpuDecoder<T>::G(int slot) {
-  if (slot >= 0 && local_.slots[std::size_t(slot)].offset < replicated_)
-    return model::detail::slot_view(rgrads_, local_, slot);
+  if (slot >= 0 && reduce_replicated_ && tp_replicated(local_.slots[std::size_t(slot)])) {
+    const model::Slot& s = local_.slots[std::size_t(slot)];
+    T* p = rgrads_.data() + rgrad_offset_[std::size_t(slot)];
+    return s.shape.size() == 1 ? View(p, {s.shape[0]}) : View(p, {s.shape[0], s.shape[1]});
+  }
   return model::detail::slot_view(grads_, local_, slot);
 }
 
-// The n token rows of a [rows, d] tensor: SP all-gathers the tp shards into buf; without SP they are all here.
 template <class T>
-TensorView<const T> ShardedCpuDecoder<T>::gather_rows(std::vector<T>& buf, CView local, std::int64_t n) {
-  if (!sp_) return local;
-  const std::int64_t d = local.size(1);
-  auto full = mat(buf, n, d);
-  tp_.all_gather(local.data(), full.data(), std::size_t(local.numel()), dtype_of<T>());
-  return full;
+void ShardedCpuDecoder<T>::begin_replicated_grads() {
+  if (reduce_replicated_) std::fill(rgrads_.begin(), rgrads_.end(), T(0));
 }
 
-// dst [rows, d] = this rank's rows of the sum over tp of partial [n, d] (SP: reduce-scatter; else all-reduce).
+// SP leaves partial sums over the tp ranks' token rows: all-reduced, then added (every tp rank adds the same).
 template <class T>
-void ShardedCpuDecoder<T>::reduce_rows(View dst, const std::vector<T>& partial, std::int64_t n) {
-  const auto t = dtype_of<T>();
-  if (sp_)
-    tp_.reduce_scatter(partial.data(), dst.data(), std::size_t(dst.numel()), t);
-  else
-    tp_.all_reduce(partial.data(), dst.data(), std::size_t(n * dst.size(1)), t);
-}
-
-// kv [batch * seq, width] in natural order = columns [col, col + width) of every cp rank's qkv [n, *], gathered.
-template <class T>
-void ShardedCpuDecoder<T>::gather_kv(const State& s, const std::vector<T>& qkv, std::int64_t col,
-                                     std::int64_t width, std::vector<T>& kv) {
-  const int cp = cp_.size();
-  const std::int64_t qkv_width = std::int64_t(qkv.size()) / s.n, sl = s.seq / cp;
-  std::vector<T> mine(std::size_t(s.n * width)), all(std::size_t(cp * s.n * width));
-  for (std::int64_t t = 0; t < s.n; ++t)
-    std::copy_n(qkv.data() + t * qkv_width + col, width, mine.data() + t * width);
-  cp_.all_gather(mine.data(), all.data(), mine.size(), dtype_of<T>());
-  kv.resize(std::size_t(s.batch * s.seq * width));
-  for (int r = 0; r < cp; ++r) {
-    const std::vector<std::int64_t> pos = cp_positions(cp, r, s.seq);
-    for (std::int64_t b = 0; b < s.batch; ++b)
-      for (std::int64_t j = 0; j < sl; ++j)
-        std::copy_n(all.data() + ((r * s.batch + b) * sl + j) * width, width,
-                    kv.data() + (b * s.seq + pos[std::size_t(j)]) * width);
+void ShardedCpuDecoder<T>::end_replicated_grads() {
+  if (!reduce_replicated_) return;
+  tp_.all_reduce(std::span<T>(rgrads_));
+  for (std::size_t i = 0; i < local_.slots.size(); ++i) {
+    const model::Slot& s = local_.slots[i];
+    if (!tp_replicated(s)) continue;
+    const T* src = rgrads_.data() + rgrad_offset_[i];
+    T* dst = grads_.data() + s.offset;
+    for (std::size_t j = 0; j < s.size; ++j) dst[j] += src[j];
   }
-}
-
-// The mirror of gather_kv: columns [col, col + width) of dqkv = sum over cp ranks of their dkv at our positions.
-template <class T>
-void ShardedCpuDecoder<T>::scatter_dkv(const State& s, const std::vector<T>& dkv, std::int64_t col,
-                                       std::int64_t width, std::vector<T>& dqkv) {
-  const int cp = cp_.size();
-  const std::int64_t qkv_width = std::int64_t(dqkv.size()) / s.n, sl = s.seq / cp;
-  std::vector<T> all(std::size_t(cp * s.n * width)), mine(std::size_t(s.n * width));
-  for (int r = 0; r < cp; ++r) {
-    const std::vector<std::int64_t> pos = cp_positions(cp, r, s.seq);
-    for (std::int64_t b = 0; b < s.batch; ++b)
-      for (std::int64_t j = 0; j < sl; ++j)
-        std::copy_n(dkv.data() + (b * s.seq + pos[std::size_t(j)]) * width, width,
-                    all.data() + ((r * s.batch + b) * sl + j) * width);
-  }
-  cp_.reduce_scatter(all.data(), mine.data(), mine.size(), dtype_of<T>());
-  for (std::int64_t t = 0; t < s.n; ++t)
-    std::copy_n(mine.data() + t * width, width, dqkv.data() + t * qkv_width + col);
 }
 
 // The position of each residual-stream row on this rank (SP: rows [tp_rank * rows, ...) of the n tokens).
@@ -309,17 +225,68 @@ std::vector<std::int64_t> ShardedCpuDecoder<T>::row_positions(const State& s) co
 
 template <class T>
 double ShardedCpuDecoder<T>::forward(int mb, const MicroBatch& b, std::span<const T> input, std::span<T> output) {
-  TB_REQUIRE(!states_.contains(mb), "sharded decoder: micro-batch " + str(mb) +
-                                        " is already in flight (forward twice without a backward)");
+  return run_forward(mb, b, input, output, nullptr);
+}
+
+template <class T>
+void ShardedCpuDecoder<T>::backward(int mb, std::span<const T> doutput, std::span<T> dinput, double grad_scale) {
+  auto it = states_.find(mb);
+  TB_REQUIRE(it != states_.end(), "CPU decoder: backward of micro-batch " + str(mb) + " without its forward");
+  begin_replicated_grads();
+  run_backward(*it->second, doutput, dinput, grad_scale);
+  retire(mb);
+}
+
+template <class T>
+void ShardedCpuDecoder<T>::drop(int mb) {
+  if (states_.contains(mb)) retire(mb);
+}
+
+// A state for a new forward: a retired one (its buffers keep their capacity) or a new one.
+template <class T>
+std::unique_ptr<typename ShardedCpuDecoder<T>::State> ShardedCpuDecoder<T>::take_state() {
+  if (spare_.empty()) return std::make_unique<State>();
+  std::unique_ptr<State> s = std::move(spare_.back());
+  spare_.pop_back();
+  s->tokens.clear(), s->targets.clear(), s->head_done = false;
+  return s;
+}
+
+template <class T>
+void ShardedCpuDecoder<T>::retire(int mb) {
+  auto it = states_.find(mb);
+  spare_.push_back(std::move(it->second));
+  states_.erase(it);
+}
+
+// The head's backward runs inside the forward (begin_replicated_grads first: it writes the LM head's gradient).
+template <class T>
+double ShardedCpuDecoder<T>::forward_backward(int mb, const MicroBatch& b, double grad_scale, std::span<const T> input,
+                                              std::span<T> dinput) {
+  TB_REQUIRE(is_last(), "CPU decoder: forward_backward runs on the last stage only (layers [" + str(first_) + ", " +
+                            str(last_) + ") of " + str(cfg_.layers) + ")");
+  begin_replicated_grads();
+  const double loss = run_forward(mb, b, input, {}, &grad_scale);
+  run_backward(*states_.at(mb), {}, dinput, grad_scale);
+  retire(mb);
+  return loss;
+}
+
+// head_grad_scale: run the LM head's backward too (forward_backward), with that scale.
+template <class T>
+double ShardedCpuDecoder<T>::run_forward(int mb, const MicroBatch& b, std::span<const T> input, std::span<T> output,
+                                         const double* head_grad_scale) {
+  TB_REQUIRE(!states_.contains(mb),
+             "CPU decoder: micro-batch " + str(mb) + " is already in flight (forward twice without a backward)");
   check_batch(b);
   const std::size_t act = activation_size(b.batch, b.seq);
-  TB_REQUIRE(is_first() || input.size() == act, "sharded decoder: a non-first stage needs an input of " +
+  TB_REQUIRE(is_first() || input.size() == act, "CPU decoder: a non-first stage needs an input of " +
                                                     str(std::int64_t(act)) + " elements, got " +
                                                     str(std::int64_t(input.size())));
-  TB_REQUIRE(is_last() || output.size() == act, "sharded decoder: a non-last stage needs an output of " +
+  TB_REQUIRE(is_last() || output.size() == act, "CPU decoder: a non-last stage needs an output of " +
                                                     str(std::int64_t(act)) + " elements, got " +
                                                     str(std::int64_t(output.size())));
-  auto state = std::make_unique<State>();
+  std::unique_ptr<State> state = take_state();
   State& s = *state;
   s.batch = b.batch, s.seq = b.seq;
   s.n = std::int64_t(b.batch) * b.seq / cp_.size();
@@ -334,16 +301,15 @@ double ShardedCpuDecoder<T>::forward(int mb, const MicroBatch& b, std::span<cons
   s.layers.resize(std::size_t(last_ - first_));
 
   const std::int64_t d = cfg_.d_model;
-  std::vector<T> x0_buf, m_buf;
   CView x, resid;
   if (is_first()) {
-    auto x0 = mat(x0_buf, s.rows, d);
+    auto x0 = mat(scratch_->x0, s.rows, d);
     embed_forward(s, x0);
     x = x0;
   } else {
     x = CView(input.data(), {s.rows, d});
   }
-  auto m = mat(m_buf, s.rows, d);  // a layer's MLP output, the x of the next
+  auto m = mat(scratch_->m, s.rows, d);  // a layer's MLP output, the x of the next
   for (int l = first_; l < last_; ++l) {
     layer_forward(s, l, x, resid, m);
     x = m;
@@ -351,7 +317,7 @@ double ShardedCpuDecoder<T>::forward(int mb, const MicroBatch& b, std::span<cons
   }
   double loss = 0;
   if (is_last())
-    loss = head_forward(s, x, resid);
+    loss = head_forward(s, x, resid, head_grad_scale);
   else
     for (std::size_t i = 0; i < act; ++i) output[i] = x.data()[i] + resid.data()[i];
   states_.emplace(mb, std::move(state));
@@ -359,19 +325,15 @@ double ShardedCpuDecoder<T>::forward(int mb, const MicroBatch& b, std::span<cons
 }
 
 template <class T>
-void ShardedCpuDecoder<T>::backward(int mb, std::span<const T> doutput, std::span<T> dinput, double grad_scale) {
-  auto it = states_.find(mb);
-  TB_REQUIRE(it != states_.end(), "sharded decoder: backward of micro-batch " + str(mb) + " without its forward");
-  State& s = *it->second;
+void ShardedCpuDecoder<T>::run_backward(State& s, std::span<const T> doutput, std::span<T> dinput, double grad_scale) {
   const std::size_t act = activation_size(s.batch, s.seq);
-  TB_REQUIRE(is_last() || doutput.size() == act, "sharded decoder: a non-last stage needs the output gradient of " +
-                                                      str(std::int64_t(act)) + " elements, got " +
-                                                      str(std::int64_t(doutput.size())));
-  TB_REQUIRE(is_first() || dinput.size() == act, "sharded decoder: a non-first stage needs room for the input "
-                                                 "gradient, " + str(std::int64_t(act)) + " elements, got " +
+  TB_REQUIRE(is_last() || doutput.size() == act, "CPU decoder: a non-last stage needs the output gradient of " +
+                                                     str(std::int64_t(act)) + " elements, got " +
+                                                     str(std::int64_t(doutput.size())));
+  TB_REQUIRE(is_first() || dinput.size() == act, "CPU decoder: a non-first stage needs room for the input gradient, " +
+                                                     str(std::int64_t(act)) + " elements, got " +
                                                      str(std::int64_t(dinput.size())));
-  rgrads_.assign(replicated_, T(0));
-  std::vector<T> dnext_buf;
+  std::vector<T>& dnext_buf = scratch_->dnext;
   auto dnext = mat(dnext_buf, s.rows, cfg_.d_model);
   if (is_last())
     head_backward(s, dnext, grad_scale);
@@ -381,182 +343,65 @@ void ShardedCpuDecoder<T>::backward(int mb, std::span<const T> doutput, std::spa
   if (is_first())
     embed_backward(s, dnext);
   else
-    std::copy(dnext_buf.begin(), dnext_buf.end(), dinput.begin());
-  // Replicated slots: SP leaves partial sums over the tp ranks' token rows; without SP every rank has the sum.
-  if (sp_ && tp_.size() > 1) tp_.all_reduce(std::span<T>(rgrads_));
-  for (std::size_t i = 0; i < replicated_; ++i) grads_[i] += rgrads_[i];
-  states_.erase(it);
+    std::copy_n(dnext_buf.begin(), act, dinput.begin());
+  end_replicated_grads();
 }
 
-// x0 [rows, d] = reduce(E_shard lookup) (+ P at the rows' positions).
+// This rank's rows of the n local ids: with SP rows [tp_rank * rows, ...), else all n.
+template <class T>
+std::span<const std::int32_t> ShardedCpuDecoder<T>::row_ids(const State& s,
+                                                            const std::vector<std::int32_t>& ids) const {
+  const std::size_t begin = sp_ ? std::size_t(tp_.rank() * s.rows) : 0;
+  return std::span<const std::int32_t>(ids).subspan(begin, std::size_t(s.rows));
+}
+
+// x0 [rows, d] = E[tokens of the rows] (+ P at the rows' positions); E and P whole on every tp rank.
 template <class T>
 void ShardedCpuDecoder<T>::embed_forward(const State& s, View x0) {
-  std::vector<T> partial;
-  auto part = mat(partial, s.n, cfg_.d_model);
-  cpu::embedding_shard_forward<T>(part, P(local_.embed), s.tokens, tp_.rank() * dims_.vl);
-  reduce_rows(x0, partial, s.n);
+  cpu::embedding_forward<T>(x0, P(local_.embed), row_ids(s, s.tokens));
   if (cfg_.pos == model::Pos::learned) cpu::position_embedding_add_at<T>(x0, P(local_.pos_embed), row_positions(s));
 }
 
 template <class T>
 void ShardedCpuDecoder<T>::embed_backward(const State& s, View dnext) {
-  std::vector<T> buf;
-  const CView dx = gather_rows(buf, dnext, s.n);
-  cpu::embedding_shard_backward<T>(G(local_.embed), dx, s.tokens, tp_.rank() * dims_.vl);
+  cpu::embedding_backward<T>(G(local_.embed), dnext, row_ids(s, s.tokens));
   if (cfg_.pos == model::Pos::learned)
     cpu::position_embedding_backward_at<T>(G(local_.pos_embed), dnext, row_positions(s));
 }
 
+// yf = normf(x + resid) on this rank's rows, then the chunked LM head and cross-entropy (ops/cpu/cross_entropy.h)
+// on them: lm_head_cross_entropy's mean over the rows times rows / (batch seq) is their share of the loss, and its
+// gradient scale grad_scale · rows / (batch seq) makes dz = (softmax - onehot) · grad_scale / (batch seq). With
+// grad_scale (forward_backward) the head's backward runs here: dyf kept in the state, dWlm accumulated.
 template <class T>
-void ShardedCpuDecoder<T>::layer_forward(State& s, int l, CView x, CView resid, View out) {
-  const model::ModelConfig& c = cfg_;
-  const auto& L = local_.layers[std::size_t(l - first_)];
-  LayerActs& A = s.layers[std::size_t(l - first_)];
-  const auto nk = model::detail::norm_kind(c.norm);
-  const std::int64_t d = dims_.d, n = s.n, rows = s.rows;
-  std::vector<T> partial;
-  // attention
-  auto r1 = mat(A.r1, rows, d), y1 = mat(A.y1, rows, d);
-  cpu::add_norm_forward<T>(nk, y1, r1, vec(A.mean1, rows), vec(A.rstd1, rows), x, resid, P(L.norm1_w),
-                           P(L.norm1_b), c.norm_eps);
-  cpu::linear_forward<T>(mat(A.qkv, n, dims_.width), gather_rows(A.y1g, y1, n), P(L.qkv));
-  attention_forward(s, A);
-  cpu::linear_forward<T>(mat(partial, n, d), mat(A.o, n, dims_.ql), P(L.out));
-  reduce_rows(out, partial, n);  // the attention output lands in out (x is consumed)
-  // MLP
-  auto r2 = mat(A.r2, rows, d), y2 = mat(A.y2, rows, d);
-  cpu::add_norm_forward<T>(nk, y2, r2, vec(A.mean2, rows), vec(A.rstd2, rows), out, r1, P(L.norm2_w),
-                           P(L.norm2_b), c.norm_eps);
-  auto h = mat(A.h, n, dims_.fc1l), g = mat(A.g, n, dims_.ffl);
-  cpu::linear_forward<T>(h, gather_rows(A.y2g, y2, n), P(L.fc1));
-  model::detail::act_forward<T>(c.act, g, h);
-  cpu::linear_forward<T>(mat(partial, n, d), g, P(L.fc2));
-  reduce_rows(out, partial, n);
-}
-
-// A.qkv [n, width] (this rank's heads) -> rope at the tokens' positions; K, V gathered over cp; A.o, A.lse.
-template <class T>
-void ShardedCpuDecoder<T>::attention_forward(const State& s, LayerActs& A) {
-  const Dims& D = dims_;
-  const std::int64_t b = s.batch, sl = std::int64_t(s.pos.size()), kvw = 2 * D.kvdl;
-  auto q = heads_view(A.qkv, 0, b, sl, D.hl, D.hd, D.width);
-  if (cfg_.pos == model::Pos::rope) {
-    cpu::rope_forward_at<T>(q, inv_freq_, s.pos);
-    cpu::rope_forward_at<T>(heads_view(A.qkv, D.ql, b, sl, D.kvl, D.hd, D.width), inv_freq_, s.pos);
-  }
-  gather_kv(s, A.qkv, D.ql, kvw, A.kv);
-  mat(A.o, s.n, D.ql);
-  cpu::attention_forward_at<T>(heads_view(A.o, 0, b, sl, D.hl, D.hd, D.ql),
-                               vec(A.lse, b * D.hl * sl).reshape({b, D.hl, sl}), q,
-                               heads_view(A.kv, 0, b, s.seq, D.kvl, D.hd, kvw),
-                               heads_view(A.kv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw), s.pos);
-}
-
-template <class T>
-void ShardedCpuDecoder<T>::layer_backward(State& s, int l, View dnext) {
-  const model::ModelConfig& c = cfg_;
-  const auto& L = local_.layers[std::size_t(l - first_)];
-  LayerActs& A = s.layers[std::size_t(l - first_)];
-  const auto nk = model::detail::norm_kind(c.norm);
-  const std::int64_t d = dims_.d, n = s.n, rows = s.rows;
-  auto full = [&](std::vector<T>& gathered, std::vector<T>& local) {  // a saved gather_rows result
-    return sp_ ? CView(gathered.data(), {n, d}) : CView(local.data(), {rows, d});
-  };
-  std::vector<T> gbuf, partial, dg_buf, dh_buf, dy_buf, dr2_buf, do_buf, dqkv_buf;
-  auto dy = mat(dy_buf, rows, d), dr2 = mat(dr2_buf, rows, d);
-  // MLP
-  auto dg = mat(dg_buf, n, dims_.ffl), dh = mat(dh_buf, n, dims_.fc1l);
-  cpu::linear_backward<T>(dg, G(L.fc2), {}, gather_rows(gbuf, dnext, n), mat(A.g, n, dims_.ffl), P(L.fc2));
-  model::detail::act_backward<T>(c.act, dh, dg, mat(A.h, n, dims_.fc1l));
-  cpu::linear_backward<T>(mat(partial, n, d), G(L.fc1), {}, dh, full(A.y2g, A.y2), P(L.fc1));
-  reduce_rows(dy, partial, n);
-  cpu::add_norm_backward<T>(nk, dr2, G(L.norm2_w), G(L.norm2_b), dy, dnext, mat(A.r2, rows, d), P(L.norm2_w),
-                            vec(A.mean2, rows), vec(A.rstd2, rows));
-  // attention
-  cpu::linear_backward<T>(mat(do_buf, n, dims_.ql), G(L.out), {}, gather_rows(gbuf, dr2, n), mat(A.o, n, dims_.ql),
-                          P(L.out));
-  attention_backward(s, A, do_buf, dqkv_buf);
-  cpu::linear_backward<T>(mat(partial, n, d), G(L.qkv), {}, mat(dqkv_buf, n, dims_.width), full(A.y1g, A.y1),
-                          P(L.qkv));
-  reduce_rows(dy, partial, n);
-  cpu::add_norm_backward<T>(nk, dnext, G(L.norm1_w), G(L.norm1_b), dy, dr2, mat(A.r1, rows, d), P(L.norm1_w),
-                            vec(A.mean1, rows), vec(A.rstd1, rows));
-}
-
-// dout [n, ql] -> dqkv [n, width]: dq of the local queries; dK, dV of all keys reduce-scattered over cp to their
-// owners; the inverse rope on dq and dk.
-template <class T>
-void ShardedCpuDecoder<T>::attention_backward(const State& s, LayerActs& A, std::vector<T>& dout,
-                                              std::vector<T>& dqkv) {
-  const Dims& D = dims_;
-  const std::int64_t b = s.batch, sl = std::int64_t(s.pos.size()), kvw = 2 * D.kvdl;
-  std::vector<T> dkv;
-  mat(dqkv, s.n, D.width);
-  mat(dkv, b * s.seq, kvw);
-  auto dq = heads_view(dqkv, 0, b, sl, D.hl, D.hd, D.width);
-  cpu::attention_backward_at<T>(dq, heads_view(dkv, 0, b, s.seq, D.kvl, D.hd, kvw),
-                                heads_view(dkv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw),
-                                heads_view(dout, 0, b, sl, D.hl, D.hd, D.ql),
-                                heads_view(A.qkv, 0, b, sl, D.hl, D.hd, D.width),
-                                heads_view(A.kv, 0, b, s.seq, D.kvl, D.hd, kvw),
-                                heads_view(A.kv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw),
-                                heads_view(A.o, 0, b, sl, D.hl, D.hd, D.ql),
-                                TensorView<T>(A.lse.data(), {b, D.hl, sl}), s.pos);
-  scatter_dkv(s, dkv, D.ql, kvw, dqkv);
-  if (cfg_.pos == model::Pos::rope) {
-    cpu::rope_backward_at<T>(dq, inv_freq_, s.pos);
-    cpu::rope_backward_at<T>(heads_view(dqkv, D.ql, b, sl, D.kvl, D.hd, D.width), inv_freq_, s.pos);
-  }
-}
-
-// yf = normf(x + resid); z = gather(yf) Wlm_shard^T; the vocab-parallel cross-entropy (see the .h).
-template <class T>
-double ShardedCpuDecoder<T>::head_forward(State& s, CView x, CView resid) {
-  const std::int64_t d = dims_.d, vl = dims_.vl, v0 = tp_.rank() * vl, n = s.n;
+double ShardedCpuDecoder<T>::head_forward(State& s, CView x, CView resid, const double* grad_scale) {
+  const std::int64_t d = dims_.d;
   auto yf = mat(s.yf, s.rows, d);
   cpu::add_norm_forward<T>(model::detail::norm_kind(cfg_.norm), yf, mat(s.rf, s.rows, d), vec(s.meanf, s.rows),
                            vec(s.rstdf, s.rows), x, resid, P(local_.final_norm_w), P(local_.final_norm_b),
                            cfg_.norm_eps);
-  auto z = mat(s.logits, n, vl);
-  cpu::linear_forward<T>(z, gather_rows(s.yfg, yf, n), P(local_.lm_head));
-  std::vector<double> mx(std::size_t(n), -std::numeric_limits<double>::infinity()), sums(std::size_t(2 * n), 0.0);
-  for (std::int64_t t = 0; t < n; ++t)
-    for (std::int64_t v = 0; v < vl; ++v) mx[std::size_t(t)] = std::max(mx[std::size_t(t)], double(z(t, v)));
-  tp_.all_reduce(std::span<double>(mx), comm::ReduceOp::max);
-  for (std::int64_t t = 0; t < n; ++t) {  // sums: [sum_v exp(z - M) | the target's logit (where it lives)]
-    for (std::int64_t v = 0; v < vl; ++v) sums[std::size_t(t)] += std::exp(double(z(t, v)) - mx[std::size_t(t)]);
-    const std::int64_t local = s.targets[std::size_t(t)] - v0;
-    if (local >= 0 && local < vl) sums[std::size_t(n + t)] = double(z(t, local));
-  }
-  tp_.all_reduce(std::span<double>(sums));
-  s.lse.resize(std::size_t(n));
-  double loss[1] = {0};
-  for (std::int64_t t = 0; t < n; ++t) {
-    s.lse[std::size_t(t)] = mx[std::size_t(t)] + std::log(sums[std::size_t(t)]);
-    loss[0] += s.lse[std::size_t(t)] - sums[std::size_t(n + t)];
-  }
-  loss[0] /= double(s.batch) * s.seq;
-  cp_.all_reduce(std::span<double>(loss));
+  const double share = double(s.rows) / (double(s.batch) * s.seq);
+  View dyf, dw;
+  if (grad_scale) dyf = mat(s.dyf, s.rows, d), dw = G(local_.lm_head), s.head_done = true;
+  const double mean = cpu::lm_head_cross_entropy<T>(dyf, dw, yf, P(local_.lm_head), row_ids(s, s.targets),
+                                                    lm_head_chunk_, grad_scale ? *grad_scale * share : 1.0);
+  double loss[1] = {mean * share};
+  if (sp_ && tp_.size() > 1) tp_.all_reduce(std::span<double>(loss));
+  if (cp_.size() > 1) cp_.all_reduce(std::span<double>(loss));
   return loss[0];
 }
 
+// dyf (recomputing each chunk's logits, unless forward_backward's forward already has it); dnext = dnormf(dyf).
 template <class T>
 void ShardedCpuDecoder<T>::head_backward(State& s, View dnext, double grad_scale) {
-  const std::int64_t d = dims_.d, vl = dims_.vl, v0 = tp_.rank() * vl, n = s.n;
-  const double scale = grad_scale / (double(s.batch) * s.seq);
-  auto z = mat(s.logits, n, vl);  // becomes dz in place
-  for (std::int64_t t = 0; t < n; ++t) {
-    const std::int64_t target = s.targets[std::size_t(t)] - v0;
-    for (std::int64_t v = 0; v < vl; ++v)
-      z(t, v) = T((std::exp(double(z(t, v)) - s.lse[std::size_t(t)]) - (v == target ? 1.0 : 0.0)) * scale);
+  const std::int64_t d = dims_.d;
+  if (!s.head_done) {
+    const double share = double(s.rows) / (double(s.batch) * s.seq);
+    cpu::lm_head_cross_entropy<T>(mat(s.dyf, s.rows, d), G(local_.lm_head), CView(s.yf.data(), {s.rows, d}),
+                                  P(local_.lm_head), row_ids(s, s.targets), lm_head_chunk_, grad_scale * share);
   }
-  std::vector<T> partial, dyf_buf;
-  const CView yfull = sp_ ? CView(s.yfg.data(), {n, d}) : CView(s.yf.data(), {s.rows, d});
-  cpu::linear_backward<T>(mat(partial, n, d), G(local_.lm_head), {}, z, yfull, P(local_.lm_head));
-  auto dyf = mat(dyf_buf, s.rows, d);
-  reduce_rows(dyf, partial, n);
-  cpu::add_norm_backward<T>(model::detail::norm_kind(cfg_.norm), dnext, G(local_.final_norm_w),
-                            G(local_.final_norm_b), dyf, {}, mat(s.rf, s.rows, d), P(local_.final_norm_w),
+  cpu::add_norm_backward<T>(model::detail::norm_kind(cfg_.norm), dnext, G(local_.final_norm_w), G(local_.final_norm_b),
+                            mat(s.dyf, s.rows, d), {}, mat(s.rf, s.rows, d), P(local_.final_norm_w),
                             vec(s.meanf, s.rows), vec(s.rstdf, s.rows));
 }
 

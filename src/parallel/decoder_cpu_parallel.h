@@ -1,7 +1,8 @@
-// parallel/decoder_cpu_parallel.h: one pipeline stage of the dense decoder (model/decoder_cpu.h is the math spec)
-// on one rank of a tensor- (TP), sequence- (SP) and context-parallel (CP) mesh, on the CPU reference ops, in
-// float or double: the reference the CUDA parallel decoder is checked against, and what the multi-rank CPU tests
-// compare with the single-rank CpuDecoder.
+// parallel/decoder_cpu_parallel.h: the dense decoder (model/decoder_cpu.h has the math) on the CPU reference ops, in
+// float or double, as one pipeline stage on one rank of a tensor- (TP), sequence- (SP) and context-parallel (CP)
+// mesh. The one CPU copy of the layer math: with groups of one rank (comm::make_self_communicator()) and one stage
+// holding every layer it is the single-rank reference (model::CpuDecoder wraps exactly that); on a mesh it is the
+// reference the parallel layouts are checked against (every layout gives the single-rank loss and gradients).
 //
 // Stage: layers [first, last). The first stage (first == 0) owns the embedding (and learned positions), the last
 // (last == layers) the final norm, the LM head and the loss. Between stages the residual stream crosses as one
@@ -22,27 +23,32 @@
 //   o = attention(q at pos, K, V)  (causal by absolute position)
 //   r2 = reduce(o Wout^T) + r1;  y2 = norm2(r2)                        reduce: SP reduce-scatter, else all-reduce
 //   x = reduce(act(gather(y2) Wfc1^T) Wfc2^T);  resid = r2             (swiglu: rank holds gate AND up rows)
-// Embedding: x = reduce(E_shard[tokens]) (+ P[pos]), E_shard the rows [t V/tp, (t+1) V/tp) of E, zero outside.
-// Head: yf = normf(x + resid);  z = gather(yf) Wlm_shard^T  [n, V/tp];  vocab-parallel cross-entropy:
-//   M = allreduce_max(max_v z), S = allreduce_sum(sum_v exp(z - M)), z_t = allreduce_sum(z[target] if local)
-//   loss = sum_tokens (M + log S - z_t) / (batch seq), summed over cp: equal to the single-rank mean loss
-//   dz = (exp(z - M - log S) - onehot) * grad_scale / (batch seq)   (no further communication)
+// Embedding, LM head and loss run on this rank's rows with the whole (replicated) E, P and Wlm, as the CUDA backend
+// does (model/decoder_cuda.h): with SP each tp rank takes its n/tp token rows, without SP every tp rank all n.
+//   x0[i] = E[token of row i] (+ P[position of row i])
+//   yf = normf(x + resid);  per chunk c of at most lm_head_chunk rows (default 256):
+//     z_c = yf_c Wlm^T  [chunk, vocab];  loss += sum_rows (lse(z_c) - z_c[target]) / (batch seq)
+//     dz_c = (softmax(z_c) - onehot(target)) * grad_scale / (batch seq);  dyf_c = dz_c Wlm;  dWlm += dz_c^T yf_c
+//   the loss summed over cp (and over tp with SP; without SP every tp rank has the same) is the single-rank mean.
+//   The head needs no communication. forward() keeps yf, not the logits: backward() recomputes each chunk's z (at
+//   most [chunk, vocab] logits exist at once); forward_backward() runs the head's forward and backward in one pass.
 // Backward mirrors it: the backward of gather is reduce (SP: reduce-scatter; else all-reduce), of reduce is gather
 // (SP: all-gather; else identity); dK, dV of all keys are reordered and reduce-scattered over cp to their owners.
 //
-// Parameters: this rank's shard of model::dense_layout, in local_layout() (same slot names, local shapes) and
-// one flat buffer (params(), grads()): first the tp-replicated slots (norm weights and biases, learned positions),
-// then the sharded ones. Gradients ACCUMULATE (grad_scale * dloss/dparams, like CpuDecoder; the caller zeroes).
-//   replicated slots: with SP their gradients are partial sums over token shards, all-reduced over tp at the end
-//     of each backward; without SP every tp rank computes the same full-token gradient. Either way every tp
-//     rank holds the same value and add_grads_to_full() counts tp rank 0's copy only.
+// Parameters: this rank's part of model::dense_layout(cfg, {first, last}), in local_layout() =
+// dense_layout(tp_shard_config(cfg, tp), {first, last}) (parallel/tensor_shard.h: the same slot names in the same
+// order; qkv and fc1 hold this rank's rows, out and fc2 its columns; embedding, positions, norms and LM head whole),
+// and one flat buffer (params(), grads()). With tp = 1 and every layer that is dense_layout(cfg) itself. Gradients
+// ACCUMULATE (grad_scale * dloss/dparams; the caller zeroes).
+//   tp-replicated slots (embedding, positions, norms, LM head): with SP their gradients are partial sums over token
+//     rows, all-reduced over tp at the end of each backward; without SP every tp rank computes the same full-token
+//     gradient. Either way every tp rank holds the same value and add_grads_to_full() counts tp rank 0's copy only.
 //   over cp (and dp) every gradient is partial (this rank's tokens): the optimizer reduces it over dp x cp.
-//   tied embeddings: the LM head is the embedding shard when one stage is both first and last; a last stage that
-//     is not first keeps its own copy of the embedding shard as lm_head (its gradient goes to embed.weight in
-//     add_grads_to_full; a pipeline all-reduces the two copies' gradients between the first and last stage).
+//   tied embeddings: the LM head is the embedding when one stage is both first and last; a last stage that is not
+//     first keeps its own copy of the embedding (slot embed.weight, local_layout().lm_head; its gradient goes to
+//     embed.weight in add_grads_to_full; a pipeline sums the two copies' gradients between the first and last stage).
 // Activations are kept per micro-batch id from forward() until backward() (or drop()) of that id, so a pipeline
-// schedule may run several forwards before their backwards. The LM head is not chunked: the last stage keeps the
-// micro-batch's [n, vocab / tp] logits until its backward (a CPU reference for small models).
+// schedule may run several forwards before their backwards.
 #pragma once
 
 #include <cstdint>
@@ -67,17 +73,17 @@ struct DecoderGroups {
 
 struct StageSpec {
   int first_layer = 0;
-  int last_layer = -1;              // exclusive; -1: all layers
-  bool sequence_parallel = false;   // residual stream on n / tp rows per tp rank (tp == 1: changes nothing)
+  int last_layer = -1;             // exclusive; -1: all layers
+  bool sequence_parallel = false;  // residual stream on n / tp rows per tp rank (tp == 1: changes nothing)
 };
 
 // A 2-D block of the full parameter buffer held by this rank, stored contiguously ([rows, cols] row-major) in the
 // local buffer: full element (i, j) of the block is full[full_offset + i * full_stride + j].
 struct ShardBlock {
-  std::string name;                 // the full slot (model::dense_layout name)
+  std::string name;  // the full slot (model::dense_layout name)
   std::size_t full_offset = 0, local_offset = 0;
   std::int64_t rows = 0, cols = 0, full_stride = 0;
-  bool tp_replicated = false;       // the same values on every tp rank: counted once (tp rank 0)
+  bool tp_replicated = false;  // the same values on every tp rank: counted once (tp rank 0)
 };
 
 // A micro-batch: tokens and targets [batch, seq] row-major, the whole sequences (every cp rank passes the same).
@@ -105,8 +111,8 @@ class ShardedCpuDecoder {
   bool is_first() const { return first_ == 0; }
   bool is_last() const { return last_ == cfg_.layers; }
 
-  // Parameters: the full model's flat buffer (model::dense_layout order, as CpuDecoder::params()) in, this
-  // rank's shard kept; init(seed) loads CpuDecoder's initial values.
+  // Parameters: the full model's flat buffer (model::dense_layout(cfg) order) in, this rank's part kept;
+  // init(seed) loads the initial values of model::init_params.
   void load_full(std::span<const T> full);
   void init(std::uint64_t seed);
   // Adds this rank's gradient shard into a full-size buffer (tp-replicated slots on tp rank 0 only), so the sum
@@ -117,9 +123,11 @@ class ShardedCpuDecoder {
   std::span<const T> params() const { return params_; }
   std::span<const T> grads() const { return grads_; }
   const model::DenseLayout& local_layout() const { return local_; }
-  std::span<const ShardBlock> shard_blocks() const { return blocks_; }
-  std::size_t replicated_size() const { return replicated_; }  // local elements [0, this) are tp-replicated
+  std::span<const ShardBlock> shard_blocks() const { return blocks_; }  // one per part of a full slot, local order
   void zero_grads();
+
+  // Token rows per LM-head chunk: at most [chunk, vocab] logits exist at once (default 256).
+  void set_lm_head_chunk(int tokens);
 
   // Rows of the residual stream on this rank (n, or n / tp with SP) and the elements of a stage's input/output.
   std::int64_t activation_rows(int batch, int seq) const;
@@ -134,33 +142,45 @@ class ShardedCpuDecoder {
   // The backward of micro-batch `mb` (frees its activations). Non-last stages read `doutput`, non-first ones
   // write `dinput`; the last stage scales the loss gradient by grad_scale.
   void backward(int mb, std::span<const T> doutput = {}, std::span<T> dinput = {}, double grad_scale = 1.0);
-  void drop(int mb) { states_.erase(mb); }  // forget a forward that will not be backpropagated
+  // forward() then backward() of micro-batch `mb` on a last stage, the LM head's forward and backward fused (its
+  // logits computed once). Returns the loss; non-first stages read `input` and write `dinput`.
+  double forward_backward(int mb, const MicroBatch& b, double grad_scale = 1.0, std::span<const T> input = {},
+                          std::span<T> dinput = {});
+  void drop(int mb);  // forget a forward that will not be backpropagated
   std::size_t in_flight() const { return states_.size(); }
 
  private:
   struct LayerActs;
   struct State;
-  struct Dims {  // this tp rank's widths: heads, kv heads, q / kv columns, fused qkv, fc1 rows, ffn, vocab
-    std::int64_t d, hd, hl, kvl, ql, kvdl, width, fc1l, ffl, vl;
+  struct Scratch;
+  struct Dims {  // this tp rank's widths: heads, kv heads, q / kv columns, fused qkv, fc1 rows, ffn
+    std::int64_t d, hd, hl, kvl, ql, kvdl, width, fc1l, ffl;
   };
   using View = TensorView<T>;
   using CView = TensorView<const T>;
   void build_layout();
   void check_batch(const MicroBatch& b) const;
+  double run_forward(int mb, const MicroBatch& b, std::span<const T> input, std::span<T> output,
+                     const double* head_grad_scale);
+  void run_backward(State& s, std::span<const T> doutput, std::span<T> dinput, double grad_scale);
+  std::unique_ptr<State> take_state();
+  void retire(int mb);
+  void begin_replicated_grads();
+  void end_replicated_grads();
   View P(int slot);
   View G(int slot);
   CView gather_rows(std::vector<T>& buf, CView local, std::int64_t n);
   void reduce_rows(View dst, const std::vector<T>& partial, std::int64_t n);
-  void gather_kv(const State& s, const std::vector<T>& qkv, std::int64_t col, std::int64_t width,
-                 std::vector<T>& kv);
+  void gather_kv(const State& s, const std::vector<T>& qkv, std::int64_t col, std::int64_t width, std::vector<T>& kv);
   void scatter_dkv(const State& s, const std::vector<T>& dkv, std::int64_t col, std::int64_t width,
                    std::vector<T>& dqkv);
   std::vector<std::int64_t> row_positions(const State& s) const;
+  std::span<const std::int32_t> row_ids(const State& s, const std::vector<std::int32_t>& ids) const;
   void embed_forward(const State& s, View x0);
   void layer_forward(State& s, int l, CView x, CView resid, View out);
   void attention_forward(const State& s, LayerActs& A);
   void attention_backward(const State& s, LayerActs& A, std::vector<T>& dout, std::vector<T>& dqkv);
-  double head_forward(State& s, CView x, CView resid);
+  double head_forward(State& s, CView x, CView resid, const double* grad_scale);
   void head_backward(State& s, View dnext, double grad_scale);
   void layer_backward(State& s, int l, View dnext);
   void embed_backward(const State& s, View dnext);
@@ -174,9 +194,16 @@ class ShardedCpuDecoder {
   std::vector<double> inv_freq_;
   model::DenseLayout full_, local_;
   std::vector<ShardBlock> blocks_;
-  std::size_t replicated_ = 0;
-  std::vector<T> params_, grads_, rgrads_;  // rgrads_: one backward's replicated-slot gradients
+  int lm_head_chunk_ = 256;
+  // SP over tp > 1: one backward's gradients of the replicated slots go to rgrads_ (slot i at rgrad_offset_[i]), are
+  // all-reduced over tp and added to grads_ at its end. Otherwise (and for the sharded slots) straight into grads_.
+  bool reduce_replicated_ = false;
+  std::vector<std::size_t> rgrad_offset_;
+  std::vector<T> params_, grads_, rgrads_;
   std::map<int, std::unique_ptr<State>> states_;
+  // Buffers kept across calls (no allocation per micro-batch once warm): retired states and one call's scratch.
+  std::vector<std::unique_ptr<State>> spare_;
+  std::unique_ptr<Scratch> scratch_;
 };
 
 extern template class ShardedCpuDecoder<float>;

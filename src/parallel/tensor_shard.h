@@ -1,7 +1,8 @@
 // parallel/tensor_shard.h: what a tensor-parallel rank holds of the dense decoder (Megatron's split), as used by the
-// CUDA decoder (model/decoder_cuda.h TensorParallelOps): the local config has heads, kv_heads and ffn divided by tp
-// (d_model, vocab, layers whole) and model::dense_layout of it; each local slot is stacked from parts of the full
-// slot of the same name ([rows, cols] row-major):
+// CUDA decoder (model/decoder_cuda.h TensorParallelOps) and the CPU one (parallel/decoder_cpu_parallel.h's
+// local_layout()): the local config has heads, kv_heads and ffn divided by tp (d_model, vocab, layers whole) and
+// model::dense_layout of it; each local slot is stacked from parts of the full slot of the same name ([rows, cols]
+// row-major):
 //   attn.qkv   rows  [r·H/tp·hd, +H/tp·hd) of Q, the same of K and of V (local heads)      column parallel
 //   attn.out   cols  [r·H/tp·hd, +H/tp·hd)                                                  row parallel
 //   mlp.fc1    rows  [r·ffn/tp, +ffn/tp) (swiglu: of the gate half and of the up half)      column parallel

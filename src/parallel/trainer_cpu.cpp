@@ -213,9 +213,12 @@ void ParallelCpuTrainer<T>::optimizer_step(double clip_scale, double lr) {
 template <class T>
 void ParallelCpuTrainer<T>::sync_replicas() {
   const auto t = dtype_of<T>();
-  if (spec_.mesh.tp > 1)
+  if (spec_.mesh.tp > 1)  // each replicated slot is one block (tensor_shard.h)
     for (std::size_t c = 0; c < chunks_.size(); ++c)
-      mesh_->tp().broadcast(flat_params_.data() + chunk_offset_[c], chunks_[c]->replicated_size(), t, 0);
+      for (const ShardBlock& b : chunks_[c]->shard_blocks())
+        if (b.tp_replicated)
+          mesh_->tp().broadcast(flat_params_.data() + chunk_offset_[c] + b.local_offset,
+                                std::size_t(b.rows * b.cols), t, 0);
   const std::span<T> copy = tied_region(flat_params_);
   if (copy.empty()) return;
   const int r = mesh_->coord().pp, last = spec_.mesh.pp - 1;

@@ -1,6 +1,6 @@
-// Tests model/decoder_cpu (the dense decoder on the CPU reference ops) on tiny configs of each family
-// variant: llama-like (rmsnorm, swiglu, rope with Llama 3.1 scaling, GQA), gpt-like (layernorm, gelu, learned
-// positions, tied embeddings, MHA) and nemotron-like (layernorm1p, sqrelu, rope, GQA):
+// Tests model/decoder_cpu (the dense decoder on the CPU reference ops: parallel/decoder_cpu_parallel.h on one rank)
+// on tiny configs of each family variant: llama-like (rmsnorm, swiglu, rope with Llama 3.1 scaling, GQA), gpt-like
+// (layernorm, gelu, learned positions, tied embeddings, MHA) and nemotron-like (layernorm1p, sqrelu, rope, GQA):
 //   - the whole model's gradient in double against central finite differences on ~200 parameters drawn from
 //     every slot (parameters moved off their init first, so norm gains and biases are not at 1 and 0);
 //   - gradient accumulation: two half batches with grad_scale 0.5 == one full batch;

@@ -5,8 +5,6 @@
 //     give the full op's rows at those positions, and the dK, dV of the cp ranks sum to the full op's;
 //   - rope_forward_at / rope_backward_at at non-contiguous positions equal the plain rope's rows there;
 //   - position_embedding_add_at / _backward_at at rows' positions equal the plain (t mod seq) form;
-//   - embedding_shard_forward / _backward: the vocab shards' lookups sum to the full lookup, their gradients
-//     concatenate to the full gradient;
 //   - bad positions raise tb::Error.
 #include <gtest/gtest.h>
 
@@ -174,28 +172,6 @@ TEST(PositionEmbeddingAt, RowPositionsEqualThePlainForm) {
   EXPECT_EQ(dt1, dt2);
   pos[3] = 7;
   EXPECT_THROW(position_embedding_add_at(view(y2, {rows, d}), cview(table, {7, d}), pos), tb::Error);
-}
-
-TEST(EmbeddingShard, ShardsSumToTheFullLookupAndSplitItsGradient) {
-  const std::int64_t vocab = 12, d = 4, shards = 3, vs = vocab / shards;
-  const Vec table = rnd(std::size_t(vocab * d), 9);
-  const std::vector<std::int32_t> tokens = {0, 11, 4, 4, 7, 3, 8, 1};
-  const std::int64_t n = std::int64_t(tokens.size());
-  const Vec dy = rnd(std::size_t(n * d), 10);
-  Vec y(std::size_t(n * d)), dtable(table.size(), 0.25);
-  embedding_forward(view(y, {n, d}), cview(table, {vocab, d}), tokens);
-  embedding_backward(view(dtable, {vocab, d}), cview(dy, {n, d}), tokens);
-  Vec y_sum(y.size(), 0.0), dtable_cat;
-  for (std::int64_t r = 0; r < shards; ++r) {
-    const Vec shard(table.begin() + r * vs * d, table.begin() + (r + 1) * vs * d);
-    Vec y_r(y.size(), 9.0), dshard(shard.size(), 0.25);
-    embedding_shard_forward(view(y_r, {n, d}), cview(shard, {vs, d}), tokens, r * vs);
-    embedding_shard_backward(view(dshard, {vs, d}), cview(dy, {n, d}), tokens, r * vs);
-    for (std::size_t i = 0; i < y.size(); ++i) y_sum[i] += y_r[i];
-    dtable_cat.insert(dtable_cat.end(), dshard.begin(), dshard.end());
-  }
-  EXPECT_EQ(y_sum, y);
-  EXPECT_EQ(dtable_cat, dtable);
 }
 
 }  // namespace

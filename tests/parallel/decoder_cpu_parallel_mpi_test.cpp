@@ -1,14 +1,18 @@
 // decoder_cpu_parallel_mpi_test: the sharded CPU decoder (parallel/decoder_cpu_parallel.h) under mpirun (2 and 4
-// ranks, ctest) against the single-rank CpuDecoder<double> on the full sequence, for two tiny model variants
+// ranks, ctest) against the single-rank CpuDecoder<double> (the same decoder on groups of one rank) on the full
+// sequence, for two tiny model variants
 // (llama-like: rmsnorm, swiglu, rope with Llama 3.1 scaling, GQA; gpt-like: layernorm, gelu, learned positions,
 // tied embeddings, MHA) with parameters moved off their init (norm gains not 1, biases not 0) and random tokens:
 //   - every layout of the world that fits: tp = cp = 1 (dp = n), tp = n (with and without sequence parallel), cp = n,
 //     tp 2 x cp n/2 (with SP), cp 2 x tp n/2, each with micro-batch 1 and 2: the loss on every rank and the full
-//     gradient (add_grads_to_full summed over tp and cp) to 1e-10 relative per parameter slot;
+//     gradient (add_grads_to_full summed over tp and cp) to 1e-10 relative per parameter slot, the embedding and LM
+//     head included (whole on every tp rank, their rows split over tp with SP; the local layout is the CUDA
+//     backend's, dense_layout(tp_shard_config(cfg, tp)));
 //   - two stages chained by hand in each rank's process (layers [0, k) then [k, L)), two micro-batches in flight
 //     (forward 0, forward 1, backward 1, backward 0): the same losses and gradients as one stage and the reference;
 //   - float against the float CpuDecoder;
-//   - layouts the model does not fit raise tb::Error on every rank (no collective is left waiting).
+//   - layouts the model does not fit raise tb::Error on every rank (no collective is left waiting); a vocabulary
+//     that tp does not divide fits (the embedding and LM head are not split over tp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +29,7 @@
 #include "model/decoder_cpu.h"
 #include "parallel/decoder_cpu_parallel.h"
 #include "parallel/mesh.h"
+#include "parallel/tensor_shard.h"
 #include "tiny_models.h"
 
 namespace tb::parallel {
@@ -119,6 +124,14 @@ TEST_P(Family, EveryLayoutMatchesTheSingleRankDecoder) {
     for (const Layout& l : layouts(n)) {
       Mesh2 m(l);
       ShardedCpuDecoder<double> dec(cfg, m.groups(), {.sequence_parallel = l.sp});
+      const model::DenseLayout want = model::dense_layout(tp_shard_config(cfg, l.tp));
+      ASSERT_EQ(dec.local_layout().slots.size(), want.slots.size());
+      for (std::size_t i = 0; i < want.slots.size(); ++i) {
+        EXPECT_EQ(dec.local_layout().slots[i].name, want.slots[i].name);
+        EXPECT_EQ(dec.local_layout().slots[i].shape, want.slots[i].shape) << want.slots[i].name;
+      }
+      EXPECT_EQ(dec.local_layout().slots[std::size_t(dec.local_layout().lm_head)].shape,
+                (std::vector<std::int64_t>{cfg.vocab, cfg.d_model}));
       dec.load_full(ref.params());
       const double loss = dec.forward(0, b.view());
       dec.backward(0, {}, {}, kGradScale);
@@ -200,8 +213,8 @@ TEST(ShardedCpuDecoder, LayoutsTheModelDoesNotFitRaise) {
   {
     Mesh2 m(Layout{n, 1, false});
     ModelConfig bad = cfg;
-    bad.vocab = 37;
-    EXPECT_THROW(ShardedCpuDecoder<double>(bad, m.groups()), Error);
+    bad.vocab = 37;  // fits: the embedding and LM head are whole on every tp rank
+    EXPECT_NO_THROW(ShardedCpuDecoder<double>(bad, m.groups()));
     bad = cfg, bad.ffn = 25;
     EXPECT_THROW(ShardedCpuDecoder<double>(bad, m.groups()), Error);
     bad = cfg, bad.kv_heads = 1;

@@ -1,8 +1,6 @@
 // ops/cpu/embedding.cpp: y[t,:] = E[tok[t],:], its scatter-add backward, and learned positions.
 #include "ops/cpu/embedding.h"
 
-#include <algorithm>
-#include <limits>
 #include <string>
 
 namespace tb::ops::cpu {
@@ -112,51 +110,13 @@ void position_embedding_backward_at(TensorView<T> dpos_table, In<T> dy, std::spa
   }
 }
 
-template <class T>
-void embedding_shard_forward(TensorView<T> y, In<T> table_shard, std::span<const std::int32_t> tokens,
-                             std::int64_t first) {
-  require_rows(table_shard, "embedding_shard_forward: table");
-  const std::int64_t n = std::int64_t(tokens.size()), d = table_shard.size(1), rows = table_shard.size(0);
-  require_shape(y, {n, d}, "embedding_shard_forward: y");
-  require_rows(y, "embedding_shard_forward: y");
-  check_tokens(tokens, std::numeric_limits<std::int32_t>::max(), "embedding_shard_forward");
-  for (std::int64_t t = 0; t < n; ++t) {
-    const std::int64_t local = tokens[std::size_t(t)] - first;
-    T* yr = row(y, t);
-    if (local < 0 || local >= rows) {
-      std::fill(yr, yr + d, T(0));
-      continue;
-    }
-    const T* e = row(table_shard, local);
-    for (std::int64_t i = 0; i < d; ++i) yr[i] = e[i];
-  }
-}
-
-template <class T>
-void embedding_shard_backward(TensorView<T> dtable_shard, In<T> dy, std::span<const std::int32_t> tokens,
-                              std::int64_t first) {
-  require_rows(dtable_shard, "embedding_shard_backward: dtable");
-  const std::int64_t n = std::int64_t(tokens.size()), d = dtable_shard.size(1), rows = dtable_shard.size(0);
-  require_shape(dy, {n, d}, "embedding_shard_backward: dy");
-  require_rows(dy, "embedding_shard_backward: dy");
-  for (std::int64_t t = 0; t < n; ++t) {
-    const std::int64_t local = tokens[std::size_t(t)] - first;
-    if (local < 0 || local >= rows) continue;
-    T* de = row(dtable_shard, local);
-    const T* g = row(dy, t);
-    for (std::int64_t i = 0; i < d; ++i) de[i] += g[i];
-  }
-}
-
 #define TB_INSTANTIATE(T)                                                                          \
   template void embedding_forward<T>(TensorView<T>, In<T>, std::span<const std::int32_t>);        \
   template void embedding_backward<T>(TensorView<T>, In<T>, std::span<const std::int32_t>);       \
   template void position_embedding_add<T>(TensorView<T>, In<T>, int);                            \
   template void position_embedding_backward<T>(TensorView<T>, In<T>, int);                       \
   template void position_embedding_add_at<T>(TensorView<T>, In<T>, std::span<const std::int64_t>); \
-  template void position_embedding_backward_at<T>(TensorView<T>, In<T>, std::span<const std::int64_t>); \
-  template void embedding_shard_forward<T>(TensorView<T>, In<T>, std::span<const std::int32_t>, std::int64_t); \
-  template void embedding_shard_backward<T>(TensorView<T>, In<T>, std::span<const std::int32_t>, std::int64_t);
+  template void position_embedding_backward_at<T>(TensorView<T>, In<T>, std::span<const std::int64_t>);
 TB_INSTANTIATE(float)
 TB_INSTANTIATE(double)
 #undef TB_INSTANTIATE
