@@ -3,11 +3,11 @@
 
   faults.py TRAINBENCH [SEED]
 
-For one-rank `train`, a 2-rank `mpirun ... train --device cpu` and `sweep`, each of SIGKILL, SIGINT and SIGTERM at a
-random moment after the run has started measuring (and SIGSTOP of one rank under mpirun): the run ends within its
-time limit (no hang), every results file is valid JSON Lines of trainbench.result.v1 records afterwards, every step
+For one-rank `train`, a 2-rank `mpirun ... train --device cpu`, `sweep` and `scale`, each of SIGKILL, SIGINT and
+SIGTERM at a random moment after the run has started measuring (and SIGSTOP of one rank under mpirun): the run ends
+within its time limit (no hang), every results file is valid JSON Lines of trainbench.result.v1 records afterwards, every step
 measured before the signal is in a "train.step" record, a stopped run's records are marked interrupted (one per
-rank under mpirun), a signalled sweep leaves no child running. Exit 0 when all hold, 1 with the failures listed.
+rank under mpirun), a signalled sweep or scaling study leaves no child running. Exit 0 when all hold, 1 with the failures listed.
 """
 import json
 import os
@@ -205,12 +205,14 @@ def two_ranks(sig):
         fail("{}: train records {}".format(where, [r["status"] for r in train]))
 
 
-def sweep(sig):
-    where = "sweep, {}".format(signal.Signals(sig).name)
-    d = os.path.join(ROOT, "sweep-{}".format(sig))
-    p = subprocess.Popen([TB, "sweep", "tiny", "--device", "cpu", "--vary", "micro_batch=1,2,4", "--steps", "100000",
-                          "--warmup-steps", "1", "--out", d], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         start_new_session=True, env=ENV)
+def study(kind, sig):
+    """A sweep or a scaling study signalled in its parent process while a point runs as its child."""
+    where = "{}, {}".format(kind, signal.Signals(sig).name)
+    d = os.path.join(ROOT, "{}-{}".format(kind, sig))
+    grid = ["--vary", "micro_batch=1,2,4"] if kind == "sweep" else ["--gpus", "1,2,4", "--no-project"]
+    p = subprocess.Popen([TB, kind, "tiny", "--device", "cpu"] + grid + ["--steps", "100000", "--warmup-steps", "1",
+                          "--out", d], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                         env=ENV)
     if not wait_for(lambda: len(descendants(p.pid)) > 0, 30):
         fail(where + ": no point started within 30 s")
     time.sleep(rng.uniform(0.5, 1.5))
@@ -238,8 +240,9 @@ def main():
                 two_ranks(sig)
         else:
             print("skip mpirun cases: no mpirun")
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-            sweep(sig)
+        for kind in ("sweep", "scale"):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+                study(kind, sig)
     finally:
         shutil.rmtree(ROOT, ignore_errors=True)
     print("faults.py: {} failures in {:.0f} s (seed {})".format(len(failures), time.time() - t0, SEED))
