@@ -104,9 +104,9 @@ int cmd_sweep(int argc, char** argv) {
     const report::Point p = report::parse_point(s);
     fixed.insert(fixed.end(), p.begin(), p.end());
   }
-  for (auto& p : points) {
-    for (const auto& [k, v] : p) check_sweep_key(k);
-  }
+  for (const auto& p : points)
+    for (const auto& [k, v] : p) report::check_sweep_value(k, v);
+  for (const auto& [k, v] : fixed) report::check_sweep_value(k, v);
   const double mem = mem_gib > 0 ? mem_gib * double(1ull << 30) : device == "cuda" ? gpu_memory_bytes() : 0;
 
   report::SweepSpec spec{r.name, points, out ? *out : std::filesystem::path("results") / fmt::format("sweep-{}-{}", r.name, make_run_id())};

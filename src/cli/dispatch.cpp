@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/commands.h"
@@ -119,7 +120,10 @@ int dispatch(int argc, char** argv) {
     return cmd->run(int(args.size()), args.data());
   } catch (const Error& e) {
     const int code = e.kind() == Error::Kind::config ? kUsage : e.fatal() ? kFatal : kFailed;
-    std::fprintf(stderr, "trainbench %s: %s%s\n", std::string(cmd->name).c_str(), rank_prefix().c_str(), e.what());
+    std::string_view what = e.what();  // a library's own "slurm: ..." under `trainbench slurm` is said once
+    if (const std::string own = std::string(cmd->name) + ": "; what.starts_with(own)) what.remove_prefix(own.size());
+    std::fprintf(stderr, "trainbench %s: %s%.*s\n", std::string(cmd->name).c_str(), rank_prefix().c_str(),
+                 int(what.size()), what.data());
     return end_job(code);
   } catch (const nlohmann::json::exception& e) {  // a value of the wrong type in a results or run file
     std::fprintf(stderr, "trainbench %s: %sa results or run file holds a value of the wrong type or lacks one: %s\n",

@@ -18,6 +18,20 @@ void check_sweep_key(const std::string& key) {
                          key, did_you_mean(key, k)));
 }
 
+void check_sweep_value(const std::string& key, const std::string& value) {
+  check_sweep_key(key);
+  const auto one_of = [&](std::initializer_list<const char*> names, const char* list) {
+    for (const char* n : names)
+      if (value == n) return;
+    raise_config(fmt::format("{}={}: {} takes {}", key, value, key, list));
+  };
+  if (key == "precision") return one_of({"bf16", "fp8", "fp32"}, "bf16, fp8 or fp32");
+  if (key == "recompute") return one_of({"none", "selective", "full"}, "none, selective or full");
+  const bool whole = !value.empty() && value.size() <= 9 &&
+                     std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+  TB_REQUIRE(whole && std::stol(value) >= 1, fmt::format("{}={}: {} takes a positive integer", key, value, key));
+}
+
 std::vector<std::string> run_args(const Point& p) {
   std::vector<std::string> a;
   for (const auto& [k, v] : p) {

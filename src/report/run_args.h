@@ -17,6 +17,9 @@ inline const std::vector<std::string>& sweep_keys() {
   return k;
 }
 void check_sweep_key(const std::string& key);  // Error{config} with "did you mean"
+// The key, then its value: precision bf16 | fp8 | fp32, recompute none | selective | full, the others positive
+// integers; Error{config} naming key=value otherwise (a typo, not a point to skip).
+void check_sweep_value(const std::string& key, const std::string& value);
 std::vector<std::string> run_args(const Point& p);  // --set k=v / --precision v / ...
 
 // The last meaningful line of a point's log (the error message of a failed run).

@@ -255,6 +255,11 @@ DataSource::DataSource(const std::string& data, TokenType token_type, int vocab,
     const Task task = data == "copy" ? Task::copy : data == "random" ? Task::random : Task::markov;
     floor_ = data_.emplace<SyntheticData>(vocab, seq, seed, task).loss_floor();
   } else {
+    std::error_code ec;
+    TB_REQUIRE(std::filesystem::is_regular_file(data, ec),
+               fmt::format("--data '{}': no such file; give markov, copy or random (synthetic tasks) or the path of a "
+                           "token file",
+                           data));
     data_.emplace<TokenFile>(data, token_type, seq, seed, vocab);
   }
 }

@@ -153,3 +153,17 @@ TEST(BadInput, TrainWithoutDeviceOnAMachineWithoutAGpu) {
 }
 
 }  // namespace
+
+// A typo in a sweep's values is refused before any point runs (not listed as a point to skip); a --data file that
+// does not exist is a usage error; a library's own prefix ("k8s: ...") is not said twice after the command's.
+TEST(BadInput, SweepValuesDataFilesAndOnePrefix) {
+  expect_clean_usage_error(run_cli({"sweep", "tiny", "--device", "cpu", "--vary", "micro_batch=1,x", "--dry-run"}),
+                           "micro_batch=x: micro_batch takes a positive integer");
+  expect_clean_usage_error(run_cli({"sweep", "tiny", "--device", "cpu", "--vary", "recompute=some", "--dry-run"}),
+                           "recompute=some: recompute takes none, selective or full");
+  expect_clean_usage_error(run_cli({"train", "--device", "cpu", "--model", "tiny", "--steps", "3", "--warmup-steps",
+                                    "1", "--data", "/nonexistent/tokens.bin"}),
+                           "--data '/nonexistent/tokens.bin': no such file");
+  const auto r = run_cli({"k8s", "render", "llama3.1-8b", "--nodes", "1", "--image", "x", "--namespace", "Bad_NS"});
+  expect_clean_usage_error(r, "trainbench k8s: namespace 'Bad_NS' is not a valid Kubernetes namespace");
+}
