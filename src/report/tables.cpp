@@ -113,7 +113,7 @@ Table sweep(const Inputs& in) {
       row.push_back(v);
     if (s.best) {
       t.highlight.push_back(int(t.rows.size()));
-      t.notes.push_back(fmt::format("best: {} at {:.0f} tokens/s per GPU", s.name, s.tokens_per_s_per_gpu));
+      t.notes.push_back(fmt::format("best: {} at {:.0f} tokens/s/GPU", s.name, s.tokens_per_s_per_gpu));
     }
     t.rows.push_back(row);
   }
@@ -126,9 +126,10 @@ Table scaling(const Inputs& in) {
     t.rows.push_back({std::to_string(s.gpus), s.mode, s.source, s.status, num(s.tokens_per_s_per_gpu, 0), num(s.step_s, 3),
                       pct(s.efficiency), s.comm_share < 0 ? "-" : pct(s.comm_share), s.reason});
   if (!t.rows.empty())
-    t.notes.push_back("efficiency = tokens/s per GPU / tokens/s per GPU at the smallest GPU count of the same source; "
-                      "proxy: the per-GPU shard of that layout on one GPU (compute only); projected: trainbench project "
-                      "(measured compute + modelled communication); measured: a real multi-GPU run");
+    t.notes.push_back(
+        "efficiency = tokens/s/GPU / tokens/s/GPU at the smallest GPU count of the same source; "
+        "proxy: the per-GPU shard of that layout on one GPU (compute only); projected: trainbench project "
+        "(measured compute + modelled communication); measured: a real multi-GPU run");
   return t;
 }
 
