@@ -66,7 +66,10 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--release", release, "the reference release whose layouts to use (default: the recipe's)");
   app.add_option("--reference-gpu", ref_gpu, "GPU model of the reference to compare with (default: H100; CPU on cpu)");
   app.add_option("--set", sets, "override the layout: layers, seq, micro_batch, global_batch, tp, pp, cp, vp (key=value)");
-  app.add_option("--points", points, "layer counts to measure (default: 1,2 or 2,4)")->delimiter(',');
+  app.add_option(
+         "--points", points,
+         "layer counts to measure (default: 2,4, or 1,2 for a shallow stage; a one-device recipe: 1 and its own)")
+      ->delimiter(',');
   app.add_option("--steps", steps,
                  "measured steps per point (default: 100 on a GPU, where repeats then agree within 1% under the power "
                  "cap; 10 on the CPU)")
