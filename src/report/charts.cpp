@@ -119,8 +119,10 @@ void telemetry(const Inputs& in, Writer& w) {
   std::vector<std::string> panels{"", "", ""};
   int n = 0;
   for (const auto* r : select(in, "telemetry.series")) {
-    if (!r->contains("t_s")) continue;
-    const auto t = (*r)["t_s"].get<std::vector<double>>();
+    if (!r->contains("t_ms") && !r->contains("t_s")) continue;
+    auto t = (*r)[r->contains("t_ms") ? "t_ms" : "t_s"].get<std::vector<double>>();  // t_s: older records
+    if (r->contains("t_ms"))
+      for (double& x : t) x /= 1e3;  // the chart's axis is in s
     auto col = [&](const char* k) {
       return r->contains(k) ? (*r)[k].get<std::vector<double>>() : std::vector<double>(t.size(), 0.0);
     };
