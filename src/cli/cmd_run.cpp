@@ -237,15 +237,11 @@ int cmd_run(int argc, char** argv) {
                             {"reference_where", c.ref_where}, {"ratio", c.ratio},
                             {"verdict", report::ref_verdict_name(c.verdict)}};
   run.sink->write(rec);
-  std::printf("\n%s per GPU: step %s ms (%d micro-batches x %s ms + optimizer %s ms), %s tokens/s/GPU\n",
+  std::printf("\n%s per GPU: step %s ms (%d micro-batches x %s ms + optimizer %s ms), %s tokens/s/GPU\n\n",
               plan.proxy ? "extrapolated to the reference layout" : "measured",
               report::plus_minus(1e3 * x.step_s, 1e3 * x.step_se_s, 2).c_str(), x.grad_accum,
               report::grouped(1e3 * x.microbatch_s, 2).c_str(), report::grouped(1e3 * x.optimizer_s, 2).c_str(),
               report::plus_minus(x.tokens_per_s_per_gpu, x.tokens_per_s_per_gpu_se, 0).c_str());
-  std::printf(
-      "  (± one standard error from the %zu points' step-time spread through the linear fit; measurement "
-      "noise only)\n\n",
-      timings.size());
   std::printf("%s", report::render_comparisons({c}).c_str());
   print_results_location(run);
   return c.verdict == report::RefVerdict::below ? kFailed : kOk;  // as `compare` exits on these results

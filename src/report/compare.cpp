@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/record_keys.h"
+#include "report/plus_minus.h"
 
 namespace tb::report {
 
@@ -39,6 +40,7 @@ Comparison compare_run(const nlohmann::json& rec, const std::vector<recipe::Refe
   const auto& x = rec.at("extrapolated");
   c.tokens_per_gpu = x.at("tokens_per_s_per_gpu").get<double>();
   c.step_s = ms_value(x, "step") / 1e3;  // step_ms; step_s in older records
+  if (x.contains("se") && x["se"].is_object()) c.tokens_per_gpu_se = x["se"].value("tokens_per_s_per_gpu", 0.0);
   c.ref_gpu = ref_gpu;
   const recipe::ReferenceRow* row = recipe::find_reference(rows, {c.recipe, c.gpus, c.precision, ref_gpu, c.release});
   if (!row) row = recipe::find_reference(rows, {c.recipe, c.gpus, c.precision, ref_gpu});  // the newest release
@@ -111,6 +113,12 @@ std::string render_comparisons(const std::vector<Comparison>& cs) {
       "ratio: tokens/s/GPU, ours / reference; meets {}; TFLOP/s in the reference's FLOP "
       "convention{}.\n",
       band, conv.empty() ? "" : " (" + conv + ")");
+  for (const Comparison& c : cs)
+    if (c.tokens_per_gpu_se > 0)
+      out += fmt::format(
+          "ours, {} {} {} GPU{}: {} tokens/s/GPU (± one standard error of the extrapolation: the "
+          "points' step-time spread, not the proxy's own error)\n",
+          c.recipe, c.precision, c.gpus, c.gpus == 1 ? "" : "s", plus_minus(c.tokens_per_gpu, c.tokens_per_gpu_se, 0));
   if (proxy)
     out += "[proxy]: one device ran the per-GPU shard; figures extrapolated to the full layout without "
            "communication or pipeline bubble.\n";
