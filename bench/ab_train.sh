@@ -30,7 +30,7 @@ peer() {
   [ -n "$peer_args" ] || return 0
   python3 bench/peers/torch_train.py --steps 20 --warmup 5 $peer_args > "$OUT/peer-$1.json" 2> "$OUT/peer-$1.err" ||
     { echo "ab_train.sh: the peer failed (see $OUT/peer-$1.err)" >&2; return 1; }
-  python3 -c "import json,sys; print('peer %.2f ms' % (1e3 * json.load(open(sys.argv[1]))['step_s']['median']))" \
+  python3 -c "import json,sys; print('peer %.2f ms' % json.load(open(sys.argv[1]))['step_ms']['median'])" \
     "$OUT/peer-$1.json"
 }
 {

@@ -212,9 +212,9 @@ shared_vs_separate() {  # shared_vs_separate NAME ARGS...: `small`, 10 determini
             --layers 4 --seq 8192 --steps "$STEPS" --warmup "$WARM" --state $st > "$OUT/peer-tp2-$st.json"
           echo "exit $?"; cat "$OUT/peer-tp2-$st.json" >> "$OUT/peers.jsonl"
           python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('torch tp2', d['state'], \
-            'tokens/s %.0f' % d['tokens_per_s'], 'step %.1f ms' % (d['step_s']['median'] * 1e3), \
+            'tokens/s %.0f' % d['tokens_per_s'], 'step %.1f ms' % d['step_ms']['median'], \
             'TFLOP/s/GPU %.1f' % d['tflops_per_gpu'], 'peak alloc %.2f GiB' % d['max_memory_allocated_gib'], \
-            'compile %.0f s' % d['compile_s'])" "$OUT/peer-tp2-$st.json"
+            'compile %.0f s' % (d['compile_ms'] / 1e3))" "$OUT/peer-tp2-$st.json"
         done ;;
       ppcheck)
         STEPS=25 WARM=5 ours small-1gpu --model small --global-batch 8 --micro-batch 2 --no-op-profile

@@ -22,7 +22,7 @@ import os
 import statistics
 import sys
 
-from train_records import train_record
+from train_records import normalized, train_record
 
 # (model, layers, seq, micro-batch, global batch) -> (speed vs the bf16-state peer, memory vs the fp32-state peer)
 TARGETS = {("llama3.1-8b", 8, 8192, 1, 1): (1.10, 1.0), ("llama3.1-70b", 2, 8192, 1, 1): (1.05, None)}
@@ -47,7 +47,7 @@ def peers(out):
     if not os.path.exists(path):
         return []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return [normalized(json.loads(line)) for line in f if line.strip()]
 
 
 def is_default(r):
@@ -89,7 +89,7 @@ def main():
             for i, p in enumerate(group):
                 tel = p.get("telemetry") or {}
                 print(row(f"torch {state} state" + (f" #{i + 1}" if len(group) > 1 else ""),
-                          1e3 * p["step_s"]["median"], p.get("tokens_per_s"), p.get("max_memory_allocated_gib"),
+                          p["step_ms"]["median"], p.get("tokens_per_s"), p.get("max_memory_allocated_gib"),
                           p.get("energy_j_per_token"), tel.get("sm_clock_mhz_mean")))
         if not theirs:
             print("  (no peer at this shape)")

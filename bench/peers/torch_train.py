@@ -172,10 +172,10 @@ def step_record(args, times, losses, tokens_per_step, cuda):
     median = quantile(measured, 0.5)
     return {
         "steps": args.steps, "warmup_steps": args.warmup,
-        "step_s": {"median": median, "p10": quantile(measured, 0.1), "p90": quantile(measured, 0.9),
-                   "n": len(measured)},
+        "step_ms": {"median": 1e3 * median, "p10": 1e3 * quantile(measured, 0.1),
+                    "p90": 1e3 * quantile(measured, 0.9), "n": len(measured)},
         "tokens_per_s": tokens_per_step / median,
-        "compile_s": times[0], "loss": losses, "loss_first": losses[0], "loss_last": losses[-1],
+        "compile_ms": 1e3 * times[0], "loss": losses, "loss_first": losses[0], "loss_last": losses[-1],
         "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
         "torch": torch.__version__, "gpu": torch.cuda.get_device_name() if cuda else None, "options": vars(args),
     }
@@ -222,7 +222,7 @@ def main():
                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=cuda)
     # Whole model compiled, not block by block: one graph lets Inductor fuse across block boundaries
     # (residual add + RMSNorm) and around the LM head and loss; the price is a longer first step (the L blocks
-    # are traced unrolled), which is reported as compile_s and kept out of the measured steps by --warmup.
+    # are traced unrolled), which is reported as compile_ms and kept out of the measured steps by --warmup.
     fwd = torch.compile(model) if args.compile else model
 
     def train_step(tokens, targets):  # [accum, B, s] each; returns the step's mean loss and the gradient norm
@@ -267,7 +267,7 @@ def main():
         "state": args.state, "compile": args.compile, "sdpa": backend.name, "gqa": "native" if gqa else "repeated",
         "params": sum(p.numel() for p in params), **record,
         "flops_per_token": fpt, "flops_per_step": fpt * G * s,
-        "flop_convention": "full", "tflops": fpt * G * s / record["step_s"]["median"] / 1e12,
+        "flop_convention": "full", "tflops": fpt * G * s / (record["step_ms"]["median"] / 1e3) / 1e12,
         "max_memory_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
     }), flush=True)

@@ -178,7 +178,7 @@ def main():
             "model": args.model, "layers": L, "seq": s, "micro_batch": 1, "global_batch": 1, "tp": world,
             "device": dev.type, "state": args.state, "compile": args.compile, "sdpa": backend.name, **record,
             "flops_per_token": fpt, "flop_convention": "full",
-            "tflops_per_gpu": fpt * s / record["step_s"]["median"] / 1e12 / world,
+            "tflops_per_gpu": fpt * s / (record["step_ms"]["median"] / 1e3) / 1e12 / world,
         }), flush=True)
     dist.destroy_process_group()
 

@@ -59,59 +59,58 @@ const char* kNeedsMeasurement =
 
 nlohmann::json to_json(const project::Projection& p, const project::Context& ctx) {
   const auto& l = p.layout;
-  return {
-      {"recipe", p.recipe},
-      {"precision", p.precision},
-      {"system", ctx.target_name},
-      {"layout",
-       {{"gpus", l.gpus},
-        {"tp", l.tp},
-        {"pp", l.pp},
-        {"cp", l.cp},
-        {"vp", l.vp},
-        {"dp", l.dp},
-        {"micro_batch", l.micro_batch},
-        {"global_batch", l.global_batch},
-        {"layers", l.layers},
-        {"seq", l.seq},
-        {"grad_accum", p.grad_accum},
-        {"where", l.where}}},
-      {"anchor",
-       {{"where", p.anchor->where},
-        {"recipe", p.anchor->recipe},
-        {"gpu", p.anchor->gpu},
-        {"kind", std::string(project::anchor_kind_name(p.anchor_kind))},
-        {"layer_scale", p.layer_scale},
-        {"hardware_factor", p.hardware_factor}}},
-      {"layer",
-       {{"from", ctx.layer_time == project::LayerTime::fit ? "fit" : "measured"},
-        {"fit_s", p.layer_fit_s},
-        {"measured_s", p.layer_measured_s},
-        {"target_s", p.layer_s}}},
-      {"calibration",
-       {{"reference_efficiency", ctx.cal.reference_efficiency},
-        {"overlap_cost", ctx.cal.overlap_cost},
-        {"straggler_sigma_ms", 1e3 * ctx.cal.straggler_sigma_s}}},
-      {"step_s", p.step_s},
-      {"breakdown_s",
-       {{"compute", p.compute_s},
-        {"tp_exposed", p.tp_exposed_s},
-        {"cp_exposed", p.cp_exposed_s},
-        {"bubble", p.bubble_s},
-        {"pp_exposed", p.pp_exposed_s},
-        {"dp_exposed", p.dp_exposed_s},
-        {"optimizer", p.optimizer_s},
-        {"stragglers", p.straggler_s}}},
-      {"comm_s",
-       {{"tp", p.tp_comm_s},
-        {"cp", p.cp_comm_s},
-        {"pp", p.pp_comm_s},
-        {"dp_reduce_scatter", p.dp_reduce_scatter_s},
-        {"dp_all_gather", p.dp_all_gather_s}}},
-      {"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu},
-      {"tflops_per_gpu", p.tflops_per_gpu},
-      {"flop_convention", std::string(recipe::convention_name(p.convention))},
-      {"mfu", p.mfu}};
+  return {{"recipe", p.recipe},
+          {"precision", p.precision},
+          {"system", ctx.target_name},
+          {"layout",
+           {{"gpus", l.gpus},
+            {"tp", l.tp},
+            {"pp", l.pp},
+            {"cp", l.cp},
+            {"vp", l.vp},
+            {"dp", l.dp},
+            {"micro_batch", l.micro_batch},
+            {"global_batch", l.global_batch},
+            {"layers", l.layers},
+            {"seq", l.seq},
+            {"grad_accum", p.grad_accum},
+            {"where", l.where}}},
+          {"anchor",
+           {{"where", p.anchor->where},
+            {"recipe", p.anchor->recipe},
+            {"gpu", p.anchor->gpu},
+            {"kind", std::string(project::anchor_kind_name(p.anchor_kind))},
+            {"layer_scale", p.layer_scale},
+            {"hardware_factor", p.hardware_factor}}},
+          {"layer",
+           {{"from", ctx.layer_time == project::LayerTime::fit ? "fit" : "measured"},
+            {"fit_ms", 1e3 * p.layer_fit_s},
+            {"measured_ms", 1e3 * p.layer_measured_s},
+            {"target_ms", 1e3 * p.layer_s}}},
+          {"calibration",
+           {{"reference_efficiency", ctx.cal.reference_efficiency},
+            {"overlap_cost", ctx.cal.overlap_cost},
+            {"straggler_sigma_ms", 1e3 * ctx.cal.straggler_sigma_s}}},
+          {"step_ms", 1e3 * p.step_s},
+          {"breakdown_ms",
+           {{"compute", 1e3 * p.compute_s},
+            {"tp_exposed", 1e3 * p.tp_exposed_s},
+            {"cp_exposed", 1e3 * p.cp_exposed_s},
+            {"bubble", 1e3 * p.bubble_s},
+            {"pp_exposed", 1e3 * p.pp_exposed_s},
+            {"dp_exposed", 1e3 * p.dp_exposed_s},
+            {"optimizer", 1e3 * p.optimizer_s},
+            {"stragglers", 1e3 * p.straggler_s}}},
+          {"comm_ms",
+           {{"tp", 1e3 * p.tp_comm_s},
+            {"cp", 1e3 * p.cp_comm_s},
+            {"pp", 1e3 * p.pp_comm_s},
+            {"dp_reduce_scatter", 1e3 * p.dp_reduce_scatter_s},
+            {"dp_all_gather", 1e3 * p.dp_all_gather_s}}},
+          {"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu},
+          {"tflops_per_gpu", p.tflops_per_gpu},
+          {"flop_convention", std::string(recipe::convention_name(p.convention))},
+          {"mfu", p.mfu}};
 }
 
 int run_validate(const std::vector<recipe::Recipe>& recipes, const std::vector<recipe::ReferenceRow>& rows,
@@ -165,8 +164,9 @@ int cmd_project(int argc, char** argv) {
   app.add_option("--from", from,
                  "results of `trainbench run` (folders or results.jsonl files; micro.nccl records of 2+ "
                  "GPUs set the NVLink bandwidths; train records of 2+ GPUs are compared with the model)");
-  app.add_option("--system", system, "target system: a references/systems file or its name (h100, h200)")
-      ->capture_default_str();
+  app.add_option("--system", system,
+                 "target system: a references/systems file or its name (h100, h200, cpu); default H100, or cpu when "
+                 "every --from run was measured on the CPU");
   app.add_option("--precision", precision, "bf16 | fp8 (default: the recipe's first)");
   std::vector<std::string> sets;
   app.add_option("--set", sets,
@@ -213,8 +213,11 @@ int cmd_project(int argc, char** argv) {
   const auto refdir = recipe::find_references_dir(references_dir);
   auto systems = recipe::load_systems(refdir / "systems");
   systems.reserve(systems.size() + 1);  // pick_system may append a file given by path
-  const recipe::SystemRef& target = pick_system(systems, system);
   const project::Inputs inputs = project::load_inputs(from);
+  const bool all_cpu = !inputs.runs.empty() && std::all_of(inputs.runs.begin(), inputs.runs.end(),
+                                                           [](const auto& m) { return m.gpu == "CPU"; });
+  if (app.count("--system") == 0 && all_cpu) system = "cpu";  // a CPU measurement projects to CPU ranks
+  const recipe::SystemRef& target = pick_system(systems, system);
   project::Context ctx = project::make_context(recipes, inputs, systems, target);
   if (efficiency) ctx.cal.reference_efficiency = *efficiency, ctx.cal_source = "--efficiency";
   if (overlap_cost) ctx.cal.overlap_cost = *overlap_cost, ctx.cal_source = "--overlap-cost";
@@ -341,7 +344,7 @@ int cmd_project(int argc, char** argv) {
       "  stragglers %22.3f s  sigma sqrt(T) E[max of dp] = %.0f ms x sqrt(%.2f s) x %.2f (slowest of %d replicas)\n",
       p.straggler_s, 1e3 * ctx.cal.straggler_sigma_s, p.step_s - p.straggler_s,
       project::expected_max_normal(p.layout.dp), p.layout.dp);
-  std::printf("tokens/s per GPU %.1f | TFLOP/s per GPU %.1f (%s) | MFU %.1f%% of %.0f\n", p.tokens_per_s_per_gpu,
+  std::printf("tokens/s/GPU %.1f | TFLOP/s/GPU %.1f (%s) | MFU %.1f%% of %.0f\n", p.tokens_per_s_per_gpu,
               p.tflops_per_gpu, std::string(recipe::convention_name(conv)).c_str(), 100 * p.mfu, peak);
   std::printf(
       "sensitivity: scale-out bandwidth -20%%: step %s, +20%%: %s; NVLink bandwidth -20%%: %s, +20%%: %s; straggler "
@@ -377,7 +380,7 @@ int cmd_project(int argc, char** argv) {
                       m.run->layout.tp, m.run->layout.pp, m.run->layout.cp, m.run->layout.dp, 100 * m.error);
   std::printf("how sure: %s (calibration: %s)\n", sure.c_str(), ctx.cal_source.c_str());
   if (published && published->tokens_per_s > 0)
-    std::printf("published (%s, %s): %.1f tokens/s per GPU; the projection is %s\n", published->release().c_str(),
+    std::printf("published (%s, %s): %.1f tokens/s/GPU; the projection is %s\n", published->release().c_str(),
                 published->where.c_str(), published->tokens_per_s_per_gpu(),
                 pct(p.tokens_per_s_per_gpu / published->tokens_per_s_per_gpu() - 1).c_str());
   if (!checks.empty()) std::printf("\n%s", project::render_train_checks(checks).c_str());

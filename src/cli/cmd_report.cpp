@@ -1,20 +1,23 @@
-// cli/cmd_report.cpp: `trainbench report RESULTS... [--format html|md|csv] [-o FILE]`: the records of the given
-// results folders / JSONL files as one self-contained HTML page with charts, or Markdown, or CSV (report/render.h).
+// cli/cmd_report.cpp: `trainbench report RESULTS... [--format html|md|csv] [-o FILE] [--table ID]`: the records of
+// the given results folders / JSONL files as one self-contained HTML page with charts, or Markdown, or CSV
+// (report/render.h). CSV is one file per table: -o report.csv writes report.<table id>.csv for each table and
+// report.csv as their index; with --table ID (or one table) -o names that table's file, '-' is stdout.
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/build_info.h"
 #include "core/error.h"
-#include "core/output_path.h"
 #include "core/log.h"
+#include "core/output_path.h"
 #include "recipe/reference.h"
 #include "report/charts.h"
 #include "report/exec.h"
@@ -23,6 +26,16 @@
 #include "report/tables.h"
 
 namespace tb::cli {
+namespace {
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  f.close();
+  if (!f) raise_error(Error::Kind::io, fmt::format("cannot write {}", path.string()));
+}
+
+}  // namespace
 
 int cmd_report(int argc, char** argv) {
   CLI::App app{"render results as one self-contained HTML page (charts, tables), Markdown or CSV", "trainbench report"};
@@ -30,6 +43,7 @@ int cmd_report(int argc, char** argv) {
   std::string format, title = "trainbench report", gnuplot = "gnuplot";
   std::optional<std::filesystem::path> output, references, charts_dir;
   bool no_charts = false;
+  std::string table_id;
   app.add_option("results", inputs, "results folders (searched recursively) or .jsonl files")->required();
   app.add_option("--format", format, "html | md | csv (default: from -o's extension, else html)")
       ->check(CLI::IsMember({"html", "md", "csv"}));
@@ -39,6 +53,9 @@ int cmd_report(int argc, char** argv) {
   app.add_option("--charts-dir", charts_dir, "keep the charts' data, gnuplot scripts and PNGs here");
   app.add_option("--gnuplot", gnuplot, "the gnuplot program")->capture_default_str();
   app.add_flag("--no-charts", no_charts, "HTML without charts (no gnuplot needed)");
+  app.add_option(
+      "--table", table_id,
+      "csv: only this table (provenance, comparison, train, sweep, scaling, stragglers, check, collectives)");
   if (auto rc = parse(app, argc, argv)) return *rc;
 
   if (format.empty()) {
@@ -58,7 +75,18 @@ int cmd_report(int argc, char** argv) {
   } catch (const Error& e) {
     log::warn("no references ({}): the comparison uses each record's own", e.what());
   }
-  const auto tables = report::build_tables(in, refs);
+  auto tables = report::build_tables(in, refs);
+  if (!table_id.empty()) {
+    std::vector<std::string> ids;
+    for (const auto& t : tables) ids.push_back(t.id);
+    const auto it = std::find(ids.begin(), ids.end(), table_id);
+    if (it == ids.end()) {
+      std::fprintf(stderr, "trainbench report: --table %s: the results have no such table; they have: %s\n",
+                   table_id.c_str(), fmt::format("{}", fmt::join(ids, ", ")).c_str());
+      return kUsage;
+    }
+    tables = {tables[std::size_t(it - ids.begin())]};
+  }
   report::ReportMeta meta;
   meta.title = title;
   meta.inputs = in.files;
@@ -82,18 +110,37 @@ int cmd_report(int argc, char** argv) {
     }
     text = report::render_html(tables, charts, meta);
     std::printf("report: %zu tables, %zu charts\n", tables.size(), charts.size());
-  } else {
-    text = format == "md" ? report::render_markdown(tables, meta) : report::render_csv(tables);
+  } else if (format == "md") {
+    text = report::render_markdown(tables, meta);
+  } else if (tables.size() == 1) {
+    text = report::render_csv(tables.front());
+  } else if (*output == "-") {
+    std::vector<std::string> ids;
+    for (const auto& t : tables) ids.push_back(t.id);
+    std::fprintf(stderr,
+                 "trainbench report: CSV is one file per table and the results have %zu (%s): choose one with "
+                 "--table ID, or give -o FILE.csv for FILE.<table>.csv each\n",
+                 tables.size(), fmt::format("{}", fmt::join(ids, ", ")).c_str());
+    return kUsage;
+  } else {  // one file per table beside the index
+    const std::filesystem::path dir = output->parent_path();
+    std::vector<std::string> files;
+    if (!dir.empty()) std::filesystem::create_directories(dir);
+    for (const auto& t : tables) {
+      const std::filesystem::path f = dir / (output->stem().string() + "." + t.id + ".csv");
+      write_text(f, report::render_csv(t));
+      files.push_back(f.filename().string());
+    }
+    text = report::render_csv_index(tables, files);
+    std::printf("report: %zu CSV tables (%s.<table>.csv), index %s\n", tables.size(), (dir / output->stem()).c_str(),
+                output->c_str());
   }
   if (*output == "-") {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return kOk;
   }
   if (output->has_parent_path()) std::filesystem::create_directories(output->parent_path());
-  std::ofstream f(*output, std::ios::binary);
-  f << text;
-  f.close();
-  if (!f) raise_error(Error::Kind::io, fmt::format("cannot write {}", output->string()));
+  write_text(*output, text);
   if (format == "html") std::printf("report: %s (self-contained; open it in any browser)\n", output->c_str());
   return kOk;
 }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "bench/sysinfo.h"
@@ -17,6 +18,7 @@
 #include "recipe/plan.h"
 #include "recipe/reference.h"
 #include "report/compare.h"
+#include "report/plus_minus.h"
 #include "train/trainer.h"
 
 namespace tb::cli {
@@ -64,7 +66,10 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--release", release, "the reference release whose layouts to use (default: the recipe's)");
   app.add_option("--reference-gpu", ref_gpu, "GPU model of the reference to compare with (default: H100; CPU on cpu)");
   app.add_option("--set", sets, "override the layout: layers, seq, micro_batch, global_batch, tp, pp, cp, vp (key=value)");
-  app.add_option("--points", points, "layer counts to measure (default: 1,2 or 2,4)")->delimiter(',');
+  app.add_option(
+         "--points", points,
+         "layer counts to measure (default: 2,4, or 1,2 for a shallow stage; a one-device recipe: 1 and its own)")
+      ->delimiter(',');
   app.add_option("--steps", steps,
                  "measured steps per point (default: 100 on a GPU, where repeats then agree within 1% under the power "
                  "cap; 10 on the CPU)")
@@ -164,10 +169,11 @@ int cmd_run(int argc, char** argv) {
     const train::TrainResult res = cuda ? train::train_cuda(spec, on_step) : train::train_cpu(spec, on_step);
     if (cuda) device_name = res.device_name;
     const double step = res.step_s.median, opt_s = std::min(res.optimizer_s, step);
-    std::printf("  point %d: step %.4f s median (optimizer %.4f s) | tokens/s %.0f | TFLOP/s %.1f | loss %.3f -> %.3f%s\n",
-                layers, step, opt_s,
-                res.tokens_per_s, res.tflops, res.steps.front().loss, res.steps.back().loss,
-                res.interrupted ? " | interrupted" : "");
+    std::printf(
+        "  point %d: step %.2f ms median (optimizer %.2f ms) | tokens/s %.0f | TFLOP/s/GPU %.1f | loss %.3f -> "
+        "%.3f%s\n",
+        layers, 1e3 * step, 1e3 * opt_s, res.tokens_per_s, res.tflops, res.steps.front().loss, res.steps.back().loss,
+        res.interrupted ? " | interrupted" : "");
     if (res.telemetry && res.telemetry->samples > 0) std::printf("    %s\n", bench::describe(*res.telemetry).c_str());
     std::fflush(stdout);
     points_json.push_back({{"layers", layers},
@@ -177,7 +183,10 @@ int cmd_run(int argc, char** argv) {
                            {"peak_alloc_gib", res.peak_alloc_bytes / double(1 << 30)},
                            {"graph", res.graph}});
     if (res.telemetry) points_json.back()["telemetry"] = bench::to_json(*res.telemetry);
-    timings.push_back({layers, step - opt_s, opt_s});
+    // The standard error of the step time over the measured steps: what the fit carries to the extrapolation.
+    const double se = res.step_s.n > 1 ? res.step_s.stdev / std::sqrt(double(res.step_s.n)) : 0.0;
+    points_json.back()["step_ms_se"] = 1e3 * se;
+    timings.push_back({layers, step - opt_s, opt_s, se});
     if (res.interrupted) {
       stopped = true;
       break;
@@ -208,10 +217,17 @@ int cmd_run(int argc, char** argv) {
     return kFailed;
   }
   const recipe::Extrapolation x = recipe::extrapolate(plan, timings);
-  rec.data["extrapolated"] = {{"microbatch_s", x.microbatch_s},   {"optimizer_s", x.optimizer_s},
-                              {"step_s", x.step_s},               {"grad_accum", x.grad_accum},
-                              {"tokens_per_s_per_gpu", x.tokens_per_s_per_gpu},
-                              {"fit", {{"f0_s", x.f0}, {"f1_s", x.f1}, {"o0_s", x.o0}, {"o1_s", x.o1}}}};
+  rec.data["extrapolated"] = {
+      {"microbatch_ms", 1e3 * x.microbatch_s},
+      {"optimizer_ms", 1e3 * x.optimizer_s},
+      {"step_ms", 1e3 * x.step_s},
+      {"grad_accum", x.grad_accum},
+      {"tokens_per_s_per_gpu", x.tokens_per_s_per_gpu},
+      {"fit", {{"f0_ms", 1e3 * x.f0}, {"f1_ms", 1e3 * x.f1}, {"o0_ms", 1e3 * x.o0}, {"o1_ms", 1e3 * x.o1}}},
+      {"se",
+       {{"microbatch_ms", 1e3 * x.microbatch_se_s},
+        {"step_ms", 1e3 * x.step_se_s},
+        {"tokens_per_s_per_gpu", x.tokens_per_s_per_gpu_se}}}};
   if (fpt.contains("full")) {
     rec.data["tflops_per_gpu"] = x.tokens_per_s_per_gpu * fpt["full"].get<double>() / 1e12;
     if (peak > 0) rec.data["mfu"] = rec.data["tflops_per_gpu"].get<double>() / peak;
@@ -221,9 +237,11 @@ int cmd_run(int argc, char** argv) {
                             {"reference_where", c.ref_where}, {"ratio", c.ratio},
                             {"verdict", report::ref_verdict_name(c.verdict)}};
   run.sink->write(rec);
-  std::printf("\n%s per GPU: step %.3f s (%d micro-batches x %.4f s + optimizer %.4f s), %.0f tokens/s per GPU\n\n",
-              plan.proxy ? "extrapolated to the reference layout" : "measured", x.step_s, x.grad_accum, x.microbatch_s,
-              x.optimizer_s, x.tokens_per_s_per_gpu);
+  std::printf("\n%s per GPU: step %s ms (%d micro-batches x %s ms + optimizer %s ms), %s tokens/s/GPU\n\n",
+              plan.proxy ? "extrapolated to the reference layout" : "measured",
+              report::plus_minus(1e3 * x.step_s, 1e3 * x.step_se_s, 2).c_str(), x.grad_accum,
+              report::grouped(1e3 * x.microbatch_s, 2).c_str(), report::grouped(1e3 * x.optimizer_s, 2).c_str(),
+              report::plus_minus(x.tokens_per_s_per_gpu, x.tokens_per_s_per_gpu_se, 0).c_str());
   std::printf("%s", report::render_comparisons({c}).c_str());
   print_results_location(run);
   return c.verdict == report::RefVerdict::below ? kFailed : kOk;  // as `compare` exits on these results

@@ -85,14 +85,14 @@ int cmd_scale(int argc, char** argv) {
     const report::ExecResult res = report::exec(argv2);
     if (const auto trained = report::finished_run(dir, "train")) {
       const nlohmann::json& j = *trained;
-      return nlohmann::json{{"tokens_per_s_per_gpu", j.value("tokens_per_s_per_gpu", 0.0)},
-                            {"step_s", j.value("step_ms", nlohmann::json::object()).value("median", 0.0) / 1e3},
-                            {"tflops_per_gpu", j.value("tflops", 0.0)},
-                            {"mfu", j.value("mfu", 0.0)},
-                            {"peak_alloc_gib", j.value("peak_alloc_gib", 0.0)},
-                            {"point_run", j.value("run", "")},
-                            {"note", fmt::format("trained on {} GPUs (data parallel, ZeRO-1), {} layers", n,
-                                                 j.value("layers", 0))}};
+      return nlohmann::json{
+          {"tokens_per_s_per_gpu", j.value("tokens_per_s_per_gpu", 0.0)},
+          {"step_ms", j.value("step_ms", nlohmann::json::object()).value("median", 0.0)},
+          {"tflops_per_gpu", j.value("tflops", 0.0)},
+          {"mfu", j.value("mfu", 0.0)},
+          {"peak_alloc_gib", j.value("peak_alloc_gib", 0.0)},
+          {"point_run", j.value("run", "")},
+          {"note", fmt::format("trained on {} GPUs (data parallel, ZeRO-1), {} layers", n, j.value("layers", 0))}};
     }
     *why = fmt::format("trainbench train --gpus {}: {}", n, last_line(res.output));
     return std::nullopt;

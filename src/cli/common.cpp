@@ -17,7 +17,38 @@
 
 namespace tb::cli {
 
+namespace {
+
+// Help lines without CLI11's validator text after the type ("--steps INT:INT >= 1=10", "TEXT:{cuda,cpu}=cuda"):
+// the type, the default, "..." for a list, REQUIRED; each option's own text says its range and choices.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    if (!opt->get_option_text().empty()) return " " + opt->get_option_text();
+    std::string out;
+    if (opt->get_type_size() != 0) {
+      const std::string type = opt->get_type_name();
+      if (!type.empty()) out += " " + type.substr(0, type.find(':'));
+      if (!opt->get_default_str().empty()) out += "=" + opt->get_default_str();
+      if (opt->get_expected_max() == CLI::detail::expected_max_vector_size)
+        out += " ...";
+      else if (opt->get_expected_min() > 1)
+        out += " x " + std::to_string(opt->get_expected());
+      if (opt->get_required()) out += " REQUIRED";
+    }
+    return out;
+  }
+};
+
+void clean_help(CLI::App& app) {
+  app.formatter(std::make_shared<HelpFormatter>());
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) clean_help(*sub);
+}
+
+}  // namespace
+
 std::optional<int> parse(CLI::App& app, int argc, char** argv) {
+  clean_help(app);
   try {
     app.parse(argc, argv);
     // CLI11 reads an empty value as 0 for a number: refused, as any other value that is not a number.

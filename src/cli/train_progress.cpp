@@ -21,9 +21,14 @@ void TrainProgress::after_step(const train::StepStats& s) {
     r.bench = "train.step";
     r.name = case_;
     r.world = world_;
-    r.data = {{"step", s.step},           {"loss", s.loss},         {"lr", s.lr},
-              {"grad_norm", s.grad_norm}, {"step_s", s.step_s},     {"tokens_per_s", s.tokens_per_s},
-              {"mem_gib", s.mem_gib},     {"measured", s.step > warmup_}};
+    r.data = {{"step", s.step},
+              {"loss", s.loss},
+              {"lr", s.lr},
+              {"grad_norm", s.grad_norm},
+              {"step_ms", 1e3 * s.step_s},
+              {"tokens_per_s", s.tokens_per_s},
+              {"mem_gib", s.mem_gib},
+              {"measured", s.step > warmup_}};
     sink_->write(r);
   }
   if (stop_group_) {  // one rank's signal stops every rank after this step (the trainer polls interrupted())

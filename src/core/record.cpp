@@ -67,9 +67,9 @@ namespace {
 
 // Keys whose values are measurements, by the unit in their name (DESIGN: units are in key names).
 bool unit_key(std::string_view k) {
-  constexpr std::string_view suffixes[] = {"_s",   "_ms",   "_us",    "_ns",    "_gib",     "_gb",        "_gbps",
-                                           "_tbps", "_w",   "_j",     "_mhz",   "_per_s",   "_per_gpu",  "_per_token",
-                                           "_per_step", "_tflops"};
+  constexpr std::string_view suffixes[] = {"_s",       "_ms",        "_us",       "_ns",     "_gib", "_gb",
+                                           "_gbps",    "_tbps",      "_w",        "_j",      "_mhz", "_per_s",
+                                           "_per_gpu", "_per_token", "_per_step", "_tflops", "_se"};
   if (k == "tflops" || k == "mfu" || k == "world" || k == "bytes") return true;
   for (auto s : suffixes)
     if (k.size() > s.size() && k.ends_with(s)) return true;

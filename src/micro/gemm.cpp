@@ -4,7 +4,7 @@
 //   that the inputs total >= 3x L2 (at most 8), timed with bench::time_stream, then 256 sampled elements
 //   checked against ops/cpu/gemm_ref (tolerance there). Unless spec.tune is off, each algorithm the
 //   cuBLASLt heuristic offers (up to 8) is timed briefly first and the fastest is measured (autotuning).
-//   tflops = 2 m n k / median time;  pct_peak = 100 * tflops / the GPU model's dense peak for the input type.
+//   tflops = 2 m n k / median time;  peak_fraction = tflops / the GPU model's dense peak for the input type.
 // Defaults: dtypes bf16 f16 tf32 e4m3 e4m3xe5m2 (quick: bf16 e4m3); sizes 2048 4096 8192 16384 (quick:
 // 8192), or none when only shape sets are asked for. Record case: "<dtype>/<m>x<n>x<k>" or "<dtype>/<set name>".
 // FP8 runs with per-tensor scales a 0.5, b 4.0 (not 1, so scale handling is checked), fast accumulation
@@ -180,7 +180,7 @@ std::string measure(Context& ctx, ops::DeviceContext& dc, const Case& c, Record&
   std::string peak_text;
   const double peak = ctx.system ? ctx.system->peak_tflops(dtype_name(s.a)) : 0.0;
   if (peak > 0) {
-    r.data["pct_peak"] = 100 * tflops / peak;
+    r.data["peak_fraction"] = tflops / peak;
     r.data["peak_tflops"] = peak;
     peak_text = fmt::format("  {:5.1f}% of {:.0f}", 100 * tflops / peak, peak);
   }

@@ -79,7 +79,7 @@ void run_membw(Context& ctx) {
                     {"tbps", tbps}};
           std::string peak;
           if (ctx.system && ctx.system->hbm_tbps > 0) {
-            r.data["pct_datasheet"] = 100 * tbps / ctx.system->hbm_tbps;
+            r.data["datasheet_fraction"] = tbps / ctx.system->hbm_tbps;
             peak = fmt::format("  {:5.1f}% of {:.2f} TB/s", 100 * tbps / ctx.system->hbm_tbps, ctx.system->hbm_tbps);
           }
           return fmt::format("{:<22} {:<28} gpu{}  {:7.3f} TB/s{}", r.bench, r.name, dev, tbps, peak);

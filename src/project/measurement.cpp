@@ -4,14 +4,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/jsonl.h"
 #include "core/record.h"
+#include "core/record_keys.h"
 
 namespace tb::project {
 namespace {
@@ -29,10 +31,12 @@ std::vector<std::filesystem::path> files_of(const std::filesystem::path& p) {
   return out;
 }
 
+// extrapolated.fit.<key>_ms in seconds (older records: <key>_s in seconds).
 double fit_value(const nlohmann::json& fit, const char* key, const std::string& where) {
-  TB_REQUIRE(fit.contains(key) && fit[key].is_number(),
-             fmt::format("{}: run record without extrapolated.fit.{} (made by an older trainbench?)", where, key));
-  return fit[key].get<double>();
+  const double nan = std::numeric_limits<double>::quiet_NaN(), v = ms_value(fit, key, nan);
+  TB_REQUIRE(!std::isnan(v),
+             fmt::format("{}: run record without extrapolated.fit.{}_ms (made by an older trainbench?)", where, key));
+  return v / 1e3;
 }
 
 Measurement run_of(const nlohmann::json& j, const std::string& where) {
@@ -56,44 +60,26 @@ Measurement run_of(const nlohmann::json& j, const std::string& where) {
   TB_REQUIRE(j.contains("extrapolated") && j["extrapolated"].contains("fit"),
              fmt::format("{}: run record without extrapolated.fit (made by an older trainbench?)", where));
   const auto& fit = j["extrapolated"]["fit"];
-  m.f0_s = fit_value(fit, "f0_s", where), m.f1_s = fit_value(fit, "f1_s", where);
-  m.o0_s = fit_value(fit, "o0_s", where), m.o1_s = fit_value(fit, "o1_s", where);
-  TB_REQUIRE(m.f1_s > 0, fmt::format("{}: the fit's per-layer time f1_s is not positive: measure two layer counts "
+  m.f0_s = fit_value(fit, "f0", where), m.f1_s = fit_value(fit, "f1", where);
+  m.o0_s = fit_value(fit, "o0", where), m.o1_s = fit_value(fit, "o1", where);
+  TB_REQUIRE(m.f1_s > 0, fmt::format("{}: the fit's per-layer time f1_ms is not positive: measure two layer counts "
                                      "(`trainbench run` does by default)",
                                      where));
   return m;
 }
 
-// "dp1 cp1 pp1 tp2 vp1 sp" (trainbench train); data parallel over every GPU when absent.
+// The train record's layout object {dp, cp, pp, tp, vp, sequence_parallel} (older records: the string
+// "dp1 cp1 pp1 tp2 vp1 sp"); data parallel over every GPU when absent.
 recipe::Layout train_layout(const nlohmann::json& j, const std::string& where) {
   recipe::Layout L;
   L.where = where;
   L.gpus = j.value("gpus", 1), L.dp = L.gpus;
   L.micro_batch = j.value("micro_batch", 1), L.global_batch = j.value("global_batch", 1);
   L.layers = j.value("layers", 0), L.seq = j.value("seq", 0);
-  std::istringstream words(j.value("layout", ""));
-  for (std::string w; words >> w;) {
-    if (w == "sp") {
-      L.sequence_parallel = true;
-      continue;
-    }
-    const auto digit = w.find_first_of("0123456789");
-    TB_REQUIRE(digit != std::string::npos && digit > 0,
-               fmt::format("{}: train layout word '{}' is not like tp2", where, w));
-    const std::string key = w.substr(0, digit);
-    const int v = std::stoi(w.substr(digit));
-    if (key == "dp")
-      L.dp = v;
-    else if (key == "cp")
-      L.cp = v;
-    else if (key == "pp")
-      L.pp = v;
-    else if (key == "tp")
-      L.tp = v;
-    else if (key == "vp")
-      L.vp = v;
-    else
-      raise_config(fmt::format("{}: train layout word '{}': expected dp, cp, pp, tp, vp or sp", where, w));
+  const nlohmann::json lay = layout_object(j.value("layout", nlohmann::json()), where);
+  if (!lay.empty()) {
+    L.dp = lay.value("dp", 1), L.cp = lay.value("cp", 1), L.pp = lay.value("pp", 1), L.tp = lay.value("tp", 1);
+    L.vp = lay.value("vp", 1), L.sequence_parallel = lay.value("sequence_parallel", false);
   }
   TB_REQUIRE(L.dp * L.cp * L.pp * L.tp == L.gpus && L.layers >= 1 && L.seq >= 1,
              fmt::format("{}: train record's layout does not multiply out to its {} GPUs, or has no layers/seq", where,

@@ -1,12 +1,14 @@
 // project/measurement.h: the measured inputs of a projection, read from trainbench results (`--from`): files
 // (JSONL, one record a line) or folders (their results.jsonl, else every *.jsonl in them).
 //   bench "run" (trainbench run <recipe>): the per-GPU proxy of one reference layout (recipe/plan.h) with its fits
-//     fb(L) = F0 + F1·L (forward + backward of one micro-batch, seconds) and opt(L) = O0 + O1·L (optimizer per
-//     step), the shard it measured (the layout's tp, cp, micro-batch, sequence) and the GPU it ran on;
+//     fb(L) = F0 + F1·L (forward + backward of one micro-batch) and opt(L) = O0 + O1·L (optimizer per step), in
+//     ms in the record (extrapolated.fit.f0_ms ...; older records: f0_s ... in seconds), the shard it measured (the
+//     layout's tp, cp, micro-batch, sequence) and the GPU it ran on;
 //   bench "micro.nccl.<op>" over 2+ GPUs (trainbench micro nccl, check): the NVLink bus bandwidth of all_reduce,
 //     all_gather, reduce_scatter, sendrecv at the largest size measured (overrides the system file's);
 //   bench "train" over 2+ GPUs (trainbench train --gpus N): a real multi-GPU step of a model preset in a layout
-//     ("layout": "dp1 cp1 pp1 tp2 vp1 sp"; data parallel when absent), its median step and, when profiled ("ops"),
+//     ("layout": {dp, cp, pp, tp, vp, sequence_parallel}, or the older string "dp1 cp1 pp1 tp2 vp1 sp"; data parallel
+//     when absent), its median step and, when profiled ("ops"),
 //     the time per step of each op, the communication among them (train_check.h compares them with the model).
 // Records with another bench, or not "ok", are skipped.
 #pragma once
@@ -25,7 +27,7 @@ struct Measurement {
   std::string where;  // file:line
   std::string recipe, precision, release, gpu;
   recipe::Layout layout;  // the reference layout it stood for (gpus, tp, pp, cp, vp, dp, batches, layers, seq)
-  double f0_s = 0, f1_s = 0, o0_s = 0, o1_s = 0;
+  double f0_s = 0, f1_s = 0, o0_s = 0, o1_s = 0;  // seconds (the record's _ms / 1e3)
 };
 
 struct NvlinkBusbw {  // GB/s; 0 where not measured

@@ -55,7 +55,7 @@ std::string render_train_checks(const std::vector<TrainCheck>& checks) {
   std::string s = fmt::format(
       "measured vs modelled, trainbench's own multi-GPU steps (efficiency 1):\n"
       "  {:<13} {:<5} {:<28} {:>9} {:>9} {:>7}  {:>12} {:>12}  {:>18}\n",
-      "model", "prec", "layout", "step ms", "model ms", "error", "tok/s/GPU", "model", "comm ms meas/model");
+      "model", "prec", "layout", "step ms", "model ms", "error", "tokens/s/GPU", "model", "comm ms meas/model");
   for (const TrainCheck& c : checks) {
     const TrainRun& t = *c.run;
     const auto& l = t.layout;

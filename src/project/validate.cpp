@@ -169,7 +169,7 @@ std::string render_validation(const Validation& v) {
         p.c.release, p.c.row->gpus, layout_text(p.c.layout, p.p.grad_accum), p.c.published, p.p.tokens_per_s_per_gpu,
         100 * p.error, p.p.anchor->recipe,
         p.p.anchor_kind == AnchorKind::same_shard ? "" : fmt::format(" ({})", anchor_kind_name(p.p.anchor_kind)));
-  s += "(tokens/s per GPU; error = predicted / published - 1)\n\nper recipe, precision and release:\n";
+  s += "(tokens/s/GPU; error = predicted / published - 1)\n\nper recipe, precision and release:\n";
   std::map<std::tuple<std::string, std::string, std::string>, std::vector<const Point*>> by;
   for (const Point& p : v.points) by[{p.c.recipe->name, p.c.row->precision, p.c.release}].push_back(&p);
   for (const auto& [key, pts] : by) {
@@ -184,7 +184,7 @@ std::string render_validation(const Validation& v) {
                      std::get<1>(key), std::get<2>(key), list, 100 * st.median, 100 * st.max,
                      pts.front()->c.primary ? "" : " (older release)");
   }
-  s += "\nweak scaling, tokens/s per GPU at the largest / at the smallest full-size GPU count:\n";
+  s += "\nweak scaling, tokens/s/GPU at the largest / at the smallest full-size GPU count:\n";
   for (const ScalingCheck& c : v.scaling)
     s += fmt::format(
         "  {:<15} {:<5} {:<9} {:>4} -> {:>4} GPUs: published {:5.1f}%, predicted {:5.1f}%, {:+.1f} points{}\n",

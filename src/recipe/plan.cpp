@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/suggest.h"
@@ -111,8 +112,8 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
   p.shard.validate();
   const bool one_device = l.gpus == 1 && l.tp == 1 && l.pp == 1 && l.cp == 1;
   if (opt.points.empty()) {
-    if (one_device && p.layers <= 4)  // small enough to measure as it is (tiny); larger ones as layer proxies
-      p.points = {p.layers};
+    if (one_device && p.layers <= 4)  // small enough to measure as it is (tiny), and at 1 layer for the fit
+      p.points = {1, std::max(2, p.layers)};
     else
       p.points = stage_layers >= 4 ? std::vector<int>{2, 4} : std::vector<int>{1, 2};
   } else {
@@ -136,6 +137,22 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
   return p;
 }
 
+double fit_standard_error(std::span<const PointTiming> pts, double L) {
+  if (pts.size() == 1) return pts[0].se_s;  // the point is the run itself
+  double mean = 0;
+  for (const PointTiming& t : pts) mean += t.layers;
+  mean /= double(pts.size());
+  double sxx = 0;
+  for (const PointTiming& t : pts) sxx += (t.layers - mean) * (t.layers - mean);
+  if (sxx <= 0) return 0;
+  double var = 0;
+  for (const PointTiming& t : pts) {
+    const double c = 1.0 / double(pts.size()) + (t.layers - mean) * (L - mean) / sxx;
+    var += c * c * t.se_s * t.se_s;
+  }
+  return std::sqrt(var);
+}
+
 Extrapolation extrapolate(const RunPlan& plan, std::span<const PointTiming> pts) {
   TB_REQUIRE(!pts.empty(), "extrapolate: no measured points");
   Extrapolation e;
@@ -157,12 +174,15 @@ Extrapolation extrapolate(const RunPlan& plan, std::span<const PointTiming> pts)
     e.o1 = (n * sxo - sx * so) / den, e.o0 = (so - e.o1 * sx) / n;
   }
   const double L = double(plan.layers);
+  e.microbatch_se_s = fit_standard_error(pts, L) / double(l.pp * l.cp);
   const int dp = l.dp > 0 ? l.dp : l.gpus / (l.tp * l.pp * l.cp);
   e.grad_accum = l.global_batch / (l.micro_batch * dp);
   e.microbatch_s = (e.f0 + e.f1 * L) / double(l.pp * l.cp);
   e.optimizer_s = (e.o0 + e.o1 * L) / double(l.pp * dp * l.cp);
   e.step_s = e.grad_accum * e.microbatch_s + e.optimizer_s;
   e.tokens_per_s_per_gpu = double(l.global_batch) * l.seq / (e.step_s * l.gpus);
+  e.step_se_s = e.grad_accum * e.microbatch_se_s;
+  e.tokens_per_s_per_gpu_se = e.step_s > 0 ? e.tokens_per_s_per_gpu * e.step_se_s / e.step_s : 0;
   return e;
 }
 

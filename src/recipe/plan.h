@@ -13,7 +13,13 @@
 //   tokens/s per GPU = global_batch seq / (step gpus)
 // L = the layout's layers (a reference proxy's own). Balanced stages are assumed (F0 spread over the pp stages;
 // in the reference the first and last stages carry it, or NeMo counts it as layers). A recipe whose layout is one
-// device (tp = pp = cp = dp = 1, e.g. `tiny`) measures the model itself: one point at its own layers.
+// device (tp = pp = cp = dp = 1, e.g. `tiny`) measures the model itself at its own layers and at 1 layer, so the
+// fit (and `trainbench project --from`) exists for it too.
+// Uncertainty (one standard error; measurement noise only, not the model's own error): the fit is linear in the
+// measured times, fb(L) = sum_i c_i(L) fb_i with c_i(L) = 1/n + (L_i - mean L)(L - mean L) / sum_j (L_j - mean L)^2,
+// so with se_i the standard error of point i's step (stdev_i / sqrt(n_i), all of it put on fb_i; opt_i is exact):
+//   se(fb(L)) = sqrt(sum_i c_i(L)^2 se_i^2),  se(step) = GA se(fb(L)) / (pp cp),
+//   se(tokens/s per GPU) = tokens/s per GPU x se(step) / step          (first order)
 #pragma once
 
 #include <map>
@@ -58,6 +64,7 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt);
 struct PointTiming {
   int layers = 0;
   double fb_s = 0, opt_s = 0;  // per step: forward+backward of one micro-batch; optimizer (norm + AdamW)
+  double se_s = 0;             // standard error of the point's step time (stdev / sqrt(steps)); 0: unknown
 };
 
 struct Extrapolation {
@@ -65,8 +72,13 @@ struct Extrapolation {
   double microbatch_s = 0, optimizer_s = 0, step_s = 0;
   int grad_accum = 0;
   double tokens_per_s_per_gpu = 0;
+  // One standard error of the figures above, from the points' se_s (see the header comment).
+  double microbatch_se_s = 0, step_se_s = 0, tokens_per_s_per_gpu_se = 0;
 };
 // Needs two points of different layer counts, or one point at the run's own layers (used as it is: F1 = O1 = 0).
 Extrapolation extrapolate(const RunPlan& plan, std::span<const PointTiming> points);
+// se(fb(L)) of the least-squares line through the points at L layers: sqrt(sum_i c_i(L)^2 se_i^2) (header comment);
+// one point: its own se_s.
+double fit_standard_error(std::span<const PointTiming> points, double layers);
 
 }  // namespace tb::recipe

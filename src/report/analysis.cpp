@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <map>
 
+#include "core/record_keys.h"
+
 namespace tb::report {
 
 std::string StragglerReport::summary() const {
@@ -88,7 +90,7 @@ std::vector<ScaleRow> scale_rows(const std::vector<const nlohmann::json*>& scale
     ScaleRow s;
     s.gpus = r->value("gpus", 0), s.source = r->value("source", "");
     s.status = r->value("status", "ok"), s.reason = r->value("reason", "");
-    s.tokens_per_s_per_gpu = r->value("tokens_per_s_per_gpu", 0.0), s.step_s = r->value("step_s", 0.0);
+    s.tokens_per_s_per_gpu = r->value("tokens_per_s_per_gpu", 0.0), s.step_s = ms_value(*r, "step") / 1e3;
     s.comm_share = r->value("comm_share", -1.0), s.mode = r->value("mode", "");
     rows[{s.source, s.gpus}] = s;
   }
@@ -114,7 +116,7 @@ std::vector<SweepRow> sweep_rows(const std::vector<const nlohmann::json*>& sweep
     s.status = r->value("status", "ok"), s.reason = r->value("reason", ""), s.dir = r->value("dir", "");
     if (r->contains("error") && (*r)["error"].is_object()) s.reason = (*r)["error"].value("msg", "");
     s.resumed = r->value("resumed", false);
-    s.tokens_per_s_per_gpu = r->value("tokens_per_s_per_gpu", 0.0), s.step_s = r->value("step_s", 0.0);
+    s.tokens_per_s_per_gpu = r->value("tokens_per_s_per_gpu", 0.0), s.step_s = ms_value(*r, "step") / 1e3;
     s.tflops_per_gpu = r->value("tflops_per_gpu", 0.0), s.mfu = r->value("mfu", 0.0);
     s.peak_alloc_gib = r->value("peak_alloc_gib", 0.0);
     const std::string key = r->value("sweep", "") + "|" + s.name;

@@ -65,9 +65,10 @@ void scaling(const Inputs& in, Writer& w) {
   }
   plot.resize(plot.size() - 2);
   w.draw("scaling", "Throughput and efficiency vs GPUs",
-         "tokens/s per GPU (solid, left) and efficiency relative to the smallest GPU count (dashed, right)",
-         "set logscale x 2\nset xlabel 'GPUs'\nset ylabel 'tokens/s per GPU'\nset y2label 'efficiency %'\n"
-         "set yrange [0:*]\nset y2range [0:110]\nset y2tics\nset ytics nomirror\n" + plot + "\n");
+         "tokens/s/GPU (solid, left) and efficiency relative to the smallest GPU count (dashed, right)",
+         "set logscale x 2\nset xlabel 'GPUs'\nset ylabel 'tokens/s/GPU'\nset y2label 'efficiency %'\n"
+         "set yrange [0:*]\nset y2range [0:110]\nset y2tics\nset ytics nomirror\n" +
+             plot + "\n");
 }
 
 void sweep(const Inputs& in, Writer& w) {
@@ -77,10 +78,11 @@ void sweep(const Inputs& in, Writer& w) {
     if (s.status == "ok") text += fmt::format("{} \"{}\" {} {}\n", n++, s.name, s.tokens_per_s_per_gpu, s.best ? 1 : 0);
   if (!n) return;
   const fs::path p = w.data("sweep.dat", text);
-  w.draw("sweep", "Sweep: tokens/s per GPU per point", "the best point in green; skipped points are not drawn",
+  w.draw("sweep", "Sweep: tokens/s/GPU per point", "the best point in green; skipped points are not drawn",
          "set style fill solid 0.8 border -1\nset boxwidth 0.7\nset yrange [0:*]\nset xtics rotate by -30 left\n"
-         "set ylabel 'tokens/s per GPU'\nset bmargin 8\nunset key\n"
-         "plot " + q(p.string()) + " u 1:3:($4 > 0 ? 0x2ca02c : 0x1f77b4):xtic(2) w boxes lc rgb variable\n");
+         "set ylabel 'tokens/s/GPU'\nset bmargin 8\nunset key\n"
+         "plot " +
+             q(p.string()) + " u 1:3:($4 > 0 ? 0x2ca02c : 0x1f77b4):xtic(2) w boxes lc rgb variable\n");
 }
 
 void ranks(const Inputs& in, Writer& w) {
@@ -117,8 +119,10 @@ void telemetry(const Inputs& in, Writer& w) {
   std::vector<std::string> panels{"", "", ""};
   int n = 0;
   for (const auto* r : select(in, "telemetry.series")) {
-    if (!r->contains("t_s")) continue;
-    const auto t = (*r)["t_s"].get<std::vector<double>>();
+    if (!r->contains("t_ms") && !r->contains("t_s")) continue;
+    auto t = (*r)[r->contains("t_ms") ? "t_ms" : "t_s"].get<std::vector<double>>();  // t_s: older records
+    if (r->contains("t_ms"))
+      for (double& x : t) x /= 1e3;  // the chart's axis is in s
     auto col = [&](const char* k) {
       return r->contains(k) ? (*r)[k].get<std::vector<double>>() : std::vector<double>(t.size(), 0.0);
     };

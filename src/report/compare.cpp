@@ -5,6 +5,8 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/record_keys.h"
+#include "report/plus_minus.h"
 
 namespace tb::report {
 
@@ -37,7 +39,8 @@ Comparison compare_run(const nlohmann::json& rec, const std::vector<recipe::Refe
   if (c.proxy) c.caveat = "proxy: extrapolated per-GPU compute, no communication or pipeline bubble";
   const auto& x = rec.at("extrapolated");
   c.tokens_per_gpu = x.at("tokens_per_s_per_gpu").get<double>();
-  c.step_s = x.at("step_s").get<double>();
+  c.step_s = ms_value(x, "step") / 1e3;  // step_ms; step_s in older records
+  if (x.contains("se") && x["se"].is_object()) c.tokens_per_gpu_se = x["se"].value("tokens_per_s_per_gpu", 0.0);
   c.ref_gpu = ref_gpu;
   const recipe::ReferenceRow* row = recipe::find_reference(rows, {c.recipe, c.gpus, c.precision, ref_gpu, c.release});
   if (!row) row = recipe::find_reference(rows, {c.recipe, c.gpus, c.precision, ref_gpu});  // the newest release
@@ -76,9 +79,9 @@ Comparison compare_run(const nlohmann::json& rec, const std::vector<recipe::Refe
 }
 
 std::string render_comparisons(const std::vector<Comparison>& cs) {
-  constexpr auto kRow = "{:<16} {:<5} {:>5}  {:<22} {:>10} {:>9} {:>8} {:>6} {:>6}  {}\n";
-  std::string out = fmt::format(kRow, "recipe", "prec", "GPUs", "", "tok/s/GPU", "step s", "TFLOP/s", "MFU", "ratio",
-                                "verdict");
+  constexpr auto kRow = "{:<16} {:<5} {:>5}  {:<22} {:>12} {:>9} {:>11} {:>6} {:>6}  {}\n";
+  std::string out = fmt::format(kRow, "recipe", "prec", "GPUs", "", "tokens/s/GPU", "step s", "TFLOP/s/GPU", "MFU",
+                                "ratio", "verdict");
   auto num = [](double v, const char* f) { return v > 0 ? fmt::format(fmt::runtime(f), v) : std::string("-"); };
   auto tf = [&](double v) { return v >= 1 || v <= 0 ? num(v, "{:.1f}") : num(v, "{:.2g}"); };
   for (const Comparison& c : cs) {
@@ -106,9 +109,16 @@ std::string render_comparisons(const std::vector<Comparison>& cs) {
   if (tol == 0) tol = 0.05;
   const std::string band = mixed ? std::string("within each reference's tolerance")
                                  : fmt::format("{:.2f}-{:.2f}", 1 - tol, 1 + tol);
-  out += fmt::format("ratio: tokens/s per GPU, ours / reference; meets {}; TFLOP/s in the reference's FLOP "
-                     "convention{}.\n",
-                     band, conv.empty() ? "" : " (" + conv + ")");
+  out += fmt::format(
+      "ratio: tokens/s/GPU, ours / reference; meets {}; TFLOP/s in the reference's FLOP "
+      "convention{}.\n",
+      band, conv.empty() ? "" : " (" + conv + ")");
+  for (const Comparison& c : cs)
+    if (c.tokens_per_gpu_se > 0)
+      out += fmt::format(
+          "ours, {} {} {} GPU{}: {} tokens/s/GPU (± one standard error of the extrapolation: the "
+          "points' step-time spread, not the proxy's own error)\n",
+          c.recipe, c.precision, c.gpus, c.gpus == 1 ? "" : "s", plus_minus(c.tokens_per_gpu, c.tokens_per_gpu_se, 0));
   if (proxy)
     out += "[proxy]: one device ran the per-GPU shard; figures extrapolated to the full layout without "
            "communication or pipeline bubble.\n";

@@ -28,6 +28,7 @@ struct Comparison {
   bool proxy = false;
   std::string caveat;
   double tokens_per_gpu = 0, step_s = 0, tflops = 0, mfu = 0;
+  double tokens_per_gpu_se = 0;  // one standard error of the extrapolation (extrapolated.se); 0: not recorded
   std::string ref_gpu, ref_release, convention, ref_where;
   double ref_tokens_per_gpu = 0, ref_step_s = 0, ref_tflops = 0, ref_mfu = 0;
   double ratio = 0, tolerance = 0.05;

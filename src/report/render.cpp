@@ -39,7 +39,7 @@ std::string md_cell(std::string s) {
 }
 
 std::string csv_cell(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string out = "\"";
   for (char c : s) {
     if (c == '"') out.push_back('"');
@@ -134,21 +134,31 @@ std::string render_markdown(const std::vector<Table>& tables, const ReportMeta& 
   return m;
 }
 
-std::string render_csv(const std::vector<Table>& tables) {
+namespace {
+void csv_line(std::string& s, const std::vector<std::string>& cells) {
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    if (i) s += ',';
+    s += csv_cell(cells[i]);
+  }
+  s += "\n";
+}
+}  // namespace
+
+std::string render_csv(const Table& t) {
   std::string s;
-  for (const auto& t : tables) {
-    s += "# " + t.id + ": " + t.title + "\n";
-    for (const auto& n : t.notes) s += "# note: " + n + "\n";
-    auto line = [&](const std::vector<std::string>& cells) {
-      for (std::size_t i = 0; i < cells.size(); ++i) {
-        if (i) s += ',';
-        s += csv_cell(cells[i]);
-      }
-      s += "\n";
-    };
-    line(t.columns);
-    for (const auto& r : t.rows) line(r);
-    s += "\n";
+  csv_line(s, t.csv_columns);
+  for (const auto& r : t.csv_rows) csv_line(s, r);
+  return s;
+}
+
+std::string render_csv_index(const std::vector<Table>& tables, const std::vector<std::string>& files) {
+  std::string s;
+  csv_line(s, {"table", "file", "title", "rows", "notes"});
+  for (std::size_t i = 0; i < tables.size(); ++i) {
+    std::string notes;
+    for (const auto& n : tables[i].notes) notes += (notes.empty() ? "" : " | ") + n;
+    csv_line(s, {tables[i].id, i < files.size() ? files[i] : "", tables[i].title,
+                 std::to_string(tables[i].csv_rows.size()), notes});
   }
   return s;
 }

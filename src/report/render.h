@@ -1,7 +1,10 @@
 // report/render.h: the report as one self-contained HTML page (inline CSS, charts as base64 PNG data URIs, no
 // network needed), as Markdown, or as CSV; all three render the same Table objects (tables.h).
-// CSV layout: for each table a line "# <id>: <title>", its notes as "# note: ..." lines, the header row, the rows
-// (RFC 4180 quoting), then an empty line.
+// CSV: one file per table, each a header row and its rows (RFC 4180 quoting) and nothing else, so any CSV reader
+// (pandas.read_csv, Python's csv module) reads it as it is: headers named as the record keys with the unit in the
+// name (step_ms, tokens_per_s_per_gpu, peak_alloc_gib; mfu, efficiency, ratio as fractions), cells plain numbers
+// in that unit (no units, % signs or thousands separators; empty where there is no value) or text (tables.h).
+// The index (render_csv_index) lists the tables: table, file, title, rows, notes (the notes joined by " | ").
 #pragma once
 
 #include <string>
@@ -21,7 +24,8 @@ struct ReportMeta {
 
 std::string render_html(const std::vector<Table>& tables, const std::vector<Chart>& charts, const ReportMeta& meta);
 std::string render_markdown(const std::vector<Table>& tables, const ReportMeta& meta);
-std::string render_csv(const std::vector<Table>& tables);
+std::string render_csv(const Table& table);
+std::string render_csv_index(const std::vector<Table>& tables, const std::vector<std::string>& files);
 
 std::string base64(const std::string& bytes);
 std::string html_escape(const std::string& s);

@@ -4,14 +4,16 @@
 #include <fmt/format.h>
 
 #include "core/interrupt.h"
+#include "core/record_keys.h"
 #include "report/analysis.h"
 
 namespace tb::report {
 namespace fs = std::filesystem;
 
 double projected_comm_share(const nlohmann::json& p) {
-  const auto b = p.value("breakdown_s", nlohmann::json::object());
-  const double step = p.value("step_s", 0.0);
+  const bool old = !p.contains("breakdown_ms");  // older trainbench: breakdown_s and step_s, in seconds
+  const auto b = p.value(old ? "breakdown_s" : "breakdown_ms", nlohmann::json::object());
+  const double step = old ? p.value("step_s", 0.0) : p.value("step_ms", 0.0);
   double comm = 0;
   for (const char* k : {"tp_exposed", "cp_exposed", "pp_exposed", "dp_exposed"}) comm += b.value(k, 0.0);
   return step > 0 ? comm / step : -1;
@@ -81,7 +83,7 @@ std::vector<nlohmann::json> run_scale(const ScaleSpec& spec, const ScaleHooks& h
       Record j = base(n, "projected");
       if (auto proj = hooks.project(n, dir, &why)) {
         j.data["tokens_per_s_per_gpu"] = proj->value("tokens_per_s_per_gpu", 0.0);
-        j.data["step_s"] = proj->value("step_s", 0.0);
+        j.data["step_ms"] = ms_value(*proj, "step");
         j.data["comm_share"] = projected_comm_share(*proj);
         j.data["mfu"] = proj->value("mfu", 0.0);
         j.data["system"] = proj->value("system", "");

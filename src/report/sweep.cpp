@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/record.h"
+#include "core/record_keys.h"
 #include "report/analysis.h"
 
 namespace tb::report {
@@ -86,7 +87,7 @@ nlohmann::json point_metrics(const nlohmann::json& run) {
   nlohmann::json m = nlohmann::json::object();
   const auto x = run.value("extrapolated", nlohmann::json::object());
   m["tokens_per_s_per_gpu"] = x.value("tokens_per_s_per_gpu", 0.0);
-  m["step_s"] = x.value("step_s", 0.0);
+  m["step_ms"] = ms_value(x, "step");  // older run records: step_s
   m["tflops_per_gpu"] = run.value("tflops_per_gpu", 0.0);
   m["mfu"] = run.value("mfu", 0.0);
   double peak = 0;
@@ -114,7 +115,7 @@ std::vector<nlohmann::json> run_sweep(const SweepSpec& spec, const SweepHooks& h
     if (auto done = finished_run(dir)) {
       r.data.update(point_metrics(*done));
       r.data["resumed"] = true;
-      hooks.say(fmt::format("{}: already measured ({:.0f} tokens/s per GPU), not run again", head,
+      hooks.say(fmt::format("{}: already measured ({:.0f} tokens/s/GPU), not run again", head,
                             r.data["tokens_per_s_per_gpu"].get<double>()));
     } else if (std::string why = hooks.infeasible ? hooks.infeasible(p) : ""; !why.empty()) {
       r.status = Status::skipped, r.reason = why;
@@ -128,7 +129,7 @@ std::vector<nlohmann::json> run_sweep(const SweepSpec& spec, const SweepHooks& h
       } else if (auto rec = finished_run(dir); (pr.rc == 0 || pr.rc == 1) && rec) {  // 1: measured, below its reference
         r.data.update(point_metrics(*rec));
         r.data["resumed"] = false;
-        hooks.say(fmt::format("{}: {:.0f} tokens/s per GPU", head, r.data["tokens_per_s_per_gpu"].get<double>()));
+        hooks.say(fmt::format("{}: {:.0f} tokens/s/GPU", head, r.data["tokens_per_s_per_gpu"].get<double>()));
       } else if (pr.rc == 2) {
         r.status = Status::skipped, r.reason = pr.message;
         hooks.say(fmt::format("{}: skipped: {}", head, pr.message));
@@ -143,7 +144,7 @@ std::vector<nlohmann::json> run_sweep(const SweepSpec& spec, const SweepHooks& h
   std::vector<const nlohmann::json*> ptrs;
   for (const auto& j : out) ptrs.push_back(&j);
   for (const auto& s : sweep_rows(ptrs))
-    if (s.best) hooks.say(fmt::format("best: {} at {:.0f} tokens/s per GPU", s.name, s.tokens_per_s_per_gpu));
+    if (s.best) hooks.say(fmt::format("best: {} at {:.0f} tokens/s/GPU", s.name, s.tokens_per_s_per_gpu));
   return out;
 }
 

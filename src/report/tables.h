@@ -27,6 +27,12 @@ struct Table {
   std::vector<std::string> columns;
   std::vector<std::vector<std::string>> rows;
   std::vector<int> highlight;      // row indexes drawn highlighted (the best sweep point, stragglers)
+  // The same rows for CSV (render.h): headers named as the record keys with the unit in the name (step_ms,
+  // tokens_per_s_per_gpu, peak_alloc_gib; fractions such as mfu and efficiency unitless, 0.5 = 50%), cells plain
+  // numbers in that unit or text, "" where there is no value. A human column may be two CSV columns (loss first ->
+  // last: loss_first, loss_last).
+  std::vector<std::string> csv_columns;
+  std::vector<std::vector<std::string>> csv_rows;
 };
 
 // refs: the published reference rows (empty: each run record's own "comparison" is used as it is).

@@ -29,6 +29,30 @@ TEST(Cli, HelpAndVersion) {
   EXPECT_NE(r.out.find("trainbench"), std::string::npos);
 }
 
+// Every command's --help: option lines show the type and default only ("--steps INT=10"), never CLI11's validator
+// text ("INT:INT >= 1=10", "TEXT:{cuda,cpu}=cuda") or a flag's default ("{false}").
+TEST(Cli, HelpHasNoParserArtifacts) {
+  std::vector<std::vector<std::string>> helps;
+  for (const auto& c : tb::cli::commands()) {
+    const std::string name(c.name);
+    if (name == "slurm") {
+      for (const char* sub : {"run", "sweep", "scale", "check", "status", "collect"})
+        helps.push_back({name, sub, "--help"});
+    } else if (name == "k8s") {
+      helps.push_back({name, "render", "--help"});
+    } else {
+      helps.push_back({name, "--help"});
+    }
+  }
+  for (const auto& args : helps) {
+    const auto r = run(args);
+    EXPECT_EQ(r.rc, 0) << args[0] << " " << r.err;
+    for (const char* bad : {"INT:", "UINT:", "FLOAT:", "TEXT:", "NUMBER:", "{false}", "{true}", "=false", "=true"})
+      EXPECT_EQ(r.out.find(bad), std::string::npos) << args[0] << " " << args[1] << " --help shows '" << bad << "':\n"
+                                                    << r.out;
+  }
+}
+
 TEST(Cli, UnknownCommandSuggestsTheNearest) {
   auto r = run({"chek"});
   EXPECT_EQ(r.rc, 2);

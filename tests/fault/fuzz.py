@@ -207,7 +207,7 @@ def fuzz_references():
 
 RECORD = {"schema": "trainbench.result.v1", "run": "r1", "bench": "run", "case": "tiny", "world": 1, "status": "ok",
           "recipe": "tiny", "precision": "fp32", "backend": "cpu",
-          "extrapolated": {"tokens_per_s_per_gpu": 1000.0, "step_s": 0.1}, "tflops_per_gpu": 0.001, "mfu": 0.0,
+          "extrapolated": {"tokens_per_s_per_gpu": 1000.0, "step_ms": 100.0}, "tflops_per_gpu": 0.001, "mfu": 0.0,
           "layout": {"gpus": 1, "tp": 1, "pp": 1, "cp": 1, "micro_batch": 2, "global_batch": 4, "layers": 2,
                      "seq": 64}}
 
@@ -215,7 +215,7 @@ RECORD = {"schema": "trainbench.result.v1", "run": "r1", "bench": "run", "case":
 def wrong_type(j):
     j = json.loads(json.dumps(j))
     key = rng.choice(["world", "status", "extrapolated", "tflops_per_gpu", "mfu", "schema", "bench", "run"])
-    j[key] = rng.choice(["x", [], {}, None, True, -1, 1e308]) if key != "extrapolated" else {"step_s": "slow"}
+    j[key] = rng.choice(["x", [], {}, None, True, -1, 1e308]) if key != "extrapolated" else {"step_ms": "slow"}
     return j
 
 

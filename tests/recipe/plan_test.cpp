@@ -88,12 +88,41 @@ TEST(Plan, RefusesWhatCannotRun) {
 TEST(Plan, TinyIsOneDeviceMeasuredAsItIs) {
   const auto p = tr::plan_run(tr::find_recipe(recipes(), "tiny"), {});
   EXPECT_FALSE(p.proxy);
-  EXPECT_EQ(p.points, (std::vector<int>{2}));
+  EXPECT_EQ(p.points, (std::vector<int>{1, 2}));  // its own 2 layers, and 1 for the fit `project --from` needs
   const tr::PointTiming t{2, 0.02, 0.001};
   const auto x = tr::extrapolate(p, std::span(&t, 1));
   EXPECT_EQ(x.grad_accum, 2);  // global 4 / (micro 2 x dp 1)
   EXPECT_DOUBLE_EQ(x.step_s, 2 * 0.02 + 0.001);
   EXPECT_DOUBLE_EQ(x.tokens_per_s_per_gpu, 4.0 * 64 / x.step_s);
+}
+
+TEST(Plan, TinyFitsTwoLayerCounts) {
+  const auto p = tr::plan_run(tr::find_recipe(recipes(), "tiny"), {});
+  const std::vector<tr::PointTiming> pts{{1, 0.012, 0.0006}, {2, 0.02, 0.001}};
+  const auto x = tr::extrapolate(p, pts);
+  EXPECT_NEAR(x.f1, 0.008, 1e-12);
+  EXPECT_NEAR(x.f0, 0.004, 1e-12);
+  EXPECT_NEAR(x.step_s, 2 * 0.02 + 0.001, 1e-12);  // the line passes through the measured 2-layer point
+}
+
+// Known numbers: points at 2 and 4 layers, se 1 ms and 2 ms, extrapolated to 32 layers. The line through two points
+// is fb(L) = fb_2 (2 - L/2) + fb_4 (L/2 - 1): c = (-14, 15) at L = 32, se = sqrt(14^2 1^2 + 15^2 2^2) = sqrt(1096) ms.
+TEST(Plan, UncertaintyPropagatesThroughTheFit) {
+  std::vector<tr::PointTiming> pts{{2, 0.09, 0.01, 0.001}, {4, 0.13, 0.016, 0.002}};
+  EXPECT_NEAR(tr::fit_standard_error(pts, 32), std::sqrt(1096.0) * 1e-3, 1e-12);
+  EXPECT_NEAR(tr::fit_standard_error(pts, 3), std::sqrt(0.25 + 0.25 * 4) * 1e-3, 1e-12);  // midway: c = (1/2, 1/2)
+  const auto p = tr::plan_run(tr::find_recipe(recipes(), "llama3.1-8b"), {});  // 8 GPUs, cp 2, dp 4, GA 32, L 32
+  const auto x = tr::extrapolate(p, pts);
+  EXPECT_NEAR(x.microbatch_se_s, std::sqrt(1096.0) * 1e-3 / 2, 1e-12);  // / (pp cp)
+  EXPECT_NEAR(x.step_se_s, 32 * x.microbatch_se_s, 1e-12);              // x GA
+  EXPECT_NEAR(x.tokens_per_s_per_gpu_se, x.tokens_per_s_per_gpu * x.step_se_s / x.step_s, 1e-9);
+  // Least squares over three points: c_i(L) = 1/3 + (L_i - 4)(L - 4) / 8; equal se 1 ms at L = 4: sqrt(3) / 3 ms.
+  pts = {{2, 0.09, 0.01, 0.001}, {4, 0.13, 0.016, 0.001}, {6, 0.17, 0.022, 0.001}};
+  EXPECT_NEAR(tr::fit_standard_error(pts, 4), std::sqrt(3.0) / 3 * 1e-3, 1e-12);
+  const double c2 = 1.0 / 3 - 2.0 * 28 / 8, c4 = 1.0 / 3, c6 = 1.0 / 3 + 2.0 * 28 / 8;  // at L = 32
+  EXPECT_NEAR(tr::fit_standard_error(pts, 32), std::sqrt(c2 * c2 + c4 * c4 + c6 * c6) * 1e-3, 1e-12);
+  const tr::PointTiming one{2, 0.02, 0.001, 0.0005};
+  EXPECT_DOUBLE_EQ(tr::fit_standard_error(std::span(&one, 1), 2), 0.0005);  // the run itself
 }
 
 TEST(Plan, ExtrapolationRecoversTheLinearModel) {

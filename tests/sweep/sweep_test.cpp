@@ -42,7 +42,7 @@ TEST(Sweep, GridIsEveryCombinationFirstAxisSlowest) {
 }
 
 // A fake run writes an ok run record (trainbench.result.v1: resuming reads only records) whose tokens/s per GPU is
-// 1000 x micro_batch.
+// 1000 x micro_batch; micro_batch 2 writes the older step_s (seconds), the others step_ms.
 SweepHooks fake_hooks(int* runs) {
   SweepHooks h;
   h.infeasible = [](const Point& p) { return p[0].second == "3" ? std::string("3 does not divide 8") : std::string(); };
@@ -50,9 +50,17 @@ SweepHooks fake_hooks(int* runs) {
     ++*runs;
     fs::create_directories(dir);
     if (p[0].second == "4") return PointRun{1, "crashed"};
-    nlohmann::json rec = {{"schema", "trainbench.result.v1"}, {"bench", "run"}, {"case", "r"}, {"world", 1},
-                          {"status", "ok"}, {"run", "x"},
-                          {"extrapolated", {{"tokens_per_s_per_gpu", 1000.0 * std::stoi(p[0].second)}, {"step_s", 1.0}}}};
+    nlohmann::json rec = {{"schema", "trainbench.result.v1"},
+                          {"bench", "run"},
+                          {"case", "r"},
+                          {"world", 1},
+                          {"status", "ok"},
+                          {"run", "x"},
+                          {"extrapolated", {{"tokens_per_s_per_gpu", 1000.0 * std::stoi(p[0].second)}}}};
+    if (p[0].second == "2")
+      rec["extrapolated"]["step_s"] = 2.0;
+    else
+      rec["extrapolated"]["step_ms"] = 1000.0;
     std::ofstream(dir / "results.jsonl") << rec.dump() << "\n";
     return PointRun{0, ""};
   };
@@ -68,6 +76,9 @@ TEST(Sweep, SkipsInfeasibleRecordsErrorsAndResumes) {
     const auto recs = run_sweep(spec, fake_hooks(&runs), sink);
     ASSERT_EQ(recs.size(), 4u);
     EXPECT_EQ(recs[0]["status"], "ok");
+    EXPECT_DOUBLE_EQ(recs[0]["step_ms"].get<double>(), 1000.0);
+    EXPECT_DOUBLE_EQ(recs[1]["step_ms"].get<double>(), 2000.0);  // an older run record's step_s, in ms
+    EXPECT_FALSE(recs[1].contains("step_s"));
     EXPECT_EQ(recs[2]["status"], "skipped");
     EXPECT_EQ(recs[2]["reason"], "3 does not divide 8");
     EXPECT_EQ(recs[3]["status"], "error");
