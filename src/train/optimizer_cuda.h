@@ -2,7 +2,7 @@
 // (or, with data parallel, per ZeRO-1 segment of this rank's shard, parallel/zero.h):
 //   master  fp32 weights: split (the bf16 model weight is the high half, `master` the 16-bit residual:
 //           ops/cuda/master_split.h) or f32 (a separate copy)
-//   moments exp_avg, exp_avg_sq: f32 or bf16 (TrainSpec::moments)
+//   moments exp_avg, exp_avg_sq: f32 or bf16 (OptimizerSpec::moments)
 //   bytes() = S (2 split | 4 f32) + 2 S (4 | 2), S the state's elements on this rank
 // init_weights(seed) draws every parameter of the full model (model/params.h: the same values on every backend and
 // rank), keeps the rank's tensor-parallel shard of the model weights and its own master segments. step():

@@ -37,7 +37,7 @@ struct ReplicaCuda {
   std::vector<std::unique_ptr<comm::NcclCommunicator>> chunk_dp_comms;  // chunks 1.. of an interleaved pipeline
   std::vector<std::unique_ptr<DataParallelCuda>> dps;  // per chunk (dp x cp > 1)
   std::vector<char> final_pass;  // per chunk: its last backward of the step is running (its gradients reduce)
-  bool grads_shared = false;     // the gradients take the activations' bytes (TrainSpec::grad_buffer)
+  bool grads_shared = false;     // the gradients take the activations' bytes (MemorySpec::grad_buffer)
   int buckets = 0;               // data parallel: gradient buckets reduce-scattered per step
 
   // m: the whole model, local: this rank's tensor-parallel shard of it; tokens: a micro-batch's on this rank;
