@@ -1,10 +1,10 @@
 // cli/cmd_train.cpp: `trainbench train`: one model, real training steps, per-step log lines, a summary and one
 // "train" record (train/trainer.h). MFU = TFLOP/s / the GPU's dense peak of the run's precision (references/systems).
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <optional>
 
 #include "bench/sysinfo.h"
 #include "bench/telemetry.h"
@@ -177,18 +177,30 @@ void print_summary(const train::TrainResult& res, int accum, const std::string& 
   }
 }
 
-// An option naming one of a choice table's values (train/spec.h): help and errors list the names.
-template <class E, std::size_t N>
-CLI::Option* add_choice(CLI::App& app, const std::string& flags, E& value, const train::Choice<E> (&table)[N],
-                        const std::string& help) {
+// An option naming one of a choice table's values (train/spec.h): help and errors list the names; `set` takes the
+// value parsed.
+template <class E, std::size_t N, class Set>
+CLI::Option* add_choice_option(CLI::App& app, const std::string& flags, const train::Choice<E> (&table)[N],
+                               const std::string& help, Set set) {
   std::vector<std::string> names;
   for (const auto& c : table) names.emplace_back(c.name);
   return app
       .add_option_function<std::string>(
-          flags, [&value, &table, flags](const std::string& text) { value = train::parse_choice(table, text, flags); },
+          flags, [&table, flags, set](const std::string& text) { set(train::parse_choice(table, text, flags)); },
           help)
-      ->check(CLI::IsMember(names))
+      ->check(CLI::IsMember(names));
+}
+template <class E, std::size_t N>
+CLI::Option* add_choice(CLI::App& app, const std::string& flags, E& value, const train::Choice<E> (&table)[N],
+                        const std::string& help) {
+  return add_choice_option(app, flags, table, help, [&value](E v) { value = v; })
       ->default_str(std::string(train::choice_name(table, value)));
+}
+// An optional choice: unset unless given (its default is the spec's rule, train/spec.h).
+template <class E, std::size_t N>
+CLI::Option* add_choice(CLI::App& app, const std::string& flags, std::optional<E>& value,
+                        const train::Choice<E> (&table)[N], const std::string& help) {
+  return add_choice_option(app, flags, table, help, [&value](E v) { value = v; });
 }
 
 // The options of the model, batch, run, optimizer, parallel, memory and precision sections of spec.
@@ -315,23 +327,13 @@ void add_debug_options(CLI::App& app, train::DebugSpec& d) {
              "FP8: how the linear layers' output gradients round to FP8, nearest | stochastic (stochastic cost loss "
              "where measured, docs/TRAINING.md)")
       ->group(group);
-  app.add_option_function<std::string>(
-         "--debug-fp8-lm-head-grad",
-         [&d](const std::string& text) {
-           d.fp8_head_grad = train::parse_choice(train::kFp8Types, text, "--debug-fp8-lm-head-grad");
-         },
-         "--fp8-lm-head: its logit gradients' format, e4m3 | e5m2 (default: --fp8-format's, E5M2 in hybrid; E4M3 cost "
-         "more accuracy at the Llama vocabulary, docs/TRAINING.md)")
-      ->check(CLI::IsMember({"e4m3", "e5m2"}))
+  add_choice(app, "--debug-fp8-lm-head-grad", d.fp8_head_grad, train::kFp8Types,
+             "--fp8-lm-head: its logit gradients' format, e4m3 | e5m2 (default: --fp8-format's, E5M2 in hybrid; E4M3 "
+             "cost more accuracy at the Llama vocabulary, docs/TRAINING.md)")
       ->group(group);
-  app.add_option_function<std::string>(
-         "--debug-fp8-lm-head-rounding",
-         [&d](const std::string& text) {
-           d.fp8_head_rounding = train::parse_choice(train::kRoundings, text, "--debug-fp8-lm-head-rounding");
-         },
-         "--fp8-lm-head: how its logit gradients round to FP8, nearest | stochastic (the default: unbiased; nearest "
-         "rounding moves a row's many small probabilities the same way and cost more loss)")
-      ->check(CLI::IsMember({"nearest", "stochastic"}))
+  add_choice(app, "--debug-fp8-lm-head-rounding", d.fp8_head_rounding, train::kRoundings,
+             "--fp8-lm-head: how its logit gradients round to FP8, nearest | stochastic (the default: unbiased; "
+             "nearest rounding moves a row's many small probabilities the same way and cost more loss)")
       ->group(group);
   app.add_option_function<std::string>(
          "--debug-fp8-lm-head-gemms",

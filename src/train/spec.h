@@ -91,6 +91,8 @@ constexpr std::string_view name(Fp8Recipe v) { return choice_name(kFp8Recipes, v
 constexpr std::string_view name(Fp8Format v) { return choice_name(kFp8Formats, v); }
 constexpr std::string_view name(AmaxRule v) { return choice_name(kAmaxRules, v); }
 constexpr std::string_view name(Rounding v) { return choice_name(kRoundings, v); }
+inline std::string_view name(DType v) { return dtype_name(v); }  // moments, gradients, FP8 formats
+inline std::string_view name(TokenType v) { return token_type_name(v); }
 
 // Which of the FP8 LM head's GEMMs run in FP8 (the others in BF16).
 struct HeadGemms {
