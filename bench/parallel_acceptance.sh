@@ -29,6 +29,9 @@
 #   fp8attnpar: FP8 attention (--fp8-attention, current scaling) on `small-hd128` 30 steps: 1 GPU vs dp 2, tp 2, pp 2
 #             (each rank its own attention amaxes; pp: each micro-batch in flight its own q|k|v scale); losses compared
 #   scale:    `trainbench scale llama3.1-8b --gpus 1,2`: proxy, projection and the measured data-parallel runs
+#   recipe:   a recipe at its layout on all $GPUS GPUs (`trainbench run llama3.1-8b --gpus N --set layers=8`, one
+#             distributed job, measured end to end) against the one-GPU proxy of the same layout (`--proxy
+#             --ref-gpus N`) and `trainbench project` from that proxy; then `compare` of both
 #   gradbuf:  shared gradients (--grad-buffer shared) against a separate buffer with one micro-batch per rank: `small`
 #             deterministic, dp 2 and tp 2 (BF16) and tp 2 FP8: losses bit for bit
 #   mixes:    layout mixes as 4 or 8 ranks on 2 GPUs (--share-gpus: rank -> GPU (dp + cp + pp + tp) mod 2, so every
@@ -311,6 +314,12 @@ shared_vs_separate() {  # shared_vs_separate NAME ARGS...: `small`, 10 determini
       scale)
         log scale; $TB scale llama3.1-8b --gpus 1,2 --set cp=1 --steps 10 --warmup-steps 3 --system h200 \
           --out "$OUT/results/scale" | grep -v "^step" ;;
+      recipe)
+        log "recipe at its layout on $GPUS GPUs"
+        $TB run llama3.1-8b --gpus "$GPUS" --set layers=8 --out "$OUT/results/recipe-dist" | grep -v "^  step"
+        $TB run llama3.1-8b --proxy --ref-gpus "$GPUS" --set layers=8 --out "$OUT/results/recipe-proxy" | grep -v "^  step"
+        $TB project llama3.1-8b --gpus "$GPUS" --set layers=8 --system h200 --from "$OUT/results/recipe-proxy"
+        $TB compare "$OUT/results/recipe-dist" "$OUT/results/recipe-proxy" ;;
       ctas)  # the data-parallel step with NCCL limited to fewer blocks (less interference with the overlapped compute)
         for c in ${CTAS:-16 8 4 2}; do
           NCCL_MIN_CTAS=1 NCCL_MAX_CTAS=$c ours 8b-L8-2gpu-ctas$c --model llama3.1-8b --layers 8 --seq 8192 --gpus 2 --global-batch 2 --no-op-profile

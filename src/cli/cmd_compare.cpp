@@ -23,8 +23,9 @@ void read_runs_of(const std::filesystem::path& file, std::vector<nlohmann::json>
              fmt::format("cannot read {} (give results.jsonl files or the folders holding them)", file.string()));
   for (auto& l : read_jsonl(file).lines)
     if (l.value.value("bench", "") == "run" && l.value.value("status", "") == "ok") {
-      TB_REQUIRE(!l.value.contains("extrapolated") || l.value["extrapolated"].is_object(),
-                 fmt::format("{}:{}: 'extrapolated' must be an object", file.string(), l.line));
+      for (const char* key : {"measured", "extrapolated"})
+        TB_REQUIRE(!l.value.contains(key) || l.value[key].is_object(),
+                   fmt::format("{}:{}: '{}' must be an object", file.string(), l.line, key));
       out.push_back(std::move(l.value));
     }
 }

@@ -22,9 +22,9 @@ namespace fs = std::filesystem;
 int cmd_k8s(int argc, char** argv) {
   if (argc < 2 || std::string_view(argv[1]) == "-h" || std::string_view(argv[1]) == "--help") {
     std::printf(
-        "usage: trainbench k8s render <recipe> --nodes N [--image IMAGE] [--mpi-operator] [-o FILE] "
-        "[-- trainbench options]\n\n  render   a Kubernetes manifest: an indexed Job with a headless Service "
-        "(default) or an MPIJob\n");
+        "usage: trainbench k8s render <recipe> --nodes N [--image IMAGE] [--proxies] [-o FILE] "
+        "[-- trainbench options]\n\n  render   a Kubernetes manifest: an MPIJob whose ranks train the recipe at its "
+        "layout as one distributed job (default), or with --proxies an indexed Job of independent one-GPU proxies\n");
     return argc < 2 ? kUsage : kOk;
   }
   TB_REQUIRE(std::string_view(argv[1]) == "render",
@@ -57,7 +57,11 @@ int cmd_k8s(int argc, char** argv) {
   app.add_option("--results-pvc", req.results_pvc, "PersistentVolumeClaim mounted at /results (default: an emptyDir)");
   app.add_option("--trainbench", req.trainbench, "the trainbench binary inside the image (default: trainbench)");
   app.add_flag("--mpi-operator", req.mpi_operator,
-               "an MPIJob (kubeflow.org/v2beta1) for clusters with the MPI operator");
+               "an MPIJob (kubeflow.org/v2beta1, the MPI operator): the default; with --proxies, its ranks are the "
+               "independent proxies");
+  app.add_flag("--proxies", req.proxies,
+               "independent processes instead of one distributed job, each measuring the one-GPU proxy "
+               "(`trainbench run --proxy`), in an indexed Job with a headless Service (no MPI operator needed)");
   app.add_option("-o,--out", out, "write the manifest here (default: stdout)");
   app.add_option("--site", site_file,
                  "site defaults file (default: ./trainbench.toml, ~/.config/trainbench/, /etc/trainbench/)");

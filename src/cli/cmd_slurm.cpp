@@ -30,9 +30,10 @@ constexpr std::string_view kSubcommands[] = {"run", "sweep", "scale", "check", "
 void usage() {
   std::printf(
       "usage: trainbench slurm <command> [options] [-- trainbench options for every task]\n\n"
-      "  run <recipe> --nodes N     one job: a task per GPU, each `trainbench run <recipe>`\n"
-      "  sweep <recipe> --nodes N --set key=v1,v2 [--ref-gpus a,b]   a job array over the product\n"
-      "  scale <recipe> --nodes 1,2,4   one job per node count, one after the other\n"
+      "  run <recipe> --nodes N     one distributed job: a rank per GPU, all of them training the recipe at its\n"
+      "                             layout for N x GPUs-per-node GPUs (--proxies: independent one-GPU proxies)\n"
+      "  sweep <recipe> --nodes N --set key=v1,v2   a job array of such jobs over the product\n"
+      "  scale <recipe> --nodes 1,2,4   one such job per node count, one after the other\n"
       "  check --nodes N            `trainbench check` on every node\n"
       "  status <folder>            the state of every job of a submission\n"
       "  collect <folder>           every job's records into one results.jsonl, and summary.json\n\n"
@@ -90,10 +91,15 @@ int submit_command(const std::string& command, int argc, char** argv, const std:
   app.add_option("--site", site_file,
                  "site defaults file (default: ./trainbench.toml, ~/.config/trainbench/, /etc/trainbench/)");
   app.add_option("--recipes", recipes_dir, "recipes folder (default: next to the binary, or $TRAINBENCH_RECIPES)");
+  if (command != "check")
+    app.add_flag("--proxies", req.proxies,
+                 "independent tasks instead of one distributed job: each measures the one-GPU proxy of the layout "
+                 "(`trainbench run --proxy`; a per-GPU health spread, not a distributed run)");
   if (command == "sweep") {
     app.add_option("--set", req.sets,
                    "an axis: key=v1,v2,... (layers, seq, micro_batch, global_batch, tp, pp, cp, vp)");
-    app.add_option("--ref-gpus", req.ref_gpus, "an axis: reference GPU counts to stand for")->delimiter(',');
+    app.add_option("--ref-gpus", req.ref_gpus, "with --proxies, an axis: reference GPU counts to stand for")
+        ->delimiter(',');
   }
   app.add_flag("--dry-run", dry_run, "print the script(s); submit nothing");
   if (auto rc = parse(app, argc, argv)) return *rc;

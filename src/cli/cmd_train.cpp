@@ -106,25 +106,6 @@ nlohmann::json cuda_fields(const train::TrainSpec& spec, const train::TrainResul
   return d;
 }
 
-// This rank's step times: the report's straggler and jitter analysis joins the ranks of one run id.
-Record rank_steps_record(const train::TrainSpec& spec, const train::TrainResult& res, bool cuda) {
-  const LaunchRank lr = launch_rank();
-  Record rs;
-  rs.bench = "rank_steps";
-  rs.name = fmt::format("rank{}", lr.rank);
-  rs.world = lr.world;
-  if (res.interrupted) rs.status = Status::interrupted;  // every rank of a stopped job says so
-  if (cuda) rs.device = res.gpu;
-  auto ms = nlohmann::json::array();
-  for (const auto& s : res.steps)
-    if (s.step > spec.run.warmup_steps) ms.push_back(s.step_s * 1e3);
-  rs.data = {{"rank", lr.rank}, {"host", hostname()}, {"step_ms", ms}};
-  if (res.telemetry) rs.data["telemetry"] = bench::to_json(*res.telemetry);  // this rank's GPU
-  if (spec.debug.delay_rank >= 0)
-    rs.data["debug_delay"] = {{"rank", spec.debug.delay_rank}, {"ms", spec.debug.delay_ms}};
-  return rs;
-}
-
 // " (delayed scaling, hybrid, FP8 LM head with E5M2 logit gradients rounded stochastically, FP8 attention)"; a head
 // with some GEMMs in BF16: "FP8 LM head (dgrad,wgrad in FP8) with ..."
 std::string fp8_description(const train::TrainSpec& spec) {
@@ -371,15 +352,8 @@ int cmd_train(int argc, char** argv) {
   if (!sets.empty()) spec.model.config = model::with_overrides(model::preset(spec.model.preset), sets);
   const int gpus = std::max(1, common.gpus);
   const int world_n = launched_by_mpi() ? job_ranks() : gpus;
-  // The layout against the model and the rank count, every problem at once, before any rank starts.
-  auto check_config = [&](const train::TrainSpec& s) {
-    train::validate(s);
-    const model::ModelConfig mc = train::resolve_model(s);  // bad shapes fail before any work
-    const parallel::MeshShape planned = train::mesh_shape(s, world_n);
-    parallel::validate_layout(planned, mc, world_n, s.batch.micro, train::global_batch(s, planned.dp));
-  };
   try {
-    check_config(spec);
+    train::validate_on(spec, world_n);  // the layout against the model and the rank count, before any rank starts
   } catch (const Error& e) {
     // No --device on a machine without a GPU: when the flags would do on the CPU, what is missing is the GPU (the
     // default preset's shapes are only wrong for the CUDA kernels).
@@ -387,7 +361,7 @@ int cmd_train(int argc, char** argv) {
     train::TrainSpec on_cpu = spec;
     on_cpu.run.device = train::Device::cpu;
     try {
-      check_config(on_cpu);
+      train::validate_on(on_cpu, world_n);
     } catch (const Error&) {
       throw e;
     }

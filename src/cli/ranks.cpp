@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/telemetry.h"
 #include "comm/mpi.h"
 #include "comm/mpi_comm.h"
 #include "core/error.h"
@@ -19,6 +21,12 @@
 
 namespace tb::cli {
 
+int launcher_local_rank() {
+  for (const char* key : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"})
+    if (const char* v = std::getenv(key); v && *v) return std::max(0, std::atoi(v));
+  return 0;
+}
+
 bool is_rank0() { return launch_rank().rank == 0; }
 int job_ranks() { return launched_by_mpi() ? comm::world().size : 1; }
 
@@ -26,6 +34,24 @@ void share_run_id(comm::Communicator& world) {
   if (world.size() < 2 || std::getenv("TRAINBENCH_RUN_ID")) return;  // every rank sees the same environment
   const std::string id = world.broadcast_text(world.rank() == 0 ? make_run_id() : std::string(), 0);
   setenv("TRAINBENCH_RUN_ID", id.c_str(), 1);
+}
+
+Record rank_steps_record(const train::TrainSpec& spec, const train::TrainResult& res, bool cuda) {
+  const LaunchRank lr = launch_rank();
+  Record rs;
+  rs.bench = "rank_steps";
+  rs.name = fmt::format("rank{}", lr.rank);
+  rs.world = lr.world;
+  if (res.interrupted) rs.status = Status::interrupted;  // every rank of a stopped job says so
+  if (cuda) rs.device = res.gpu;
+  auto ms = nlohmann::json::array();
+  for (const auto& s : res.steps)
+    if (s.step > spec.run.warmup_steps) ms.push_back(s.step_s * 1e3);
+  rs.data = {{"rank", lr.rank}, {"host", hostname()}, {"step_ms", ms}};
+  if (res.telemetry) rs.data["telemetry"] = bench::to_json(*res.telemetry);  // this rank's GPU
+  if (spec.debug.delay_rank >= 0)
+    rs.data["debug_delay"] = {{"rank", spec.debug.delay_rank}, {"ms", spec.debug.delay_ms}};
+  return rs;
 }
 
 std::optional<int> start_ranks(int gpus, const char* command, int argc, char** argv) {

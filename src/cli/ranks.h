@@ -6,6 +6,8 @@
 #include <optional>
 
 #include "comm/communicator.h"
+#include "core/record.h"
+#include "train/trainer.h"
 
 namespace tb::cli {
 
@@ -15,10 +17,16 @@ namespace tb::cli {
 std::optional<int> start_ranks(int gpus, const char* command, int argc, char** argv);
 // The job's rank count: the launcher's world size, 1 without a launcher.
 int job_ranks();
+// The node-local rank as the launcher gives it (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK), without
+// starting MPI; 0 without a launcher.
+int launcher_local_rank();
 // True in rank 0 (or without a launcher): the rank that prints progress and summaries.
 bool is_rank0();
 // A job of several ranks started by a launcher that set no TRAINBENCH_RUN_ID (srun, the user's own mpirun): rank 0's
 // run id to every rank (collective), so their records name one run. No-op otherwise.
 void share_run_id(comm::Communicator& world);
+// This rank's "rank_steps" record: its measured step times, host, GPU and telemetry; the report's straggler and
+// jitter analysis joins the ranks of one run id.
+Record rank_steps_record(const train::TrainSpec& spec, const train::TrainResult& res, bool cuda);
 
 }  // namespace tb::cli

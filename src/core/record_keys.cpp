@@ -17,6 +17,13 @@ double ms_value(const nlohmann::json& j, std::string_view stem, double fallback)
   return fallback;
 }
 
+const nlohmann::json& run_figures(const nlohmann::json& run) {
+  static const nlohmann::json empty = nlohmann::json::object();
+  for (const char* key : {"measured", "extrapolated"})
+    if (auto it = run.find(key); it != run.end() && it->is_object()) return *it;
+  return empty;
+}
+
 nlohmann::json layout_object(const nlohmann::json& layout, const std::string& where) {
   if (layout.is_object()) return layout;
   nlohmann::json out = nlohmann::json::object();

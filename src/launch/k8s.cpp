@@ -228,33 +228,46 @@ K8sJob plan_k8s(const K8sRequest& req, const Site& site, const std::vector<recip
   TB_REQUIRE(gpn >= 1, "--gpus-per-node: at least 1");
   K8sJob j;
   const recipe::Recipe& r = recipe::find_recipe(recipes, req.recipe);
+  const int tpn = req.tasks_per_node.value_or(cpu ? 1 : gpn);
+  TB_REQUIRE(req.proxies || cpu || tpn == gpn,
+             fmt::format("k8s: a distributed job runs one rank per GPU: --tasks-per-node {} with {} GPUs per pod "
+                         "(leave --tasks-per-node out, or --proxies for independent processes)",
+                         tpn, gpn));
   recipe::RunOptions opt;
-  opt.ref_gpus = cpu ? 0 : req.nodes * gpn;
+  opt.ranks = req.proxies ? 0 : req.nodes * tpn;
+  opt.ref_gpus = cpu || !req.proxies ? 0 : req.nodes * gpn;
   opt.precision = cpu ? "fp32" : "";
-  (void)recipe::plan_run(r, opt);
+  try {
+    (void)recipe::plan_run(r, opt);
+  } catch (const Error& e) {
+    if (req.proxies) throw;
+    raise_config(
+        fmt::format("k8s: {} pods x {} = {} ranks of one distributed job: {} (a pod count whose GPUs the "
+                    "recipe has a layout for, or --proxies)",
+                    req.nodes, tpn, opt.ranks, e.what()));
+  }
   j.name = req.name.value_or(k8s_name(r.name));
   j.namespace_ = req.namespace_.value_or(s.namespace_);
   j.image = req.image.value_or(s.image);
   j.nodes = req.nodes;
   j.gpus_per_node = cpu ? 0 : gpn;
-  j.tasks_per_node = req.tasks_per_node.value_or(cpu ? 1 : gpn);
+  j.tasks_per_node = tpn;
   j.gpu_resource = s.gpu_resource;
   j.shm_size = s.shm_size;
   j.results_pvc = req.results_pvc.value_or(s.results_pvc);
   j.service_account = s.service_account;
   j.env = req.env;
   j.trainbench = req.trainbench.value_or("trainbench");
-  j.mpi_operator = req.mpi_operator;
+  j.mpi_operator = req.mpi_operator || !req.proxies;  // the ranks of one job need mpirun
   j.args = {"run", r.name};
-  if (cpu)
-    j.args.insert(j.args.end(), {"--device", "cpu"});
-  else
-    j.args.insert(j.args.end(), {"--ref-gpus", std::to_string(req.nodes * gpn)});
+  if (cpu) j.args.insert(j.args.end(), {"--device", "cpu"});
+  if (req.proxies) j.args.push_back("--proxy");
+  if (req.proxies && !cpu) j.args.insert(j.args.end(), {"--ref-gpus", std::to_string(req.nodes * gpn)});
   j.args.insert(j.args.end(), req.passthrough.begin(), req.passthrough.end());
-  j.summary =
-      fmt::format("{} on {} node{} x {} {}{}{}", r.name, j.nodes, j.nodes > 1 ? "s" : "", cpu ? j.tasks_per_node : gpn,
-                  cpu ? "CPU task" : "GPU", (cpu ? j.tasks_per_node : gpn) > 1 ? "s" : "",
-                  j.mpi_operator ? " (MPIJob)" : " (indexed Job)");
+  j.summary = fmt::format(
+      "{} on {} node{} x {} {}{}{}{}", r.name, j.nodes, j.nodes > 1 ? "s" : "", cpu ? j.tasks_per_node : gpn,
+      cpu ? "CPU task" : "GPU", (cpu ? j.tasks_per_node : gpn) > 1 ? "s" : "",
+      req.proxies ? ", independent proxies" : ", one distributed job", j.mpi_operator ? " (MPIJob)" : " (indexed Job)");
   return j;
 }
 

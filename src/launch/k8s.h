@@ -1,9 +1,10 @@
 // launch/k8s.h: Kubernetes manifests for a recipe on N nodes (pods), in one of two shapes:
-//  - indexed (default): a headless Service plus an Indexed Job (completionMode Indexed, one pod per node, pods
-//    reachable as <name>-<index>.<name> for rendezvous; TB_MASTER_ADDR names pod 0). Each pod starts one process
-//    per GPU (CUDA_VISIBLE_DEVICES=<i>), rank = index x tasks per node + i.
-//  - mpi-operator: a kubeflow.org/v2beta1 MPIJob (launcher + N workers, slotsPerWorker = tasks per node);
-//    mpirun starts the ranks and forwards the passed-through environment (-x NAME).
+//  - mpi-operator (default): a kubeflow.org/v2beta1 MPIJob (launcher + N workers, slotsPerWorker = tasks per node);
+//    mpirun starts the ranks and forwards the passed-through environment (-x NAME). The ranks are one distributed
+//    `trainbench run <recipe>` at the recipe's layout for N x GPUs per pod (with --proxies: independent proxies).
+//  - indexed (--proxies): a headless Service plus an Indexed Job (completionMode Indexed, one pod per node, pods
+//    reachable as <name>-<index>.<name>; TB_MASTER_ADDR names pod 0). Each pod starts one process per GPU
+//    (CUDA_VISIBLE_DEVICES=<i>), rank = index x tasks per node + i, each `trainbench run <recipe> --proxy`.
 // Every pod asks for its GPUs (nvidia.com/gpu by default), mounts a memory-backed /dev/shm and /results (a
 // PersistentVolumeClaim when given, else an emptyDir), and gets the same environment as Slurm jobs do. Each
 // rank writes its records to /results/<name>/rank<N>. Rendering is pure.
@@ -48,11 +49,13 @@ struct K8sRequest {
   std::optional<int> gpus_per_node, tasks_per_node;
   std::string device = "cuda";
   std::optional<std::string> name, namespace_, image, results_pvc, trainbench;
-  bool mpi_operator = false;
+  bool mpi_operator = false;             // an MPIJob (always, unless --proxies)
+  bool proxies = false;                  // independent one-GPU proxies instead of one distributed job
   std::vector<std::string> passthrough;  // appended to the trainbench command
   std::vector<std::pair<std::string, std::string>> env;
 };
-// Validates the recipe and its layout for nodes x GPUs per node (recipe/plan.h) and fills a K8sJob.
+// Validates the recipe and its layout for nodes x GPUs per node (recipe/plan.h: a node count whose GPU count the
+// recipe has no layout for fails here) and fills a K8sJob.
 K8sJob plan_k8s(const K8sRequest& req, const Site& site, const std::vector<recipe::Recipe>& recipes);
 
 // "llama3.1-8b" -> "tb-llama3-1-8b": a valid name for the Job, its Service and its pods' host names.

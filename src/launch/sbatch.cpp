@@ -124,8 +124,17 @@ std::string render_sbatch(const SlurmJob& j) {
   srun.insert(srun.end(), j.srun_extra.begin(), j.srun_extra.end());
   const std::string folder = j.per_node ? "node-${SLURMD_NODENAME:-$(hostname -s)}"
                                         : "rank${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}}";
-  s += fmt::format("\n# one task per {}; each writes its records to $TB_JOB_DIR/{}\n", j.per_node ? "node" : "GPU",
-                   j.per_node ? "node-<host>" : "rank<N>");
+  if (j.distributed)
+    s += fmt::format(
+        "\n# one distributed job: its {} tasks ({}) are the ranks of one training run; each writes its "
+        "records to $TB_JOB_DIR/rank<N>, rank 0 the run's\n",
+        j.nodes * j.tasks_per_node, j.gpus_per_node > 0 ? "one per GPU" : "CPU");
+  else
+    s += fmt::format("\n# {}; each writes its records to $TB_JOB_DIR/{}\n",
+                     j.per_node            ? "one task per node"
+                     : j.gpus_per_node > 0 ? "one task per GPU, each on its own"
+                                           : "CPU tasks, each on its own",
+                     j.per_node ? "node-<host>" : "rank<N>");
   s += shell_join(srun) + " \\\n";
   s += fmt::format("  bash -c 'exec \"$0\" \"$@\" --out \"$TB_JOB_DIR/{}\"' \\\n", folder);
   s += fmt::format("  {} {}{}\n", shell_quote(j.trainbench), shell_join(j.args), array ? " \"${TB_ARGS[@]}\"" : "");

@@ -35,6 +35,7 @@ struct SlurmJob {
   std::vector<std::string> args;                // its arguments, e.g. {"run", "tiny", "--device", "cpu"}
   std::vector<std::vector<std::string>> array;  // job array: one argument list per array task; empty: no array
   bool per_node = false;                        // task folders named node-<host> (one task per node) instead of rank<N>
+  bool distributed = false;                     // the tasks are the ranks of one training job (else independent)
 };
 
 std::string render_sbatch(const SlurmJob& job);

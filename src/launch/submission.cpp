@@ -34,15 +34,28 @@ std::pair<std::string, std::vector<std::string>> parse_axis(const std::string& s
   return axis;
 }
 
-// Checks what `trainbench run` would check first, so a bad request fails here and not in the queue.
+// Checks what `trainbench run` would check first, so a bad request fails here and not in the queue. ranks > 0: a
+// distributed run of that many ranks (the layout for that many GPUs); otherwise the proxy standing for ref_gpus.
 void validate_run(const std::vector<recipe::Recipe>& recipes, const std::string& name, const std::string& device,
-                  int ref_gpus, const std::map<std::string, std::string>& sets) {
+                  int ranks, int ref_gpus, const std::map<std::string, std::string>& sets, const std::string& shape) {
   const recipe::Recipe& r = recipe::find_recipe(recipes, name);
   recipe::RunOptions opt;
+  opt.ranks = ranks;
   opt.ref_gpus = ref_gpus;
   opt.precision = device == "cpu" ? "fp32" : "";
   opt.sets = sets;
-  (void)recipe::plan_run(r, opt);
+  if (ranks == 0) {
+    (void)recipe::plan_run(r, opt);
+    return;
+  }
+  try {
+    (void)recipe::plan_run(r, opt);
+  } catch (const Error& e) {
+    raise_config(
+        fmt::format("{} = {} ranks of one distributed job: {} (a node count whose GPUs the recipe has a "
+                    "layout for, or --proxies for independent one-GPU proxies)",
+                    shape, ranks, e.what()));
+  }
 }
 
 std::string plural(int n, std::string_view what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); }
@@ -105,18 +118,35 @@ Submission plan_slurm(const SlurmRequest& req, const Site& site, const std::vect
              "trainbench = \"...\" in [slurm] of trainbench.toml)");
   const std::string what = cpu ? "CPU task" : "GPU";
   auto shape = [&](int nodes) { return fmt::format("{} x {}", plural(nodes, "node"), plural(cpu ? tpn : gpn, what)); };
+  const bool distributed = !check && !req.proxies;
+  TB_REQUIRE(!distributed || cpu || tpn == gpn,
+             fmt::format("slurm {}: a distributed job runs one rank per GPU: --tasks-per-node {} with {} GPUs per "
+                         "node (leave --tasks-per-node out, or --proxies for independent tasks)",
+                         req.command, tpn, gpn));
+  TB_REQUIRE(req.ref_gpus.empty() || req.proxies,
+             "slurm sweep --ref-gpus: a distributed job stands for its own GPU count (nodes x GPUs per node); vary "
+             "--nodes with `slurm scale`, or sweep reference counts with --proxies");
+  base.distributed = distributed;
+  auto ranks = [&](int nodes) { return nodes * (cpu ? tpn : gpn); };
+  // What every task runs: the recipe as one job of all the ranks, or (--proxies) each task its own proxy.
   auto run_args = [&](int nodes) {
     std::vector<std::string> a{"run", req.recipe};
-    if (cpu)
-      a.insert(a.end(), {"--device", "cpu"});
-    else
-      a.insert(a.end(), {"--ref-gpus", std::to_string(nodes * gpn)});
+    if (cpu) a.insert(a.end(), {"--device", "cpu"});
+    if (req.proxies) a.push_back("--proxy");
+    if (req.proxies && !cpu) a.insert(a.end(), {"--ref-gpus", std::to_string(nodes * gpn)});
     return a;
+  };
+  auto validate = [&](int nodes, int ref, const std::map<std::string, std::string>& sets) {
+    validate_run(recipes, req.recipe, req.device, distributed ? ranks(nodes) : 0, distributed ? 0 : ref, sets,
+                 shape(nodes));
   };
   auto with_passthrough = [&](std::vector<std::string> a) {
     a.insert(a.end(), req.passthrough.begin(), req.passthrough.end());
     return a;
   };
+  const std::string mode = req.proxies ? ", independent proxies" : "";
+  auto job_label = [&](int nodes) { return fmt::format("{}, {}{}", req.recipe, shape(nodes), mode); };
+  auto job_summary = [&](int nodes) { return fmt::format("{} on {}{}", req.recipe, shape(nodes), mode); };
 
   if (check) {
     PlannedJob p{base, "job.sbatch", fmt::format("check, {}", shape(req.nodes[0])), {}, false};
@@ -132,23 +162,22 @@ Submission plan_slurm(const SlurmRequest& req, const Site& site, const std::vect
 
   if (req.command == "run") {
     const int nodes = req.nodes[0];
-    validate_run(recipes, req.recipe, req.device, cpu ? 0 : nodes * gpn, {});
-    PlannedJob p{base, "job.sbatch", fmt::format("{}, {}", req.recipe, shape(nodes)), {}, false};
+    validate(nodes, cpu ? 0 : nodes * gpn, {});
+    PlannedJob p{base, "job.sbatch", job_label(nodes), {}, false};
     p.job.name = "tb-" + req.recipe;
     p.job.nodes = nodes;
     p.job.args = with_passthrough(run_args(nodes));
-    p.job.summary = fmt::format("{} on {}", req.recipe, shape(nodes));
+    p.job.summary = job_summary(nodes);
     sub.jobs.push_back(std::move(p));
   } else if (req.command == "scale") {
     for (size_t i = 0; i < req.nodes.size(); ++i) {
       const int nodes = req.nodes[i];
-      validate_run(recipes, req.recipe, req.device, cpu ? 0 : nodes * gpn, {});
-      PlannedJob p{
-          base, fmt::format("job-{}n.sbatch", nodes), fmt::format("{}, {}", req.recipe, shape(nodes)), {}, i > 0};
+      validate(nodes, cpu ? 0 : nodes * gpn, {});
+      PlannedJob p{base, fmt::format("job-{}n.sbatch", nodes), job_label(nodes), {}, i > 0};
       p.job.name = fmt::format("tb-{}-{}n", req.recipe, nodes);
       p.job.nodes = nodes;
       p.job.args = with_passthrough(run_args(nodes));
-      p.job.summary = fmt::format("{} on {} (scale point {} of {})", req.recipe, shape(nodes), i + 1, req.nodes.size());
+      p.job.summary = fmt::format("{} (scale point {} of {})", job_summary(nodes), i + 1, req.nodes.size());
       sub.jobs.push_back(std::move(p));
     }
   } else {  // sweep: the product of the axes, the last one fastest
@@ -161,7 +190,7 @@ Submission plan_slurm(const SlurmRequest& req, const Site& site, const std::vect
     }
     TB_REQUIRE(!axes.empty(),
                "slurm sweep: what to vary? --set key=v1,v2 (layers, seq, micro_batch, global_batch, tp, "
-               "pp, cp, vp) and/or --ref-gpus N1,N2");
+               "pp, cp, vp), and with --proxies --ref-gpus N1,N2");
     size_t total = 1;
     for (const auto& a : axes) total *= a.second.size();
     TB_REQUIRE(total <= 1000, fmt::format("slurm sweep: {} points; at most 1000 in one job array", total));
@@ -170,6 +199,7 @@ Submission plan_slurm(const SlurmRequest& req, const Site& site, const std::vect
     p.job.nodes = nodes;
     p.job.args = {"run", req.recipe};
     if (cpu) p.job.args.insert(p.job.args.end(), {"--device", "cpu"});
+    if (req.proxies) p.job.args.push_back("--proxy");
     p.job.args = with_passthrough(p.job.args);
     for (size_t k = 0; k < total; ++k) {
       std::vector<std::string> args, label;
@@ -191,14 +221,15 @@ Submission plan_slurm(const SlurmRequest& req, const Site& site, const std::vect
           args.insert(args.end(), {"--set", axes[a].first + "=" + picked[a]});
         }
       }
-      if (!cpu && std::none_of(axes.begin(), axes.end(), [](const auto& a) { return a.first == "ref_gpus"; }))
+      if (req.proxies && !cpu &&
+          std::none_of(axes.begin(), axes.end(), [](const auto& a) { return a.first == "ref_gpus"; }))
         args.insert(args.end(), {"--ref-gpus", std::to_string(ref)});
-      validate_run(recipes, req.recipe, req.device, ref, sets);
+      validate(nodes, ref, sets);
       p.job.array.push_back(args);
       p.array_labels.push_back(fmt::format("{}", fmt::join(label, " ")));
     }
-    p.label = fmt::format("{} sweep, {} points, {}", req.recipe, total, shape(nodes));
-    p.job.summary = fmt::format("{} sweep over {} points (job array) on {}", req.recipe, total, shape(nodes));
+    p.label = fmt::format("{} sweep, {} points, {}{}", req.recipe, total, shape(nodes), mode);
+    p.job.summary = fmt::format("{} sweep over {} points (job array) on {}{}", req.recipe, total, shape(nodes), mode);
     sub.jobs.push_back(std::move(p));
   }
   return sub;

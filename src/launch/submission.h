@@ -3,9 +3,11 @@
 // (each task's run.json and results.jsonl) and submission.json (what was submitted: job ids, labels, array sizes),
 // which `status` and `collect` read back. Recipes and --set values are checked (recipe/plan.h) before anything is
 // written or submitted.
-//   run:   one job, every task runs `trainbench run <recipe> --ref-gpus nodes x gpus-per-node`
-//   sweep: one job array over the product of --set key=v1,v2 and --ref-gpus values (same nodes)
-//   scale: one job per node count, each after the previous one (--dependency=afterany), --ref-gpus to match
+//   run:   one distributed job: its nodes x GPUs-per-node tasks are the ranks of one `trainbench run <recipe>`, which
+//          trains the recipe at its layout for that many GPUs (a node count whose GPU count has no layout fails here);
+//          --proxies: independent tasks instead, each `trainbench run <recipe> --proxy --ref-gpus <that count>`
+//   sweep: one job array of such jobs over the product of --set key=v1,v2 (and, --proxies only, --ref-gpus values)
+//   scale: one such job per node count, each after the previous one (--dependency=afterany)
 //   check: one job, one task per node running `trainbench check`
 #pragma once
 
@@ -35,7 +37,8 @@ struct SlurmRequest {
   std::vector<std::string> mounts, sbatch;  // added to the site's
   std::optional<bool> gres, exclusive;
   std::vector<std::string> sets;                         // sweep: key=v1,v2,... (the product of all of them)
-  std::vector<int> ref_gpus;                             // sweep: reference GPU counts to stand for
+  std::vector<int> ref_gpus;                             // sweep --proxies: reference GPU counts to stand for
+  bool proxies = false;                                  // independent one-GPU proxies instead of one distributed job
   std::vector<std::string> passthrough;                  // after `--`: appended to the trainbench command of every task
   std::filesystem::path dir;                             // the submission folder (absolute)
   std::vector<std::pair<std::string, std::string>> env;  // to export (launch::env_passthrough)

@@ -57,6 +57,10 @@ Measurement run_of(const nlohmann::json& j, const std::string& where) {
   L.global_batch = l.value("global_batch", 1), L.layers = l.value("layers", 0), L.seq = l.value("seq", 0);
   TB_REQUIRE(L.tp >= 1 && L.cp >= 1 && L.micro_batch >= 1 && L.layers >= 1 && L.seq >= 1,
              fmt::format("{}: run record with an incomplete layout", where));
+  TB_REQUIRE(!j.contains("measured"),
+             fmt::format("{}: a distributed run measures the whole job, with no per-layer fit to project from; give a "
+                         "one-GPU proxy run (`trainbench run RECIPE --proxy`)",
+                         where));
   TB_REQUIRE(j.contains("extrapolated") && j["extrapolated"].contains("fit"),
              fmt::format("{}: run record without extrapolated.fit (made by an older trainbench?)", where));
   const auto& fit = j["extrapolated"]["fit"];

@@ -82,13 +82,27 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
   TB_REQUIRE(std::find(r.precisions.begin(), r.precisions.end(), p.precision) != r.precisions.end(),
              fmt::format("recipe '{}' has no {} runs; its precisions: {}", r.name, p.precision,
                          fmt::join(r.precisions, ", ")));
-  LayoutQuery q(opt.ref_gpus, p.precision, opt.release, opt.gpu_model);
+  TB_REQUIRE(opt.ranks >= 0, fmt::format("{} ranks: the rank count must be positive", opt.ranks));
+  TB_REQUIRE(opt.ranks == 0 || opt.ref_gpus == 0 || opt.ref_gpus == opt.ranks,
+             fmt::format("--ref-gpus {} but the job has {} ranks: a distributed run stands for its own GPU count "
+                         "(leave --ref-gpus out, or run the one-GPU proxy with --proxy)",
+                         opt.ref_gpus, opt.ranks));
+  TB_REQUIRE(opt.ranks == 0 || opt.points.empty(), "--points: a distributed run measures the whole model, no points");
+  LayoutQuery q(opt.ranks > 0 ? opt.ranks : opt.ref_gpus, p.precision, opt.release, opt.gpu_model);
   if (q.gpus == 0) {
     const std::vector<int> counts = layout_gpu_counts(r, q);
     TB_REQUIRE(!counts.empty(), fmt::format("recipe '{}' lists no layout for {}", r.name, p.precision));
     q.gpus = counts.front();
   }
   p.layout = resolve_layout(r, q, opt.sets);
+  p.reference = p.layout;
+  if (!opt.sets.empty()) {
+    try {
+      p.reference = resolve_layout(r, q, {});
+    } catch (const Error&) {
+      p.reference.gpus = 0;
+    }
+  }
   model::ModelConfig m = r.model;
   const bool set_layers = opt.sets.count("layers") > 0;
   if (!opt.sets.empty()) {
@@ -99,7 +113,10 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
   m.layers = p.layout.layers;
   m.seq = p.layout.seq;
   p.layers = p.layout.layers;
-  if (set_layers || p.layout.proxy) p.differences.push_back(fmt::format("{} of the model's {} layers", p.layers, r.model.layers));
+  p.model = m;
+  if (set_layers || p.layout.proxy)
+    p.differences.push_back(fmt::format("{} of the model's {} layers{}", p.layers, r.model.layers,
+                                        set_layers ? "" : " (the reference's own proxy)"));
 
   const Layout& l = p.layout;
   p.shard = m;
@@ -110,6 +127,11 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
   const int stage_layers = std::max(1, p.layers / l.pp);
   p.shard.layers = stage_layers;
   p.shard.validate();
+  if (opt.ranks > 0) {  // the whole model on the job's ranks, measured as it runs
+    p.distributed = true;
+    p.proxy = !opt.sets.empty();  // the reference run itself unless overridden (the differences say how)
+    return p;
+  }
   const bool one_device = l.gpus == 1 && l.tp == 1 && l.pp == 1 && l.cp == 1;
   if (opt.points.empty()) {
     if (one_device && p.layers <= 4)  // small enough to measure as it is (tiny), and at 1 layer for the fit

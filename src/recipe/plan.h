@@ -1,7 +1,10 @@
 // recipe/plan.h: from a recipe to what `trainbench run` measures, and from those measurements to the full run's
-// per-GPU figures. `run` measures on one device (`train --gpus N` trains real multi-GPU layouts on one node), so a
-// recipe whose reference layout spans several GPUs runs as a PROXY: the per-GPU shard of that layout on one
-// device, i.e. the model with heads / tp, kv_heads / tp (at least 1), ffn / tp and vocab / tp (Megatron's
+// per-GPU figures. Two modes:
+// DISTRIBUTED (RunOptions::ranks > 0: `run --gpus N`, or a job of N ranks under mpirun / srun): the N ranks train the
+// whole model (RunPlan::model: the layout's layers and sequence) at the recipe's layout for N GPUs, with its global
+// batch and micro-batch; the step is measured end to end, communication and pipeline bubble included.
+// PROXY (one device): a recipe whose reference layout spans several GPUs runs as the per-GPU shard of that layout on
+// one device, i.e. the model with heads / tp, kv_heads / tp (at least 1), ffn / tp and vocab / tp (Megatron's
 // column/row-parallel and vocab-parallel shards), d_model and head_dim unchanged, the full sequence, the layout's
 // micro-batch, and few layers: each point of `points` is a short training run with global batch = micro-batch.
 // From the points (layers L_i; forward+backward time fb_i and optimizer time opt_i per step), least squares:
@@ -39,16 +42,23 @@ struct RunOptions {
   std::string gpu_model;                     // "": layouts naming no GPU model (the reference H100 ones)
   std::map<std::string, std::string> sets;   // --set key=value: layers seq micro_batch global_batch tp pp cp vp
   std::vector<int> points;                   // layer counts to measure; empty: chosen by plan_run
+  int ranks = 0;                             // > 0: a distributed run of this many ranks (the layout for that many
+                                             // GPUs; ref_gpus, when given, must agree); 0: the one-device proxy
 };
 
 struct RunPlan {
   std::string recipe;
   std::string precision;
-  Layout layout;                        // the reference run this one stands for
+  Layout layout;                        // the reference run this one stands for, with the --set overrides
+  Layout reference;                     // that run's layout as the recipe lists it (gpus 0: listed only with the
+                                        // overrides, e.g. 1 GPU of a cp 2 recipe with cp=1)
+  model::ModelConfig model;             // the whole model at the run's layers and sequence (what a distributed run
+                                        // trains)
   model::ModelConfig shard;             // the per-GPU shard (layers: the full stage count, layout.layers / pp)
   int layers = 0;                       // the run's layers (layout.layers)
+  bool distributed = false;             // RunOptions::ranks > 0: the ranks train `model` at `layout`
   bool proxy = false;                   // anything but the reference run itself on the same GPU count
-  std::vector<int> points;              // layer counts to run, ascending
+  std::vector<int> points;              // proxy: layer counts to run, ascending (distributed: none)
   std::vector<std::string> differences; // what differs from the reference run, one phrase each
 };
 

@@ -36,8 +36,15 @@ Comparison compare_run(const nlohmann::json& rec, const std::vector<recipe::Refe
   c.release = rec.value("release", "");
   c.gpus = rec.at("layout").at("gpus").get<int>();
   c.proxy = rec.value("proxy", false);
-  if (c.proxy) c.caveat = "proxy: extrapolated per-GPU compute, no communication or pipeline bubble";
-  const auto& x = rec.at("extrapolated");
+  c.distributed = rec.value("mode", "") == "distributed";
+  if (c.proxy && c.distributed)
+    c.caveat =
+        fmt::format("not the reference run: {}", fmt::join(rec.value("differences", std::vector<std::string>{}), "; "));
+  else if (c.proxy)
+    c.caveat = "proxy: extrapolated per-GPU compute, no communication or pipeline bubble";
+  TB_REQUIRE(rec.contains("measured") || rec.contains("extrapolated"),
+             "a `run` record without its figures (measured or extrapolated)");
+  const auto& x = run_figures(rec);
   c.tokens_per_gpu = x.at("tokens_per_s_per_gpu").get<double>();
   c.step_s = ms_value(x, "step") / 1e3;  // step_ms; step_s in older records
   if (x.contains("se") && x["se"].is_object()) c.tokens_per_gpu_se = x["se"].value("tokens_per_s_per_gpu", 0.0);
@@ -85,9 +92,12 @@ std::string render_comparisons(const std::vector<Comparison>& cs) {
   auto num = [](double v, const char* f) { return v > 0 ? fmt::format(fmt::runtime(f), v) : std::string("-"); };
   auto tf = [&](double v) { return v >= 1 || v <= 0 ? num(v, "{:.1f}") : num(v, "{:.2g}"); };
   for (const Comparison& c : cs) {
-    out += fmt::format(kRow, c.recipe, c.precision, c.gpus, fmt::format("ours, {}", c.gpu), num(c.tokens_per_gpu, "{:.0f}"),
-                       num(c.step_s, "{:.3f}"), tf(c.tflops), num(100 * c.mfu, "{:.1f}%"), "",
-                       c.proxy ? "[proxy]" : "");
+    out += fmt::format(kRow, c.recipe, c.precision, c.gpus, fmt::format("ours, {}", c.gpu),
+                       num(c.tokens_per_gpu, "{:.0f}"), num(c.step_s, "{:.3f}"), tf(c.tflops),
+                       num(100 * c.mfu, "{:.1f}%"), "",
+                       !c.proxy        ? ""
+                       : c.distributed ? "[--set]"
+                                       : "[proxy]");
     if (c.verdict == RefVerdict::none) {
       out += fmt::format(kRow, "", "", "", "reference", "-", "-", "-", "-", "-", c.why_none);
       continue;
@@ -96,12 +106,13 @@ std::string render_comparisons(const std::vector<Comparison>& cs) {
                        num(c.ref_step_s, "{:.3f}"), tf(c.ref_tflops), num(100 * c.ref_mfu, "{:.1f}%"),
                        num(c.ratio, "{:.2f}"), ref_verdict_name(c.verdict));
   }
-  bool proxy = false;
+  bool proxy = false, changed = false;
   std::string conv;
   double tol = 0;  // the tolerance of the compared rows; 0: none compared yet
   bool mixed = false;
   for (const Comparison& c : cs) {
-    proxy = proxy || c.proxy, conv = c.convention.empty() ? conv : c.convention;
+    proxy = proxy || (c.proxy && !c.distributed), changed = changed || (c.proxy && c.distributed);
+    conv = c.convention.empty() ? conv : c.convention;
     if (c.verdict == RefVerdict::none) continue;
     mixed = mixed || (tol > 0 && c.tolerance != tol);
     tol = c.tolerance;
@@ -115,13 +126,15 @@ std::string render_comparisons(const std::vector<Comparison>& cs) {
       band, conv.empty() ? "" : " (" + conv + ")");
   for (const Comparison& c : cs)
     if (c.tokens_per_gpu_se > 0)
-      out += fmt::format(
-          "ours, {} {} {} GPU{}: {} tokens/s/GPU (± one standard error of the extrapolation: the "
-          "points' step-time spread, not the proxy's own error)\n",
-          c.recipe, c.precision, c.gpus, c.gpus == 1 ? "" : "s", plus_minus(c.tokens_per_gpu, c.tokens_per_gpu_se, 0));
+      out +=
+          fmt::format("ours, {} {} {} GPU{}: {} tokens/s/GPU (± one standard error {})\n", c.recipe, c.precision,
+                      c.gpus, c.gpus == 1 ? "" : "s", plus_minus(c.tokens_per_gpu, c.tokens_per_gpu_se, 0),
+                      c.distributed ? "of the step over the measured steps"
+                                    : "of the extrapolation: the points' step-time spread, not the proxy's own error");
   if (proxy)
     out += "[proxy]: one device ran the per-GPU shard; figures extrapolated to the full layout without "
            "communication or pipeline bubble.\n";
+  if (changed) out += "[--set]: trained at the layout with the run's --set overrides, not the reference run itself.\n";
   return out;
 }
 

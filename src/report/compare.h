@@ -25,10 +25,11 @@ RefVerdict ref_verdict_for(double ratio, double tolerance = 0.05);
 struct Comparison {
   std::string recipe, precision, gpu, release;  // ours: the GPU's name
   int gpus = 0;                                 // the reference run's GPU count
-  bool proxy = false;
+  bool proxy = false;        // not the reference run itself: the one-GPU proxy, or a distributed run with --set
+  bool distributed = false;  // the ranks trained the model at the layout (figures `measured`, not extrapolated)
   std::string caveat;
   double tokens_per_gpu = 0, step_s = 0, tflops = 0, mfu = 0;
-  double tokens_per_gpu_se = 0;  // one standard error of the extrapolation (extrapolated.se); 0: not recorded
+  double tokens_per_gpu_se = 0;  // one standard error (of the extrapolation, or over the measured steps); 0: none
   std::string ref_gpu, ref_release, convention, ref_where;
   double ref_tokens_per_gpu = 0, ref_step_s = 0, ref_tflops = 0, ref_mfu = 0;
   double ratio = 0, tolerance = 0.05;

@@ -85,7 +85,7 @@ std::optional<nlohmann::json> finished_run(const fs::path& dir, std::string_view
 
 nlohmann::json point_metrics(const nlohmann::json& run) {
   nlohmann::json m = nlohmann::json::object();
-  const auto x = run.value("extrapolated", nlohmann::json::object());
+  const nlohmann::json& x = run_figures(run);
   m["tokens_per_s_per_gpu"] = x.value("tokens_per_s_per_gpu", 0.0);
   m["step_ms"] = ms_value(x, "step");  // older run records: step_s
   m["tflops_per_gpu"] = run.value("tflops_per_gpu", 0.0);

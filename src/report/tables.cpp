@@ -118,7 +118,7 @@ Table comparison(const Inputs& in, const std::vector<recipe::ReferenceRow>& refs
                    "verdict",
                    "proxy"};
   for (const auto* r : select(in, "run")) {
-    if (r->value("status", "") != "ok" || !r->contains("extrapolated")) continue;
+    if (r->value("status", "") != "ok" || run_figures(*r).empty()) continue;
     const std::string gpu = r->value("backend", "cuda") == "cpu" ? "CPU" : "H100";
     Comparison c;
     if (!refs.empty()) {
@@ -129,7 +129,7 @@ Table comparison(const Inputs& in, const std::vector<recipe::ReferenceRow>& refs
       c.verdict = cmp.value("verdict", "none") == "meets" ? RefVerdict::meets : cmp.value("verdict", "none") == "below" ? RefVerdict::below : cmp.value("verdict", "none") == "above" ? RefVerdict::above : RefVerdict::none;
     }
     const json lay = r->value("layout", json::object());
-    const json x = r->value("extrapolated", json::object());
+    const json& x = run_figures(*r);
     Row row;
     row.text(r->value("recipe", ""))
         .text(r->value("precision", ""))

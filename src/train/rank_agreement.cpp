@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include "core/build_info.h"
 #include "core/error.h"
 
 namespace tb::train {
@@ -27,6 +31,16 @@ std::vector<std::pair<std::string, std::string>> parse(const std::string& s) {
 
 }  // namespace
 
+std::string file_hash(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::uint64_t h = 14695981039346656037ull;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof(buf)) || in.gcount() > 0)
+    for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ std::uint8_t(buf[i])) * 1099511628211ull;
+  return fmt::format("{:016x}", h);
+}
+
 std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s) {
   auto num = [](double v) { return fmt::format("{}", v); };
   auto named = [](auto v) { return std::string(name(v)); };  // an enum by its name (train/spec.h)
@@ -36,7 +50,11 @@ std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s)
                                               s.model.config->kv_heads, s.model.config->head_dim, s.model.config->ffn,
                                               s.model.config->vocab, s.model.config->seq)
                                 : "";
-  return {{"model", s.model.preset},
+  const BuildInfo& b = build_info();
+  std::error_code ec;
+  const auto data_bytes = std::filesystem::file_size(s.run.data, ec);  // a token file's; synthetic tasks have none
+  return {{"binary", fmt::format("{} {} {}", b.version, b.git_describe, b.built_at)},
+          {"model", s.model.preset},
           {"model_config", shard},
           {"layers", num(s.model.layers)},
           {"seq", num(s.model.seq)},
@@ -46,6 +64,7 @@ std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s)
           {"warmup_steps", num(s.run.warmup_steps)},
           {"device", named(s.run.device)},
           {"data", s.run.data},
+          {"data_bytes", ec ? "" : std::to_string(data_bytes)},
           {"token_type", named(s.run.token_type)},
           {"lr", num(s.optimizer.lr)},
           {"min_lr", num(s.optimizer.min_lr)},
@@ -92,9 +111,10 @@ std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s)
           {"fp8_attention_emulate", attention_emulation_name(s.debug.fp8_attention_emulate)}};
 }
 
-void check_ranks_agree(const TrainSpec& spec, comm::Communicator& world) {
+void check_ranks_agree(const TrainSpec& spec, comm::Communicator& world, const Fields& extra) {
   if (world.size() < 2) return;
-  const auto mine = spec_fields(spec);
+  Fields mine = spec_fields(spec);
+  mine.insert(mine.end(), extra.begin(), extra.end());
   const std::string my_text = text(mine);
   const std::string root_text = world.broadcast_text(my_text, 0);
   if (root_text == my_text) return;  // the ranks whose fields differ from rank 0's report

@@ -181,4 +181,11 @@ void validate(const TrainSpec& spec) {
   }
 }
 
+void validate_on(const TrainSpec& spec, int world) {
+  validate(spec);
+  const model::ModelConfig m = resolve_model(spec);
+  const parallel::MeshShape planned = mesh_shape(spec, world);
+  parallel::validate_layout(planned, m, world, spec.batch.micro, global_batch(spec, planned.dp));
+}
+
 }  // namespace tb::train

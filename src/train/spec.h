@@ -228,6 +228,9 @@ int micro_batches_per_rank(const TrainSpec& spec, int dp);
 model::ModelConfig resolve_model(const TrainSpec& spec);
 // What the options cannot do together, before any work. Raises Error{config} with the flags to change.
 void validate(const TrainSpec& spec);
+// validate(spec), the model resolved, and the layout checked against it on `world` ranks (parallel::validate_layout):
+// every problem before any rank starts.
+void validate_on(const TrainSpec& spec, int world);
 
 // The FP8 LM head's logit-gradient format: debug.fp8_head_grad, else the format's gradients (E5M2 in hybrid).
 DType fp8_head_grad_format(const TrainSpec& spec);

@@ -65,8 +65,9 @@ void place_rank(TrainSpec& spec, const comm::World& world, const parallel::MeshS
 // The rank's GPU exists and the run fits in its free memory (else the estimate and the knobs that would fit).
 void check_fits(const TrainSpec& spec, const model::ModelConfig& m, const comm::World& world, int devices) {
   TB_REQUIRE(spec.run.gpu < devices,
-             fmt::format("rank {} of {} needs GPU {} of this node, which has {} GPU{}: run at most {} ranks per node",
-                         world.rank, world.size, spec.run.gpu, devices, devices == 1 ? "" : "s", devices));
+             fmt::format("{}needs GPU {} of this node, which has {} GPU{}: run at most {} ranks per node",
+                         world.size > 1 ? "this rank " : "this run ", spec.run.gpu, devices, devices == 1 ? "" : "s",
+                         devices));
   TB_CHECK(cudaSetDevice(spec.run.gpu));
   std::size_t free_b = 0, total_b = 0;
   TB_CHECK(cudaMemGetInfo(&free_b, &total_b));

@@ -7,7 +7,7 @@ Random command lines (bad numbers, unknown flags, empty, huge, not UTF-8, contro
 references and results files (lines cut, bytes flipped, values of the wrong type, huge values, control characters),
 each run with a time limit. Holds when: nothing escapes as an internal error or a crash (exit 0, 1 or 2 only; no
 "internal error", no "json.exception" on stderr), input that is bad by construction exits non-zero, no run hangs,
-and a manifest or batch script rendered from random values parses to what was asked (two YAML documents; `bash -n`
+and a manifest or batch script rendered from random values parses to what was asked (one MPIJob, or with --proxies a Service and an indexed Job; `bash -n`
 and #SBATCH lines only before the shell body). Exit 0 when all hold, 1 with the failures listed (and the seed).
 """
 import json
@@ -113,7 +113,7 @@ def check_manifest(text, args):
     except yaml.YAMLError as e:
         fail("manifest does not parse: {}: {}".format(args, e))
         return
-    want = 1 if "--mpi-operator" in args else 2
+    want = 2 if "--proxies" in args and "--mpi-operator" not in args else 1  # Service + indexed Job, or an MPIJob
     if len(docs) != want:
         fail("manifest has {} documents, expected {}: {}".format(len(docs), want, args))
 
@@ -123,8 +123,7 @@ def fuzz_generated():
         v = rng.choice(HOSTILE + ["ok-name", "team-a", "a.b", "x\n---\nkind: ConfigMap"])
         flag = rng.choice(["--namespace", "--results-pvc", "--name", "--image"])
         args = ["k8s", "render", "tiny", "--nodes", "1", "--device", "cpu", "--image", "img", flag, v]
-        if rng.random() < 0.5:
-            args.append("--mpi-operator")
+        args += rng.choice([[], ["--proxies"], ["--proxies", "--mpi-operator"]])
         p = run(args)
         if p is not None and p.returncode == 0:
             check_manifest(p.stdout, args)

@@ -72,7 +72,9 @@ const nlohmann::json* find_env(const nlohmann::json& container, const std::strin
 }
 
 TEST(K8s, IndexedJobWithHeadlessServiceForGpus) {
-  const K8sJob job = plan_k8s(request(2), {}, recipes());
+  auto q = request(2);
+  q.proxies = true;
+  const K8sJob job = plan_k8s(q, {}, recipes());
   const auto docs = render_and_read("indexed-gpu.yaml", job);
   ASSERT_EQ(docs.size(), 2u);
   const auto& svc = docs[0];
@@ -91,8 +93,9 @@ TEST(K8s, IndexedJobWithHeadlessServiceForGpus) {
   const auto& c = pod["spec"]["containers"][0];
   EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], 8);
   EXPECT_EQ(c["command"][0], "bash");
-  EXPECT_NE(c["command"][2].get<std::string>().find("--ref-gpus 16 --out \"/results/tb-llama3-1-8b/rank$rank\""),
-            std::string::npos);
+  EXPECT_NE(
+      c["command"][2].get<std::string>().find("--proxy --ref-gpus 16 --out \"/results/tb-llama3-1-8b/rank$rank\""),
+      std::string::npos);
   ASSERT_TRUE(find_env(c, "NCCL_IB_HCA"));
   EXPECT_EQ((*find_env(c, "NCCL_IB_HCA"))["value"], "mlx5_0,mlx5_1");
   EXPECT_EQ((*find_env(c, "TB_MASTER_ADDR"))["value"], "tb-llama3-1-8b-0.tb-llama3-1-8b");
@@ -109,6 +112,7 @@ TEST(K8s, IndexedJobOnCpuPods) {
   q.recipe = "tiny";
   q.device = "cpu";
   q.tasks_per_node = 2;
+  q.proxies = true;
   q.namespace_ = "ci";
   q.passthrough = {"--steps", "3"};
   const K8sJob job = plan_k8s(q, {}, recipes());
@@ -119,14 +123,15 @@ TEST(K8s, IndexedJobOnCpuPods) {
   EXPECT_EQ(c["resources"]["requests"]["cpu"], "2");
   EXPECT_EQ(docs[1]["metadata"]["namespace"], "ci");
   const std::string script = c["command"][2];
-  EXPECT_NE(script.find("--device cpu --steps 3"), std::string::npos) << script;
+  EXPECT_NE(script.find("--device cpu --proxy --steps 3"), std::string::npos) << script;
   EXPECT_EQ(script.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << script;
   validate("indexed-cpu", render_k8s(job));
 }
 
+// The default: one distributed job, its ranks started by the MPI operator's mpirun (no --ref-gpus: the job's own
+// count).
 TEST(K8s, MpiJobForTheMpiOperator) {
   auto q = request(4);
-  q.mpi_operator = true;
   q.results_pvc = "bench-results";
   Site site;
   site.k8s.service_account = "trainbench";
@@ -145,6 +150,9 @@ TEST(K8s, MpiJobForTheMpiOperator) {
   EXPECT_EQ(cmd[0], "mpirun");
   EXPECT_EQ(cmd[3], "32");                                                // -np nodes x GPUs
   EXPECT_NE(std::find(cmd.begin(), cmd.end(), "NCCL_DEBUG"), cmd.end());  // -x NCCL_DEBUG
+  EXPECT_EQ(std::find(cmd.begin(), cmd.end(), "--ref-gpus"), cmd.end());
+  EXPECT_EQ(std::find(cmd.begin(), cmd.end(), "--proxy"), cmd.end());
+  EXPECT_EQ(cmd.back(), "llama3.1-8b");
   const auto& worker = specs["Worker"]["template"]["spec"];
   EXPECT_EQ(worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], 8);
   EXPECT_EQ(worker["serviceAccountName"], "trainbench");
@@ -165,6 +173,14 @@ TEST(K8s, BadRequests) {
   q.name = "Not_A_Name";
   EXPECT_THROW(render_k8s(plan_k8s(q, {}, recipes())), tb::Error);
   EXPECT_EQ(k8s_name("Llama3.1-8B"), "tb-llama3-1-8b");
+  q = request(1);
+  q.recipe = "llama3.1-70b";  // tp 4 x pp 4 x cp 2: 32 GPUs a replica, not 8
+  try {
+    plan_k8s(q, {}, recipes());
+    ADD_FAILURE() << "a pod count without a layout was accepted";
+  } catch (const tb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("8 ranks of one distributed job"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Yaml, ScalarsReadBackAsTheSameValues) {

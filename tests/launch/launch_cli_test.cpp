@@ -43,7 +43,8 @@ TEST(SlurmCli, DryRunPrintsTheScriptWithSiteDefaultsAndPassedArguments) {
   ASSERT_EQ(r.rc, 0) << r.err;
   for (const char* want : {"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --partition=batch",
                            "#SBATCH --account=perf", "#SBATCH --time=00:20:00", "export NCCL_DEBUG=INFO",
-                           "srun --mpi=pmix", "/opt/tb/trainbench run llama3.1-8b --ref-gpus 16 --steps 5"})
+                           "srun --mpi=pmix", "/opt/tb/trainbench run llama3.1-8b --steps 5",
+                           "# one distributed job: its 16 tasks (one per GPU) are the ranks of one training run"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
   EXPECT_EQ(r.out.find("--gres"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(t.path / "sub")) << "a dry run writes nothing";
@@ -54,7 +55,8 @@ TEST(SlurmCli, ScaleDryRunShowsEveryScript) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("# ---- job-4n.sbatch (sbatch --dependency=afterany:<previous>) ----"), std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("--ref-gpus 32"), std::string::npos);
+  EXPECT_NE(r.out.find("its 32 tasks (one per GPU) are the ranks of one training run"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--ref-gpus"), std::string::npos) << r.out;
 }
 
 TEST(SlurmCli, UsageErrors) {
@@ -84,14 +86,14 @@ TEST(SlurmCli, UsageErrors) {
 TEST(K8sCli, RenderWritesTheManifest) {
   Temp t;
   const auto file = t.path / "job.yaml";
-  auto r = k8s({"render", "tiny", "--device", "cpu", "--nodes", "2", "--tasks-per-node", "2", "--image", "img:1", "-o",
-                file.string()});
+  auto r = k8s({"render", "tiny", "--device", "cpu", "--nodes", "2", "--tasks-per-node", "2", "--proxies", "--image",
+                "img:1", "-o", file.string()});
   ASSERT_EQ(r.rc, 0) << r.err;
   std::ifstream in(file);
   const std::string yaml((std::istreambuf_iterator<char>(in)), {});
   EXPECT_NE(yaml.find("completionMode: Indexed"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("completions: 2"), std::string::npos) << yaml;
-  r = k8s({"render", "tiny", "--device", "cpu", "--nodes", "1", "--mpi-operator", "--image", "img:1"});
+  r = k8s({"render", "tiny", "--device", "cpu", "--nodes", "1", "--image", "img:1"});  // one job: an MPIJob
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("kind: MPIJob"), std::string::npos) << r.out;
   r = k8s({"render", "tiny", "--device", "cpu", "--nodes", "1"});  // no image anywhere

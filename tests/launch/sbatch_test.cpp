@@ -86,10 +86,28 @@ TEST(Sbatch, CpuTasksWithoutGpusOrMpi) {
   check("run-cpu-2tasks", q);
 }
 
+TEST(Sbatch, RunProxiesIsIndependentTasks) {
+  auto q = request("run", "llama3.1-8b", 2);
+  q.proxies = true;
+  check("run-proxies", q);
+}
+
+TEST(Sbatch, SweepIsOneJobArrayOfDistributedJobs) {
+  auto q = request("sweep", "llama3.1-8b", 2);
+  q.sets = {"micro_batch=1,2", "layers=8,16"};
+  const Submission sub = plan_slurm(q, {}, recipes());
+  ASSERT_EQ(sub.jobs.size(), 1u);
+  EXPECT_TRUE(sub.jobs[0].job.distributed);
+  EXPECT_EQ(sub.jobs[0].job.array.size(), 4u);
+  EXPECT_EQ(sub.jobs[0].array_labels[1], "micro_batch=1 layers=16");
+  check("sweep-distributed", q);
+}
+
 TEST(Sbatch, SweepIsOneJobArrayOverTheProduct) {
   auto q = request("sweep", "llama3.1-8b", 1);
   q.sets = {"micro_batch=1,2"};
   q.ref_gpus = {8, 16};
+  q.proxies = true;
   const Submission sub = plan_slurm(q, {}, recipes());
   ASSERT_EQ(sub.jobs.size(), 1u);
   EXPECT_EQ(sub.jobs[0].job.array.size(), 4u);
@@ -124,6 +142,14 @@ TEST(Sbatch, BadRequestsFailBeforeAnythingIsRendered) {
     }
   };
   expect_config(request("run", "llama3.1-8c", 1), "did you mean 'llama3.1-8b'");
+  // A node count whose GPUs the layout cannot split (70B: tp 4 x pp 4 x cp 2 = 32 GPUs a replica), before submitting.
+  expect_config(request("run", "llama3.1-70b", 1), "1 node x 8 GPUs = 8 ranks of one distributed job");
+  auto d = request("run", "llama3.1-8b", 1);
+  d.tasks_per_node = 4;
+  expect_config(d, "one rank per GPU");
+  d = request("sweep", "llama3.1-8b", 1);
+  d.ref_gpus = {8, 16};
+  expect_config(d, "--proxies");
   auto q = request("run", "tiny", 1);
   q.passthrough = {"--out", "/x"};
   expect_config(q, "--out");

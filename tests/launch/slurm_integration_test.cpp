@@ -1,8 +1,10 @@
-// Integration test with a real Slurm on this host (tests/launch/slurm_local.sh: munged, slurmctld, slurmd from
-// Debian's slurm-wlm, CPUs as the resource): `trainbench slurm run tiny --device cpu --nodes 1` with 2 tasks,
-// `collect --wait` returns both tasks' records; a job whose tasks fail (a bad flag) is reported FAILED with its exit
-// code and log, not lost; `srun --mpi=pmix` starts one 2-rank tensor-parallel training job. Skips (with the reason)
-// only where slurmd cannot run here. About 10-30 s.
+// Integration test with a real Slurm on this host (tests/launch/slurm_local.sh: munged, slurmctld and two slurmd
+// from Debian's slurm-wlm, nodes tb-n1 and tb-n2, CPUs as the resource): `trainbench slurm run tiny --device cpu
+// --nodes 2 --tasks-per-node 4` is ONE distributed job of 8 ranks at the recipe's tp 2 x pp 2 x dp 2 layout, spread
+// over both nodes, whose losses equal one rank's; `--proxies` with 2 tasks: `collect --wait` returns both
+// independent tasks' records; a job whose tasks fail (a bad flag) is reported FAILED with its exit code and log, not
+// lost; `srun --mpi=pmix` starts one 2-rank tensor-parallel training job. Skips (with the reason) only where slurmd
+// cannot run here. About 30-60 s.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -26,16 +28,6 @@ namespace fs = std::filesystem;
 
 using Shell = tb::testing_support::ShellResult;
 Shell sh(const std::string& cmd) { return tb::testing_support::run_shell(cmd + " 2>&1"); }
-
-// The trainbench binary the jobs run: $TRAINBENCH_BIN, else next to the tests folder of the build.
-fs::path trainbench_binary() {
-  if (const char* b = std::getenv("TRAINBENCH_BIN")) return b;
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec && fs::exists(self.parent_path().parent_path() / "trainbench"))
-    return self.parent_path().parent_path() / "trainbench";
-  return fs::absolute("build/trainbench");
-}
 
 int slurm(std::vector<std::string> args) {
   args.insert(args.begin(), "trainbench slurm");
@@ -81,10 +73,11 @@ class SlurmCluster : public testing::Test {
 };
 
 TEST_F(SlurmCluster, RunTwoCpuTasksCollectRecordsAndReportAFailedJob) {
-  const fs::path tb = trainbench_binary();
+  const fs::path tb = tb::testing_support::trainbench_binary();
   ASSERT_TRUE(fs::exists(tb)) << tb << " is not built (cmake --build build --target trainbench)";
-  const std::vector<std::string> common{"tiny", "--device", "cpu",      "--nodes",      "1",        "--tasks-per-node",
-                                        "2",    "--time",   "00:05:00", "--trainbench", tb.string()};
+  const std::vector<std::string> common{
+      "tiny",      "--device", "cpu",      "--nodes",      "1",        "--tasks-per-node", "2",
+      "--proxies", "--time",   "00:05:00", "--trainbench", tb.string()};
   auto args = [&](std::string sub, fs::path out, std::vector<std::string> extra = {}) {
     std::vector<std::string> a{std::move(sub)};
     a.insert(a.end(), common.begin(), common.end());
@@ -136,10 +129,61 @@ TEST_F(SlurmCluster, RunTwoCpuTasksCollectRecordsAndReportAFailedJob) {
   EXPECT_EQ(slurm({"status", (dir / "bad").string()}), 1);
 }
 
+// The acceptance run: 8 CPU ranks on two node entries as one job; its loss equals one rank's.
+TEST_F(SlurmCluster, RunOnTwoNodesIsOneDistributedJobThatTrainsLikeOneRank) {
+  const fs::path tb = tb::testing_support::trainbench_binary();
+  ASSERT_TRUE(fs::exists(tb)) << tb << " is not built (cmake --build build --target trainbench)";
+  // Two node entries on one host: Open MPI's shared-memory transport would join ranks it thinks are on two hosts;
+  // TCP between them, as between real nodes. The job takes this environment (sbatch exports it).
+  ::setenv("OMPI_MCA_btl", "self,tcp", 1);
+  const int rc = slurm({"run", "tiny", "--device", "cpu", "--nodes", "2", "--tasks-per-node", "4", "--time", "00:05:00",
+                        "--trainbench", tb.string(), "--out", (dir / "dist").string(), "--", "--steps", "4",
+                        "--warmup-steps", "2"});
+  ::unsetenv("OMPI_MCA_btl");
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(slurm({"collect", (dir / "dist").string(), "--wait", "180"}), 0)
+      << sh("cat " + (dir / "dist/logs/*.out").string()).out;
+  std::vector<nlohmann::json> runs, ranks;
+  for (const auto& r : read_jsonl(dir / "dist/results.jsonl")) (r["bench"] == "run" ? runs : ranks).push_back(r);
+  ASSERT_EQ(runs.size(), 1u) << sh("cat " + (dir / "dist/logs/*.out").string()).out;
+  const auto& run = runs[0];
+  EXPECT_EQ(run["status"], "ok");
+  EXPECT_EQ(run["mode"], "distributed");
+  EXPECT_EQ(run["layout"]["gpus"], 8);
+  EXPECT_EQ(run["layout"]["tp"], 2);
+  EXPECT_EQ(run["layout"]["pp"], 2);
+  EXPECT_EQ(run["layout"]["dp"], 2);
+  ASSERT_EQ(ranks.size(), 8u);
+  std::set<int> seen;
+  for (const auto& r : ranks) {
+    EXPECT_EQ(r["bench"], "rank_steps");
+    EXPECT_EQ(r["run"], run["run"]);  // one run id across both nodes
+    seen.insert(r["rank"].get<int>());
+  }
+  EXPECT_EQ(seen.size(), 8u);
+  const std::string log = sh("cat " + (dir / "dist/logs/*.out").string()).out;
+  EXPECT_NE(log.find("on 8 CPU ranks, 4 steps after 2 warm-up\n  this run:  tp 2 pp 2 cp 1 vp 1 dp 2"),
+            std::string::npos)
+      << log;
+
+  const Shell one = sh(tb.string() +
+                       " train --device cpu --model tiny --seq 64 --micro-batch 1 --global-batch 4 "
+                       "--steps 6 --warmup-steps 2 --out " +
+                       (dir / "one").string());
+  ASSERT_EQ(one.rc, 0) << one.out;
+  std::vector<double> expected;
+  for (const auto& r : read_jsonl(dir / "one/results.jsonl"))
+    if (r["bench"] == "train") expected = r["loss"].get<std::vector<double>>();
+  const auto got = run["measured"]["loss"].get<std::vector<double>>();
+  ASSERT_EQ(got.size(), 6u);
+  ASSERT_EQ(expected.size(), 6u);
+  for (size_t s = 0; s < got.size(); ++s) EXPECT_NEAR(got[s], expected[s], 2e-5 * expected[s]) << "step " << s + 1;
+}
+
 // `srun --mpi=pmix -n 2 trainbench train --device cpu --tp 2`: the two tasks form one tensor-parallel job (one train
 // record of 2 ranks, layout tp 2), and rank 0's run id reaches the other rank (its rank_steps record names the run).
 TEST_F(SlurmCluster, SrunPmixStartsOneTensorParallelJob) {
-  const fs::path tb = trainbench_binary();
+  const fs::path tb = tb::testing_support::trainbench_binary();
   ASSERT_TRUE(fs::exists(tb)) << tb << " is not built (cmake --build build --target trainbench)";
   const fs::path out = dir / "srun";
   const Shell s = sh("env -u TRAINBENCH_RUN_ID timeout 120 srun --mpi=pmix -n 2 " + tb.string() +

@@ -1,7 +1,10 @@
 // Tests recipe/plan: proxies of the real recipes have the per-GPU shard shapes of their reference layouts
 // (heads, kv heads, ffn and vocab divided by tp; d_model, head_dim, sequence unchanged); the points; --set
 // overrides (validated like layouts); refusals (needs, precision); and the extrapolation arithmetic on timings
-// made from known F0, F1, O0, O1 (recovered exactly, and the step and tokens/s per GPU by the formula).
+// made from known F0, F1, O0, O1 (recovered exactly, and the step and tokens/s per GPU by the formula). A distributed
+// plan trains the whole model at the layout for its rank count (the reference's own proxy layers where it has them),
+// is the reference run unless --set changes it, and refuses rank counts without a layout, --ref-gpus of another count
+// and --points.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,6 +86,59 @@ TEST(Plan, RefusesWhatCannotRun) {
   tr::RunOptions o;
   o.precision = "fp32";
   EXPECT_THROW(tr::plan_run(tr::find_recipe(recipes(), "llama3.1-8b"), o), tb::Error);
+}
+
+TEST(Plan, DistributedIsTheWholeModelAtTheLayoutOfItsRanks) {
+  const auto& r = tr::find_recipe(recipes(), "llama3.1-8b");
+  tr::RunOptions o;
+  o.ranks = 16;
+  const auto p = tr::plan_run(r, o);
+  EXPECT_TRUE(p.distributed);
+  EXPECT_FALSE(p.proxy);
+  EXPECT_TRUE(p.points.empty());
+  EXPECT_EQ(p.layout.gpus, 16);
+  EXPECT_EQ(p.layout.cp, 2);
+  EXPECT_EQ(p.layout.dp, 8);
+  EXPECT_EQ(p.layout.global_batch, 256);
+  EXPECT_EQ(p.model.layers, 32);
+  EXPECT_EQ(p.model.heads, 32);  // not a shard
+  EXPECT_EQ(p.model.vocab, 128256);
+  EXPECT_EQ(p.reference.global_batch, 256);
+  EXPECT_TRUE(p.differences.empty());
+
+  o.sets = {{"layers", "4"}};
+  const auto q = tr::plan_run(r, o);
+  EXPECT_TRUE(q.proxy);  // not the reference run: compare labels it, the differences say why
+  EXPECT_EQ(q.model.layers, 4);
+  EXPECT_EQ(q.reference.layers, 32);
+  EXPECT_EQ(q.differences.size(), 2u);
+
+  tr::RunOptions big;
+  big.ranks = 32;
+  const auto b = tr::plan_run(tr::find_recipe(recipes(), "llama3.1-405b"), big);  // the reference trained 8 layers
+  EXPECT_EQ(b.model.layers, 8);
+  EXPECT_FALSE(b.proxy);
+  ASSERT_EQ(b.differences.size(), 1u);
+  EXPECT_NE(b.differences[0].find("the reference's own proxy"), std::string::npos) << b.differences[0];
+}
+
+TEST(Plan, DistributedRefusesWhatItCannotSplit) {
+  const auto& r = tr::find_recipe(recipes(), "llama3.1-8b");
+  auto message = [&](const tr::RunOptions& o) {
+    try {
+      tr::plan_run(r, o);
+    } catch (const tb::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  tr::RunOptions o;
+  o.ranks = 3;  // cp 2 does not divide 3 ranks
+  EXPECT_NE(message(o), "no error");
+  o.ranks = 8, o.ref_gpus = 16;
+  EXPECT_NE(message(o).find("--ref-gpus 16 but the job has 8 ranks"), std::string::npos) << message(o);
+  o.ref_gpus = 0, o.points = {2, 4};
+  EXPECT_NE(message(o).find("--points"), std::string::npos) << message(o);
 }
 
 TEST(Plan, TinyIsOneDeviceMeasuredAsItIs) {

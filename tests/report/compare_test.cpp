@@ -1,6 +1,7 @@
 // Tests report/compare: verdict thresholds; a run record against the published Llama 3.1 8B 8-GPU BF16 row
 // (ratio of tokens/s per GPU, TFLOP/s in the reference's convention from the record's FLOPs per token, MFU against
-// our peak); a record without a matching reference lists the GPU counts that exist.
+// our peak); a record without a matching reference lists the GPU counts that exist; a distributed run's `measured`
+// figures compare without the [proxy] label (with [--set] and its differences when overridden).
 #include <gtest/gtest.h>
 
 #include "recipe/reference.h"
@@ -52,6 +53,30 @@ TEST(Compare, MissingReferenceListsWhatExists) {
   const rp::Comparison c = rp::compare_run(record(1000, 12), rows, "H100");
   EXPECT_EQ(c.verdict, rp::RefVerdict::none);
   EXPECT_NE(c.why_none.find("8, 16"), std::string::npos) << c.why_none;
+}
+
+TEST(Compare, ADistributedRunIsMeasuredNotAProxy) {
+  const auto rows = tr::load_reference_dir(tr::find_references_dir(std::nullopt));
+  nlohmann::json r = record(0, 8);
+  r.erase("extrapolated");
+  r["proxy"] = false, r["mode"] = "distributed";
+  r["measured"] = {{"tokens_per_s_per_gpu", 10152.75}, {"step_ms", 12900.0}, {"se", {{"tokens_per_s_per_gpu", 40.0}}}};
+  const rp::Comparison c = rp::compare_run(r, rows, "H100");
+  EXPECT_TRUE(c.distributed);
+  EXPECT_NEAR(c.ratio, 1.0, 1e-9);
+  EXPECT_NEAR(c.step_s, 12.9, 1e-12);
+  const std::string out = rp::render_comparisons({c});
+  EXPECT_EQ(out.find("[proxy]"), std::string::npos) << out;
+  EXPECT_NE(out.find("10,153 ± 40 tokens/s/GPU (± one standard error of the step over the measured steps)"),
+            std::string::npos)
+      << out;
+
+  r["proxy"] = true, r["differences"] = {"--set layers=4", "4 of the model's 32 layers"};
+  const rp::Comparison d = rp::compare_run(r, rows, "H100");
+  EXPECT_EQ(d.caveat, "not the reference run: --set layers=4; 4 of the model's 32 layers");
+  const std::string out_set = rp::render_comparisons({d});
+  EXPECT_NE(out_set.find("[--set]"), std::string::npos) << out_set;
+  EXPECT_EQ(out_set.find("[proxy]"), std::string::npos) << out_set;
 }
 
 }  // namespace

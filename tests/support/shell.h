@@ -1,10 +1,13 @@
 // tests/support/shell.h: runs a shell command (popen) and returns its exit code and stdout (append " 2>&1" to the
-// command for stderr too); rc -1 when the command could not start or did not exit normally.
+// command for stderr too); rc -1 when the command could not start or did not exit normally. trainbench_binary: the
+// built binary the tests start ($TRAINBENCH_BIN, else next to the build's tests folder).
 #pragma once
 
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 namespace tb::testing_support {
@@ -22,6 +25,15 @@ inline ShellResult run_shell(const std::string& cmd) {
   const int st = p ? ::pclose(p) : -1;
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+inline std::filesystem::path trainbench_binary() {
+  if (const char* b = std::getenv("TRAINBENCH_BIN")) return b;
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec && std::filesystem::exists(self.parent_path().parent_path() / "trainbench"))
+    return self.parent_path().parent_path() / "trainbench";
+  return std::filesystem::absolute("build/trainbench");
 }
 
 }  // namespace tb::testing_support

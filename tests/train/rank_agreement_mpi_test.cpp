@@ -1,7 +1,7 @@
 // rank_agreement_mpi_test: train/rank_agreement.h under mpirun (2 and 4 ranks). Equal configurations pass on every
 // rank; when ranks 1.. differ from rank 0 (layers, precision + FP8 recipe, seed), those ranks raise a config error
 // naming each differing field with both values and rank 0 does not; a field left out of spec_fields would go unseen,
-// so every field is checked to be listed once.
+// so every field is checked to be listed once; a caller's extra fields (`run`'s recipe file hash) are compared too.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -48,11 +48,28 @@ TEST(RankAgreement, DifferingRanksNameTheFields) {
   }
 }
 
+TEST(RankAgreement, ExtraFieldsAreCompared) {
+  auto world = comm::world_communicator();
+  const Fields extra = {{"recipe", "tiny"}, {"recipe_hash", world->rank() > 0 ? "bbbb" : "aaaa"}};
+  if (world->rank() == 0) {
+    EXPECT_NO_THROW(check_ranks_agree(TrainSpec{}, *world, extra));
+    return;
+  }
+  try {
+    check_ranks_agree(TrainSpec{}, *world, extra);
+    ADD_FAILURE() << "rank " << world->rank() << " read another recipe file but was not told";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("recipe_hash bbbb (rank 0: aaaa)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(RankAgreement, EveryFieldListedOnce) {
   std::set<std::string> names;
   for (const auto& [name, value] : spec_fields(TrainSpec{})) EXPECT_TRUE(names.insert(name).second) << name;
-  // TrainSpec's fields but gpu (the node-local index) and job_ranks (how the process was started).
-  EXPECT_EQ(names.size(), 54u);
+  // TrainSpec's fields but gpu (the node-local index) and job_ranks (how the process was started), plus the binary
+  // and the data file's size.
+  EXPECT_EQ(names.size(), 56u);
+  EXPECT_TRUE(names.count("binary") && names.count("data_bytes"));
 }
 
 }  // namespace
