@@ -32,7 +32,7 @@ std::string counts(const std::set<int>& gpus) {
 
 std::string model_of(const recipe::Recipe& r) {
   std::string m = r.shape_overridden ? fmt::format("{} L{} d{}", r.model.family, r.model.layers, r.model.d_model) : r.preset;
-  if (r.experts > 0) m += fmt::format(" MoE {}/top{}", r.experts, r.top_k);
+  if (r.model.moe.enabled()) m += fmt::format(" MoE {}/top{}", r.model.moe.experts, r.model.moe.top_k);
   return m;
 }
 

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -57,6 +60,23 @@ std::vector<ModelConfig> make_presets() {
   tiny.rope_theta = 10000.0;
   tiny.rope_scaling.enabled = false;
   p.push_back(tiny);
+  ModelConfig tiny_moe = tiny;  // `tiny` with 4 experts, top-2, a shared expert, the first layer dense: CPU MoE runs
+  tiny_moe.name = "tiny-moe";
+  tiny_moe.layers = 3;
+  tiny_moe.moe.experts = 4, tiny_moe.moe.top_k = 2, tiny_moe.moe.expert_ffn = 96, tiny_moe.moe.shared_ffn = 64;
+  tiny_moe.moe.dense_first = 1, tiny_moe.moe.aux_loss = 0.01, tiny_moe.moe.z_loss = 0.001;
+  p.push_back(tiny_moe);
+  // Mixtral 8x7B and 8x22B (Mistral's published shapes): 8 experts, top-2 softmax, every layer MoE; aux loss 0.01 as
+  // NeMo's Mixtral configs.
+  for (auto [name, layers, d, ffn, heads, vocab] : {std::tuple{"mixtral-8x7b", 32, 4096, 14336, 32, 32000},
+                                                    std::tuple{"mixtral-8x22b", 56, 6144, 16384, 48, 32768}}) {
+    ModelConfig m = llama(name, layers, d, ffn, heads, 8, vocab, 4096);
+    m.family = "mixtral";
+    m.rope_theta = 1e6;
+    m.rope_scaling.enabled = false;
+    m.moe.experts = 8, m.moe.top_k = 2, m.moe.aux_loss = 0.01;
+    p.push_back(m);
+  }
   ModelConfig small = llama("small", 4, 256, 768, 4, 2, 512, 256);  // for quick GPU runs and tests (CUDA-aligned)
   small.rope_theta = 10000.0;
   small.rope_scaling.enabled = false;
@@ -94,6 +114,18 @@ std::string_view act_name(Act a) {
 }
 
 std::string_view pos_name(Pos p) { return p == Pos::rope ? "rope" : "learned"; }
+std::string_view router_score_name(RouterScore s) { return s == RouterScore::softmax ? "softmax" : "sigmoid"; }
+std::string_view routing_name(Routing r) { return r == Routing::learned ? "learned" : "balanced"; }
+
+bool ModelConfig::is_moe_layer(int layer) const {
+  return moe.enabled() && layer >= moe.dense_first && (layer - moe.dense_first + 1) % moe.every == 0;
+}
+
+int ModelConfig::moe_layers() const {
+  int n = 0;
+  for (int i = 0; i < layers; ++i) n += is_moe_layer(i);
+  return n;
+}
 
 void ModelConfig::validate() const {
   const std::string who = name.empty() ? std::string("model") : fmt::format("model '{}'", name);
@@ -105,6 +137,28 @@ void ModelConfig::validate() const {
   TB_REQUIRE(pos != Pos::rope || head_dim % 2 == 0,
              fmt::format("{}: RoPE rotates pairs of dimensions, so head_dim={} must be even", who, head_dim));
   TB_REQUIRE(norm_eps > 0, fmt::format("{}: norm_eps must be positive", who));
+  if (moe.experts == 0 && moe.top_k == 0) return;
+  TB_REQUIRE(moe.experts > 0 && moe.top_k > 0,
+             fmt::format("{}: a mixture of experts needs experts > 0 and top_k > 0 (got {} and {})", who, moe.experts,
+                         moe.top_k));
+  TB_REQUIRE(moe.top_k <= moe.experts,
+             fmt::format("{}: top_k={} exceeds the {} experts (each token picks top_k different experts)", who,
+                         moe.top_k, moe.experts));
+  TB_REQUIRE(moe.expert_ffn >= 0 && moe.shared_ffn >= 0,
+             fmt::format("{}: expert_ffn and shared_ffn must not be negative", who));
+  TB_REQUIRE(moe.capacity_factor >= 0 && std::isfinite(moe.capacity_factor),
+             fmt::format("{}: capacity_factor={} must be positive (or 0: dropless)", who, moe.capacity_factor));
+  TB_REQUIRE(!moe.pad_to_capacity || moe.capacity_factor > 0,
+             fmt::format("{}: pad_to_capacity needs a capacity_factor > 0", who));
+  TB_REQUIRE(
+      moe.aux_loss >= 0 && moe.seq_aux_loss >= 0 && moe.z_loss >= 0 && moe.scale > 0,
+      fmt::format("{}: the MoE loss coefficients must not be negative and the routed scale must be positive", who));
+  TB_REQUIRE(moe.every >= 1 && moe.dense_first >= 0,
+             fmt::format("{}: the MoE layer pattern needs every >= 1 and dense_first >= 0 (got {} and {})", who,
+                         moe.every, moe.dense_first));
+  TB_REQUIRE(moe_layers() > 0,
+             fmt::format("{}: the MoE layer pattern (dense_first={}, every={}) leaves none of the {} layers MoE", who,
+                         moe.dense_first, moe.every, layers));
 }
 
 std::span<const ModelConfig> presets() {
@@ -123,11 +177,29 @@ const ModelConfig& preset(std::string_view name) {
   raise_config(fmt::format("unknown model '{}'{}; presets: {}", name, did_you_mean(name, names), list));
 }
 
-std::int64_t matmul_param_count(const ModelConfig& c) {
-  const std::int64_t d = c.d_model;
+namespace {
+
+// Matmul weights of the layers: attention, and each layer's MLP with `experts_counted` of its routed experts
+// (-1: all of them), the router when `router`.
+std::int64_t layer_matmul_params(const ModelConfig& c, int experts_counted, bool router) {
+  const std::int64_t d = c.d_model, gemms = c.act == Act::swiglu ? 3 : 2;
   const std::int64_t attn = d * (c.q_dim() + 2 * std::int64_t(c.kv_dim())) + std::int64_t(c.q_dim()) * d;
-  const std::int64_t mlp = (c.act == Act::swiglu ? 3 : 2) * d * c.ffn;
-  return c.layers * (attn + mlp) + std::int64_t(c.vocab) * d;  // + the LM head
+  const int moe = c.moe_layers();
+  const std::int64_t experts = experts_counted < 0 ? c.moe.experts : experts_counted;
+  const std::int64_t moe_mlp =
+      gemms * d * (experts * c.expert_ffn() + c.moe.shared_ffn) + (router ? c.moe.experts * d : 0);
+  return c.layers * attn + (c.layers - moe) * gemms * d * c.ffn + moe * moe_mlp;
+}
+
+}  // namespace
+
+std::int64_t matmul_param_count(const ModelConfig& c) {
+  return layer_matmul_params(c, -1, true) + std::int64_t(c.vocab) * c.d_model;  // + the LM head
+}
+
+std::int64_t active_param_count(const ModelConfig& c) {
+  return param_count(c) - matmul_param_count(c) + layer_matmul_params(c, c.moe.top_k, false) +
+         std::int64_t(c.vocab) * c.d_model;
 }
 
 std::int64_t param_count(const ModelConfig& c) {

@@ -5,6 +5,8 @@
 //   mlp: swiglu (3 GEMMs: gate, up, down), gelu or sqrelu (2 GEMMs: up, down), ffn wide;
 //   norm: rmsnorm, layernorm, or layernorm1p (LayerNorm with weight stored as w - 1, Nemotron);
 //   positions: rope (theta, optional Llama 3.1 frequency scaling) or learned absolute embeddings.
+//   moe (model/config.h MoeConfig): a Mixture-of-Experts MLP in some layers: a router picks top_k of `experts` MLPs
+//   of width expert_ffn per token (plus shared experts every token passes through); the other layers are dense.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,41 @@ struct RopeScaling {
   int original_max_position = 8192;
 };
 
+// Mixture of Experts (Mixtral, Grok-1, Llama 4, DeepSeek-V3). Per MoE layer and token x (the norm2 output):
+//   logits = x Wr^T (E experts);  s = softmax(logits) | sigmoid(logits)
+//   chosen = top_k(s) (balanced routing: experts (g·k + j) mod E of the token's global index g, for comparisons with
+//   NeMo's forced-balance figures);  w_j = scale · s_j / (normalize ? sum of the chosen s : 1)
+//   y = sum_j w_j · expert_j(x) + shared(x)     expert, shared: the model's MLP (act) of width expert_ffn, shared_ffn
+// Losses added to the objective (not to the reported LM loss), over the T tokens of a micro-batch, with p the router's
+// probabilities (s for softmax; s / sum s for sigmoid) and c_i the tokens routed to expert i:
+//   aux      aux_loss · E · sum_i f_i · P_i        f_i = c_i / (T k), P_i = mean_t p_ti
+//   seq aux  seq_aux_loss · mean over sequences of sum_i f_i · P_i with f_i = c_i E / (k S), P_i over the sequence
+//   z        z_loss · mean_t logsumexp(logits_t)^2
+// Capacity (capacity_factor > 0): each expert takes at most C = ceil(cf · T · k / E) of its rank's tokens, those with
+// the largest weights; the rest are dropped (their weight is lost). pad_to_capacity: each expert computes C rows.
+enum class RouterScore { softmax, sigmoid };
+enum class Routing { learned, balanced };
+std::string_view router_score_name(RouterScore s);
+std::string_view routing_name(Routing r);
+
+struct MoeConfig {
+  int experts = 0;      // 0: a dense model
+  int top_k = 0;        // experts per token
+  int expert_ffn = 0;   // each routed expert's MLP width (0: the model's ffn)
+  int shared_ffn = 0;   // the shared experts' MLP width (0: none)
+  int dense_first = 0;  // the first layers are dense (DeepSeek-V3: 3)
+  int every = 1;        // after them, layer i is MoE when (i - dense_first + 1) % every == 0 (Llama 4: 2)
+  RouterScore score = RouterScore::softmax;
+  bool normalize = true;  // the chosen weights sum to scale
+  double scale = 1.0;     // DeepSeek-V3: 2.5
+  double aux_loss = 0, seq_aux_loss = 0, z_loss = 0;
+  double capacity_factor = 0;  // 0: dropless
+  bool pad_to_capacity = false;
+  Routing routing = Routing::learned;
+
+  bool enabled() const { return experts > 0; }
+};
+
 struct ModelConfig {
   std::string name;    // preset name, e.g. "llama3.1-8b"
   std::string family;  // "llama", "gpt", "nemotron", "mistral"
@@ -40,19 +77,25 @@ struct ModelConfig {
   double rope_theta = 500000.0;
   RopeScaling rope_scaling;
   double norm_eps = 1e-5;
+  MoeConfig moe;
 
   int q_dim() const { return heads * head_dim; }         // width of Q (and of the attention output)
   int kv_dim() const { return kv_heads * head_dim; }     // width of K and of V
-  void validate() const;  // TB_REQUIRE: positive sizes, kv_heads divides heads, ...
+  bool is_moe_layer(int layer) const;
+  int expert_ffn() const { return moe.expert_ffn > 0 ? moe.expert_ffn : ffn; }
+  int moe_layers() const;  // how many of the layers are MoE
+  void validate() const;   // TB_REQUIRE: positive sizes, kv_heads divides heads, top_k <= experts, ...
 };
 
 std::span<const ModelConfig> presets();
 // The preset with this name; unknown names raise Error{config} listing the presets (with a "did you mean").
 const ModelConfig& preset(std::string_view name);
 
-// Parameter counts: every weight (embeddings, norms, projections), and those in matmuls (the FLOP
-// convention's "params in matmuls": projections and MLP per layer, plus the LM head).
+// Parameter counts: every weight (embeddings, norms, projections, routers, every expert), and those in matmuls (the
+// FLOP convention's "params in matmuls": projections and MLP per layer, plus the LM head). Active: what one token
+// passes through (top_k routed experts, the shared ones; the router's E x d is left out, as the DGXC count does).
 std::int64_t param_count(const ModelConfig& c);
 std::int64_t matmul_param_count(const ModelConfig& c);
+std::int64_t active_param_count(const ModelConfig& c);
 
 }  // namespace tb::model

@@ -53,6 +53,10 @@ class CpuDecoder {
   std::span<T> param(std::string_view name) { return params().subspan(slot(name).offset, slot(name).size); }
   std::span<T> grad(std::string_view name) { return grads().subspan(slot(name).offset, slot(name).size); }
   void zero_grads() { dec_->zero_grads(); }
+  // What the MoE layers routed since the last reset, and their losses (model/config.h MoeConfig; forward() returns
+  // the LM loss alone, so the objective whose gradient forward_backward accumulates is forward() + objective).
+  const parallel::MoeStats& moe_stats() const { return dec_->moe_stats(); }
+  void reset_moe_stats() { dec_->reset_moe_stats(); }
 
   // Tokens per LM-head chunk: at most [chunk, vocab] logits exist at once (default 256).
   void set_lm_head_chunk(int tokens) { dec_->set_lm_head_chunk(tokens); }

@@ -22,7 +22,9 @@ Flops flops_per_token(const ModelConfig& c, FlopConvention conv, int seq) {
   Flops f;
   f.attention_linear = 6 * L * (h * (A + 2 * G) * d + A * d * h);
   f.attention_core = 6 * L * 2 * A * d * s * half;
-  f.mlp = 6 * L * h * c.ffn * (c.act == Act::swiglu ? 3 : 2);
+  const double gemms = c.act == Act::swiglu ? 3 : 2;
+  const double moe = c.moe_layers(), active_ffn = double(c.moe.top_k) * c.expert_ffn() + c.moe.shared_ffn;
+  f.mlp = 6 * h * gemms * ((L - moe) * c.ffn + moe * active_ffn);
   f.logits = 6.0 * c.vocab * h;
   return f;
 }

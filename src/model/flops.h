@@ -4,6 +4,8 @@
 //   attention linear  6 · L · (h·(A + 2G)·d + A·d·h)        QKV and output projections
 //   attention core    6 · L · 2·A·d·s · c                    QKᵀ and AV; c = 1/2 (causal) or 1 (full)
 //   mlp               6 · L · h · ffn · (3 swiglu | 2 gelu, sqrelu)
+//                     a MoE layer: ffn → top_k · expert_ffn + shared_ffn (the active experts; the router's 2·h·E
+//                     and the dispatch are not counted, as the DGXC MoE formula 18·L·F·h·topK does not)
 //   logits            6 · V · h                              LM head (embedding lookups are free)
 // With A·d = h this is the DGXC / NeMo form 12·L·h²·(1 + G/A + s/h·c) + 18·L·h·ffn + 6·V·h, e.g.
 // Llama 3.1 8B at s = 8192: 5.79e10 per token, 4.74e14 per sample (full); 5.15e10 per token (causal).

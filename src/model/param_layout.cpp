@@ -10,6 +10,28 @@
 #include "core/error.h"
 
 namespace tb::model {
+namespace {
+
+// The MLP of a MoE layer: router, routed experts (ParamGroup::expert), shared experts; all replicated over tp.
+void moe_mlp(const ModelConfig& c, DenseLayout& L, DenseLayout::Layer& l, const std::string& p) {
+  const std::int64_t d = c.d_model, gemm_rows = c.act == Act::swiglu ? 2 : 1;
+  const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * c.layers);
+  ParamTags dense, expert;
+  expert.group = ParamGroup::expert;
+  l.router = L.add(p + ".router.weight", {c.moe.experts, d}, {std_in, 0.0}, dense);
+  const std::int64_t f = c.expert_ffn();
+  for (int e = 0; e < c.moe.experts; ++e) {
+    const std::string q = p + ".experts." + std::to_string(e);
+    l.expert_fc1.push_back(L.add(q + ".fc1.weight", {gemm_rows * f, d}, {std_in, 0.0}, expert));
+    l.expert_fc2.push_back(L.add(q + ".fc2.weight", {d, f}, {std_out, 0.0}, expert));
+  }
+  if (c.moe.shared_ffn == 0) return;
+  const std::int64_t s = c.moe.shared_ffn;
+  l.shared_fc1 = L.add(p + ".shared.fc1.weight", {gemm_rows * s, d}, {std_in, 0.0}, dense);
+  l.shared_fc2 = L.add(p + ".shared.fc2.weight", {d, s}, {std_out, 0.0}, dense);
+}
+
+}  // namespace
 
 LayerRange pipeline_stage_layers(int layers, int stages, int stage) {
   TB_REQUIRE(stages >= 1 && stage >= 0 && stage < stages && layers >= stages,
@@ -59,9 +81,13 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range) {
                   tags(ParamRole::linear, TpRole::column, {qd, kvd, kvd}));
     l.out = L.add(p + ".attn.out.weight", {d, qd}, {std_out, 0.0}, tags(ParamRole::linear, TpRole::row));
     norm(p + ".norm2", l.norm2_w, l.norm2_b);
-    l.fc1 = L.add(p + ".mlp.fc1.weight", {fc1_rows, d}, {std_in, 0.0},
-                  tags(ParamRole::linear, TpRole::column, fc1_blocks));
-    l.fc2 = L.add(p + ".mlp.fc2.weight", {d, ffn}, {std_out, 0.0}, tags(ParamRole::linear, TpRole::row));
+    if (c.is_moe_layer(i)) {
+      moe_mlp(c, L, l, p + ".mlp");
+    } else {
+      l.fc1 = L.add(p + ".mlp.fc1.weight", {fc1_rows, d}, {std_in, 0.0},
+                    tags(ParamRole::linear, TpRole::column, fc1_blocks));
+      l.fc2 = L.add(p + ".mlp.fc2.weight", {d, ffn}, {std_out, 0.0}, tags(ParamRole::linear, TpRole::row));
+    }
     L.layers.push_back(l);
   }
   if (!head) return L;
@@ -74,6 +100,9 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range) {
 }
 
 std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l) {
+  if (c.moe.enabled())
+    return "a Mixture-of-Experts model runs on the CPU backend only so far (--device cpu); its CUDA layer is not built "
+           "yet";
   constexpr std::size_t kAlign = 128;  // elements: 256 bytes of bf16
   for (const Slot& s : l.slots)
     if (s.offset % kAlign != 0)

@@ -9,6 +9,12 @@
 //   layers.<i>.mlp.fc1.weight     [2 ffn, d_model] for swiglu (rows [0, ffn) gate, [ffn, 2 ffn) up),
 //                                 [ffn, d_model] for gelu and sqrelu
 //   layers.<i>.mlp.fc2.weight     [d_model, ffn]
+//   a MoE layer (ModelConfig::is_moe_layer) has instead, F = expert_ffn (fc1: 2F rows for swiglu), S = shared_ffn:
+//   layers.<i>.mlp.router.weight            [experts, d_model]
+//   layers.<i>.mlp.experts.<e>.fc1.weight   [F or 2F, d_model]       e = 0 .. experts-1 (one slot each, in order)
+//   layers.<i>.mlp.experts.<e>.fc2.weight   [d_model, F]
+//   layers.<i>.mlp.shared.fc1.weight        [S or 2S, d_model]       (shared_ffn > 0)
+//   layers.<i>.mlp.shared.fc2.weight        [d_model, S]
 //   final_norm.weight             [d_model]   (+ .bias)
 //   lm_head.weight                [vocab, d_model]                     (absent when tied_embeddings: embed.weight)
 //   embed.weight (copy)           [vocab, d_model]                     (tied, a last stage without the embedding)
@@ -16,7 +22,9 @@
 // Init (model/params.h): matrices and embeddings std 0.02, the output projections (attn.out, mlp.fc2)
 // 0.02 / sqrt(2 layers); norm weights 1 (0 for layernorm1p, which stores w - 1); biases 0. Tags: norms replicated and
 // not decayed; qkv and fc1 column parallel (blocks Q, K, V and gate, up), out and fc2 row parallel; the embedding,
-// positions and LM head replicated (both backends' tensor parallel: whole on every rank, run on its token rows).
+// positions and LM head replicated (both backends' tensor parallel: whole on every rank, run on its token rows). The
+// router, experts and shared experts are replicated over tp (expert tensor parallel 1, run on the rank's token rows);
+// the routed experts are tagged ParamGroup::expert (their gradients reduce over the expert data-parallel group).
 // Pipeline stages: dense_layout(c, LayerRange{first, last}) is the part of the layout one stage holds, layers
 // [first, last) of the model c: the same slot names (global layer indices, so a stage draws the full model's
 // values), packed from offset 0 in the same order; embed.weight (and pos_embed) only when first == 0,
@@ -40,6 +48,9 @@ namespace tb::model {
 struct DenseLayout : ParamRegistry {
   struct Layer {
     int norm1_w = -1, norm1_b = -1, qkv = -1, out = -1, norm2_w = -1, norm2_b = -1, fc1 = -1, fc2 = -1;
+    int router = -1, shared_fc1 = -1, shared_fc2 = -1;  // a MoE layer (fc1, fc2 -1)
+    std::vector<int> expert_fc1, expert_fc2;            // per routed expert
+    bool moe() const { return router >= 0; }
   };
   // Indices into slots; -1 when absent (no bias, no learned positions). lm_head == embed when tied.
   int embed = -1, pos_embed = -1, final_norm_w = -1, final_norm_b = -1, lm_head = -1;

@@ -72,6 +72,7 @@ ShardedCpuDecoder<T>::ShardedCpuDecoder(const model::ModelConfig& cfg, DecoderGr
   params_.assign(local_.total, T(0));
   grads_.assign(local_.total, T(0));
   scratch_ = std::make_unique<Scratch>();
+  reset_moe_stats();
 }
 
 template <class T>
@@ -333,6 +334,7 @@ void ShardedCpuDecoder<T>::run_backward(State& s, std::span<const T> doutput, st
   TB_REQUIRE(is_first() || dinput.size() == act, "CPU decoder: a non-first stage needs room for the input gradient, " +
                                                      str(std::int64_t(act)) + " elements, got " +
                                                      str(std::int64_t(dinput.size())));
+  s.grad_scale = grad_scale;
   std::vector<T>& dnext_buf = scratch_->dnext;
   auto dnext = mat(dnext_buf, s.rows, cfg_.d_model);
   if (is_last())

@@ -47,6 +47,12 @@
 //   tied embeddings: the LM head is the embedding when one stage is both first and last; a last stage that is not
 //     first keeps its own copy of the embedding (slot embed.weight, local_layout().lm_head; its gradient goes to
 //     embed.weight in add_grads_to_full; a pipeline sums the two copies' gradients between the first and last stage).
+// Mixture of Experts (model/config.h MoeConfig; parallel/decoder_cpu_parallel_moe.cpp): a MoE layer's MLP runs on this
+// rank's rows with the router and experts whole on every tp rank (expert tensor parallel 1, tp-replicated slots as
+// above; no gather or reduce around it). Its load-balancing losses count the tokens of the whole micro-batch: the
+// per-expert counts and probability sums are all-reduced over cp (and tp with SP) first, so every layout has the
+// single rank's losses and gradients; capacity (capacity_factor > 0) applies to each rank's own rows. The losses add
+// to the gradient (scaled like the LM loss by grad_scale), not to the returned loss: moe_stats() has them.
 // Activations are kept per micro-batch id from forward() until backward() (or drop()) of that id, so a pipeline
 // schedule may run several forwards before their backwards.
 #pragma once
@@ -62,6 +68,7 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/param_layout.h"
+#include "ops/cpu/moe.h"
 
 namespace tb::parallel {
 
@@ -91,6 +98,15 @@ struct ShardBlock {
 struct MicroBatch {
   std::span<const std::int32_t> tokens, targets;
   int batch = 1, seq = 0;
+};
+
+// What the MoE layers of a stage routed, summed over the forwards since reset_moe_stats().
+struct MoeStats {
+  int experts = 0;
+  std::vector<std::int64_t> tokens_per_expert;  // [MoE layers of the stage, experts]: (token, k) pairs, whole batch
+  std::int64_t dropped = 0;                     // pairs dropped over capacity on this rank
+  double aux = 0, seq_aux = 0, z = 0;           // the losses before their coefficients, summed over layers
+  double objective = 0;                         // what they add to the objective: sum of coefficient × loss
 };
 
 // The positions held by cp rank `rank` of `cp` in a sequence of `seq` tokens: chunks rank and 2cp-1-rank of
@@ -140,13 +156,16 @@ class ShardedCpuDecoder {
   // (every rank of the stage gets it), 0 elsewhere.
   double forward(int mb, const MicroBatch& b, std::span<const T> input = {}, std::span<T> output = {});
   // The backward of micro-batch `mb` (frees its activations). Non-last stages read `doutput`, non-first ones
-  // write `dinput`; the last stage scales the loss gradient by grad_scale.
+  // write `dinput`; the last stage scales the loss gradient by grad_scale, and so does every stage the gradient of its
+  // MoE layers' load-balancing losses (a pipeline passes every stage the same grad_scale).
   void backward(int mb, std::span<const T> doutput = {}, std::span<T> dinput = {}, double grad_scale = 1.0);
   // forward() then backward() of micro-batch `mb` on a last stage, the LM head's forward and backward fused (its
   // logits computed once). Returns the loss; non-first stages read `input` and write `dinput`.
   double forward_backward(int mb, const MicroBatch& b, double grad_scale = 1.0, std::span<const T> input = {},
                           std::span<T> dinput = {});
   void drop(int mb);  // forget a forward that will not be backpropagated
+  const MoeStats& moe_stats() const { return moe_stats_; }
+  void reset_moe_stats();
   std::size_t in_flight() const { return states_.size(); }
 
  private:
@@ -183,6 +202,10 @@ class ShardedCpuDecoder {
   double head_forward(State& s, CView x, CView resid, const double* grad_scale);
   void head_backward(State& s, View dnext, double grad_scale);
   void layer_backward(State& s, int l, View dnext);
+  void moe_forward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, CView x, View out);
+  void moe_backward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, CView dy, View dx);
+  void moe_losses(const State& s, LayerActs& A);
+  void reduce_over_tokens(std::span<double> v);
   void embed_backward(const State& s, View dnext);
 
   model::ModelConfig cfg_;
@@ -204,6 +227,7 @@ class ShardedCpuDecoder {
   // Buffers kept across calls (no allocation per micro-batch once warm): retired states and one call's scratch.
   std::vector<std::unique_ptr<State>> spare_;
   std::unique_ptr<Scratch> scratch_;
+  MoeStats moe_stats_;
 };
 
 extern template class ShardedCpuDecoder<float>;

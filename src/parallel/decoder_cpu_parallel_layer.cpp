@@ -1,6 +1,7 @@
 // parallel/decoder_cpu_parallel_layer.cpp: one layer of the sharded CPU decoder (parallel/decoder_cpu_parallel.h has
 // the forward), on this rank's rows, and the tp / cp exchanges it needs. Backward, with dnext the gradient of the
 // sum h = x + resid leaving the layer:
+// (A MoE layer's MLP: parallel/decoder_cpu_parallel_moe.cpp, on this rank's rows without gather or reduce.)
 //   dM = gather(dnext);  dg = dM Wfc2;  dh = act'(dg);  dy2 = reduce(dh Wfc1);  dr2 = dnorm2(dy2) + dnext
 //   dA = gather(dr2);  do = dA Wout;  dq, dK, dV = attention'(do);  dk, dv = reduce-scatter over cp of dK, dV
 //   dq, dk = rope^-1;  dy1 = reduce(dqkv Wqkv);  dnext = dnorm1(dy1) + dr2
@@ -108,6 +109,7 @@ void ShardedCpuDecoder<T>::layer_forward(State& s, int l, CView x, CView resid, 
   auto r2 = mat(A.r2, rows, d), y2 = mat(A.y2, rows, d);
   cpu::add_norm_forward<T>(nk, y2, r2, vec(A.mean2, rows), vec(A.rstd2, rows), out, r1, P(L.norm2_w), P(L.norm2_b),
                            c.norm_eps);
+  if (L.moe()) return moe_forward(s, L, A, y2, out);  // on this rank's rows
   auto h = mat(A.h, n, dims_.fc1l), g = mat(A.g, n, dims_.ffl);
   cpu::linear_forward<T>(h, gather_rows(A.y2g, y2, n), P(L.fc1));
   model::detail::act_forward<T>(c.act, g, h);
@@ -145,11 +147,15 @@ void ShardedCpuDecoder<T>::layer_backward(State& s, int l, View dnext) {
   Scratch& S = *scratch_;
   auto dy = mat(S.dy, rows, d), dr2 = mat(S.dr2, rows, d);
   // MLP
-  auto dg = mat(S.dg, n, dims_.ffl), dh = mat(S.dh, n, dims_.fc1l);
-  cpu::linear_backward<T>(dg, G(L.fc2), {}, gather_rows(S.gathered, dnext, n), mat(A.g, n, dims_.ffl), P(L.fc2));
-  model::detail::act_backward<T>(c.act, dh, dg, mat(A.h, n, dims_.fc1l));
-  cpu::linear_backward<T>(mat(S.partial, n, d), G(L.fc1), {}, dh, full(A.y2g, A.y2), P(L.fc1));
-  reduce_rows(dy, S.partial, n);
+  if (L.moe()) {
+    moe_backward(s, L, A, dnext, dy);
+  } else {
+    auto dg = mat(S.dg, n, dims_.ffl), dh = mat(S.dh, n, dims_.fc1l);
+    cpu::linear_backward<T>(dg, G(L.fc2), {}, gather_rows(S.gathered, dnext, n), mat(A.g, n, dims_.ffl), P(L.fc2));
+    model::detail::act_backward<T>(c.act, dh, dg, mat(A.h, n, dims_.fc1l));
+    cpu::linear_backward<T>(mat(S.partial, n, d), G(L.fc1), {}, dh, full(A.y2g, A.y2), P(L.fc1));
+    reduce_rows(dy, S.partial, n);
+  }
   cpu::add_norm_backward<T>(nk, dr2, G(L.norm2_w), G(L.norm2_b), dy, dnext, mat(A.r2, rows, d), P(L.norm2_w),
                             vec(A.mean2, rows), vec(A.rstd2, rows));
   // attention

@@ -191,7 +191,7 @@ const Measurement* choose_anchor(const recipe::Recipe& r, std::string_view preci
 
 Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::string_view precision,
                    const Context& ctx, recipe::Convention convention) {
-  TB_REQUIRE(r.experts == 0,
+  TB_REQUIRE(!r.model.moe.enabled(),
              fmt::format("recipe '{}' is a mixture of experts: the projection does not model the expert "
                          "all-to-all yet",
                          r.name));

@@ -88,9 +88,9 @@ std::vector<Case> reference_cases(const std::vector<recipe::Recipe>& recipes,
       skip(row, "the reference shards with FSDP (reference_parallelism), not a Megatron layout");
       continue;
     }
-    if (r->experts > 0 || r->task != "pretrain") {
-      skip(row,
-           r->experts > 0 ? "mixture of experts (not modelled: expert all-to-all)" : "fine-tuning (" + r->task + ")");
+    if (r->model.moe.enabled() || r->task != "pretrain") {
+      skip(row, r->model.moe.enabled() ? "mixture of experts (not modelled: expert all-to-all)"
+                                       : "fine-tuning (" + r->task + ")");
       continue;
     }
     Case c;

@@ -120,10 +120,11 @@ void validate_layout(const Recipe& r, Layout& l) {
   if (l.global_batch % (l.micro_batch * l.dp) != 0)
     fail(fmt::format("global_batch={} is not divisible by micro_batch·dp = {}·{} = {}", l.global_batch, l.micro_batch, l.dp,
                      l.micro_batch * l.dp));
-  if ((l.ep > 1 || l.etp > 0) && r.experts == 0)
+  if ((l.ep > 1 || l.etp > 0) && r.model.moe.experts == 0)
     fail(fmt::format("{} but the model has no experts", l.ep > 1 ? fmt::format("ep={}", l.ep) : fmt::format("etp={}", l.etp)));
-  if (r.experts > 0) {
-    if (r.experts % l.ep != 0) fail(fmt::format("experts={} is not divisible by ep={}", r.experts, l.ep));
+  if (r.model.moe.experts > 0) {
+    if (r.model.moe.experts % l.ep != 0)
+      fail(fmt::format("experts={} is not divisible by ep={}", r.model.moe.experts, l.ep));
     const int stage = l.gpus / l.pp;
     if (stage % (l.ep * l.expert_tp()) != 0)
       fail(fmt::format("ep·etp = {}·{} = {} does not divide the {} GPUs of a pipeline stage (tp·cp·dp)", l.ep, l.expert_tp(),

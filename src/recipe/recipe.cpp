@@ -19,8 +19,11 @@ namespace {
 constexpr std::string_view kRecipeKeys[] = {
     "schema", "name",   "summary", "default", "task",    "framework", "dataset",
     "release", "precisions", "needs", "scaling", "reference_parallelism", "sources", "model", "lora", "layout"};
-constexpr std::string_view kModelKeys[] = {"preset", "seq",   "layers",   "d_model", "ffn",    "heads",
-                                           "kv_heads", "head_dim", "vocab", "experts", "top_k"};
+constexpr std::string_view kModelKeys[] = {
+    "preset",       "seq",        "layers",          "d_model",        "ffn",
+    "heads",        "kv_heads",   "head_dim",        "vocab",          "experts",
+    "top_k",        "expert_ffn", "shared_ffn",      "dense_first",    "moe_every",
+    "router_score", "aux_loss",   "capacity_factor", "pad_to_capacity"};
 // Keys a [[layout]] table and each of its runs share; the table adds its filters and `runs`.
 constexpr std::string_view kRunKeys[] = {"gpus", "global_batch", "tp",     "pp",   "cp",   "vp",
                                          "ep",   "etp",          "dp",     "micro_batch", "sequence_parallel",
@@ -57,6 +60,35 @@ Scaling parse_scaling(const std::string& at, const std::string& s) {
   return s == "weak" ? Scaling::weak : Scaling::strong;
 }
 
+// The [model] table's MoE keys over the preset's (model/config.h MoeConfig).
+void read_moe(const std::string& path, const toml::table& m, model::MoeConfig& moe) {
+  moe.experts = positive(path, m, "experts", moe.experts);
+  moe.top_k = positive(path, m, "top_k", moe.top_k);
+  TB_REQUIRE((moe.experts == 0) == (moe.top_k == 0),
+             fmt::format("{}: a mixture of experts needs both experts and top_k", where(path, m)));
+  TB_REQUIRE(moe.top_k <= moe.experts,
+             fmt::format("{}: top_k={} exceeds experts={}", where_key(path, m, "top_k"), moe.top_k, moe.experts));
+  moe.expert_ffn = positive(path, m, "expert_ffn", moe.expert_ffn);
+  moe.shared_ffn = positive(path, m, "shared_ffn", moe.shared_ffn);
+  if (const auto v = get_int(path, m, "dense_first")) {
+    TB_REQUIRE(*v >= 0 && *v < (1 << 20),
+               fmt::format("{}: 'dense_first' must be an integer >= 0", where_key(path, m, "dense_first")));
+    moe.dense_first = int(*v);
+  }
+  moe.every = positive(path, m, "moe_every", moe.every);
+  if (const auto s = get_string(path, m, "router_score")) {
+    require_one_of(where_key(path, m, "router_score"), "router_score", *s, {"softmax", "sigmoid"});
+    moe.score = *s == "softmax" ? model::RouterScore::softmax : model::RouterScore::sigmoid;
+  }
+  for (auto [key, field] : {std::pair{"aux_loss", &moe.aux_loss}, {"capacity_factor", &moe.capacity_factor}}) {
+    const auto v = get_number(path, m, key);
+    if (!v) continue;
+    TB_REQUIRE(*v >= 0, fmt::format("{}: '{}' must be >= 0", where_key(path, m, key), key));
+    *field = *v;
+  }
+  moe.pad_to_capacity = get_bool(path, m, "pad_to_capacity").value_or(moe.pad_to_capacity);
+}
+
 void read_model(const std::string& path, const toml::table& root, Recipe& r) {
   const auto* m = root.get_as<toml::table>("model");
   TB_REQUIRE(m, fmt::format("{}: missing table [model] (preset = \"...\", seq = ...)", path));
@@ -84,12 +116,7 @@ void read_model(const std::string& path, const toml::table& root, Recipe& r) {
     c.head_dim = c.d_model / c.heads;
   }
   if (r.shape_overridden) c.name = r.name;
-  r.experts = positive(path, *m, "experts", 0);
-  r.top_k = positive(path, *m, "top_k", 0);
-  TB_REQUIRE((r.experts == 0) == (r.top_k == 0),
-             fmt::format("{}: a mixture of experts needs both experts and top_k", where(path, *m)));
-  TB_REQUIRE(r.top_k <= r.experts,
-             fmt::format("{}: top_k={} exceeds experts={}", where_key(path, *m, "top_k"), r.top_k, r.experts));
+  read_moe(path, *m, c.moe);
   try {
     c.validate();
   } catch (const Error& e) {

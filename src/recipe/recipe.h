@@ -56,7 +56,6 @@ struct Recipe {
   std::string preset;                           // model/config.h preset it starts from
   model::ModelConfig model;                     // preset + overrides; model.seq is the recipe's sequence
   bool shape_overridden = false;
-  int experts = 0, top_k = 0;                   // MoE (0: dense)
   int lora_rank = 0;
   double lora_alpha = 0;
   std::vector<Layout> layouts;                  // every run of every [[layout]], file order

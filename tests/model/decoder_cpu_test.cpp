@@ -5,7 +5,9 @@
 //     every slot (parameters moved off their init first, so norm gains and biases are not at 1 and 0);
 //   - gradient accumulation: two half batches with grad_scale 0.5 == one full batch;
 //   - determinism (same seed, same parameters and loss), float against double, initial loss ~ ln(vocab);
-//   - the layout (contiguous slots, the lead's param_count) and bad inputs raising tb::Error.
+//   - the layout (contiguous slots, the lead's param_count) and bad inputs raising tb::Error;
+//   - the same on two MoE variants (softmax with a shared expert and a dense first layer; sigmoid with a routed scale
+//     and capacity dropping), the objective being the LM loss plus the aux, sequence-aux and z losses.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -42,12 +44,32 @@ ModelConfig tiny(const std::string& family) {
   } else if (family == "gpt") {
     c.ffn = 32, c.kv_heads = 4;
     c.norm = Norm::layernorm, c.act = Act::gelu, c.pos = Pos::learned, c.tied_embeddings = true;
+  } else if (family == "moe" || family == "moe_sigmoid") {  // llama with MoE layers (every loss on)
+    c.ffn = 24;
+    c.norm = Norm::rmsnorm, c.act = Act::swiglu, c.pos = Pos::rope;
+    c.rope_theta = 10000.0;
+    c.moe.experts = 4, c.moe.top_k = 2, c.moe.expert_ffn = 12;
+    c.moe.aux_loss = 0.1, c.moe.seq_aux_loss = 0.05, c.moe.z_loss = 0.01;
+    if (family == "moe") {  // softmax, a shared expert, the first layer dense
+      c.moe.shared_ffn = 8, c.moe.dense_first = 1;
+    } else {  // DeepSeek-V3's sigmoid scores with a routed scale, GELU experts, capacity 1 (drops pairs)
+      c.act = Act::gelu;
+      c.moe.score = tb::model::RouterScore::sigmoid, c.moe.scale = 2.5, c.moe.capacity_factor = 1.0;
+    }
   } else {
     c.ffn = 32;
     c.norm = Norm::layernorm1p, c.act = Act::sqrelu, c.pos = Pos::rope;
     c.rope_theta = 10000.0;
   }
   return c;
+}
+
+// The objective forward_backward differentiates: the LM loss plus the MoE losses (0 for a dense model).
+double objective(CpuDecoder<double>& m, const std::vector<std::int32_t>& tokens,
+                 const std::vector<std::int32_t>& targets, int batch, int seq) {
+  m.reset_moe_stats();
+  const double loss = m.forward(tokens, targets, batch, seq);
+  return loss + m.moe_stats().objective;
 }
 
 struct Batch {
@@ -72,10 +94,17 @@ TEST_P(Family, WholeModelGradientMatchesFiniteDifferences) {
   std::uniform_real_distribution<double> u(-0.3, 0.3);
   for (double& p : m.params()) p += u(g);  // off the init: gains not 1, biases not 0
   const int batch = 2, seq = 7;
-  const Batch b = random_batch(batch * seq, cfg.vocab, 12);
+  Batch b = random_batch(batch * seq, cfg.vocab, 12);
+  // No two tokens with the same prefix (the first two of each sequence distinct from all others): such tokens have
+  // equal states, so equal routing weights, and a tie at the capacity boundary is a step the differences would see.
+  for (int i = 0; i < batch; ++i) b.tokens[std::size_t(i * seq)] = i, b.tokens[std::size_t(i * seq + 1)] = batch + i;
   m.zero_grads();
-  const double loss = m.forward_backward(b.tokens, b.targets, batch, seq);
-  EXPECT_NEAR(m.forward(b.tokens, b.targets, batch, seq), loss, 1e-14);
+  m.reset_moe_stats();
+  const double loss = m.forward_backward(b.tokens, b.targets, batch, seq) + m.moe_stats().objective;
+  EXPECT_NEAR(objective(m, b.tokens, b.targets, batch, seq), loss, 1e-14);
+  if (cfg.moe.enabled()) {
+    EXPECT_GT(m.moe_stats().objective, 0.0);
+  }
   const std::vector<double> grad(m.grads().begin(), m.grads().end());
 
   const auto slots = m.layout();
@@ -90,9 +119,9 @@ TEST_P(Family, WholeModelGradientMatchesFiniteDifferences) {
       double& p = m.params()[i];
       const double saved = p;
       p = saved + h;
-      const double lp = m.forward(b.tokens, b.targets, batch, seq);
+      const double lp = objective(m, b.tokens, b.targets, batch, seq);
       p = saved - h;
-      const double lm = m.forward(b.tokens, b.targets, batch, seq);
+      const double lm = objective(m, b.tokens, b.targets, batch, seq);
       p = saved;
       const double num = (lp - lm) / (2 * h);
       const double err = std::abs(grad[i] - num) / (1e-5 * std::max(std::abs(grad[i]), std::abs(num)) + 1e-9);
@@ -106,7 +135,10 @@ TEST_P(Family, WholeModelGradientMatchesFiniteDifferences) {
 }
 
 TEST_P(Family, TwoHalfMicroBatchesEqualOneFullBatch) {
-  const ModelConfig cfg = tiny(GetParam());
+  ModelConfig cfg = tiny(GetParam());
+  // The per-micro-batch aux loss and the capacity of a micro-batch's tokens do not add up over halves (z and the
+  // sequence-level loss do).
+  cfg.moe.aux_loss = 0, cfg.moe.capacity_factor = 0;
   CpuDecoder<double> full(cfg, 3), halves(cfg, 3);
   const int batch = 4, seq = cfg.seq;
   const Batch b = random_batch(batch * seq, cfg.vocab, 4);
@@ -169,7 +201,7 @@ TEST_P(Family, LayoutIsContiguousAndMatchesParamCount) {
   EXPECT_THROW(m.param("layers.9.attn.qkv.weight"), tb::Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt", "nemotron"),
+INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt", "nemotron", "moe", "moe_sigmoid"),
                          [](const auto& tp) { return tp.param; });
 
 TEST(CpuDecoder, OutputProjectionsAreScaledDown) {

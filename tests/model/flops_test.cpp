@@ -81,3 +81,22 @@ TEST(ModelConfig, PresetsAndParameterCounts) {
   bad.kv_heads = 3;
   EXPECT_THROW(bad.validate(), tb::Error);
 }
+
+// Mixtral 8x7B: 46.7e9 parameters, 12.9e9 active (Mistral AI's figures); its MLP FLOPs are those of the two active
+// experts. A pattern with dense layers and a shared expert counts each layer by its own kind.
+TEST(Flops, MixtureOfExpertsCountsTheActiveExperts) {
+  const auto& mx = preset("mixtral-8x7b");
+  EXPECT_NEAR(double(tb::model::param_count(mx)), 46.7e9, 0.05e9);
+  EXPECT_NEAR(double(tb::model::active_param_count(mx)), 12.9e9, 0.05e9);
+  auto dense = mx;
+  dense.moe = {};
+  dense.ffn = 2 * mx.ffn;
+  EXPECT_DOUBLE_EQ(flops_per_token(mx, FlopConvention::causal).mlp, flops_per_token(dense, FlopConvention::causal).mlp);
+  auto m = tb::model::preset("tiny-moe");
+  const double h = m.d_model, gemms = m.act == tb::model::Act::swiglu ? 3 : 2;
+  const double moe_ffn = double(m.moe.top_k) * m.expert_ffn() + m.moe.shared_ffn;
+  ASSERT_EQ(m.moe_layers(), m.layers - m.moe.dense_first);
+  EXPECT_DOUBLE_EQ(flops_per_token(m, FlopConvention::full).mlp,
+                   6 * h * gemms * (m.moe.dense_first * m.ffn + m.moe_layers() * moe_ffn));
+  EXPECT_GT(tb::model::param_count(m), tb::model::active_param_count(m));
+}

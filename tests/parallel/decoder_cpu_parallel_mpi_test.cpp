@@ -1,8 +1,9 @@
 // decoder_cpu_parallel_mpi_test: the sharded CPU decoder (parallel/decoder_cpu_parallel.h) under mpirun (2 and 4
 // ranks, ctest) against the single-rank CpuDecoder<double> (the same decoder on groups of one rank) on the full
-// sequence, for two tiny model variants
+// sequence, for three tiny model variants
 // (llama-like: rmsnorm, swiglu, rope with Llama 3.1 scaling, GQA; gpt-like: layernorm, gelu, learned positions,
-// tied embeddings, MHA) with parameters moved off their init (norm gains not 1, biases not 0) and random tokens:
+// tied embeddings, MHA; moe: llama with routed and shared experts and the load-balancing losses) with parameters moved
+// off their init (norm gains not 1, biases not 0) and random tokens:
 //   - every layout of the world that fits: tp = cp = 1 (dp = n), tp = n (with and without sequence parallel), cp = n,
 //     tp 2 x cp n/2 (with SP), cp 2 x tp n/2, each with micro-batch 1 and 2: the loss on every rank and the full
 //     gradient (add_grads_to_full summed over tp and cp) to 1e-10 relative per parameter slot, the embedding and LM
@@ -10,6 +11,7 @@
 //     backend's, dense_layout(tp_shard_config(cfg, tp)));
 //   - two stages chained by hand in each rank's process (layers [0, k) then [k, L)), two micro-batches in flight
 //     (forward 0, forward 1, backward 1, backward 0): the same losses and gradients as one stage and the reference;
+//   - moe: the load-balancing losses and tokens per expert on every rank equal the reference's;
 //   - float against the float CpuDecoder;
 //   - layouts the model does not fit raise tb::Error on every rank (no collective is left waiting); a vocabulary
 //     that tp does not divide fits (the embedding and LM head are not split over tp).
@@ -120,6 +122,7 @@ TEST_P(Family, EveryLayoutMatchesTheSingleRankDecoder) {
   for (int batch : {1, 2}) {
     const Batch b = random_batch(batch, cfg.seq, cfg.vocab, 100 + batch);
     ref.zero_grads();
+    ref.reset_moe_stats();
     const double ref_loss = ref.forward_backward(b.tokens, b.targets, batch, b.seq, kGradScale);
     for (const Layout& l : layouts(n)) {
       Mesh2 m(l);
@@ -140,6 +143,11 @@ TEST_P(Family, EveryLayoutMatchesTheSingleRankDecoder) {
       const std::string what = l.str() + " batch " + std::to_string(batch) + " rank " + std::to_string(m.world->rank());
       EXPECT_NEAR(loss, ref_loss, 1e-12 * ref_loss) << what;
       EXPECT_EQ(compare_grads<double>(ref.dense_layout(), g, ref.grads(), 1e-10), "") << what;
+      if (cfg.moe.enabled()) {  // the load-balancing losses and counts over the whole micro-batch on every rank
+        EXPECT_GT(ref.moe_stats().objective, 0) << what;
+        EXPECT_NEAR(dec.moe_stats().objective, ref.moe_stats().objective, 1e-12 * ref.moe_stats().objective) << what;
+        EXPECT_EQ(dec.moe_stats().tokens_per_expert, ref.moe_stats().tokens_per_expert) << what;
+      }
     }
   }
 }
@@ -168,9 +176,9 @@ TEST_P(Family, TwoStagesChainedEqualOneStage) {
       const double loss1 = s1.forward(1, b1.view(), h1);
       EXPECT_EQ(s0.in_flight(), 2u);
       s1.backward(1, {}, dh, kGradScale);
-      s0.backward(1, dh, {});
+      s0.backward(1, dh, {}, kGradScale);  // its MoE losses scale like the LM loss
       s1.backward(0, {}, dh, kGradScale);
-      s0.backward(0, dh, {});
+      s0.backward(0, dh, {}, kGradScale);
       const double one0 = one.forward(0, b0.view());
       one.backward(0, {}, {}, kGradScale);
       const double one1 = one.forward(1, b1.view());
@@ -205,7 +213,7 @@ TEST_P(Family, FloatMatchesTheFloatDecoder) {
   EXPECT_EQ(compare_grads<float>(ref.dense_layout(), g, ref.grads(), 2e-4), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt"));
+INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt", "moe"));
 
 TEST(ShardedCpuDecoder, LayoutsTheModelDoesNotFitRaise) {
   const int n = comm::world().size;

@@ -1,6 +1,8 @@
 // tests/parallel/tiny_models.h: the two tiny model families the parallel CPU tests share, and random token batches.
 //   llama: rmsnorm, swiglu, rope with Llama 3.1 scaling (inv_freq {1, 0.01}: one band unchanged, one smoothed), GQA 8/4
 //   gpt:   layernorm, gelu, learned positions, tied embeddings, MHA 4/4
+//   moe:   llama with a Mixture-of-Experts MLP after one dense layer: 4 experts of width 8, top 2, a shared expert
+//          of width 8, aux, sequence aux and z losses on (dropless: capacity would depend on the rank's rows)
 // d_model 16, head_dim 4, ffn 24, vocab 36, seq 16: every size divides by 4 (tp, cp up to 4 ranks).
 #pragma once
 
@@ -17,10 +19,15 @@ inline model::ModelConfig tiny(const std::string& family, int layers) {
   model::ModelConfig c = model::preset("tiny");
   c.name = "test-" + family;
   c.layers = layers, c.d_model = 16, c.head_dim = 4, c.ffn = 24, c.vocab = 36, c.seq = 16;
-  if (family == "llama") {
+  if (family == "llama" || family == "moe") {
     c.heads = 8, c.kv_heads = 4;
     c.rope_scaling.enabled = true;
     c.rope_scaling.original_max_position = 1024;
+    if (family == "moe") {
+      c.family = "llama";
+      c.moe.experts = 4, c.moe.top_k = 2, c.moe.expert_ffn = 8, c.moe.shared_ffn = 8, c.moe.dense_first = 1;
+      c.moe.aux_loss = 0.1, c.moe.seq_aux_loss = 0.05, c.moe.z_loss = 0.01;
+    }
   } else {
     c.family = "gpt";
     c.heads = 4, c.kv_heads = 4;

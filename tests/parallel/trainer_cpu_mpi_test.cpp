@@ -9,6 +9,8 @@
 //   - 20 steps, lr 1e-2 with warmup and cosine decay, clipping at a max_norm that clips some steps but not all:
 //     every step's loss and gradient norm equal a single-rank loop written here (CpuDecoder + adamw_step + clip) to
 //     1e-9 relative, and the final parameters to 1e-8;
+//   - a MoE model (routed and shared experts, the load-balancing losses): one step on every layout equals the sum of
+//     the single-rank gradients of its micro-batches;
 //   - bad layouts and bad input raise Error{config} on every rank, naming the problem.
 #include <gtest/gtest.h>
 
@@ -189,6 +191,37 @@ TEST_P(Family, TwentyStepsMatchTheSingleRankLoop) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt"));
+
+// A MoE model's load-balancing losses are per micro-batch (not linear in the batch): the reference sums the
+// gradients of the global batch's consecutive micro-batches, each scaled by micro / global.
+TEST(ParallelCpuTrainer, MoeStepMatchesTheSumOverMicroBatches) {
+  const ModelConfig cfg = tiny("moe");
+  const std::vector<double> start = start_params(cfg);
+  const Batch b = random_batch(kGlobal, cfg.seq, cfg.vocab, 43);
+  auto world = comm::world_communicator();
+  int ran = 0;
+  for (int micro : {1, 2}) {
+    CpuDecoder<double> ref(cfg, kSeed);
+    std::ranges::copy(start, ref.params().begin());
+    ref.zero_grads();
+    double ref_loss = 0;
+    const std::size_t n = std::size_t(micro * cfg.seq);
+    for (int i = 0; i < kGlobal / micro; ++i) {
+      const std::span<const std::int32_t> tok(b.tokens.data() + i * n, n), tgt(b.targets.data() + i * n, n);
+      ref_loss += ref.forward_backward(tok, tgt, micro, cfg.seq, double(micro) / kGlobal) * micro / kGlobal;
+    }
+    for (const Layout& l : layouts(world->size())) {
+      if (!fits(l, cfg, micro)) continue;
+      ++ran;
+      ParallelCpuTrainer<double> t(*world, cfg, {l.shape, micro, kGlobal, {}}, kSeed);
+      t.load_full(start);
+      const ParallelStepStats st = t.step(b.tokens, b.targets, 1e-3);
+      EXPECT_NEAR(st.loss, ref_loss, 1e-10 * ref_loss) << what(l, micro);
+      EXPECT_EQ(compare(ref.dense_layout(), t.full_grads(), ref.grads(), 1e-10), "") << what(l, micro);
+    }
+  }
+  EXPECT_GE(ran, int(layouts(world->size()).size()));
+}
 
 TEST(ParallelCpuTrainer, FloatTrains) {  // the float instantiation against the float single-rank decoder
   const ModelConfig cfg = tiny("gpt");

@@ -54,8 +54,10 @@ TEST(Recipes, ModelOverridesAndMoe) {
   EXPECT_TRUE(grok.shape_overridden);
   EXPECT_EQ(grok.model.layers, 64);
   EXPECT_EQ(grok.model.d_model, 6144);
-  EXPECT_EQ(grok.experts, 8);
-  EXPECT_EQ(grok.top_k, 2);
+  EXPECT_EQ(grok.model.moe.experts, 8);
+  EXPECT_EQ(grok.model.moe.top_k, 2);
+  EXPECT_EQ(grok.model.moe.capacity_factor, 1.0);
+  EXPECT_TRUE(grok.model.moe.pad_to_capacity);
   const auto& mt = recipe("maxtext-llama2-70b");
   EXPECT_EQ(mt.model.vocab, 32000);
   EXPECT_EQ(mt.model.seq, 4096);
