@@ -35,10 +35,12 @@ PRESETS = {  # d_model, query heads, kv heads, head_dim, ffn, vocab, layers
 ROPE_THETA, EPS = 500000.0, 1e-5
 
 
-def rope_inv_freq(hd, factor=8.0, low=1.0, high=4.0, orig=8192):
-    """theta^(-2i/hd) with Llama 3.1's apply_scaling: wavelengths shorter than orig/high are kept, longer than
-    orig/low slowed by `factor`, and the band in between interpolated smoothly."""
-    f = ROPE_THETA ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+def rope_inv_freq(hd, theta=ROPE_THETA, scaled=True, factor=8.0, low=1.0, high=4.0, orig=8192):
+    """theta^(-2i/hd) with Llama 3.1's apply_scaling (scaled=False: without, as Mixtral): wavelengths shorter than
+    orig/high are kept, longer than orig/low slowed by `factor`, and the band in between interpolated smoothly."""
+    f = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    if not scaled:
+        return f
     wavelen = 2 * math.pi / f
     smooth = (orig / wavelen - low) / (high - low)
     mid = (1 - smooth) * f / factor + smooth * f
@@ -53,21 +55,25 @@ def rope(x, cos, sin):
 
 
 class Block(nn.Module):
-    def __init__(self, c, dtype):
+    def __init__(self, c, dtype, dense_mlp=True):  # dense_mlp False: no fc1, fc2 (torch_moe.py's block has experts)
         super().__init__()
         self.H, self.G, self.hd, self.gqa = c["heads"], c["kv"], c["hd"], True
         self.norm1, self.norm2 = (nn.RMSNorm(c["d"], eps=EPS, dtype=dtype) for _ in range(2))
         linear = lambda n_in, n_out: nn.Linear(n_in, n_out, bias=False, dtype=dtype)  # weight [n_out, n_in]
         self.qkv = linear(c["d"], (c["heads"] + 2 * c["kv"]) * c["hd"])  # rows: Q heads, K heads, V heads
         self.out = linear(c["heads"] * c["hd"], c["d"])
-        self.fc1 = linear(c["d"], 2 * c["ffn"])  # rows [0, ffn) gate, [ffn, 2 ffn) up
-        self.fc2 = linear(c["ffn"], c["d"])
+        if dense_mlp:
+            self.fc1 = linear(c["d"], 2 * c["ffn"])  # rows [0, ffn) gate, [ffn, 2 ffn) up
+            self.fc2 = linear(c["ffn"], c["d"])
 
-    def forward(self, x, cos, sin):
+    def attention(self, x, cos, sin):  # h = x + Wo·attn(rope(q), rope(k), v)
         B, S, _ = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(B, S, -1, self.hd).split([self.H, self.G, self.G], dim=2)
         o = attend(rope(q, cos, sin).transpose(1, 2), rope(k, cos, sin).transpose(1, 2), v.transpose(1, 2), self.gqa)
-        h = x + self.out(o.transpose(1, 2).reshape(B, S, -1))
+        return x + self.out(o.transpose(1, 2).reshape(B, S, -1))
+
+    def forward(self, x, cos, sin):
+        h = self.attention(x, cos, sin)
         gate, up = self.fc1(self.norm2(h)).chunk(2, dim=-1)
         return h + self.fc2(F.silu(gate) * up)
 
@@ -85,7 +91,8 @@ class Decoder(nn.Module):
         self.blocks = nn.ModuleList(block(c, dtype) for _ in range(c["layers"]))
         self.norm = nn.RMSNorm(c["d"], eps=EPS, dtype=dtype)
         self.lm_head = nn.Linear(c["d"], c["vocab"], bias=False, dtype=dtype)  # untied
-        angles = torch.outer(torch.arange(seq, dtype=torch.float64), rope_inv_freq(c["hd"])).repeat(1, 2)[:, None]
+        inv_freq = rope_inv_freq(c["hd"], c.get("theta", ROPE_THETA), c.get("rope_scaled", True))
+        angles = torch.outer(torch.arange(seq, dtype=torch.float64), inv_freq).repeat(1, 2)[:, None]
         self.register_buffer("cos", angles.cos().to(torch.bfloat16), persistent=False)
         self.register_buffer("sin", angles.sin().to(torch.bfloat16), persistent=False)
 
@@ -181,6 +188,35 @@ def step_record(args, times, losses, tokens_per_step, cuda):
     }
 
 
+def adamw(params, fused):
+    """AdamW as both peers run it: lr 3e-4, betas (0.9, 0.95), weight decay 0.1 on matrices, none on norm gains."""
+    return torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=fused)
+
+
+def measure(args, step, tokens_per_step, cuda, dev):
+    """step(i) -> (loss, grad_norm) for the --warmup then --steps steps, each timed(); NVML over the measured ones.
+    Returns step_record()'s dict with "telemetry" and "energy_j_per_token" added on the GPU."""
+    times, losses = [], []
+    power = for_torch_device(torch, dev.index or 0) if cuda else None
+    for i in range(args.warmup + args.steps):
+        if power and i == args.warmup:
+            power.start()  # the measured steps only
+        (loss, norm), sec = timed(lambda: step(i), cuda)
+        times.append(sec)
+        losses.append(loss.item())
+        log_step(i, args, losses[-1], norm.item(), sec)
+    if power:
+        power.stop()
+    record = step_record(args, times, losses, tokens_per_step, cuda)
+    if power:
+        record["telemetry"] = power.summary()
+        if record["telemetry"]["available"]:
+            record["energy_j_per_token"] = record["telemetry"]["energy_j"] / (args.steps * tokens_per_step)
+    return record
+
+
 def quantile(xs, q):  # linear interpolation between order statistics (numpy's default, as core/stats.h)
     xs = sorted(xs)
     pos = q * (len(xs) - 1)
@@ -217,9 +253,7 @@ def main():
     for block in model.blocks:
         block.gqa = gqa
     params = list(model.parameters())
-    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],  # norm gains
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=cuda)
+    opt = adamw(params, cuda)
     # Whole model compiled, not block by block: one graph lets Inductor fuse across block boundaries
     # (residual add + RMSNorm) and around the LM head and loss; the price is a longer first step (the L blocks
     # are traced unrolled), which is reported as compile_ms and kept out of the measured steps by --warmup.
@@ -243,23 +277,7 @@ def main():
     targets = torch.randint(V, (n, accum, B, s), generator=gen, device=dev)
     print(f"# torch {torch.__version__}: {args.model} L{L} seq {s} micro-batch {B} global batch {G} state {args.state} "
           f"compile {args.compile} sdpa {backend.name} gqa {'native' if gqa else 'repeated'}", file=sys.stderr)
-    times, losses = [], []
-    power = for_torch_device(torch, dev.index or 0) if cuda else None
-    for i in range(n):
-        if power and i == args.warmup:
-            power.start()  # the measured steps only
-        (loss, norm), sec = timed(lambda: train_step(tokens[i], targets[i]), cuda)
-        times.append(sec)
-        losses.append(loss.item())
-        log_step(i, args, losses[-1], norm.item(), sec)
-    if power:
-        power.stop()
-
-    record = step_record(args, times, losses, G * s, cuda)
-    if power:
-        record["telemetry"] = power.summary()
-        if record["telemetry"]["available"]:
-            record["energy_j_per_token"] = record["telemetry"]["energy_j"] / (args.steps * G * s)
+    record = measure(args, lambda i: train_step(tokens[i], targets[i]), G * s, cuda, dev)
     fpt = flops_per_token(c, s)
     print(json.dumps({
         "peer": "torch", "bench": "train", "case": f"{args.model}/L{L}/s{s}/mb{B}/gb{G}/{dev.type}",

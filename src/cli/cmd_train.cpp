@@ -106,6 +106,27 @@ nlohmann::json cuda_fields(const train::TrainSpec& spec, const train::TrainResul
   return d;
 }
 
+// A MoE model's routing over the measured steps, per MoE layer and micro-batch (docs/METRICS.md "moe").
+nlohmann::json moe_json(const model::ModelConfig& m, const train::TrainResult& res) {
+  const model::MoeStats& s = res.moe;
+  const double per = res.moe_forwards > 0 ? 1.0 / res.moe_forwards : 0.0;
+  const double layers = s.empty() ? 1.0 : double(s.tokens_per_expert.size()) / s.experts;
+  const model::MoeStats::Spread t = s.spread();
+  nlohmann::json j = {{"experts", m.moe.experts},
+                      {"top_k", m.moe.top_k},
+                      {"layers", m.moe_layers()},
+                      {"routing", model::routing_name(m.moe.routing)},
+                      {"score", model::router_score_name(m.moe.score)},
+                      {"active_params", model::active_param_count(m)},
+                      {"tokens_per_expert", {{"min", t.min * per}, {"mean", t.mean * per}, {"max", t.max * per}}},
+                      {"imbalance", t.mean > 0 ? t.max / t.mean : 0.0},
+                      {"dropped", double(s.dropped) * per},
+                      {"aux_loss", s.aux * per / layers},
+                      {"seq_aux_loss", s.seq_aux * per / layers},
+                      {"z_loss", s.z * per / layers}};
+  return j;
+}
+
 // " (delayed scaling, hybrid, FP8 LM head with E5M2 logit gradients rounded stochastically, FP8 attention)"; a head
 // with some GEMMs in BF16: "FP8 LM head (dgrad,wgrad in FP8) with ..."
 std::string fp8_description(const train::TrainSpec& spec) {
@@ -144,6 +165,16 @@ void print_summary(const train::TrainResult& res, int accum, const std::string& 
   if (mfu > 0) std::printf(" | MFU %.1f%% of %.0f", 100 * mfu, peak);
   std::printf("\n         loss %.4f -> %.4f%s\n", res.steps.front().loss, res.steps.back().loss,
               res.loss_floor > 0 ? fmt::format(" (task floor {:.4f})", res.loss_floor).c_str() : "");
+  if (res.model.moe.enabled() && !res.moe.empty()) {
+    const nlohmann::json j = moe_json(res.model, res);
+    const auto& t = j["tokens_per_expert"];
+    std::printf(
+        "         moe: %d experts top-%d, %s routing; tokens per expert and micro-batch min %.0f mean %.0f max "
+        "%.0f (imbalance %.2f); aux %.4f, z %.3f per layer\n",
+        res.model.moe.experts, res.model.moe.top_k, j["routing"].get<std::string>().c_str(), t["min"].get<double>(),
+        t["mean"].get<double>(), t["max"].get<double>(), j["imbalance"].get<double>(), j["aux_loss"].get<double>(),
+        j["z_loss"].get<double>());
+  }
   if (cuda) {
     std::printf("         memory: peak %.2f GiB allocated by trainbench (estimate %.2f; gradients %s), %.2f GiB in use "
                 "on the GPU | graph: %s | GEMM shapes %d (%d retuned)\n",
@@ -336,10 +367,13 @@ int cmd_train(int argc, char** argv) {
       "is --tp/--pp/--cp, data parallel the rest");
   std::vector<std::string> sets;
   add_spec_options(app, spec);
-  app.add_option("--set", sets,
-                 "change the preset's shape, key=value, repeatable: layers d_model ffn heads kv_heads head_dim vocab "
-                 "seq (integers), norm rmsnorm|layernorm|layernorm1p, act swiglu|gelu|sqrelu, pos rope|learned, tied "
-                 "true|false, rope_theta, rope_scaling on|off, norm_eps (--layers and --seq apply after)");
+  app.add_option(
+      "--set", sets,
+      "change the preset's shape, key=value, repeatable: layers d_model ffn heads kv_heads head_dim vocab "
+      "seq (integers), norm rmsnorm|layernorm|layernorm1p, act swiglu|gelu|sqrelu, pos rope|learned, tied "
+      "true|false, rope_theta, rope_scaling on|off, norm_eps; MoE: experts top_k expert_ffn shared_ffn dense_first "
+      "moe_every (integers), routing learned|balanced, router_score softmax|sigmoid, aux_loss seq_aux_loss "
+      "z_loss capacity_factor (--layers and --seq apply after)");
   std::string convention = "full";
   app.add_option("--flops", convention, "FLOP convention: full | causal")->check(CLI::IsMember({"full", "causal"}))
       ->capture_default_str();
@@ -481,6 +515,7 @@ int cmd_train(int argc, char** argv) {
             {"loss_last", res.steps.back().loss},
             {"data", spec.run.data}};
   if (res.loss_floor > 0) r.data["loss_floor"] = res.loss_floor;
+  if (m.moe.enabled()) r.data["moe"] = moe_json(m, res);
   if (cuda) {
     r.data.update(cuda_fields(spec, res, peak, mfu));
   } else {

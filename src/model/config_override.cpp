@@ -34,6 +34,17 @@ double positive_number(std::string_view key, std::string_view v) {
   return x;
 }
 
+int non_negative_int(std::string_view key, std::string_view v) { return v == "0" ? 0 : positive_int(key, v); }
+
+double non_negative(std::string_view key, std::string_view v) {
+  const std::string s(v);
+  char* end = nullptr;
+  const double x = s.empty() ? -1.0 : std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(x) || x < 0)
+    raise_config(fmt::format("--set {}={}: {} takes a number >= 0", key, v, key));
+  return x;
+}
+
 template <class E>
 E one_of(std::string_view key, std::string_view v, std::initializer_list<std::pair<std::string_view, E>> choices) {
   std::string names;
@@ -88,6 +99,31 @@ const std::vector<std::pair<std::string_view, Setter>>& keys() {
          m.rope_scaling.enabled = one_of<bool>(k, v, {{"on", true}, {"off", false}});
        }},
       {"norm_eps", set_number<&ModelConfig::norm_eps>},
+      // Mixture of Experts (MoeConfig)
+      {"experts", [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.experts = positive_int(k, v); }},
+      {"top_k", [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.top_k = positive_int(k, v); }},
+      {"expert_ffn",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.expert_ffn = positive_int(k, v); }},
+      {"shared_ffn",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.shared_ffn = non_negative_int(k, v); }},
+      {"dense_first",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.dense_first = non_negative_int(k, v); }},
+      {"moe_every", [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.every = positive_int(k, v); }},
+      {"routing",
+       [](ModelConfig& m, std::string_view k, std::string_view v) {
+         m.moe.routing = one_of<Routing>(k, v, {{"learned", Routing::learned}, {"balanced", Routing::balanced}});
+       }},
+      {"router_score",
+       [](ModelConfig& m, std::string_view k, std::string_view v) {
+         m.moe.score =
+             one_of<RouterScore>(k, v, {{"softmax", RouterScore::softmax}, {"sigmoid", RouterScore::sigmoid}});
+       }},
+      {"aux_loss", [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.aux_loss = non_negative(k, v); }},
+      {"seq_aux_loss",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.seq_aux_loss = non_negative(k, v); }},
+      {"z_loss", [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.z_loss = non_negative(k, v); }},
+      {"capacity_factor",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.capacity_factor = non_negative(k, v); }},
   };
   return all;
 }

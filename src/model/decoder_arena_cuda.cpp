@@ -63,7 +63,7 @@ CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts
   auto layer_sets = [&](std::size_t l) { return std::span<LayerActs>(layers).subspan(l * sets, sets); };
   auto plan_block = [&](std::size_t l, const PlanPass& pass) {
     plan_layer(a, pass, layer_sets(l), c, n, nl, policy, fp8_attn);
-    mlps[l]->plan(a, pass, parts.slots, std::int64_t(n), policy);
+    mlps[l]->plan(a, pass, parts.slots, std::int64_t(n), seq, policy);
   };
   std::size_t block = 0, i = 0;
   for (std::size_t k = 0; k < sets; ++k)  // set-major, back to back, or where block_at says (a.end() resumes after)

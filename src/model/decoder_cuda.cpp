@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "model/decoder_common.h"
 #include "model/grad_sharing.h"
+#include "model/moe_mlp_cuda.h"
 #include "model/position_pieces.h"
 #include "ops/cuda/activation.h"
 #include "ops/cuda/cross_entropy.h"
@@ -48,6 +49,8 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
                  std::string(dtype_name(fp8_.grad)));
   const std::string problem = model::cuda_layout_problem(cfg_, layout_);
   TB_REQUIRE(problem.empty(), "CUDA decoder: " + problem);
+  TB_REQUIRE(!cfg_.moe.enabled() || !fp8_.enabled,
+             "CUDA decoder: a Mixture-of-Experts model runs in BF16 only so far (Fp8Options::enabled off)");
   for (const DenseLayout::Layer& L : layout_.layers) {
     linears_.push_back({LinearCuda(layout_, L.qkv), LinearCuda(layout_, L.out)});
     mlps_.push_back(make_mlp(cfg_, layout_, L));
@@ -262,6 +265,7 @@ void CudaDecoder::set_tensor_parallel(TensorParallelOps tp) {
   TB_REQUIRE(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size, "CUDA decoder: tensor-parallel rank out of range");
   if (tp.size > 1) {
     TB_REQUIRE(tp.all_gather && tp.reduce_scatter, "CUDA decoder: tensor parallel needs all_gather and reduce_scatter");
+    TB_REQUIRE(!cfg_.moe.enabled(), "CUDA decoder: a Mixture-of-Experts model runs with tensor parallel 1 so far");
   }
   tp_ = std::move(tp);
 }
@@ -271,6 +275,7 @@ void CudaDecoder::set_context_parallel(ContextParallelOps cp) {
   TB_REQUIRE(cp.size >= 1 && cp.rank >= 0 && cp.rank < cp.size, "CUDA decoder: context-parallel rank out of range");
   if (cp.size > 1) {
     TB_REQUIRE(cp.all_gather && cp.reduce_scatter, "CUDA decoder: context parallel needs all_gather and reduce_scatter");
+    TB_REQUIRE(!cfg_.moe.enabled(), "CUDA decoder: a Mixture-of-Experts model runs with context parallel 1 so far");
     TB_REQUIRE(!fp8_attention(), "CUDA decoder: FP8 attention does not combine with context parallel (cuDNN's FP8 "
                                  "attention has no bottom-right causal mask on Hopper): leave it off");
   }
@@ -388,6 +393,7 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
              "one exactly when it is not the last");
   const ModelConfig& c = cfg_;
   const int batch = batch_, seq = seq_;
+  grad_scale_ = grad_scale;
   dc_.activate();
   cudaStream_t st = dc_.stream();
   const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model;
@@ -512,6 +518,22 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
   }
   grads_ready(0);
   overwrite_linear_grads_ = false;
+}
+
+}  // namespace tb::model
+
+namespace tb::model {
+
+MoeStats CudaDecoder::moe_stats() const {
+  MoeStats s;
+  for (const auto& mlp : mlps_)
+    if (const auto* moe = dynamic_cast<const MoeMlpCuda*>(mlp.get())) moe->add_stats(s, dc_.stream());
+  return s;
+}
+
+void CudaDecoder::reset_moe_stats() {
+  for (const auto& mlp : mlps_)
+    if (auto* moe = dynamic_cast<MoeMlpCuda*>(mlp.get())) moe->reset_stats(dc_.stream());
 }
 
 }  // namespace tb::model

@@ -66,12 +66,13 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "model/config.h"
-#include "model/decoder_common.h"
 #include "model/arena_plan.h"
 #include "model/attention_cuda.h"
+#include "model/config.h"
+#include "model/decoder_common.h"
 #include "model/linear_cuda.h"
 #include "model/mlp_cuda.h"
+#include "model/moe_stats.h"
 #include "model/param_layout.h"
 #include "model/recompute.h"
 #include "ops/cuda/attention.h"
@@ -282,6 +283,10 @@ class CudaDecoder {
   std::size_t activation_bytes() const { return arena_.bytes(); }
   std::size_t attention_workspace_bytes() const;
 
+  // Mixture of Experts: what the MoE layers routed since reset_moe_stats() (synchronizes; empty for a dense model).
+  MoeStats moe_stats() const;
+  void reset_moe_stats();
+
   // Called after each op is enqueued with its name ("gemm fwd", "attention bwd", ...): bench/op_profile.h's
   // OpProfiler::mark records an event there. Empty: no calls.
   std::function<void(std::string_view)> on_op;
@@ -400,7 +405,7 @@ class CudaDecoder {
   LinearSaved& linear_saved(int set, int l, int k);
   int linear_count() const;                     // of all the layers
   LinearEnv env() const;                        // what the linears read of this decoder for one call
-  MlpCall mlp_call(const LinearEnv& e, std::int64_t rows) const { return {e, policy_, rows}; }
+  MlpCall mlp_call(const LinearEnv& e, std::int64_t rows) const { return {e, policy_, rows, seq_, grad_scale_}; }
   // The pre-norm of a layer (first: norm1 before attention; else norm2 before the MLP): r = x + residual (r = x
   // without one), y = norm(r) into A.y1 / A.y2. `fused`: what the linear reading y keeps (null: y is read in BF16).
   // With FP8 at tp 1 (y whole on this rank) and `fused`, the norm feeds the GEMM's FP8 input: delayed scaling writes
@@ -464,6 +469,7 @@ class CudaDecoder {
 
   // Activations and gradient scratch for batch_ x seq_ tokens.
   int batch_ = 0, seq_ = 0, slots_ = 0;
+  double grad_scale_ = 1;  // the running forward's (a MoE layer's load-balancing losses scale with it)
   ops::DeviceBuffer arena_;
   std::vector<LayerActs> acts_;
   std::vector<HeadActs> heads_;

@@ -1,21 +1,12 @@
 // model/dense_mlp_cuda.cpp: the dense MLP of a CUDA decoder block, BF16 or FP8 (model/mlp_cuda.h has the formulas).
-#include "model/mlp_cuda.h"
-
 #include <span>
 
 #include "model/decoder_cuda.h"
+#include "model/mlp_cuda.h"
+#include "model/moe_mlp_cuda.h"
 
 namespace tb::model {
 namespace {
-
-ops::Activation activation_kind(Act a) {
-  switch (a) {
-    case Act::swiglu: return ops::Activation::swiglu;
-    case Act::gelu: return ops::Activation::gelu;
-    case Act::sqrelu: break;
-  }
-  return ops::Activation::sqrelu;
-}
 
 void mark(const LinearEnv& e, std::string_view op) {
   if (e.mark) e.mark(op);
@@ -27,10 +18,12 @@ DenseMlpCuda::DenseMlpCuda(const ModelConfig& cfg, const DenseLayout& layout, co
     : fc1_(layout, layer.fc1), fc2_(layout, layer.fc2), act_(activation_kind(cfg.act)) {}
 
 std::unique_ptr<MlpCuda> make_mlp(const ModelConfig& cfg, const DenseLayout& layout, const DenseLayout::Layer& layer) {
+  if (layer.moe()) return std::make_unique<MoeMlpCuda>(cfg, layout, layer);
   return std::make_unique<DenseMlpCuda>(cfg, layout, layer);
 }
 
-void DenseMlpCuda::plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64_t rows, const RecomputePolicy& p) {
+void DenseMlpCuda::plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64_t rows, int /*seq*/,
+                        const RecomputePolicy& p) {
   sets_.resize(std::size_t(sets));
   const std::span<Saved> all(sets_);
   const auto n = std::size_t(rows);

@@ -10,6 +10,7 @@
 // reduce-scattered by the linears and the block).
 // What it keeps for its backward, per activation set (RecomputePolicy): h unless full recompute, g only when the cheap
 // outputs are kept (selective recompute computes it again from h), the FP8 X^T of fc1 and fc2 unless full recompute.
+// The Mixture-of-Experts MLP: model/moe_mlp_cuda.h.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,11 +29,25 @@
 
 namespace tb::model {
 
+inline ops::Activation activation_kind(Act a) {
+  switch (a) {
+    case Act::swiglu:
+      return ops::Activation::swiglu;
+    case Act::gelu:
+      return ops::Activation::gelu;
+    case Act::sqrelu:
+      break;
+  }
+  return ops::Activation::sqrelu;
+}
+
 // What one call of an MLP gets from its decoder.
 struct MlpCall {
   const LinearEnv& e;
   const RecomputePolicy& policy;
   std::int64_t rows;  // tokens of the micro-batch (gathered: all n rows under tensor parallel)
+  int seq = 0;        // tokens per sequence (rows / seq sequences)
+  double grad_scale = 1;  // the micro-batch's loss scale (a MoE layer's load-balancing losses scale with it)
 };
 
 class MlpCuda {
@@ -50,8 +65,9 @@ class MlpCuda {
   // The linear whose output is y, when the norm backward that produces dy may record its amax (index; -1: none).
   virtual int output_linear() const = 0;
 
-  // Plans its fields of `sets` activation sets for `rows` tokens in the pass (model/arena_plan.h).
-  virtual void plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64_t rows, const RecomputePolicy& p) = 0;
+  // Plans its fields of `sets` activation sets for `rows` tokens (sequences of `seq`) in the pass (model/arena_plan.h).
+  virtual void plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64_t rows, int seq,
+                    const RecomputePolicy& p) = 0;
   // y = mlp(x) for set `set`; x_input: how x reaches the input linear (its FP8 cast may already be written).
   // recompute_only (full recompute in the backward): only what the backward reads, without y.
   virtual void forward(const MlpCall& c, int set, const bf16* x, LinearInput x_input, bf16* y,
@@ -71,7 +87,8 @@ class DenseMlpCuda final : public MlpCuda {
   LinearSaved& saved(int set, int k) override { return sets_[std::size_t(set)].lin[k]; }
   int input_linear() const override { return 0; }
   int output_linear() const override { return 1; }
-  void plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64_t rows, const RecomputePolicy& p) override;
+  void plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64_t rows, int seq,
+            const RecomputePolicy& p) override;
   void forward(const MlpCall& c, int set, const bf16* x, LinearInput x_input, bf16* y, bool recompute_only) override;
   void backward(const MlpCall& c, int set, const bf16* x, const bf16* dy, bool dy_amax_ready, bf16* dx,
                 const std::function<void()>& after_dgrad) override;
@@ -89,7 +106,7 @@ class DenseMlpCuda final : public MlpCuda {
   std::vector<Saved> sets_;
 };
 
-// The MLP of `layer` (today every layer's is dense).
+// The MLP of `layer`: dense, or MoeMlpCuda for a MoE layer (ModelConfig::is_moe_layer).
 std::unique_ptr<MlpCuda> make_mlp(const ModelConfig& cfg, const DenseLayout& layout, const DenseLayout::Layer& layer);
 
 }  // namespace tb::model

@@ -100,9 +100,18 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range) {
 }
 
 std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l) {
-  if (c.moe.enabled())
-    return "a Mixture-of-Experts model runs on the CPU backend only so far (--device cpu); its CUDA layer is not built "
-           "yet";
+  if (c.moe.enabled()) {  // the CUDA kernels' limits (ops/cuda/moe.h)
+    if (c.moe.experts % 8 != 0 || c.moe.experts > 256 || c.moe.top_k > 32)
+      return fmt::format(
+          "the CUDA MoE layer takes 8 to 256 experts, a multiple of 8, and top_k <= 32 (got {} experts, "
+          "top_k {}); --device cpu runs any",
+          c.moe.experts, c.moe.top_k);
+    if (c.moe.capacity_factor > 0)
+      return "the CUDA MoE layer is dropless so far: a capacity factor runs on --device cpu (or set "
+             "capacity_factor 0)";
+    if (c.d_model % 8 != 0 || c.expert_ffn() % 8 != 0 || c.moe.shared_ffn % 8 != 0)
+      return "the CUDA MoE layer needs d_model, expert_ffn and shared_ffn to be multiples of 8";
+  }
   constexpr std::size_t kAlign = 128;  // elements: 256 bytes of bf16
   for (const Slot& s : l.slots)
     if (s.offset % kAlign != 0)

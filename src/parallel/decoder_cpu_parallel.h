@@ -67,6 +67,7 @@
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/moe_stats.h"
 #include "model/param_layout.h"
 #include "ops/cpu/moe.h"
 
@@ -100,14 +101,7 @@ struct MicroBatch {
   int batch = 1, seq = 0;
 };
 
-// What the MoE layers of a stage routed, summed over the forwards since reset_moe_stats().
-struct MoeStats {
-  int experts = 0;
-  std::vector<std::int64_t> tokens_per_expert;  // [MoE layers of the stage, experts]: (token, k) pairs, whole batch
-  std::int64_t dropped = 0;                     // pairs dropped over capacity on this rank
-  double aux = 0, seq_aux = 0, z = 0;           // the losses before their coefficients, summed over layers
-  double objective = 0;                         // what they add to the objective: sum of coefficient × loss
-};
+using model::MoeStats;  // what the stage's MoE layers routed (model/moe_stats.h)
 
 // The positions held by cp rank `rank` of `cp` in a sequence of `seq` tokens: chunks rank and 2cp-1-rank of
 // seq / 2cp tokens each (cp == 1: 0, 1, ..., seq-1).

@@ -91,6 +91,7 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     const auto t0 = std::chrono::steady_clock::now();
     if (delay) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(spec.debug.delay_ms));
     net.zero_grads();
+    if (step == spec.run.warmup_steps + 1) net.reset_moe_stats();  // the routing of the measured steps
     double loss = 0;
     for (int a = 0; a < accum; ++a) {
       const Batch b = source.next(spec.batch.micro);
@@ -126,6 +127,7 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
   }
   if (measured.empty()) measured.push_back(res.steps.back().step_s);  // interrupted during warmup
   res.step_s = summarize(measured);
+  if (m.moe.enabled()) res.moe = net.moe_stats(), res.moe_forwards = int(measured.size()) * accum;
   if (!measured_opt.empty()) res.optimizer_s = summarize(measured_opt).median;
   res.tokens_per_s = res.tokens_per_step / res.step_s.median;
   res.tflops = res.flops_per_step / res.step_s.median / 1e12;

@@ -21,6 +21,7 @@
 #include "core/stats.h"
 #include "model/config.h"
 #include "model/flops.h"
+#include "model/moe_stats.h"
 #include "model/param_layout.h"
 #include "parallel/mesh.h"
 #include "parallel/trainer_cpu.h"
@@ -79,6 +80,9 @@ struct TrainResult {
   int gpu = 0;                           // the CUDA device this rank ran on
   int gpus = 1;                          // ranks of the job (data parallel); tokens_per_s is the job's, tflops per GPU
   int buckets = 0;                       // data parallel: gradient buckets reduce-scattered per step
+  // Mixture of Experts: what this rank's MoE layers routed over the measured steps' `moe_forwards` micro-batches
+  model::MoeStats moe;
+  int moe_forwards = 0;
 };
 
 // The LR schedule of a run: optimizer.lr, or 3e-3 for models under 100M parameters (tiny, small: they learn their task

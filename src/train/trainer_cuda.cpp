@@ -88,8 +88,9 @@ void after_first_step(const TrainSpec& spec, ops::DeviceContext& dc, StepCuda& s
     res.gemm_retuned = bench::tune_all_plans(dc);
     ops::reset_device_memory_peak();  // its scratch operands are gone: not part of a training step
   }
-  const bool use_graph = spec.run.graph == Switch::on ||
-                         (spec.run.graph == Switch::automatic && spec.parallel.tp == 1);  // train/spec.h
+  const bool use_graph =  // train/spec.h; a MoE layer syncs with the host (model/moe_mlp_cuda.h)
+      spec.run.graph == Switch::on ||
+      (spec.run.graph == Switch::automatic && spec.parallel.tp == 1 && !resolve_model(spec).moe.enabled());
   res.graph = use_graph ? step_run.capture() : "off";
   if (res.graph != "captured" && use_graph)
     log::warn("train: running without a CUDA graph ({}); step times include launch overhead", res.graph);
@@ -184,7 +185,10 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                      spec.debug.delay_ms > 0;  // an injected straggler
   for (int step = 1; step <= spec.run.steps; ++step) {
     load_inputs(step);
-    if (step == spec.run.warmup_steps + 1) tm_from = telemetry.mark();
+    if (step == spec.run.warmup_steps + 1) {
+      tm_from = telemetry.mark();
+      for (auto& chunk : rep.chunks) chunk->reset_moe_stats();  // the routing of the measured steps
+    }
     const auto t0 = std::chrono::steady_clock::now();
     if (delay) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(spec.debug.delay_ms));
     TB_CHECK(cudaEventRecord(ev0, st));
@@ -226,6 +230,10 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const bench::Telemetry::Mark tm_to = telemetry.mark();
   res.step_s = summarize(measured);
   res.gpu_step_s = summarize(measured_gpu);
+  if (m.moe.enabled()) {
+    for (auto& chunk : rep.chunks) res.moe.add(chunk->moe_stats());
+    res.moe_forwards = int(measured.size()) * accum;
+  }
   res.tokens_per_s = res.tokens_per_step / res.step_s.median;
   res.tflops = flops_per_gpu / res.step_s.median / 1e12;
   res.peak_alloc_bytes = double(ops::device_memory_stats().peak);

@@ -16,7 +16,8 @@
 // linear layers and with the deterministic backward. Gradients sharing the activations' memory equal a separate
 // buffer's bit for bit (BF16 and FP8, recompute modes, tied and untied embeddings, fp32 and bf16 gradients). bf16
 // gradients match the CPU reference as fp32 ones do. Embedding rows gathered from other ranks add up (embedding and
-// learned positions).
+// learned positions). Mixture of Experts (8 experts top 2, shared expert, the three losses): balanced routing's whole
+// gradients, learned routing's loss and routing statistics, recompute modes bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -197,6 +198,66 @@ TEST(CudaDecoder, NemotronLikeMatchesCpu) {
   compare_with_cpu(config("nemotron", 256, 64));
 }
 
+// Mixture of Experts (model/moe_mlp_cuda.h): llama-like with 8 experts of width 128, top 2, the aux, sequence-aux and
+// z losses on. Balanced routing, so that bf16 rounding cannot flip a token's experts: the whole model's gradients
+// (router, every expert, the shared expert) against the CPU; sigmoid scores with scale 2.5 and no shared expert as
+// well. Learned routing's kernels are checked exactly in tests/ops/moe_gpu_test.cpp; here its loss.
+ModelConfig moe_config(bool sigmoid) {
+  ModelConfig c = config("llama", 256, 64);
+  c.name = sigmoid ? "gpu-test-moe-sigmoid" : "gpu-test-moe";
+  c.layers = 3;
+  auto& m = c.moe;
+  m.experts = 8, m.top_k = 2, m.expert_ffn = 128, m.dense_first = 1;
+  m.shared_ffn = sigmoid ? 0 : 128;
+  m.aux_loss = 0.05, m.seq_aux_loss = 0.05, m.z_loss = 0.01;
+  m.routing = tb::model::Routing::balanced;
+  if (sigmoid) m.score = tb::model::RouterScore::sigmoid, m.scale = 2.5;
+  return c;
+}
+
+TEST(CudaDecoder, MoeMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  compare_with_cpu(moe_config(false));
+  compare_with_cpu(moe_config(true));
+  compare_with_cpu(moe_config(false), {}, CudaDecoder::Recompute::full);
+}
+
+TEST(CudaDecoder, MoeLearnedRoutingLossAndStatsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig cfg = moe_config(false);
+  cfg.moe.routing = tb::model::Routing::learned;
+  CpuDecoder<double> cpu(cfg, 1234);
+  std::vector<float> host(cpu.params().size());
+  for (std::size_t i = 0; i < host.size(); ++i) host[i] = round_bf16(cpu.params()[i]), cpu.params()[i] = host[i];
+  std::mt19937_64 rng(4);
+  std::vector<std::int32_t> tokens(kBatch * kSeq), targets(kBatch * kSeq);
+  std::uniform_int_distribution<int> u(0, cfg.vocab - 1);
+  for (auto& t : tokens) t = u(rng);
+  for (auto& t : targets) t = u(rng);
+  cpu.zero_grads();
+  cpu.reset_moe_stats();
+  const double loss_cpu = cpu.forward_backward(tokens, targets, kBatch, kSeq);
+  tb::ops::DeviceContext dc(0);
+  CudaDecoder gpu(dc, cfg, CudaDecoder::Recompute::none, false);
+  gpu.load_params(host);
+  gpu.zero_grads();
+  gpu.reset_moe_stats();
+  const double loss_gpu = gpu.forward_backward(tokens.data(), targets.data(), kBatch, kSeq);
+  EXPECT_NEAR(loss_gpu, loss_cpu, kLossRel * loss_cpu);
+  const tb::model::MoeStats a = cpu.moe_stats(), b = gpu.moe_stats();
+  ASSERT_EQ(b.tokens_per_expert.size(), a.tokens_per_expert.size());
+  std::int64_t sum = 0, moved = 0;
+  for (std::size_t i = 0; i < a.tokens_per_expert.size(); ++i)
+    sum += b.tokens_per_expert[i], moved += std::abs(b.tokens_per_expert[i] - a.tokens_per_expert[i]);
+  EXPECT_EQ(sum, std::int64_t(kBatch) * kSeq * cfg.moe.top_k * cfg.moe_layers());
+  EXPECT_LE(moved, 8) << "more than a few pairs routed elsewhere than on the CPU";
+  EXPECT_NEAR(b.aux, a.aux, 2e-2 * a.aux);
+  EXPECT_NEAR(b.z, a.z, 2e-2 * a.z);
+  EXPECT_NEAR(b.objective, a.objective, 2e-2 * a.objective);
+  std::printf("moe learned: loss cpu %.6f gpu %.6f; aux %.5f / %.5f; pairs routed elsewhere %lld\n", loss_cpu, loss_gpu,
+              a.aux, b.aux, static_cast<long long>(moved));
+}
+
 // Recomputation changes what is kept, not what is computed: selective and full give the loss and gradients of
 // none (to attention's run-to-run noise: cuDNN's default backward accumulates dQ with atomics; deterministic here,
 // so equal bit for bit), and keep less: full < selective < none activation bytes.
@@ -239,6 +300,9 @@ TEST(CudaDecoder, RecomputeGivesTheSameGradients) {
   compare_recompute(config("llama", 256, 64));
   compare_recompute(config("gpt", 256, 64));
   compare_recompute(config("nemotron", 256, 64));
+  ModelConfig moe = moe_config(false);
+  moe.moe.routing = tb::model::Routing::learned;
+  compare_recompute(moe);
 }
 
 // zero_grads_for_overwrite + forward_backward gives the gradients of zero_grads + forward_backward, whatever the

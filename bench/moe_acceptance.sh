@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# moe_acceptance.sh: the Mixture-of-Experts GPU acceptance in one run (on the GPU machine from the repository root,
+# with carry/ from scripts/carry.sh): the MoE GPU tests, then trainbench and its PyTorch peer (bench/peers/torch_moe.py:
+# torch.compile, torch._grouped_mm, cuDNN SDPA, fused AdamW, bf16 state) one after the other on the same GPU, with
+# learned and with balanced routing, at:
+#   mixtral: Mixtral 8x7B shapes, 4 layers, seq 4096, micro-batch 1
+#   grok:    Grok-1 shapes (d_model 6144, 48 / 8 heads, 8 experts of 32768, top 2, vocab 128256), 1 layer, seq 4096
+#   dense:   the dense model of the same shapes as mixtral with the expert MLP folded into one of width top_k x ffn
+#            (what "MoE TFLOP/s against dense TFLOP/s" compares)
+# trainbench runs with the peer's optimizer state (bf16 moments and gradients; its master weights stay exact: split).
+# Logs and JSONL to $OUT. Usage: bench/moe_acceptance.sh [tests|mixtral|grok|dense]...  (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source bench/gpu_env.sh
+OUT=${OUT:-/tmp/moe-acceptance}
+mkdir -p "$OUT"
+TB=carry/trainbench
+STEPS=${STEPS:-30}
+WARMUP=${WARMUP:-10}
+STATE="--moments bf16 --grads bf16"
+GROK="--set d_model=6144 --set heads=48 --set kv_heads=8 --set head_dim=128 --set ffn=32768 --set vocab=128256
+      --set rope_theta=500000 --set rope_scaling=on"
+modes=${*:-tests mixtral grok dense}
+
+tb() {  # name, args...: a trainbench run, its summary on stdout
+  local name=$1
+  shift
+  $TB train --steps "$STEPS" --warmup-steps "$WARMUP" $STATE --out "$OUT/tb-$name" "$@" >"$OUT/tb-$name.log" 2>&1
+  echo "tb $name: $(grep -E '^summary' "$OUT/tb-$name.log" || tail -2 "$OUT/tb-$name.log")"
+  grep -E '^ +moe:' "$OUT/tb-$name.log"
+}
+peer() {  # name, args...
+  local name=$1
+  shift
+  python3 bench/peers/torch_moe.py --steps "$STEPS" --warmup "$WARMUP" "$@" >"$OUT/peer-$name.json" 2>"$OUT/peer-$name.log"
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('peer', sys.argv[2], 'step_ms', r.get('step_ms'), \
+'tflops', r.get('tflops'))" "$OUT/peer-$name.json" "$name" 2>/dev/null || tail -3 "$OUT/peer-$name.log"
+}
+
+for mode in $modes; do
+  case $mode in
+    tests)
+      carry/tests/moe_gpu_test >"$OUT/moe_gpu_test.log" 2>&1; echo "moe_gpu_test rc=$?"
+      carry/tests/decoder_cuda_gpu_test >"$OUT/decoder_cuda_gpu_test.log" 2>&1; echo "decoder_cuda_gpu_test rc=$?"
+      grep -E "FAILED|Failure" "$OUT"/*_gpu_test.log | head -20
+      ;;
+    mixtral)
+      for routing in learned balanced; do
+        tb "mixtral-$routing" --model mixtral-8x7b --layers 4 --seq 4096 --micro-batch 1 --set "routing=$routing"
+        peer "mixtral-$routing" --preset mixtral-8x7b --layers 4 --seq 4096 --micro-batch 1 --routing "$routing"
+      done
+      ;;
+    grok)
+      for routing in learned balanced; do
+        tb "grok-$routing" --model mixtral-8x7b $GROK --layers 1 --seq 4096 --micro-batch 1 --set "routing=$routing"
+        peer "grok-$routing" --preset grok1-314b --layers 1 --seq 4096 --micro-batch 1 --routing "$routing"
+      done
+      ;;
+    dense)
+      tb dense-mixtral --model mistral-7b --layers 4 --seq 4096 --micro-batch 1 --set ffn=28672 --set rope_theta=1000000
+      ;;
+    *) echo "moe_acceptance.sh: unknown mode $mode" >&2; exit 2 ;;
+  esac
+done
