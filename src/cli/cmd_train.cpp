@@ -250,6 +250,11 @@ void add_spec_options(CLI::App& app, train::TrainSpec& spec) {
   app.add_option("--cp", pl.cp, "context-parallel ranks (load-balanced causal chunks)")
       ->capture_default_str()
       ->check(whole_number(1));
+  app.add_option("--ep", pl.ep,
+                 "expert-parallel ranks (a MoE model, --device cpu): each holds experts / ep, tokens exchanged by "
+                 "all-to-all; a pipeline stage's tp·cp·dp ranks split as ep x edp")
+      ->capture_default_str()
+      ->check(whole_number(1));
   add_choice(app, "--recompute", spec.memory.recompute, train::kRecomputeModes,
              "activation recomputation: none | selective (the norm and activation outputs) | full (each layer from "
              "its input)");
@@ -497,6 +502,7 @@ int cmd_train(int argc, char** argv) {
               {"pp", layout.pp},
               {"tp", layout.tp},
               {"vp", layout.vp},
+              {"ep", layout.ep},
               {"sequence_parallel", layout.sequence_parallel}}},
             {"tokens_per_s_per_gpu", res.tokens_per_s / res.gpus},
             {"global_batch", global},

@@ -33,6 +33,11 @@ int run_distributed(RunRequest& q) {
   const bool cuda = q.cuda();
   train::TrainSpec spec = recipe_spec(q, plan.model, L.micro_batch, L.global_batch);
   spec.parallel.tp = L.tp, spec.parallel.pp = L.pp, spec.parallel.cp = L.cp, spec.parallel.vp = L.vp;
+  spec.parallel.ep = L.ep;
+  TB_REQUIRE(L.ep == 1 || L.expert_tp() == 1,
+             fmt::format("recipe '{}': ep={} with expert tensor parallel etp={} (etp 0 means tp): expert parallel runs "
+                         "with etp 1 only (set etp = 1)",
+                         r.name, L.ep, L.expert_tp()));
   spec.run.op_profile = false;  // the end-to-end step is the measurement
   train::validate_on(spec, L.gpus);
   if (auto rc = start_ranks(L.gpus, "run", q.argc, q.argv)) return *rc;  // re-executes as L.gpus ranks

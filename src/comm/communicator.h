@@ -6,6 +6,9 @@
 //   reduce_scatter  recv[i]  (recv_count)    = sum_r send_r[rank * recv_count + i]
 //   all_gather      recv[r * send_count + i] = send_r[i]
 //   broadcast       buf                      = buf_root
+//   all_to_all_v    block r of recv (recv_counts[r] elements) = block `rank` of send_r (send_r's send_counts[rank]);
+//                   blocks packed back to back in rank order (displacement = sum of the earlier counts); counts may be
+//                   0, and recv_counts[r] must equal rank r's send_counts[rank] (what an exchange of counts gives)
 //   exchange        every send and receive of the list issued together (no order-induced deadlock)
 // MPI calls complete before returning; NCCL calls are enqueued on the communicator's stream (synchronize()).
 #pragma once
@@ -41,6 +44,8 @@ class Communicator {
   virtual void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType t) = 0;
   virtual void all_gather(const void* send, void* recv, std::size_t send_count, DType t) = 0;
   virtual void broadcast(void* buf, std::size_t count, DType t, int root) = 0;
+  virtual void all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                            std::span<const std::size_t> recv_counts, DType t) = 0;
   virtual void exchange(std::span<const P2P> ops, DType t) = 0;
   virtual void barrier() = 0;
   // Waits for what was enqueued (NCCL: the stream; raises naming the rank on an asynchronous error or after
@@ -56,6 +61,12 @@ class Communicator {
     all_reduce(buf.data(), buf.data(), buf.size(), dtype_of<T>(), op);
   }
   template <class T>
+  void all_to_all_v(std::span<const T> send, std::span<const std::size_t> send_counts, std::span<T> recv,
+                    std::span<const std::size_t> recv_counts) {
+    check_all_to_all(send.size(), send_counts, recv.size(), recv_counts);
+    all_to_all_v(send.data(), send_counts, recv.data(), recv_counts, dtype_of<T>());
+  }
+  template <class T>
   void send(std::span<const T> buf, int peer) {
     const P2P p{P2P::Kind::send, const_cast<T*>(buf.data()), buf.size(), peer};
     exchange({&p, 1}, dtype_of<T>());
@@ -65,6 +76,10 @@ class Communicator {
     const P2P p{P2P::Kind::recv, buf.data(), buf.size(), peer};
     exchange({&p, 1}, dtype_of<T>());
   }
+
+  // TB_REQUIRE: one count per rank on both sides, and the buffers hold the sums of their counts.
+  void check_all_to_all(std::size_t send_size, std::span<const std::size_t> send_counts, std::size_t recv_size,
+                        std::span<const std::size_t> recv_counts) const;
 
   // Host only: the root's text on every rank (its length, then its bytes packed in int32 words); collective.
   std::string broadcast_text(const std::string& text, int root);

@@ -109,6 +109,22 @@ class MpiCommunicator final : public Communicator {
     const Watched watched("broadcast");
     TB_CHECK(MpiStatus{MPI_Bcast(buf, mpi_count(count, t), mpi_type(t, false), root, comm_)});
   }
+  // MPI_Alltoallv: counts and displacements in MPI elements (bytes for the types moved as bytes).
+  void all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                    std::span<const std::size_t> recv_counts, DType t) override {
+    TB_REQUIRE(send_counts.size() == std::size_t(size_) && recv_counts.size() == std::size_t(size_),
+               "all_to_all_v: one send and one receive count per rank");
+    const auto n = std::size_t(size_);
+    std::vector<int> sc(n), sd(n), rc(n), rd(n);
+    std::size_t so = 0, ro = 0;
+    for (std::size_t r = 0; r < n; ++r) {
+      sc[r] = mpi_count(send_counts[r], t), sd[r] = mpi_count(so, t), so += send_counts[r];
+      rc[r] = mpi_count(recv_counts[r], t), rd[r] = mpi_count(ro, t), ro += recv_counts[r];
+    }
+    const MPI_Datatype dt = mpi_type(t, false);
+    const Watched watched("all_to_all_v");
+    TB_CHECK(MpiStatus{MPI_Alltoallv(send, sc.data(), sd.data(), dt, recv, rc.data(), rd.data(), dt, comm_)});
+  }
   void exchange(std::span<const P2P> ops, DType t) override {
     std::vector<MPI_Request> reqs(ops.size());
     for (std::size_t i = 0; i < ops.size(); ++i) {

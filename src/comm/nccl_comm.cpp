@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <thread>
+#include <vector>
 
 #include "comm/mpi.h"
 #include "comm/mpi_comm.h"
@@ -84,6 +85,22 @@ void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t send
 void NcclCommunicator::broadcast(void* buf, std::size_t count, DType t, int root) {
   TB_CHECK(ncclBroadcast(buf, buf, nccl_count(count, t), nccl_type(t, false), root, comm_, stream_));
 }
+void NcclCommunicator::all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                                    std::span<const std::size_t> recv_counts, DType t) {
+  TB_REQUIRE(send_counts.size() == std::size_t(size_) && recv_counts.size() == std::size_t(size_),
+             "all_to_all_v: one send and one receive count per rank");
+  const std::size_t bytes = dtype_size(t);
+  std::vector<P2P> ops;
+  std::size_t so = 0, ro = 0;
+  for (int r = 0; r < size_; ++r) {
+    const std::size_t s = send_counts[std::size_t(r)], n = recv_counts[std::size_t(r)];
+    if (s > 0) ops.push_back({P2P::Kind::send, const_cast<char*>(static_cast<const char*>(send)) + so * bytes, s, r});
+    if (n > 0) ops.push_back({P2P::Kind::recv, static_cast<char*>(recv) + ro * bytes, n, r});
+    so += s, ro += n;
+  }
+  exchange(ops, t);
+}
+
 void NcclCommunicator::exchange(std::span<const P2P> ops, DType t) {
   TB_CHECK(ncclGroupStart());
   ncclResult_t first = ncclSuccess;

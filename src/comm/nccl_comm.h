@@ -26,6 +26,9 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType t) override;
   void all_gather(const void* send, void* recv, std::size_t send_count, DType t) override;
   void broadcast(void* buf, std::size_t count, DType t, int root) override;
+  // One ncclSend and one ncclRecv per peer with a non-zero count, grouped (what NCCL's all-to-all is).
+  void all_to_all_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                    std::span<const std::size_t> recv_counts, DType t) override;
   void exchange(std::span<const P2P> ops, DType t) override;
   void barrier() override;  // an all-reduce of one int, then synchronize()
   void synchronize(double timeout_s = 600) override { wait(stream_, timeout_s); }

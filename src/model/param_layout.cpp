@@ -13,14 +13,14 @@ namespace tb::model {
 namespace {
 
 // The MLP of a MoE layer: router, routed experts (ParamGroup::expert), shared experts; all replicated over tp.
-void moe_mlp(const ModelConfig& c, DenseLayout& L, DenseLayout::Layer& l, const std::string& p) {
+void moe_mlp(const ModelConfig& c, DenseLayout& L, DenseLayout::Layer& l, const std::string& p, int e0, int e1) {
   const std::int64_t d = c.d_model, gemm_rows = c.act == Act::swiglu ? 2 : 1;
   const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * c.layers);
   ParamTags dense, expert;
   expert.group = ParamGroup::expert;
   l.router = L.add(p + ".router.weight", {c.moe.experts, d}, {std_in, 0.0}, dense);
   const std::int64_t f = c.expert_ffn();
-  for (int e = 0; e < c.moe.experts; ++e) {
+  for (int e = e0; e < e1; ++e) {
     const std::string q = p + ".experts." + std::to_string(e);
     l.expert_fc1.push_back(L.add(q + ".fc1.weight", {gemm_rows * f, d}, {std_in, 0.0}, expert));
     l.expert_fc2.push_back(L.add(q + ".fc2.weight", {d, f}, {std_out, 0.0}, expert));
@@ -40,15 +40,20 @@ LayerRange pipeline_stage_layers(int layers, int stages, int stage) {
   return {int(std::int64_t(stage) * layers / stages), int(std::int64_t(stage + 1) * layers / stages)};
 }
 
-DenseLayout dense_layout(const ModelConfig& c, LayerRange range) {
+DenseLayout dense_layout(const ModelConfig& c, LayerRange range, ExpertRange experts) {
   c.validate();
   const int first = range.first, last = range.last < 0 ? c.layers : range.last;
   TB_REQUIRE(0 <= first && first < last && last <= c.layers,
              "dense layout: layer range [" + std::to_string(first) + ", " + std::to_string(last) +
                  ") is not a non-empty part of the model's " + std::to_string(c.layers) + " layers");
+  const int e0 = experts.first, e1 = experts.count < 0 ? c.moe.experts : experts.first + experts.count;
+  TB_REQUIRE(0 <= e0 && e0 <= e1 && e1 <= c.moe.experts && (e0 < e1 || c.moe.experts == 0),
+             "dense layout: expert range [" + std::to_string(e0) + ", " + std::to_string(e1) +
+                 ") is not a non-empty part of the model's " + std::to_string(c.moe.experts) + " experts");
   const bool embedding = first == 0, head = last == c.layers;
   DenseLayout L;
   L.first_layer = first;
+  L.first_expert = e0;
   const std::int64_t d = c.d_model;
   const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * c.layers);
   const bool norm_bias = c.norm != Norm::rmsnorm;
@@ -82,7 +87,7 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range) {
     l.out = L.add(p + ".attn.out.weight", {d, qd}, {std_out, 0.0}, tags(ParamRole::linear, TpRole::row));
     norm(p + ".norm2", l.norm2_w, l.norm2_b);
     if (c.is_moe_layer(i)) {
-      moe_mlp(c, L, l, p + ".mlp");
+      moe_mlp(c, L, l, p + ".mlp", e0, e1);
     } else {
       l.fc1 = L.add(p + ".mlp.fc1.weight", {fc1_rows, d}, {std_in, 0.0},
                     tags(ParamRole::linear, TpRole::column, fc1_blocks));

@@ -31,6 +31,9 @@
 // final_norm and lm_head only when last == c.layers. Tied embeddings split over stages: the last stage holds a copy
 // of the embedding as its LM head, a slot named embed.weight (the same initial values) after final_norm, with
 // lm_head its index and embed -1 (the trainer sums the two copies' gradients, so they stay equal).
+// Expert parallel: dense_layout(c, range, ExpertRange{first, count}) holds the routed experts [first, first + count)
+// of every MoE layer only (an ep rank's, parallel/mesh.h): the same slot names (global expert indices), Layer's
+// expert_fc1 / expert_fc2 index i is expert first + i; router and shared experts whole.
 #pragma once
 
 #include <cstddef>
@@ -49,13 +52,14 @@ struct DenseLayout : ParamRegistry {
   struct Layer {
     int norm1_w = -1, norm1_b = -1, qkv = -1, out = -1, norm2_w = -1, norm2_b = -1, fc1 = -1, fc2 = -1;
     int router = -1, shared_fc1 = -1, shared_fc2 = -1;  // a MoE layer (fc1, fc2 -1)
-    std::vector<int> expert_fc1, expert_fc2;            // per routed expert
+    std::vector<int> expert_fc1, expert_fc2;            // per routed expert held (expert first_expert + i)
     bool moe() const { return router >= 0; }
   };
   // Indices into slots; -1 when absent (no bias, no learned positions). lm_head == embed when tied.
   int embed = -1, pos_embed = -1, final_norm_w = -1, final_norm_b = -1, lm_head = -1;
   std::vector<Layer> layers;  // this layout's layers: model layer first_layer + i at index i
   int first_layer = 0;
+  int first_expert = 0;  // the routed experts held: [first_expert, first_expert + expert_fc1.size())
 
   bool has_embedding() const { return embed >= 0; }  // the first stage (or the whole model)
   bool has_head() const { return lm_head >= 0; }      // the last stage: final norm, LM head, loss
@@ -70,7 +74,12 @@ struct LayerRange {
 // Pipeline stage `stage` of `stages` (parallel/trainer_cpu.h's split): layers [stage L / S, (stage + 1) L / S).
 LayerRange pipeline_stage_layers(int layers, int stages, int stage);
 
-DenseLayout dense_layout(const ModelConfig& c, LayerRange range = {});
+// The routed experts of each MoE layer a layout holds: [first, first + count); count -1: all from first.
+struct ExpertRange {
+  int first = 0, count = -1;
+};
+
+DenseLayout dense_layout(const ModelConfig& c, LayerRange range = {}, ExpertRange experts = {});
 
 // What the CUDA backend cannot run of model c laid out as l ("" when it can): every slot at a multiple of 128 elements
 // (256 bytes of bf16, which the GEMM, norm and cross-entropy kernels assume), head_dim a multiple of 8 (cuDNN's SDPA)

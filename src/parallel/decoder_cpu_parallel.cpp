@@ -49,6 +49,7 @@ ShardedCpuDecoder<T>::ShardedCpuDecoder(const model::ModelConfig& cfg, DecoderGr
     : cfg_(cfg),
       tp_(groups.tp),
       cp_(groups.cp),
+      ep_(groups.ep && groups.ep->size() > 1 ? groups.ep : nullptr),
       first_(stage.first_layer),
       last_(stage.last_layer < 0 ? cfg.layers : stage.last_layer),
       sp_(stage.sequence_parallel),
@@ -61,6 +62,14 @@ ShardedCpuDecoder<T>::ShardedCpuDecoder(const model::ModelConfig& cfg, DecoderGr
   divides(cfg_.heads, "heads");
   divides(cfg_.kv_heads, "kv_heads");
   divides(cfg_.ffn, "ffn");
+  if (ep_) {
+    const int ep = ep_->size();
+    TB_REQUIRE(cfg_.moe.enabled() && cfg_.moe.experts % ep == 0, "CPU decoder: expert parallel over " + str(ep) +
+                                                                     " ranks needs a MoE model whose experts (" +
+                                                                     str(cfg_.moe.experts) + ") ep divides");
+    TB_REQUIRE(tp == 1 || stage.sequence_parallel,
+               "CPU decoder: expert parallel with tp > 1 needs sequence parallel (each tp rank routes its own rows)");
+  }
   TB_REQUIRE(0 <= first_ && first_ < last_ && last_ <= cfg_.layers,
              "CPU decoder: the stage's layers [" + str(first_) + ", " + str(last_) +
                  ") must be a non-empty part of the model's " + str(cfg_.layers));
@@ -83,23 +92,29 @@ ShardedCpuDecoder<T>::~ShardedCpuDecoder() = default;
 template <class T>
 void ShardedCpuDecoder<T>::build_layout() {
   const int tp = tp_.size();
-  local_ = model::dense_layout(tp_shard_config(cfg_, tp), {first_, last_});
+  const int local_experts = ep_ ? cfg_.moe.experts / ep_->size() : -1;
+  const model::ExpertRange experts =
+      ep_ ? model::ExpertRange{ep_->rank() * local_experts, local_experts} : model::ExpertRange{};
+  local_ = model::dense_layout(tp_shard_config(cfg_, tp), {first_, last_}, experts);
   rgrad_offset_.assign(local_.slots.size(), 0);
+  replicated_.assign(local_.slots.size(), 0);
   std::size_t replicated = 0;
   for (std::size_t i = 0; i < local_.slots.size(); ++i) {
     const model::Slot& l = local_.slots[i];
     const model::Slot& f = full_.at(l.name);  // a tied embedding's copy on a last stage: embed.weight itself
     const std::int64_t full_cols = f.shape.size() == 2 ? f.shape[1] : 1;  // a vector is one column
+    const bool expert = ep_ && f.tags.group == model::ParamGroup::expert, rep = tp_replicated(f) && !expert;
     std::size_t local_offset = l.offset;
     for (const SlotPart& p : tp_slot_parts(f, tp, tp_.rank())) {
       blocks_.push_back({f.name, f.offset + std::size_t(p.row0 * full_cols + p.col0), local_offset, p.rows, p.cols,
-                         full_cols, tp_replicated(f)});
+                         full_cols, rep, expert});
       local_offset += std::size_t(p.rows * p.cols);
     }
     TB_REQUIRE(local_offset == l.offset + l.size, "CPU decoder: the tp parts of " + l.name + " hold " +
                                                       str(std::int64_t(local_offset - l.offset)) +
                                                       " elements, its local slot " + str(std::int64_t(l.size)));
-    if (tp_replicated(f)) rgrad_offset_[i] = replicated, replicated += l.size;
+    replicated_[i] = rep;
+    if (rep) rgrad_offset_[i] = replicated, replicated += l.size;
   }
   reduce_replicated_ = sp_ && tp > 1;
   if (reduce_replicated_) rgrads_.resize(replicated);
@@ -115,7 +130,8 @@ void ShardedCpuDecoder<T>::load_full(std::span<const T> full) {
                   params_.data() + b.local_offset + std::size_t(i * b.cols));
 }
 
-// Without tp every local slot is the full slot of its name (init_params draws by name and element): drawn in place.
+// Without tp every local slot is the full slot of its name (init_params draws by name and element, an ep rank's
+// experts too): drawn in place.
 template <class T>
 void ShardedCpuDecoder<T>::init(std::uint64_t seed) {
   if (tp_.size() == 1) return model::init_params<T>(params_, local_, seed);
@@ -188,7 +204,7 @@ TensorView<T> ShardedCpuDecoder<T>::P(int slot) {
 // its end (end_replicated_grads); every other gradient accumulates in place.
 template <class T>
 TensorView<T> ShardedCpuDecoder<T>::G(int slot) {
-  if (slot >= 0 && reduce_replicated_ && tp_replicated(local_.slots[std::size_t(slot)])) {
+  if (slot >= 0 && reduce_replicated_ && replicated_[std::size_t(slot)]) {
     const model::Slot& s = local_.slots[std::size_t(slot)];
     T* p = rgrads_.data() + rgrad_offset_[std::size_t(slot)];
     return s.shape.size() == 1 ? View(p, {s.shape[0]}) : View(p, {s.shape[0], s.shape[1]});
@@ -208,7 +224,7 @@ void ShardedCpuDecoder<T>::end_replicated_grads() {
   tp_.all_reduce(std::span<T>(rgrads_));
   for (std::size_t i = 0; i < local_.slots.size(); ++i) {
     const model::Slot& s = local_.slots[i];
-    if (!tp_replicated(s)) continue;
+    if (!replicated_[i]) continue;
     const T* src = rgrads_.data() + rgrad_offset_[i];
     T* dst = grads_.data() + s.offset;
     for (std::size_t j = 0; j < s.size; ++j) dst[j] += src[j];

@@ -48,11 +48,19 @@
 //     first keeps its own copy of the embedding (slot embed.weight, local_layout().lm_head; its gradient goes to
 //     embed.weight in add_grads_to_full; a pipeline sums the two copies' gradients between the first and last stage).
 // Mixture of Experts (model/config.h MoeConfig; parallel/decoder_cpu_parallel_moe.cpp): a MoE layer's MLP runs on this
-// rank's rows with the router and experts whole on every tp rank (expert tensor parallel 1, tp-replicated slots as
-// above; no gather or reduce around it). Its load-balancing losses count the tokens of the whole micro-batch: the
-// per-expert counts and probability sums are all-reduced over cp (and tp with SP) first, so every layout has the
-// single rank's losses and gradients; capacity (capacity_factor > 0) applies to each rank's own rows. The losses add
-// to the gradient (scaled like the LM loss by grad_scale), not to the returned loss: moe_stats() has them.
+// rank's rows with the router and shared experts whole on every tp rank (expert tensor parallel 1, tp-replicated
+// slots as above; no gather or reduce around it). Its load-balancing losses count the tokens of the whole
+// micro-batch: the per-expert counts and probability sums are all-reduced over cp (and tp with SP) first, so every
+// layout has the single rank's losses and gradients; capacity (capacity_factor > 0) applies to each rank's own rows.
+// The losses add to the gradient (scaled like the LM loss by grad_scale), not to the returned loss: moe_stats() has
+// them. Routed experts: without expert parallel (groups.ep null or of one rank) all E on every rank, tp-replicated;
+// with ep > 1 (parallel/mesh.h's ep group; SP when tp > 1, each tp rank routing its own rows) ep rank r holds
+// experts [r E/ep, (r+1) E/ep) (local_layout() has their slots only) and the layer dispatches as Megatron-Core's
+// all-to-all dispatcher: route locally, count pairs per expert, exchange the counts over ep, all-to-all the permuted
+// rows to their experts' owners, run the local experts, all-to-all the outputs back, unpermute (backward: the same
+// exchanges of the gradients). An expert's gradient then sums the rows of its ep group's micro-batches: partial over
+// the edp group (the ranks holding it), added by every holder in add_grads_to_full and reduced over edp by the
+// trainer. Every rank of an ep group must run the same layers' forwards and backwards in the same order.
 // Activations are kept per micro-batch id from forward() until backward() (or drop()) of that id, so a pipeline
 // schedule may run several forwards before their backwards.
 #pragma once
@@ -73,10 +81,14 @@
 
 namespace tb::parallel {
 
-// The groups a stage talks to (build them from parallel::Mesh: {mesh.tp(), mesh.cp()}; size-1 groups are fine).
+struct EpPlan;
+
+// The groups a stage talks to (build them from parallel::Mesh: {mesh.tp(), mesh.cp(), &mesh.ep()}; size-1 groups are
+// fine; ep null: no expert parallel).
 struct DecoderGroups {
   comm::Communicator& tp;
   comm::Communicator& cp;
+  comm::Communicator* ep = nullptr;
 };
 
 struct StageSpec {
@@ -92,6 +104,7 @@ struct ShardBlock {
   std::size_t full_offset = 0, local_offset = 0;
   std::int64_t rows = 0, cols = 0, full_stride = 0;
   bool tp_replicated = false;  // the same values on every tp rank: counted once (tp rank 0)
+  bool expert = false;         // a routed expert held by this ep rank only (ep > 1): its gradient partial over edp
 };
 
 // A micro-batch: tokens and targets [batch, seq] row-major, the whole sequences (every cp rank passes the same).
@@ -126,7 +139,8 @@ class ShardedCpuDecoder {
   void load_full(std::span<const T> full);
   void init(std::uint64_t seed);
   // Adds this rank's gradient shard into a full-size buffer (tp-replicated slots on tp rank 0 only), so the sum
-  // over the tp and cp ranks of every stage is the full model's gradient.
+  // over the tp and cp ranks of every stage is the full model's gradient (with expert parallel: over the ranks of the
+  // stage's ep groups, each on its own micro-batches: the gradient of their sum).
   void add_grads_to_full(std::span<T> full) const;
   std::span<T> params() { return params_; }
   std::span<T> grads() { return grads_; }
@@ -199,12 +213,20 @@ class ShardedCpuDecoder {
   void moe_forward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, CView x, View out);
   void moe_backward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, CView dy, View dx);
   void moe_losses(const State& s, LayerActs& A);
+  void ep_plan(EpPlan& plan, const ops::cpu::Dispatch& D);
+  void ep_dispatch(const EpPlan& plan, const std::vector<T>& rows, std::vector<T>& expert_major);
+  void ep_combine(const EpPlan& plan, const std::vector<T>& expert_major, std::vector<T>& rows);
+  void experts_forward(const model::DenseLayout::Layer& L, std::span<const std::int64_t> offsets, LayerActs& A,
+                       const std::vector<T>& in, std::vector<T>& out);
+  void experts_backward(const model::DenseLayout::Layer& L, std::span<const std::int64_t> offsets, LayerActs& A,
+                        const std::vector<T>& in, const std::vector<T>& dout, std::vector<T>& din);
   void reduce_over_tokens(std::span<double> v);
   void embed_backward(const State& s, View dnext);
 
   model::ModelConfig cfg_;
   comm::Communicator& tp_;
   comm::Communicator& cp_;
+  comm::Communicator* ep_;  // non-null only with ep > 1
   int first_, last_;
   bool sp_;
   Dims dims_;
@@ -215,6 +237,7 @@ class ShardedCpuDecoder {
   // SP over tp > 1: one backward's gradients of the replicated slots go to rgrads_ (slot i at rgrad_offset_[i]), are
   // all-reduced over tp and added to grads_ at its end. Otherwise (and for the sharded slots) straight into grads_.
   bool reduce_replicated_ = false;
+  std::vector<std::uint8_t> replicated_;  // per local slot: tp-replicated (not an expert-parallel expert)
   std::vector<std::size_t> rgrad_offset_;
   std::vector<T> params_, grads_, rgrads_;
   std::map<int, std::unique_ptr<State>> states_;

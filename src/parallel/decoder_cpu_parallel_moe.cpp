@@ -11,9 +11,16 @@
 //   aux = E / (T² k) · sum_i c_i P_i                       dp_ti += aux_loss · E c_i / (T² k)
 //   seq = (1/B) sum_b sum_i (c_bi E / (k S)) (P_bi / S)    dp_ti += seq_aux_loss · c_bi E / (k S) / (B S)
 //   z   = (1/T) sum_t lse(logits_t)²                        dz = z_loss / T
+// Expert parallel (ep > 1, ep rank r holding experts [r El, (r+1) El), El = E / ep), between permute and unpermute:
+//   counts c_e of the kept pairs -> all-to-all over ep (El per peer): counts[s, j] = rows of source s for local j
+//   xp (expert order: the rows for rank r are contiguous) -> all-to-all (send_rows, recv_rows) -> sorted expert-major
+//   xe;  eo_e = expert(xe_e) for the local experts;  back to source-major -> all-to-all back -> eo (expert order)
+//   backward: do -> the same dispatch -> dxe = experts'(do_e) -> the same combine -> dxp
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
+#include <span>
 #include <vector>
 
 #include "model/decoder_common.h"
@@ -84,17 +91,17 @@ void ShardedCpuDecoder<T>::moe_forward(const State& s, const model::DenseLayout:
   }
   A.dispatch = cpu::make_dispatch(A.routes);
   const cpu::Dispatch& D = A.dispatch;
-  const std::int64_t kept = D.rows(), f = cfg_.expert_ffn(), f1 = cfg_.act == model::Act::swiglu ? 2 * f : f;
+  const std::int64_t kept = D.rows();
   auto xp = mat(A.xp, kept, d);
   cpu::permute<T>(xp, x, D, int(k));
-  mat(A.eh, kept, f1), mat(A.eg, kept, f), mat(A.eo, kept, d);
-  for (std::int64_t e = 0; e < E; ++e) {
-    const std::int64_t r0 = D.offsets[std::size_t(e)], n = D.offsets[std::size_t(e + 1)] - r0;
-    if (n == 0) continue;
-    auto h = rows_of(A.eh, r0, n, f1), g = rows_of(A.eg, r0, n, f);
-    cpu::linear_forward<T>(h, rows_of(A.xp, r0, n, d), P(L.expert_fc1[std::size_t(e)]));
-    model::detail::act_forward<T>(cfg_.act, g, h);
-    cpu::linear_forward<T>(rows_of(A.eo, r0, n, d), g, P(L.expert_fc2[std::size_t(e)]));
+  mat(A.eo, kept, d);
+  if (ep_) {  // to the experts' owners and back
+    ep_plan(A.ep, D);
+    ep_dispatch(A.ep, A.xp, A.xe);
+    experts_forward(L, A.ep.offsets, A, A.xe, scratch_->ee);
+    ep_combine(A.ep, scratch_->ee, A.eo);
+  } else {
+    experts_forward(L, D.offsets, A, A.xp, A.eo);
   }
   std::fill(out.data(), out.data() + rows * d, T(0));
   cpu::unpermute<T>(out, mat(A.eo, kept, d), D, A.routes);
@@ -171,7 +178,7 @@ void ShardedCpuDecoder<T>::moe_backward(const State& s, const model::DenseLayout
   const cpu::RouteOptions opt = route_options(m);
   const std::int64_t rows = s.rows, d = dims_.d, E = m.experts, k = m.top_k;
   const cpu::Dispatch& D = A.dispatch;
-  const std::int64_t kept = D.rows(), f = cfg_.expert_ffn(), f1 = cfg_.act == model::Act::swiglu ? 2 * f : f;
+  const std::int64_t kept = D.rows();
   Scratch& S = *scratch_;
   const CView x(A.y2.data(), {rows, d});
   // shared experts (write dx), or dx = 0
@@ -188,15 +195,13 @@ void ShardedCpuDecoder<T>::moe_backward(const State& s, const model::DenseLayout
   auto dop = mat(S.dop, kept, d);
   S.dweight.resize(A.routes.weight.size());
   cpu::unpermute_backward<T>(dop, S.dweight, dy, mat(A.eo, kept, d), D, A.routes);
-  mat(S.deg, kept, f), mat(S.deh, kept, f1), mat(S.dxp, kept, d);
-  for (std::int64_t e = 0; e < E; ++e) {
-    const std::int64_t r0 = D.offsets[std::size_t(e)], n = D.offsets[std::size_t(e + 1)] - r0;
-    if (n == 0) continue;
-    auto dg = rows_of(S.deg, r0, n, f), dh = rows_of(S.deh, r0, n, f1);
-    const int fc1 = L.expert_fc1[std::size_t(e)], fc2 = L.expert_fc2[std::size_t(e)];
-    cpu::linear_backward<T>(dg, G(fc2), {}, rows_of(S.dop, r0, n, d), rows_of(A.eg, r0, n, f), P(fc2));
-    model::detail::act_backward<T>(cfg_.act, dh, dg, rows_of(A.eh, r0, n, f1));
-    cpu::linear_backward<T>(rows_of(S.dxp, r0, n, d), G(fc1), {}, dh, rows_of(A.xp, r0, n, d), P(fc1));
+  mat(S.dxp, kept, d);
+  if (ep_) {  // the output gradients to the experts' owners, the input gradients back
+    ep_dispatch(A.ep, S.dop, S.ee);
+    experts_backward(L, A.ep.offsets, A, A.xe, S.ee, S.a2a_back);
+    ep_combine(A.ep, S.a2a_back, S.dxp);
+  } else {
+    experts_backward(L, D.offsets, A, A.xp, S.dop, S.dxp);
   }
   cpu::permute_backward<T>(dx, mat(S.dxp, kept, d), D, int(k));
   // router
@@ -214,14 +219,127 @@ void ShardedCpuDecoder<T>::moe_backward(const State& s, const model::DenseLayout
   for (std::int64_t i = 0; i < rows * d; ++i) dx.data()[i] += dxr.data()[i];
 }
 
-#define TB_INSTANTIATE(T)                                                                                             \
-  template void ShardedCpuDecoder<T>::reset_moe_stats();                                                              \
-  template void ShardedCpuDecoder<T>::reduce_over_tokens(std::span<double>);                                          \
-  template void ShardedCpuDecoder<T>::moe_forward(const State&, const model::DenseLayout::Layer&, LayerActs&, CView,  \
-                                                  View);                                                              \
-  template void ShardedCpuDecoder<T>::moe_losses(const State&, LayerActs&);                                           \
-  template void ShardedCpuDecoder<T>::moe_backward(const State&, const model::DenseLayout::Layer&, LayerActs&, CView, \
-                                                   View);
+// Expert parallel, before the exchange: the pairs per expert (D.offsets) go to the experts' owners (ep rank r holds
+// experts [r El, (r+1) El)), which learn how many rows of each source come for each of their experts.
+template <class T>
+void ShardedCpuDecoder<T>::ep_plan(EpPlan& plan, const cpu::Dispatch& D) {
+  const int ep = ep_->size();
+  const std::int64_t El = cfg_.moe.experts / ep;
+  std::vector<int> mine(std::size_t(ep * El));
+  for (std::int64_t e = 0; e < ep * El; ++e)
+    mine[std::size_t(e)] = int(D.offsets[std::size_t(e + 1)] - D.offsets[std::size_t(e)]);
+  plan.counts.assign(mine.size(), 0);
+  const std::vector<std::size_t> each(static_cast<std::size_t>(ep), static_cast<std::size_t>(El));
+  ep_->all_to_all_v(std::span<const int>(mine), each, std::span<int>(plan.counts), each);
+  plan.send_rows.assign(std::size_t(ep), 0), plan.recv_rows.assign(std::size_t(ep), 0);
+  for (int r = 0; r < ep; ++r) {
+    plan.send_rows[std::size_t(r)] = std::size_t(D.offsets[std::size_t((r + 1) * El)] - D.offsets[std::size_t(r * El)]);
+    for (std::int64_t j = 0; j < El; ++j)
+      plan.recv_rows[std::size_t(r)] += std::size_t(plan.counts[std::size_t(r * El + j)]);
+  }
+  // source-major row of (source s, local expert j, i-th row): start[s][j] + i; expert-major: j, then s, then i
+  std::vector<std::int64_t> start(std::size_t(ep * El));
+  std::int64_t at = 0;
+  for (std::size_t sj = 0; sj < start.size(); ++sj) start[sj] = at, at += plan.counts[sj];
+  plan.offsets.assign(std::size_t(El + 1), 0);
+  plan.order.clear();
+  for (std::int64_t j = 0; j < El; ++j) {
+    for (int r = 0; r < ep; ++r) {
+      const std::size_t sj = std::size_t(r * El + j);
+      for (std::int64_t i = 0; i < plan.counts[sj]; ++i) plan.order.push_back(start[sj] + i);
+    }
+    plan.offsets[std::size_t(j + 1)] = std::int64_t(plan.order.size());
+  }
+}
+
+// rows [kept, d] in expert order -> the owners; what arrives, source-major, sorted expert-major into expert_major.
+template <class T>
+void ShardedCpuDecoder<T>::ep_dispatch(const EpPlan& plan, const std::vector<T>& rows, std::vector<T>& expert_major) {
+  const std::size_t d = std::size_t(dims_.d), n = plan.order.size();
+  std::vector<std::size_t> sc(plan.send_rows), rc(plan.recv_rows);
+  for (std::size_t& c : sc) c *= d;
+  for (std::size_t& c : rc) c *= d;
+  std::vector<T>& got = scratch_->a2a;
+  got.resize(n * d);
+  ep_->all_to_all_v(std::span<const T>(rows.data(), std::accumulate(sc.begin(), sc.end(), std::size_t(0))), sc,
+                    std::span<T>(got), rc);
+  expert_major.resize(n * d);
+  for (std::size_t i = 0; i < n; ++i)
+    std::copy_n(got.data() + std::size_t(plan.order[i]) * d, d, expert_major.data() + i * d);
+}
+
+// The mirror: expert-major rows back to source-major order, to their sources, into rows [kept, d] (expert order).
+template <class T>
+void ShardedCpuDecoder<T>::ep_combine(const EpPlan& plan, const std::vector<T>& expert_major, std::vector<T>& rows) {
+  const std::size_t d = std::size_t(dims_.d), n = plan.order.size();
+  std::vector<T>& back = scratch_->a2a;
+  back.resize(n * d);
+  for (std::size_t i = 0; i < n; ++i)
+    std::copy_n(expert_major.data() + i * d, d, back.data() + std::size_t(plan.order[i]) * d);
+  std::vector<std::size_t> sc(plan.recv_rows), rc(plan.send_rows);
+  for (std::size_t& c : sc) c *= d;
+  for (std::size_t& c : rc) c *= d;
+  rows.resize(std::accumulate(rc.begin(), rc.end(), std::size_t(0)));
+  ep_->all_to_all_v(std::span<const T>(back), sc, std::span<T>(rows), rc);
+}
+
+// out = expert j's MLP on rows [offsets[j], offsets[j+1]) of in, for the experts this rank holds (local index j);
+// their fc1 output and activation into A.eh, A.eg.
+template <class T>
+void ShardedCpuDecoder<T>::experts_forward(const model::DenseLayout::Layer& L, std::span<const std::int64_t> offsets,
+                                           LayerActs& A, const std::vector<T>& in, std::vector<T>& out) {
+  const std::int64_t d = dims_.d, rows = offsets.back(), f = cfg_.expert_ffn();
+  const std::int64_t f1 = cfg_.act == model::Act::swiglu ? 2 * f : f;
+  mat(A.eh, rows, f1), mat(A.eg, rows, f), mat(out, rows, d);
+  for (std::size_t j = 0; j + 1 < offsets.size(); ++j) {
+    const std::int64_t r0 = offsets[j], n = offsets[j + 1] - r0;
+    if (n == 0) continue;
+    auto h = rows_of(A.eh, r0, n, f1), g = rows_of(A.eg, r0, n, f);
+    cpu::linear_forward<T>(h, TensorView<const T>(in.data() + r0 * d, {n, d}), P(L.expert_fc1[j]));
+    model::detail::act_forward<T>(cfg_.act, g, h);
+    cpu::linear_forward<T>(rows_of(out, r0, n, d), g, P(L.expert_fc2[j]));
+  }
+}
+
+// din = the experts' input gradients from their output gradients dout (rows as experts_forward's); weight gradients
+// accumulated.
+template <class T>
+void ShardedCpuDecoder<T>::experts_backward(const model::DenseLayout::Layer& L, std::span<const std::int64_t> offsets,
+                                            LayerActs& A, const std::vector<T>& in, const std::vector<T>& dout,
+                                            std::vector<T>& din) {
+  const std::int64_t d = dims_.d, rows = offsets.back(), f = cfg_.expert_ffn();
+  const std::int64_t f1 = cfg_.act == model::Act::swiglu ? 2 * f : f;
+  Scratch& S = *scratch_;
+  mat(S.deg, rows, f), mat(S.deh, rows, f1), mat(din, rows, d);
+  for (std::size_t j = 0; j + 1 < offsets.size(); ++j) {
+    const std::int64_t r0 = offsets[j], n = offsets[j + 1] - r0;
+    if (n == 0) continue;
+    auto dg = rows_of(S.deg, r0, n, f), dh = rows_of(S.deh, r0, n, f1);
+    const int fc1 = L.expert_fc1[j], fc2 = L.expert_fc2[j];
+    cpu::linear_backward<T>(dg, G(fc2), {}, TensorView<const T>(dout.data() + r0 * d, {n, d}), rows_of(A.eg, r0, n, f),
+                            P(fc2));
+    model::detail::act_backward<T>(cfg_.act, dh, dg, rows_of(A.eh, r0, n, f1));
+    cpu::linear_backward<T>(rows_of(din, r0, n, d), G(fc1), {}, dh, TensorView<const T>(in.data() + r0 * d, {n, d}),
+                            P(fc1));
+  }
+}
+
+#define TB_INSTANTIATE(T)                                                                                              \
+  template void ShardedCpuDecoder<T>::reset_moe_stats();                                                               \
+  template void ShardedCpuDecoder<T>::reduce_over_tokens(std::span<double>);                                           \
+  template void ShardedCpuDecoder<T>::moe_forward(const State&, const model::DenseLayout::Layer&, LayerActs&, CView,   \
+                                                  View);                                                               \
+  template void ShardedCpuDecoder<T>::moe_losses(const State&, LayerActs&);                                            \
+  template void ShardedCpuDecoder<T>::moe_backward(const State&, const model::DenseLayout::Layer&, LayerActs&, CView,  \
+                                                   View);                                                              \
+  template void ShardedCpuDecoder<T>::ep_plan(EpPlan&, const cpu::Dispatch&);                                          \
+  template void ShardedCpuDecoder<T>::ep_dispatch(const EpPlan&, const std::vector<T>&, std::vector<T>&);              \
+  template void ShardedCpuDecoder<T>::ep_combine(const EpPlan&, const std::vector<T>&, std::vector<T>&);               \
+  template void ShardedCpuDecoder<T>::experts_forward(const model::DenseLayout::Layer&, std::span<const std::int64_t>, \
+                                                      LayerActs&, const std::vector<T>&, std::vector<T>&);             \
+  template void ShardedCpuDecoder<T>::experts_backward(const model::DenseLayout::Layer&,                               \
+                                                       std::span<const std::int64_t>, LayerActs&,                      \
+                                                       const std::vector<T>&, const std::vector<T>&, std::vector<T>&);
 TB_INSTANTIATE(float)
 TB_INSTANTIATE(double)
 #undef TB_INSTANTIATE

@@ -9,15 +9,30 @@
 
 namespace tb::parallel {
 
+// Expert parallel: how one MoE layer's permuted rows travel (parallel/decoder_cpu_parallel_moe.cpp). Sent: this
+// rank's kept pairs in expert order, send_rows[r] of them to ep rank r (its experts' rows). Received: source-major
+// (ep rank s's rows for local expert 0, 1, ...; then s + 1), recv_rows[s] from rank s, counts[s * El + j] for local
+// expert j; the experts run on them expert-major (expert j's rows from source 0, 1, ...: rows [offsets[j],
+// offsets[j + 1])), expert-major row i being source-major row order[i].
+struct EpPlan {
+  std::vector<std::size_t> send_rows, recv_rows;  // [ep]
+  std::vector<int> counts;                        // [ep, El]
+  std::vector<std::int64_t> offsets;              // [El + 1]
+  std::vector<std::int64_t> order;                // [received rows]
+};
+
 template <class T>
 struct ShardedCpuDecoder<T>::LayerActs {  // saved for the backward; y1g, y2g: the gathered norm outputs (SP)
   std::vector<T> r1, mean1, rstd1, y1, y1g, qkv, kv, o, lse, r2, mean2, rstd2, y2, y2g, h, g;
   // a MoE layer: router logits, scores s and probabilities p [rows, E]; the permuted tokens and the experts' fc1
   // output, activation and output [kept pairs, *]; the shared experts' fc1 output and activation; dp: the gradient
-  // of the load-balancing losses over p (before grad_scale), dz: the z-loss coefficient over the batch's tokens
-  std::vector<T> logits, scores, probs, xp, eh, eg, eo, sh, sg, dp;
+  // of the load-balancing losses over p (before grad_scale), dz: the z-loss coefficient over the batch's tokens.
+  // Expert parallel: xe the rows this rank's experts received (expert-major), eh and eg theirs; eo the outputs of
+  // this rank's pairs, back from their experts.
+  std::vector<T> logits, scores, probs, xp, xe, eh, eg, eo, sh, sg, dp;
   ops::cpu::Routes<T> routes;
   ops::cpu::Dispatch dispatch;
+  EpPlan ep;
   double dz = 0;
 };
 
@@ -39,6 +54,7 @@ template <class T>
 struct ShardedCpuDecoder<T>::Scratch {
   std::vector<T> x0, m, dnext, partial, gathered, dg, dh, dy, dr2, dout, dqkv, dkv, kv_mine, kv_all;
   std::vector<T> dop, deg, deh, dxp, ds, dlogits, dweight;  // a MoE layer's backward
+  std::vector<T> a2a, a2a_back, ee;                         // expert parallel: rows sent, received, expert-major
 };
 
 }  // namespace tb::parallel

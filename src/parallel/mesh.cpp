@@ -10,7 +10,8 @@
 namespace tb::parallel {
 
 std::string MeshShape::str() const {
-  return fmt::format("dp{} cp{} pp{} tp{} vp{}{}", dp, cp, pp, tp, vp, sequence_parallel ? " sp" : "");
+  return fmt::format("dp{} cp{} pp{} tp{} vp{}{}{}", dp, cp, pp, tp, vp, sequence_parallel ? " sp" : "",
+                     ep > 1 ? fmt::format(" ep{}", ep) : "");
 }
 
 Coord coord_of(const MeshShape& s, int rank) {
@@ -26,12 +27,17 @@ Coord coord_of(const MeshShape& s, int rank) {
 
 int rank_of(const MeshShape& s, const Coord& c) { return ((c.dp * s.cp + c.cp) * s.pp + c.pp) * s.tp + c.tp; }
 
+ExpertCoord expert_coord_of(const MeshShape& s, const Coord& c) {
+  const int l = (c.dp * s.cp + c.cp) * s.tp + c.tp;
+  return {l % s.ep, l / s.ep};
+}
+
 std::string layout_problems(const MeshShape& s, const model::ModelConfig& m, int world, int micro_batch,
                             int global_batch) {
   std::string out;
   auto add = [&](const std::string& p) { out += (out.empty() ? "" : "\n") + p; };
-  if (s.dp < 1 || s.cp < 1 || s.pp < 1 || s.tp < 1 || s.vp < 1) {
-    add("every degree (dp, cp, pp, tp, vp) must be at least 1");
+  if (s.dp < 1 || s.cp < 1 || s.pp < 1 || s.tp < 1 || s.vp < 1 || s.ep < 1) {
+    add("every degree (dp, cp, pp, tp, vp, ep) must be at least 1");
     return out;
   }
   if (s.world() != world)
@@ -57,6 +63,17 @@ std::string layout_problems(const MeshShape& s, const model::ModelConfig& m, int
   if (s.vp > 1 && micro_batch >= 1 && gb % (micro_batch * s.dp) == 0 && (gb / (micro_batch * s.dp)) % s.pp != 0)
     add(fmt::format("the interleaved schedule needs the micro-batch count per step ({}) to be a multiple of pp ({})",
                     gb / (micro_batch * s.dp), s.pp));
+  if (s.ep > 1 && !m.moe.enabled())
+    add(fmt::format("expert parallel (ep {}) needs a Mixture-of-Experts model; {} is dense", s.ep, m.name));
+  if (s.ep > 1 && m.moe.enabled()) divides(m.moe.experts, s.ep, "experts", "ep");
+  if (s.ep > 1 && s.stage_ranks() % s.ep != 0)
+    add(
+        fmt::format("ep ({}) does not divide the tp·cp·dp = {}·{}·{} = {} ranks of a pipeline stage (its expert grid "
+                    "is ep x edp)",
+                    s.ep, s.tp, s.cp, s.dp, s.stage_ranks()));
+  if (s.ep > 1 && s.tp > 1 && !s.sequence_parallel)
+    add("expert parallel with tp > 1 needs sequence parallel: each tp rank routes its own rows (as Megatron-Core "
+        "requires for MoE with tensor parallel)");
   return out;
 }
 
@@ -85,6 +102,9 @@ std::string shared_gpu_problems(const MeshShape& s, int gpus) {
 Mesh::Mesh(comm::Communicator& world, const MeshShape& shape) : shape_(shape) {
   TB_REQUIRE(shape.world() == world.size(),
              fmt::format("mesh {} has {} ranks, the communicator {}", shape.str(), shape.world(), world.size()));
+  TB_REQUIRE(shape.ep >= 1 && shape.stage_ranks() % shape.ep == 0,
+             fmt::format("mesh {}: ep ({}) must divide the tp·cp·dp = {} ranks of a pipeline stage", shape.str(),
+                         shape.ep, shape.stage_ranks()));
   coord_ = coord_of(shape, world.rank());
   const Coord c = coord_;
   // color: the coordinates that stay fixed inside the group; key: the varying one.
@@ -94,6 +114,11 @@ Mesh::Mesh(comm::Communicator& world, const MeshShape& shape) : shape_(shape) {
   cp_ = world.split(color({c.dp, 0, c.pp, c.tp}), c.cp);
   dp_ = world.split(color({0, c.cp, c.pp, c.tp}), c.dp);
   dp_cp_ = world.split(color({0, 0, c.pp, c.tp}), c.dp * shape.cp + c.cp);
+  // The expert grid of the stage: color (edp rank, pp) for the ep group, (ep rank, pp) for the edp group.
+  expert_coord_ = expert_coord_of(shape, c);
+  const int stages = shape.pp, e = expert_coord_.ep, edp = expert_coord_.edp;
+  ep_ = world.split(edp * stages + c.pp, e);
+  edp_ = world.split(e * stages + c.pp, edp);
 }
 
 }  // namespace tb::parallel

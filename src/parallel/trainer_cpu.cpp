@@ -95,18 +95,15 @@ ParallelCpuTrainer<T>::ParallelCpuTrainer(comm::Communicator& world, const model
     const int g = c * s.pp + r;
     const model::LayerRange layers = model::pipeline_stage_layers(cfg_.layers, stages, g);  // the CUDA trainer's split
     const StageSpec st{layers.first, layers.last, s.sequence_parallel};
-    chunks_.push_back(std::make_unique<ShardedCpuDecoder<T>>(cfg_, DecoderGroups{mesh_->tp(), mesh_->cp()}, st));
+    chunks_.push_back(
+        std::make_unique<ShardedCpuDecoder<T>>(cfg_, DecoderGroups{mesh_->tp(), mesh_->cp(), &mesh_->ep()}, st));
     chunk_offset_.push_back(total);
     total += chunks_.back()->params().size();
   }
-  const std::size_t D = std::size_t(mesh_->dp_cp().size());
-  flat_params_.assign(round_up(std::max<std::size_t>(total, 1), D), T(0));
-  flat_grads_.assign(flat_params_.size(), T(0));
-  shard_ = flat_params_.size() / D;
-  shard_grads_.assign(shard_, T(0));
-  adam_m_.assign(shard_, T(0));
-  adam_v_.assign(shard_, T(0));
+  flat_params_.assign(total, T(0));
+  flat_grads_.assign(total, T(0));
   build_masks();
+  build_groups();
   std::vector<T> full(full_.total);
   model::init_params<T>(full, full_, seed);
   load_full(full);
@@ -115,8 +112,53 @@ ParallelCpuTrainer<T>::ParallelCpuTrainer(comm::Communicator& world, const model
 template <class T>
 ParallelCpuTrainer<T>::~ParallelCpuTrainer() = default;
 
+// The reduction groups: the experts of an expert-parallel rank (ShardBlock::expert) over edp, the rest over dp x cp;
+// each group's runs of the flat buffer, its packed buffers and masks, its shard of the optimizer state.
+template <class T>
+void ParallelCpuTrainer<T>::build_groups() {
+  Group dense, experts;
+  dense.comm = &mesh_->dp_cp(), experts.comm = &mesh_->edp();
+  for (std::size_t c = 0; c < chunks_.size(); ++c)
+    for (const ShardBlock& b : chunks_[c]->shard_blocks()) {
+      auto& runs = (b.expert ? experts : dense).runs;
+      const std::size_t at = chunk_offset_[c] + b.local_offset, n = std::size_t(b.rows * b.cols);
+      if (!runs.empty() && runs.back().first + runs.back().second == at)
+        runs.back().second += n;
+      else
+        runs.push_back({at, n});
+    }
+  groups_.push_back(std::move(dense));
+  if (!experts.runs.empty()) groups_.push_back(std::move(experts));
+  for (Group& g : groups_) {
+    std::size_t n = 0;
+    for (const auto& [at, count] : g.runs) n += count;
+    const std::size_t D = std::size_t(g.comm->size()), padded = round_up(std::max<std::size_t>(n, 1), D);
+    g.shard = padded / D;
+    g.params.assign(padded, T(0)), g.grads.assign(padded, T(0));
+    g.shard_grads.assign(g.shard, T(0)), g.adam_m.assign(g.shard, T(0)), g.adam_v.assign(g.shard, T(0));
+    g.decay.assign(padded, 0), g.counted.assign(padded, 0);
+    std::size_t k = 0;
+    for (const auto& [at, count] : g.runs)
+      for (std::size_t i = 0; i < count; ++i, ++k) g.decay[k] = decay_[at + i], g.counted[k] = counted_[at + i];
+  }
+}
+
+// Group buffer <-> flat buffer, through the group's runs.
+template <class T>
+void ParallelCpuTrainer<T>::pack(const Group& g, const std::vector<T>& flat, std::vector<T>& packed) {
+  std::size_t k = 0;
+  for (const auto& [at, count] : g.runs)
+    std::copy_n(flat.begin() + std::ptrdiff_t(at), count, packed.begin() + std::ptrdiff_t(k)), k += count;
+}
+template <class T>
+void ParallelCpuTrainer<T>::unpack(const Group& g, const std::vector<T>& packed, std::vector<T>& flat) {
+  std::size_t k = 0;
+  for (const auto& [at, count] : g.runs)
+    std::copy_n(packed.begin() + std::ptrdiff_t(k), count, flat.begin() + std::ptrdiff_t(at)), k += count;
+}
+
 // decay_: per local slot (train::decays()); counted_: the elements the global norm counts (tp-replicated slots on
-// tp rank 0 only, the tied copy on the first stage only; never the padding).
+// tp rank 0 only, the tied copy on the first stage only).
 template <class T>
 void ParallelCpuTrainer<T>::build_masks() {
   decay_.assign(flat_params_.size(), 0);
@@ -157,6 +199,7 @@ void ParallelCpuTrainer<T>::load_full(std::span<const T> full) {
     chunks_[c]->load_full(full);
     std::ranges::copy(chunks_[c]->params(), flat_params_.begin() + std::ptrdiff_t(chunk_offset_[c]));
   }
+  for (Group& g : groups_) pack(g, flat_params_, g.params);
 }
 
 template <class T>
@@ -187,26 +230,39 @@ void ParallelCpuTrainer<T>::sum_tied_grads() {
   for (std::size_t i = 0; i < mine.size(); ++i) mine[i] += theirs[i];
 }
 
+// Each group's gradients packed and reduce-scattered over its group into its shard.
+template <class T>
+void ParallelCpuTrainer<T>::reduce_grads() {
+  for (Group& g : groups_) {
+    pack(g, flat_grads_, g.grads);
+    g.comm->reduce_scatter(g.grads.data(), g.shard_grads.data(), g.shard, dtype_of<T>());
+  }
+}
+
 template <class T>
 double ParallelCpuTrainer<T>::grad_norm_sq() const {
-  const std::size_t base = std::size_t(mesh_->dp_cp().rank()) * shard_;
   double sum = 0;
-  for (std::size_t i = 0; i < shard_; ++i)
-    if (counted_[base + i]) sum += double(shard_grads_[i]) * double(shard_grads_[i]);
+  for (const Group& g : groups_) {
+    const std::size_t base = std::size_t(g.comm->rank()) * g.shard;
+    for (std::size_t i = 0; i < g.shard; ++i)
+      if (g.counted[base + i]) sum += double(g.shard_grads[i]) * double(g.shard_grads[i]);
+  }
   return sum;
 }
 
 template <class T>
 void ParallelCpuTrainer<T>::optimizer_step(double clip_scale, double lr) {
-  if (clip_scale != 1)
-    for (T& g : shard_grads_) g = T(double(g) * clip_scale);
-  const std::size_t base = std::size_t(mesh_->dp_cp().rank()) * shard_;
   const OptimizerHyper& h = spec_.hyper;
   const ops::cpu::AdamWParams hp{lr, h.beta1, h.beta2, h.eps, h.weight_decay};
-  ops::cpu::adamw_step(std::span<T>(flat_params_).subspan(base, shard_), std::span<const T>(shard_grads_), adam_m_,
-                       adam_v_, hp, steps_, std::span<const std::uint8_t>(decay_).subspan(base, shard_));
-  mesh_->dp_cp().all_gather(flat_params_.data() + base, flat_params_.data(), shard_,
-                            dtype_of<T>());
+  for (Group& g : groups_) {
+    if (clip_scale != 1)
+      for (T& v : g.shard_grads) v = T(double(v) * clip_scale);
+    const std::size_t base = std::size_t(g.comm->rank()) * g.shard;
+    ops::cpu::adamw_step(std::span<T>(g.params).subspan(base, g.shard), std::span<const T>(g.shard_grads), g.adam_m,
+                         g.adam_v, hp, steps_, std::span<const std::uint8_t>(g.decay).subspan(base, g.shard));
+    g.comm->all_gather(g.params.data() + base, g.params.data(), g.shard, dtype_of<T>());
+    unpack(g, g.params, flat_params_);
+  }
 }
 
 // tp rank 0's replicated slots over the tp group; the first stage's tied embedding into the last stage's copy.
@@ -248,7 +304,7 @@ ParallelStepStats ParallelCpuTrainer<T>::step(std::span<const std::int32_t> toke
   const PipelineRun run = run_pipeline<T>({s.pp, s.vp, accum_}, mesh_->pp(), stage);
   pack_grads();
   sum_tied_grads();
-  mesh_->dp_cp().reduce_scatter(flat_grads_.data(), shard_grads_.data(), shard_, dtype_of<T>());
+  reduce_grads();
 
   // [loss, norm^2] in one all-reduce: the loss from one rank per dp replica (last stage, tp 0, cp 0).
   const Coord& c = mesh_->coord();
@@ -263,6 +319,7 @@ ParallelStepStats ParallelCpuTrainer<T>::step(std::span<const std::int32_t> toke
   st.clip_scale = max_norm > 0 && st.grad_norm > max_norm ? max_norm / (st.grad_norm + 1e-6) : 1.0;
   optimizer_step(st.clip_scale, st.lr);
   sync_replicas();
+  for (Group& g : groups_) pack(g, flat_params_, g.params);  // the synced copies are the master values
   unpack_params();
   return st;
 }
@@ -271,7 +328,10 @@ template <class T>
 std::vector<T> ParallelCpuTrainer<T>::full_params() const {
   std::vector<T> full(full_.total, T(0));
   const Coord& c = mesh_->coord();
-  if (c.dp == 0 && c.cp == 0) {  // one copy per (pp, tp) coordinate; the world sum adds the pieces
+  // one copy per (pp, tp) coordinate (dp and cp rank 0); an expert-parallel expert from its edp rank 0; the world
+  // sum adds the pieces
+  const bool dense_copy = c.dp == 0 && c.cp == 0, expert_copy = mesh_->expert_coord().edp == 0;
+  {
     for (std::size_t k = 0; k < chunks_.size(); ++k) {
       const auto& dec = *chunks_[k];
       const model::DenseLayout& L = dec.local_layout();
@@ -280,6 +340,7 @@ std::vector<T> ParallelCpuTrainer<T>::full_params() const {
       const std::size_t copy1 = has_copy ? copy0 + L.slots[std::size_t(L.lm_head)].size : 0;
       const std::span<const T> p = dec.params();
       for (const ShardBlock& b : dec.shard_blocks()) {
+        if (!(b.expert ? expert_copy : dense_copy)) continue;
         if ((b.tp_replicated && c.tp != 0) || (b.local_offset >= copy0 && b.local_offset < copy1)) continue;
         for (std::int64_t i = 0; i < b.rows; ++i)
           std::copy_n(p.data() + b.local_offset + std::size_t(i * b.cols), b.cols,

@@ -10,17 +10,22 @@
 //   same micro-batches (each its sequence chunks). grad_scale = 1 / (accum·dp): the sum over dp x cp is the
 //   gradient of the mean loss over the global batch.
 //   loss = sum over dp of the last stage's micro-batch losses / (accum·dp), all-reduced: the same on every rank.
-// Gradient reduction and optimizer (ZeRO-1 over dp x cp = mesh.dp_cp(), D ranks, q = this rank's index there):
-//   flat = the concatenation of the chunks' local buffers, padded to a multiple of D; shard q = [q·n/D, (q+1)·n/D)
+// Gradient reduction and optimizer (ZeRO-1 per reduction group; a group of D ranks, q = this rank's index there):
+//   flat = the concatenation of the chunks' local buffers. Its elements split by the slots' tags into the dense
+//     parameters, reduced over dp x cp = mesh.dp_cp(), and (expert parallel, ep > 1) the routed experts this rank
+//     holds, reduced over the expert data-parallel group mesh.edp() (the ranks holding the same experts; Megatron-
+//     Core's expert distributed optimizer); with ep 1 the experts are dense parameters. Per group: its elements
+//     packed in flat order, padded to a multiple of D; shard q = [q·n/D, (q+1)·n/D)
 //   tied embeddings over stages (first != last stage): the last stage's copy of the embedding shard and the
 //     first stage's are summed between pp ranks 0 and pp-1 (Megatron's embedding group) before anything else
-//   g_q    = reduce-scatter over dp_cp of the flat gradients
-//   norm   = sqrt(all-reduce over the world of sum g_q^2 over the elements counted once: tp-replicated slots on tp
-//            rank 0, the tied copy on the first stage only)
+//   g_q    = reduce-scatter over the group of its gradients
+//   norm   = sqrt(all-reduce over the world of sum g_q^2 over both groups' elements counted once: tp-replicated slots
+//            on tp rank 0, the tied copy on the first stage only; an expert once per stage, its edp shards being
+//            disjoint)
 //   clip   = max_norm / (norm + 1e-6) when norm > max_norm (max_norm > 0), else 1;  g_q *= clip
 //   AdamW (ops/cpu/adamw.h) on the shard's params, moments m, v on the shard only, lr = step()'s lr,
 //     weight decay except on norms and biases (train::decays())
-//   params = all-gather over dp_cp of the shards; then tp rank 0's replicated slots are broadcast over tp and
+//   params = all-gather over each group of its shards; then tp rank 0's replicated slots are broadcast over tp and
 //     the first stage's embedding copied to the last stage's tied copy, so the copies stay bitwise equal
 //     whatever order the reductions of different groups summed in.
 // The constructor, step(), full_params() and full_grads() are collective over the world communicator (call them
@@ -30,6 +35,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -93,9 +99,14 @@ class ParallelCpuTrainer {
 
  private:
   class Stage;
+  struct Group;  // the parameters one data-parallel group reduces (trainer_cpu.cpp)
+  void build_groups();
   void build_masks();
   void pack_grads();
   void sum_tied_grads();
+  void reduce_grads();
+  static void pack(const Group& g, const std::vector<T>& flat, std::vector<T>& packed);
+  static void unpack(const Group& g, const std::vector<T>& packed, std::vector<T>& flat);
   double grad_norm_sq() const;
   void optimizer_step(double clip_scale, double lr);
   void sync_replicas();
@@ -111,11 +122,20 @@ class ParallelCpuTrainer {
   bool tied_split_ = false;  // tied embeddings on different stages: a copy on pp rank 0 and on pp rank pp-1
   std::vector<std::unique_ptr<ShardedCpuDecoder<T>>> chunks_;
   std::vector<std::size_t> chunk_offset_;       // of each chunk in the flat buffer
-  std::size_t shard_ = 0;                       // flat.size() / dp_cp
-  std::vector<T> flat_params_, flat_grads_;     // padded local buffers (every chunk, this tp/pp coordinate)
-  std::vector<T> shard_grads_, adam_m_, adam_v_;
+  std::vector<T> flat_params_, flat_grads_;     // local buffers (every chunk, this tp/pp coordinate)
   std::vector<std::uint8_t> decay_, counted_;   // per flat element
+  std::vector<Group> groups_;                   // dense; experts (ep > 1)
   int steps_ = 0;
+};
+
+template <class T>
+struct ParallelCpuTrainer<T>::Group {
+  comm::Communicator* comm = nullptr;
+  std::vector<std::pair<std::size_t, std::size_t>> runs;  // [flat offset, elements], in flat order
+  std::size_t shard = 0;                                  // padded size / comm->size()
+  std::vector<T> params, grads;                           // the runs packed, padded
+  std::vector<T> shard_grads, adam_m, adam_v;             // this rank's shard
+  std::vector<std::uint8_t> decay, counted;               // per packed element (padding: 0)
 };
 
 extern template class ParallelCpuTrainer<float>;

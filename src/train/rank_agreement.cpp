@@ -81,6 +81,7 @@ std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s)
           {"pp", num(s.parallel.pp)},
           {"vp", num(s.parallel.vp)},
           {"cp", num(s.parallel.cp)},
+          {"ep", num(s.parallel.ep)},
           {"recompute", named(s.memory.recompute)},
           {"moments", named(s.optimizer.moments)},
           {"grads", named(s.memory.grads)},

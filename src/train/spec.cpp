@@ -81,7 +81,8 @@ parallel::MeshShape mesh_shape(const TrainSpec& spec, int world) {
           .pp = p.pp,
           .tp = p.tp,
           .vp = p.vp,
-          .sequence_parallel = p.tp > 1};
+          .sequence_parallel = p.tp > 1,
+          .ep = p.ep};
 }
 
 int global_batch(const TrainSpec& spec, int dp) {
@@ -172,6 +173,8 @@ void validate(const TrainSpec& spec) {
              "--grads bf16 runs on one GPU (--device cuda, dp, tp, pp and cp 1): the CPU backend and the parallel "
              "layouts' gradient reductions are fp32; drop --grads bf16 for them");
   TB_REQUIRE(!r.autotune || spec.cuda(), "--autotune tunes cuBLASLt's GEMMs: it needs --device cuda");
+  TB_REQUIRE(p.ep >= 1 && (p.ep == 1 || !spec.cuda()),
+             fmt::format("--ep {}: expert parallel runs on the CPU backend only so far (--device cpu)", p.ep));
   validate_fp8(spec);
   TB_REQUIRE(r.gpu >= 0, "--gpu must be a device index >= 0");
   if (!spec.cuda()) return;

@@ -154,6 +154,7 @@ struct OptimizerSpec {         // AdamW with linear warmup and cosine decay (tra
 struct ParallelSpec {                  // CUDA backend, and the CPU backend's layouts under mpirun
   int dp = 1;                          // data-parallel ranks (ZeRO-1): world / (tp·pp·cp) (comm/mpi_comm.h world())
   int tp = 1, pp = 1, vp = 1, cp = 1;  // tensor (with sequence parallel), pipeline, virtual stages, context parallel
+  int ep = 1;                          // expert parallel (MoE, CPU backend): a stage's tp·cp·dp ranks as ep x edp
   bool job_ranks = false;              // train across the job's MPI ranks (train --gpus / mpirun); false: this process
                                        // alone, whatever the launcher (the recipe runner's per-rank proxies)
   bool share_gpus = false;             // more ranks than GPUs (testing a layout on a smaller node; times meaningless):

@@ -61,7 +61,7 @@ LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m) {
 
 TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const StepStats&)>& on_step) {
   if ((spec.parallel.job_ranks && comm::world().size > 1) ||
-      spec.parallel.tp * spec.parallel.pp * spec.parallel.vp * spec.parallel.cp > 1)
+      spec.parallel.tp * spec.parallel.pp * spec.parallel.vp * spec.parallel.cp * spec.parallel.ep > 1)
     return train_cpu_parallel(spec, on_step);
   validate(spec);
   TrainResult res;

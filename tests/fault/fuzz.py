@@ -69,7 +69,7 @@ def run(args, must_fail=False, timeout=60, what=None):
 
 INT_FLAGS = {
     "train": ["--layers", "--seq", "--micro-batch", "--global-batch", "--steps", "--warmup-steps", "--tp", "--pp",
-              "--cp", "--vp", "--gpus", "--seed", "--fp8-history"],
+              "--cp", "--vp", "--ep", "--gpus", "--seed", "--fp8-history"],
     "project": ["--gpus"],
     "k8s": ["--nodes", "--gpus-per-node", "--tasks-per-node"],
 }

@@ -196,8 +196,9 @@ TEST_F(SlurmCluster, SrunPmixStartsOneTensorParallelJob) {
   ASSERT_EQ(train.size(), 1u) << s.out;
   EXPECT_EQ(train[0]["status"], "ok");
   EXPECT_EQ(train[0]["gpus"], 2);
-  EXPECT_EQ(train[0]["layout"],
-            (nlohmann::json{{"dp", 1}, {"cp", 1}, {"pp", 1}, {"tp", 2}, {"vp", 1}, {"sequence_parallel", true}}));
+  EXPECT_EQ(
+      train[0]["layout"],
+      (nlohmann::json{{"dp", 1}, {"cp", 1}, {"pp", 1}, {"tp", 2}, {"vp", 1}, {"ep", 1}, {"sequence_parallel", true}}));
   ASSERT_EQ(ranks.size(), 2u) << s.out;
   for (const auto& r : ranks) {
     EXPECT_EQ(r["bench"], "rank_steps");

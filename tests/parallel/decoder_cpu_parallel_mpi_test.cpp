@@ -14,7 +14,13 @@
 //   - moe: the load-balancing losses and tokens per expert on every rank equal the reference's;
 //   - float against the float CpuDecoder;
 //   - layouts the model does not fit raise tb::Error on every rank (no collective is left waiting); a vocabulary
-//     that tp does not divide fits (the embedding and LM head are not split over tp).
+//     that tp does not divide fits (the embedding and LM head are not split over tp);
+//   - expert parallel (moe): every ep layout of the world (ep over dp, over tp with SP, over cp, and mixed), each dp
+//     replica on a micro-batch of its own, so an ep group's ranks send each other different tokens: the loss and
+//     moe_stats of every rank equal the reference's on its micro-batch, and the world sum of add_grads_to_full equals
+//     the sum of the reference's gradients over the micro-batches (a row sent to the wrong expert or back to the
+//     wrong rank changes both); one stage and two chained stages with two micro-batches in flight; the local layout
+//     holds experts / ep experts per MoE layer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -214,6 +220,116 @@ TEST_P(Family, FloatMatchesTheFloatDecoder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt", "moe"));
+
+// Expert parallel: dp x cp x tp (SP with tp > 1) and ep dividing the world.
+struct EpLayout {
+  int dp = 1, cp = 1, tp = 1, ep = 1;
+  MeshShape shape() const { return {.dp = dp, .cp = cp, .tp = tp, .sequence_parallel = tp > 1, .ep = ep}; }
+};
+
+std::vector<EpLayout> ep_layouts(int n) {
+  if (n == 2) return {{.dp = 2, .ep = 2}, {.tp = 2, .ep = 2}, {.cp = 2, .ep = 2}};
+  if (n == 4)
+    return {{.dp = 4, .ep = 4},          {.dp = 4, .ep = 2},          {.dp = 2, .tp = 2, .ep = 2},
+            {.dp = 2, .tp = 2, .ep = 4}, {.tp = 4, .ep = 4},          {.tp = 4, .ep = 2},
+            {.dp = 2, .cp = 2, .ep = 4}, {.dp = 2, .cp = 2, .ep = 2}, {.cp = 2, .tp = 2, .ep = 2},
+            {.cp = 2, .tp = 2, .ep = 4}};
+  return {};
+}
+
+// A random micro-batch (the first seed from `seed` on) whose tokens reach every expert of every MoE layer in the
+// reference, so every ep rank receives rows from every other (the same choice on every rank: no rank stops alone).
+Batch routed_to_every_expert(const ModelConfig& cfg, int batch, std::uint64_t seed) {
+  CpuDecoder<double> ref = reference<double>(cfg);
+  for (;; ++seed) {
+    Batch b = random_batch(batch, cfg.seq, cfg.vocab, seed);
+    ref.reset_moe_stats();
+    ref.forward_backward(b.tokens, b.targets, batch, cfg.seq, 1.0);
+    const auto& c = ref.moe_stats().tokens_per_expert;
+    if (std::ranges::all_of(c, [](std::int64_t v) { return v > 0; })) return b;
+  }
+}
+
+TEST(ExpertParallel, EveryEpLayoutMatchesTheSingleRankDecoder) {
+  const ModelConfig cfg = tiny("moe");
+  const int n = comm::world().size;
+  for (int batch : {1, 2})
+    for (const EpLayout& l : ep_layouts(n)) {
+      auto world = comm::world_communicator();
+      Mesh mesh(*world, l.shape());
+      const int dp = mesh.coord().dp;
+      // the reference: one forward_backward per dp replica's micro-batch, gradients summed
+      CpuDecoder<double> ref = reference<double>(cfg);
+      ref.zero_grads();
+      std::vector<Batch> batches;
+      double my_loss = 0;
+      MoeStats my_stats;
+      for (int j = 0; j < l.dp; ++j) {
+        batches.push_back(routed_to_every_expert(cfg, batch, 600 + 100 * batch + 10 * j));
+        ref.reset_moe_stats();
+        const double loss =
+            ref.forward_backward(batches.back().tokens, batches.back().targets, batch, cfg.seq, kGradScale);
+        if (j == dp) my_loss = loss, my_stats = ref.moe_stats();
+      }
+      const std::string what =
+          l.shape().str() + " batch " + std::to_string(batch) + " rank " + std::to_string(world->rank());
+      ShardedCpuDecoder<double> dec(cfg, {mesh.tp(), mesh.cp(), &mesh.ep()}, {.sequence_parallel = l.tp > 1});
+      const model::DenseLayout& L = dec.local_layout();
+      EXPECT_EQ(L.first_expert, mesh.ep().rank() * cfg.moe.experts / l.ep) << what;
+      for (const auto& layer : L.layers)
+        EXPECT_EQ(int(layer.expert_fc1.size()), layer.moe() ? cfg.moe.experts / l.ep : 0) << what;
+      dec.load_full(ref.params());
+      const double loss = dec.forward(0, batches[std::size_t(dp)].view());
+      dec.backward(0, {}, {}, kGradScale);
+      EXPECT_NEAR(loss, my_loss, 1e-12 * my_loss) << what;
+      EXPECT_NEAR(dec.moe_stats().objective, my_stats.objective, 1e-12 * my_stats.objective) << what;
+      EXPECT_EQ(dec.moe_stats().tokens_per_expert, my_stats.tokens_per_expert) << what;
+      std::vector<double> g(ref.params().size(), 0.0);
+      dec.add_grads_to_full(g);
+      world->all_reduce(std::span<double>(g));
+      EXPECT_EQ(compare_grads<double>(ref.dense_layout(), g, ref.grads(), 1e-10), "") << what;
+
+      // two stages (layers [0, 2) and [2, 3), a MoE layer in each), two micro-batches in flight
+      ShardedCpuDecoder<double> s0(cfg, {mesh.tp(), mesh.cp(), &mesh.ep()},
+                                   {.first_layer = 0, .last_layer = 2, .sequence_parallel = l.tp > 1});
+      ShardedCpuDecoder<double> s1(cfg, {mesh.tp(), mesh.cp(), &mesh.ep()},
+                                   {.first_layer = 2, .sequence_parallel = l.tp > 1});
+      s0.load_full(ref.params()), s1.load_full(ref.params());
+      const std::size_t act = s0.activation_size(batch, cfg.seq);
+      std::vector<double> h0(act), h1(act), dh(act);
+      const Batch& b = batches[std::size_t(dp)];
+      s0.forward(0, b.view(), {}, h0);
+      s0.forward(1, b.view(), {}, h1);
+      const double l1 = s1.forward(1, b.view(), h1);
+      const double l0 = s1.forward(0, b.view(), h0);
+      s1.backward(0, {}, dh, kGradScale);
+      s0.backward(0, dh, {}, kGradScale);
+      s1.backward(1, {}, dh, kGradScale);
+      s0.backward(1, dh, {}, kGradScale);
+      EXPECT_NEAR(l0, my_loss, 1e-12 * my_loss) << what << " (two stages)";
+      EXPECT_NEAR(l1, my_loss, 1e-12 * my_loss) << what << " (two stages)";
+      std::vector<double> g2(ref.params().size(), 0.0), twice(ref.grads().begin(), ref.grads().end());
+      s0.add_grads_to_full(g2), s1.add_grads_to_full(g2);
+      world->all_reduce(std::span<double>(g2));
+      for (double& v : twice) v *= 2;  // each rank ran its micro-batch twice
+      EXPECT_EQ(compare_grads<double>(ref.dense_layout(), g2, twice, 1e-10), "") << what << " (two stages)";
+    }
+}
+
+// Expert-parallel layouts the model does not fit raise on every rank, before any exchange.
+TEST(ExpertParallel, LayoutsTheModelDoesNotFitRaise) {
+  const int n = comm::world().size;
+  auto world = comm::world_communicator();
+  Mesh over_dp(*world, {.dp = n, .ep = n});
+  EXPECT_THROW(ShardedCpuDecoder<double>(tiny("llama"), {over_dp.tp(), over_dp.cp(), &over_dp.ep()}), Error);
+  ModelConfig three = tiny("moe");
+  three.moe.experts = 3;
+  EXPECT_THROW(ShardedCpuDecoder<double>(three, {over_dp.tp(), over_dp.cp(), &over_dp.ep()}), Error);
+  Mesh over_tp(*world, {.tp = n, .ep = n});  // tp without sequence parallel: every tp rank would send the same rows
+  EXPECT_THROW(ShardedCpuDecoder<double>(tiny("moe"), {over_tp.tp(), over_tp.cp(), &over_tp.ep()}), Error);
+  EXPECT_NO_THROW(
+      ShardedCpuDecoder<double>(tiny("moe"), {over_tp.tp(), over_tp.cp(), &over_tp.ep()}, {.sequence_parallel = true}));
+}
 
 TEST(ShardedCpuDecoder, LayoutsTheModelDoesNotFitRaise) {
   const int n = comm::world().size;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -52,6 +53,37 @@ TEST(Mesh, EveryProblemIsNamed) {
             std::string::npos);
 }
 
+// Expert parallel: the expert grid of a stage is its tp·cp·dp ranks as ep x edp (ep inner), and each problem of an
+// ep layout has a line of its own.
+TEST(Mesh, ExpertGridAndItsProblems) {
+  const MeshShape s{.dp = 2, .cp = 2, .pp = 2, .tp = 2, .sequence_parallel = true, .ep = 4};
+  EXPECT_EQ(s.edp(), 2);
+  EXPECT_EQ(s.str(), "dp2 cp2 pp2 tp2 vp1 sp ep4");
+  for (int r = 0; r < s.world(); ++r) {
+    const Coord c = coord_of(s, r);
+    const int l = (c.dp * s.cp + c.cp) * s.tp + c.tp;  // the stage index: the same for both pp ranks
+    EXPECT_EQ(expert_coord_of(s, c).ep, l % 4);
+    EXPECT_EQ(expert_coord_of(s, c).edp, l / 4);
+  }
+  EXPECT_EQ(expert_coord_of(s, {0, 0, 1, 1}).ep, 1);  // tp neighbours are ep neighbours
+  EXPECT_EQ(expert_coord_of(s, {1, 0, 0, 0}).edp, 1);
+
+  model::ModelConfig moe = model::preset("tiny");
+  moe.moe.experts = 6, moe.moe.top_k = 2;
+  EXPECT_EQ(layout_problems({.dp = 2, .ep = 2}, moe, 2, 1, 2), "");
+  EXPECT_EQ(layout_problems({.dp = 3, .ep = 3}, moe, 3, 1, 3), "");
+  const std::string p = layout_problems({.dp = 2, .tp = 2, .ep = 4}, moe, 4, 1, 2);
+  EXPECT_NE(p.find("experts (6) is not divisible by ep (4)"), std::string::npos) << p;
+  EXPECT_NE(p.find("expert parallel with tp > 1 needs sequence parallel"), std::string::npos) << p;
+  EXPECT_NE(layout_problems({.dp = 3, .ep = 2}, moe, 3, 1, 3).find("ep (2) does not divide the tp·cp·dp = 1·1·3 = 3"),
+            std::string::npos);
+  EXPECT_NE(layout_problems({.dp = 2, .ep = 2}, model::preset("tiny"), 2, 1, 2)
+                .find("expert parallel (ep 2) needs a Mixture-of-Experts model; tiny is dense"),
+            std::string::npos);
+  EXPECT_NE(layout_problems({.ep = 0}, moe, 1, 1, 1).find("at least 1"), std::string::npos);
+  EXPECT_EQ(std::count(p.begin(), p.end(), '\n'), 1) << p;  // two problems, one line each
+}
+
 // --share-gpus: on every shape whose groups fit, each one-coordinate group's ranks are on distinct GPUs; shapes that
 // do not fit are named.
 TEST(Mesh, SharedGpusPutEachGroupOnDistinctGpus) {
@@ -98,6 +130,11 @@ TEST(SelfCommunicator, CopiesAndExchangesWithItself) {
   c->exchange(ops, DType::f32);
   EXPECT_EQ(r, a);
   EXPECT_THROW(c->broadcast(a.data(), 2, DType::f32, 1), Error);
+  std::vector<float> t(2);
+  const std::size_t two[] = {2}, one[] = {1};
+  c->all_to_all_v(std::span<const float>(a), two, std::span<float>(t), two);
+  EXPECT_EQ(t, a);
+  EXPECT_THROW(c->all_to_all_v(std::span<const float>(a), two, std::span<float>(t), one), Error);
 }
 
 }  // namespace

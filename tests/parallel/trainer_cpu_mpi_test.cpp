@@ -11,6 +11,10 @@
 //     1e-9 relative, and the final parameters to 1e-8;
 //   - a MoE model (routed and shared experts, the load-balancing losses): one step on every layout equals the sum of
 //     the single-rank gradients of its micro-batches;
+//   - expert parallel (the MoE model, ep over dp, tp sp, cp, pp stages and interleaving where the world allows):
+//     one step's loss, gradient norm and full gradient, and 5 clipped AdamW steps (loss, norm, final parameters)
+//     equal the single-rank loop over the micro-batches; an expert's gradient and moments live on its edp group only,
+//     so a shard reduced over the wrong group or an expert counted twice in the norm changes them;
 //   - bad layouts and bad input raise Error{config} on every rank, naming the problem.
 #include <gtest/gtest.h>
 
@@ -223,6 +227,103 @@ TEST(ParallelCpuTrainer, MoeStepMatchesTheSumOverMicroBatches) {
   EXPECT_GE(ran, int(layouts(world->size()).size()));
 }
 
+std::vector<Layout> ep_layouts(int n) {
+  auto L = [](int dp, int cp, int pp, int tp, int ep, int vp = 1) {
+    return Layout{MeshShape{dp, cp, pp, tp, vp, tp > 1, ep}};
+  };
+  if (n == 2) return {L(2, 1, 1, 1, 2), L(1, 1, 1, 2, 2), L(1, 2, 1, 1, 2)};
+  if (n == 4)
+    return {L(4, 1, 1, 1, 4), L(4, 1, 1, 1, 2), L(2, 1, 1, 2, 2), L(2, 1, 1, 2, 4),   L(2, 1, 2, 1, 2),
+            L(1, 1, 2, 2, 2), L(2, 2, 1, 1, 4), L(1, 2, 1, 2, 2), L(2, 1, 2, 1, 2, 2)};
+  return {};
+}
+
+// The single-rank MoE loop: per step the sum of the micro-batches' gradients (each scaled by micro / global), the
+// norm clipped, AdamW (decay everything but norms).
+Reference moe_reference_run(const ModelConfig& cfg, int steps, double clip, int micro) {
+  CpuDecoder<double> net(cfg, kSeed);
+  const std::vector<double> start = start_params(cfg);
+  std::ranges::copy(start, net.params().begin());
+  std::vector<double> m(start.size(), 0), v(start.size(), 0);
+  std::vector<std::uint8_t> mask(start.size(), 1);
+  for (const model::Slot& s : net.layout())
+    if (s.name.find("norm") != std::string::npos) std::fill_n(mask.begin() + std::ptrdiff_t(s.offset), s.size, 0);
+  Reference r;
+  const std::size_t n = std::size_t(micro * cfg.seq);
+  for (int step = 1; step <= steps; ++step) {
+    const Batch b = step_batch(cfg, step);
+    net.zero_grads();
+    double loss = 0;
+    for (int i = 0; i < kGlobal / micro; ++i) {
+      const std::span<const std::int32_t> tok(b.tokens.data() + i * n, n), tgt(b.targets.data() + i * n, n);
+      loss += net.forward_backward(tok, tgt, micro, cfg.seq, double(micro) / kGlobal) * micro / kGlobal;
+    }
+    r.loss.push_back(loss);
+    r.norm.push_back(ops::cpu::clip_grad_norm(net.grads(), clip));
+    const ops::cpu::AdamWParams hp{test_lr(step - 1), 0.9, 0.95, 1e-8, 0.1};
+    ops::cpu::adamw_step(net.params(), net.grads(), m, v, hp, step, mask);
+  }
+  r.params.assign(net.params().begin(), net.params().end());
+  return r;
+}
+
+TEST(ExpertParallel, OneStepMatchesTheSumOverMicroBatches) {
+  const ModelConfig cfg = tiny("moe");
+  const std::vector<double> start = start_params(cfg);
+  const Batch b = random_batch(kGlobal, cfg.seq, cfg.vocab, 44);
+  auto world = comm::world_communicator();
+  int ran = 0;
+  for (int micro : {1, 2}) {
+    CpuDecoder<double> ref(cfg, kSeed);
+    std::ranges::copy(start, ref.params().begin());
+    ref.zero_grads();
+    double ref_loss = 0;
+    const std::size_t n = std::size_t(micro * cfg.seq);
+    for (int i = 0; i < kGlobal / micro; ++i) {
+      const std::span<const std::int32_t> tok(b.tokens.data() + i * n, n), tgt(b.targets.data() + i * n, n);
+      ref_loss += ref.forward_backward(tok, tgt, micro, cfg.seq, double(micro) / kGlobal) * micro / kGlobal;
+    }
+    const double ref_norm = ops::cpu::grad_norm(ref.grads());
+    for (const Layout& l : ep_layouts(world->size())) {
+      if (!fits(l, cfg, micro)) continue;
+      ++ran;
+      ParallelCpuTrainer<double> t(*world, cfg, {l.shape, micro, kGlobal, {}}, kSeed);
+      t.load_full(start);
+      EXPECT_EQ(compare(ref.dense_layout(), t.full_params(), start, 0), "") << what(l, micro) << " (load_full)";
+      const ParallelStepStats st = t.step(b.tokens, b.targets, 1e-3);
+      EXPECT_NEAR(st.loss, ref_loss, 1e-10 * ref_loss) << what(l, micro);
+      EXPECT_NEAR(st.grad_norm, ref_norm, 1e-10 * ref_norm) << what(l, micro);
+      EXPECT_EQ(compare(ref.dense_layout(), t.full_grads(), ref.grads(), 1e-10), "") << what(l, micro);
+    }
+  }
+  EXPECT_GE(ran, int(ep_layouts(world->size()).size()));
+}
+
+TEST(ExpertParallel, FiveStepsMatchTheSingleRankLoop) {
+  const ModelConfig cfg = tiny("moe");
+  constexpr int kSteps = 5;
+  constexpr double kClip = 0.5;
+  auto world = comm::world_communicator();
+  const std::vector<double> start = start_params(cfg);
+  for (int micro : {1, 2}) {
+    const Reference ref = moe_reference_run(cfg, kSteps, kClip, micro);
+    ASSERT_GT(std::ranges::count_if(ref.norm, [](double v) { return v > kClip; }), 0) << "max_norm never clips";
+    for (const Layout& l : ep_layouts(world->size())) {
+      if (!fits(l, cfg, micro)) continue;
+      ParallelCpuTrainer<double> t(*world, cfg, {l.shape, micro, kGlobal, training_hyper(kClip)}, kSeed);
+      t.load_full(start);
+      for (int step = 1; step <= kSteps; ++step) {
+        const Batch b = step_batch(cfg, step);
+        const ParallelStepStats st = t.step(b.tokens, b.targets, test_lr(step - 1));
+        const std::size_t i = std::size_t(step - 1);
+        EXPECT_NEAR(st.loss, ref.loss[i], 1e-9 * ref.loss[i]) << what(l, micro) << " step " << step;
+        EXPECT_NEAR(st.grad_norm, ref.norm[i], 1e-9 * ref.norm[i]) << what(l, micro) << " step " << step;
+      }
+      EXPECT_EQ(compare(model::dense_layout(cfg), t.full_params(), ref.params, 1e-8), "") << what(l, micro);
+    }
+  }
+}
+
 TEST(ParallelCpuTrainer, FloatTrains) {  // the float instantiation against the float single-rank decoder
   const ModelConfig cfg = tiny("gpt");
   auto world = comm::world_communicator();
@@ -278,6 +379,34 @@ TEST(ParallelCpuTrainer, BadLayoutsAndInputRaiseOnEveryRank) {
   expect_config_error([&] { t.step(b.tokens, b.targets, 1e-3); }, "outside the vocabulary");
   b.tokens[3] = 0;
   EXPECT_TRUE(std::isfinite(t.step(b.tokens, b.targets, 1e-3).loss));
+}
+
+// Expert-parallel layouts that do not fit: Error{config} on every rank, naming the problem.
+TEST(ExpertParallel, BadLayoutsRaiseOnEveryRank) {
+  auto world = comm::world_communicator();
+  const int n = world->size();
+  expect_config_error(
+      [&] {
+        ParallelCpuTrainer<double>(*world, tiny("llama"), {{.dp = n, .ep = n}, 1, kGlobal, {}}, kSeed);
+      },
+      "expert parallel (ep " + std::to_string(n) + ") needs a Mixture-of-Experts model");
+  ModelConfig three = tiny("moe");
+  three.moe.experts = 3;
+  expect_config_error(
+      [&] {
+        ParallelCpuTrainer<double>(*world, three, {{.dp = n, .ep = 2}, 1, kGlobal, {}}, kSeed);
+      },
+      "experts (3) is not divisible by ep (2)");
+  expect_config_error(
+      [&] {
+        ParallelCpuTrainer<double>(*world, tiny("moe"), {{.tp = n, .ep = n}, 1, kGlobal, {}}, kSeed);
+      },
+      "expert parallel with tp > 1 needs sequence parallel");
+  expect_config_error(
+      [&] {
+        ParallelCpuTrainer<double>(*world, tiny("moe"), {{.pp = n, .ep = 2}, 1, kGlobal, {}}, kSeed);
+      },
+      "ep (2) does not divide the tp·cp·dp = 1·1·1 = 1 ranks of a pipeline stage");
 }
 
 }  // namespace
