@@ -25,25 +25,19 @@ int positive_int(std::string_view key, std::string_view v) {
   return x;
 }
 
-double positive_number(std::string_view key, std::string_view v) {
-  const std::string s(v);
-  char* end = nullptr;
-  const double x = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(x) || x <= 0)
-    raise_config(fmt::format("--set {}={}: {} takes a positive number", key, v, key));
-  return x;
-}
-
-int non_negative_int(std::string_view key, std::string_view v) { return v == "0" ? 0 : positive_int(key, v); }
-
-double non_negative(std::string_view key, std::string_view v) {
+// A finite number above 0 (or at least 0 with zero_ok).
+double number(std::string_view key, std::string_view v, bool zero_ok) {
   const std::string s(v);
   char* end = nullptr;
   const double x = s.empty() ? -1.0 : std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(x) || x < 0)
-    raise_config(fmt::format("--set {}={}: {} takes a number >= 0", key, v, key));
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(x) || x < 0 || (x == 0 && !zero_ok))
+    raise_config(fmt::format("--set {}={}: {} takes a {}", key, v, key, zero_ok ? "number >= 0" : "positive number"));
   return x;
 }
+double positive_number(std::string_view key, std::string_view v) { return number(key, v, false); }
+double non_negative(std::string_view key, std::string_view v) { return number(key, v, true); }
+
+int non_negative_int(std::string_view key, std::string_view v) { return v == "0" ? 0 : positive_int(key, v); }
 
 template <class E>
 E one_of(std::string_view key, std::string_view v, std::initializer_list<std::pair<std::string_view, E>> choices) {

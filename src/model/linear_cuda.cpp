@@ -155,7 +155,7 @@ void LinearCuda::forward_gemm(const LinearEnv& e, bf16* y, const bf16* x, const 
 void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf16* x, const LinearSaved& s,
                           std::int64_t rows, const std::function<void()>& after_dgrad, bool amax_ready) const {
   const std::int64_t o = out(), i = in();
-  void* dw = static_cast<std::byte*>(e.grads) + w_->offset * dtype_size(e.grad_type);
+  void* dw = e.grad(*w_);
   const float* dy_inv = e.fp8.enabled ? fp8.dy.scale_inv : nullptr;  // (read by the lambdas below, after this block)
   std::function<void()> wgrad, dgrad;
   if (!e.fp8.enabled) {

@@ -54,6 +54,7 @@ struct LinearEnv {
   std::uint8_t *xq, *dyq, *dyqt;   // FP8 scratch: an input, an output gradient and that transposed
   bf16 *part, *dyl;                // tp: a row-parallel GEMM's partial output [n, out]; a received block
   const std::function<void(std::string_view)>& mark;
+  void* grad(const Slot& w) const { return static_cast<std::byte*>(grads) + w.offset * dtype_size(grad_type); }
 };
 
 // a (x, shape, q / qt, type) cast with slot m's scale: delayed (the slot's scale; amax recorded) or current (the amax

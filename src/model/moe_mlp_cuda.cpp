@@ -51,9 +51,9 @@ LinearSaved& MoeMlpCuda::saved(int set, int k) {
   return sets_[std::size_t(set)].lin;
 }
 
-ops::MoeRouting MoeMlpCuda::routing(const MlpCall& c) const {
+ops::MoeRouting MoeMlpCuda::routing(std::int64_t rows, int seq) const {
   ops::MoeRouting r;
-  r.tokens = int(c.rows), r.experts = moe_.experts, r.k = moe_.top_k, r.seq = c.seq;
+  r.tokens = int(rows), r.experts = moe_.experts, r.k = moe_.top_k, r.seq = seq;
   r.score = moe_.score == RouterScore::softmax ? ops::MoeScore::softmax : ops::MoeScore::sigmoid;
   r.normalize = moe_.normalize, r.scale = float(moe_.scale), r.balanced = moe_.routing == Routing::balanced;
   return r;
@@ -66,8 +66,7 @@ void MoeMlpCuda::plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64_t
   shared_sets_.resize(std::size_t(sets));
   const std::span<Saved> all(sets_);
   const std::span<Shared> scratch(shared_sets_);
-  ops::MoeRouting r;
-  r.tokens = int(rows), r.experts = moe_.experts, r.k = moe_.top_k, r.seq = seq;
+  const ops::MoeRouting r = routing(rows, seq);
   const auto n = std::size_t(rows), E = std::size_t(r.experts), nk = n * std::size_t(r.k);
   const auto R = std::size_t(r.rows()), d = std::size_t(d_), seqs = std::size_t(r.sequences());
   const bool state = p.keeps_state();
@@ -114,7 +113,7 @@ void MoeMlpCuda::forward(const MlpCall& c, int set, const bf16* x, LinearInput x
   Saved& S = sets_[std::size_t(set)];
   const Shared& X = shared_sets_[std::size_t(set)];
   cudaStream_t st = e.dc.stream();
-  const ops::MoeRouting r = routing(c);
+  const ops::MoeRouting r = routing(c.rows, c.seq);
   const int n = r.tokens, E = r.experts, k = r.k;
   S.grad_scale = c.grad_scale;
   // router, routing, dispatch
@@ -154,11 +153,8 @@ void MoeMlpCuda::forward(const MlpCall& c, int set, const bf16* x, LinearInput x
 }
 
 void MoeMlpCuda::zero_expert_grads(const LinearEnv& e, int expert) const {
-  for (const LinearCuda* lin : {&fc1_[std::size_t(expert)], &fc2_[std::size_t(expert)]}) {
-    const std::size_t bytes = dtype_size(e.grad_type);
-    TB_CHECK(cudaMemsetAsync(static_cast<std::byte*>(e.grads) + lin->weight().offset * bytes, 0,
-                             lin->weight().size * bytes, e.dc.stream()));
-  }
+  for (const LinearCuda* lin : {&fc1_[std::size_t(expert)], &fc2_[std::size_t(expert)]})
+    TB_CHECK(cudaMemsetAsync(e.grad(lin->weight()), 0, lin->weight().size * dtype_size(e.grad_type), e.dc.stream()));
 }
 
 void MoeMlpCuda::backward(const MlpCall& c, int set, const bf16* x, const bf16* dy, bool dy_amax_ready, bf16* dx,
@@ -167,7 +163,7 @@ void MoeMlpCuda::backward(const MlpCall& c, int set, const bf16* x, const bf16* 
   const Saved& S = sets_[std::size_t(set)];
   const Shared& X = shared_sets_[std::size_t(set)];
   cudaStream_t st = e.dc.stream();
-  const ops::MoeRouting r = routing(c);
+  const ops::MoeRouting r = routing(c.rows, c.seq);
   const int n = r.tokens, E = r.experts, k = r.k;
   const std::int64_t used = S.host_start.back();
   if (c.policy.recomputes_cheap_outputs()) {
@@ -205,7 +201,7 @@ void MoeMlpCuda::backward(const MlpCall& c, int set, const bf16* x, const bf16* 
   if (after_dgrad) after_dgrad();
   ops::GemmShape gw;  // dWr (+)= dlogits^T x
   gw.m = E, gw.n = d_, gw.k = n, gw.layout = ops::GemmLayout::atb, gw.d = e.grad_type, gw.accumulate = !e.overwrite;
-  e.dc.gemm(gw, static_cast<std::byte*>(e.grads) + router_->offset * dtype_size(e.grad_type), X.dlogits, x);
+  e.dc.gemm(gw, e.grad(*router_), X.dlogits, x);
   mark(e, "gemm wgrad");
 }
 

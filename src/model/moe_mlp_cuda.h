@@ -61,7 +61,7 @@ class MoeMlpCuda final : public MlpCuda {
     std::int32_t *count = nullptr, *dispatch_scratch = nullptr;
     bf16* dlogits = nullptr;
   };
-  ops::MoeRouting routing(const MlpCall& c) const;
+  ops::MoeRouting routing(std::int64_t rows, int seq) const;
   void to_host(const MlpCall& c, Saved& S, const Shared& X);
   void zero_expert_grads(const LinearEnv& e, int expert) const;
 

@@ -331,21 +331,19 @@ std::vector<T> ParallelCpuTrainer<T>::full_params() const {
   // one copy per (pp, tp) coordinate (dp and cp rank 0); an expert-parallel expert from its edp rank 0; the world
   // sum adds the pieces
   const bool dense_copy = c.dp == 0 && c.cp == 0, expert_copy = mesh_->expert_coord().edp == 0;
-  {
-    for (std::size_t k = 0; k < chunks_.size(); ++k) {
-      const auto& dec = *chunks_[k];
-      const model::DenseLayout& L = dec.local_layout();
-      const bool has_copy = tied_split_ && dec.is_last();
-      const std::size_t copy0 = has_copy ? L.slots[std::size_t(L.lm_head)].offset : 0;
-      const std::size_t copy1 = has_copy ? copy0 + L.slots[std::size_t(L.lm_head)].size : 0;
-      const std::span<const T> p = dec.params();
-      for (const ShardBlock& b : dec.shard_blocks()) {
-        if (!(b.expert ? expert_copy : dense_copy)) continue;
-        if ((b.tp_replicated && c.tp != 0) || (b.local_offset >= copy0 && b.local_offset < copy1)) continue;
-        for (std::int64_t i = 0; i < b.rows; ++i)
-          std::copy_n(p.data() + b.local_offset + std::size_t(i * b.cols), b.cols,
-                      full.data() + b.full_offset + std::size_t(i * b.full_stride));
-      }
+  for (std::size_t k = 0; k < chunks_.size(); ++k) {
+    const auto& dec = *chunks_[k];
+    const model::DenseLayout& L = dec.local_layout();
+    const bool has_copy = tied_split_ && dec.is_last();
+    const std::size_t copy0 = has_copy ? L.slots[std::size_t(L.lm_head)].offset : 0;
+    const std::size_t copy1 = has_copy ? copy0 + L.slots[std::size_t(L.lm_head)].size : 0;
+    const std::span<const T> p = dec.params();
+    for (const ShardBlock& b : dec.shard_blocks()) {
+      if (!(b.expert ? expert_copy : dense_copy)) continue;
+      if ((b.tp_replicated && c.tp != 0) || (b.local_offset >= copy0 && b.local_offset < copy1)) continue;
+      for (std::int64_t i = 0; i < b.rows; ++i)
+        std::copy_n(p.data() + b.local_offset + std::size_t(i * b.cols), b.cols,
+                    full.data() + b.full_offset + std::size_t(i * b.full_stride));
     }
   }
   world_.all_reduce(std::span<T>(full));

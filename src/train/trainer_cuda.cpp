@@ -90,7 +90,7 @@ void after_first_step(const TrainSpec& spec, ops::DeviceContext& dc, StepCuda& s
   }
   const bool use_graph =  // train/spec.h; a MoE layer syncs with the host (model/moe_mlp_cuda.h)
       spec.run.graph == Switch::on ||
-      (spec.run.graph == Switch::automatic && spec.parallel.tp == 1 && !resolve_model(spec).moe.enabled());
+      (spec.run.graph == Switch::automatic && spec.parallel.tp == 1 && !res.model.moe.enabled());
   res.graph = use_graph ? step_run.capture() : "off";
   if (res.graph != "captured" && use_graph)
     log::warn("train: running without a CUDA graph ({}); step times include launch overhead", res.graph);

@@ -198,6 +198,17 @@ INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt"));
 
 // A MoE model's load-balancing losses are per micro-batch (not linear in the batch): the reference sums the
 // gradients of the global batch's consecutive micro-batches, each scaled by micro / global.
+// Returns their mean loss; the gradients accumulate in net.
+double sum_over_micro_batches(CpuDecoder<double>& net, const Batch& b, int seq, int micro) {
+  const std::size_t n = std::size_t(micro * seq);
+  double loss = 0;
+  for (int i = 0; i < kGlobal / micro; ++i) {
+    const std::span<const std::int32_t> tok(b.tokens.data() + i * n, n), tgt(b.targets.data() + i * n, n);
+    loss += net.forward_backward(tok, tgt, micro, seq, double(micro) / kGlobal) * micro / kGlobal;
+  }
+  return loss;
+}
+
 TEST(ParallelCpuTrainer, MoeStepMatchesTheSumOverMicroBatches) {
   const ModelConfig cfg = tiny("moe");
   const std::vector<double> start = start_params(cfg);
@@ -208,12 +219,7 @@ TEST(ParallelCpuTrainer, MoeStepMatchesTheSumOverMicroBatches) {
     CpuDecoder<double> ref(cfg, kSeed);
     std::ranges::copy(start, ref.params().begin());
     ref.zero_grads();
-    double ref_loss = 0;
-    const std::size_t n = std::size_t(micro * cfg.seq);
-    for (int i = 0; i < kGlobal / micro; ++i) {
-      const std::span<const std::int32_t> tok(b.tokens.data() + i * n, n), tgt(b.targets.data() + i * n, n);
-      ref_loss += ref.forward_backward(tok, tgt, micro, cfg.seq, double(micro) / kGlobal) * micro / kGlobal;
-    }
+    const double ref_loss = sum_over_micro_batches(ref, b, cfg.seq, micro);
     for (const Layout& l : layouts(world->size())) {
       if (!fits(l, cfg, micro)) continue;
       ++ran;
@@ -249,16 +255,10 @@ Reference moe_reference_run(const ModelConfig& cfg, int steps, double clip, int 
   for (const model::Slot& s : net.layout())
     if (s.name.find("norm") != std::string::npos) std::fill_n(mask.begin() + std::ptrdiff_t(s.offset), s.size, 0);
   Reference r;
-  const std::size_t n = std::size_t(micro * cfg.seq);
   for (int step = 1; step <= steps; ++step) {
     const Batch b = step_batch(cfg, step);
     net.zero_grads();
-    double loss = 0;
-    for (int i = 0; i < kGlobal / micro; ++i) {
-      const std::span<const std::int32_t> tok(b.tokens.data() + i * n, n), tgt(b.targets.data() + i * n, n);
-      loss += net.forward_backward(tok, tgt, micro, cfg.seq, double(micro) / kGlobal) * micro / kGlobal;
-    }
-    r.loss.push_back(loss);
+    r.loss.push_back(sum_over_micro_batches(net, b, cfg.seq, micro));
     r.norm.push_back(ops::cpu::clip_grad_norm(net.grads(), clip));
     const ops::cpu::AdamWParams hp{test_lr(step - 1), 0.9, 0.95, 1e-8, 0.1};
     ops::cpu::adamw_step(net.params(), net.grads(), m, v, hp, step, mask);
@@ -277,12 +277,7 @@ TEST(ExpertParallel, OneStepMatchesTheSumOverMicroBatches) {
     CpuDecoder<double> ref(cfg, kSeed);
     std::ranges::copy(start, ref.params().begin());
     ref.zero_grads();
-    double ref_loss = 0;
-    const std::size_t n = std::size_t(micro * cfg.seq);
-    for (int i = 0; i < kGlobal / micro; ++i) {
-      const std::span<const std::int32_t> tok(b.tokens.data() + i * n, n), tgt(b.targets.data() + i * n, n);
-      ref_loss += ref.forward_backward(tok, tgt, micro, cfg.seq, double(micro) / kGlobal) * micro / kGlobal;
-    }
+    const double ref_loss = sum_over_micro_batches(ref, b, cfg.seq, micro);
     const double ref_norm = ops::cpu::grad_norm(ref.grads());
     for (const Layout& l : ep_layouts(world->size())) {
       if (!fits(l, cfg, micro)) continue;
