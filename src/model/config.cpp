@@ -156,6 +156,9 @@ void ModelConfig::validate() const {
   TB_REQUIRE(moe.every >= 1 && moe.dense_first >= 0,
              fmt::format("{}: the MoE layer pattern needs every >= 1 and dense_first >= 0 (got {} and {})", who,
                          moe.every, moe.dense_first));
+  TB_REQUIRE(moe.ep_proxy >= 1 && moe.experts % moe.ep_proxy == 0 && moe.token_share >= 1,
+             fmt::format("{}: a proxy of expert parallel {} needs it to divide the {} experts (and token_share={} >= 1)",
+                         who, moe.ep_proxy, moe.experts, moe.token_share));
   TB_REQUIRE(moe_layers() > 0,
              fmt::format("{}: the MoE layer pattern (dense_first={}, every={}) leaves none of the {} layers MoE", who,
                          moe.dense_first, moe.every, layers));

@@ -62,8 +62,18 @@ struct MoeConfig {
   double capacity_factor = 0;  // 0: dropless
   bool pad_to_capacity = false;
   Routing routing = Routing::learned;
+  // A one-device proxy of one rank of an expert-parallel layout (recipe/plan.h); 1 and 1: a real layer.
+  //   ep_proxy     the layer holds experts / ep_proxy routed experts (an ep rank's share) and computes each pair
+  //                (t, e) on local expert e mod (experts / ep_proxy): the rows an ep rank receives from the whole
+  //                ep group under balanced routing, without the all-to-all (the projection adds it)
+  //   token_share  the MoE MLP (router, routed and shared experts) runs on the first rows / token_share rows of the
+  //                micro-batch only (a tp x cp rank's sequence-parallel share of the tokens); the other rows leave it
+  //                as zero
+  int ep_proxy = 1;
+  int token_share = 1;
 
   bool enabled() const { return experts > 0; }
+  int local_experts() const { return experts / ep_proxy; }
 };
 
 struct ModelConfig {
