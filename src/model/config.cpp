@@ -151,8 +151,11 @@ void ModelConfig::validate() const {
   TB_REQUIRE(!moe.pad_to_capacity || moe.capacity_factor > 0,
              fmt::format("{}: pad_to_capacity needs a capacity_factor > 0", who));
   TB_REQUIRE(
-      moe.aux_loss >= 0 && moe.seq_aux_loss >= 0 && moe.z_loss >= 0 && moe.scale > 0,
-      fmt::format("{}: the MoE loss coefficients must not be negative and the routed scale must be positive", who));
+      moe.aux_loss >= 0 && moe.seq_aux_loss >= 0 && moe.z_loss >= 0 && moe.scale > 0 && moe.bias_update_rate >= 0 &&
+          std::isfinite(moe.bias_update_rate),
+      fmt::format("{}: the MoE loss coefficients and bias_update_rate must not be negative and the routed scale must be "
+                  "positive",
+                  who));
   TB_REQUIRE(moe.every >= 1 && moe.dense_first >= 0,
              fmt::format("{}: the MoE layer pattern needs every >= 1 and dense_first >= 0 (got {} and {})", who,
                          moe.every, moe.dense_first));
@@ -188,7 +191,7 @@ std::int64_t layer_matmul_params(const ModelConfig& c, int experts_counted, bool
   const std::int64_t d = c.d_model, gemms = c.act == Act::swiglu ? 3 : 2;
   const std::int64_t attn = d * (c.q_dim() + 2 * std::int64_t(c.kv_dim())) + std::int64_t(c.q_dim()) * d;
   const int moe = c.moe_layers();
-  const std::int64_t experts = experts_counted < 0 ? c.moe.experts : experts_counted;
+  const std::int64_t experts = experts_counted < 0 ? c.moe.local_experts() : experts_counted;
   const std::int64_t moe_mlp =
       gemms * d * (experts * c.expert_ffn() + c.moe.shared_ffn) + (router ? c.moe.experts * d : 0);
   return c.layers * attn + (c.layers - moe) * gemms * d * c.ffn + moe * moe_mlp;
