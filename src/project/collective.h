@@ -32,8 +32,8 @@ std::string_view coll_name(Coll c);
 
 struct LinkLevel {
   double all_reduce_gbps = 0, all_gather_gbps = 0, reduce_scatter_gbps = 0, send_recv_gbps = 0;  // bus bandwidth
-  double all_to_all_gbps = 0;
   double latency_us = 0;                                                                         // per ring step
+  double all_to_all_gbps = 0;                                                                    // bus bandwidth
   double busbw_gbps(Coll c) const;
 };
 
