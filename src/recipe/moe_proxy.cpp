@@ -64,7 +64,7 @@ std::vector<std::string> moe_proxy_differences(const model::ModelConfig& m, cons
     out.push_back(fmt::format("experts of width {}/{} = {} (expert tensor parallel {}) on the etp group's rows",
                               m.expert_ffn(), p.etp, p.expert_ffn, p.etp));
   if (m.moe.shared_ffn > 0 && p.etp != l.tp)
-    out.push_back(fmt::format("shared experts of width {} on those rows: the FLOPs of width {}/{} on the tp group's",
+    out.push_back(fmt::format("shared experts of width {} on those rows (the rank's FLOPs: width {}/{} on the tp group's rows)",
                               p.shared_ffn, m.moe.shared_ffn, l.tp));
   return out;
 }

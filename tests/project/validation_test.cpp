@@ -190,6 +190,10 @@ TEST(Validation, MixtureOfExpertsFromSyntheticProxies) {
   const auto v = tb::project::validate(moe, ctx);
   std::printf("%s", tb::project::render_validation(v).c_str());
   for (const auto& p : v.points) {
+    std::printf("%-21s %-4s %-9s %5d GPUs: all-to-alls %.1f%% of the step exposed (%d of the ep group per node), "
+                "DP %.1f%%\n",
+                p.c.recipe->name.c_str(), p.c.row->precision.c_str(), p.c.release.c_str(), p.c.row->gpus,
+                100 * p.p.ep_exposed_s / p.p.step_s, p.p.ep_per_domain, 100 * p.p.dp_exposed_s / p.p.step_s);
     EXPECT_NE(p.p.anchor_kind, tb::project::AnchorKind::same_family);
     EXPECT_GT(p.p.ep_exposed_s, 0) << p.c.row->where;  // every published layout has ep > 1
     EXPECT_LT(std::abs(p.error), 0.40) << p.c.recipe->name << " " << p.c.row->precision << " " << p.c.release << " "
