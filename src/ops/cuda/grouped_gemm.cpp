@@ -9,9 +9,20 @@
 #include <array>
 #include <cstring>
 
+#include "ops/cuda/grouped_gemm_instances.h"
 #include "ops/cuda/grouped_gemm_kernels.h"
 
 namespace tb::ops {
+namespace grouped {  // defined in the generated instance files (grouped_gemm_cutlass.cuh)
+#define TB_GROUPED_GEMM_DECLARE(family, config) \
+  std::unique_ptr<Runner> make_##family##_##config(int device, const Arrays& arrays);
+TB_GROUPED_GEMM_DEFAULTS(TB_GROUPED_GEMM_DECLARE)
+#if TB_GROUPED_GEMM_LAB_CONFIGS
+TB_GROUPED_GEMM_LAB_CONFIGS(TB_GROUPED_GEMM_DECLARE)
+#endif
+#undef TB_GROUPED_GEMM_DECLARE
+}  // namespace grouped
+
 namespace {
 
 using grouped::Family;
@@ -52,21 +63,27 @@ std::optional<Family> family_of(const GroupedGemmShape& s) {
   return std::nullopt;
 }
 
+// The compiled kernels (grouped_gemm_instances.h; a pair may be listed twice).
 struct Instance {
   Family family;
   GroupedGemmConfig config;
   grouped::MakeRunner make;
 };
 #define TB_GROUPED_GEMM_ROW(family, config) {Family::family, GroupedGemmConfig::config, grouped::make_##family##_##config},
-constexpr Instance kInstances[] = {TB_GROUPED_GEMM_INSTANCES(TB_GROUPED_GEMM_ROW)};
+constexpr Instance kInstances[] = {
+    TB_GROUPED_GEMM_DEFAULTS(TB_GROUPED_GEMM_ROW)
+#if TB_GROUPED_GEMM_LAB_CONFIGS
+    TB_GROUPED_GEMM_LAB_CONFIGS(TB_GROUPED_GEMM_ROW)
+#endif
+};
 #undef TB_GROUPED_GEMM_ROW
 
-// The configuration each kernel family runs unless a plan asks for another: the one place to set the lab's winners
-// (bench/lab/grouped_gemm_lab.cu). Each must be compiled (TB_GROUPED_GEMM_INSTANCES).
 GroupedGemmConfig default_config(Family f) {
-  switch (f) {
-    default: return GroupedGemmConfig::coop_128x256_c1;
-  }
+#define TB_GROUPED_GEMM_DEFAULT(family, config) \
+  case Family::family: return GroupedGemmConfig::config;
+  switch (f) { TB_GROUPED_GEMM_DEFAULTS(TB_GROUPED_GEMM_DEFAULT) }
+#undef TB_GROUPED_GEMM_DEFAULT
+  raise_error(Error::Kind::internal, "grouped GEMM: a kernel family without a default configuration");
 }
 
 const Instance* find_instance(Family f, GroupedGemmConfig c) {
@@ -131,7 +148,7 @@ std::vector<GroupedGemmConfig> grouped_gemm_configs(const GroupedGemmShape& s) {
   check_grouped_gemm_shape(s);
   std::vector<GroupedGemmConfig> out;
   for (const auto& i : kInstances)
-    if (i.family == *family_of(s)) out.push_back(i.config);
+    if (i.family == *family_of(s) && std::find(out.begin(), out.end(), i.config) == out.end()) out.push_back(i.config);
   return out;
 }
 

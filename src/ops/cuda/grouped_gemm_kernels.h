@@ -1,13 +1,11 @@
 // ops/cuda/grouped_gemm_kernels.h: the compiled CUTLASS grouped GEMM kernels behind GroupedGemmPlan
 // (ops/cuda/grouped_gemm.h), without CUTLASS's headers. In CUTLASS's terms each group computes
 //   D_g[M,N] = alpha_g * A_g[M,K] · B_g[K,N] + beta * C_g      (C_g = D_g; beta 0: C is not read)
-// with (M, N, K), the pointers and the leading dimensions read from device arrays (GroupedKernelArrays) that
+// with (M, N, K), the pointers and the leading dimensions read from device arrays (Arrays, below) that
 // the plan's prepare kernel fills on the stream before each launch. A kernel is a family (element types and
 // operand layouts, below) compiled in a configuration (schedule, tile, cluster: GroupedGemmConfig).
 //
-// TB_GROUPED_GEMM_INSTANCES is the list of compiled (family, configuration) pairs. cmake/grouped_gemm.cmake reads
-// this list and generates one .cu file per pair (each instantiation compiles on its own, in parallel and cached);
-// every family must list its default configuration (grouped_gemm.cpp, grouped_gemm_default_config).
+// Which (family, configuration) pairs are compiled: grouped_gemm_instances.h.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -35,45 +33,6 @@ enum class Family : std::uint8_t {
   e5m2xe4m3_tn_f32,
 };
 
-// X(family, config): every compiled kernel. The lab's families (bf16 forward, data and weight gradient in fp32;
-// fp8 forward, e5m2 data gradient, e5m2 weight gradient in fp32) in every configuration, the others in their
-// default only.
-#define TB_GROUPED_GEMM_INSTANCES(X)           \
-  X(bf16_tn_bf16, coop_128x128_c1)             \
-  X(bf16_tn_bf16, coop_128x256_c1)             \
-  X(bf16_tn_bf16, coop_128x256_c2)             \
-  X(bf16_tn_bf16, pingpong_128x128_c1)         \
-  X(bf16_tn_bf16, pingpong_128x128_c2)         \
-  X(bf16_tt_bf16, coop_128x128_c1)             \
-  X(bf16_tt_bf16, coop_128x256_c1)             \
-  X(bf16_tt_bf16, coop_128x256_c2)             \
-  X(bf16_tt_bf16, pingpong_128x128_c1)         \
-  X(bf16_tt_bf16, pingpong_128x128_c2)         \
-  X(bf16_nt_f32, coop_128x128_c1)              \
-  X(bf16_nt_f32, coop_128x256_c1)              \
-  X(bf16_nt_f32, coop_128x256_c2)              \
-  X(bf16_nt_f32, pingpong_128x128_c1)          \
-  X(bf16_nt_f32, pingpong_128x128_c2)          \
-  X(bf16_nt_bf16, coop_128x256_c1)             \
-  X(e4m3_tn_bf16_fast, coop_128x128_c1)        \
-  X(e4m3_tn_bf16_fast, coop_128x256_c1)        \
-  X(e4m3_tn_bf16_fast, coop_128x256_c2)        \
-  X(e4m3_tn_bf16_fast, pingpong_128x128_c1)    \
-  X(e4m3_tn_bf16_fast, pingpong_128x128_c2)    \
-  X(e5m2xe4m3_tn_bf16, coop_128x128_c1)        \
-  X(e5m2xe4m3_tn_bf16, coop_128x256_c1)        \
-  X(e5m2xe4m3_tn_bf16, coop_128x256_c2)        \
-  X(e5m2xe4m3_tn_bf16, pingpong_128x128_c1)    \
-  X(e5m2xe4m3_tn_bf16, pingpong_128x128_c2)    \
-  X(e5m2xe4m3_tn_f32, coop_128x128_c1)         \
-  X(e5m2xe4m3_tn_f32, coop_128x256_c1)         \
-  X(e5m2xe4m3_tn_f32, coop_128x256_c2)         \
-  X(e5m2xe4m3_tn_f32, pingpong_128x128_c1)     \
-  X(e5m2xe4m3_tn_f32, pingpong_128x128_c2)     \
-  X(e4m3_tn_bf16, coop_128x256_c1)             \
-  X(e4m3xe5m2_tn_bf16, coop_128x256_c1)        \
-  X(e4m3_tn_f32, coop_128x256_c1)
-
 // The plan's device arrays, one entry per group (layouts as CUTLASS reads them: a problem shape is three ints
 // {M, N, K}; a stride is the one dynamic leading dimension of the operand's cute stride).
 struct Arrays {
@@ -99,11 +58,6 @@ class Runner {
 };
 
 using MakeRunner = std::unique_ptr<Runner> (*)(int device, const Arrays& arrays);
-
-#define TB_GROUPED_GEMM_DECLARE(family, config) \
-  std::unique_ptr<Runner> make_##family##_##config(int device, const Arrays& arrays);
-TB_GROUPED_GEMM_INSTANCES(TB_GROUPED_GEMM_DECLARE)
-#undef TB_GROUPED_GEMM_DECLARE
 
 // What the prepare kernel reads: group g's rows are [start[g], start[g] + m_g), m_g = count[g] clamped to the
 // plan's rows. Row operands advance by *_step bytes per row; grouped operands come from *_groups[g].
