@@ -54,7 +54,7 @@ constexpr GemmLayout kPassLayouts[] = {GemmLayout::abt, GemmLayout::ab, GemmLayo
 std::vector<int> zipf_counts(int E, std::int64_t total) {
   double h = 0;
   for (int e = 0; e < E; ++e) h += 1.0 / (e + 1);
-  std::vector<int> c(std::size_t(E));
+  std::vector<int> c(static_cast<std::size_t>(E));
   std::int64_t sum = 0;
   for (int e = 1; e < E; ++e) {
     c[std::size_t(e)] = std::max(16, int(std::lround(double(total) / h / (e + 1) / 16)) * 16);
@@ -158,15 +158,16 @@ DeviceBuffer random_buffer(Lab& L, DType t, std::int64_t elements, std::uint64_t
 
 // One linear's buffers, for up to R rows (bf16 and fp8 inputs, both outputs).
 struct Buffers {
-  std::int64_t n, k, R;
-  int E;
+  std::int64_t n = 0, k = 0, R = 0;
+  int E = 0;
   DeviceBuffer x, dy, y, dx, xq, dyq, xtq, dytq, dytq_e, xtq_e;  // *_e: the per-expert transposes (lt's fp8 wgrad)
   std::vector<DeviceBuffer> w, wq, wtq, dw;
   ops::GroupPointers w_ptrs, wq_ptrs, wtq_ptrs, dw_ptrs;
 };
 
 Buffers make_buffers(Lab& L, int E, std::int64_t n, std::int64_t k, std::int64_t R) {
-  Buffers B{n, k, R, E};
+  Buffers B;
+  B.n = n, B.k = k, B.R = R, B.E = E;
   std::uint64_t seed = 1;
   B.x = random_buffer(L, DType::bf16, R * k, ++seed);
   B.dy = random_buffer(L, DType::bf16, R * n, ++seed);

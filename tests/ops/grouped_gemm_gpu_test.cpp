@@ -226,7 +226,7 @@ Outcome compare(const Problem& p, const Bytes& init, const Bytes& out, bool accu
     std::int64_t M = m, N = n, K = k;
     if (tc.layout == GemmLayout::ab) N = k, K = n;
     if (atb) M = n, N = k, K = m;
-    std::vector<Bytes> arow(std::size_t(M)), brow(std::size_t(N));
+    std::vector<Bytes> arow(static_cast<std::size_t>(M)), brow(static_cast<std::size_t>(N));
     for (std::int64_t i = 0; i < M; ++i)
       arow[std::size_t(i)] = tc.layout == GemmLayout::abt ? gather(A, tc.a, (s + i) * k, 1, K)
                              : tc.layout == GemmLayout::ab ? gather(A, tc.a, (s + i) * n, 1, K)

@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
-#include <cstring>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "ops/cuda/grouped_gemm_instances.h"
 #include "ops/cuda/grouped_gemm_kernels.h"
@@ -18,7 +20,7 @@ namespace grouped {  // defined in the generated instance files (grouped_gemm_cu
   std::unique_ptr<Runner> make_##family##_##config(int device, const Arrays& arrays);
 TB_GROUPED_GEMM_DEFAULTS(TB_GROUPED_GEMM_DECLARE)
 #if TB_GROUPED_GEMM_LAB_CONFIGS
-TB_GROUPED_GEMM_LAB_CONFIGS(TB_GROUPED_GEMM_DECLARE)
+TB_GROUPED_GEMM_LAB(TB_GROUPED_GEMM_DECLARE)
 #endif
 #undef TB_GROUPED_GEMM_DECLARE
 }  // namespace grouped
@@ -73,7 +75,7 @@ struct Instance {
 constexpr Instance kInstances[] = {
     TB_GROUPED_GEMM_DEFAULTS(TB_GROUPED_GEMM_ROW)
 #if TB_GROUPED_GEMM_LAB_CONFIGS
-    TB_GROUPED_GEMM_LAB_CONFIGS(TB_GROUPED_GEMM_ROW)
+    TB_GROUPED_GEMM_LAB(TB_GROUPED_GEMM_ROW)
 #endif
 };
 #undef TB_GROUPED_GEMM_ROW

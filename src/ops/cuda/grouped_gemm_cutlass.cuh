@@ -25,11 +25,6 @@
 
 namespace tb::ops::grouped {
 
-using cute::_1;
-using cute::_2;
-using cute::_64;
-using cute::_128;
-using cute::_256;
 using RowMajor = cutlass::layout::RowMajor;
 using ColumnMajor = cutlass::layout::ColumnMajor;
 
@@ -67,8 +62,8 @@ struct FamilyTraits<Family::e5m2xe4m3_tn_f32> : FamilyTypes<e5m2_t, RowMajor, e4
 template <bool Cooperative, int TileN, int ClusterM>
 struct ConfigShape {
   static constexpr bool kCooperative = Cooperative;
-  using TileMN = cute::Shape<_128, cute::Int<TileN>>;
-  using Cluster = cute::Shape<cute::Int<ClusterM>, _1, _1>;
+  static constexpr int kTileN = TileN;
+  using Cluster = cute::Shape<cute::Int<ClusterM>, cute::_1, cute::_1>;
 };
 template <GroupedGemmConfig C> struct ConfigTraits;
 template <> struct ConfigTraits<GroupedGemmConfig::coop_128x128_c1> : ConfigShape<true, 128, 1> {};
@@ -87,8 +82,7 @@ struct Kernel {
   static constexpr int kAlignA = 16 / sizeof(ElementA);  // elements in 16 bytes (TMA)
   static constexpr int kAlignB = 16 / sizeof(ElementB);
   static constexpr int kAlignD = 16 / sizeof(ElementD);
-  using TileShape = cute::Shape<cute::Int<128>, cute::tuple_element_t<1, typename Cfg::TileMN>,
-                                cute::Int<128 / sizeof(ElementA)>>;
+  using TileShape = cute::Shape<cute::_128, cute::Int<Cfg::kTileN>, cute::Int<128 / sizeof(ElementA)>>;
   using ClusterShape = typename Cfg::Cluster;
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 
