@@ -262,7 +262,8 @@ void add_spec_options(CLI::App& app, train::TrainSpec& spec) {
   add_choice(app, "--grads", spec.memory.grads, train::kStateTypes,
              "weight gradient precision: f32 | bf16 (half their bytes, the bf16-state peer's; --device cuda, one GPU)");
   add_choice(app, "--master", spec.optimizer.master, train::kMasters,
-             "fp32 master weights: split (bf16 weight + 16-bit residual, exact) | f32");
+             "the weights AdamW updates: split (fp32 master as the bf16 weight + a 16-bit residual, exact) | f32 (an "
+             "fp32 master copy) | none (the bf16 weights, each update rounded: PyTorch's bf16 parameters)");
   add_choice(app, "--grad-buffer", spec.memory.grad_buffer, train::kGradBuffers,
              "--device cuda: the weight gradients shared (in activation memory already used, with one micro-batch "
              "per rank and no --pp or --cp; else separate) | separate");

@@ -112,6 +112,12 @@ const std::vector<std::pair<std::string_view, Setter>>& keys() {
          m.moe.score =
              one_of<RouterScore>(k, v, {{"softmax", RouterScore::softmax}, {"sigmoid", RouterScore::sigmoid}});
        }},
+      {"router_normalize",
+       [](ModelConfig& m, std::string_view k, std::string_view v) {
+         m.moe.normalize = one_of<bool>(k, v, {{"true", true}, {"false", false}});
+       }},
+      {"routed_scale",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.scale = positive_number(k, v); }},
       {"aux_loss", [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.aux_loss = non_negative(k, v); }},
       {"seq_aux_loss",
        [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.seq_aux_loss = non_negative(k, v); }},
@@ -120,6 +126,10 @@ const std::vector<std::pair<std::string_view, Setter>>& keys() {
        [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.bias_update_rate = non_negative(k, v); }},
       {"capacity_factor",
        [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.capacity_factor = non_negative(k, v); }},
+      {"pad_to_capacity",
+       [](ModelConfig& m, std::string_view k, std::string_view v) {
+         m.moe.pad_to_capacity = one_of<bool>(k, v, {{"true", true}, {"false", false}});
+       }},
   };
   return all;
 }

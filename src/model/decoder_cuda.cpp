@@ -49,8 +49,6 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
                  std::string(dtype_name(fp8_.grad)));
   const std::string problem = model::cuda_layout_problem(cfg_, layout_);
   TB_REQUIRE(problem.empty(), "CUDA decoder: " + problem);
-  TB_REQUIRE(!cfg_.moe.enabled() || !fp8_.enabled,
-             "CUDA decoder: a Mixture-of-Experts model runs in BF16 only so far (Fp8Options::enabled off)");
   for (const DenseLayout::Layer& L : layout_.layers) {
     linears_.push_back({LinearCuda(layout_, L.qkv), LinearCuda(layout_, L.out)});
     mlps_.push_back(make_mlp(cfg_, layout_, L));

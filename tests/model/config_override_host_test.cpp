@@ -55,6 +55,22 @@ TEST(ConfigOverride, EveryKeySetsItsField) {
   m.validate();
 }
 
+TEST(ConfigOverride, MoeKeysSetTheirFields) {
+  const ModelConfig m = over("mixtral-8x7b", {"experts=16", "top_k=4", "capacity_factor=1.25", "pad_to_capacity=true",
+                                              "bias_update_rate=0.001", "routing=balanced", "router_normalize=false",
+                                              "routed_scale=2.5"});
+  EXPECT_EQ(m.moe.experts, 16);
+  EXPECT_EQ(m.moe.top_k, 4);
+  EXPECT_EQ(m.moe.capacity_factor, 1.25);
+  EXPECT_TRUE(m.moe.pad_to_capacity);
+  EXPECT_EQ(m.moe.bias_update_rate, 0.001);
+  EXPECT_EQ(m.moe.routing, tb::model::Routing::balanced);
+  EXPECT_FALSE(m.moe.normalize);
+  EXPECT_EQ(m.moe.scale, 2.5);
+  m.validate();
+  EXPECT_NE(error_of({"pad_to_capacity=yes"}).find("pad_to_capacity"), std::string::npos);
+}
+
 TEST(ConfigOverride, OneKeyChangesOnlyItsField) {
   const ModelConfig& base = tb::model::preset("llama3.1-8b");
   ModelConfig m = over("llama3.1-8b", {"ffn=8192"});
