@@ -1,5 +1,5 @@
-// model/attention_mla_cuda.cpp: the multi-head latent attention of a CUDA decoder block, BF16 (model/attention_mla_cuda.h
-// has the formulas).
+// model/attention_mla_cuda.cpp: the multi-head latent attention of a CUDA decoder block, BF16
+// (model/attention_mla_cuda.h has the formulas).
 #include "model/attention_mla_cuda.h"
 
 #include <type_traits>

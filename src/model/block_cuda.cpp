@@ -1,6 +1,6 @@
 // model/block_cuda.cpp: one layer of the CUDA decoder, the block: r1 = x + resid, y1 = norm1(r1), attention (qkv
-// linear, RoPE, the core: cuDNN | FP8 | context parallel, out linear; or the MLA attention, model/attention_mla_cuda.h),
-// r2 = a + r1, y2 = norm2(r2), its MLP
+// linear, RoPE, the core: cuDNN | FP8 | context parallel, out linear; or model/attention_mla_cuda.h's), r2 = a + r1,
+// y2 = norm2(r2), its MLP
 // (model/mlp_cuda.h), and the backward in reverse (model/decoder_cuda.h has the data flow and what each recompute mode
 // keeps). The pre-norms feed the linears that read them (FP8: their inputs' casts written by the norm itself).
 #include <cuda_runtime_api.h>

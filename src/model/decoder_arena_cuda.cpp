@@ -121,9 +121,11 @@ CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts
     auto* at = static_cast<std::uint8_t*>(s.ce);
     s.xq = at, s.dyq = at + pad256(n * widest_in), s.dyqt = s.dyq + pad256(n * widest_out);
   }
-  // (a MLA model, at tp 1, also runs its latent norms on the nl = n rows)
-  const int norm_dim = c.is_mla() ? std::max({c.d_model, c.mla.q_lora_rank, c.mla.kv_lora_rank}) : c.d_model;
-  s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(nl), norm_dim);
+  s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(nl), c.d_model);
+  if (c.is_mla())  // its latent norms (at tp 1: on the nl = n rows)
+    for (int dim : {c.mla.q_lora_rank, c.mla.kv_lora_rank})
+      if (dim > 0)
+        s.norm_ws_bytes = std::max(s.norm_ws_bytes, ops::norm_backward_workspace_bytes(std::int64_t(nl), dim));
   s.norm_ws = a.take_bytes(s.norm_ws_bytes);
   s.embed_ws_bytes =
       parts.embedding ? ops::embedding_backward_workspace_bytes(std::int64_t(nl), c.vocab, c.d_model) : 0;

@@ -97,7 +97,8 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range = {}, ExpertRang
 
 // What the CUDA backend cannot run of model c laid out as l ("" when it can): every slot at a multiple of 128 elements
 // (256 bytes of bf16, which the GEMM, norm and cross-entropy kernels assume), head_dim a multiple of 8 (cuDNN's SDPA)
-// and, with RoPE, of 16 (MLA: qk_rope_head_dim a multiple of 16; v_head_dim and the latent ranks of 8). The CUDA decoder checks its layout; train::validate the whole model's before any GPU work.
+// and, with RoPE, of 16 (MLA: qk_rope_head_dim a multiple of 16; v_head_dim and the latent ranks of 8). The CUDA
+// decoder checks its layout; train::validate the whole model's before any GPU work.
 std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l);
 
 }  // namespace tb::model

@@ -97,7 +97,8 @@ void ShardedCpuDecoder<T>::mla_forward(const State& s, const model::DenseLayout:
                         TensorView<const T>(kv.data(), Shape{n, D.hl, D.dn}, Shape{D.kvw, D.dn + D.dv, 1}, 3),
                         cols(latg, kr, D.dr));
   for (std::int64_t t = 0; t < n; ++t)
-    for (std::int64_t h = 0; h < D.hl; ++h) std::copy_n(&kv(t, h * (D.dn + D.dv) + D.dn), D.dv, &kvh(t, D.qw + h * D.dv));
+    for (std::int64_t h = 0; h < D.hl; ++h)
+      std::copy_n(&kv(t, h * (D.dn + D.dv) + D.dn), D.dv, &kvh(t, D.qw + h * D.dv));
   gather_kv(s, A.mkvh, 0, D.kvhw, A.kv);  // every key of the sequence (cp)
   mat(A.o, n, D.ow);
   cpu::attention_forward_at<T>(heads_view(A.o, 0, b, sl, D.hl, D.dv, D.ow),

@@ -537,9 +537,9 @@ TEST(CudaDecoder, Fp8AttentionRefusesWithoutFp8LayersAndWhenDeterministic) {
 // heads at d_model 256, kv_lora_rank 128 and q_lora_rank 256 (or 0: no query compression); dense, and in DeepSeek-V3's
 // MoE form (8 experts top 2, sigmoid scores, routed scale 2.5, a shared expert, the first layer dense; balanced routing
 // as the MoE tests). Against the CPU: the loss and every gradient slot (the latent norms, W_dq, W_uq or W_q, W_dkv,
-// W_ukv, W_o) in each recompute mode; recompute bit for bit with fewer bytes kept; gradients in the activations' memory
-// bit for bit (the latent norms' gradients are zeroed just in time as the other norms'); FP8, tensor and context parallel
-// refused.
+// W_ukv, W_o) in each recompute mode; recompute bit for bit with fewer bytes kept; gradients in the activations'
+// memory bit for bit (the latent norms' gradients are zeroed just in time as the other norms'); FP8, tensor and
+// context parallel refused.
 ModelConfig mla_config(int q_lora_rank, bool moe) {
   ModelConfig c = moe ? moe_config(true) : config("llama", 256, 192);
   c.name = std::string("gpu-test-mla") + (moe ? "-moe" : "") + (q_lora_rank == 0 ? "-noq" : "");

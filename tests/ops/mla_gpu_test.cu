@@ -39,6 +39,7 @@ using Vec = std::vector<double>;
 
 struct Dims {
   std::int64_t t, h, dn, dr, dv, rkv;
+  const char* name = "";
   std::int64_t kvw() const { return h * (dn + dv); }
   std::int64_t downw() const { return rkv + dr; }
   std::int64_t kw() const { return h * (dn + dr); }
@@ -138,16 +139,15 @@ TEST_P(MlaKeysGpu, ForwardAndBackwardMatchTheCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MlaKeysGpu,
-                         testing::Values(Dims{1000, 16, 128, 64, 128, 512}, Dims{7, 3, 8, 16, 8, 8}),
-                         [](const testing::TestParamInfo<Dims>& p) {
-                           return "t" + std::to_string(p.param.t) + "_h" + std::to_string(p.param.h);
-                         });
+                         testing::Values(Dims{1000, 16, 128, 64, 128, 512, "deepseek_v3_heads16"},
+                                         Dims{7, 3, 8, 16, 8, 8, "small"}),
+                         [](const testing::TestParamInfo<Dims>& p) { return std::string(p.param.name); });
 
 TEST(MlaKeysGpu, MisalignedViewsAreRefused) {
   SKIP_WITHOUT_GPU();
-  const Dims d{4, 2, 8, 16, 8, 8};
+  const Dims d{4, 2, 8, 16, 8, 8, "aligned"};
   Buf kv(std::size_t(d.t * d.kvw())), down(std::size_t(d.t * d.downw())), k(std::size_t(d.t * d.kw()));
-  const Dims odd{4, 2, 4, 16, 12, 8};  // Dn 4: 8-byte rows of k_nope
+  const Dims odd{4, 2, 4, 16, 12, 8, "odd"};  // Dn 4: 8-byte rows of k_nope
   const std::string m = tb::testing_support::config_error([&] {
     tb::ops::mla_k_forward(keys(k.get(), odd), nope<const bf16>(kv.get(), odd), rope<const bf16>(down.get(), odd),
                            nullptr);

@@ -92,7 +92,8 @@ std::string describe(const AttentionShape& s) {
   d += fmt::format(" H={} G={} d={}", s.heads, s.kv_heads, s.head_dim);
   if (s.v_dim() != s.head_dim) d += fmt::format(" dv={}", s.v_dim());
   const AttentionShape fused = fused_qkv_attention(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.deterministic);
-  if (s.keys() == s.seq && s.v_dim() == s.head_dim && s.q == fused.q && s.k == fused.k && s.v == fused.v && s.o == fused.o) {
+  const bool same_v = s.v_dim() == s.head_dim;
+  if (s.keys() == s.seq && same_v && s.q == fused.q && s.k == fused.k && s.v == fused.v && s.o == fused.o) {
     d += " fused-qkv";
   } else {
     auto str = [](const HeadStrides& t) { return fmt::format("{}/{}/{}", t.batch, t.seq, t.head); };

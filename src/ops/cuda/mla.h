@@ -1,6 +1,6 @@
 // ops/cuda/mla.h: the data movement of multi-head latent attention around its SDPA on the GPU (bf16). Semantics are
 // those of ops/cpu/mla.h (the reference these kernels are tested against), T tokens, H heads:
-//   mla_k_forward:   k[t, h, :Dn] = k_nope[t, h, :],  k[t, h, Dn:] = k_rope[t, :]   (one k_rope broadcast to every head)
+//   mla_k_forward:   k[t, h, :Dn] = k_nope[t, h, :],  k[t, h, Dn:] = k_rope[t, :]   (k_rope broadcast to every head)
 //   mla_k_backward:  dk_nope[t, h, :] = dk[t, h, :Dn],  dk_rope[t, :] = sum_h dk[t, h, Dn:]   (written; the sum in
 //                    fp32 in head order, one rounding to bf16: deterministic)
 // Shapes: k, dk [T, H, Dn + Dr]; k_nope, dk_nope [T, H, Dn]; k_rope, dk_rope [T, Dr]; strided views (k_nope inside the
