@@ -38,6 +38,16 @@ ModelConfig nemotron(std::string name, int layers, int d, int ffn, int heads, in
   return c;
 }
 
+// c with multi-head latent attention of sizes m (every head its own keys and values: kv_heads = heads, head_dim =
+// qk_nope_head_dim + qk_rope_head_dim).
+ModelConfig with_mla(ModelConfig c, std::string name, MlaConfig m) {
+  c.name = std::move(name);
+  c.attention = AttentionKind::mla;
+  c.mla = m;
+  c.kv_heads = c.heads, c.head_dim = m.qk_head_dim();
+  return c;
+}
+
 std::vector<ModelConfig> make_presets() {
   std::vector<ModelConfig> p;
   p.push_back(llama("llama3.1-8b", 32, 4096, 14336, 32, 8, 128256, 8192));
@@ -85,23 +95,17 @@ std::vector<ModelConfig> make_presets() {
   // untied head); seq 4096 as its pretraining and the DGXC recipe. Its sequence-wise balance loss 0.0001 (the V3
   // paper's alpha). Not modelled: multi-token prediction (its one MTP module), the aux-loss-free routing bias and
   // group-limited routing (8 groups, top 4), YaRN (past 4K only; see MlaConfig).
-  ModelConfig ds = llama("deepseek-v3-671b", 61, 7168, 18432, 128, 128, 129280, 4096);
+  ModelConfig ds = with_mla(llama("", 61, 7168, 18432, 128, 128, 129280, 4096), "deepseek-v3-671b",
+                            {.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
+                             .qk_rope_head_dim = 64, .v_head_dim = 128});
   ds.family = "deepseek";
-  ds.head_dim = 128 + 64;
   ds.rope_theta = 10000.0, ds.rope_scaling.enabled = false, ds.norm_eps = 1e-6;
-  ds.attention = AttentionKind::mla;
-  ds.mla = {.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64,
-            .v_head_dim = 128};
   ds.moe.experts = 256, ds.moe.top_k = 8, ds.moe.expert_ffn = 2048, ds.moe.shared_ffn = 2048, ds.moe.dense_first = 3;
   ds.moe.score = RouterScore::sigmoid, ds.moe.normalize = true, ds.moe.scale = 2.5, ds.moe.seq_aux_loss = 1e-4;
   p.push_back(ds);
-  ModelConfig tiny_mla = tiny;  // `tiny` with multi-head latent attention: CPU runs and tests
-  tiny_mla.name = "tiny-mla";
-  tiny_mla.attention = AttentionKind::mla;
-  tiny_mla.mla = {.q_lora_rank = 32, .kv_lora_rank = 32, .qk_nope_head_dim = 16, .qk_rope_head_dim = 8,
-                  .v_head_dim = 16};
-  tiny_mla.kv_heads = tiny_mla.heads, tiny_mla.head_dim = 24;
-  p.push_back(tiny_mla);
+  // `tiny` with multi-head latent attention: CPU runs and tests
+  p.push_back(with_mla(tiny, "tiny-mla", {.q_lora_rank = 32, .kv_lora_rank = 32, .qk_nope_head_dim = 16,
+                                          .qk_rope_head_dim = 8, .v_head_dim = 16}));
   ModelConfig small = llama("small", 4, 256, 768, 4, 2, 512, 256);  // for quick GPU runs and tests (CUDA-aligned)
   small.rope_theta = 10000.0;
   small.rope_scaling.enabled = false;
@@ -115,13 +119,9 @@ std::vector<ModelConfig> make_presets() {
   small128.name = "small-hd128";
   small128.heads = small128.kv_heads = 2, small128.head_dim = 128;
   p.push_back(small128);
-  ModelConfig small_mla = small;  // `small` with MLA in DeepSeek-V3's head dims (cuDNN's qk 192, v 128 on Hopper)
-  small_mla.name = "small-mla";
-  small_mla.attention = AttentionKind::mla;
-  small_mla.mla = {.q_lora_rank = 256, .kv_lora_rank = 128, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64,
-                   .v_head_dim = 128};
-  small_mla.kv_heads = small_mla.heads, small_mla.head_dim = 192;
-  p.push_back(small_mla);
+  // `small` with MLA in DeepSeek-V3's head dims (cuDNN's qk 192, v 128 on Hopper)
+  p.push_back(with_mla(small, "small-mla", {.q_lora_rank = 256, .kv_lora_rank = 128, .qk_nope_head_dim = 128,
+                                            .qk_rope_head_dim = 64, .v_head_dim = 128}));
   return p;
 }
 

@@ -80,6 +80,16 @@ std::string show(const Err& e) {
 
 bool close(const Err& e) { return e.nonfinite == 0 && e.rel_l2 < kRelL2 && e.max_abs <= kMaxAbsFrac * e.max_ref; }
 
+// The five results of one forward and backward against the reference: o, dq, dk, dv close; lse within kLse.
+void expect_close(const Err& o, const Err& lse, const Err& dq, const Err& dk, const Err& dv) {
+  EXPECT_TRUE(close(o)) << "o: " << show(o);
+  EXPECT_EQ(lse.nonfinite, 0);
+  EXPECT_LT(lse.max_abs, kLse) << "lse: " << show(lse);
+  EXPECT_TRUE(close(dq)) << "dq: " << show(dq);
+  EXPECT_TRUE(close(dk)) << "dk: " << show(dk);
+  EXPECT_TRUE(close(dv)) << "dv: " << show(dv);
+}
+
 // One attention problem on the device: the fused QKV input, dout, and the outputs (NaN until written).
 struct Problem {
   AttentionShape s;
@@ -152,12 +162,7 @@ TEST_P(AttentionGpu, ForwardAndBackwardMatchTheCpuReference) {
   const Err dq = compare(h.q(h.dqkv), h.q(h.dqkv_ref));
   const Err dk = compare(h.k(h.dqkv), h.k(h.dqkv_ref));
   const Err dv = compare(h.v(h.dqkv), h.v(h.dqkv_ref));
-  EXPECT_TRUE(close(o)) << "o: " << show(o);
-  EXPECT_EQ(lse.nonfinite, 0);
-  EXPECT_LT(lse.max_abs, kLse) << "lse: " << show(lse);
-  EXPECT_TRUE(close(dq)) << "dq: " << show(dq);
-  EXPECT_TRUE(close(dk)) << "dk: " << show(dk);
-  EXPECT_TRUE(close(dv)) << "dv: " << show(dv);
+  expect_close(o, lse, dq, dk, dv);
 
   // The check can fail: dk is not dv.
   EXPECT_FALSE(close(compare(h.k(h.dqkv), h.v(h.dqkv_ref))));
@@ -301,12 +306,7 @@ TEST_P(AttentionGpuKv, QueriesAtTheEndMatchTheCpuReferenceAtTheirPositions) {
   const Err edq = compare(g.q(hdq), g.q(dq_ref));
   const Err edk = compare(g.k(hdkv), g.k(dkv_ref));
   const Err edv = compare(g.v(hdkv), g.v(dkv_ref));
-  EXPECT_TRUE(close(eo)) << "o: " << show(eo);
-  EXPECT_EQ(el.nonfinite, 0);
-  EXPECT_LT(el.max_abs, kLse) << "lse: " << show(el);
-  EXPECT_TRUE(close(edq)) << "dq: " << show(edq);
-  EXPECT_TRUE(close(edk)) << "dk: " << show(edk);
-  EXPECT_TRUE(close(edv)) << "dv: " << show(edv);
+  expect_close(eo, el, edq, edk, edv);
 
   // The check can fail: dk is not dv; with kv_seq > seq, the top-left mask (query i at position i) gives
   // another o.
@@ -383,12 +383,7 @@ TEST(AttentionGpuMla, Qk192V128MatchTheCpuReference) {
   const Err edq = compare(view(hdq, 0, d, s.q), view(dq_ref, 0, d, s.q));
   const Err edk = compare(view(hdk, 0, d, s.k), view(dk_ref, 0, d, s.k));
   const Err edv = compare(view(hdkv, dn, dv, s.v), view(dkv_ref, dn, dv, s.v));
-  EXPECT_TRUE(close(eo)) << "o: " << show(eo);
-  EXPECT_EQ(el.nonfinite, 0);
-  EXPECT_LT(el.max_abs, kLse) << "lse: " << show(el);
-  EXPECT_TRUE(close(edq)) << "dq: " << show(edq);
-  EXPECT_TRUE(close(edk)) << "dk: " << show(edk);
-  EXPECT_TRUE(close(edv)) << "dv: " << show(edv);
+  expect_close(eo, el, edq, edk, edv);
   // The k_nope columns of dkv are not cuDNN's: still NaN. The check can fail: dq is not dk.
   EXPECT_TRUE(std::isnan(hdkv[0]) && std::isnan(hdkv[std::size_t(dn - 1)]));
   EXPECT_FALSE(close(compare(view(hdq, 0, d, s.q), view(dk_ref, 0, d, s.k))));
