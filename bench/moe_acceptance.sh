@@ -7,8 +7,9 @@
 #   grok:    Grok-1 shapes (d_model 6144, 48 / 8 heads, 8 experts of 32768, top 2, vocab 128256), 1 layer, seq 4096
 #   dense:   the dense model of the same shapes as mixtral with the expert MLP folded into one of width top_k x ffn
 #            (what "MoE TFLOP/s against dense TFLOP/s" compares)
+#   fp8:     mixtral in FP8 (delayed scaling with the FP8 LM head; current scaling), against mixtral's BF16 run
 # trainbench runs with the peer's optimizer state (bf16 moments and gradients; its master weights stay exact: split).
-# Logs and JSONL to $OUT. Usage: bench/moe_acceptance.sh [tests|mixtral|grok|dense]...  (default: all)
+# Logs and JSONL to $OUT. Usage: bench/moe_acceptance.sh [tests|mixtral|grok|dense|fp8]...  (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/gpu_env.sh
@@ -16,11 +17,12 @@ OUT=${OUT:-/tmp/moe-acceptance}
 mkdir -p "$OUT"
 TB=carry/trainbench
 STEPS=${STEPS:-30}
+PEER_ROUTINGS=${PEER_ROUTINGS:-learned balanced}  # the routings the peer also runs
 WARMUP=${WARMUP:-10}
 STATE="--moments bf16 --grads bf16"
 GROK="--set d_model=6144 --set heads=48 --set kv_heads=8 --set head_dim=128 --set ffn=32768 --set vocab=128256
       --set rope_theta=500000 --set rope_scaling=on"
-modes=${*:-tests mixtral grok dense}
+modes=${*:-tests mixtral grok dense fp8}
 
 tb() {  # name, args...: a trainbench run, its summary on stdout
   local name=$1
@@ -47,17 +49,26 @@ for mode in $modes; do
     mixtral)
       for routing in learned balanced; do
         tb "mixtral-$routing" --model mixtral-8x7b --layers 4 --seq 4096 --micro-batch 1 --set "routing=$routing"
-        peer "mixtral-$routing" --preset mixtral-8x7b --layers 4 --seq 4096 --micro-batch 1 --routing "$routing"
+        if [[ " $PEER_ROUTINGS " == *" $routing "* ]]; then
+          peer "mixtral-$routing" --preset mixtral-8x7b --layers 4 --seq 4096 --micro-batch 1 --routing "$routing"
+        fi
       done
       ;;
     grok)
       for routing in learned balanced; do
         tb "grok-$routing" --model mixtral-8x7b $GROK --layers 1 --seq 4096 --micro-batch 1 --set "routing=$routing"
-        peer "grok-$routing" --preset grok1-314b --layers 1 --seq 4096 --micro-batch 1 --routing "$routing"
+        if [[ " $PEER_ROUTINGS " == *" $routing "* ]]; then
+          peer "grok-$routing" --preset grok1-314b --layers 1 --seq 4096 --micro-batch 1 --routing "$routing"
+        fi
       done
       ;;
     dense)
       tb dense-mixtral --model mistral-7b --layers 4 --seq 4096 --micro-batch 1 --set ffn=28672 --set rope_theta=1000000
+      ;;
+    fp8)  # FP8 experts (per-expert scaling) against BF16 at the Mixtral shapes, learned routing
+      tb mixtral-fp8-delayed --model mixtral-8x7b --layers 4 --seq 4096 --micro-batch 1 --precision fp8 \
+        --fp8-recipe delayed --fp8-lm-head
+      tb mixtral-fp8-current --model mixtral-8x7b --layers 4 --seq 4096 --micro-batch 1 --precision fp8
       ;;
     *) echo "moe_acceptance.sh: unknown mode $mode" >&2; exit 2 ;;
   esac

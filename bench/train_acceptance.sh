@@ -3,7 +3,7 @@
 # repository root, with carry/ from scripts/carry.sh): the training GPU tests, then trainbench and its PyTorch peer
 # (bench/peers/torch_train.py) on the same GPU, one after the other, at the engine's target shapes, then every run's ratios
 # to the peers of its shape (bench/train_ratios.py). Logs and JSONL to $OUT.
-# Usage: bench/train_acceptance.sh [tests|8b|70b|recompute|fp8...|recipes]...  (default: tests 8b)
+# Usage: bench/train_acceptance.sh [tests|8b|70b|recompute|fp8...|recipes|moerecipes]...  (default: tests 8b)
 # (Since 2026-12-01 `--fp8-lm-head` rounds its logit gradients stochastically unless told `--debug-fp8-lm-head-rounding
 # nearest`; the results of the modes from fp8head to fp8headgradacc and of fp8best, all earlier, rounded to nearest.)
 #   8b:        Llama 3.1 8B shapes, 8 layers, seq 8192, micro-batch 1: trainbench (fp32 master + moments; recompute
@@ -81,6 +81,8 @@
 #              peer's memory at both shapes
 #   recipes:   the README's main job (check + the default recipe), `trainbench run` of the Llama 3.1 8B, 70B and
 #              405B recipes (proxies on one GPU) and `trainbench compare` over them
+#   moerecipes: `trainbench run` of the Grok-1, Llama 4 Maverick and Mixtral 8x7B proxies (an expert-parallel rank of
+#              each smallest layout) in BF16 and FP8, and `trainbench compare` over them
 set -uo pipefail
 OUT=${OUT:-/tmp/tb-out}
 mkdir -p "$OUT"
@@ -354,6 +356,13 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
         log "main job"; bash scripts/main-job.sh $TB; echo "exit $?"
         for r in llama3.1-8b llama3.1-70b llama3.1-405b nemotron4-15b gpt3-175b; do
           log "run $r"; $TB run $r --out "$OUT/results/run-$r"; echo "exit $?"
+        done
+        log "compare"; $TB compare "$OUT"/results/run-*; echo "exit $?" ;;
+      moerecipes)  # the MoE proxies of references/measured/h200-moe (docs/PROJECTION.md, Mixture of Experts)
+        for r in grok1-314b llama4-maverick-400b mixtral-8x7b; do
+          for p in bf16 fp8; do
+            log "run $r $p"; $TB run $r --precision $p --out "$OUT/results/run-$r-$p"; echo "exit $?"
+          done
         done
         log "compare"; $TB compare "$OUT"/results/run-*; echo "exit $?" ;;
       *) echo "unknown mode $mode" ;;

@@ -39,3 +39,13 @@ target_link_libraries(tb_dep_nvml INTERFACE ${CMAKE_DL_LIBS})
 
 add_library(tb_dep_fmt INTERFACE)
 target_link_libraries(tb_dep_fmt INTERFACE fmt::fmt-header-only)
+
+# CUTLASS (header-only) from the nvidia-cutlass wheel: only ops/cuda's grouped GEMM kernels include it (tb_ops links
+# it privately); SYSTEM so its warnings are not ours.
+find_path(CUTLASS_INCLUDE_DIR cutlass/cutlass.h HINTS ${CMAKE_SOURCE_DIR}/.deps/cutlass/cutlass_library/source/include
+          NO_DEFAULT_PATH)
+if(NOT CUTLASS_INCLUDE_DIR)
+  message(FATAL_ERROR "cutlass/cutlass.h not found: run scripts/setup.sh (installs the nvidia-cutlass wheel into .deps/cutlass)")
+endif()
+add_library(tb_dep_cutlass INTERFACE)
+target_include_directories(tb_dep_cutlass SYSTEM INTERFACE ${CUTLASS_INCLUDE_DIR})

@@ -56,6 +56,14 @@ install_into() {
 # folder, and nvidia/ is nvidia-nvml-dev's too): bench/lab/kernel_trace, a CUPTI injection library.
 install_into .deps/cupti nvidia-cuda-cupti==13.0.85
 
+# CUTLASS's C++ headers (include/cutlass, include/cute under cutlass_library/source/ in the wheel), in a folder of
+# their own: ops/cuda's grouped GEMMs (CUTLASS 3.x sm90 pointer-array kernels).
+install_into .deps/cutlass nvidia-cutlass==4.2.0.0
+
+# cuobjdump and nvdisasm (the toolkit here has neither): tests/ops/grouped_gemm_sass.sh reads the grouped GEMM
+# kernels' SASS for HGMMA / QGMMA.
+install_into .deps/cudabin nvidia-cuda-cuobjdump==13.2.51 nvidia-cuda-nvdisasm==13.2.51
+
 # kubernetes-validate (the Kubernetes OpenAPI schemas) and its dependencies, pinned: the launch tests validate
 # rendered manifests with it (tests/launch/k8s_check.py).
 install_into .deps/kubeval \

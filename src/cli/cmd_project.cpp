@@ -69,6 +69,8 @@ nlohmann::json to_json(const project::Projection& p, const project::Context& ctx
             {"cp", l.cp},
             {"vp", l.vp},
             {"dp", l.dp},
+            {"ep", l.ep},
+            {"etp", l.expert_tp()},
             {"micro_batch", l.micro_batch},
             {"global_batch", l.global_batch},
             {"layers", l.layers},
@@ -96,6 +98,7 @@ nlohmann::json to_json(const project::Projection& p, const project::Context& ctx
            {{"compute", 1e3 * p.compute_s},
             {"tp_exposed", 1e3 * p.tp_exposed_s},
             {"cp_exposed", 1e3 * p.cp_exposed_s},
+            {"ep_exposed", 1e3 * p.ep_exposed_s},
             {"bubble", 1e3 * p.bubble_s},
             {"pp_exposed", 1e3 * p.pp_exposed_s},
             {"dp_exposed", 1e3 * p.dp_exposed_s},
@@ -104,6 +107,7 @@ nlohmann::json to_json(const project::Projection& p, const project::Context& ctx
           {"comm_ms",
            {{"tp", 1e3 * p.tp_comm_s},
             {"cp", 1e3 * p.cp_comm_s},
+            {"ep", 1e3 * p.ep_comm_s},
             {"pp", 1e3 * p.pp_comm_s},
             {"dp_reduce_scatter", 1e3 * p.dp_reduce_scatter_s},
             {"dp_all_gather", 1e3 * p.dp_all_gather_s}}},
@@ -304,11 +308,12 @@ int cmd_project(int argc, char** argv) {
       l.tp, l.pp, l.cp, l.vp, l.dp, l.micro_batch, l.global_batch, p.grad_accum, l.layers, l.seq,
       l.proxy ? ", a proxy" : "", l.where.c_str());
   std::printf(
-      "  network  %s\n           NVLink busbw all_reduce %.1f, all_gather %.1f, reduce_scatter %.1f, sendrecv %.1f "
+      "  network  %s\n           NVLink busbw all_reduce %.1f, all_gather %.1f, reduce_scatter %.1f, sendrecv %.1f%s "
       "GB/s (%s); scale-out %.1f GB/s per GPU\n",
       ctx.net.description.c_str(), ctx.net.nvlink.all_reduce_gbps, ctx.net.nvlink.all_gather_gbps,
-      ctx.net.nvlink.reduce_scatter_gbps, ctx.net.nvlink.send_recv_gbps, ctx.net_source.c_str(),
-      ctx.net.scaleout.all_gather_gbps);
+      ctx.net.nvlink.reduce_scatter_gbps, ctx.net.nvlink.send_recv_gbps,
+      r->model.moe.enabled() ? fmt::format(", all_to_all {:.1f}", ctx.net.nvlink.all_to_all_gbps).c_str() : "",
+      ctx.net_source.c_str(), ctx.net.scaleout.all_gather_gbps);
   const auto& a = *p.anchor;
   std::printf(
       "  compute  %s cost model: GEMM %.0f, attention %.0f TFLOP/s, memory %.2f TB/s, fitted to %zu measured "
@@ -334,6 +339,10 @@ int cmd_project(int argc, char** argv) {
   std::printf("  TP communication exposed %8.3f s  of %.3f s of all-gathers and reduce-scatters (overlap cost %.2f)\n",
               p.tp_exposed_s, p.tp_comm_s, ctx.cal.overlap_cost);
   std::printf("  CP communication exposed %8.3f s  of %.3f s of K/V exchange\n", p.cp_exposed_s, p.cp_comm_s);
+  if (r->model.moe.enabled())
+    std::printf("  EP communication exposed %8.3f s  all-to-alls over ep %d%s (%d per NVLink domain), not overlapped\n",
+                p.ep_exposed_s, l.ep, l.expert_tp() > 1 ? fmt::format(", gathers over etp {}", l.expert_tp()).c_str() : "",
+                p.ep_per_domain);
   std::printf("  pipeline bubble %17.3f s  (pp-1)/(vp m) = %.2f%%\n", p.bubble_s,
               100 * project::bubble_fraction(l.pp, std::max(1, l.vp), p.grad_accum));
   std::printf("  PP send/recv exposed %12.3f s  of %.3f s\n", p.pp_exposed_s, p.pp_comm_s);
@@ -379,7 +388,7 @@ int cmd_project(int argc, char** argv) {
           fmt::format("; a real {}-GPU step of it (tp {} pp {} cp {} dp {}): the model {:+.1f}%", m.run->layout.gpus,
                       m.run->layout.tp, m.run->layout.pp, m.run->layout.cp, m.run->layout.dp, 100 * m.error);
   std::printf("how sure: %s (calibration: %s)\n", sure.c_str(), ctx.cal_source.c_str());
-  if (published && published->tokens_per_s > 0)
+  if (published && published->publishes_tokens())
     std::printf("published (%s, %s): %.1f tokens/s/GPU; the projection is %s\n", published->release().c_str(),
                 published->where.c_str(), published->tokens_per_s_per_gpu(),
                 pct(p.tokens_per_s_per_gpu / published->tokens_per_s_per_gpu() - 1).c_str());

@@ -51,9 +51,9 @@ std::map<std::string, std::string> parse_sets(const std::vector<std::string>& se
 
 nlohmann::json layout_json(const recipe::Layout& l) {
   return {{"gpus", l.gpus},        {"tp", l.tp},     {"pp", l.pp},     {"cp", l.cp},
-          {"vp", l.vp},            {"dp", l.dp},     {"micro_batch", l.micro_batch},
-          {"global_batch", l.global_batch},          {"layers", l.layers}, {"seq", l.seq},
-          {"where", l.where}};
+          {"vp", l.vp},            {"dp", l.dp},     {"ep", l.ep},     {"etp", l.expert_tp()},
+          {"micro_batch", l.micro_batch},            {"global_batch", l.global_batch},
+          {"layers", l.layers},    {"seq", l.seq},   {"where", l.where}};
 }
 
 // The proxy: one short training run per layer count on one device, extrapolated to the layout's per-GPU step.
@@ -189,6 +189,7 @@ nlohmann::json run_record_data(const RunRequest& q, const std::string& gpu_name,
                       {"gpu", gpu_name},
                       {"peak_tflops", peak_tflops},
                       {"flops_per_token", fpt},
+                      {"params", {{"total", model::param_count(r.model)}, {"active", model::active_param_count(r.model)}}},
                       {"backend", q.device},
                       {"recompute", q.recompute}};
   if (q.precision == "fp8") d["fp8_recipe"] = q.fp8_recipe, d["fp8_format"] = q.fp8_format;

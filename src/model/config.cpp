@@ -92,9 +92,10 @@ std::vector<ModelConfig> make_presets() {
   // 18432, moe_inter_dim 2048, 61 layers of which n_dense_layers 3, 128 heads, 256 routed experts of which 8 active,
   // 1 shared, route_scale 2.5, sigmoid scores, q_lora_rank 1536, kv_lora_rank 512, qk_nope 128, qk_rope 64, v 128,
   // vocab 129280) and its model.py (RMSNorm eps 1e-6, rope_theta 10000, sigmoid weights normalised over the chosen,
-  // untied head); seq 4096 as its pretraining and the DGXC recipe. Its sequence-wise balance loss 0.0001 (the V3
-  // paper's alpha). Not modelled: multi-token prediction (its one MTP module), the aux-loss-free routing bias and
-  // group-limited routing (8 groups, top 4), YaRN (past 4K only; see MlaConfig).
+  // untied head); seq 4096 as its pretraining and the DGXC recipe. The V3 report's balancing (sections 2.1.2, 4.2):
+  // the aux-loss-free expert bias at update rate 0.001 and a sequence-wise balance loss 0.0001. Not modelled:
+  // multi-token prediction (its one MTP module), group-limited routing (8 groups, top 4), YaRN (past 4K only; see
+  // MlaConfig).
   ModelConfig ds = with_mla(llama("", 61, 7168, 18432, 128, 128, 129280, 4096), "deepseek-v3-671b",
                             {.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
                              .qk_rope_head_dim = 64, .v_head_dim = 128});
@@ -102,6 +103,7 @@ std::vector<ModelConfig> make_presets() {
   ds.rope_theta = 10000.0, ds.rope_scaling.enabled = false, ds.norm_eps = 1e-6;
   ds.moe.experts = 256, ds.moe.top_k = 8, ds.moe.expert_ffn = 2048, ds.moe.shared_ffn = 2048, ds.moe.dense_first = 3;
   ds.moe.score = RouterScore::sigmoid, ds.moe.normalize = true, ds.moe.scale = 2.5, ds.moe.seq_aux_loss = 1e-4;
+  ds.moe.bias_update_rate = 0.001;
   p.push_back(ds);
   // `tiny` with multi-head latent attention: CPU runs and tests
   p.push_back(with_mla(tiny, "tiny-mla", {.q_lora_rank = 32, .kv_lora_rank = 32, .qk_nope_head_dim = 16,
@@ -216,8 +218,11 @@ void ModelConfig::validate() const {
   TB_REQUIRE(!moe.pad_to_capacity || moe.capacity_factor > 0,
              fmt::format("{}: pad_to_capacity needs a capacity_factor > 0", who));
   TB_REQUIRE(
-      moe.aux_loss >= 0 && moe.seq_aux_loss >= 0 && moe.z_loss >= 0 && moe.scale > 0,
-      fmt::format("{}: the MoE loss coefficients must not be negative and the routed scale must be positive", who));
+      moe.aux_loss >= 0 && moe.seq_aux_loss >= 0 && moe.z_loss >= 0 && moe.scale > 0 && moe.bias_update_rate >= 0 &&
+          std::isfinite(moe.bias_update_rate),
+      fmt::format("{}: the MoE loss coefficients and bias_update_rate must not be negative and the routed scale must be "
+                  "positive",
+                  who));
   TB_REQUIRE(moe.every >= 1 && moe.dense_first >= 0,
              fmt::format("{}: the MoE layer pattern needs every >= 1 and dense_first >= 0 (got {} and {})", who,
                          moe.every, moe.dense_first));
@@ -263,7 +268,7 @@ std::int64_t layer_matmul_params(const ModelConfig& c, int experts_counted, bool
   const std::int64_t d = c.d_model, gemms = c.act == Act::swiglu ? 3 : 2;
   const std::int64_t attn = attention_matmul_params(c);
   const int moe = c.moe_layers();
-  const std::int64_t experts = experts_counted < 0 ? c.moe.experts : experts_counted;
+  const std::int64_t experts = experts_counted < 0 ? c.moe.local_experts() : experts_counted;
   const std::int64_t moe_mlp =
       gemms * d * (experts * c.expert_ffn() + c.moe.shared_ffn) + (router ? c.moe.experts * d : 0);
   return c.layers * attn + (c.layers - moe) * gemms * d * c.ffn + moe * moe_mlp;

@@ -44,6 +44,10 @@ struct RopeScaling {
 //   aux      aux_loss · E · sum_i f_i · P_i        f_i = c_i / (T k), P_i = mean_t p_ti
 //   seq aux  seq_aux_loss · mean over sequences of sum_i f_i · P_i with f_i = c_i E / (k S), P_i over the sequence
 //   z        z_loss · mean_t logsumexp(logits_t)^2
+// Aux-loss-free balancing (bias_update_rate > 0, DeepSeek-V3): a bias b_i per expert is added to s for the choice of
+// the top k only (the weights use s itself); after each optimizer step b_i += bias_update_rate · sign(mean_j c_j - c_i),
+// c_i the pairs routed to expert i over the step's micro-batches on every data-parallel rank. The bias is state, not
+// a parameter: no gradient, no optimizer; it starts at 0.
 // Capacity (capacity_factor > 0): each expert takes at most C = ceil(cf · T · k / E) of its rank's tokens, those with
 // the largest weights; the rest are dropped (their weight is lost). pad_to_capacity: each expert computes C rows.
 enum class RouterScore { softmax, sigmoid };
@@ -62,6 +66,7 @@ struct MoeConfig {
   bool normalize = true;  // the chosen weights sum to scale
   double scale = 1.0;     // DeepSeek-V3: 2.5
   double aux_loss = 0, seq_aux_loss = 0, z_loss = 0;
+  double bias_update_rate = 0;  // 0: no expert bias (DeepSeek-V3: 0.001)
   double capacity_factor = 0;  // 0: dropless
   bool pad_to_capacity = false;
   Routing routing = Routing::learned;
@@ -71,7 +76,7 @@ struct MoeConfig {
   //                ep group under balanced routing, without the all-to-all (the projection adds it)
   //   token_share  the MoE MLP (router, routed and shared experts) runs on the first rows / token_share rows of the
   //                micro-batch only (a tp x cp rank's sequence-parallel share of the tokens); the other rows leave it
-  //                as zero
+  //                as zero; its losses count those rows as the micro-batch, in sequences of gcd(rows, seq) tokens
   int ep_proxy = 1;
   int token_share = 1;
 

@@ -116,6 +116,8 @@ const std::vector<std::pair<std::string_view, Setter>>& keys() {
       {"seq_aux_loss",
        [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.seq_aux_loss = non_negative(k, v); }},
       {"z_loss", [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.z_loss = non_negative(k, v); }},
+      {"bias_update_rate",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.bias_update_rate = non_negative(k, v); }},
       {"capacity_factor",
        [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.capacity_factor = non_negative(k, v); }},
       // Multi-head latent attention (MlaConfig)

@@ -111,15 +111,18 @@ CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts
                           : 0;
   // The LM head's scratch and the FP8 linears' (xq, dyq, dyq^T) share bytes: the head runs between the layers'
   // forward and backward, on the same stream, while no linear holds its FP8 scratch.
-  std::size_t widest_in = std::max(d, qd), widest_out = std::max(width, d);  // qkv and out
-  for (const auto& mlp : mlps)
+  std::size_t in_bytes = n * std::max(d, qd), out_bytes = n * std::max(width, d);  // qkv and out
+  for (const auto& mlp : mlps) {
+    const auto rows = std::size_t(mlp->max_linear_rows(std::int64_t(n), seq));  // a MoE layer's expert: more than n
     for (const LinearCuda* lin : mlp->linears())
-      widest_in = std::max(widest_in, std::size_t(lin->in())), widest_out = std::max(widest_out, std::size_t(lin->out()));
-  const std::size_t fp8_bytes = fp8 ? pad256(n * widest_in) + 2 * pad256(n * widest_out) : 0;
+      in_bytes = std::max(in_bytes, rows * std::size_t(lin->in())),
+      out_bytes = std::max(out_bytes, rows * std::size_t(lin->out()));
+  }
+  const std::size_t fp8_bytes = fp8 ? pad256(in_bytes) + 2 * pad256(out_bytes) : 0;
   s.ce = a.take_bytes(std::max(s.ce_bytes, fp8_bytes));
   if (fp8 && base) {
     auto* at = static_cast<std::uint8_t*>(s.ce);
-    s.xq = at, s.dyq = at + pad256(n * widest_in), s.dyqt = s.dyq + pad256(n * widest_out);
+    s.xq = at, s.dyq = at + pad256(in_bytes), s.dyqt = s.dyq + pad256(out_bytes);
   }
   s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(nl), c.d_model);
   if (c.is_mla())  // its latent norms (at tp 1: on the nl = n rows)

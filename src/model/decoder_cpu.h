@@ -57,6 +57,9 @@ class CpuDecoder {
   // the LM loss alone, so the objective whose gradient forward_backward accumulates is forward() + objective).
   const parallel::MoeStats& moe_stats() const { return dec_->moe_stats(); }
   void reset_moe_stats() { dec_->reset_moe_stats(); }
+  // Aux-loss-free balancing (parallel/decoder_cpu_parallel.h): the expert bias and the loads since the last update.
+  std::span<const double> expert_bias() const { return dec_->expert_bias(); }
+  void update_expert_bias() { dec_->update_expert_bias(); }
 
   // Tokens per LM-head chunk: at most [chunk, vocab] logits exist at once (default 256).
   void set_lm_head_chunk(int tokens) { dec_->set_lm_head_chunk(tokens); }

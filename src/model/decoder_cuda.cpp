@@ -553,4 +553,16 @@ void CudaDecoder::reset_moe_stats() {
     if (auto* moe = dynamic_cast<MoeMlpCuda*>(mlp.get())) moe->reset_stats(dc_.stream());
 }
 
+void CudaDecoder::update_expert_bias(const std::function<void(float*, std::size_t)>& sum_loads) {
+  for (const auto& mlp : mlps_)
+    if (auto* moe = dynamic_cast<MoeMlpCuda*>(mlp.get())) moe->update_expert_bias(sum_loads, dc_.stream());
+}
+
+std::vector<float> CudaDecoder::expert_bias() const {
+  std::vector<float> out;
+  for (const auto& mlp : mlps_)
+    if (const auto* moe = dynamic_cast<const MoeMlpCuda*>(mlp.get())) moe->append_expert_bias(out, dc_.stream());
+  return out;
+}
+
 }  // namespace tb::model

@@ -289,6 +289,12 @@ class CudaDecoder {
   // Mixture of Experts: what the MoE layers routed since reset_moe_stats() (synchronizes; empty for a dense model).
   MoeStats moe_stats() const;
   void reset_moe_stats();
+  // Aux-loss-free balancing (MoeConfig::bias_update_rate > 0; nothing otherwise), once per optimizer step: each MoE
+  // layer's load since the last update (device floats [E]) passed to sum_loads (the sum over the data-parallel
+  // ranks, in place; enqueued), then its bias updated and the load zeroed (ops/cuda/moe.h). expert_bias(): the MoE
+  // layers' bias, layer after layer (synchronizes).
+  void update_expert_bias(const std::function<void(float*, std::size_t)>& sum_loads);
+  std::vector<float> expert_bias() const;
 
   // Called after each op is enqueued with its name ("gemm fwd", "attention bwd", ...): bench/op_profile.h's
   // OpProfiler::mark records an event there. Empty: no calls.

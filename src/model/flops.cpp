@@ -26,7 +26,7 @@ Flops flops_per_token(const ModelConfig& c, FlopConvention conv, int seq) {
   f.attention_core = 6 * L * A * (qk + v) * s * half;
   const double gemms = c.act == Act::swiglu ? 3 : 2;
   const double moe = c.moe_layers(), active_ffn = double(c.moe.top_k) * c.expert_ffn() + c.moe.shared_ffn;
-  f.mlp = 6 * h * gemms * ((L - moe) * c.ffn + moe * active_ffn);
+  f.mlp = 6 * h * gemms * ((L - moe) * c.ffn + moe * active_ffn / c.moe.token_share);
   f.logits = 6.0 * c.vocab * h;
   return f;
 }

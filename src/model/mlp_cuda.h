@@ -65,6 +65,8 @@ class MlpCuda {
   // The linear whose output is y, when the norm backward that produces dy may record its amax (index; -1: none).
   virtual int output_linear() const = 0;
 
+  // The most rows one call of a linear of it takes for a micro-batch of `rows` tokens (the FP8 scratch's rows).
+  virtual std::int64_t max_linear_rows(std::int64_t rows, int /*seq*/) const { return rows; }
   // Plans its fields of `sets` activation sets for `rows` tokens (sequences of `seq`) in the pass (model/arena_plan.h).
   virtual void plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64_t rows, int seq,
                     const RecomputePolicy& p) = 0;

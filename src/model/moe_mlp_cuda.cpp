@@ -3,9 +3,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <span>
 
 #include "core/error.h"
+#include "model/decoder_cuda.h"  // Fp8Options
 #include "ops/cuda/gemm.h"
 
 namespace tb::model {
@@ -26,9 +30,9 @@ MoeMlpCuda::MoeMlpCuda(const ModelConfig& cfg, const DenseLayout& layout, const 
       f1_(cfg.act == Act::swiglu ? 2 * cfg.expert_ffn() : cfg.expert_ffn()),
       router_(&layout.slots.at(std::size_t(layer.router))),
       act_(activation_kind(cfg.act)) {
-  for (int e = 0; e < moe_.experts; ++e) {
-    fc1_.emplace_back(layout, layer.expert_fc1[std::size_t(e)]);
-    fc2_.emplace_back(layout, layer.expert_fc2[std::size_t(e)]);
+  for (std::size_t e = 0; e < layer.expert_fc1.size(); ++e) {  // the held experts
+    fc1_.emplace_back(layout, layer.expert_fc1[e]);
+    fc2_.emplace_back(layout, layer.expert_fc2[e]);
   }
   if (layer.shared_fc1 >= 0) {  // the shared experts: a dense MLP over their slots
     DenseLayout::Layer shared = layer;
@@ -46,14 +50,30 @@ std::vector<LinearCuda*> MoeMlpCuda::linears() {
 }
 
 LinearSaved& MoeMlpCuda::saved(int set, int k) {
-  const int routed = 2 * moe_.experts;
+  const int routed = 2 * int(fc1_.size());
   if (k >= routed) return shared_->saved(set, k - routed);
-  return sets_[std::size_t(set)].lin;
+  return sets_[std::size_t(set)].lin[std::size_t(k)];
+}
+
+// A held expert's rows: at most min(k, experts per held expert) pairs of each token, or its padded rows.
+std::int64_t MoeMlpCuda::max_linear_rows(std::int64_t rows, int seq) const {
+  const ops::MoeRouting r = routing(rows, seq);
+  if (r.pad) return r.padded_rows();
+  const std::int64_t most = std::int64_t(r.tokens) * std::min(r.k, r.experts / r.held_experts());
+  return (most + ops::kMoeRowAlign - 1) / ops::kMoeRowAlign * ops::kMoeRowAlign;  // with its alignment rows
 }
 
 ops::MoeRouting MoeMlpCuda::routing(std::int64_t rows, int seq) const {
+  TB_REQUIRE(rows % moe_.token_share == 0, "CUDA MoE layer: token_share " + std::to_string(moe_.token_share) +
+                                               " must divide the micro-batch's " + std::to_string(rows) + " tokens");
   ops::MoeRouting r;
-  r.tokens = int(rows), r.experts = moe_.experts, r.k = moe_.top_k, r.seq = seq;
+  r.tokens = int(rows / moe_.token_share), r.experts = moe_.experts, r.k = moe_.top_k;
+  r.seq = moe_.token_share == 1 ? seq : int(std::gcd(std::int64_t(r.tokens), std::int64_t(seq)));
+  r.held = int(fc1_.size());
+  if (moe_.capacity_factor > 0) {
+    r.capacity = int(std::ceil(moe_.capacity_factor * double(r.tokens) * r.k / r.experts));
+    r.pad = moe_.pad_to_capacity;
+  }
   r.score = moe_.score == RouterScore::softmax ? ops::MoeScore::softmax : ops::MoeScore::sigmoid;
   r.normalize = moe_.normalize, r.scale = float(moe_.scale), r.balanced = moe_.routing == Routing::balanced;
   return r;
@@ -61,13 +81,14 @@ ops::MoeRouting MoeMlpCuda::routing(std::int64_t rows, int seq) const {
 
 void MoeMlpCuda::plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64_t rows, int seq,
                       const RecomputePolicy& p) {
-  TB_REQUIRE(!p.fp8, "CUDA decoder: a Mixture-of-Experts layer runs in BF16 only so far (drop --precision fp8)");
   sets_.resize(std::size_t(sets));
+  for (Saved& S : sets_) S.lin.resize(2 * fc1_.size());
   shared_sets_.resize(std::size_t(sets));
   const std::span<Saved> all(sets_);
   const std::span<Shared> scratch(shared_sets_);
   const ops::MoeRouting r = routing(rows, seq);
-  const auto n = std::size_t(rows), E = std::size_t(r.experts), nk = n * std::size_t(r.k);
+  const auto n = std::size_t(r.tokens), E = std::size_t(r.experts), nk = n * std::size_t(r.k);
+  const auto H = std::size_t(r.held_experts());
   const auto R = std::size_t(r.rows()), d = std::size_t(d_), seqs = std::size_t(r.sequences());
   const bool state = p.keeps_state();
   plan_field(a, pass, all, &Saved::logits, n * E, state);
@@ -75,24 +96,28 @@ void MoeMlpCuda::plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64_t
   plan_field(a, pass, all, &Saved::weight, nk, state);
   plan_field(a, pass, all, &Saved::seq_counts, seqs * E, state);
   plan_field(a, pass, all, &Saved::row_of_pair, nk, state);
-  plan_field(a, pass, all, &Saved::start, E + 1, state);
+  plan_field(a, pass, all, &Saved::start, H + 1, state);
+  plan_field(a, pass, all, &Saved::count, H, state);
   plan_field(a, pass, all, &Saved::xp, R * d, state);
   plan_field(a, pass, all, &Saved::h, R * std::size_t(f1_), state);
   plan_field(a, pass, all, &Saved::g, R * std::size_t(f_), p.keeps_cheap_outputs());
   plan_field(a, pass, all, &Saved::o, R * d, state);
+  if (p.fp8) {
+    plan_field(a, pass, all, &Saved::xt1, R * d, state);
+    plan_field(a, pass, all, &Saved::xt2, R * std::size_t(f_), state);
+  }
   plan_field(a, pass, scratch, &Shared::probs, n * E, false);
   plan_field(a, pass, scratch, &Shared::lse, n, false);
   plan_field(a, pass, scratch, &Shared::dweight, nk, false);
   plan_field(a, pass, scratch, &Shared::loss_scratch, ops::moe_losses_scratch(r), false);
-  plan_field(a, pass, scratch, &Shared::count, E, false);
   plan_field(a, pass, scratch, &Shared::dispatch_scratch, ops::moe_dispatch_scratch(r), false);
   plan_field(a, pass, scratch, &Shared::dlogits, n * E, false);
   if (shared_) shared_->plan(a, pass, sets, rows, seq, p);
 }
 
-// The starts and counts of the last dispatch to the host: the expert GEMMs' sizes.
-void MoeMlpCuda::to_host(const MlpCall& c, Saved& S, const Shared& X) {
-  const auto E = std::size_t(moe_.experts);
+// The starts and counts of the last dispatch to the host: the expert GEMMs' sizes (padded: every row of the expert's).
+void MoeMlpCuda::to_host(const MlpCall& c, Saved& S, bool padded) {
+  const auto E = fc1_.size();
   cudaStream_t st = c.e.dc.stream();
   if (!pinned_) {
     void* p = nullptr;
@@ -100,10 +125,12 @@ void MoeMlpCuda::to_host(const MlpCall& c, Saved& S, const Shared& X) {
     pinned_ = {static_cast<std::int32_t*>(p), free_pinned};
   }
   TB_CHECK(cudaMemcpyAsync(pinned_.get(), S.start, sizeof(std::int32_t) * (E + 1), cudaMemcpyDeviceToHost, st));
-  TB_CHECK(cudaMemcpyAsync(pinned_.get() + E + 1, X.count, sizeof(std::int32_t) * E, cudaMemcpyDeviceToHost, st));
+  TB_CHECK(cudaMemcpyAsync(pinned_.get() + E + 1, S.count, sizeof(std::int32_t) * E, cudaMemcpyDeviceToHost, st));
   TB_CHECK(cudaStreamSynchronize(st));
   S.host_start.assign(pinned_.get(), pinned_.get() + E + 1);
-  S.host_count.assign(pinned_.get() + E + 1, pinned_.get() + 2 * E + 1);
+  S.host_rows.assign(pinned_.get() + E + 1, pinned_.get() + 2 * E + 1);
+  if (padded)
+    for (std::size_t i = 0; i < E; ++i) S.host_rows[i] = S.host_start[i + 1] - S.host_start[i];
   mark(c.e, "moe counts to host");
 }
 
@@ -113,10 +140,15 @@ void MoeMlpCuda::forward(const MlpCall& c, int set, const bf16* x, LinearInput x
   Saved& S = sets_[std::size_t(set)];
   const Shared& X = shared_sets_[std::size_t(set)];
   cudaStream_t st = e.dc.stream();
-  const ops::MoeRouting r = routing(c.rows, c.seq);
-  const int n = r.tokens, E = r.experts, k = r.k;
+  ops::MoeRouting r = routing(c.rows, c.seq);
+  const int n = r.tokens, E = r.experts, H = r.held_experts(), k = r.k;
   S.grad_scale = c.grad_scale;
   // router, routing, dispatch
+  if (moe_.bias_update_rate > 0 && !bias_.get()) {  // (the first forward, before any graph capture)
+    bias_ = ops::DeviceBuffer(e.dc.device(), sizeof(float) * std::size_t(2 * E));
+    TB_CHECK(cudaMemsetAsync(bias_.get(), 0, bias_.bytes(), st));
+  }
+  r.bias = bias_.get() ? bias_.as<float>() : nullptr;
   ops::GemmShape g;
   g.m = n, g.n = E, g.k = d_, g.d = DType::f32;
   e.dc.gemm(g, S.logits, x, e.params + router_->offset);
@@ -124,31 +156,40 @@ void MoeMlpCuda::forward(const MlpCall& c, int set, const bf16* x, LinearInput x
   ops::moe_route(r, S.logits, {S.expert, S.weight, S.seq_counts, X.probs, X.lse}, st);
   if (!recompute_only) {
     if (!stats_.get()) {
-      stats_ = ops::DeviceBuffer(e.dc.device(), sizeof(double) * std::size_t(3 + E));
+      stats_ = ops::DeviceBuffer(e.dc.device(), sizeof(double) * std::size_t(4 + E));
       reset_stats(st);
     }
-    ops::moe_losses(r, S.seq_counts, X.probs, X.lse, stats_.as<double>(), X.loss_scratch, st);
+    ops::moe_losses(r, S.seq_counts, X.probs, X.lse, stats_.as<double>(), X.loss_scratch, st,
+                    bias_.get() ? bias_.as<float>() + E : nullptr);
   }
-  ops::moe_dispatch(r, S.expert, {S.row_of_pair, S.start, X.count, X.dispatch_scratch}, st);
+  double* dropped = recompute_only ? nullptr : stats_.as<double>() + 3 + E;
+  ops::moe_dispatch(r, S.expert, S.weight, {S.row_of_pair, S.start, S.count, X.dispatch_scratch, dropped}, st);
   mark(e, "moe route");
-  to_host(c, S, X);
+  const bool padded = r.pad || e.fp8.enabled;  // FP8 GEMMs take rows in multiples of 16: the aligned rows
+  to_host(c, S, padded);
   ops::moe_permute(S.xp, x, S.row_of_pair, n, k, d_, st);
+  if (padded) ops::moe_zero_padding(S.xp, S.start, S.count, H, d_, st);
   mark(e, "moe permute");
   // the experts
   const std::int64_t used = S.host_start.back();
-  for (int i = 0; i < E; ++i) {
-    const std::int64_t r0 = S.host_start[std::size_t(i)], m = S.host_count[std::size_t(i)];
-    if (m > 0) fc1_[std::size_t(i)].forward(e, S.h + r0 * f1_, S.xp + r0 * d_, S.lin, m);
+  for (int i = 0; i < H; ++i) {
+    const std::int64_t r0 = S.host_start[std::size_t(i)], m = S.host_rows[std::size_t(i)];
+    LinearSaved &s1 = S.lin[std::size_t(2 * i)], &s2 = S.lin[std::size_t(2 * i + 1)];
+    if (S.xt1) s1.xt = S.xt1 + r0 * d_, s2.xt = S.xt2 + r0 * f_;  // FP8: X^T [in, m] at the expert's rows
+    if (m > 0) fc1_[std::size_t(i)].forward(e, S.h + r0 * f1_, S.xp + r0 * d_, s1, m);
   }
   ops::activation_forward(act_, {S.g, {used, f_}}, {S.h, {used, f1_}}, st);
   mark(e, "activation fwd");
-  for (int i = 0; i < E; ++i) {
-    const std::int64_t r0 = S.host_start[std::size_t(i)], m = S.host_count[std::size_t(i)];
-    if (m > 0) fc2_[std::size_t(i)].forward(e, S.o + r0 * d_, S.g + r0 * f_, S.lin, m);
+  for (int i = 0; i < H; ++i) {
+    const std::int64_t r0 = S.host_start[std::size_t(i)], m = S.host_rows[std::size_t(i)];
+    if (m > 0) fc2_[std::size_t(i)].forward(e, S.o + r0 * d_, S.g + r0 * f_, S.lin[std::size_t(2 * i + 1)], m);
   }
-  if (shared_) shared_->forward(c, set, x, LinearInput::bf16, y, recompute_only);
+  const MlpCall share{c.e, c.policy, n, r.seq, c.grad_scale};  // the rows the layer runs on
+  if (shared_) shared_->forward(share, set, x, LinearInput::bf16, y, recompute_only);
   if (recompute_only) return;
   ops::moe_unpermute(y, S.o, S.row_of_pair, S.weight, n, k, d_, shared_ != nullptr, st);
+  if (n < c.rows)  // a proxy's rows past its token share
+    TB_CHECK(cudaMemsetAsync(y + std::int64_t(n) * d_, 0, sizeof(bf16) * std::size_t((c.rows - n) * d_), st));
   mark(e, "moe unpermute");
 }
 
@@ -164,29 +205,34 @@ void MoeMlpCuda::backward(const MlpCall& c, int set, const bf16* x, const bf16* 
   const Shared& X = shared_sets_[std::size_t(set)];
   cudaStream_t st = e.dc.stream();
   const ops::MoeRouting r = routing(c.rows, c.seq);
-  const int n = r.tokens, E = r.experts, k = r.k;
+  const int n = r.tokens, E = r.experts, H = r.held_experts(), k = r.k;
   const std::int64_t used = S.host_start.back();
   if (c.policy.recomputes_cheap_outputs()) {
     ops::activation_forward(act_, {S.g, {used, f_}}, {S.h, {used, f1_}}, st);
     mark(e, "recompute");
   }
   ops::moe_unpermute_backward(S.o, X.dweight, dy, S.o, S.row_of_pair, S.weight, n, k, d_, st);
+  if (r.pad || e.fp8.enabled) ops::moe_zero_padding(S.o, S.start, S.count, H, d_, st);
   mark(e, "moe unpermute bwd");
-  for (int i = 0; i < E; ++i) {  // dg over g (fc2's weight gradient reads g first)
-    const std::int64_t r0 = S.host_start[std::size_t(i)], m = S.host_count[std::size_t(i)];
+  for (int i = 0; i < H; ++i) {  // dg over g (fc2's weight gradient reads g first)
+    const std::int64_t r0 = S.host_start[std::size_t(i)], m = S.host_rows[std::size_t(i)];
     if (m > 0) {
-      fc2_[std::size_t(i)].backward(e, S.g + r0 * f_, S.o + r0 * d_, S.g + r0 * f_, S.lin, m);
+      fc2_[std::size_t(i)].backward(e, S.g + r0 * f_, S.o + r0 * d_, S.g + r0 * f_, S.lin[std::size_t(2 * i + 1)], m);
     } else if (e.overwrite) {
       zero_expert_grads(e, i);
     }
   }
   ops::activation_backward(act_, {S.h, {used, f1_}}, {S.g, {used, f_}}, {S.h, {used, f1_}}, st);
   mark(e, "activation bwd");
-  for (int i = 0; i < E; ++i) {  // dxp over xp (the weight gradient reads xp first)
-    const std::int64_t r0 = S.host_start[std::size_t(i)], m = S.host_count[std::size_t(i)];
-    if (m > 0) fc1_[std::size_t(i)].backward(e, S.xp + r0 * d_, S.h + r0 * f1_, S.xp + r0 * d_, S.lin, m);
+  for (int i = 0; i < H; ++i) {  // dxp over xp (the weight gradient reads xp first)
+    const std::int64_t r0 = S.host_start[std::size_t(i)], m = S.host_rows[std::size_t(i)];
+    if (m > 0)
+      fc1_[std::size_t(i)].backward(e, S.xp + r0 * d_, S.h + r0 * f1_, S.xp + r0 * d_, S.lin[std::size_t(2 * i)], m);
   }
-  if (shared_) shared_->backward(c, set, x, dy, dy_amax_ready, dx, {});
+  const MlpCall share{c.e, c.policy, n, r.seq, c.grad_scale};
+  if (shared_) shared_->backward(share, set, x, dy, dy_amax_ready, dx, {});
+  if (n < c.rows)  // a proxy's rows past its token share
+    TB_CHECK(cudaMemsetAsync(dx + std::int64_t(n) * d_, 0, sizeof(bf16) * std::size_t((c.rows - n) * d_), st));
   ops::moe_permute_backward(dx, S.xp, S.row_of_pair, n, k, d_, shared_ != nullptr, st);
   mark(e, "moe permute bwd");
   // the router
@@ -207,7 +253,7 @@ void MoeMlpCuda::backward(const MlpCall& c, int set, const bf16* x, const bf16* 
 
 void MoeMlpCuda::add_stats(MoeStats& s, cudaStream_t stream) const {
   const auto E = std::size_t(moe_.experts);
-  std::vector<double> v(3 + E, 0.0);
+  std::vector<double> v(4 + E, 0.0);
   if (stats_.get()) {
     TB_CHECK(cudaMemcpyAsync(v.data(), stats_.get(), sizeof(double) * v.size(), cudaMemcpyDeviceToHost, stream));
     TB_CHECK(cudaStreamSynchronize(stream));
@@ -215,11 +261,28 @@ void MoeMlpCuda::add_stats(MoeStats& s, cudaStream_t stream) const {
   s.experts = moe_.experts;
   for (std::size_t i = 0; i < E; ++i) s.tokens_per_expert.push_back(std::int64_t(v[3 + i]));
   s.aux += v[0], s.seq_aux += v[1], s.z += v[2];
+  s.dropped += std::int64_t(v[3 + E]);
   s.objective += moe_.aux_loss * v[0] + moe_.seq_aux_loss * v[1] + moe_.z_loss * v[2];
 }
 
 void MoeMlpCuda::reset_stats(cudaStream_t stream) {
   if (stats_.get()) TB_CHECK(cudaMemsetAsync(stats_.get(), 0, stats_.bytes(), stream));
+}
+
+void MoeMlpCuda::update_expert_bias(const std::function<void(float*, std::size_t)>& sum_loads, cudaStream_t stream) {
+  if (!bias_.get()) return;
+  float* load = bias_.as<float>() + moe_.experts;
+  if (sum_loads) sum_loads(load, std::size_t(moe_.experts));
+  ops::moe_update_expert_bias(bias_.as<float>(), load, moe_.experts, float(moe_.bias_update_rate), stream);
+}
+
+void MoeMlpCuda::append_expert_bias(std::vector<float>& out, cudaStream_t stream) const {
+  if (!bias_.get()) return;
+  const std::size_t at = out.size();
+  out.resize(at + std::size_t(moe_.experts));
+  TB_CHECK(cudaMemcpyAsync(out.data() + at, bias_.get(), sizeof(float) * std::size_t(moe_.experts),
+                           cudaMemcpyDeviceToHost, stream));
+  TB_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace tb::model

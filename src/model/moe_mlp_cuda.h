@@ -10,8 +10,16 @@
 //             (+ the shared experts' dx);  dlogits = router'(dw, the losses);  dx += dlogits Wr;  dWr (+)= dlogits^T x
 //             An expert without rows in a step's first micro-batch gets its gradients zeroed (they are written,
 //             not accumulated, then).
+// A proxy of an ep rank (MoeConfig ep_proxy, token_share): the layer holds experts / ep_proxy experts, dispatches pair
+// (t, e) to held expert e mod held, and runs on the first rows / token_share rows (y and dx zero on the others).
+// Capacity (model/config.h): each expert keeps its C pairs of largest weight (ops/cuda/moe.h moe_dispatch); padded,
+// each held expert's GEMMs run on its padded rows, zero past its kept pairs (xp in the forward, do in the backward).
+// FP8 (model/linear_cuda.h): each held expert's fc1 and fc2 cast their own rows with their own scales (per-expert
+// scaling of inputs, weights and output gradients) and keep their X^T at their rows of xt1 / xt2.
+// Aux-loss-free balancing (bias update rate > 0): the route chooses by s + b; the forwards (not a recompute) add the
+// pairs per expert to the load, which update_expert_bias() turns into the bias step.
 // Kept per activation set (RecomputePolicy): the logits, the routing (experts, weights, per-sequence counts, rows,
-// starts) and xp, o unless full recompute; h unless full recompute; g only with the cheap outputs kept. Shared by
+// starts, counts) and xp, o unless full recompute; h unless full recompute; g only with the cheap outputs kept. Shared by
 // the layers: the probabilities and lse (the losses' values), dw, dlogits, the dispatch scratch.
 // The losses' values and the tokens per expert accumulate on the device (model/moe_stats.h) until reset_stats().
 #pragma once
@@ -36,6 +44,7 @@ class MoeMlpCuda final : public MlpCuda {
   LinearSaved& saved(int set, int k) override;
   int input_linear() const override { return -1; }  // the router reads x in BF16
   int output_linear() const override { return -1; }
+  std::int64_t max_linear_rows(std::int64_t rows, int seq) const override;
   void plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64_t rows, int seq,
             const RecomputePolicy& p) override;
   void forward(const MlpCall& c, int set, const bf16* x, LinearInput x_input, bf16* y, bool recompute_only) override;
@@ -45,24 +54,28 @@ class MoeMlpCuda final : public MlpCuda {
   // Adds this layer's statistics since reset_stats() to s (one row of tokens_per_expert; synchronizes the stream).
   void add_stats(MoeStats& s, cudaStream_t stream) const;
   void reset_stats(cudaStream_t stream);
+  // Aux-loss-free balancing (model/decoder_cuda.h update_expert_bias); nothing without a bias update rate.
+  void update_expert_bias(const std::function<void(float*, std::size_t)>& sum_loads, cudaStream_t stream);
+  void append_expert_bias(std::vector<float>& out, cudaStream_t stream) const;
 
  private:
   struct Saved {
     float* logits = nullptr;
-    std::int32_t *expert = nullptr, *seq_counts = nullptr, *row_of_pair = nullptr, *start = nullptr;
+    std::int32_t *expert = nullptr, *seq_counts = nullptr, *row_of_pair = nullptr, *start = nullptr, *count = nullptr;
     float* weight = nullptr;
     bf16 *xp = nullptr, *h = nullptr, *g = nullptr, *o = nullptr;
-    std::vector<std::int64_t> host_start, host_count;  // the last forward's, per expert
+    std::uint8_t *xt1 = nullptr, *xt2 = nullptr;  // FP8: X^T of every held expert's fc1 and fc2 input rows
+    std::vector<std::int64_t> host_start, host_rows;  // the last forward's, per held expert: first row, GEMM rows
     double grad_scale = 1;
-    LinearSaved lin;  // (BF16: nothing)
+    std::vector<LinearSaved> lin;  // per linear of linears(): FP8 X^T (into xt1, xt2 at the expert's rows) and scale
   };
   struct Shared {
     float *probs = nullptr, *lse = nullptr, *dweight = nullptr, *loss_scratch = nullptr;
-    std::int32_t *count = nullptr, *dispatch_scratch = nullptr;
+    std::int32_t* dispatch_scratch = nullptr;
     bf16* dlogits = nullptr;
   };
   ops::MoeRouting routing(std::int64_t rows, int seq) const;
-  void to_host(const MlpCall& c, Saved& S, const Shared& X);
+  void to_host(const MlpCall& c, Saved& S, bool padded);
   void zero_expert_grads(const LinearEnv& e, int expert) const;
 
   MoeConfig moe_;
@@ -73,7 +86,8 @@ class MoeMlpCuda final : public MlpCuda {
   std::unique_ptr<DenseMlpCuda> shared_;
   std::vector<Saved> sets_;
   std::vector<Shared> shared_sets_;  // the shared fields (the same bytes in every set)
-  ops::DeviceBuffer stats_;          // [3 + E] doubles (ops/cuda/moe.h moe_losses), allocated at the first forward
+  ops::DeviceBuffer bias_;   // [2 E] floats: the expert bias, then the load since its last update (bias update rate)
+  ops::DeviceBuffer stats_;  // [3 + E] doubles (ops/cuda/moe.h moe_losses), then the pairs dropped; at the first forward
   std::unique_ptr<std::int32_t[], void (*)(std::int32_t*)> pinned_{nullptr, nullptr};  // [2 E + 1] starts, counts
 };
 

@@ -66,7 +66,10 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range, ExpertRange exp
   TB_REQUIRE(0 <= first && first < last && last <= c.layers,
              "dense layout: layer range [" + std::to_string(first) + ", " + std::to_string(last) +
                  ") is not a non-empty part of the model's " + std::to_string(c.layers) + " layers");
-  const int e0 = experts.first, e1 = experts.count < 0 ? c.moe.experts : experts.first + experts.count;
+  TB_REQUIRE(experts.count < 0 || c.moe.ep_proxy == 1,
+             "dense layout: a proxy of expert parallel (ep_proxy " + std::to_string(c.moe.ep_proxy) +
+                 ") runs on one rank; it holds the experts of one ep rank itself, without an expert range");
+  const int e0 = experts.first, e1 = experts.count < 0 ? c.moe.local_experts() : experts.first + experts.count;
   TB_REQUIRE(0 <= e0 && e0 <= e1 && e1 <= c.moe.experts && (e0 < e1 || c.moe.experts == 0),
              "dense layout: expert range [" + std::to_string(e0) + ", " + std::to_string(e1) +
                  ") is not a non-empty part of the model's " + std::to_string(c.moe.experts) + " experts");
@@ -136,9 +139,6 @@ std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l) {
           "the CUDA MoE layer takes 8 to 256 experts, a multiple of 8, and top_k <= 32 (got {} experts, "
           "top_k {}); --device cpu runs any",
           c.moe.experts, c.moe.top_k);
-    if (c.moe.capacity_factor > 0)
-      return "the CUDA MoE layer is dropless so far: a capacity factor runs on --device cpu (or set "
-             "capacity_factor 0)";
     if (c.d_model % 8 != 0 || c.expert_ffn() % 8 != 0 || c.moe.shared_ffn % 8 != 0)
       return "the CUDA MoE layer needs d_model, expert_ffn and shared_ffn to be multiples of 8";
   }

@@ -70,6 +70,9 @@ ShardedCpuDecoder<T>::ShardedCpuDecoder(const model::ModelConfig& cfg, DecoderGr
     TB_REQUIRE(tp == 1 || stage.sequence_parallel,
                "CPU decoder: expert parallel with tp > 1 needs sequence parallel (each tp rank routes its own rows)");
   }
+  TB_REQUIRE((cfg_.moe.ep_proxy == 1 && cfg_.moe.token_share == 1) || (tp == 1 && cp_.size() == 1 && !ep_),
+             "CPU decoder: a proxy of an expert-parallel rank (ep_proxy " + str(cfg_.moe.ep_proxy) + ", token_share " +
+                 str(cfg_.moe.token_share) + ") runs on one rank; drop tp, cp and ep");
   TB_REQUIRE(0 <= first_ && first_ < last_ && last_ <= cfg_.layers,
              "CPU decoder: the stage's layers [" + str(first_) + ", " + str(last_) +
                  ") must be a non-empty part of the model's " + str(cfg_.layers));

@@ -178,6 +178,12 @@ class ShardedCpuDecoder {
   void drop(int mb);  // forget a forward that will not be backpropagated
   const MoeStats& moe_stats() const { return moe_stats_; }
   void reset_moe_stats();
+  // Aux-loss-free balancing (MoeConfig::bias_update_rate > 0; empty spans otherwise): the stage's MoE layers' expert
+  // bias [MoE layers, E], and the pairs their forwards routed to each expert since the last update (the trainer sums
+  // them over the data-parallel ranks before update_expert_bias(), which applies the update and zeroes them).
+  std::span<const double> expert_bias() const { return expert_bias_; }
+  std::span<double> expert_load() { return expert_load_; }
+  void update_expert_bias();
   std::size_t in_flight() const { return states_.size(); }
 
  private:
@@ -219,6 +225,7 @@ class ShardedCpuDecoder {
   void moe_forward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, CView x, View out);
   void moe_backward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, CView dy, View dx);
   void moe_losses(const State& s, LayerActs& A);
+  int moe_index(const State& s, const LayerActs& A) const;
   void ep_plan(EpPlan& plan, const ops::cpu::Dispatch& D);
   void ep_dispatch(const EpPlan& plan, const std::vector<T>& rows, std::vector<T>& expert_major);
   void ep_combine(const EpPlan& plan, const std::vector<T>& expert_major, std::vector<T>& rows);
@@ -251,6 +258,7 @@ class ShardedCpuDecoder {
   std::vector<std::unique_ptr<State>> spare_;
   std::unique_ptr<Scratch> scratch_;
   MoeStats moe_stats_;
+  std::vector<double> expert_bias_, expert_load_;  // [stage MoE layers, E] with a bias update rate
 };
 
 extern template class ShardedCpuDecoder<float>;

@@ -11,6 +11,9 @@
 //   aux = E / (T² k) · sum_i c_i P_i                       dp_ti += aux_loss · E c_i / (T² k)
 //   seq = (1/B) sum_b sum_i (c_bi E / (k S)) (P_bi / S)    dp_ti += seq_aux_loss · c_bi E / (k S) / (B S)
 //   z   = (1/T) sum_t lse(logits_t)²                        dz = z_loss / T
+// A proxy of an ep rank (MoeConfig ep_proxy, token_share; one rank): the layer runs on the first rows / token_share
+// rows (the others leave it as zero, and their gradient through it is zero), the losses count those rows as the
+// micro-batch (in sequences of gcd(rows, seq) tokens), and pair (t, e) runs on the held expert e mod (E / ep_proxy).
 // Expert parallel (ep > 1, ep rank r holding experts [r El, (r+1) El), El = E / ep), between permute and unpermute:
 //   counts c_e of the kept pairs -> all-to-all over ep (El per peer): counts[s, j] = rows of source s for local j
 //   xp (expert order: the rows for rank r are contiguous) -> all-to-all (send_rows, recv_rows) -> sorted expert-major
@@ -50,6 +53,29 @@ TensorView<T> rows_of(std::vector<T>& v, std::int64_t row0, std::int64_t rows, s
   return TensorView<T>(v.data() + row0 * cols, {rows, cols});
 }
 
+// The rows a MoE layer runs on and the micro-batch its losses see: all of them, or a proxy's token share.
+struct MoeRows {
+  std::int64_t rows, batch, seq;
+};
+MoeRows moe_rows(const model::MoeConfig& m, std::int64_t rows, std::int64_t batch, std::int64_t seq) {
+  if (m.token_share == 1) return {rows, batch, seq};
+  TB_REQUIRE(rows % m.token_share == 0, "CPU decoder: token_share " + std::to_string(m.token_share) +
+                                            " must divide the micro-batch's " + std::to_string(rows) + " tokens");
+  const std::int64_t r = rows / m.token_share, s = std::gcd(r, seq);
+  return {r, r / s, s};
+}
+
+// The routes the experts run on: a proxy's pairs on its held experts (e mod held); the routes themselves otherwise.
+template <class T>
+const cpu::Routes<T>& held_routes(const model::MoeConfig& m, const cpu::Routes<T>& r, cpu::Routes<T>& scratch) {
+  if (m.ep_proxy == 1) return r;
+  scratch = r;
+  scratch.experts = m.local_experts();
+  for (std::int32_t& e : scratch.expert)
+    if (e >= 0) e %= scratch.experts;
+  return scratch;
+}
+
 }  // namespace
 
 template <class T>
@@ -59,6 +85,26 @@ void ShardedCpuDecoder<T>::reset_moe_stats() {
   moe_stats_ = {};
   moe_stats_.experts = cfg_.moe.experts;
   moe_stats_.tokens_per_expert.assign(std::size_t(layers * cfg_.moe.experts), 0);
+  if (cfg_.moe.bias_update_rate > 0 && expert_bias_.empty())  // (the bias lives across resets)
+    expert_bias_.assign(moe_stats_.tokens_per_expert.size(), 0.0),
+        expert_load_.assign(moe_stats_.tokens_per_expert.size(), 0.0);
+}
+
+template <class T>
+void ShardedCpuDecoder<T>::update_expert_bias() {
+  const auto E = std::size_t(cfg_.moe.experts);
+  for (std::size_t l = 0; l < expert_bias_.size() / E; ++l)
+    cpu::update_expert_bias(std::span<double>(expert_bias_).subspan(l * E, E),
+                            std::span<const double>(expert_load_).subspan(l * E, E), cfg_.moe.bias_update_rate);
+  std::fill(expert_load_.begin(), expert_load_.end(), 0.0);
+}
+
+// This MoE layer's index among the stage's MoE layers (the layer whose activations A is).
+template <class T>
+int ShardedCpuDecoder<T>::moe_index(const State& s, const LayerActs& A) const {
+  int layer = 0;
+  for (int l = first_; l < last_ && &s.layers[std::size_t(l - first_)] != &A; ++l) layer += cfg_.is_moe_layer(l);
+  return layer;
 }
 
 // Sums v over the ranks holding the other tokens of the micro-batch: cp, and tp under SP.
@@ -72,8 +118,13 @@ template <class T>
 void ShardedCpuDecoder<T>::moe_forward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, CView x,
                                        View out) {
   const model::MoeConfig& m = cfg_.moe;
-  const cpu::RouteOptions opt = route_options(m);
-  const std::int64_t rows = s.rows, d = dims_.d, E = m.experts, k = m.top_k;
+  cpu::RouteOptions opt = route_options(m);
+  if (!expert_bias_.empty())
+    opt.bias = std::span<const double>(expert_bias_).subspan(std::size_t(moe_index(s, A) * m.experts),
+                                                             std::size_t(m.experts));
+  const std::int64_t rows = moe_rows(m, s.rows, s.batch, s.seq).rows, d = dims_.d, E = m.experts, k = m.top_k;
+  std::fill(out.data(), out.data() + s.rows * d, T(0));
+  x = CView(x.data(), {rows, d});
   auto logits = mat(A.logits, rows, E), sc = mat(A.scores, rows, E), p = mat(A.probs, rows, E);
   cpu::linear_forward<T>(logits, x, P(L.router));
   cpu::router_scores<T>(opt.score, sc, logits);
@@ -89,7 +140,7 @@ void ShardedCpuDecoder<T>::moe_forward(const State& s, const model::DenseLayout:
     const auto capacity = std::int64_t(std::ceil(m.capacity_factor * double(rows * k) / double(E)));
     moe_stats_.dropped += cpu::drop_over_capacity(A.routes, capacity);
   }
-  A.dispatch = cpu::make_dispatch(A.routes);
+  A.dispatch = cpu::make_dispatch(held_routes(m, A.routes, scratch_->held));
   const cpu::Dispatch& D = A.dispatch;
   const std::int64_t kept = D.rows();
   auto xp = mat(A.xp, kept, d);
@@ -103,7 +154,6 @@ void ShardedCpuDecoder<T>::moe_forward(const State& s, const model::DenseLayout:
   } else {
     experts_forward(L, D.offsets, A, A.xp, A.eo);
   }
-  std::fill(out.data(), out.data() + rows * d, T(0));
   cpu::unpermute<T>(out, mat(A.eo, kept, d), D, A.routes);
   if (L.shared_fc1 >= 0) {
     const std::int64_t fs = m.shared_ffn, fs1 = cfg_.act == model::Act::swiglu ? 2 * fs : fs;
@@ -122,7 +172,8 @@ void ShardedCpuDecoder<T>::moe_forward(const State& s, const model::DenseLayout:
 template <class T>
 void ShardedCpuDecoder<T>::moe_losses(const State& s, LayerActs& A) {
   const model::MoeConfig& m = cfg_.moe;
-  const std::int64_t rows = s.rows, E = m.experts, k = m.top_k, B = s.batch, S = s.seq;
+  const auto [rows, B, S] = moe_rows(m, s.rows, s.batch, s.seq);
+  const std::int64_t E = m.experts, k = m.top_k;
   const double tokens = double(B) * double(S);
   // [c_i (E) | P_i (E) | c_bi (B E) | P_bi (B E) | sum_t lse²]
   std::vector<double> sums(std::size_t(2 * E + 2 * B * E + 1), 0.0);
@@ -130,7 +181,7 @@ void ShardedCpuDecoder<T>::moe_losses(const State& s, LayerActs& A) {
   double* psum = c + E;
   double* cb = psum + E;
   double* pb = cb + B * E;
-  const std::int64_t begin = sp_ ? tp_.rank() * rows : 0, sl = std::int64_t(s.pos.size());
+  const std::int64_t begin = sp_ ? tp_.rank() * rows : 0, sl = m.token_share == 1 ? std::int64_t(s.pos.size()) : S;
   for (std::int64_t t = 0; t < rows; ++t) {
     const std::int64_t b = (begin + t) / sl;
     for (std::int64_t j = 0; j < k; ++j) {
@@ -164,9 +215,10 @@ void ShardedCpuDecoder<T>::moe_losses(const State& s, LayerActs& A) {
     A.dp.clear();
   }
 
-  int layer = 0;  // this layer's index among the stage's MoE layers: the one whose A this is
-  for (int l = first_; l < last_ && &s.layers[std::size_t(l - first_)] != &A; ++l) layer += cfg_.is_moe_layer(l);
+  const int layer = moe_index(s, A);
   for (std::int64_t i = 0; i < E; ++i) moe_stats_.tokens_per_expert[std::size_t(layer * E + i)] += std::int64_t(c[i]);
+  if (!expert_load_.empty())
+    for (std::int64_t i = 0; i < E; ++i) expert_load_[std::size_t(layer * E + i)] += c[i];
   moe_stats_.aux += aux, moe_stats_.seq_aux += seq, moe_stats_.z += z;
   moe_stats_.objective += m.aux_loss * aux + m.seq_aux_loss * seq + m.z_loss * z;
 }
@@ -176,11 +228,14 @@ void ShardedCpuDecoder<T>::moe_backward(const State& s, const model::DenseLayout
                                         View dx) {
   const model::MoeConfig& m = cfg_.moe;
   const cpu::RouteOptions opt = route_options(m);
-  const std::int64_t rows = s.rows, d = dims_.d, E = m.experts, k = m.top_k;
+  const std::int64_t rows = moe_rows(m, s.rows, s.batch, s.seq).rows, d = dims_.d, E = m.experts, k = m.top_k;
   const cpu::Dispatch& D = A.dispatch;
   const std::int64_t kept = D.rows();
   Scratch& S = *scratch_;
   const CView x(A.y2.data(), {rows, d});
+  std::fill(dx.data() + rows * d, dx.data() + s.rows * d, T(0));  // a proxy's rows past its token share
+  dy = CView(dy.data(), {rows, d});
+  dx = View(dx.data(), {rows, d});
   // shared experts (write dx), or dx = 0
   if (L.shared_fc1 >= 0) {
     const std::int64_t fs = m.shared_ffn, fs1 = cfg_.act == model::Act::swiglu ? 2 * fs : fs;
@@ -326,6 +381,8 @@ void ShardedCpuDecoder<T>::experts_backward(const model::DenseLayout::Layer& L, 
 
 #define TB_INSTANTIATE(T)                                                                                              \
   template void ShardedCpuDecoder<T>::reset_moe_stats();                                                               \
+  template void ShardedCpuDecoder<T>::update_expert_bias();                                                            \
+  template int ShardedCpuDecoder<T>::moe_index(const State&, const LayerActs&) const;                                  \
   template void ShardedCpuDecoder<T>::reduce_over_tokens(std::span<double>);                                           \
   template void ShardedCpuDecoder<T>::moe_forward(const State&, const model::DenseLayout::Layer&, LayerActs&, CView,   \
                                                   View);                                                               \

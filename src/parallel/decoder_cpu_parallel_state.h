@@ -59,6 +59,7 @@ struct ShardedCpuDecoder<T>::Scratch {
   std::vector<T> x0, m, dnext, partial, gathered, dg, dh, dy, dr2, dout, dqkv, dkv, kv_mine, kv_all;
   std::vector<T> dop, deg, deh, dxp, ds, dlogits, dweight;  // a MoE layer's backward
   std::vector<T> a2a, a2a_back, ee;                         // expert parallel: rows sent, received, expert-major
+  ops::cpu::Routes<T> held;                                  // a proxy's routes on its held experts
   std::vector<T> dkvh, dkvup, dlat, dlatl, dlatraw, dyq;     // a MLA layer's backward
 };
 

@@ -318,6 +318,11 @@ ParallelStepStats ParallelCpuTrainer<T>::step(std::span<const std::int32_t> toke
   const double max_norm = spec_.hyper.clip;
   st.clip_scale = max_norm > 0 && st.grad_norm > max_norm ? max_norm / (st.grad_norm + 1e-6) : 1.0;
   optimizer_step(st.clip_scale, st.lr);
+  if (cfg_.moe.bias_update_rate > 0)  // the step's expert loads over every data-parallel rank, then the bias update
+    for (auto& chunk : chunks_) {
+      mesh_->dp().all_reduce(chunk->expert_load());
+      chunk->update_expert_bias();
+    }
   sync_replicas();
   for (Group& g : groups_) pack(g, flat_params_, g.params);  // the synced copies are the master values
   unpack_params();

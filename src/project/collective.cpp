@@ -19,6 +19,8 @@ std::string_view coll_name(Coll c) {
       return "reduce_scatter";
     case Coll::send_recv:
       return "sendrecv";
+    case Coll::all_to_all:
+      return "all_to_all";
   }
   return "?";
 }
@@ -33,6 +35,8 @@ double LinkLevel::busbw_gbps(Coll c) const {
       return reduce_scatter_gbps;
     case Coll::send_recv:
       return send_recv_gbps;
+    case Coll::all_to_all:
+      return all_to_all_gbps;
   }
   return 0;
 }
@@ -42,9 +46,11 @@ Network Network::scaled(double nvlink_factor, double scaleout_factor) const {
   for (auto* level : {&n.nvlink}) {
     level->all_reduce_gbps *= nvlink_factor, level->all_gather_gbps *= nvlink_factor;
     level->reduce_scatter_gbps *= nvlink_factor, level->send_recv_gbps *= nvlink_factor;
+    level->all_to_all_gbps *= nvlink_factor;
   }
   n.scaleout.all_reduce_gbps *= scaleout_factor, n.scaleout.all_gather_gbps *= scaleout_factor;
   n.scaleout.reduce_scatter_gbps *= scaleout_factor, n.scaleout.send_recv_gbps *= scaleout_factor;
+  n.scaleout.all_to_all_gbps *= scaleout_factor;
   return n;
 }
 
@@ -56,9 +62,9 @@ Network network_of(const recipe::SystemRef& s) {
   Network n;
   n.domain_gpus = r.nvlink_domain_gpus;
   n.nvlink = {r.nvlink_all_reduce_gbps, r.nvlink_all_gather_gbps, r.nvlink_reduce_scatter_gbps, r.nvlink_sendrecv_gbps,
-              r.nvlink_latency_us};
+              r.nvlink_latency_us,      r.nvlink_all_to_all_gbps};
   const double net = r.scaleout_gbps * r.scaleout_efficiency;
-  n.scaleout = {net, net, net, net, r.scaleout_latency_us};
+  n.scaleout = {net, net, net, net, r.scaleout_latency_us, net};
   n.description = r.description;
   return n;
 }
@@ -68,6 +74,7 @@ double ring_time_s(Coll c, double bytes, int n, double busbw_gbps, double latenc
   const double alpha = latency_us * 1e-6, b = busbw_gbps * 1e9;
   if (c == Coll::send_recv) return bytes / b + alpha;
   if (n <= 1) return 0;
+  if (c == Coll::all_to_all) return double(n - 1) / n * bytes / b + alpha;
   const double steps = n - 1, frac = double(n - 1) / n;
   if (c == Coll::all_reduce) return 2 * frac * bytes / b + 2 * steps * alpha;
   return frac * bytes / b + steps * alpha;
@@ -81,6 +88,11 @@ double group_time_s(Coll c, double bytes, int n, int local, const Network& net) 
   if (c == Coll::send_recv)  // one hop: inside a domain when the whole group is, else across
     return k > 1 ? ring_time_s(c, bytes, 2, net.scaleout.busbw_gbps(c), net.scaleout.latency_us)
                  : ring_time_s(c, bytes, 2, net.nvlink.busbw_gbps(c), net.nvlink.latency_us);
+  if (c == Coll::all_to_all && k > 1) {  // the own domain's part over NVLink, the rest through the NIC, at once
+    const double intra = local > 1 ? double(local - 1) / n * bytes / (net.nvlink.busbw_gbps(c) * 1e9) : 0;
+    const double inter = double(n - local) / n * bytes / (net.scaleout.busbw_gbps(c) * 1e9);
+    return std::max(intra, inter) + net.scaleout.latency_us * 1e-6;
+  }
   if (c == Coll::all_reduce && local > 1 && k > 1)  // two levels: reduce-scatter then all-gather, each hierarchical
     return group_time_s(Coll::reduce_scatter, bytes, n, local, net) +
            group_time_s(Coll::all_gather, bytes, n, local, net);

@@ -5,6 +5,8 @@
 //   all-gather       (n−1)/n · S/B + (n−1)·α
 //   reduce-scatter   (n−1)/n · S/B + (n−1)·α
 //   send/recv        S/B + α                                  (one hop)
+//   all-to-all       (n−1)/n · S/B + α                        (S: what one rank sends, itself included; all pairs at
+//                                                              once, so one latency)
 // (busbw is defined by nccl-tests so that these are exact: busbw = algbw · 2(n−1)/n or (n−1)/n.)
 // Hierarchical, for a group of n = local · k ranks with `local` in each NVLink domain and k domains joined by
 // the scale-out network (the two-level ring NCCL builds; one NIC per GPU, so each local rank moves 1/local
@@ -13,6 +15,8 @@
 //   all-gather     = the same (the mirror image);  all-reduce = reduce-scatter + all-gather (2× each term)
 //   (on one level, all-reduce is the ring formula with the all-reduce bus bandwidth)
 //   send/recv      = S/B_nvl + α_nvl inside a domain, S/B_net + α_net across
+//   all-to-all     = max((local−1)/n · S/B_nvl, (n−local)/n · S/B_net) + α_net   (the parts for the rank's own domain
+//                    and for the others leave at once, over NVLink and over its NIC)
 // B_net = scale-out line rate per GPU × its achievable fraction; B_nvl per collective as measured.
 #pragma once
 
@@ -23,12 +27,13 @@
 
 namespace tb::project {
 
-enum class Coll { all_reduce, all_gather, reduce_scatter, send_recv };
+enum class Coll { all_reduce, all_gather, reduce_scatter, send_recv, all_to_all };
 std::string_view coll_name(Coll c);
 
 struct LinkLevel {
   double all_reduce_gbps = 0, all_gather_gbps = 0, reduce_scatter_gbps = 0, send_recv_gbps = 0;  // bus bandwidth
   double latency_us = 0;                                                                         // per ring step
+  double all_to_all_gbps = 0;                                                                    // bus bandwidth
   double busbw_gbps(Coll c) const;
 };
 

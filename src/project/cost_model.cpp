@@ -14,13 +14,14 @@ struct ShardDims {
   double h, d, heads, kv, ffn, vocab, mlp_gemms, act_bytes;
 };
 
-ShardDims dims(const model::ModelConfig& m, int tp) {
+// The shard's dimensions with an MLP of width ffn (a dense layer's, or a MoE layer's active width).
+ShardDims dims(const model::ModelConfig& m, int tp, double ffn) {
   TB_REQUIRE(tp >= 1, "cost model: tp must be positive");
   ShardDims s;
   s.h = m.d_model, s.d = m.head_dim;
   s.heads = double(m.heads) / tp;
   s.kv = std::max(1.0, double(m.kv_heads) / tp);
-  s.ffn = double(m.ffn) / tp;
+  s.ffn = ffn / tp;
   s.vocab = std::ceil(double(m.vocab) / tp);
   const bool gated = m.act == model::Act::swiglu;
   s.mlp_gemms = gated ? 3 : 2;
@@ -30,10 +31,12 @@ ShardDims dims(const model::ModelConfig& m, int tp) {
 
 constexpr double kAttnRatioDefault = 0.8;  // R_attn / R_gemm with a single sample (cost_model.h)
 
-}  // namespace
+// The MoE layers' share of m's layers.
+double moe_share(const model::ModelConfig& m) { return m.moe.enabled() ? double(m.moe_layers()) / m.layers : 0; }
 
-Work layer_work(const model::ModelConfig& m, int tp, int micro_batch, int seq, ShardKernels k) {
-  const ShardDims s = dims(m, tp);
+// A layer with an MLP of width ffn (cost_model.h).
+Work mlp_layer_work(const model::ModelConfig& m, double ffn, int tp, int micro_batch, int seq, ShardKernels k) {
+  const ShardDims s = dims(m, tp, ffn);
   const double b = micro_batch, t = double(seq), rows = k.sequence_parallel ? tp : 1;
   Work w;
   w.gemm_flops = 6 * b * t * s.h * ((s.heads + 2 * s.kv) * s.d + s.heads * s.d + s.mlp_gemms * s.ffn);
@@ -47,8 +50,28 @@ Work layer_work(const model::ModelConfig& m, int tp, int micro_batch, int seq, S
   return w;
 }
 
+}  // namespace
+
+Work layer_work(const model::ModelConfig& m, int tp, int micro_batch, int seq, ShardKernels k) {
+  const Work dense = mlp_layer_work(m, m.ffn, tp, micro_batch, seq, k);
+  const double f = moe_share(m);
+  if (f == 0) return dense;
+  const double kk = m.moe.top_k, etp = k.etp > 0 ? k.etp : tp, b = micro_batch, t = double(seq), h = m.d_model;
+  Work moe = mlp_layer_work(m, kk * m.expert_ffn() + m.moe.shared_ffn, tp, micro_batch, seq, k);
+  moe.gemm_flops += 6 * b * t * h * m.moe.experts / tp;             // the router
+  moe.mem_bytes += 8 * b * t * h * (1 + kk * etp) / tp;             // permute and unpermute
+  return {(1 - f) * dense.gemm_flops + f * moe.gemm_flops, (1 - f) * dense.attn_flops + f * moe.attn_flops,
+          (1 - f) * dense.mem_bytes + f * moe.mem_bytes};
+}
+
+model::ModelConfig period_model(const model::ModelConfig& m) {
+  model::ModelConfig p = m;
+  if (m.moe.enabled()) p.layers = m.moe.every, p.moe.dense_first = 0;
+  return p;
+}
+
 Work head_work(const model::ModelConfig& m, int tp, int micro_batch, int seq) {
-  const ShardDims s = dims(m, tp);
+  const ShardDims s = dims(m, tp, m.ffn);
   const double b = micro_batch, t = double(seq);
   Work w;
   w.gemm_flops = 6 * b * t * s.h * s.vocab;
@@ -56,12 +79,20 @@ Work head_work(const model::ModelConfig& m, int tp, int micro_batch, int seq) {
   return w;
 }
 
-double layer_params(const model::ModelConfig& m, int tp) {
-  const ShardDims s = dims(m, tp);
-  return s.h * (s.heads + 2 * s.kv) * s.d + s.heads * s.d * s.h + s.mlp_gemms * s.h * s.ffn + 2 * s.h;
+LayerParams layer_params(const model::ModelConfig& m, int tp, int ep, int etp) {
+  const ShardDims s = dims(m, tp, m.ffn);
+  const double attention = s.h * (s.heads + 2 * s.kv) * s.d + s.heads * s.d * s.h + 2 * s.h, f = moe_share(m);
+  LayerParams p;
+  p.dense = attention + (1 - f) * s.mlp_gemms * s.h * s.ffn;
+  if (f > 0) {
+    TB_REQUIRE(ep >= 1 && m.moe.experts % ep == 0, "cost model: ep must divide the experts");
+    p.dense += f * (m.moe.experts * s.h + s.mlp_gemms * s.h * m.moe.shared_ffn / tp);
+    p.expert = f * double(m.moe.experts / ep) * s.mlp_gemms * s.h * m.expert_ffn() / (etp > 0 ? etp : tp);
+  }
+  return p;
 }
 
-double embedding_params(const model::ModelConfig& m, int tp) { return dims(m, tp).vocab * m.d_model; }
+double embedding_params(const model::ModelConfig& m, int tp) { return dims(m, tp, m.ffn).vocab * m.d_model; }
 
 double Rates::mem_time_s(const Work& w) const { return mem_tbps > 0 ? w.mem_bytes / (mem_tbps * 1e12) : 0; }
 

@@ -15,6 +15,13 @@
 //                    fc1
 //   q = tp with sequence parallelism (Megatron, and trainbench's own tensor parallel: the row-local work, and the casts
 //   of the h-wide tensors before their FP8 all-gather, run on s/tp rows), else 1 (a proxy runs every row on one GPU)
+// Mixture of Experts: a MoE layer is the layer above with ffn = top_k·expert_ffn + shared_ffn (its routed experts on
+// the rank's k·T·etp rows at width expert_ffn/etp and its shared experts: the FLOPs of that dense width over tp; the
+// proxy runs the same, recipe/moe_proxy.h), plus the router's GEMM 6·b·s·h·E/tp and the dispatch's copies
+//   8·b·s·h·(1 + k·etp)/tp bytes   (permute and unpermute of the rank's b·s/tp rows and its k·etp·b·s/tp expert rows,
+//                                   forward and backward);
+// a layer of a model is the mean over its layers (dense and MoE in the model's proportion; a proxy's fit slope: one
+// period of moe_every layers).
 // Head (embedding, final norm, LM head, cross-entropy; bf16 in FP8 runs too):
 //   GEMM FLOPs 6·b·s·h·⌈V/tp⌉;   memory bytes 16·b·s·⌈V/tp⌉ (fp32 logits, forward and backward) + 16·b·s·h
 // Time  T(w) = GEMM/R_gemm + attention/R_attn + bytes/B_mem.  B_mem: the GPU's measured memory rate
@@ -24,6 +31,8 @@
 // fp8 fits R_gemm alone and keeps bf16's R_attn (attention stays bf16 in FP8 runs) when bf16 shards were measured.
 // Parameters per GPU (optimizer and data-parallel traffic):
 //   layer h·(A/tp + 2·G/tp)·d + (A/tp)·d·h + n·h·ffn/tp + 2·h;   embedding and LM head ⌈V/tp⌉·h each
+//   a MoE layer: dense h·(A/tp + 2·G/tp)·d + (A/tp)·d·h + E·h + n·h·shared_ffn/tp + 2·h (reduced over dp·cp), experts
+//   (E/ep)·n·h·expert_ffn/etp (reduced over the expert data-parallel group, tp·cp·dp/(ep·etp) ranks)
 #pragma once
 
 #include <span>
@@ -40,11 +49,20 @@ struct Work {
 struct ShardKernels {
   bool fp8 = false;                // FP8 GEMMs: their inputs are cast
   bool sequence_parallel = false;  // the row-local work on s/tp rows (q = tp above)
+  int etp = 0;                     // MoE: expert tensor parallel (0: tp), the rows the dispatch copies
 };
+// One layer of m, the mean over its layers.
 Work layer_work(const model::ModelConfig& m, int tp, int micro_batch, int seq, ShardKernels k = {});
 Work head_work(const model::ModelConfig& m, int tp, int micro_batch, int seq);
+// m with one period of its MoE layer pattern (moe_every layers, the last MoE; no dense first layers): what a
+// proxy's per-layer slope measured (recipe/plan.h). m itself when dense.
+model::ModelConfig period_model(const model::ModelConfig& m);
 
-double layer_params(const model::ModelConfig& m, int tp);
+struct LayerParams {
+  double dense = 0, expert = 0;  // per GPU, one layer (the mean over the model's layers)
+  double total() const { return dense + expert; }
+};
+LayerParams layer_params(const model::ModelConfig& m, int tp, int ep = 1, int etp = 0);  // etp 0: tp
 double embedding_params(const model::ModelConfig& m, int tp);  // one table: the embedding or the LM head
 
 struct Rates {

@@ -54,8 +54,9 @@ Measurement run_of(const nlohmann::json& j, const std::string& where) {
   L.where = l.value("where", "");
   L.gpus = l.value("gpus", 1), L.tp = l.value("tp", 1), L.pp = l.value("pp", 1), L.cp = l.value("cp", 1);
   L.vp = l.value("vp", 1), L.dp = l.value("dp", 1), L.micro_batch = l.value("micro_batch", 1);
+  L.ep = l.value("ep", 1), L.etp = l.value("etp", 0);
   L.global_batch = l.value("global_batch", 1), L.layers = l.value("layers", 0), L.seq = l.value("seq", 0);
-  TB_REQUIRE(L.tp >= 1 && L.cp >= 1 && L.micro_batch >= 1 && L.layers >= 1 && L.seq >= 1,
+  TB_REQUIRE(L.tp >= 1 && L.cp >= 1 && L.ep >= 1 && L.etp >= 0 && L.micro_batch >= 1 && L.layers >= 1 && L.seq >= 1,
              fmt::format("{}: run record with an incomplete layout", where));
   TB_REQUIRE(!j.contains("measured"),
              fmt::format("{}: a distributed run measures the whole job, with no per-layer fit to project from; give a "
@@ -146,6 +147,7 @@ Inputs load_inputs(std::span<const std::filesystem::path> paths) {
   take("all_gather", in.nvlink.all_gather);
   take("reduce_scatter", in.nvlink.reduce_scatter);
   take("sendrecv", in.nvlink.sendrecv);
+  take("alltoall", in.nvlink.all_to_all);
   return in;
 }
 

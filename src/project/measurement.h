@@ -3,9 +3,9 @@
 //   bench "run" (trainbench run <recipe>): the per-GPU proxy of one reference layout (recipe/plan.h) with its fits
 //     fb(L) = F0 + F1·L (forward + backward of one micro-batch) and opt(L) = O0 + O1·L (optimizer per step), in
 //     ms in the record (extrapolated.fit.f0_ms ...; older records: f0_s ... in seconds), the shard it measured (the
-//     layout's tp, cp, micro-batch, sequence) and the GPU it ran on;
+//     layout's tp, cp, ep, etp, micro-batch, sequence; ep 1 and etp = tp in records without them) and its GPU;
 //   bench "micro.nccl.<op>" over 2+ GPUs (trainbench micro nccl, check): the NVLink bus bandwidth of all_reduce,
-//     all_gather, reduce_scatter, sendrecv at the largest size measured (overrides the system file's);
+//     all_gather, reduce_scatter, sendrecv, alltoall at the largest size measured (overrides the system file's);
 //   bench "train" over 2+ GPUs (trainbench train --gpus N): a real multi-GPU step of a model preset in a layout
 //     ("layout": {dp, cp, pp, tp, vp, sequence_parallel}, or the older string "dp1 cp1 pp1 tp2 vp1 sp"; data parallel
 //     when absent), its median step and, when profiled ("ops"),
@@ -31,10 +31,10 @@ struct Measurement {
 };
 
 struct NvlinkBusbw {  // GB/s; 0 where not measured
-  double all_reduce = 0, all_gather = 0, reduce_scatter = 0, sendrecv = 0;
+  double all_reduce = 0, all_gather = 0, reduce_scatter = 0, sendrecv = 0, all_to_all = 0;
   int gpus = 0;
   std::string where;
-  bool any() const { return all_reduce > 0 || all_gather > 0 || reduce_scatter > 0 || sendrecv > 0; }
+  bool any() const { return all_reduce > 0 || all_gather > 0 || reduce_scatter > 0 || sendrecv > 0 || all_to_all > 0; }
 };
 
 struct TrainRun {

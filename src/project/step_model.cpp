@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "project/moe_comm.h"
 #include "project/overlap.h"
 
 namespace tb::project {
@@ -117,6 +118,7 @@ Context make_context(const std::vector<recipe::Recipe>& recipes, const Inputs& i
     if (in.nvlink.all_gather > 0) ctx.net.nvlink.all_gather_gbps = in.nvlink.all_gather;
     if (in.nvlink.reduce_scatter > 0) ctx.net.nvlink.reduce_scatter_gbps = in.nvlink.reduce_scatter;
     if (in.nvlink.sendrecv > 0) ctx.net.nvlink.send_recv_gbps = in.nvlink.sendrecv;
+    if (in.nvlink.all_to_all > 0) ctx.net.nvlink.all_to_all_gbps = in.nvlink.all_to_all;
     ctx.net_source = fmt::format("measured on {} GPUs ({}), the rest {}", in.nvlink.gpus, in.nvlink.where, target.file);
   }
   if (target.projection.present) {
@@ -140,7 +142,8 @@ Context make_context(const std::vector<recipe::Recipe>& recipes, const Inputs& i
 
 Work proxy_layer_work(const Measurement& m, const Context& ctx) {
   const recipe::Recipe& r = *recipe::lookup_recipe(*ctx.recipes, m.recipe);
-  return layer_work(model_of(r, m.layout), m.layout.tp, m.layout.micro_batch, m.layout.seq, {m.precision == "fp8"});
+  return layer_work(period_model(model_of(r, m.layout)), m.layout.tp, m.layout.micro_batch, m.layout.seq,
+                    {m.precision == "fp8", false, m.layout.expert_tp()});
 }
 
 void fit_cost_models(Context& ctx) {
@@ -171,8 +174,8 @@ const Measurement* choose_anchor(const recipe::Recipe& r, std::string_view preci
     if (m.precision != precision) continue;
     const recipe::Recipe* mr = recipe::lookup_recipe(*ctx.recipes, m.recipe);
     if (!mr) continue;
-    const bool same_shard =
-        m.layout.tp == l.tp && m.layout.cp == l.cp && m.layout.micro_batch == l.micro_batch && m.layout.seq == l.seq;
+    const bool same_shard = m.layout.tp == l.tp && m.layout.cp == l.cp && m.layout.micro_batch == l.micro_batch &&
+                            m.layout.seq == l.seq && m.layout.ep == l.ep && m.layout.expert_tp() == l.expert_tp();
     AnchorKind k = AnchorKind::other;
     if (mr->name == r.name)
       k = same_shard ? AnchorKind::same_shard : AnchorKind::same_recipe;
@@ -191,10 +194,6 @@ const Measurement* choose_anchor(const recipe::Recipe& r, std::string_view preci
 
 Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::string_view precision,
                    const Context& ctx, recipe::Convention convention) {
-  TB_REQUIRE(!r.model.moe.enabled(),
-             fmt::format("recipe '{}' is a mixture of experts: the projection does not model the expert "
-                         "all-to-all yet",
-                         r.name));
   recipe::Layout l = layout;
   if (l.layers <= 0) l.layers = r.model.layers;
   if (l.seq <= 0) l.seq = r.model.seq;
@@ -209,6 +208,7 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
   const recipe::Recipe& ar = *recipe::lookup_recipe(*ctx.recipes, a.recipe);
   const model::ModelConfig m = model_of(r, l), am = model_of(ar, a.layout);
   const int tp = l.tp, pp = l.pp, cp = l.cp, vp = std::max(1, l.vp), mb = l.micro_batch, seq = l.seq;
+  const int ep = l.ep, etp = l.expert_tp();
   const int dp = l.dp > 0 ? l.dp : l.gpus / (tp * pp * cp);
   TB_REQUIRE(dp >= 1 && mb >= 1 && l.global_batch % (mb * dp) == 0,
              fmt::format("{}: global batch {} is not a multiple of micro-batch × dp = {} × {}", l.where, l.global_batch,
@@ -220,7 +220,7 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
 
   // Per-GPU compute on the target GPU with the reference software.
   const Rates& rates = ctx.cost_model(precision).rates;
-  const Work lw = layer_work(m, tp, mb, seq, {fp8, l.sequence_parallel && tp > 1}), hw = head_work(m, tp, mb, seq);
+  const Work lw = layer_work(m, tp, mb, seq, {fp8, l.sequence_parallel && tp > 1, etp}), hw = head_work(m, tp, mb, seq);
   const Work alw = proxy_layer_work(a, ctx), ahw = head_work(am, a.layout.tp, a.layout.micro_batch, a.layout.seq);
   p.layer_fit_s = rates.time_s(lw);
   p.layer_scale = p.layer_fit_s / rates.time_s(alw);
@@ -245,10 +245,13 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
                                               cp_inside ? net.nvlink.send_recv_gbps : net.scaleout.send_recv_gbps,
                                               cp_inside ? net.nvlink.latency_us : net.scaleout.latency_us)
                                 : 0;
+  const ExpertParallelComm epc = expert_parallel_comm(m, l, net);
+  const double ep_layer = epc.layer_s;
+  p.ep_per_domain = epc.ep_local;
   const double layer_gemm = gemm_share(rates, lw), layer_attn = attn_share(rates, lw),
                head_gemm = gemm_share(rates, hw);
   struct Rank {
-    double compute, tp, tp_exp, cp, cp_exp, total;
+    double compute, tp, tp_exp, cp, cp_exp, ep, ep_exp, total;
   };
   auto rank = [&](double layers, bool head) {
     Rank k{};
@@ -258,7 +261,9 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
         own ? k.tp : exposed_s(k.tp, (layers * p.layer_s * layer_gemm + (head ? p.head_s * head_gemm : 0)) / cp, c);
     k.cp = layers * 3 * (cp - 1) * cp_send;
     k.cp_exp = own ? k.cp : exposed_s(k.cp, layers * p.layer_s * layer_attn / cp, c);
-    k.total = k.compute + k.tp_exp + k.cp_exp;
+    k.ep = layers * ep_layer;
+    k.ep_exp = k.ep;  // between the router and the experts, nothing to hide it behind (moe_comm.h)
+    k.total = k.compute + k.tp_exp + k.cp_exp + k.ep_exp;
     return k;
   };
   Rank slow = rank(p.stages.last, true);
@@ -269,6 +274,7 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
   p.compute_s = ga * slow.compute;
   p.tp_comm_s = ga * slow.tp, p.tp_exposed_s = ga * slow.tp_exp;
   p.cp_comm_s = ga * slow.cp, p.cp_exposed_s = ga * slow.cp_exp;
+  p.ep_comm_s = ga * slow.ep, p.ep_exposed_s = ga * slow.ep_exp;
   p.bubble_s = bubble_time_s(pp, vp, p.microbatch_s);
 
   // Pipeline send/recv.
@@ -282,40 +288,50 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
     p.pp_exposed_s = own ? p.pp_comm_s : exposed_s(ga * 2 * vp * t, ga * p.microbatch_s, c) + 2 * (pp - 1) * t;
   }
 
-  // Data parallel: gradient reduce-scatter, parameter all-gather over dp·cp ranks.
-  const int n = dp * cp;
-  if (n > 1) {
-    const double lp = layer_params(m, tp), ep = embedding_params(m, tp);
-    double params = 0;
-    if (pp == 1) {
-      params = l.layers * lp + (m.tied_embeddings ? 1 : 2) * ep;
-    } else {
-      params = std::max({p.stages.first * lp + ep, p.stages.middle * lp, p.stages.last * lp + ep});
-    }
-    int local = tp >= net.domain_gpus ? 1 : std::min(n, net.domain_gpus / tp);
-    local = std::gcd(n, std::max(1, local));
-    const double bucket = std::max(40e6, 1e6 * n);
-    const double buckets = std::ceil(params / bucket);
-    const double grad_bytes = (own ? 4 : 2) * params / buckets, param_bytes = (fp8 && !own ? 1 : 2) * params / buckets;
-    p.dp_reduce_scatter_s = buckets * group_time_s(Coll::reduce_scatter, grad_bytes, n, local, net);
-    p.dp_all_gather_s = buckets * group_time_s(Coll::all_gather, param_bytes, n, local, net);
+  // Data parallel: gradient reduce-scatter, parameter all-gather of the dense parameters over dp·cp ranks (tp apart)
+  // and of the routed experts over the expert data-parallel group (edp ranks ep·etp apart), each in its own buckets.
+  const LayerParams lp = layer_params(m, tp, ep, etp);
+  const double emb = embedding_params(m, tp);
+  const int edp = std::max(1, dp * tp * cp / (ep * etp));
+  const double dense_params = pp == 1 ? l.layers * lp.dense + (m.tied_embeddings ? 1 : 2) * emb
+                                      : std::max({p.stages.first * lp.dense + emb, p.stages.middle * lp.dense,
+                                                  p.stages.last * lp.dense + emb});
+  const double expert_params = (pp == 1 ? l.layers : p.stages.most()) * lp.expert;
+  struct Reduction {
+    double rs = 0, ag = 0, rs_bucket = 0, ag_bucket = 0;  // all buckets; one bucket
+  };
+  auto reduction = [&](double params, int n, int stride) {
+    Reduction x;
+    if (n <= 1 || params <= 0) return x;
+    const int local = std::gcd(n, std::max(1, stride >= net.domain_gpus ? 1 : std::min(n, net.domain_gpus / stride)));
+    const double buckets = std::ceil(params / std::max(40e6, 1e6 * n));
+    x.rs_bucket = group_time_s(Coll::reduce_scatter, (own ? 4 : 2) * params / buckets, n, local, net);
+    x.ag_bucket = group_time_s(Coll::all_gather, (fp8 && !own ? 1 : 2) * params / buckets, n, local, net);
+    x.rs = buckets * x.rs_bucket, x.ag = buckets * x.ag_bucket;
+    return x;
+  };
+  const Reduction dense = reduction(dense_params, dp * cp, tp), experts = reduction(expert_params, edp, ep * etp);
+  p.dp_reduce_scatter_s = dense.rs + experts.rs, p.dp_all_gather_s = dense.ag + experts.ag;
+  if (p.dp_reduce_scatter_s > 0) {
     // Windows: the last micro-batch's backward (⅔ t_mb) and the first one's forward (⅓ t_mb), stretched by the
     // pipeline's cooldown and warmup: chunks finish their last backward (and need their parameters for the
     // first forward) one after another, each chunk pass 1/vp of a micro-batch.
     // The last bucket's reduce-scatter starts when the backward has ended, and the first forward waits for the
     // first bucket's all-gather: one bucket of each is never hidden.
     const double chunks = pipeline_ramp_chunks(pp, vp);
-    const double rs_bucket = p.dp_reduce_scatter_s / buckets, ag_bucket = p.dp_all_gather_s / buckets;
+    const double rs_bucket = std::max(dense.rs_bucket, experts.rs_bucket);
+    const double ag_bucket = std::max(dense.ag_bucket, experts.ag_bucket);
     p.dp_exposed_s = rs_bucket +
                      exposed_s(p.dp_reduce_scatter_s - rs_bucket, p.microbatch_s * 2 / 3 * (1 + chunks / vp), c) +
                      ag_bucket + exposed_s(p.dp_all_gather_s - ag_bucket, p.microbatch_s / 3 * (1 + chunks / vp), c);
   }
 
-  // Optimizer (distributed over dp·cp; memory-bound).
-  const double o1 = a.o1_s * layer_params(m, tp) / layer_params(am, a.layout.tp);
-  const double o0 = a.o0_s * embedding_params(m, tp) / embedding_params(am, a.layout.tp);
-  p.optimizer_s =
-      std::max(0.0, o0 + o1 * l.layers) / (double(pp) * dp * cp) * ctx.source_membw_tbps / ctx.target_membw_tbps / eff;
+  // Optimizer (distributed: the dense parameters over dp·cp, the experts over edp; memory-bound): the anchor's
+  // per-layer time per parameter of its proxy (the whole shard on one GPU) times the rank's share.
+  const LayerParams alp = layer_params(period_model(am), a.layout.tp, a.layout.ep, a.layout.expert_tp());
+  const double o1 = a.o1_s / alp.total() * (lp.dense / (double(dp) * cp) + lp.expert / edp);
+  const double o0 = a.o0_s * embedding_params(m, tp) / embedding_params(am, a.layout.tp) / (double(dp) * cp);
+  p.optimizer_s = std::max(0.0, o0 + o1 * l.layers) / pp * ctx.source_membw_tbps / ctx.target_membw_tbps / eff;
 
   p.step_s = ga * p.microbatch_s + p.bubble_s + p.pp_exposed_s + p.dp_exposed_s + p.optimizer_s;
   p.straggler_s = straggler_delay_s(ctx.cal.straggler_sigma_s, p.step_s, dp);

@@ -17,7 +17,9 @@
 //     reduce-scatters bf16 GEMM outputs
 //   CP (cp > 1): per layer 3(cp−1) sends of the local K,V (2·b·(s/cp)·kv_heads/tp·d·2 bytes; ring attention,
 //     forward KV, backward KV and dKV); window = the rank's attention time; NVLink when tp·cp ≤ domain
-//   rank_k = compute_k + exposed(TP) + exposed(CP);  t_mb = max_k rank_k (the slowest rank sets the pace)
+//   EP (MoE layers, moe_comm.h): per layer 4 all-to-alls over ep of T·k·h·2 bytes per rank, T = b·s/(tp·cp), and
+//     with etp > 1 2 all-gathers + 2 reduce-scatters of etp times that over etp, times the MoE layers' share; exposed
+//   rank_k = compute_k + exposed(TP) + exposed(CP) + EP;  t_mb = max_k rank_k (the slowest rank sets the pace)
 // Per step (GA = global_batch / (micro_batch·dp) micro-batches per pipeline):
 //   compute + exposed TP/CP = GA · t_mb;   bubble = (pp−1)/vp · t_mb
 //   PP send/recv: 2·vp sends of A/tp (sequence-parallel scatter) per micro-batch, exposed at the overlap cost,
@@ -25,11 +27,14 @@
 //   DP (distributed optimizer, Megatron ranks ordered tp, cp, dp, pp): bf16 gradient reduce-scatter and parameter
 //     all-gather of the rank's parameters over dp·cp ranks (FP8 parameters in FP8 runs: NeMo's fp8_params),
 //     hierarchical (domain/tp of them per NVLink domain), in buckets of max(40M, 1M·dp·cp) parameters (each pays the
-//     latency); the reduce-scatter overlaps the last micro-batch's backward, ⅔ t_mb·(1 + r/vp), the all-gather the
+//     latency); a MoE model's routed experts apart, over the expert data-parallel group (edp = tp·cp·dp/(ep·etp)
+//     ranks, ep·etp apart) in their own buckets; the reduce-scatter overlaps the last micro-batch's backward,
+//     ⅔ t_mb·(1 + r/vp), the all-gather the
 //     first forward, ⅓ t_mb·(1 + r/vp), where r = the pipeline's warmup/cooldown chunk passes (pipeline.h): the chunks
 //     finish their gradients, and need their parameters, one after another; the last bucket's reduce-scatter and
 //     the first bucket's all-gather are always exposed
-//   optimizer = (O0' + O1'·L)/(pp·dp·cp) · B_src/B_tgt / e   (O scaled by the parameters per GPU; memory-bound)
+//   optimizer = (O0' + O1'·L)/(pp·dp·cp) · B_src/B_tgt / e   (O scaled by the parameters per GPU; memory-bound;
+//     a MoE model's experts sharded over edp instead of dp·cp)
 //   stragglers = σ·√(T/1 s) · E[max of dp standard normals], T = the step without them: each data-parallel replica's
 //     step deviates from the modelled one by noise that accumulates over the step (independent small delays:
 //     clocks, power and thermal limits, host interrupts, network), of standard deviation σ over one second of step
@@ -142,6 +147,8 @@ struct Projection {
   double microbatch_s = 0;  // the slowest rank's micro-batch (compute + exposed TP and CP)
   double compute_s = 0, bubble_s = 0;
   double tp_comm_s = 0, tp_exposed_s = 0, cp_comm_s = 0, cp_exposed_s = 0, pp_comm_s = 0, pp_exposed_s = 0;
+  double ep_comm_s = 0, ep_exposed_s = 0;  // MoE: the expert-parallel all-to-alls (and etp collectives), moe_comm.h
+  int ep_per_domain = 0;                   //   the ep group's ranks per NVLink domain
   double dp_reduce_scatter_s = 0, dp_all_gather_s = 0, dp_exposed_s = 0;
   double optimizer_s = 0, straggler_s = 0, step_s = 0;
   double tokens_per_s_per_gpu = 0, tflops_per_gpu = 0, mfu = 0;

@@ -40,7 +40,8 @@ std::vector<TrainCheck> check_trains(const std::vector<TrainRun>& runs, const Co
       c.recipe = r->name;
       c.p = project(*r, t.layout, t.precision, ctx, recipe::Convention::full);
       c.error = c.p.step_s / t.step_s - 1;
-      c.comm_modelled_s = c.p.tp_exposed_s + c.p.cp_exposed_s + c.p.pp_exposed_s + c.p.dp_exposed_s + c.p.bubble_s;
+      c.comm_modelled_s =
+        c.p.tp_exposed_s + c.p.cp_exposed_s + c.p.ep_exposed_s + c.p.pp_exposed_s + c.p.dp_exposed_s + c.p.bubble_s;
       for (const auto& [op, s] : t.ops_s)
         if (is_collective(op)) c.comm_measured_s += s;
       c.profiled = !t.ops_s.empty();

@@ -88,9 +88,8 @@ std::vector<Case> reference_cases(const std::vector<recipe::Recipe>& recipes,
       skip(row, "the reference shards with FSDP (reference_parallelism), not a Megatron layout");
       continue;
     }
-    if (r->model.moe.enabled() || r->task != "pretrain") {
-      skip(row, r->model.moe.enabled() ? "mixture of experts (not modelled: expert all-to-all)"
-                                       : "fine-tuning (" + r->task + ")");
+    if (r->task != "pretrain") {
+      skip(row, "fine-tuning (" + r->task + ")");
       continue;
     }
     Case c;
@@ -103,7 +102,7 @@ std::vector<Case> reference_cases(const std::vector<recipe::Recipe>& recipes,
     }
     if (c.layout.layers <= 0) c.layout.layers = r->model.layers;
     if (c.layout.seq <= 0) c.layout.seq = r->model.seq;
-    if (row.tokens_per_s > 0)
+    if (row.publishes_tokens())
       c.published = row.tokens_per_s_per_gpu();
     else if (row.step_s > 0)
       c.published = double(c.layout.global_batch) * c.layout.seq / row.step_s / row.gpus;
@@ -119,6 +118,10 @@ std::vector<Case> reference_cases(const std::vector<recipe::Recipe>& recipes,
     }
     if (kind == AnchorKind::other) {
       skip(row, fmt::format("no {} measurement of this model or its family", row.precision));
+      continue;
+    }
+    if (r->model.moe.enabled() && kind == AnchorKind::same_family) {  // its MoE layers would be dense proxies' rates
+      skip(row, fmt::format("no {} measurement of this mixture of experts", row.precision));
       continue;
     }
     c.primary = a->release.empty() || recipe::compare_releases(c.release, a->release) >= 0;

@@ -68,7 +68,8 @@ struct Validation {
   std::map<std::string, ErrorStats> primary_by_precision;
 };
 
-// The cases: every row whose GPU model is named in the target's name, sorted by recipe, precision, release, GPUs.
+// The cases: every row whose GPU model is named in the target's name, sorted by recipe, precision, release, GPUs. A
+// mixture of experts needs a measurement of its own model (a dense family's proxies do not time its MoE layers).
 std::vector<Case> reference_cases(const std::vector<recipe::Recipe>& recipes,
                                   const std::vector<recipe::ReferenceRow>& rows, const Context& ctx,
                                   std::vector<Skip>* skipped);

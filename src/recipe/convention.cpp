@@ -1,4 +1,4 @@
-// recipe/convention.cpp: publisher FLOP conventions over model/flops.h (MoE top-k, LoRA 2/3, full-mha, linear).
+// recipe/convention.cpp: publisher FLOP conventions over model/flops.h (LoRA 2/3, full-mha, linear).
 #include "recipe/convention.h"
 
 #include <fmt/format.h>
@@ -31,10 +31,6 @@ double flops_per_token(const Recipe& r, const Layout& l, Convention c) {
                                              r.name, r.needs_feature("mla") ? "mla" : "mamba"));
   model::ModelConfig m = r.model;
   m.layers = l.layers > 0 ? l.layers : m.layers;
-  if (m.moe.enabled()) {  // DGXC's MoE count: every layer's MLP as top_k experts of width F (no shared, no dense)
-    m.ffn = m.expert_ffn() * m.moe.top_k;
-    m.moe = {};
-  }
   if (c == Convention::full_mha) m.kv_heads = m.heads;
   const auto conv = c == Convention::causal ? model::FlopConvention::causal : model::FlopConvention::full;
   const auto f = model::flops_per_token(m, conv, l.seq > 0 ? l.seq : r.model.seq);

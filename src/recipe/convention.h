@@ -8,8 +8,13 @@
 //             Nemotron-4 READMEs before v25.04.01 ("Fixed MFU formula for Nemotron4")
 //   linear    only the token-linear terms (projections, MLP, LM head; no QKᵀ, AV): what the DGXC 25.02
 //             fine-tuning READMEs' counts match (packed short examples: attention per example, ≈ 0)
-// For every convention: MoE counts top_k experts in the MLP (ffn × top_k, as the Grok-1 and Llama 4
-// READMEs do); task "lora" counts 2/3 (frozen weights: no weight gradients, the DGXC LoRA convention).
+// For every convention, a mixture of experts counts the experts a token passes through, layer by layer (model/flops.h:
+// top_k · expert_ffn + shared_ffn in a MoE layer, ffn in a dense one; the router not counted). The publishers'
+// MoE formulas are that count for their models: DGXC Grok-1 18·L·h·F·topK (every layer MoE, F the expert width) and
+// Llama 4 Maverick 18·L·h·F·topK with F = 16384 on every layer (the README leaves out the shared expert and the dense
+// layers; their widths make up the same count: 8192 routed + 8192 shared in a MoE layer, 16384 in a dense one), NeMo's
+// mixtral (18·topk·ffn/h) and deepseekv3 (dense layers, shared and top-k experts) formulas. Task "lora" counts 2/3
+// (frozen weights: no weight gradients, the DGXC LoRA convention).
 //   TFLOP/s per GPU = tokens/s per GPU × FLOPs per token / 1e12;   MFU = TFLOP/s per GPU / dense peak.
 #pragma once
 

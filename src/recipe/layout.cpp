@@ -129,6 +129,16 @@ void validate_layout(const Recipe& r, Layout& l) {
     if (stage % (l.ep * l.expert_tp()) != 0)
       fail(fmt::format("ep·etp = {}·{} = {} does not divide the {} GPUs of a pipeline stage (tp·cp·dp)", l.ep, l.expert_tp(),
                        l.ep * l.expert_tp(), stage));
+    if (r.model.expert_ffn() % l.expert_tp() != 0)
+      fail(fmt::format("expert_ffn={} is not divisible by etp={} (expert tensor parallel splits each expert's width)",
+                       r.model.expert_ffn(), l.expert_tp()));
+    if (r.model.moe.shared_ffn % l.tp != 0)
+      fail(fmt::format("shared_ffn={} is not divisible by tp={} (the shared experts are tensor parallel)",
+                       r.model.moe.shared_ffn, l.tp));
+    if (l.tp > 1 && !l.sequence_parallel)
+      fail(fmt::format("a mixture of experts with tp={} needs sequence_parallel (Megatron-Core routes each tp rank's "
+                       "own tokens)",
+                       l.tp));
   }
 }
 

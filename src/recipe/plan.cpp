@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/suggest.h"
+#include "recipe/moe_proxy.h"
 
 namespace tb::recipe {
 namespace {
@@ -23,11 +24,11 @@ int parse_int(const std::string& key, const std::string& v) {
 }
 
 void apply_sets(Layout& l, const std::map<std::string, std::string>& sets) {
-  static const std::vector<std::string> keys = {"layers", "seq", "micro_batch", "global_batch", "tp", "pp", "cp", "vp"};
+  static const std::vector<std::string> keys = {"layers", "seq", "micro_batch", "global_batch", "tp", "pp",
+                                                "cp",     "vp",  "ep",          "etp"};
   for (const auto& [k, v] : sets) {
     if (std::find(keys.begin(), keys.end(), k) == keys.end())
-      raise_config(fmt::format("--set {}: unknown key{}; keys: layers, seq, micro_batch, global_batch, tp, pp, cp, vp", k,
-                               did_you_mean(k, keys)));
+      raise_config(fmt::format("--set {}: unknown key{}; keys: {}", k, did_you_mean(k, keys), fmt::join(keys, ", ")));
     const int x = parse_int(k, v);
     if (k == "layers") l.layers = x;
     if (k == "seq") l.seq = x;
@@ -37,6 +38,8 @@ void apply_sets(Layout& l, const std::map<std::string, std::string>& sets) {
     if (k == "pp") l.pp = x;
     if (k == "cp") l.cp = x;
     if (k == "vp") l.vp = x;
+    if (k == "ep") l.ep = x;
+    if (k == "etp") l.etp = x;
   }
 }
 
@@ -126,6 +129,13 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
   p.shard.vocab = (m.vocab + l.tp - 1) / l.tp;
   const int stage_layers = std::max(1, p.layers / l.pp);
   p.shard.layers = stage_layers;
+  MoeProxy moe;
+  if (m.moe.enabled() && opt.ranks == 0) {  // a distributed run trains the real MoE layers
+    moe = moe_proxy(m, l);
+    apply_moe_proxy(moe, p.shard);
+    p.expert_share = expert_param_share(p.shard);
+    p.edp = std::max(1, l.dp * l.tp * l.cp / (l.ep * l.expert_tp()));
+  }
   p.shard.validate();
   if (opt.ranks > 0) {  // the whole model on the job's ranks, measured as it runs
     p.distributed = true;
@@ -138,10 +148,18 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
       p.points = {1, std::max(2, p.layers)};
     else
       p.points = stage_layers >= 4 ? std::vector<int>{2, 4} : std::vector<int>{1, 2};
+    if (m.moe.enabled())  // whole periods of the MoE layer pattern, so the slope is a period's mean layer
+      for (std::size_t i = 0; i < p.points.size(); ++i)
+        p.points[i] = moe_point(m, std::max(p.points[i], i > 0 ? p.points[i - 1] + 1 : 0));
   } else {
     p.points = opt.points;
     std::sort(p.points.begin(), p.points.end());
     p.points.erase(std::unique(p.points.begin(), p.points.end()), p.points.end());
+    for (int n : p.points)
+      TB_REQUIRE(!m.moe.enabled() || is_moe_point(m, n),
+                 fmt::format("--points {}: a point of '{}' holds its {} dense first layers and then whole periods of "
+                             "moe_every = {} layers (e.g. {}), so that the fit's slope is a period's mean layer",
+                             n, r.name, m.moe.dense_first, m.moe.every, moe_point(m, n)));
   }
   p.proxy = !one_device || p.points.back() != stage_layers;
   if (p.proxy && one_device) {
@@ -152,6 +170,8 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
                                         "heads {}/{}, ffn {}, vocab {}",
                                         l.gpus, l.tp, l.pp, l.cp, l.dp, p.shard.heads, p.shard.kv_heads, p.shard.ffn,
                                         p.shard.vocab));
+    if (m.moe.enabled())
+      for (std::string& d : moe_proxy_differences(m, l, moe)) p.differences.push_back(std::move(d));
     p.differences.push_back(fmt::format("layers measured at {} and extrapolated to the stage's {}",
                                         fmt::join(p.points, ", "), stage_layers));
     p.differences.push_back("no communication, no pipeline bubble (trainbench project adds them)");
@@ -200,7 +220,8 @@ Extrapolation extrapolate(const RunPlan& plan, std::span<const PointTiming> pts)
   const int dp = l.dp > 0 ? l.dp : l.gpus / (l.tp * l.pp * l.cp);
   e.grad_accum = l.global_batch / (l.micro_batch * dp);
   e.microbatch_s = (e.f0 + e.f1 * L) / double(l.pp * l.cp);
-  e.optimizer_s = (e.o0 + e.o1 * L) / double(l.pp * dp * l.cp);
+  const double experts = plan.expert_share * e.o1 * L;  // the routed experts' state, sharded over edp
+  e.optimizer_s = (e.o0 + e.o1 * L - experts) / double(l.pp * dp * l.cp) + experts / double(l.pp * plan.edp);
   e.step_s = e.grad_accum * e.microbatch_s + e.optimizer_s;
   e.tokens_per_s_per_gpu = double(l.global_batch) * l.seq / (e.step_s * l.gpus);
   e.step_se_s = e.grad_accum * e.microbatch_se_s;

@@ -7,14 +7,25 @@
 // one device, i.e. the model with heads / tp, kv_heads / tp (at least 1), ffn / tp and vocab / tp (Megatron's
 // column/row-parallel and vocab-parallel shards), d_model and head_dim unchanged, the full sequence, the layout's
 // micro-batch, and few layers: each point of `points` is a short training run with global batch = micro-batch.
+// A Mixture-of-Experts layer is a rank of the layout's expert grid (recipe/moe_proxy.h; Megatron-Core's etp × ep ×
+// edp regrouping of a stage's tp·cp·dp ranks): its experts / ep experts of width expert_ffn / etp compute the pairs
+// an ep group routes to them, on the MoE rows of a tp·cp/etp share of the tokens,
+//   ep_proxy = ep,  token_share = tp / etp  (the tp·cp/etp ranks that split a micro-batch's tokens at the MoE layer;
+//   the proxy runs every cp chunk and the extrapolation divides by cp),  expert_ffn / etp,  shared_ffn / etp
+// without the all-to-all (the projection adds it); and its points are whole periods of the MoE layer pattern
+// (dense_first dense layers, then multiples of moe_every), so that the slope F1 is the mean layer of a period.
 // From the points (layers L_i; forward+backward time fb_i and optimizer time opt_i per step), least squares:
 //   fb(L) = F0 + F1 L,  opt(L) = O0 + O1 L        (F0, O0: embedding, final norm, LM head + loss; F1, O1: a layer)
 // and the full run's per-GPU step, communication and pipeline bubble NOT included (the projection adds them):
 //   t_mb  = (F0 + F1 L) / (pp cp)                 one micro-batch through the GPU's stage, its 1/cp of the tokens
 //   t_opt = (O0 + O1 L) / (pp dp cp)              distributed optimizer: the stage's parameters sharded over dp cp
+//           (MoE: O1 L (1 - x) / (pp dp cp) + O1 L x / (pp edp) for the experts' share x of a layer, moe_proxy.h)
 //   step  = GA t_mb + t_opt,  GA = global_batch / (micro_batch dp)
 //   tokens/s per GPU = global_batch seq / (step gpus)
-// L = the layout's layers (a reference proxy's own). Balanced stages are assumed (F0 spread over the pp stages;
+// L = the layout's layers (a reference proxy's own). FLOPs and TFLOP/s: the run record's FLOPs per token are the
+// full model's in each convention (recipe/convention.h; a mixture of experts: the active experts of every layer),
+// and tokens/s per GPU the full layout's, so TFLOP/s per GPU = tokens/s per GPU × FLOPs per token counts as the
+// references do, whatever the proxy ran. Balanced stages are assumed (F0 spread over the pp stages;
 // in the reference the first and last stages carry it, or NeMo counts it as layers). A recipe whose layout is one
 // device (tp = pp = cp = dp = 1, e.g. `tiny`) measures the model itself at its own layers and at 1 layer, so the
 // fit (and `trainbench project --from`) exists for it too.
@@ -40,7 +51,7 @@ struct RunOptions {
   std::string precision;                     // "": the recipe's first
   std::string release;                       // "": the recipe's
   std::string gpu_model;                     // "": layouts naming no GPU model (the reference H100 ones)
-  std::map<std::string, std::string> sets;   // --set key=value: layers seq micro_batch global_batch tp pp cp vp
+  std::map<std::string, std::string> sets;   // --set key=value: layers seq micro_batch global_batch tp pp cp vp ep etp
   std::vector<int> points;                   // layer counts to measure; empty: chosen by plan_run
   int ranks = 0;                             // > 0: a distributed run of this many ranks (the layout for that many
                                              // GPUs; ref_gpus, when given, must agree); 0: the one-device proxy
@@ -59,6 +70,8 @@ struct RunPlan {
   bool distributed = false;             // RunOptions::ranks > 0: the ranks train `model` at `layout`
   bool proxy = false;                   // anything but the reference run itself on the same GPU count
   std::vector<int> points;              // proxy: layer counts to run, ascending (distributed: none)
+  double expert_share = 0;              // MoE proxy: the routed experts' share of a layer's parameters (moe_proxy.h)
+  int edp = 1;                          //   and the expert data-parallel group they are sharded over
   std::vector<std::string> differences; // what differs from the reference run, one phrase each
 };
 

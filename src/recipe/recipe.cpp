@@ -19,11 +19,13 @@ namespace {
 constexpr std::string_view kRecipeKeys[] = {
     "schema", "name",   "summary", "default", "task",    "framework", "dataset",
     "release", "precisions", "needs", "scaling", "reference_parallelism", "sources", "model", "lora", "layout"};
+// The MoE keys are model/config_override.cpp's --set names (router_normalize, routed_scale, pad_to_capacity: the
+// MoeConfig fields normalize, scale, pad_to_capacity, which --set does not take yet).
 constexpr std::string_view kModelKeys[] = {
-    "preset",       "seq",        "layers",          "d_model",        "ffn",
-    "heads",        "kv_heads",   "head_dim",        "vocab",          "experts",
-    "top_k",        "expert_ffn", "shared_ffn",      "dense_first",    "moe_every",
-    "router_score", "aux_loss",   "capacity_factor", "pad_to_capacity"};
+    "preset",       "seq",          "layers",     "d_model",          "ffn",          "heads",
+    "kv_heads",     "head_dim",     "vocab",      "experts",          "top_k",        "expert_ffn",
+    "shared_ffn",   "dense_first",  "moe_every",  "routing",          "router_score", "router_normalize",
+    "routed_scale", "aux_loss",     "seq_aux_loss", "z_loss",         "capacity_factor", "pad_to_capacity"};
 // Keys a [[layout]] table and each of its runs share; the table adds its filters and `runs`.
 constexpr std::string_view kRunKeys[] = {"gpus", "global_batch", "tp",     "pp",   "cp",   "vp",
                                          "ep",   "etp",          "dp",     "micro_batch", "sequence_parallel",
@@ -31,7 +33,7 @@ constexpr std::string_view kRunKeys[] = {"gpus", "global_batch", "tp",     "pp",
 constexpr std::string_view kFilterKeys[] = {"release", "precision", "gpu", "variant", "scaling", "source", "runs"};
 
 const std::vector<std::string> kPrecisions = {"bf16", "fp8", "fp32"};
-const std::vector<std::string> kNeeds = {"moe", "lora", "mla", "mamba"};
+const std::vector<std::string> kNeeds = {"lora", "mla", "mamba"};
 const std::vector<std::string> kTasks = {"pretrain", "sft", "lora"};
 const std::vector<std::string> kScalings = {"weak", "strong"};
 
@@ -69,18 +71,29 @@ void read_moe(const std::string& path, const toml::table& m, model::MoeConfig& m
   TB_REQUIRE(moe.top_k <= moe.experts,
              fmt::format("{}: top_k={} exceeds experts={}", where_key(path, m, "top_k"), moe.top_k, moe.experts));
   moe.expert_ffn = positive(path, m, "expert_ffn", moe.expert_ffn);
-  moe.shared_ffn = positive(path, m, "shared_ffn", moe.shared_ffn);
+  if (const auto v = get_int(path, m, "shared_ffn")) {
+    TB_REQUIRE(*v >= 0 && *v < (1 << 30),
+               fmt::format("{}: 'shared_ffn' must be an integer >= 0 (0: no shared expert)", where_key(path, m, "shared_ffn")));
+    moe.shared_ffn = int(*v);
+  }
   if (const auto v = get_int(path, m, "dense_first")) {
     TB_REQUIRE(*v >= 0 && *v < (1 << 20),
                fmt::format("{}: 'dense_first' must be an integer >= 0", where_key(path, m, "dense_first")));
     moe.dense_first = int(*v);
   }
   moe.every = positive(path, m, "moe_every", moe.every);
+  if (const auto s = get_string(path, m, "routing")) {
+    require_one_of(where_key(path, m, "routing"), "routing", *s, {"learned", "balanced"});
+    moe.routing = *s == "learned" ? model::Routing::learned : model::Routing::balanced;
+  }
   if (const auto s = get_string(path, m, "router_score")) {
     require_one_of(where_key(path, m, "router_score"), "router_score", *s, {"softmax", "sigmoid"});
     moe.score = *s == "softmax" ? model::RouterScore::softmax : model::RouterScore::sigmoid;
   }
-  for (auto [key, field] : {std::pair{"aux_loss", &moe.aux_loss}, {"capacity_factor", &moe.capacity_factor}}) {
+  moe.normalize = get_bool(path, m, "router_normalize").value_or(moe.normalize);
+  for (auto [key, field] : {std::pair{"aux_loss", &moe.aux_loss}, {"seq_aux_loss", &moe.seq_aux_loss},
+                            {"z_loss", &moe.z_loss}, {"capacity_factor", &moe.capacity_factor},
+                            {"routed_scale", &moe.scale}}) {
     const auto v = get_number(path, m, key);
     if (!v) continue;
     TB_REQUIRE(*v >= 0, fmt::format("{}: '{}' must be >= 0", where_key(path, m, key), key));

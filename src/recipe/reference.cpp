@@ -17,8 +17,8 @@ constexpr std::string_view kFileKeys[] = {"schema", "summary", "source", "peak_t
 constexpr std::string_view kGroupKeys[] = {"recipe", "gpu",  "release", "precision", "variant", "flop_convention",
                                            "flops_per_sample", "source", "note", "tolerance", "rows"};
 const std::vector<std::string> kPrecisions = {"bf16", "fp8", "fp32"};
-constexpr std::string_view kRowKeys[] = {"gpus", "precision", "step_s", "tokens_per_s", "samples_per_s",
-                                         "mfu_pct", "tflops_per_gpu", "peak_tflops", "note"};
+constexpr std::string_view kRowKeys[] = {"gpus",   "precision",      "step_s",  "tokens_per_s", "tokens_per_s_per_gpu",
+                                         "samples_per_s", "mfu_pct", "tflops_per_gpu", "peak_tflops",  "note"};
 
 double positive_number(const std::string& path, const toml::table& t, std::string_view key) {
   const auto v = get_number(path, t, key);
@@ -106,13 +106,17 @@ std::vector<ReferenceRow> load_references(const std::filesystem::path& file) {
                              did_you_mean(r.precision, kPrecisions)));
       r.step_s = positive_number(path, *t, "step_s");
       r.tokens_per_s = positive_number(path, *t, "tokens_per_s");
+      r.tokens_per_s_gpu = positive_number(path, *t, "tokens_per_s_per_gpu");
+      TB_REQUIRE(r.tokens_per_s == 0 || r.tokens_per_s_gpu == 0,
+                 fmt::format("{}: give tokens_per_s (the job) or tokens_per_s_per_gpu, as published, not both", r.where));
       r.samples_per_s = positive_number(path, *t, "samples_per_s");
       r.mfu_pct = positive_number(path, *t, "mfu_pct");
       r.tflops_per_gpu = positive_number(path, *t, "tflops_per_gpu");
       if (auto n = get_string(path, *t, "note")) r.note = *n;
       TB_REQUIRE(r.mfu_pct < 100, fmt::format("{}: mfu_pct = {} is not a percentage below 100", where_key(path, *t, "mfu_pct"), r.mfu_pct));
-      TB_REQUIRE(r.step_s > 0 || r.tokens_per_s > 0 || r.samples_per_s > 0,
-                 fmt::format("{}: the row publishes no throughput (step_s, tokens_per_s or samples_per_s)", r.where));
+      TB_REQUIRE(r.step_s > 0 || r.publishes_tokens() || r.samples_per_s > 0,
+                 fmt::format("{}: the row publishes no throughput (step_s, tokens_per_s, tokens_per_s_per_gpu or "
+                             "samples_per_s)", r.where));
       r.peak_tflops = positive_number(path, *t, "peak_tflops");
       if (r.peak_tflops == 0 && (r.mfu_pct > 0 || r.tflops_per_gpu > 0)) {
         const auto gi = peaks.find(r.gpu);

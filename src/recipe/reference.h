@@ -1,6 +1,6 @@
 // recipe/reference.h: references/<source>.toml, published (or measured) numbers of recipe runs: one row
 // per recipe × GPU model × release × precision × GPU count (× variant), with what was published (step
-// time, tokens/s of the whole job, MFU %, TFLOP/s per GPU, samples/s), the FLOP convention the publisher
+// time, tokens/s of the whole job or per GPU, MFU %, TFLOP/s per GPU, samples/s), the FLOP convention the publisher
 // counted in, the peak its MFU divides by, and the source. Files hold [[group]] tables of shared keys
 // with `rows = [ {...}, ... ]`; docs/RECIPES.md has the schema. Errors: Error{config} "file:line: ...".
 #pragma once
@@ -24,13 +24,15 @@ struct ReferenceRow {
   int gpus = 0;
   // As published; 0 where not published.
   double step_s = 0, tokens_per_s = 0, samples_per_s = 0, mfu_pct = 0, tflops_per_gpu = 0;
+  double tokens_per_s_gpu = 0;          // tokens/s per GPU where that is what was printed (NeMo's tables), else 0
   double peak_tflops = 0;               // what mfu_pct divides by (the row's, else the file's peak table)
   double flops_per_sample = 0;          // the publisher's stated model FLOPs per sample (full model), if any
   std::optional<Convention> convention; // how the publisher counted FLOPs (required with mfu or TFLOP/s)
   double tolerance = 0.05;              // relative: a comparison meets within 1 ± tolerance (the group's `tolerance`)
 
   const std::string& release() const { return releases.back(); }  // the newest
-  double tokens_per_s_per_gpu() const { return tokens_per_s / gpus; }
+  bool publishes_tokens() const { return tokens_per_s > 0 || tokens_per_s_gpu > 0; }
+  double tokens_per_s_per_gpu() const { return tokens_per_s > 0 ? tokens_per_s / gpus : tokens_per_s_gpu; }
   // TFLOP/s per GPU as published, or as the published MFU implies (mfu_pct / 100 × peak); 0 if neither.
   double published_tflops_per_gpu() const;
 };

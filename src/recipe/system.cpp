@@ -105,18 +105,20 @@ SystemRef load_system(const std::filesystem::path& file) {
     TB_REQUIRE(bw, fmt::format("{}: [network] needs nvlink_busbw_gbps = {{ all_reduce = .., all_gather = .., "
                                "reduce_scatter = .., sendrecv = .. }}",
                                path));
-    reject_unknown_keys(path, *bw, "[network] nvlink_busbw_gbps", {"all_reduce", "all_gather", "reduce_scatter", "sendrecv"});
+    reject_unknown_keys(path, *bw, "[network] nvlink_busbw_gbps",
+                        {"all_reduce", "all_gather", "reduce_scatter", "sendrecv", "all_to_all"});
     n.nvlink_all_reduce_gbps = number(path, *bw, "all_reduce", true);
     n.nvlink_all_gather_gbps = number(path, *bw, "all_gather", true);
     n.nvlink_reduce_scatter_gbps = number(path, *bw, "reduce_scatter", true);
     n.nvlink_sendrecv_gbps = number(path, *bw, "sendrecv", true);
+    n.nvlink_all_to_all_gbps = bw->get("all_to_all") ? number(path, *bw, "all_to_all", true) : n.nvlink_all_gather_gbps;
     n.nvlink_latency_us = number(path, *net, "nvlink_latency_us", false);
     n.scaleout_gbps = number(path, *net, "scaleout_gbps", true);
     if (net->get("scaleout_efficiency")) n.scaleout_efficiency = number(path, *net, "scaleout_efficiency", true);
     n.scaleout_latency_us = number(path, *net, "scaleout_latency_us", false);
     n.source = string(path, *net, "source", false);
     for (double v : {n.nvlink_all_reduce_gbps, n.nvlink_all_gather_gbps, n.nvlink_reduce_scatter_gbps,
-                     n.nvlink_sendrecv_gbps, n.scaleout_gbps})
+                     n.nvlink_sendrecv_gbps, n.nvlink_all_to_all_gbps, n.scaleout_gbps})
       TB_REQUIRE(v > 0, fmt::format("{}: [network] bandwidths must be positive (GB/s)", path));
     TB_REQUIRE(n.scaleout_efficiency > 0 && n.scaleout_efficiency <= 1,
                fmt::format("{}: [network] scaleout_efficiency must be in (0, 1]", path));

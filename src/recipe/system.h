@@ -33,6 +33,7 @@ struct NetworkRef {
   int nvlink_domain_gpus = 0;          // GPUs joined by NVLink (NVSwitch): the node of a DGX
   double nvlink_all_reduce_gbps = 0, nvlink_all_gather_gbps = 0, nvlink_reduce_scatter_gbps = 0,
          nvlink_sendrecv_gbps = 0;     // achievable bus bandwidth (nccl-tests busbw) inside the domain
+  double nvlink_all_to_all_gbps = 0;   // optional in the file (`all_to_all`); absent: the all-gather's
   double nvlink_latency_us = 0;        // per ring step
   double scaleout_gbps = 0;            // per GPU per direction, line rate (8 x 400 Gb/s per 8-GPU node: 50)
   double scaleout_efficiency = 1.0;    // achievable fraction of the line rate (bus bandwidth / line rate)

@@ -68,7 +68,7 @@ Comparison compare_run(const nlohmann::json& rec, const std::vector<recipe::Refe
   c.ref_release = row->release();
   c.ref_where = row->where;
   c.ref_step_s = row->step_s;
-  c.ref_tokens_per_gpu = row->tokens_per_s > 0 ? row->tokens_per_s_per_gpu() : 0;
+  c.ref_tokens_per_gpu = row->tokens_per_s_per_gpu();
   c.ref_tflops = row->published_tflops_per_gpu();
   c.ref_mfu = row->mfu_pct / 100;
   c.convention = row->convention ? std::string(recipe::convention_name(*row->convention)) : "full";

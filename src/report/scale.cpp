@@ -15,7 +15,7 @@ double projected_comm_share(const nlohmann::json& p) {
   const auto b = p.value(old ? "breakdown_s" : "breakdown_ms", nlohmann::json::object());
   const double step = old ? p.value("step_s", 0.0) : p.value("step_ms", 0.0);
   double comm = 0;
-  for (const char* k : {"tp_exposed", "cp_exposed", "pp_exposed", "dp_exposed"}) comm += b.value(k, 0.0);
+  for (const char* k : {"tp_exposed", "cp_exposed", "ep_exposed", "pp_exposed", "dp_exposed"}) comm += b.value(k, 0.0);
   return step > 0 ? comm / step : -1;
 }
 

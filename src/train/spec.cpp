@@ -185,7 +185,6 @@ void validate(const TrainSpec& spec) {
                who +
                    ": runs with --tp 1 and --cp 1 so far (data and pipeline parallel work; expert and tensor "
                    "parallelism for MoE layers on CUDA are not built yet; --device cpu runs every layout)");
-    TB_REQUIRE(!spec.fp8(), who + ": runs in BF16 only so far: drop --precision fp8");
     TB_REQUIRE(r.graph != Switch::on, who +
                                           ": a MoE layer reads its experts' token counts on the host (one stream "
                                           "sync per layer), which a CUDA graph cannot capture: drop --graph on");

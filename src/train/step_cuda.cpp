@@ -110,6 +110,10 @@ void StepCuda::enqueue() {
     sum_over_groups(d_losses_.get(), std::size_t(accum_), DType::f32);
   }
   opt_.step(d_scalars_.as<ops::AdamWStepScalars>(), clip_ ? norm : nullptr, st);
+  for (const auto& chunk : chunks)  // aux-loss-free balancing: the step's expert loads over dp, then the bias
+    chunk->update_expert_bias([ddp](float* load, std::size_t n) {
+      if (ddp) ddp->all_reduce(load, n, DType::f32);
+    });
   for (const auto& d : rep_.dps) d->finish_step();
   for (const auto& t : rep_.tps) t->finish_step();
   mark("grad norm + AdamW");

@@ -109,6 +109,7 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     st.lr = schedule.lr(step - 1);
     hp.lr = st.lr;
     ops::cpu::adamw_step(params, net.grads(), adam_m, adam_v, hp, step, mask);
+    if (m.moe.bias_update_rate > 0) net.update_expert_bias();
     const auto t1 = std::chrono::steady_clock::now();
     st.step_s = std::chrono::duration<double>(t1 - t0).count();
     if (step > spec.run.warmup_steps) measured_opt.push_back(std::chrono::duration<double>(t1 - t_opt).count());

@@ -6,8 +6,10 @@
 //   - gradient accumulation: two half batches with grad_scale 0.5 == one full batch;
 //   - determinism (same seed, same parameters and loss), float against double, initial loss ~ ln(vocab);
 //   - the layout (contiguous slots, the lead's param_count) and bad inputs raising tb::Error;
-//   - the same on two MoE variants (softmax with a shared expert and a dense first layer; sigmoid with a routed scale
-//     and capacity dropping), the objective being the LM loss plus the aux, sequence-aux and z losses;
+//   - the same on three MoE variants (softmax with a shared expert and a dense first layer; sigmoid with a routed
+//     scale and capacity dropping; the first as a one-device proxy of expert parallel 2 with a token share of 2), the
+//     objective being the LM loss plus the aux, sequence-aux and z losses;
+//   - the proxy of expert parallel against the full model with tied experts; the token share's rows.
 //   - and on multi-head latent attention (model/config.h MlaConfig), dense with query compression, and without it in
 //     DeepSeek-V3's MoE form (sigmoid scores, routed scale, shared expert, a dense first layer).
 #include <gtest/gtest.h>
@@ -46,14 +48,15 @@ ModelConfig tiny(const std::string& family) {
   } else if (family == "gpt") {
     c.ffn = 32, c.kv_heads = 4;
     c.norm = Norm::layernorm, c.act = Act::gelu, c.pos = Pos::learned, c.tied_embeddings = true;
-  } else if (family == "moe" || family == "moe_sigmoid") {  // llama with MoE layers (every loss on)
+  } else if (family == "moe" || family == "moe_sigmoid" || family == "moe_proxy") {  // llama with MoE (every loss)
     c.ffn = 24;
     c.norm = Norm::rmsnorm, c.act = Act::swiglu, c.pos = Pos::rope;
     c.rope_theta = 10000.0;
     c.moe.experts = 4, c.moe.top_k = 2, c.moe.expert_ffn = 12;
     c.moe.aux_loss = 0.1, c.moe.seq_aux_loss = 0.05, c.moe.z_loss = 0.01;
-    if (family == "moe") {  // softmax, a shared expert, the first layer dense
+    if (family == "moe" || family == "moe_proxy") {  // softmax, a shared expert, the first layer dense
       c.moe.shared_ffn = 8, c.moe.dense_first = 1;
+      if (family == "moe_proxy") c.moe.ep_proxy = 2, c.moe.token_share = 2;  // one rank of ep 2 x tp 2
     } else {  // DeepSeek-V3's sigmoid scores with a routed scale, GELU experts, capacity 1 (drops pairs)
       c.act = Act::gelu;
       c.moe.score = tb::model::RouterScore::sigmoid, c.moe.scale = 2.5, c.moe.capacity_factor = 1.0;
@@ -158,6 +161,7 @@ TEST_P(Family, TwoHalfMicroBatchesEqualOneFullBatch) {
   // The per-micro-batch aux loss and the capacity of a micro-batch's tokens do not add up over halves (z and the
   // sequence-level loss do).
   cfg.moe.aux_loss = 0, cfg.moe.capacity_factor = 0;
+  if (cfg.moe.token_share > 1) GTEST_SKIP() << "a proxy's token share is the first rows of each micro-batch";
   CpuDecoder<double> full(cfg, 3), halves(cfg, 3);
   const int batch = 4, seq = cfg.seq;
   const Batch b = random_batch(batch * seq, cfg.vocab, 4);
@@ -237,8 +241,99 @@ TEST_P(Family, LayoutIsContiguousAndMatchesParamCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Family,
-                         ::testing::Values("llama", "gpt", "nemotron", "moe", "moe_sigmoid", "mla", "mla_moe"),
+                         ::testing::Values("llama", "gpt", "nemotron", "moe", "moe_sigmoid", "moe_proxy", "mla",
+                                           "mla_moe"),
                          [](const auto& tp) { return tp.param; });
+
+// A proxy of expert parallel 2 (ep_proxy) holds experts 0 and 1 and runs a pair routed to expert e on e mod 2: the
+// model of all four experts with expert 2 tied to 0 and 3 to 1. Same objective; a held expert's gradient is the sum
+// of its two tied copies', every other gradient the same.
+TEST(CpuDecoder, ExpertParallelProxyIsTheModelWithTiedExperts) {
+  ModelConfig proxy_cfg = tiny("moe");
+  proxy_cfg.moe.ep_proxy = 2;
+  const ModelConfig full_cfg = tiny("moe");
+  CpuDecoder<double> proxy(proxy_cfg, 5), full(full_cfg, 6);
+  auto held = [](const std::string& name) {  // the proxy's slot a full-model slot is tied to
+    const auto at = name.find(".experts.");
+    if (at == std::string::npos) return name;
+    const auto e0 = at + 9, e1 = name.find('.', e0);
+    return name.substr(0, e0) + std::to_string(std::stoi(name.substr(e0, e1 - e0)) % 2) + name.substr(e1);
+  };
+  std::set<std::string> proxy_slots;
+  for (const auto& s : proxy.layout()) proxy_slots.insert(s.name);
+  for (const auto& s : full.layout()) {
+    ASSERT_TRUE(proxy_slots.count(held(s.name))) << s.name;
+    const auto from = proxy.param(held(s.name));
+    std::copy(from.begin(), from.end(), full.param(s.name).begin());
+  }
+  EXPECT_LT(proxy.params().size(), full.params().size());
+  const int batch = 2, seq = 7;
+  const Batch b = random_batch(batch * seq, proxy_cfg.vocab, 8);
+  proxy.zero_grads(), full.zero_grads();
+  proxy.reset_moe_stats(), full.reset_moe_stats();
+  const double lp = proxy.forward_backward(b.tokens, b.targets, batch, seq) + proxy.moe_stats().objective;
+  const double lf = full.forward_backward(b.tokens, b.targets, batch, seq) + full.moe_stats().objective;
+  EXPECT_NEAR(lp, lf, 1e-13);
+  EXPECT_EQ(proxy.moe_stats().tokens_per_expert, full.moe_stats().tokens_per_expert);  // counted by routed expert
+  for (const auto& s : proxy.layout()) {
+    std::vector<double> sum(s.size, 0.0);
+    for (const auto& f : full.layout())
+      if (held(f.name) == s.name)
+        for (std::size_t i = 0; i < s.size; ++i) sum[i] += full.grads()[f.offset + i];
+    double scale = 0;
+    for (double v : sum) scale = std::max(scale, std::abs(v));
+    for (std::size_t i = 0; i < s.size; ++i)
+      ASSERT_NEAR(proxy.grads()[s.offset + i], sum[i], 1e-12 * scale + 1e-15) << s.name << "[" << i << "]";
+  }
+}
+
+// Aux-loss-free balancing: the bias starts at 0, a step's update is rate · sign(mean - load) of the pairs its forwards
+// routed (the tokens per expert), and the next forward chooses by s + b (a large rate moves the routing).
+TEST(CpuDecoder, ExpertBiasFollowsTheStepsLoad) {
+  ModelConfig cfg = tiny("moe_sigmoid");
+  cfg.moe.capacity_factor = 0, cfg.moe.bias_update_rate = 0.5;
+  CpuDecoder<double> m(cfg, 5);
+  const int batch = 2, seq = 7;
+  const Batch b = random_batch(batch * seq, cfg.vocab, 10);
+  m.reset_moe_stats();
+  ASSERT_EQ(m.expert_bias().size(), std::size_t(cfg.moe_layers() * cfg.moe.experts));
+  for (double v : m.expert_bias()) ASSERT_EQ(v, 0.0);
+  m.forward(b.tokens, b.targets, batch, seq);
+  const auto load = m.moe_stats().tokens_per_expert;
+  m.update_expert_bias();
+  const int E = cfg.moe.experts;
+  for (int l = 0; l < cfg.moe_layers(); ++l) {
+    double mean = 0;
+    for (int i = 0; i < E; ++i) mean += double(load[std::size_t(l * E + i)]) / E;
+    for (int i = 0; i < E; ++i) {
+      const double c = double(load[std::size_t(l * E + i)]);
+      EXPECT_EQ(m.expert_bias()[std::size_t(l * E + i)], 0.5 * double((c < mean) - (c > mean))) << l << " " << i;
+    }
+  }
+  m.reset_moe_stats();
+  m.forward(b.tokens, b.targets, batch, seq);
+  EXPECT_NE(m.moe_stats().tokens_per_expert, load) << "a bias of +-0.5 moved no choice";
+}
+
+// A proxy's token share of 2: the MoE layer routes the first half of the micro-batch's rows (k pairs each), so a token
+// that only the second sequence sees changes none of its routing.
+TEST(CpuDecoder, TokenShareRunsTheMoeLayerOnTheFirstRows) {
+  ModelConfig cfg = tiny("moe");
+  cfg.moe.token_share = 2;
+  CpuDecoder<double> m(cfg, 5);
+  const int batch = 2, seq = 7;
+  Batch b = random_batch(batch * seq, cfg.vocab, 9);
+  m.reset_moe_stats();
+  m.forward(b.tokens, b.targets, batch, seq);
+  const auto counts = m.moe_stats().tokens_per_expert;
+  std::int64_t pairs = 0;
+  for (auto c : counts) pairs += c;
+  EXPECT_EQ(pairs, std::int64_t(batch * seq / 2 * cfg.moe.top_k));  // one MoE layer (the first is dense)
+  b.tokens.back() = (b.tokens.back() + 1) % cfg.vocab;  // a token of the second sequence: rows 7..13
+  m.reset_moe_stats();
+  m.forward(b.tokens, b.targets, batch, seq);
+  EXPECT_EQ(m.moe_stats().tokens_per_expert, counts);
+}
 
 TEST(CpuDecoder, OutputProjectionsAreScaledDown) {
   const ModelConfig cfg = tiny("llama");

@@ -223,6 +223,16 @@ TEST(CudaDecoder, MoeMatchesCpu) {
   compare_with_cpu(moe_config(false), {}, CudaDecoder::Recompute::full);
 }
 
+// The one-device proxy of an ep rank (MoeConfig ep_proxy 4: two held experts; token_share 2: the MoE layers on half the
+// rows) against the CPU's proxy: loss and every gradient.
+TEST(CudaDecoder, MoeProxyMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  ModelConfig cfg = moe_config(false);
+  cfg.name = "gpu-test-moe-proxy";
+  cfg.moe.ep_proxy = 4, cfg.moe.token_share = 2;
+  compare_with_cpu(cfg);
+}
+
 TEST(CudaDecoder, MoeLearnedRoutingLossAndStatsMatchCpu) {
   SKIP_WITHOUT_GPU();
   ModelConfig cfg = moe_config(false);
@@ -479,6 +489,24 @@ TEST(CudaDecoder, Fp8MatchesCpuWithinFp8Error) {
   current.grad = delayed.grad = tb::DType::e4m3;  // all-E4M3: every gradient cast, GEMM and the head's dlogits
   compare_with_cpu(config("llama", 256, 64), current);
   compare_with_cpu(config("llama", 256, 64), delayed);
+}
+
+// FP8 experts (per-expert scaling, aligned rows), current and delayed scaling, with the shared expert and balanced
+// routing (the CPU's experts); a proxy with capacity padding; and the capacity-padded layer in BF16.
+TEST(CudaDecoder, MoeFp8AndCapacityMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  tb::model::Fp8Options current;
+  current.enabled = true;
+  tb::model::Fp8Options delayed = current;
+  delayed.delayed = true;
+  compare_with_cpu(moe_config(false), current);
+  compare_with_cpu(moe_config(true), delayed);
+  ModelConfig capped = moe_config(false);
+  capped.name = "gpu-test-moe-capacity";
+  capped.moe.capacity_factor = 1.0, capped.moe.pad_to_capacity = true;
+  compare_with_cpu(capped);
+  capped.moe.ep_proxy = 2;
+  compare_with_cpu(capped, current);
 }
 
 TEST(CudaDecoder, Fp8AttentionMatchesCpuWithinFp8Error) {

@@ -1,11 +1,13 @@
 // Tests ops/cuda/moe against ops/cpu/moe (double) on the same random inputs (fp32 logits, bf16 activations), n = 700
 // tokens in sequences of 100, so the pairs span several dispatch chunks:
 //   - route, for softmax and sigmoid scores, normalised or not (scale 2.5), learned and balanced, E = 16 k = 3 and
-//     E = 256 k = 8: the chosen experts exactly (in order), the weights, probabilities and lse to fp32 rounding, the
-//     per-sequence counts exactly;
+//     E = 256 k = 8, with and without an expert bias: the chosen experts exactly (in order), the weights,
+//     probabilities and lse to fp32 rounding, the per-sequence counts exactly; the bias update;
 //   - dispatch: each expert's start a multiple of 16, its count, and every pair's row exactly the CPU's row (in
-//     (t, j) order within an expert) shifted to the expert's start;
-//   - permute exactly; unpermute, with and without accumulation, and both backwards to bf16 rounding;
+//     (t, j) order within an expert) shifted to the expert's start; also for a proxy's 4 held experts (e mod 4), and
+//     with a capacity (the pairs the CPU drops, dropped; padded: every held expert's rows at its fixed start);
+//   - permute exactly and the padding rows zeroed; unpermute, with and without accumulation, and both backwards to
+//     bf16 rounding;
 //   - the router backward (weights, aux and sequence-aux losses, z-loss) against the CPU chain, to bf16 rounding of
 //     dlogits; the losses' values and tokens per expert.
 #include <cuda_runtime_api.h>
@@ -77,21 +79,30 @@ struct Case {
   int E, k;
   tb::ops::MoeScore score;
   bool normalize, balanced;
+  int held = 0;  // > 0: a proxy's held experts (dispatch by e mod held)
+  int capacity = 0;
+  bool pad = false;
+  bool bias = false;  // an expert bias in the choice (aux-loss-free balancing)
 };
 
 // One case: the GPU's routing against the CPU's, then everything downstream of it.
 void check(const Case& c) {
   SCOPED_TRACE("E " + std::to_string(c.E) + " k " + std::to_string(c.k) +
                (c.score == tb::ops::MoeScore::softmax ? " softmax" : " sigmoid") + (c.normalize ? " normalize" : "") +
-               (c.balanced ? " balanced" : ""));
-  const int E = c.E, k = c.k, B = kN / kSeq;
+               (c.balanced ? " balanced" : "") + (c.held ? " held " + std::to_string(c.held) : "") +
+               (c.capacity ? " capacity " + std::to_string(c.capacity) : "") + (c.pad ? " padded" : "") +
+               (c.bias ? " bias" : ""));
+  const int E = c.E, k = c.k, B = kN / kSeq, H = c.held > 0 ? c.held : E;
   tb::ops::MoeRouting r;
   r.tokens = kN, r.experts = E, r.k = k, r.seq = kSeq, r.score = c.score, r.normalize = c.normalize, r.scale = 2.5f;
-  r.balanced = c.balanced, r.token0 = 0;
+  r.balanced = c.balanced, r.token0 = 0, r.held = c.held, r.capacity = c.capacity, r.pad = c.pad;
   const Vec logits = random_vec(std::size_t(kN * E), 1, false);
   // CPU
   const cpu::Score sc = c.score == tb::ops::MoeScore::softmax ? cpu::Score::softmax : cpu::Score::sigmoid;
-  const cpu::RouteOptions opt{k, sc, c.normalize, 2.5, c.balanced};
+  cpu::RouteOptions opt{.k = k, .score = sc, .normalize = c.normalize, .scale = 2.5, .balanced = c.balanced};
+  const Vec bias = random_vec(std::size_t(E), 11, false);  // N(0, 1), float values: moves many choices
+  DeviceBuffer dbias = upload(std::vector<float>(bias.begin(), bias.end()));
+  if (c.bias) opt.bias = bias, r.bias = dbias.as<float>();
   Vec s(logits.size()), p(logits.size());
   cpu::router_scores<double>(sc, TensorView<double>(s.data(), {kN, E}),
                              TensorView<const double>(logits.data(), {kN, E}));
@@ -100,7 +111,12 @@ void check(const Case& c) {
   for (int t = 0; t < kN; ++t) ids[std::size_t(t)] = t;
   cpu::Routes<double> routes;
   cpu::route<double>(routes, TensorView<const double>(s.data(), {kN, E}), opt, ids);
-  const cpu::Dispatch D = cpu::make_dispatch(routes);
+  cpu::Routes<double> held = routes;  // the dispatch's experts: the kept pairs' held experts
+  const std::int64_t dropped = c.capacity ? cpu::drop_over_capacity(held, c.capacity) : 0;
+  held.experts = H;
+  for (auto& e : held.expert)
+    if (e >= 0) e %= H;
+  const cpu::Dispatch D = cpu::make_dispatch(held);
   // GPU route
   std::vector<float> lf(logits.begin(), logits.end());
   DeviceBuffer dlog = upload(lf), dexp(0, 4 * kN * k), dw(0, 4 * kN * k), dcounts(0, 4 * B * E), dprobs(0, 4 * kN * E),
@@ -129,23 +145,31 @@ void check(const Case& c) {
   EXPECT_EQ(counts, want_counts);
 
   // dispatch
-  DeviceBuffer drow(0, 4 * kN * k), dstart(0, 4 * (E + 1)), dcount(0, 4 * E),
-      dscratch(0, 4 * tb::ops::moe_dispatch_scratch(r));
-  tb::ops::moe_dispatch(
-      r, dexp.as<std::int32_t>(),
-      {drow.as<std::int32_t>(), dstart.as<std::int32_t>(), dcount.as<std::int32_t>(), dscratch.as<std::int32_t>()}, st);
+  DeviceBuffer drow(0, 4 * kN * k), dstart(0, 4 * (H + 1)), dcount(0, 4 * H),
+      dscratch(0, 4 * tb::ops::moe_dispatch_scratch(r)), ddropped = upload(std::vector<double>{1.0});
+  tb::ops::moe_dispatch(r, dexp.as<std::int32_t>(), dw.as<float>(),
+                        {drow.as<std::int32_t>(), dstart.as<std::int32_t>(), dcount.as<std::int32_t>(),
+                         dscratch.as<std::int32_t>(), ddropped.as<double>()},
+                        st);
+  EXPECT_EQ(download<double>(ddropped, 1)[0] - 1, double(dropped));  // added to what is there
+  if (c.capacity) {
+    EXPECT_GT(dropped, 0) << "a capacity that drops nothing tests nothing";
+  }
   const auto row = download<std::int32_t>(drow, std::size_t(kN * k));
-  const auto start = download<std::int32_t>(dstart, std::size_t(E + 1));
-  const auto count = download<std::int32_t>(dcount, std::size_t(E));
-  for (int e = 0; e < E; ++e) {
+  const auto start = download<std::int32_t>(dstart, std::size_t(H + 1));
+  const auto count = download<std::int32_t>(dcount, std::size_t(H));
+  for (int e = 0; e < H; ++e) {
     EXPECT_EQ(start[std::size_t(e)] % tb::ops::kMoeRowAlign, 0) << "expert " << e;
     EXPECT_EQ(count[std::size_t(e)], D.offsets[std::size_t(e + 1)] - D.offsets[std::size_t(e)]) << "expert " << e;
     EXPECT_GE(start[std::size_t(e + 1)] - start[std::size_t(e)], count[std::size_t(e)]);
+    if (c.pad) {
+      EXPECT_EQ(start[std::size_t(e)], e * r.padded_rows());
+    }
     for (std::int64_t cr = D.offsets[std::size_t(e)]; cr < D.offsets[std::size_t(e + 1)]; ++cr)
       ASSERT_EQ(row[std::size_t(D.pair[std::size_t(cr)])], start[std::size_t(e)] + (cr - D.offsets[std::size_t(e)]))
           << "expert " << e;
   }
-  EXPECT_LE(start[std::size_t(E)], r.rows());
+  EXPECT_LE(start[std::size_t(H)], r.rows());
   // the GPU row of CPU row cr
   auto gpu_row = [&](std::int64_t cr) { return row[std::size_t(D.pair[std::size_t(cr)])]; };
 
@@ -158,11 +182,16 @@ void check(const Case& c) {
     for (int i = 0; i < kD; ++i)
       o_gpu[std::size_t(gpu_row(cr) * kD + i)] = tb::float_to_bf16(float(o_cpu[std::size_t(cr * kD + i)]));
   DeviceBuffer dx = upload(to_bf16(x)), dxp(0, 2 * R * kD), dout = upload(o_gpu), dy = upload(to_bf16(y0));
+  ASSERT_EQ(cudaMemset(dxp.get(), 0x3f, std::size_t(2 * R * kD)), cudaSuccess);  // poison: 0x3f3f is 0.746
   tb::ops::moe_permute(dxp.as<tb::ops::bf16>(), dx.as<tb::ops::bf16>(), drow.as<std::int32_t>(), kN, k, kD, st);
+  tb::ops::moe_zero_padding(dxp.as<tb::ops::bf16>(), dstart.as<std::int32_t>(), dcount.as<std::int32_t>(), H, kD, st);
   const Vec xp = from_bf16(download<std::uint16_t>(dxp, std::size_t(R * kD)));
   for (std::int64_t cr = 0; cr < rows; ++cr)
     for (int i = 0; i < kD; ++i)
       ASSERT_EQ(xp[std::size_t(gpu_row(cr) * kD + i)], x[std::size_t(D.pair[std::size_t(cr)] / k * kD + i)]);
+  for (int e = 0; e < H; ++e)  // the padding past each held expert's pairs
+    for (std::int64_t pr = start[std::size_t(e)] + count[std::size_t(e)]; pr < start[std::size_t(e + 1)]; ++pr)
+      for (int i = 0; i < kD; ++i) ASSERT_EQ(xp[std::size_t(pr * kD + i)], 0.0) << "padding row " << pr;
   for (bool accumulate : {false, true}) {
     Vec want = accumulate ? y0 : Vec(y0.size(), 0.0);
     cpu::unpermute<double>(TensorView<double>(want.data(), {kN, kD}),
@@ -271,8 +300,31 @@ TEST(MoeCuda, MatchesTheCpuReference) {
   using tb::ops::MoeScore;
   for (const Case& c : {Case{16, 3, MoeScore::softmax, true, false}, Case{16, 3, MoeScore::softmax, false, false},
                         Case{16, 3, MoeScore::sigmoid, true, false}, Case{16, 3, MoeScore::sigmoid, false, true},
-                        Case{256, 8, MoeScore::sigmoid, true, false}, Case{256, 8, MoeScore::softmax, true, true}})
+                        Case{256, 8, MoeScore::sigmoid, true, false}, Case{256, 8, MoeScore::softmax, true, true},
+                        Case{16, 3, MoeScore::softmax, true, false, 4}, Case{256, 8, MoeScore::sigmoid, true, false, 4},
+                        Case{16, 3, MoeScore::softmax, true, false, 0, 100}, Case{16, 3, MoeScore::sigmoid, true, false, 0, 120, true},
+                        Case{16, 3, MoeScore::softmax, false, false, 4, 110, true},
+                        Case{16, 3, MoeScore::sigmoid, true, false, 0, 0, false, true},
+                        Case{256, 8, MoeScore::sigmoid, true, false, 0, 0, false, true}})
     check(c);
+}
+
+TEST(MoeCuda, ExpertBiasUpdateMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const int E = 64;
+  const Vec b0 = random_vec(E, 12, false), load = random_vec(E, 13, false);
+  std::vector<float> bf(b0.begin(), b0.end()), lf(E);
+  for (int e = 0; e < E; ++e) lf[std::size_t(e)] = std::round(float(50 + 40 * std::abs(load[std::size_t(e)])));
+  lf[3] = lf[5] = 0, lf[7] = 0;
+  DeviceBuffer db = upload(bf), dl = upload(lf);
+  tb::ops::moe_update_expert_bias(db.as<float>(), dl.as<float>(), E, 0.001f, nullptr);
+  std::vector<double> want(bf.begin(), bf.end());
+  cpu::update_expert_bias(want, std::vector<double>(lf.begin(), lf.end()), 0.001);
+  const auto got = download<float>(db, E), zeroed = download<float>(dl, E);
+  for (int e = 0; e < E; ++e) {
+    EXPECT_NEAR(got[std::size_t(e)], want[std::size_t(e)], 1e-6) << "expert " << e;
+    EXPECT_EQ(zeroed[std::size_t(e)], 0.f);
+  }
 }
 
 TEST(MoeCuda, RefusesShapesOutsideTheKernelsLimits) {

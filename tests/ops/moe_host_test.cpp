@@ -1,5 +1,6 @@
 // Tests ops/cpu/moe.h (MoE routing and dispatch, CPU reference) on random inputs, n = 37 tokens, E = 8, k = 3:
-//   - top-k routing against a sort of each row's scores; weights normalised to `scale` (or the raw scores);
+//   - top-k routing against a sort of each row's scores; weights normalised to `scale` (or the raw scores); with an
+//     expert bias, the choice by s + b and the weights by s; the bias update;
 //   - balanced routing: every expert gets n k / E pairs, a token's k experts distinct;
 //   - capacity: no expert over it, each expert's kept pairs weigh at least its dropped ones, the dropped count;
 //   - dispatch, permute and unpermute against a direct sum over the kept pairs; the permute / unpermute backward
@@ -16,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
 #include "ops/cpu/moe.h"
 
 namespace {
@@ -75,6 +77,39 @@ TEST(MoeRoute, TopKIsTheKLargestScores) {
       }
     }
   }
+}
+
+// The expert bias (aux-loss-free balancing) moves the choice, not the weights: the k largest s + b, weighted by s.
+TEST(MoeRoute, ExpertBiasChoosesBySumAndWeighsByScore) {
+  const Vec s = scores_of(random_vec(kN * kE, 3), Score::sigmoid);
+  const Vec bias = random_vec(kE, 4, -0.3, 0.3);
+  RouteOptions o{.k = kK, .score = Score::sigmoid, .normalize = true, .scale = 2.5};
+  o.bias = bias;
+  Routes<double> r, plain;
+  route<double>(r, cview(s, kN, kE), o, {});
+  o.bias = {};
+  route<double>(plain, cview(s, kN, kE), o, {});
+  EXPECT_NE(r.expert, plain.expert) << "a bias of +-0.3 changes no choice: the test tests nothing";
+  for (int t = 0; t < kN; ++t) {
+    std::vector<int> order(kE);
+    std::iota(order.begin(), order.end(), 0);
+    std::ranges::sort(order, [&](int a, int b) { return s[t * kE + a] + bias[a] > s[t * kE + b] + bias[b]; });
+    std::vector<int> got(r.expert.begin() + t * kK, r.expert.begin() + (t + 1) * kK);
+    std::vector<int> want(order.begin(), order.begin() + kK);
+    std::ranges::sort(got), std::ranges::sort(want);
+    EXPECT_EQ(got, want) << "token " << t;
+    double chosen = 0;
+    for (int e : want) chosen += s[t * kE + e];
+    for (int j = 0; j < kK; ++j)
+      EXPECT_NEAR(r.weight[t * kK + j], 2.5 * s[t * kE + r.expert[t * kK + j]] / chosen, 1e-15) << "token " << t;
+  }
+}
+
+TEST(MoeRoute, ExpertBiasUpdateStepsTowardTheMeanLoad) {
+  std::vector<double> b = {0.5, 0, 0, -0.25}, c = {3, 1, 2, 2};  // mean 2
+  update_expert_bias(b, c, 0.001);
+  EXPECT_EQ(b, (std::vector<double>{0.5 - 0.001, 0.001, 0, -0.25}));
+  EXPECT_THROW(update_expert_bias(b, std::vector<double>{1, 2}, 0.001), tb::Error);
 }
 
 TEST(MoeRoute, BalancedGivesEveryExpertTheSameCount) {

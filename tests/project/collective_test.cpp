@@ -67,6 +67,21 @@ TEST(Collective, HierarchicalIsIntraDomainThenInterDomainOnAShare) {
   EXPECT_THROW(group_time_s(Coll::all_gather, S, 12, 8, n), tb::Error);  // 12 is not a multiple of 8
 }
 
+// All-to-all: every rank sends (n−1)/n of its buffer at once, one latency; across domains the own domain's part over
+// NVLink and the rest through the NIC at the same time.
+TEST(Collective, AllToAllInsideADomainAndAcross) {
+  Network n = net();
+  n.nvlink.all_to_all_gbps = 320, n.scaleout.all_to_all_gbps = 40;
+  EXPECT_NEAR(ring_time_s(Coll::all_to_all, 8 * GB, 8, 320, 2), 7.0 / 8 * 8 / 320 + 2e-6, 1e-12);
+  EXPECT_NEAR(group_time_s(Coll::all_to_all, 8 * GB, 8, 8, n), 7.0 / 8 * 8 / 320 + 2e-6, 1e-12);
+  // 8 ranks, 2 per domain (an ep group 4 apart): 1/8 over NVLink, 6/8 through the NIC, which takes longer
+  EXPECT_NEAR(group_time_s(Coll::all_to_all, 8 * GB, 8, 2, n), 6.0 / 8 * 8 / 40 + 5e-6, 1e-12);
+  // one rank per domain: all of the others' share through the NIC
+  EXPECT_NEAR(group_time_s(Coll::all_to_all, 8 * GB, 4, 1, n), 3.0 / 4 * 8 / 40 + 5e-6, 1e-12);
+  EXPECT_EQ(group_time_s(Coll::all_to_all, 8 * GB, 1, 1, n), 0);
+  EXPECT_DOUBLE_EQ(n.scaled(0.5, 1).nvlink.all_to_all_gbps, 160);
+}
+
 TEST(Collective, BandwidthSensitivityScalesOneLevel) {
   const Network n = net();
   const Network slow = n.scaled(1.0, 0.8);
@@ -86,6 +101,7 @@ TEST(Collective, ShippedSystemsDescribeTheirNetworks) {
   EXPECT_EQ(n.domain_gpus, 8);
   EXPECT_DOUBLE_EQ(n.scaleout.all_gather_gbps, 50 * 0.9);  // 400 Gb/s per GPU at 90%
   EXPECT_DOUBLE_EQ(n.nvlink.all_reduce_gbps, 328.7);       // measured on 2 x H200 (bench/RESULTS.md)
+  EXPECT_DOUBLE_EQ(n.nvlink.all_to_all_gbps, n.nvlink.all_gather_gbps);  // none in the file: the all-gather's
   EXPECT_GT(h100->compute.gemm_bf16_tflops, 0);
   EXPECT_TRUE(h100->projection.present);
   tb::recipe::SystemRef bare = *h100;

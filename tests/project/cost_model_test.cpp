@@ -30,7 +30,43 @@ TEST(CostModel, Llama8BLayerByHand) {
   EXPECT_NEAR(w.gemm_flops / 8192, 6.0 * (4096.0 * 48 * 128 + 32 * 128 * 4096 + 3.0 * 4096 * 14336), 1);
   const Work h = head_work(m, 1, 1, 8192);
   EXPECT_DOUBLE_EQ(h.gemm_flops, 6.0 * 8192 * 4096 * 128256);
-  EXPECT_DOUBLE_EQ(layer_params(m, 1), 4096.0 * 48 * 128 + 32.0 * 128 * 4096 + 3.0 * 4096 * 14336 + 2 * 4096);
+  EXPECT_DOUBLE_EQ(layer_params(m, 1).dense, 4096.0 * 48 * 128 + 32.0 * 128 * 4096 + 3.0 * 4096 * 14336 + 2 * 4096);
+  EXPECT_EQ(layer_params(m, 1).expert, 0);
+}
+
+// A MoE layer is the dense layer at the active width (top_k·expert_ffn + shared_ffn), plus the router and the
+// dispatch's copies; a model's layer is the mean over its layers, a proxy's slope one period of its pattern.
+TEST(CostModel, MixtureOfExpertsLayerByHand) {
+  tb::model::ModelConfig grok = preset("llama3.1-70b");  // Grok-1's shape (recipes/grok1-314b.toml)
+  grok.layers = 64, grok.d_model = 6144, grok.ffn = 32768, grok.heads = 48, grok.kv_heads = 8, grok.head_dim = 128;
+  grok.moe.experts = 8, grok.moe.top_k = 2;
+  tb::model::ModelConfig wide = grok;  // a dense layer as wide as Grok's two active experts
+  wide.moe = {}, wide.ffn = 2 * 32768;
+  const double s = 4096, h = 6144;
+  const Work moe = layer_work(grok, 4, 1, 4096, {false, false, 4}), dense = layer_work(wide, 4, 1, 4096);
+  EXPECT_DOUBLE_EQ(moe.gemm_flops, dense.gemm_flops + 6 * s * h * 8 / 4);  // + the router on a tp rank's rows
+  EXPECT_DOUBLE_EQ(moe.attn_flops, dense.attn_flops);
+  EXPECT_DOUBLE_EQ(moe.mem_bytes, dense.mem_bytes + 8 * s * h * (1 + 2 * 4) / 4);  // + permute and unpermute
+  EXPECT_DOUBLE_EQ(layer_work(grok, 4, 1, 4096, {false, false, 1}).mem_bytes,
+                   dense.mem_bytes + 8 * s * h * (1 + 2) / 4);  // etp 1: the rank's own k rows per token
+  // parameters: a tp 4 rank of ep 2 / etp 4 holds 4 experts of 32768/4; of ep 8 / etp 1 one expert of full width
+  const double attention = h * (12 + 2 * 2) * 128 + 12 * 128 * h + 2 * h;
+  EXPECT_DOUBLE_EQ(layer_params(grok, 4, 2, 4).dense, attention + 8 * h);
+  EXPECT_DOUBLE_EQ(layer_params(grok, 4, 2, 4).expert, 4 * 3 * h * 8192);
+  EXPECT_DOUBLE_EQ(layer_params(grok, 4, 8, 1).expert, 3 * h * 32768);
+  // Llama 4 Maverick's pattern: the mean of a dense layer (16384) and a MoE layer (8192 routed + 8192 shared)
+  tb::model::ModelConfig l4 = grok;
+  l4.layers = 48, l4.d_model = 5120, l4.ffn = 16384, l4.heads = 40, l4.kv_heads = 8;
+  l4.moe.experts = 128, l4.moe.top_k = 1, l4.moe.expert_ffn = 8192, l4.moe.shared_ffn = 8192, l4.moe.every = 2;
+  tb::model::ModelConfig l4dense = l4;
+  l4dense.moe = {};
+  const Work mean = layer_work(l4, 4, 1, 8192), d = layer_work(l4dense, 4, 1, 8192);
+  EXPECT_DOUBLE_EQ(mean.gemm_flops, d.gemm_flops + 0.5 * 6 * 8192.0 * 5120 * 128 / 4);  // the same active width
+  EXPECT_DOUBLE_EQ(period_model(l4).layers, 2);
+  EXPECT_DOUBLE_EQ(layer_work(period_model(l4), 4, 1, 8192).gemm_flops, mean.gemm_flops);
+  tb::model::ModelConfig ds = l4;  // three dense layers first: the model's mean differs from a period's
+  ds.moe.every = 1, ds.moe.dense_first = 3;
+  EXPECT_LT(layer_params(ds, 4, 64, 1).expert, layer_params(period_model(ds), 4, 64, 1).expert);
 }
 
 TEST(CostModel, Fp8CastsAndSequenceParallelByHand) {

@@ -2,7 +2,8 @@
 // known network), the overlap rules at overlap cost 0 and 1, the choice of the measurement that anchors a
 // recipe, the layer time from the cost model or the anchor, the compute-rate correction, FP8's communication,
 // the straggler delay (the expected maximum of n normals, growing with the data-parallel replicas),
-// trainbench's own multi-GPU step, and NVLink bandwidths measured on 2 GPUs overriding the system file's.
+// trainbench's own multi-GPU step, NVLink bandwidths measured on 2 GPUs overriding the system file's, and a mixture of
+// experts' terms (the exposed all-to-alls, the experts' gradients over the expert data-parallel group).
 #include "project/step_model.h"
 
 #include <gtest/gtest.h>
@@ -109,6 +110,42 @@ TEST(StepModel, AssemblesTheStepFromItsTerms) {
   }
 }
 
+// Grok-1 at 512 GPUs in 25.05's layout (tp 4, pp 8, cp 2, ep 8, etp 1; dp 8) from a measurement of that shard.
+TEST(StepModel, MixtureOfExpertsExchangesAndExpertDataParallel) {
+  const auto& r = tb::recipe::find_recipe(recipes(), "grok1-314b");
+  auto l = tb::recipe::layout_for(r, tb::recipe::LayoutQuery(512, "bf16", "25.05.05"));
+  ASSERT_EQ(l.expert_tp(), 1);
+  Measurement m = measured("grok1-314b", 4, 2, 1, 8192, 0.03, 0.02);
+  m.layout.ep = 8, m.layout.etp = 1;
+  Context ctx = context({m}, 0.0);
+  ctx.net.nvlink.all_to_all_gbps = 250, ctx.net.scaleout.all_to_all_gbps = 45;
+  const Projection p = project(r, l, "bf16", ctx, tb::recipe::Convention::causal);
+  EXPECT_EQ(p.anchor_kind, AnchorKind::same_shard);
+  EXPECT_EQ(p.grad_accum, 128);
+  // per micro-batch on a rank of 8 layers: 4 all-to-alls a layer over the 8 ranks of a node, of T·k·h·2 bytes
+  const double A = 8192.0 / 8 * 2 * 6144 * 2, a2a = 7.0 / 8 * A / 250e9;
+  EXPECT_EQ(p.ep_per_domain, 8);
+  EXPECT_NEAR(p.ep_comm_s, 128 * 8 * 4 * a2a, 1e-9);
+  EXPECT_DOUBLE_EQ(p.ep_exposed_s, p.ep_comm_s);  // not overlapped
+  EXPECT_NEAR(p.microbatch_s * 128, p.compute_s + p.tp_exposed_s + p.cp_exposed_s + p.ep_exposed_s, 1e-9);
+  // data parallel: the dense parameters over dp·cp = 16 ranks (2 per node), each expert over edp = 8 ranks (1 per node)
+  const LayerParams lp = layer_params(r.model, 4, 8, 1);
+  const double dense = 8 * lp.dense + embedding_params(r.model, 4), experts = 8 * lp.expert;
+  const double bd = std::ceil(dense / 40e6), be = std::ceil(experts / 40e6);
+  const double rs = bd * group_time_s(Coll::reduce_scatter, 2 * dense / bd, 16, 2, ctx.net) +
+                    be * group_time_s(Coll::reduce_scatter, 2 * experts / be, 8, 1, ctx.net);
+  EXPECT_NEAR(p.dp_reduce_scatter_s, rs, 1e-12);
+  // the optimizer: the anchor's per-parameter time, the dense state over dp·cp, the experts' over edp
+  const double per_param = 0.0015 / layer_params(r.model, 4, 8, 1).total();
+  const double o0 = 0.004 / 16;  // the same vocabulary shard as the anchor's
+  EXPECT_NEAR(p.optimizer_s, (o0 + per_param * 64 * (lp.dense / 16 + lp.expert / 8)) / 8, 1e-15);
+  // a dense model of the same shape has none of it
+  EXPECT_EQ(project(tb::recipe::find_recipe(recipes(), "llama3.1-70b"), layout70b(64), "bf16",
+                    context({measured("llama3.1-70b", 4, 2, 1, 8192)}, 0.0), tb::recipe::Convention::full)
+                .ep_comm_s,
+            0);
+}
+
 TEST(StepModel, ExpectedMaxOfNormals) {
   EXPECT_EQ(expected_max_normal(1), 0);
   EXPECT_EQ(expected_max_normal(0), 0);
@@ -167,7 +204,7 @@ TEST(StepModel, DataParallelOverlapWindows) {
   const double ramp = 1 + (3 * 2 + 4 * 4) / 5.0;
   EXPECT_DOUBLE_EQ(pipeline_ramp_chunks(4, 5), 22);
   // one bucket of each (the last to reduce, the first to gather) is never hidden; buckets of max(40M, 1M·dp·cp)
-  const double buckets = std::ceil((20 * layer_params(r.model, 4) + embedding_params(r.model, 4)) / 128e6);
+  const double buckets = std::ceil((20 * layer_params(r.model, 4).dense + embedding_params(r.model, 4)) / 128e6);
   const double rs1 = p.dp_reduce_scatter_s / buckets, ag1 = p.dp_all_gather_s / buckets;
   const double expect = rs1 + std::max(0.0, p.dp_reduce_scatter_s - rs1 - p.microbatch_s * 2 / 3 * ramp) + ag1 +
                         std::max(0.0, p.dp_all_gather_s - ag1 - p.microbatch_s / 3 * ramp);
@@ -185,7 +222,7 @@ TEST(StepModel, DataParallelOverlapWindows) {
   if (l8.seq <= 0) l8.seq = r8.model.seq;
   const Context ctx8 = context({measured("llama3.1-8b", 1, 2, 1, 8192)}, 0.0);
   const Projection q = project(r8, l8, "bf16", ctx8, tb::recipe::Convention::full);
-  const double b8 = std::ceil((32 * layer_params(r8.model, 1) + 2 * embedding_params(r8.model, 1)) / 128e6);
+  const double b8 = std::ceil((32 * layer_params(r8.model, 1).dense + 2 * embedding_params(r8.model, 1)) / 128e6);
   EXPECT_NEAR(q.dp_exposed_s,
               q.dp_reduce_scatter_s / b8 + q.dp_all_gather_s / b8 +
                   std::max(0.0, q.dp_reduce_scatter_s * (1 - 1 / b8) - q.microbatch_s * 2 / 3) +

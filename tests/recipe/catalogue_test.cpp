@@ -1,6 +1,7 @@
 // Tests the catalogue as a whole against the DGX Cloud Benchmarking Recipes (NVIDIA/dgxc-benchmarking): every
-// workload of it has a recipe, every published row is in references/ (counted per table of the sheet), and
-// `trainbench list` shows them.
+// workload of it has a recipe, every published row is in references/ (counted per table of the sheet; Grok-1's from
+// its READMEs, which print more sizes than the sheet quotes), and `trainbench list` shows them; and the NeMo
+// performance summaries' Mixtral rows.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -24,7 +25,8 @@ const std::set<std::string> kRecipes = {
     "llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "nemotron4-15b", "nemotron4-340b", "gpt3-175b",
     "grok1-314b", "maxtext-llama2-70b", "maxtext-llama3-70b", "paxml-gpt3-175b", "paxml-gpt3-5b",
     "hf-llama2-70b-lora", "hf-mistral-7b-lora", "llama3-8b-sft", "llama3-8b-lora", "llama3-70b-sft",
-    "llama3-70b-lora", "llama4-maverick-400b", "nemotronh-56b", "deepseek-v3-671b", "tiny"};
+    "llama3-70b-lora", "llama4-maverick-400b", "nemotronh-56b", "deepseek-v3-671b", "tiny",
+    "mixtral-8x7b", "mixtral-8x22b"};  // NeMo's performance recipes (sheet section 1.1: never DGXC recipes)
 
 // Rows per table of the fact sheet: (recipe, GPU model, release) -> published rows (precisions x sizes).
 using Key = std::tuple<std::string, std::string, std::string>;
@@ -39,8 +41,8 @@ const std::map<Key, int> kRows = {
     {{"nemotron4-15b", "H100", "25.04.02"}, 8},   {{"nemotron4-15b", "H100", "25.05.05"}, 2},
     {{"nemotron4-340b", "H100", "24.11.1"}, 6},   {{"nemotron4-340b", "H100", "25.04.02"}, 4},
     {{"nemotron4-340b", "H100", "25.05.05"}, 2},  {{"gpt3-175b", "H100", "24.11.1"}, 10},
-    {{"gpt3-175b", "H100", "25.04.02"}, 10},      {{"grok1-314b", "H100", "24.11.1"}, 10},
-    {{"grok1-314b", "H100", "25.02"}, 10},        {{"grok1-314b", "H100", "25.05.01"}, 2},
+    {{"gpt3-175b", "H100", "25.04.02"}, 10},      {{"grok1-314b", "H100", "24.11.1"}, 18},
+    {{"grok1-314b", "H100", "25.04.02"}, 18},     {{"grok1-314b", "H100", "25.05.01"}, 2},
     {{"grok1-314b", "H100", "25.05.05"}, 2},      {{"maxtext-llama2-70b", "H100", "24.11.1"}, 4},
     {{"maxtext-llama3-70b", "H100", "25.02"}, 4}, {{"paxml-gpt3-175b", "H100", "24.11.1"}, 2},
     {{"paxml-gpt3-5b", "H100", "24.11.1"}, 4},    {{"hf-llama2-70b-lora", "H100", "24.11.1"}, 7},
@@ -52,6 +54,9 @@ const std::map<Key, int> kRows = {
     {{"llama3.1-405b", "GB200", "25.05.05"}, 6},  {{"grok1-314b", "GB200", "25.05.05"}, 6},
     {{"nemotron4-340b", "GB200", "25.05.05"}, 12}, {{"deepseek-v3-671b", "GB200", "25.05.05"}, 3},
     {{"llama4-maverick-400b", "GB200", "25.05.05"}, 6},
+    // NeMo performance summaries: Mixtral, FP8 (no H100 or H200 row; references/nemo-perf.toml)
+    {{"mixtral-8x7b", "B200", "25.02"}, 1},       {{"mixtral-8x22b", "B200", "25.02"}, 1},
+    {{"mixtral-8x7b", "GB200", "25.04"}, 1},      {{"mixtral-8x22b", "GB200", "25.04"}, 1},
 };
 }  // namespace
 
@@ -79,7 +84,7 @@ TEST(Catalogue, ListShowsRecipesAndReferences) {
   for (const auto& name : kRecipes) EXPECT_NE(r.out.find("  " + name + " "), std::string::npos) << name;
   EXPECT_NE(r.out.find("llama3.1-8b *"), std::string::npos);  // the default
   EXPECT_NE(r.out.find("micro suites"), std::string::npos);
-  EXPECT_NE(r.out.find("261 rows"), std::string::npos);  // 260 published + the measured CPU baseline
+  EXPECT_NE(r.out.find("281 rows"), std::string::npos);  // 280 published + the measured CPU baseline
   EXPECT_NE(r.out.find("25.02+25.04.02"), std::string::npos);  // one GPT-3 table, two releases
   r = run({"list", "recipes"});
   ASSERT_EQ(r.rc, 0) << r.err;

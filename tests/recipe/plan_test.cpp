@@ -4,7 +4,9 @@
 // made from known F0, F1, O0, O1 (recovered exactly, and the step and tokens/s per GPU by the formula). A distributed
 // plan trains the whole model at the layout for its rank count (the reference's own proxy layers where it has them),
 // is the reference run unless --set changes it, and refuses rank counts without a layout, --ref-gpus of another count
-// and --points.
+// and --points. A mixture of experts' proxy is one rank of the layout's expert grid (recipe/moe_proxy.h): its experts
+// / ep experts of width expert_ffn / etp on a tp·cp/etp share of the rows, points in whole periods of the layer
+// pattern, the experts' optimizer state over the expert data-parallel group; bad expert layouts are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -82,7 +84,12 @@ TEST(Plan, AnUnlistedCountFitsWithOverrides) {
 }
 
 TEST(Plan, RefusesWhatCannotRun) {
-  EXPECT_THROW(tr::plan_run(tr::find_recipe(recipes(), "grok1-314b"), {}), tb::Error);  // needs moe
+  try {
+    tr::plan_run(tr::find_recipe(recipes(), "deepseek-v3-671b"), {});
+    ADD_FAILURE();
+  } catch (const tb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs mla"), std::string::npos) << e.what();
+  }
   tr::RunOptions o;
   o.precision = "fp32";
   EXPECT_THROW(tr::plan_run(tr::find_recipe(recipes(), "llama3.1-8b"), o), tb::Error);
@@ -217,4 +224,136 @@ TEST(Plan, EveryRunnableRecipePlansAValidShard) {
   }
 }
 
+std::string plan_error(const tr::Recipe& r, const tr::RunOptions& o) {
+  try {
+    tr::plan_run(r, o);
+  } catch (const tb::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + "\n";
+  return s;
+}
+
+// Grok-1 on one device: the smallest reference layout, 8 GPUs of tp 4, ep 2 (experts over the tp group: etp = tp),
+// 2 layers at seq 4096. The ep rank holds 4 of the 8 experts at width 32768 / 4 and, etp = tp, every row of the
+// micro-batch (its tp group's gathered tokens).
+TEST(Plan, Grok1ProxyIsAnEpRankOfTheSmallestLayout) {
+  const auto& r = tr::find_recipe(recipes(), "grok1-314b");
+  const auto p = tr::plan_run(r, {});
+  EXPECT_EQ(p.layout.gpus, 8);
+  EXPECT_EQ(p.layout.tp, 4);
+  EXPECT_EQ(p.layout.ep, 2);
+  EXPECT_EQ(p.layout.expert_tp(), 4);
+  EXPECT_EQ(p.layout.seq, 4096);
+  EXPECT_EQ(p.layers, 2);
+  EXPECT_EQ(p.shard.heads, 12);
+  EXPECT_EQ(p.shard.kv_heads, 2);
+  EXPECT_EQ(p.shard.moe.experts, 8);
+  EXPECT_EQ(p.shard.moe.ep_proxy, 2);
+  EXPECT_EQ(p.shard.moe.local_experts(), 4);
+  EXPECT_EQ(p.shard.moe.token_share, 1);
+  EXPECT_EQ(p.shard.expert_ffn(), 8192);
+  EXPECT_EQ(p.points, (std::vector<int>{1, 2}));
+  EXPECT_EQ(p.edp, 1);  // tp·cp·dp / (ep·etp) = 4·1·2 / 8
+  EXPECT_GT(p.expert_share, 0.9);
+  const std::string d = joined(p.differences);
+  EXPECT_NE(d.find("4 of 8 experts (ep 2)"), std::string::npos) << d;
+  EXPECT_NE(d.find("without the all-to-all and the etp all-gather"), std::string::npos) << d;
+  EXPECT_NE(d.find("32768/4 = 8192"), std::string::npos) << d;
+}
+
+// 25.05 on H100: experts unsplit (etp 1), so each tp rank routes its own quarter of the tokens (token_share 4), and
+// with ep 8 an ep rank holds one expert of full width.
+TEST(Plan, Grok1ExpertTensorParallelOne) {
+  tr::RunOptions o;
+  o.release = "25.05.05", o.ref_gpus = 512;
+  const auto p = tr::plan_run(tr::find_recipe(recipes(), "grok1-314b"), o);
+  EXPECT_EQ(p.layout.expert_tp(), 1);
+  EXPECT_EQ(p.shard.moe.token_share, 4);
+  EXPECT_EQ(p.shard.moe.local_experts(), 1);
+  EXPECT_EQ(p.shard.expert_ffn(), 32768);
+  EXPECT_EQ(p.shard.ffn, 8192);  // a dense layer's shard (none in Grok-1)
+  EXPECT_EQ(p.shard.layers, 8);  // 64 layers over pp 8
+  EXPECT_EQ(p.points, (std::vector<int>{2, 4}));
+  EXPECT_EQ(p.edp, 8);  // tp·cp·dp / (ep·etp) = 4·2·8 / 8
+  const std::string d = joined(p.differences);
+  EXPECT_NE(d.find("1/4 of the micro-batch's rows"), std::string::npos) << d;
+}
+
+// Llama 4 Maverick: 128 experts of 8192 top-1 and a shared expert of 8192 in every second layer, dense ffn 16384.
+TEST(Plan, Llama4ProxyAndItsLayerPattern) {
+  const auto& r = tr::find_recipe(recipes(), "llama4-maverick-400b");
+  EXPECT_EQ(r.model.moe_layers(), 24);
+  EXPECT_FALSE(r.model.is_moe_layer(0));
+  EXPECT_TRUE(r.model.is_moe_layer(1));
+  auto p = tr::plan_run(r, {});  // H100 512: tp 4, ep 128, etp 4
+  EXPECT_EQ(p.shard.ffn, 4096);
+  EXPECT_EQ(p.shard.moe.local_experts(), 1);
+  EXPECT_EQ(p.shard.expert_ffn(), 2048);
+  EXPECT_EQ(p.shard.moe.shared_ffn, 2048);
+  EXPECT_EQ(p.shard.moe.token_share, 1);
+  EXPECT_EQ(p.points, (std::vector<int>{2, 4}));  // whole periods: a dense and a MoE layer each
+  tr::RunOptions o;
+  o.points = {3, 4};
+  EXPECT_NE(plan_error(r, o).find("--points 3"), std::string::npos) << plan_error(r, o);
+  o.points = {2, 6};
+  EXPECT_EQ(tr::plan_run(r, o).points, (std::vector<int>{2, 6}));
+  o = {};
+  o.gpu_model = "GB200";  // tp 1, pp 2 x vp 12, ep 64, etp 1: two experts of full width, shared of full width
+  p = tr::plan_run(r, o);
+  EXPECT_EQ(p.layout.gpus, 128);
+  EXPECT_EQ(p.shard.moe.local_experts(), 2);
+  EXPECT_EQ(p.shard.expert_ffn(), 8192);
+  EXPECT_EQ(p.shard.moe.shared_ffn, 8192);
+  EXPECT_EQ(p.shard.layers, 24);
+}
+
+// Mixtral 8x22B on H100: tp 4, cp 8, etp 1 at seq 65536: a quarter of the rows, the cp split extrapolated.
+TEST(Plan, Mixtral8x22bShareOfTheRows) {
+  const auto p = tr::plan_run(tr::find_recipe(recipes(), "mixtral-8x22b"), {});
+  EXPECT_EQ(p.layout.cp, 8);
+  EXPECT_EQ(p.shard.moe.token_share, 4);
+  EXPECT_EQ(p.shard.moe.local_experts(), 1);
+  const std::string d = joined(p.differences);
+  EXPECT_NE(d.find("tp·cp/etp = 4·8/1"), std::string::npos) << d;
+}
+
+TEST(Plan, RefusesBadExpertLayouts) {
+  const auto& grok = tr::find_recipe(recipes(), "grok1-314b");
+  tr::RunOptions o;
+  o.sets = {{"ep", "3"}};
+  EXPECT_NE(plan_error(grok, o).find("experts=8 is not divisible by ep=3"), std::string::npos) << plan_error(grok, o);
+  o.sets = {{"etp", "8"}};  // ep·etp = 16 on a stage of 8 GPUs
+  EXPECT_NE(plan_error(grok, o).find("ep·etp = 2·8 = 16 does not divide the 8 GPUs"), std::string::npos)
+      << plan_error(grok, o);
+  const auto& m22 = tr::find_recipe(recipes(), "mixtral-8x22b");
+  o.sets = {{"etp", "8"}};  // fits the stage (ep·etp 64), but the proxy needs etp to divide tp 4
+  EXPECT_NE(plan_error(m22, o).find("etp=8 to divide tp=4"), std::string::npos) << plan_error(m22, o);
+  o.sets = {{"etp", "2"}, {"ep", "4"}};  // valid: two tp ranks share an expert's rows
+  const auto p = tr::plan_run(m22, o);
+  EXPECT_EQ(p.shard.moe.token_share, 2);
+  EXPECT_EQ(p.shard.expert_ffn(), 8192);
+  EXPECT_EQ(p.shard.moe.local_experts(), 2);
+  const auto& l8 = tr::find_recipe(recipes(), "llama3.1-8b");
+  o.sets = {{"ep", "2"}};
+  EXPECT_NE(plan_error(l8, o).find("ep=2 but the model has no experts"), std::string::npos) << plan_error(l8, o);
+}
+
+// The experts' optimizer state is sharded over the expert data-parallel group, the rest over dp·cp.
+TEST(Plan, MoeOptimizerShardsTheExpertsOverEdp) {
+  tr::RunOptions o;
+  o.release = "25.05.05", o.ref_gpus = 512;
+  const auto p = tr::plan_run(tr::find_recipe(recipes(), "grok1-314b"), o);  // dp 8, cp 2, edp 8
+  const double F0 = 0.05, F1 = 0.02, O0 = 0.004, O1 = 0.003;
+  std::vector<tr::PointTiming> pts;
+  for (int l : p.points) pts.push_back({l, F0 + F1 * l, O0 + O1 * l});
+  const auto x = tr::extrapolate(p, pts);
+  const double L = 64, experts = p.expert_share * O1 * L;
+  EXPECT_NEAR(x.optimizer_s, (O0 + O1 * L - experts) / (8 * 8 * 2) + experts / (8 * 8), 1e-12);
+}
 }  // namespace

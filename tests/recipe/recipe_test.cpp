@@ -33,7 +33,7 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST(Recipes, EveryShippedRecipeLoadsAndValidates) {
-  ASSERT_EQ(recipes().size(), 21u);
+  ASSERT_EQ(recipes().size(), 23u);
   for (const auto& r : recipes()) {
     EXPECT_FALSE(r.layouts.empty()) << r.name;
     EXPECT_FALSE(r.sources.empty()) << r.name;
@@ -44,8 +44,9 @@ TEST(Recipes, EveryShippedRecipeLoadsAndValidates) {
     }
   }
   EXPECT_EQ(tr::default_recipe(recipes()).name, "llama3.1-8b");
-  EXPECT_TRUE(recipe("grok1-314b").needs_feature("moe"));
-  EXPECT_FALSE(recipe("grok1-314b").runnable());
+  EXPECT_TRUE(recipe("grok1-314b").runnable());
+  EXPECT_TRUE(recipe("llama4-maverick-400b").runnable());
+  EXPECT_EQ(recipe("deepseek-v3-671b").needs, std::vector<std::string>{"mla"});
   EXPECT_TRUE(recipe("gpt3-175b").runnable());
 }
 
@@ -58,6 +59,39 @@ TEST(Recipes, ModelOverridesAndMoe) {
   EXPECT_EQ(grok.model.moe.top_k, 2);
   EXPECT_EQ(grok.model.moe.capacity_factor, 1.0);
   EXPECT_TRUE(grok.model.moe.pad_to_capacity);
+  EXPECT_EQ(grok.model.moe.aux_loss, 0.01);
+  EXPECT_EQ(grok.model.moe_layers(), 64);
+  // Llama 4 Maverick as published (its HF config): 128 experts of 8192 top-1 + a shared expert of 8192 in every second
+  // layer, dense layers of 16384, a sigmoid router not normalized; 400B parameters, 17B active
+  const auto& l4 = recipe("llama4-maverick-400b").model;
+  EXPECT_EQ(l4.moe.experts, 128);
+  EXPECT_EQ(l4.moe.top_k, 1);
+  EXPECT_EQ(l4.expert_ffn(), 8192);
+  EXPECT_EQ(l4.moe.shared_ffn, 8192);
+  EXPECT_EQ(l4.ffn, 16384);
+  EXPECT_EQ(l4.moe.every, 2);
+  EXPECT_EQ(l4.moe.score, tb::model::RouterScore::sigmoid);
+  EXPECT_FALSE(l4.moe.normalize);
+  EXPECT_NEAR(double(tb::model::param_count(l4)) / 400e9, 1, 0.01);
+  EXPECT_NEAR(double(tb::model::active_param_count(l4)) / 17e9, 1, 0.02);
+  // DeepSeek-V3's MoE (config_671B.json): 3 dense layers of 18432, then 256 experts of 2048 top-8 + 1 shared
+  const auto& ds = recipe("deepseek-v3-671b").model;
+  EXPECT_EQ(ds.moe.dense_first, 3);
+  EXPECT_EQ(ds.moe_layers(), 58);
+  EXPECT_EQ(ds.expert_ffn(), 2048);
+  EXPECT_EQ(ds.moe.shared_ffn, 2048);
+  EXPECT_EQ(ds.moe.top_k, 8);
+  EXPECT_EQ(ds.moe.score, tb::model::RouterScore::sigmoid);
+  EXPECT_TRUE(ds.moe.normalize);
+  EXPECT_EQ(ds.moe.scale, 2.5);
+  EXPECT_EQ(ds.moe.seq_aux_loss, 1e-4);
+  EXPECT_EQ(ds.moe.aux_loss, 0);
+  // Mixtral presets: every layer MoE, 8 experts top-2; 8x7B has 46.7B parameters, 12.9B active
+  const auto& m7 = recipe("mixtral-8x7b").model;
+  EXPECT_EQ(m7.moe_layers(), 32);
+  EXPECT_NEAR(double(tb::model::param_count(m7)) / 46.7e9, 1, 0.01);
+  EXPECT_NEAR(double(tb::model::active_param_count(m7)) / 12.9e9, 1, 0.01);
+  EXPECT_EQ(recipe("mixtral-8x22b").model.seq, 65536);
   const auto& mt = recipe("maxtext-llama2-70b");
   EXPECT_EQ(mt.model.vocab, 32000);
   EXPECT_EQ(mt.model.seq, 4096);

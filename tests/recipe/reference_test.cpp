@@ -67,7 +67,8 @@ constexpr Inconsistent kInconsistent[] = {
     {"llama3-8b-sft", "H100", "25.02", "bf16", 32, true},     // tokens/s = 4 x the 8-GPU row's (1.32 s)
     {"llama3-8b-lora", "H100", "25.02", "fp8", 32, true},     // tokens/s ~ 4 x the 8-GPU row's (0.68 s)
     {"llama3.1-70b", "H100", "24.11.1", "bf16", 2048, false}, // step 14.98; tokens/s and MFU say 14.92
-    {"grok1-314b", "H100", "25.02", "fp8", 1024, false},      // step 17.01; tokens/s and MFU say 17.10
+    {"grok1-314b", "H100", "25.04.02", "fp8", 1024, false},   // 25.02 (and 25.04.02): step 17.01; tokens/s, MFU: 17.10
+    {"llama4-maverick-400b", "GB200", "25.05.05", "fp8", 512, false},  // tokens/s 0.07% above GBS x seq / 6.327 s
 };
 const Inconsistent* inconsistent(const tr::ReferenceRow& row) {
   for (const auto& x : kInconsistent)
@@ -78,15 +79,15 @@ const Inconsistent* inconsistent(const tr::ReferenceRow& row) {
 }
 
 double tokens_per_gpu(const tr::ReferenceRow& row, const std::optional<tr::Layout>& l, bool from_step) {
-  if (row.tokens_per_s > 0 && !from_step) return row.tokens_per_s_per_gpu();
+  if (row.publishes_tokens() && !from_step) return row.tokens_per_s_per_gpu();
   if (!l || row.step_s == 0) return 0;
   return double(l->global_batch) * l->seq / row.step_s / row.gpus;
 }
 }  // namespace
 
 TEST(References, ShippedFilesLoadAndNameRealRecipes) {
-  ASSERT_EQ(rows().size(), 261u);  // 227 H100 + 33 GB200 (every row of the fact sheet, catalogue_test lists them)
-                                   // + the measured CPU baseline of `tiny`
+  ASSERT_EQ(rows().size(), 281u);  // 243 H100 + 33 GB200 (the DGXC rows, catalogue_test lists them), 4 NeMo Mixtral
+                                   // rows (B200, GB200) + the measured CPU baseline of `tiny`
   tr::check_references(rows(), recipes());
   for (const auto& row : rows()) {
     EXPECT_FALSE(row.source.empty()) << row.where;
@@ -260,7 +261,7 @@ TEST(Conventions, ConversionsBetweenConventions) {
   const auto l8 = tr::layout_for(r8, {8});
   EXPECT_NEAR(tr::convert_tflops(r8, l8, 100, tr::Convention::full, tr::Convention::causal), 100 * 5.147 / 5.791, 0.02);
   EXPECT_NEAR(tr::convert_tflops(r8, l8, 100, tr::Convention::causal, tr::Convention::full), 100 * 5.791 / 5.147, 0.02);
-  // MoE counts top_k experts; LoRA counts 2/3.
+  // MoE counts the active experts; LoRA counts 2/3.
   const auto& grok = tr::find_recipe(recipes(), "grok1-314b");
   EXPECT_NEAR(tr::flops_per_token(grok, tr::Convention::causal) * 8192, 4.27e15, 0.005 * 4.27e15);
   const auto& sft = tr::find_recipe(recipes(), "llama3-8b-sft");
@@ -300,4 +301,35 @@ TEST(Conventions, FineTuningReadmesLeaveOutAttentionScores) {
       EXPECT_LT(std::abs(linear / row.published_tflops_per_gpu() - 1), 0.012) << row.where;
     }
   }
+}
+
+// Mixture of experts, against the publishers' counts (fact sheet sections 3.1, 3.5): the active experts of each layer.
+// Grok-1 (every layer MoE): 18·L·ffn·h·top_k with causal attention, 4.274e15 per sample at 8192. Llama 4 Maverick, its
+// real layers (24 dense of 16384, 24 MoE of 8192 top-1 + 8192 shared), counts what its README's simplified formula
+// (every layer top-1 of 16384) counts: 8.92e14. Mixtral at 4096 (NeMo's mixtral formula): 8.293e10 per token full,
+// 7.971e10 causal; 8x22B at 65536: 5.043e11 and 3.690e11.
+TEST(Conventions, MixtureOfExpertsCountsAsThePublishers) {
+  const auto per_token = [](const char* name, tr::Convention c) {
+    return tr::flops_per_token(tr::find_recipe(recipes(), name), c);
+  };
+  EXPECT_NEAR(per_token("grok1-314b", tr::Convention::causal) * 8192 / 4.274e15, 1, 0.0005);
+  EXPECT_NEAR(per_token("grok1-314b", tr::Convention::full) * 8192 / 4.432e15, 1, 0.0005);
+  // the README's 12·s·L·h²·[(1 + G/A + s/h/2) + (ffn/h)·1.5·topK + V/(2Lh)] with its constants, to the FLOP
+  const double L = 48, h = 5120, s = 8192, readme = 12 * s * L * h * h *
+                                                    ((1 + 8.0 / 40 + 0.5 * s / h) + 16384 / h * 1.5 + 202048 / (2 * L * h));
+  EXPECT_NEAR(per_token("llama4-maverick-400b", tr::Convention::causal) * s / readme, 1, 1e-12);
+  EXPECT_NEAR(readme / 8.92e14, 1, 0.0005);
+  EXPECT_NEAR(per_token("mixtral-8x7b", tr::Convention::full) / 8.293e10, 1, 0.0005);
+  EXPECT_NEAR(per_token("mixtral-8x7b", tr::Convention::causal) / 7.971e10, 1, 0.0005);
+  EXPECT_NEAR(per_token("mixtral-8x22b", tr::Convention::full) / 5.043e11, 1, 0.0005);
+  EXPECT_NEAR(per_token("mixtral-8x22b", tr::Convention::causal) / 3.690e11, 1, 0.0005);
+  // a proxy's layers follow the pattern: Llama 4's first two layers are one dense and one MoE layer
+  const auto& l4 = tr::find_recipe(recipes(), "llama4-maverick-400b");
+  tr::Layout two;
+  two.layers = 2, two.seq = 8192;
+  tr::Layout one = two;
+  one.layers = 1;
+  const double head = 6.0 * 202048 * 5120;
+  EXPECT_NEAR(tr::flops_per_token(l4, two, tr::Convention::causal) - head,
+              2 * (tr::flops_per_token(l4, one, tr::Convention::causal) - head), 1);  // 16384 = 8192 + 8192 wide
 }

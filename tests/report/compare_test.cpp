@@ -80,3 +80,33 @@ TEST(Compare, ADistributedRunIsMeasuredNotAProxy) {
 }
 
 }  // namespace
+
+namespace {
+// Each reference in its own convention: NeMo's Mixtral tables print tokens/s per GPU, 8x7B's TFLOP/s in the full
+// count, 8x22B's in the causal one (references/nemo-perf.toml); a Grok-1 row in the causal count of its README.
+TEST(Compare, EachReferenceInItsOwnConvention) {
+  const auto rows = tr::load_reference_dir(tr::find_references_dir(std::nullopt));
+  auto rec = [](const char* recipe, const char* precision, int gpus, double tokens, double full, double causal) {
+    return nlohmann::json{{"bench", "run"},
+                          {"recipe", recipe},
+                          {"precision", precision},
+                          {"gpu", "NVIDIA H200"},
+                          {"proxy", true},
+                          {"layout", {{"gpus", gpus}}},
+                          {"flops_per_token", {{"full", full}, {"causal", causal}}},
+                          {"extrapolated", {{"tokens_per_s_per_gpu", tokens}, {"step_ms", 1000.0}}}};
+  };
+  rp::Comparison c = rp::compare_run(rec("mixtral-8x7b", "fp8", 64, 15457, 8.293e10, 7.971e10), rows, "B200");
+  ASSERT_NE(c.verdict, rp::RefVerdict::none) << c.why_none;
+  EXPECT_EQ(c.convention, "full");
+  EXPECT_DOUBLE_EQ(c.ref_tokens_per_gpu, 15457);  // printed per GPU
+  EXPECT_NEAR(c.ratio, 1, 1e-12);
+  EXPECT_NEAR(c.tflops, 15457 * 8.293e10 / 1e12, 1e-9);
+  c = rp::compare_run(rec("mixtral-8x22b", "fp8", 256, 2232, 5.043e11, 3.690e11), rows, "B200");
+  EXPECT_EQ(c.convention, "causal");
+  EXPECT_NEAR(c.tflops / c.ref_tflops, 1, 0.001);  // 823.6 against the printed 824
+  c = rp::compare_run(rec("grok1-314b", "bf16", 512, 786.6, 5.41e11, 5.217e11), rows, "H100");
+  EXPECT_EQ(c.convention, "causal");
+  EXPECT_NEAR(c.tflops, 786.6 * 5.217e11 / 1e12, 1e-9);
+}
+}  // namespace

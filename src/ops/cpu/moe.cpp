@@ -64,6 +64,9 @@ void route(Routes<T>& r, In<T> s, const RouteOptions& o, std::span<const std::in
   TB_REQUIRE(k >= 1 && k <= e, "moe: top_k=" + std::to_string(k) + " must be in [1, " + std::to_string(e) + "]");
   TB_REQUIRE(!o.balanced || std::int64_t(global_ids.size()) == n,
              "moe: balanced routing needs the global index of each of the " + std::to_string(n) + " tokens");
+  TB_REQUIRE(o.bias.empty() || std::int64_t(o.bias.size()) == e,
+             "moe: the expert bias needs one value per expert (" + std::to_string(e) + ")");
+  auto key = [&](const T* row, std::int32_t a) { return double(row[a]) + (o.bias.empty() ? 0.0 : o.bias[a]); };
   r.n = int(n), r.k = int(k), r.experts = int(e);
   r.expert.resize(std::size_t(n * k)), r.chosen.resize(std::size_t(n * k)), r.weight.resize(std::size_t(n * k));
   std::vector<std::int32_t> order(static_cast<std::size_t>(e));
@@ -74,8 +77,10 @@ void route(Routes<T>& r, In<T> s, const RouteOptions& o, std::span<const std::in
       for (std::int64_t j = 0; j < k; ++j) ch[j] = std::int32_t((global_ids[std::size_t(t)] * k + j) % e);
     } else {
       std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                        [&](std::int32_t a, std::int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](std::int32_t a, std::int32_t b) {
+        const double ka = key(row, a), kb = key(row, b);
+        return ka > kb || (ka == kb && a < b);
+      });
       std::copy_n(order.begin(), k, ch);
     }
     double sum = 0;
@@ -84,6 +89,12 @@ void route(Routes<T>& r, In<T> s, const RouteOptions& o, std::span<const std::in
     for (std::int64_t j = 0; j < k; ++j) r.weight[std::size_t(t * k + j)] = T(o.scale * double(row[ch[j]]) / denom);
   }
   r.expert = r.chosen;
+}
+
+void update_expert_bias(std::span<double> b, std::span<const double> c, double rate) {
+  TB_REQUIRE(b.size() == c.size() && !c.empty(), "moe: the expert bias and the counts need one value per expert");
+  const double mean = std::accumulate(c.begin(), c.end(), 0.0) / double(c.size());
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] += rate * double((c[i] < mean) - (c[i] > mean));
 }
 
 template <class T>

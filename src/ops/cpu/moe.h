@@ -2,8 +2,10 @@
 // (model/config.h's MoeConfig has the math of the layer):
 //   router_scores     s = softmax(logits) | sigmoid(logits)                    logits, s: [n, E]
 //   router_probs      p = s (softmax) | s / sum_i s_i (sigmoid): what the load-balancing losses average
-//   route             chosen e_tj = top_k(s) (ties: the lower expert) or balanced (g_t k + j) mod E of the token's
-//                     global index g_t;  w_tj = scale · s_{t,e_tj} / (normalize ? sum_j s_{t,e_tj} : 1)
+//   route             chosen e_tj = top_k(s + b) (ties: the lower expert; b the expert bias, 0 without one) or
+//                     balanced (g_t k + j) mod E of the token's global index g_t;
+//                     w_tj = scale · s_{t,e_tj} / (normalize ? sum_j s_{t,e_tj} : 1)
+//   update_expert_bias  b_i += rate · sign(mean_j c_j - c_i) for the pairs c_i routed to each expert
 //   drop_over_capacity  each expert keeps its `capacity` pairs of largest weight (ties: the earlier token);
 //                     a dropped pair has expert -1 and weight 0 (its weight is lost, as in Megatron-Core)
 //   make_dispatch     the kept pairs (t, j) sorted by expert, token order within one: row r of the permuted tokens is
@@ -34,6 +36,7 @@ struct RouteOptions {
   bool normalize = true;
   double scale = 1.0;
   bool balanced = false;  // round-robin over the experts by global token index
+  std::span<const double> bias = {};  // [E]: added to the scores for the choice only (empty: none)
 };
 
 template <class T>
@@ -62,6 +65,8 @@ template <class T>
 std::int64_t drop_over_capacity(Routes<T>& r, std::int64_t capacity);
 template <class T>
 Dispatch make_dispatch(const Routes<T>& r);
+// b[i] += rate · sign(mean(c) - c[i]) (sign 0 at the mean), for every expert i of c and b [E].
+void update_expert_bias(std::span<double> b, std::span<const double> c, double rate);
 // Pairs routed to each expert before dropping (chosen), [E].
 template <class T>
 std::vector<std::int64_t> tokens_per_expert(const Routes<T>& r);

@@ -102,11 +102,14 @@ __global__ void __launch_bounds__(32 * kWarps) route_kernel(const MoeRouting r, 
     if (r.balanced) {
       best = int((std::int64_t(r.token0 + t) * r.k + j) % E);
       v = score_of(x, best);
-    } else {
-      v = -2.f, best = 0x7fffffff;
+    } else {  // the largest key s + b of the experts not taken (invalid experts: -inf)
+      v = -INFINITY, best = 0x7fffffff;
 #pragma unroll
-      for (int i = 0; i < kPer; ++i)
-        if (!(taken >> i & 1u) && x.s[i] > v) v = x.s[i], best = lane + 32 * i;
+      for (int i = 0; i < kPer; ++i) {
+        const int e = lane + 32 * i;
+        const float key = e < E ? x.s[i] + (r.bias ? r.bias[e] : 0.f) : -INFINITY;
+        if (!(taken >> i & 1u) && key > v) v = key, best = e;
+      }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, v, o);
@@ -114,6 +117,7 @@ __global__ void __launch_bounds__(32 * kWarps) route_kernel(const MoeRouting r, 
         if (ov > v || (ov == v && oi < best)) v = ov, best = oi;
       }
       if ((best & 31) == lane) taken |= 1u << (best >> 5);
+      if (r.bias) v = score_of(x, best);  // the weight is the score itself
     }
     if (lane == j) my_e = best, my_s = v;
     total += v;
@@ -126,14 +130,23 @@ __global__ void __launch_bounds__(32 * kWarps) route_kernel(const MoeRouting r, 
   }
 }
 
-__global__ void chunk_hist_kernel(const MoeRouting r, const std::int32_t* expert, std::int32_t* hist) {
+// The held expert pair p goes to, or -1 when it is dropped (keep null: none is).
+__device__ __forceinline__ int held_expert(int E, const std::int32_t* expert, const std::int32_t* keep, std::int64_t p) {
+  return keep && !keep[p] ? -1 : expert[p] % E;
+}
+
+__global__ void chunk_hist_kernel(const MoeRouting r, const std::int32_t* expert, const std::int32_t* keep,
+                                  std::int32_t* hist) {
   __shared__ int h[kMoeMaxExperts];
-  const int E = r.experts;
+  const int E = r.held_experts();
   for (int e = int(threadIdx.x); e < E; e += int(blockDim.x)) h[e] = 0;
   __syncthreads();
   const std::int64_t pairs = std::int64_t(r.tokens) * r.k, p0 = std::int64_t(blockIdx.x) * kChunk;
   const std::int64_t end = pairs < p0 + kChunk ? pairs : p0 + kChunk;
-  for (std::int64_t p = p0 + threadIdx.x; p < end; p += blockDim.x) atomicAdd(&h[expert[p]], 1);
+  for (std::int64_t p = p0 + threadIdx.x; p < end; p += blockDim.x) {
+    const int e = held_expert(E, expert, keep, p);
+    if (e >= 0) atomicAdd(&h[e], 1);
+  }
   __syncthreads();
   for (int e = int(threadIdx.x); e < E; e += int(blockDim.x)) hist[std::int64_t(blockIdx.x) * E + e] = h[e];
 }
@@ -142,7 +155,7 @@ __global__ void chunk_hist_kernel(const MoeRouting r, const std::int32_t* expert
 __global__ void dispatch_scan_kernel(const MoeRouting r, int chunks, std::int32_t* hist, std::int32_t* start,
                                      std::int32_t* count) {
   __shared__ int padded[kMoeMaxExperts + 1];
-  const int E = r.experts, e = int(threadIdx.x);
+  const int E = r.held_experts(), e = int(threadIdx.x);
   int running = 0;
   if (e < E) {
     for (int c = 0; c < chunks; ++c) {
@@ -151,7 +164,7 @@ __global__ void dispatch_scan_kernel(const MoeRouting r, int chunks, std::int32_
       running += v;
     }
     count[e] = running;
-    padded[e] = (running + kMoeRowAlign - 1) / kMoeRowAlign * kMoeRowAlign;
+    padded[e] = r.pad ? int(r.padded_rows()) : (running + kMoeRowAlign - 1) / kMoeRowAlign * kMoeRowAlign;
   }
   __syncthreads();
   if (e == 0) {  // E <= 256 values: a serial exclusive scan
@@ -172,9 +185,10 @@ __global__ void dispatch_scan_kernel(const MoeRouting r, int chunks, std::int32_
 }
 
 __global__ void __launch_bounds__(32) dispatch_rank_kernel(const MoeRouting r, const std::int32_t* expert,
-                                                           const std::int32_t* first_row, std::int32_t* row_of_pair) {
+                                                           const std::int32_t* keep, const std::int32_t* first_row,
+                                                           std::int32_t* row_of_pair) {
   __shared__ int next[kMoeMaxExperts];
-  const int E = r.experts, lane = int(threadIdx.x);
+  const int E = r.held_experts(), lane = int(threadIdx.x);
   for (int e = lane; e < E; e += 32) next[e] = first_row[std::int64_t(blockIdx.x) * E + e];
   __syncwarp();
   const std::int64_t pairs = std::int64_t(r.tokens) * r.k, p0 = std::int64_t(blockIdx.x) * kChunk;
@@ -182,16 +196,53 @@ __global__ void __launch_bounds__(32) dispatch_rank_kernel(const MoeRouting r, c
   const unsigned below = (1u << lane) - 1u;
   for (std::int64_t g = p0; g < end; g += 32) {
     const std::int64_t p = g + lane;
-    const int e = p < end ? expert[p] : -1;
+    const int e = p < end ? held_expert(E, expert, keep, p) : -1;
     const unsigned same = __match_any_sync(0xffffffffu, e);
     const int base = e >= 0 ? next[e] : 0;
     __syncwarp();
     if (e >= 0) {
       row_of_pair[p] = base + __popc(same & below);
       if (lane == __ffs(same) - 1) next[e] = base + __popc(same);
+    } else if (p < end) {
+      row_of_pair[p] = -1;  // dropped
     }
     __syncwarp();
   }
+}
+
+// Capacity: the weight of each pair at its row of the first (by expert) dispatch.
+__global__ void weight_at_row_kernel(const std::int32_t* row_of_pair, const float* weight, std::int64_t pairs,
+                                     float* w_row) {
+  const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p < pairs) w_row[row_of_pair[p]] = weight[p];
+}
+
+// Capacity: pair p is kept when fewer than C pairs of its expert rank above it: a larger weight, or the same weight
+// at an earlier row (an earlier token: the rows are in token order within an expert). Dropped pairs are counted.
+__global__ void capacity_keep_kernel(const MoeRouting r, const std::int32_t* expert, const std::int32_t* row_of_pair,
+                                     const std::int32_t* start, const std::int32_t* count, const float* w_row,
+                                     std::int32_t* keep, unsigned long long* dropped) {
+  const std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= std::int64_t(r.tokens) * r.k) return;
+  const int e = expert[p], row = row_of_pair[p], s0 = start[e], s1 = start[e] + count[e];
+  const float w = w_row[row];
+  int above = 0;
+  for (int j = s0; j < s1 && above < r.capacity; ++j) {
+    const float v = w_row[j];
+    above += v > w || (v == w && j < row);
+  }
+  keep[p] = above < r.capacity;
+  if (above >= r.capacity) atomicAdd(dropped, 1ull);
+}
+
+__global__ void add_count_kernel(const unsigned long long* n, double* total) { *total += double(*n); }
+
+// Rows [start_h + count_h, start_{h+1}) of buf = 0: block (h, i) takes every gridDim.y-th row from i.
+__global__ void zero_padding_kernel(bf16* buf, const std::int32_t* start, const std::int32_t* count, int d) {
+  const int h = int(blockIdx.x);
+  const std::int64_t r1 = start[h + 1];
+  for (std::int64_t r = start[h] + count[h] + blockIdx.y; r < r1; r += gridDim.y)
+    for (int c = int(threadIdx.x) * kVec; c < d; c += int(blockDim.x) * kVec) detail::store8(buf + r * d + c, uint4{});
 }
 
 // One warp per pair: xp[row] = x[t].
@@ -199,6 +250,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     permute_kernel(bf16* xp, const bf16* x, const std::int32_t* row_of_pair, std::int64_t pairs, int k, int d) {
   const std::int64_t p = std::int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (p >= pairs) return;
+  if (row_of_pair[p] < 0) return;  // dropped
   const bf16* src = x + (p / k) * d;
   bf16* dst = xp + std::int64_t(row_of_pair[p]) * d;
   for (int c = int(threadIdx.x & 31) * kVec; c < d; c += 32 * kVec) detail::store8(dst + c, load8(src + c));
@@ -215,6 +267,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     if (accumulate) unpack8(detail::load8_rw(y + std::int64_t(t) * d + c), acc);
     for (int j = 0; j < k; ++j) {
       const std::int64_t p = std::int64_t(t) * k + j;
+      if (row_of_pair[p] < 0) continue;  // dropped
       const float w = weight ? weight[p] : 1.f;
       float v[8];
       unpack8(load8(o + std::int64_t(row_of_pair[p]) * d + c), v);
@@ -235,6 +288,10 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int lane = int(threadIdx.x & 31);
   const bf16* g = dy + (p / k) * d;
   const std::int64_t row = row_of_pair[p];
+  if (row < 0) {  // dropped: no gradient through its weight
+    if ((threadIdx.x & 31) == 0) dweight[p] = 0;
+    return;
+  }
   float dot = 0;
   for (int c = lane * kVec; c < d; c += 32 * kVec) {
     float a[8], b[8];
@@ -338,7 +395,7 @@ __global__ void __launch_bounds__(256) prob_sums_kernel(const MoeRouting r, cons
 }
 
 __global__ void __launch_bounds__(256) losses_kernel(const MoeRouting r, const std::int32_t* seq_counts,
-                                                     const float* psum, const float* lse, double* stats) {
+                                                     const float* psum, const float* lse, double* stats, float* load) {
   __shared__ float smem[3 * 32];
   const int E = r.experts, B = (r.tokens / r.seq);
   const float T = float(r.tokens), S = float(r.seq), K = float(r.k);
@@ -353,6 +410,7 @@ __global__ void __launch_bounds__(256) losses_kernel(const MoeRouting r, const s
     }
     v[0] += c * P;
     stats[3 + e] += double(c);
+    if (load) load[e] += c;
   }
   detail::block_sum(v, smem);
   if (threadIdx.x == 0) {
@@ -372,6 +430,9 @@ void check_moe_routing(const MoeRouting& r) {
   TB_REQUIRE(r.k >= 1 && r.k <= r.experts && r.k <= 32, str("moe: top_k=", r.k, " must be in [1, min(32, experts)]"));
   TB_REQUIRE(r.tokens >= 1 && r.seq >= 1 && r.tokens % r.seq == 0,
              str("moe: ", r.tokens, " tokens are not whole sequences of ", r.seq));
+  TB_REQUIRE(r.capacity >= 0 && (r.capacity > 0 || !r.pad), "moe: padding needs a capacity");
+  TB_REQUIRE(r.held >= 0 && r.experts % r.held_experts() == 0,
+             str("moe: the held experts (", r.held, ") must divide the ", r.experts, " experts"));
   TB_REQUIRE(r.rows() < (std::int64_t(1) << 31), "moe: too many token pairs for 32-bit row indices");
 }
 
@@ -383,18 +444,65 @@ void moe_route(const MoeRouting& r, const float* logits, MoeRouteOut out, cudaSt
   TB_CHECK_LAUNCH();
 }
 
+// Scratch ints: the chunk histograms (by the largest expert count the passes group by); with a capacity also the
+// first pass's starts and counts [E + 1 + E], keep [pairs], each row's weight [rows] and a 64-bit dropped counter.
 std::size_t moe_dispatch_scratch(const MoeRouting& r) {
-  return std::size_t(ceil_div(std::int64_t(r.tokens) * r.k, kChunk) * r.experts);
+  const std::int64_t pairs = std::int64_t(r.tokens) * r.k, hist = ceil_div(pairs, kChunk) * r.experts;
+  if (r.capacity == 0) return std::size_t(hist);
+  MoeRouting first = r;
+  first.held = 0, first.pad = false;
+  return std::size_t((hist + 2 * r.experts + 1 + pairs + first.rows() + 1) / 2 * 2 + 2);
 }
 
-void moe_dispatch(const MoeRouting& r, const std::int32_t* expert, MoeDispatchOut out, cudaStream_t stream) {
-  check_moe_routing(r);
+namespace {
+// One counting sort of the pairs (kept, when keep is given) by the held expert r groups by.
+void dispatch_pass(const MoeRouting& r, const std::int32_t* expert, const std::int32_t* keep, std::int32_t* row_of_pair,
+                   std::int32_t* start, std::int32_t* count, std::int32_t* hist, cudaStream_t stream) {
   const int chunks = int(ceil_div(std::int64_t(r.tokens) * r.k, kChunk));
-  chunk_hist_kernel<<<unsigned(chunks), 256, 0, stream>>>(r, expert, out.scratch);
+  chunk_hist_kernel<<<unsigned(chunks), 256, 0, stream>>>(r, expert, keep, hist);
   TB_CHECK_LAUNCH();
-  dispatch_scan_kernel<<<1, kMoeMaxExperts, 0, stream>>>(r, chunks, out.scratch, out.start, out.count);
+  dispatch_scan_kernel<<<1, kMoeMaxExperts, 0, stream>>>(r, chunks, hist, start, count);
   TB_CHECK_LAUNCH();
-  dispatch_rank_kernel<<<unsigned(chunks), 32, 0, stream>>>(r, expert, out.scratch, out.row_of_pair);
+  dispatch_rank_kernel<<<unsigned(chunks), 32, 0, stream>>>(r, expert, keep, hist, row_of_pair);
+  TB_CHECK_LAUNCH();
+}
+}  // namespace
+
+void moe_dispatch(const MoeRouting& r, const std::int32_t* expert, const float* weight, MoeDispatchOut out,
+                  cudaStream_t stream) {
+  check_moe_routing(r);
+  if (r.capacity == 0) {
+    dispatch_pass(r, expert, nullptr, out.row_of_pair, out.start, out.count, out.scratch, stream);
+    return;
+  }
+  // By expert first (no padding), each pair's rank in its expert, then the kept pairs by held expert.
+  MoeRouting first = r;
+  first.held = 0, first.pad = false, first.capacity = 0;
+  const std::int64_t pairs = std::int64_t(r.tokens) * r.k;
+  std::int32_t* start = out.scratch + ceil_div(pairs, kChunk) * r.experts;
+  std::int32_t* count = start + r.experts + 1;
+  std::int32_t* keep = count + r.experts;
+  auto* w_row = reinterpret_cast<float*>(keep + pairs);
+  const std::int64_t used = std::int64_t(reinterpret_cast<std::int32_t*>(w_row + first.rows()) - out.scratch);
+  auto* dropped = reinterpret_cast<unsigned long long*>(out.scratch + (used + 1) / 2 * 2);  // 8-byte aligned
+  TB_CHECK(cudaMemsetAsync(dropped, 0, sizeof(unsigned long long), stream));
+  dispatch_pass(first, expert, nullptr, out.row_of_pair, start, count, out.scratch, stream);
+  const unsigned blocks = unsigned(ceil_div(pairs, 256));
+  weight_at_row_kernel<<<blocks, 256, 0, stream>>>(out.row_of_pair, weight, pairs, w_row);
+  TB_CHECK_LAUNCH();
+  capacity_keep_kernel<<<blocks, 256, 0, stream>>>(r, expert, out.row_of_pair, start, count, w_row, keep, dropped);
+  TB_CHECK_LAUNCH();
+  if (out.dropped) {
+    add_count_kernel<<<1, 1, 0, stream>>>(dropped, out.dropped);
+    TB_CHECK_LAUNCH();
+  }
+  dispatch_pass(r, expert, keep, out.row_of_pair, out.start, out.count, out.scratch, stream);
+}
+
+void moe_zero_padding(bf16* buf, const std::int32_t* start, const std::int32_t* count, int held, int d,
+                      cudaStream_t stream) {
+  TB_REQUIRE(d > 0 && d % kVec == 0, str("moe_zero_padding: the width ", d, " must be a positive multiple of 8"));
+  zero_padding_kernel<<<dim3(unsigned(held), 16), 128, 0, stream>>>(buf, start, count, d);
   TB_CHECK_LAUNCH();
 }
 
@@ -452,11 +560,32 @@ void moe_router_backward(const MoeRouting& r, bf16* dlogits, const float* logits
 std::size_t moe_losses_scratch(const MoeRouting& r) { return std::size_t((r.tokens / r.seq) * r.experts); }
 
 void moe_losses(const MoeRouting& r, const std::int32_t* seq_counts, const float* probs, const float* lse,
-                double* stats, float* scratch, cudaStream_t stream) {
+                double* stats, float* scratch, cudaStream_t stream, float* load) {
   check_moe_routing(r);
   prob_sums_kernel<<<unsigned(r.experts), 256, 0, stream>>>(r, probs, scratch);
   TB_CHECK_LAUNCH();
-  losses_kernel<<<1, 256, 0, stream>>>(r, seq_counts, scratch, lse, stats);
+  losses_kernel<<<1, 256, 0, stream>>>(r, seq_counts, scratch, lse, stats, load);
+  TB_CHECK_LAUNCH();
+}
+
+namespace {
+__global__ void __launch_bounds__(kMoeMaxExperts) update_bias_kernel(float* bias, float* load, int E, float rate) {
+  __shared__ float smem[32];
+  const int e = int(threadIdx.x);
+  float v[1] = {e < E ? load[e] : 0.f};
+  detail::block_sum(v, smem);  // (the same sum in every thread)
+  const float mean = v[0] / float(E);
+  if (e < E) {
+    const float c = load[e];
+    bias[e] += rate * float((c < mean) - (c > mean));
+    load[e] = 0;
+  }
+}
+}  // namespace
+
+void moe_update_expert_bias(float* bias, float* load, int experts, float rate, cudaStream_t stream) {
+  TB_REQUIRE(experts >= 1 && experts <= kMoeMaxExperts, str("moe_update_expert_bias: ", experts, " experts"));
+  update_bias_kernel<<<1, kMoeMaxExperts, 0, stream>>>(bias, load, experts, rate);
   TB_CHECK_LAUNCH();
 }
 
