@@ -379,7 +379,8 @@ int cmd_train(int argc, char** argv) {
       "seq (integers), norm rmsnorm|layernorm|layernorm1p, act swiglu|gelu|sqrelu, pos rope|learned, tied "
       "true|false, rope_theta, rope_scaling on|off, norm_eps; MoE: experts top_k expert_ffn shared_ffn dense_first "
       "moe_every (integers), routing learned|balanced, router_score softmax|sigmoid, aux_loss seq_aux_loss "
-      "z_loss capacity_factor (--layers and --seq apply after)");
+      "z_loss capacity_factor; MLA: attention gqa|mla, q_lora_rank kv_lora_rank qk_nope_head_dim qk_rope_head_dim "
+      "v_head_dim (integers) (--layers and --seq apply after)");
   std::string convention = "full";
   app.add_option("--flops", convention, "FLOP convention: full | causal")->check(CLI::IsMember({"full", "causal"}))
       ->capture_default_str();
