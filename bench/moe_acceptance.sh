@@ -14,7 +14,7 @@
 #            the FP8 / BF16 ratios compare
 # trainbench runs with the peer's optimizer state: bf16 weights, moments and gradients (--master none --moments bf16
 # --grads bf16: AdamW on bf16 parameters, as the peer's fused AdamW); MASTER=split keeps fp32 master weights.
-#   tests:   the MoE, grouped GEMM, MLA and bf16-state AdamW GPU tests;  lab: carry/grouped_gemm_lab (bench/lab/README.md)
+#   tests:   the MoE, grouped GEMM, MLA and bf16-state AdamW GPU tests;  lab: carry/grouped_gemm_lab $LAB_ARGS (its README)
 # Logs and JSONL to $OUT. Usage: bench/moe_acceptance.sh [tests|mixtral|grok|dense|fp8|split|ga16|lab]...  (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +67,7 @@ for mode in $modes; do
       grep -E "FAILED|Failure" "$OUT"/*_gpu_test.log | head -30
       ;;
     lab)  # carry/grouped_gemm_lab: the grouped GEMM configurations against per-expert cuBLASLt and cuBLAS grouped
-      carry/grouped_gemm_lab >"$OUT/grouped_gemm_lab.log" 2>&1; echo "grouped_gemm_lab rc=$?"
+      carry/grouped_gemm_lab ${LAB_ARGS:-} >"$OUT/grouped_gemm_lab.log" 2>&1; echo "grouped_gemm_lab rc=$?"
       grep -vE "^ *$" "$OUT/grouped_gemm_lab.log" | tail -60
       ;;
     mixtral)
@@ -92,7 +92,9 @@ for mode in $modes; do
     ga16)
       STEPS_SAVED=$STEPS WARMUP_SAVED=$WARMUP
       STEPS=8 WARMUP=2
-      tb mixtral-ga16 --model mixtral-8x7b --layers 4 --seq 4096 --global-batch 16
+      for routing in $ROUTINGS; do
+        tb "mixtral-ga16-$routing" --model mixtral-8x7b --layers 4 --seq 4096 --global-batch 16 --set "routing=$routing"
+      done
       tb dense-ga16 --model mistral-7b --layers 4 --seq 4096 --global-batch 16 --set ffn=28672 --set rope_theta=1000000
       tb mixtral-fp8-ga16 --model mixtral-8x7b --layers 4 --seq 4096 --global-batch 16 --precision fp8 \
         --fp8-recipe delayed --fp8-lm-head
