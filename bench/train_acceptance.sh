@@ -359,7 +359,7 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
           log "run $r"; $TB run $r --out "$OUT/results/run-$r"; echo "exit $?"
         done
         log "compare"; $TB compare "$OUT"/results/run-*; echo "exit $?" ;;
-      moerecipes)  # the MoE proxies of references/measured/h200-moe (docs/PROJECTION.md, Mixture of Experts)
+      moerecipes)  # the MoE proxies of references/measured/h100-moe (docs/PROJECTION.md, Mixture of Experts)
         for r in grok1-314b llama4-maverick-400b mixtral-8x7b; do
           for p in bf16 fp8; do
             log "run $r $p"; $TB run $r --precision $p ${RUN_ARGS:-} --out "$OUT/results/run-$r-$p"; echo "exit $?"
