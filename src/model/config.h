@@ -7,12 +7,15 @@
 //   positions: rope (theta, optional Llama 3.1 frequency scaling) or learned absolute embeddings.
 //   moe (model/config.h MoeConfig): a Mixture-of-Experts MLP in some layers: a router picks top_k of `experts` MLPs
 //   of width expert_ffn per token (plus shared experts every token passes through); the other layers are dense.
+//   lora (model/lora.h): adapters on chosen linear layers, the base frozen (fine-tuning).
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+
+#include "model/lora.h"
 
 namespace tb::model {
 
@@ -93,13 +96,14 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   double norm_eps = 1e-5;
   MoeConfig moe;
+  LoraConfig lora;
 
   int q_dim() const { return heads * head_dim; }         // width of Q (and of the attention output)
   int kv_dim() const { return kv_heads * head_dim; }     // width of K and of V
   bool is_moe_layer(int layer) const;
   int expert_ffn() const { return moe.expert_ffn > 0 ? moe.expert_ffn : ffn; }
   int moe_layers() const;  // how many of the layers are MoE
-  void validate() const;   // TB_REQUIRE: positive sizes, kv_heads divides heads, top_k <= experts, ...
+  void validate() const;   // TB_REQUIRE: positive sizes, kv_heads divides heads, top_k <= experts, LoRA, ...
 };
 
 std::span<const ModelConfig> presets();

@@ -51,18 +51,24 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
   TB_REQUIRE(problem.empty(), "CUDA decoder: " + problem);
   TB_REQUIRE(!cfg_.moe.enabled() || !fp8_.enabled,
              "CUDA decoder: a Mixture-of-Experts model runs in BF16 only so far (Fp8Options::enabled off)");
-  for (const DenseLayout::Layer& L : layout_.layers) {
-    linears_.push_back({LinearCuda(layout_, L.qkv), LinearCuda(layout_, L.out)});
-    mlps_.push_back(make_mlp(cfg_, layout_, L));
-  }
+  for (const Slot& sl : layout_.slots)  // the trainable parameters: the layout's last ones, in the gradients' order
+    TB_REQUIRE(!sl.has_grad() || sl.offset == trainable_begin() + sl.grad_offset,
+               "CUDA decoder: the trainable parameters must be the layout's last, in the gradients' order; " + sl.name +
+                   " is not");
+  linears_ = make_linears(layout_, cfg_);
+  for (const DenseLayout::Layer& L : layout_.layers) mlps_.push_back(make_mlp(cfg_, layout_, L));
   dc_.activate();
-  buffer_elems_ = std::max(buffer_elems, layout_.total);
-  params_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * sizeof(bf16));
+  buffer_elems_ = std::max(buffer_elems, layout_.grad_total);
+  const std::size_t param_elems = trainable_begin() + buffer_elems_;  // (the tail: the partition's padding, zeroed)
+  params_ = ops::DeviceBuffer(dc_.device(), param_elems * sizeof(bf16));
   grads_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * grad_size());
   grads_ptr_ = grads_.get();
-  TB_CHECK(cudaMemsetAsync(params_.as<bf16>() + layout_.total, 0, (buffer_elems_ - layout_.total) * sizeof(bf16),
+  TB_CHECK(cudaMemsetAsync(params_.as<bf16>() + layout_.total, 0, (param_elems - layout_.total) * sizeof(bf16),
                            dc_.stream()));
   zero_grads();
+  own_step_ = ops::DeviceBuffer(dc_.device(), sizeof(std::int64_t));
+  const std::int64_t one = 1;
+  TB_CHECK(cudaMemcpy(own_step_.get(), &one, sizeof(one), cudaMemcpyHostToDevice));
   if (fp8_.enabled) {
     TB_REQUIRE(cfg_.d_model % 16 == 0 && cfg_.ffn % 16 == 0 && cfg_.q_dim() % 16 == 0,
                "CUDA decoder: FP8 GEMMs need d_model, ffn and heads x head_dim to be multiples of 16");
@@ -71,7 +77,10 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
     fp8_fwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 2 * linear_count(), h, dc_.stream());
     fp8_bwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), linear_count(), h, dc_.stream());
     // Linear i of the layers (layer_linears' order, layer by layer): its W and W^T back to back in the buffer, its
-    // input and weight slots 2i and 2i + 1 of the forward table, its output gradient slot i of the backward table.
+    // input and weight slots 2i and 2i + 1 of the forward table, its output gradient slot i of the backward table. A
+    // frozen weight's scale is slot i of a table of its own, which no delayed-scaling update touches: its FP8 copies
+    // are cast once (current scaling: its own amax) and must be read with that scale ever after.
+    fp8_frozen_ = std::make_unique<ops::Fp8Scales>(dc_.device(), linear_count(), 1, dc_.stream());
     std::size_t bytes = 0;
     int i = 0;
     for (int l = 0; l < layers(); ++l)
@@ -79,7 +88,8 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
         LinearCuda::Fp8State& f = lin->fp8;
         f.w = fp8_weights_.as<std::uint8_t>() + bytes;
         f.wt = f.w + pad256(lin->weight().size);
-        f.x = fp8_fwd_->meta(2 * i), f.w_scale = fp8_fwd_->meta(2 * i + 1), f.dy = fp8_bwd_->meta(i);
+        f.x = fp8_fwd_->meta(2 * i), f.dy = fp8_bwd_->meta(i);
+        f.w_scale = lin->trainable() ? fp8_fwd_->meta(2 * i + 1) : fp8_frozen_->meta(i);
         bytes += 2 * pad256(lin->weight().size);
         ++i;
       }
@@ -99,8 +109,19 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
 }
 
 LinearEnv CudaDecoder::env() const {
-  return {dc_,      fp8_,      tp_,     params_.as<bf16>(), grads_ptr_, grad_type_, overwrite_linear_grads_,
-          s_.xq,    s_.dyq,    s_.dyqt, s_.part,            s_.dyl,     on_op};
+  LinearEnv e{dc_,   fp8_,   tp_,     params_.as<bf16>(), grads_ptr_, grad_type_, overwrite_linear_grads_,
+              s_.xq, s_.dyq, s_.dyqt, s_.part,            s_.dyl,     on_op};
+  e.lora_xd = s_.lora_xd, e.lora_t = s_.lora_t, e.lora_dz = s_.lora_dz;
+  e.step = step_ ? step_ : own_step_.as<std::int64_t>();
+  e.rows = {running_first_sequence_, seq_, seq_ * cp_.size, cp_.size, cp_.rank, 0, 0};
+  return e;
+}
+
+std::vector<CudaDecoder::LayerLinears> CudaDecoder::make_linears(const DenseLayout& layout, const ModelConfig& cfg) {
+  std::vector<LayerLinears> out;
+  for (const DenseLayout::Layer& L : layout.layers)
+    out.push_back({LinearCuda(layout, L.qkv, L.qkv_lora, cfg.lora), LinearCuda(layout, L.out, L.out_lora, cfg.lora)});
+  return out;
 }
 
 // The scaling slot of each linear's input per activation set. Delayed scaling: one slot per linear for every set (its
@@ -127,19 +148,22 @@ std::vector<CudaDecoder::Fp8WeightCopy> CudaDecoder::fp8_weight_copies() const {
   if (!fp8_.enabled || !fp8_.delayed) return out;
   for (int l = 0; l < layers(); ++l)
     for (const LinearCuda* lin : layer_linears(l))
-      out.push_back({lin->weight().offset, lin->weight().size, lin->weight_cast(fp8_.margin)});
+      if (lin->trainable()) out.push_back({lin->weight().offset, lin->weight().size, lin->weight_cast(fp8_.margin)});
   return out;
 }
 
+// The trainable weights' FP8 copies every step (unless the optimizer writes them); the frozen ones' once, with their
+// own amax (current scaling in either recipe: their scale never changes after), and again only after load_params().
 void CudaDecoder::fp8_begin_step() {
   if (!fp8_.enabled) return;
   dc_.activate();
-  if (!fp8_weights_by_optimizer_ || fp8_weights_stale_) {
-    const LinearEnv e = env();
-    for (int l = 0; l < layers(); ++l)
-      for (const LinearCuda* lin : layer_linears(l)) lin->cast_weight(e);
-  }
-  fp8_weights_stale_ = false;
+  const LinearEnv e = env();
+  for (int l = 0; l < layers(); ++l)
+    for (const LinearCuda* lin : layer_linears(l)) {
+      if (lin->trainable() && (!fp8_weights_by_optimizer_ || fp8_weights_stale_)) lin->cast_weight(e, fp8_.delayed);
+      if (!lin->trainable() && fp8_frozen_stale_) lin->cast_weight(e, false);
+    }
+  fp8_weights_stale_ = fp8_frozen_stale_ = false;
   if (fp8_head()) {  // current scaling whatever the recipe
     const Slot& w = layout_.slots[std::size_t(layout_.lm_head)];
     ops::Fp8CastArgs a;
@@ -172,7 +196,7 @@ void CudaDecoder::load_params(std::span<const float> host_params) {
                                                       std::to_string(layout_.total));
   std::vector<std::uint16_t> bits(host_params.size());
   for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = float_to_bf16(host_params[i]);
-  fp8_weights_stale_ = true;
+  fp8_weights_stale_ = fp8_frozen_stale_ = true;
   dc_.activate();
   TB_CHECK(cudaMemcpyAsync(params_.get(), bits.data(), bits.size() * sizeof(std::uint16_t), cudaMemcpyHostToDevice,
                            dc_.stream()));
@@ -197,7 +221,7 @@ std::vector<float> CudaDecoder::params_to_host() {
 
 std::vector<float> CudaDecoder::grads_to_host() {
   TB_REQUIRE(grads_ptr_, "CUDA decoder: grads_to_host() of shared gradients before prepare()");
-  return to_host_floats(dc_, grads_ptr_, layout_.total, grad_type_);
+  return to_host_floats(dc_, grads_ptr_, layout_.grad_total, grad_type_);
 }
 
 void CudaDecoder::set_grad_type(DType t) {
@@ -222,8 +246,9 @@ float* CudaDecoder::grads_device() const {
 void CudaDecoder::zero_grads_for_overwrite() {
   dc_.activate();
   std::vector<bool> linear(layout_.slots.size(), false), lazy(layout_.slots.size(), false);
-  for (std::size_t i = 0; i < layout_.slots.size(); ++i)
-    if (layout_.slots[i].tags.role == ParamRole::linear) linear[i] = true;
+  for (std::size_t i = 0; i < layout_.slots.size(); ++i)  // (GEMMs write them: linears and LoRA's factors)
+    if (layout_.slots[i].tags.role == ParamRole::linear || layout_.slots[i].tags.role == ParamRole::adapter)
+      linear[i] = true;
   if (last_stage()) linear[std::size_t(layout_.lm_head)] = true;  // the first LM head call writes it (tied: first)
   for (int i : shared_grad_slots()) lazy[std::size_t(i)] = true;
   for (std::size_t i = 0; i < layout_.slots.size(); ++i)
@@ -232,9 +257,9 @@ void CudaDecoder::zero_grads_for_overwrite() {
 }
 
 void CudaDecoder::zero_grad_slot(int i) {
-  if (i < 0) return;
+  if (i < 0 || !layout_.slots[std::size_t(i)].has_grad()) return;
   const Slot& s = layout_.slots[std::size_t(i)];
-  TB_CHECK(cudaMemsetAsync(grad_at(s.offset), 0, s.size * grad_size(), dc_.stream()));
+  TB_CHECK(cudaMemsetAsync(grad_at(s.grad_offset), 0, s.size * grad_size(), dc_.stream()));
 }
 
 // A layer's norm weights and biases (-1: absent): the gradients its backward accumulates into.
@@ -320,15 +345,18 @@ TensorView<const bf16> CudaDecoder::P(int slot) const {
   return TensorView<const bf16>(detail::slot_view(params_.as<bf16>(), layout_, slot));
 }
 template <class T>
-TensorView<T> CudaDecoder::G(int slot) const {
+TensorView<T> CudaDecoder::G(int slot) const {  // (frozen: empty, no gradient wanted)
   TB_REQUIRE(dtype_of<T>() == grad_type_, "CUDA decoder: internal: gradient view of the wrong type");
-  return detail::slot_view(static_cast<T*>(grads_ptr_), layout_, slot);
+  if (slot < 0 || !layout_.slots[std::size_t(slot)].has_grad()) return {};
+  const Slot& s = layout_.slots[std::size_t(slot)];
+  T* p = static_cast<T*>(grads_ptr_) + s.grad_offset;
+  return s.shape.size() == 1 ? TensorView<T>(p, {s.shape[0]}) : TensorView<T>(p, {s.shape[0], s.shape[1]});
 }
 template TensorView<float> CudaDecoder::G<float>(int) const;
 template TensorView<bf16> CudaDecoder::G<bf16>(int) const;
 
 double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std::int32_t* host_targets, int batch,
-                                     int seq, double grad_scale) {
+                                     int seq, double grad_scale, std::int64_t step) {
   TB_REQUIRE(first_stage() && last_stage(),
              "CUDA decoder: forward_backward() runs the whole model; a pipeline stage runs forward() and backward()");
   prepare(batch, seq);
@@ -339,6 +367,8 @@ double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std:
   TB_CHECK(cudaMemcpyAsync(s_.tokens, host_tokens, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
   TB_CHECK(
       cudaMemcpyAsync(s_.targets, host_targets, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
+  if (!step_)  // (the copy completes before this call returns: it synchronizes)
+    TB_CHECK(cudaMemcpyAsync(own_step_.get(), &step, sizeof(step), cudaMemcpyHostToDevice, st));
   if (share_grads_) zero_grads_for_overwrite();  // the gradients are written, never accumulated
   fp8_begin_step();
   forward_backward_device(s_.tokens, s_.targets, batch, seq, grad_scale, s_.loss);
@@ -350,18 +380,29 @@ double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std:
 }
 
 std::size_t CudaDecoder::slot_end(int i) const {
-  return i < 0 ? 0 : layout_.slots[std::size_t(i)].offset + layout_.slots[std::size_t(i)].size;
+  if (i < 0 || !layout_.slots[std::size_t(i)].has_grad()) return 0;
+  return layout_.slots[std::size_t(i)].grad_offset + layout_.slots[std::size_t(i)].size;
+}
+
+// A layer's slots, LoRA's included.
+static std::vector<int> layer_slots(const DenseLayout::Layer& L) {
+  std::vector<int> out = {L.norm1_w, L.norm1_b, L.qkv, L.out, L.norm2_w, L.norm2_b, L.fc1, L.fc2};
+  for (const auto* adapters : {&L.qkv_lora, &L.out_lora, &L.fc1_lora, &L.fc2_lora})
+    for (const Adapter& a : *adapters) out.push_back(a.a), out.push_back(a.b);
+  return out;
 }
 
 std::size_t CudaDecoder::layer_end(int l) const {
-  const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
   std::size_t e = 0;
-  for (int i : {L.norm1_w, L.norm1_b, L.qkv, L.out, L.norm2_w, L.norm2_b, L.fc1, L.fc2}) e = std::max(e, slot_end(i));
+  for (int i : layer_slots(layout_.layers[std::size_t(l)])) e = std::max(e, slot_end(i));
   return e;
 }
 
 std::size_t CudaDecoder::layer_begin(int l) const {
-  return layout_.slots[std::size_t(layout_.layers[std::size_t(l)].norm1_w)].offset;
+  std::size_t b = layout_.grad_total;  // (no trainable parameter: nothing of it to report)
+  for (int i : layer_slots(layout_.layers[std::size_t(l)]))
+    if (i >= 0 && layout_.slots[std::size_t(i)].has_grad()) b = std::min(b, layout_.slots[std::size_t(i)].grad_offset);
+  return b;
 }
 
 void CudaDecoder::check_prepared(int slot, const char* what) const {
@@ -371,20 +412,21 @@ void CudaDecoder::check_prepared(int slot, const char* what) const {
 }
 
 void CudaDecoder::forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
-                                          double grad_scale, float* loss_out) {
+                                          double grad_scale, float* loss_out, std::int64_t first_sequence) {
   TB_REQUIRE(batch == batch_ && seq == seq_,
              "CUDA decoder: forward_backward_device(batch " + std::to_string(batch) + ", seq " + std::to_string(seq) +
                  ") without prepare() for those sizes");
   TB_REQUIRE(first_stage() && last_stage(),
              "CUDA decoder: forward_backward_device() runs the whole model; a pipeline stage runs forward() and "
              "backward()");
-  forward(0, tokens, targets, nullptr, nullptr, grad_scale, loss_out);
+  forward(0, tokens, targets, nullptr, nullptr, grad_scale, loss_out, first_sequence);
   backward(0, tokens, nullptr, nullptr);
 }
 
 void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::int32_t* targets, const bf16* in,
-                          bf16* out, double grad_scale, float* loss_out) {
+                          bf16* out, double grad_scale, float* loss_out, std::int64_t first_sequence) {
   check_prepared(slot, "forward()");
+  first_sequence_[std::size_t(slot)] = running_first_sequence_ = first_sequence;
   TB_REQUIRE(!share_grads_ || overwrite_linear_grads_,
              "CUDA decoder: with gradients sharing the activations' memory, every step writes them afresh: call "
              "zero_grads_for_overwrite() before each forward");
@@ -426,7 +468,7 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
   }
   const HeadActs& H = heads_[std::size_t(slot)];
   const ops::NormKind nk = detail::norm_kind(c.norm);
-  params_needed(layout_.total);
+  params_needed(layout_.grad_total);
   ops::add_norm_forward(nk, {s_.yf, {nl, d}}, {H.rf, {nl, d}}, {H.meanf, {nl}}, {H.rstdf, {nl}}, {x, {nl, d}},
                         resid ? TensorView<const bf16>(resid, {nl, d}) : TensorView<const bf16>(),
                         P(layout_.final_norm_w), P(layout_.final_norm_b), float(c.norm_eps), st);
@@ -462,6 +504,7 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
 
 void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* dout, bf16* din) {
   check_prepared(slot, "backward()");
+  running_first_sequence_ = first_sequence_[std::size_t(slot)];
   TB_REQUIRE(last_stage() == (dout == nullptr) && first_stage() == (din == nullptr),
              "CUDA decoder: backward() takes an output gradient exactly when it is not the last stage, and writes an "
              "input gradient exactly when it is not the first");
@@ -485,7 +528,7 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
     });
     mark("norm bwd");
     dnext_amax = amax != nullptr;
-    grads_ready(layout_.slots[std::size_t(layout_.final_norm_w)].offset);
+    if (const Slot& fn = layout_.slots[std::size_t(layout_.final_norm_w)]; fn.has_grad()) grads_ready(fn.grad_offset);
   } else {  // dh of this stage's output h: the gradient of the sum entering the next norm, as dnext
     TB_CHECK(cudaMemcpyAsync(own(s_.dnext, nl), dout, boundary_bytes, cudaMemcpyDeviceToDevice, st));
     mark("stage output gradient");
@@ -496,7 +539,7 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
     dnext_amax = layer_backward(l, slot, acts(slot, l), batch, seq, dnext_amax);
     grads_ready(layer_begin(l));
   }
-  if (first_stage()) {
+  if (first_stage() && layout_.slots[std::size_t(layout_.embed)].has_grad()) {
     const std::int32_t* my_tokens = tokens_in + std::size_t(tp_.rank) * std::size_t(nl);
     EmbeddingRows rows{own(s_.dnext, nl), my_tokens, nl, s_.embed_ws, s_.embed_ws_bytes};
     std::int64_t first_row = tp_.rank * nl;  // the rows' place: in the local rows (this cp rank's), or gathered (tp,
@@ -512,7 +555,7 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
                                            {rows.dnext + std::size_t(p.row * d), {p.rows, d}}, c.seq, st, p.position);
     });
     mark("embedding bwd");
-  } else {  // the first layer's r1 was the input h: its gradient is dnext
+  } else if (!first_stage()) {  // the first layer's r1 was the input h: its gradient is dnext (a frozen embedding: none)
     TB_CHECK(cudaMemcpyAsync(din, own(s_.dnext, nl), boundary_bytes, cudaMemcpyDeviceToDevice, st));
     mark("stage input gradient");
   }

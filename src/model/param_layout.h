@@ -18,6 +18,11 @@
 //   final_norm.weight             [d_model]   (+ .bias)
 //   lm_head.weight                [vocab, d_model]                     (absent when tied_embeddings: embed.weight)
 //   embed.weight (copy)           [vocab, d_model]                     (tied, a last stage without the embedding)
+//   LoRA (model/lora.h), after every other slot of the layout, per layer in order, per targeted linear (qkv, out,
+//   fc1, fc2) and block in row order, A then B:
+//   layers.<i>.<linear>.lora_a[.<block>]  [r, in]        <linear>: attn.qkv, attn.out, mlp.fc1, mlp.fc2
+//   layers.<i>.<linear>.lora_b[.<block>]  [rows, r]      <block>: q, k, v (of qkv), gate, up (of fc1); none: the whole
+//   so the trainable parameters are one run at the end of the flat buffer, in the gradient buffer's order.
 // Linear layers have no bias (Llama, Nemotron, Mistral have none; GPT-3's linear biases are left out).
 // Init (model/params.h): matrices and embeddings std 0.02, the output projections (attn.out, mlp.fc2)
 // 0.02 / sqrt(2 layers); norm weights 1 (0 for layernorm1p, which stores w - 1); biases 0. Tags: norms replicated and
@@ -25,6 +30,10 @@
 // positions and LM head replicated (both backends' tensor parallel: whole on every rank, run on its token rows). The
 // router, experts and shared experts are replicated over tp (expert tensor parallel 1, run on the rank's token rows);
 // the routed experts are tagged ParamGroup::expert (their gradients reduce over the expert data-parallel group).
+// With LoRA every slot but the adapters' is frozen (trainable = false); A is U(-1/sqrt(in), 1/sqrt(in)), B zero, both
+// decayed, tagged ParamRole::adapter with their linear's tensor-parallel split: column parallel (qkv, fc1) A
+// replicated and B column parallel by the block's rows (a whole fused linear: its row blocks); row parallel (out, fc2)
+// A row parallel, B replicated.
 // Pipeline stages: dense_layout(c, LayerRange{first, last}) is the part of the layout one stage holds, layers
 // [first, last) of the model c: the same slot names (global layer indices, so a stage draws the full model's
 // values), packed from offset 0 in the same order; embed.weight (and pos_embed) only when first == 0,
@@ -48,12 +57,21 @@
 
 namespace tb::model {
 
+// A LoRA adapter on output rows [row0, row0 + rows) of its linear's weight (this layout's rows: a tp shard's), its
+// factors' slots.
+struct Adapter {
+  int a = -1, b = -1;
+  std::int64_t row0 = 0, rows = 0;
+};
+
 struct DenseLayout : ParamRegistry {
   struct Layer {
     int norm1_w = -1, norm1_b = -1, qkv = -1, out = -1, norm2_w = -1, norm2_b = -1, fc1 = -1, fc2 = -1;
     int router = -1, shared_fc1 = -1, shared_fc2 = -1;  // a MoE layer (fc1, fc2 -1)
     std::vector<int> expert_fc1, expert_fc2;            // per routed expert held (expert first_expert + i)
+    std::vector<Adapter> qkv_lora, out_lora, fc1_lora, fc2_lora;  // LoRA: the linear's adapters, in row order
     bool moe() const { return router >= 0; }
+    const std::vector<Adapter>& lora(int linear_slot) const;  // the adapters of qkv, out, fc1 or fc2 (by its slot)
   };
   // Indices into slots; -1 when absent (no bias, no learned positions). lm_head == embed when tied.
   int embed = -1, pos_embed = -1, final_norm_w = -1, final_norm_b = -1, lm_head = -1;
@@ -80,6 +98,10 @@ struct ExpertRange {
 };
 
 DenseLayout dense_layout(const ModelConfig& c, LayerRange range = {}, ExpertRange experts = {});
+
+// Parameters with a gradient (trainable) and without (frozen) in the whole model c.
+std::int64_t trainable_param_count(const ModelConfig& c);
+std::int64_t frozen_param_count(const ModelConfig& c);
 
 // What the CUDA backend cannot run of model c laid out as l ("" when it can): every slot at a multiple of 128 elements
 // (256 bytes of bf16, which the GEMM, norm and cross-entropy kernels assume), head_dim a multiple of 8 (cuDNN's SDPA)

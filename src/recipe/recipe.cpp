@@ -284,10 +284,21 @@ Recipe load_recipe(const std::filesystem::path& file) {
                                                         where_key(path, root, "default"), join(r.needs)));
 
   read_model(path, root, r);
-  if (const auto* lora = root.get_as<toml::table>("lora")) {
-    reject_unknown_keys(path, *lora, "[lora]", {"rank", "alpha"});
-    r.lora_rank = positive(path, *lora, "rank", 0);
-    r.lora_alpha = get_number(path, *lora, "alpha").value_or(0);
+  if (const auto* lora = root.get_as<toml::table>("lora")) {  // the keys of train's --lora-* flags
+    reject_unknown_keys(path, *lora, "[lora]", {"rank", "alpha", "dropout", "targets"});
+    r.lora.rank = positive(path, *lora, "rank", 0);
+    TB_REQUIRE(r.lora.rank > 0, fmt::format("{}: [lora] needs rank = <a positive integer>", where(path, *lora)));
+    r.lora.alpha = get_number(path, *lora, "alpha").value_or(0);
+    r.lora.dropout = get_number(path, *lora, "dropout").value_or(0);
+    TB_REQUIRE(r.lora.alpha >= 0 && r.lora.dropout >= 0 && r.lora.dropout < 1,
+               fmt::format("{}: [lora] alpha must be >= 0 (0: 2 x rank) and dropout in [0, 1)", where(path, *lora)));
+    if (const auto targets = get_string(path, *lora, "targets")) {
+      try {
+        r.lora.targets = model::parse_lora_targets(*targets);
+      } catch (const Error& e) {
+        raise_config(fmt::format("{}: {}", where_key(path, *lora, "targets"), e.what()));
+      }
+    }
   }
   read_layouts(path, root, r);
 

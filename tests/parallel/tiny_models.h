@@ -3,6 +3,8 @@
 //   gpt:   layernorm, gelu, learned positions, tied embeddings, MHA 4/4
 //   moe:   llama with a Mixture-of-Experts MLP after one dense layer: 4 experts of width 8, top 2, a shared expert
 //          of width 8, aux, sequence aux and z losses on (dropless: capacity would depend on the rank's rows)
+//   lora:     llama fine-tuned with LoRA: canonical adapters (q, k, v, o, gate, up, down) of rank 2, dropout 0.25
+//   lora-gpt: gpt with fused ones (the whole qkv and fc1), rank 2, dropout 0.25 (the tied embedding frozen)
 // d_model 16, head_dim 4, ffn 24, vocab 36, seq 16: every size divides by 4 (tp, cp up to 4 ranks).
 #pragma once
 
@@ -16,6 +18,13 @@
 namespace tb::parallel::testing {
 
 inline model::ModelConfig tiny(const std::string& family, int layers) {
+  if (family == "lora" || family == "lora-gpt") {
+    model::ModelConfig c = tiny(family == "lora" ? "llama" : "gpt", layers);
+    c.name = "test-" + family;
+    c.lora = {.rank = 2, .alpha = 3, .dropout = 0.25,
+              .targets = family == "lora" ? model::kLoraCanonical : model::kLoraFused, .seed = 9};
+    return c;
+  }
   model::ModelConfig c = model::preset("tiny");
   c.name = "test-" + family;
   c.layers = layers, c.d_model = 16, c.head_dim = 4, c.ffn = 24, c.vocab = 36, c.seq = 16;

@@ -98,7 +98,7 @@ TEST(Recipes, ModelOverridesAndMoe) {
   const auto& l8 = recipe("llama3.1-8b");
   EXPECT_FALSE(l8.shape_overridden);
   EXPECT_EQ(l8.model.name, "llama3.1-8b");
-  EXPECT_EQ(recipe("hf-llama2-70b-lora").lora_rank, 8);
+  EXPECT_EQ(recipe("hf-llama2-70b-lora").lora.rank, 8);
 }
 
 TEST(Layouts, ExactByReleaseAndPrecision) {
