@@ -384,26 +384,13 @@ std::size_t CudaDecoder::slot_end(int i) const {
   return layout_.slots[std::size_t(i)].grad_offset + layout_.slots[std::size_t(i)].size;
 }
 
-// A layer's slots, LoRA's included.
-static std::vector<int> layer_slots(const DenseLayout::Layer& L) {
-  std::vector<int> out = {L.norm1_w, L.norm1_b, L.qkv, L.out, L.norm2_w, L.norm2_b, L.fc1, L.fc2};
-  for (const auto* adapters : {&L.qkv_lora, &L.out_lora, &L.fc1_lora, &L.fc2_lora})
-    for (const Adapter& a : *adapters) out.push_back(a.a), out.push_back(a.b);
-  return out;
-}
-
 std::size_t CudaDecoder::layer_end(int l) const {
   std::size_t e = 0;
-  for (int i : layer_slots(layout_.layers[std::size_t(l)])) e = std::max(e, slot_end(i));
+  for (int i : layout_.layers[std::size_t(l)].all_slots()) e = std::max(e, slot_end(i));
   return e;
 }
 
-std::size_t CudaDecoder::layer_begin(int l) const {
-  std::size_t b = layout_.grad_total;  // (no trainable parameter: nothing of it to report)
-  for (int i : layer_slots(layout_.layers[std::size_t(l)]))
-    if (i >= 0 && layout_.slots[std::size_t(i)].has_grad()) b = std::min(b, layout_.slots[std::size_t(i)].grad_offset);
-  return b;
-}
+std::size_t CudaDecoder::layer_begin(int l) const { return layout_.layers[std::size_t(l)].grad_begin(layout_); }
 
 void CudaDecoder::check_prepared(int slot, const char* what) const {
   TB_REQUIRE(batch_ > 0, std::string("CUDA decoder: ") + what + " without prepare()");

@@ -181,8 +181,9 @@ class CudaDecoder {
   using Recompute = model::Recompute;
 
   // deterministic: cuDNN's deterministic attention backward (bitwise repeatable runs; slower).
-  // buffer_elems: parameter and gradient buffers of this many elements (>= the layout's total; the tail, zeroed,
-  // is padding for a data-parallel partition, parallel/zero.h); 0: the layout's total.
+  // buffer_elems: a gradient buffer of this many elements (>= the layout's grad_total; the tail, zeroed, is padding
+  // for a data-parallel partition, parallel/zero.h), and a parameter buffer as much longer as the frozen parameters
+  // are; 0: the layout's sizes.
   // stage: the layers this decoder holds (a pipeline stage; default: the whole model); cfg is the whole model's.
   CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompute recompute = Recompute::none,
               bool deterministic = false, Fp8Options fp8 = {}, std::size_t buffer_elems = 0, LayerRange stage = {});
@@ -396,7 +397,7 @@ class CudaDecoder {
   }
   const LayerActs& acts(int slot, int l) const { return acts_[act_index(slot, l)]; }
   // Offsets in the gradient buffer (the trainable parameters) for the data-parallel hooks: where a slot's gradient
-  // ends (0: frozen), where layer l's trainable parameters end, and where they start (-1 as npos: none).
+  // ends (0: frozen), where layer l's trainable parameters end, and where they start (grad_total: none).
   std::size_t slot_end(int slot) const;
   std::size_t layer_end(int l) const;
   std::size_t layer_begin(int l) const;

@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "model/lora.h"
+#include "model/param_layout.h"
 #include "model/params.h"
 
 namespace tb::model {
 
-struct Adapter;
 struct LinearEnv;
 struct LinearSaved;
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -104,6 +105,22 @@ const std::vector<Adapter>& DenseLayout::Layer::lora(int slot) const {
   if (slot == fc1) return fc1_lora;
   if (slot == fc2) return fc2_lora;
   return none;
+}
+
+std::vector<int> DenseLayout::Layer::all_slots() const {
+  std::vector<int> all = {norm1_w, norm1_b, qkv, out, norm2_w, norm2_b, fc1, fc2, router, shared_fc1, shared_fc2};
+  all.insert(all.end(), expert_fc1.begin(), expert_fc1.end());
+  all.insert(all.end(), expert_fc2.begin(), expert_fc2.end());
+  for (const auto* adapters : {&qkv_lora, &out_lora, &fc1_lora, &fc2_lora})
+    for (const Adapter& a : *adapters) all.push_back(a.a), all.push_back(a.b);
+  return all;
+}
+
+std::size_t DenseLayout::Layer::grad_begin(const DenseLayout& L) const {
+  std::size_t b = L.grad_total;
+  for (int i : all_slots())
+    if (i >= 0 && L.slots[std::size_t(i)].has_grad()) b = std::min(b, L.slots[std::size_t(i)].grad_offset);
+  return b;
 }
 
 LayerRange pipeline_stage_layers(int layers, int stages, int stage) {

@@ -72,6 +72,9 @@ struct DenseLayout : ParamRegistry {
     std::vector<Adapter> qkv_lora, out_lora, fc1_lora, fc2_lora;  // LoRA: the linear's adapters, in row order
     bool moe() const { return router >= 0; }
     const std::vector<Adapter>& lora(int linear_slot) const;  // the adapters of qkv, out, fc1 or fc2 (by its slot)
+    std::vector<int> all_slots() const;  // every slot of the layer, LoRA's included (-1: absent)
+    // Where the layer's trainable parameters' gradients start in L's gradient buffer (L.grad_total: none).
+    std::size_t grad_begin(const DenseLayout& L) const;
   };
   // Indices into slots; -1 when absent (no bias, no learned positions). lm_head == embed when tied.
   int embed = -1, pos_embed = -1, final_norm_w = -1, final_norm_b = -1, lm_head = -1;

@@ -4,7 +4,7 @@
 //     merged into its weights (W[block] += s B A), and its adapters' gradients are dB = s dW[block] A^T and
 //     dA = s B^T dW[block] of that merged model's weight gradient; the frozen base has no gradient at all;
 //   - finite differences of the whole model in its adapters, for each target set (fused, canonical, mlperf, an
-//     explicit list, a GELU model's up), dropout off;
+//     explicit list, a GELU model's up), dropout off; and with dropout on (a step's masks are fixed);
 //   - dropout: deterministic for a seed and step (bitwise), another step or seed draws other masks, two half batches
 //     (their first sequences 0 and 2) accumulate to the whole batch's gradient (the mask keyed by the token's place in
 //     the step's batch);
@@ -124,8 +124,8 @@ TEST_P(Targets, EqualsTheBaseModelWithMergedAdapters) {
   EXPECT_GT(adapters, 0);
 }
 
-TEST_P(Targets, AdapterGradientsMatchFiniteDifferences) {
-  const ModelConfig c = tiny(GetParam().family, GetParam().targets);
+// Finite differences of the loss in m's adapters (up to 16 elements of each) against its gradient.
+void check_adapters_by_finite_differences(const ModelConfig& c) {
   CpuDecoder<double> m(c, 7);
   move_off_init(m.params(), 8);
   const int batch = 2, seq = 7;
@@ -155,6 +155,16 @@ TEST_P(Targets, AdapterGradientsMatchFiniteDifferences) {
     }
   }
   EXPECT_GE(checked, 120);
+}
+
+TEST_P(Targets, AdapterGradientsMatchFiniteDifferences) {
+  check_adapters_by_finite_differences(tiny(GetParam().family, GetParam().targets));
+}
+
+// The masks are fixed for a step (a function of seed, step and position, not of the parameters): the loss stays
+// differentiable, and the differences check the dropout's backward too.
+TEST(LoraDropout, AdapterGradientsMatchFiniteDifferencesWithDropoutOn) {
+  check_adapters_by_finite_differences(tiny("llama", kLoraCanonical, 0.3));
 }
 
 INSTANTIATE_TEST_SUITE_P(Sets, Targets,
