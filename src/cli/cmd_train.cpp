@@ -229,7 +229,8 @@ void add_spec_options(CLI::App& app, train::TrainSpec& spec) {
       "LoRA fine-tuning: adapters of rank R on the --lora-targets linears, every other parameter frozen (no "
       "gradient, master weights or moments; its weight-gradient GEMMs skipped)");
   app.add_option_function<double>(
-      "--lora-alpha", [&lo](double a) { lo.alpha = a; }, "LoRA: the adapters' scale is alpha / rank (default 2 x rank)");
+      "--lora-alpha", [&lo](double a) { lo.alpha = a; },
+      "LoRA: the adapters' scale is alpha / rank (default 2 x rank)");
   app.add_option_function<double>(
       "--lora-dropout", [&lo](double p) { lo.dropout = p; },
       "LoRA: dropout on each adapter's input, seeded per step (default 0)");

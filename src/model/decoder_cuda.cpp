@@ -542,7 +542,7 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
                                            {rows.dnext + std::size_t(p.row * d), {p.rows, d}}, c.seq, st, p.position);
     });
     mark("embedding bwd");
-  } else if (!first_stage()) {  // the first layer's r1 was the input h: its gradient is dnext (a frozen embedding: none)
+  } else if (!first_stage()) {  // the first layer's r1 was the input h: its gradient is dnext (frozen embedding: none)
     TB_CHECK(cudaMemcpyAsync(din, own(s_.dnext, nl), boundary_bytes, cudaMemcpyDeviceToDevice, st));
     mark("stage input gradient");
   }

@@ -107,8 +107,8 @@ class LinearCuda {
   // trainable weight in FP8). fp8_fusable: the producers of its input and of its output gradient may write their FP8
   // casts alone, without the BF16 tensor (the pre-norm's, the MLP activation's fused casts): no LoRA, which reads
   // both in BF16. (A frozen weight keeps no X^T: the fused casts write theirs to scratch.)
-  bool reads_bf16_input(bool fp8) const { return !lora_.empty() || (trainable() && !fp8); }
-  bool keeps_fp8_input(bool fp8) const { return fp8 && trainable(); }
+  bool reads_bf16_input(bool fp8_on) const { return !lora_.empty() || (trainable() && !fp8_on); }
+  bool keeps_fp8_input(bool fp8_on) const { return fp8_on && trainable(); }
   bool fp8_fusable() const { return lora_.empty(); }
   Fp8State fp8;
 

@@ -32,8 +32,8 @@ LoraCuda::LoraCuda(const ParamRegistry& registry, const Slot& w, const std::vect
       row_parallel_(w.tags.tp == TpRole::row) {
   for (const Adapter& ad : adapters) {
     const Slot &a = registry.slots.at(std::size_t(ad.a)), &b = registry.slots.at(std::size_t(ad.b));
-    TB_REQUIRE(a.shape == std::vector<std::int64_t>({rank_, in_}) && b.shape == std::vector<std::int64_t>({ad.rows, rank_}) &&
-                   ad.row0 + ad.rows <= out_ && a.has_grad() && b.has_grad(),
+    const std::vector<std::int64_t> a_shape = {rank_, in_}, b_shape = {ad.rows, rank_};
+    TB_REQUIRE(a.shape == a_shape && b.shape == b_shape && ad.row0 + ad.rows <= out_ && a.has_grad() && b.has_grad(),
                "CUDA decoder: internal: the adapter " + a.name + " does not fit its linear " + w.name);
     adapters_.push_back({&a, &b, ad.row0, ad.rows, slot_seed(cfg.seed, a.name)});
   }

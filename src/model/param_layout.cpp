@@ -222,6 +222,10 @@ std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l) {
     return fmt::format("LoRA rank {} on CUDA must be a multiple of 8 (the adapters' [tokens, r] products have 16-byte "
                        "rows)",
                        c.lora.rank);
+  if (c.lora.enabled() && c.ffn % 8 != 0)
+    return fmt::format("LoRA on CUDA needs ffn a multiple of 8 (an adapter's block of fc1 starts 16-byte aligned), "
+                       "got {}",
+                       c.ffn);
   constexpr std::size_t kAlign = 128;  // elements: 256 bytes of bf16
   for (const Slot& s : l.slots)
     if (s.offset % kAlign != 0)

@@ -108,7 +108,8 @@ std::int64_t frozen_param_count(const ModelConfig& c);
 
 // What the CUDA backend cannot run of model c laid out as l ("" when it can): every slot at a multiple of 128 elements
 // (256 bytes of bf16, which the GEMM, norm and cross-entropy kernels assume), head_dim a multiple of 8 (cuDNN's SDPA)
-// and, with RoPE, of 16. The CUDA decoder checks its layout; train::validate the whole model's before any GPU work.
+// and, with RoPE, of 16; with LoRA a rank and ffn that are multiples of 8. The CUDA decoder checks its layout;
+// train::validate the whole model's before any GPU work.
 std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l);
 
 }  // namespace tb::model

@@ -24,7 +24,8 @@ struct EpPlan {
 template <class T>
 struct ShardedCpuDecoder<T>::LayerActs {  // saved for the backward; y1g, y2g: the gathered norm outputs (SP)
   std::vector<T> r1, mean1, rstd1, y1, y1g, qkv, kv, o, lse, r2, mean2, rstd2, y2, y2g, h, g;
-  // LoRA: per adapter of the layer (qkv's, out's, fc1's, fc2's in order) its dropped input (dropout only) and z = xd A^T
+  // LoRA: per adapter of the layer (qkv's, out's, fc1's, fc2's in order) its dropped input (dropout only) and
+  // z = xd A^T
   struct Lora {
     std::vector<T> xd, z;
   };

@@ -15,8 +15,8 @@
 //     gradient, moments or reduction, and its parameters never change). Its elements split by the slots' tags into
 //     the dense parameters, reduced over dp x cp = mesh.dp_cp(), and (expert parallel, ep > 1) the routed experts
 //     this rank holds, reduced over the expert data-parallel group mesh.edp() (the ranks holding the same experts;
-//     Megatron-Core's expert distributed optimizer); with ep 1 the experts are dense parameters. Per group: its elements
-//     packed in flat order, padded to a multiple of D; shard q = [q·n/D, (q+1)·n/D)
+//     Megatron-Core's expert distributed optimizer); with ep 1 the experts are dense parameters. Per group: its
+//     elements packed in flat order, padded to a multiple of D; shard q = [q·n/D, (q+1)·n/D)
 //   tied embeddings over stages (first != last stage): the last stage's copy of the embedding shard and the
 //     first stage's are summed between pp ranks 0 and pp-1 (Megatron's embedding group) before anything else
 //   g_q    = reduce-scatter over the group of its gradients

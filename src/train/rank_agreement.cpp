@@ -79,6 +79,7 @@ std::vector<std::pair<std::string, std::string>> spec_fields(const TrainSpec& s)
           {"lora_alpha", num(s.lora.alpha.value_or(0))},
           {"lora_dropout", num(s.lora.dropout.value_or(0))},
           {"lora_targets", s.lora.targets ? model::lora_targets_name(*s.lora.targets) : ""},
+          {"lora_freeze_base", num(s.lora.freeze_base)},
           {"convention", std::string(model::convention_name(s.run.convention))},
           {"dp", num(s.parallel.dp)},
           {"tp", num(s.parallel.tp)},

@@ -1,7 +1,7 @@
 // train/spec.h: what a training run is asked to do, typed once. The command line (cli/cmd_train.cpp) and the recipe
 // runner turn names into these enums through the choice tables below (parse_choice); everything after them reads
-// enums, never strings. TrainSpec comes in sections: model, lora, batch, run, optimizer, parallel, memory, precision and
-// debug (the diagnostic switches: an injected straggler and the FP8 experiments of docs/TRAINING.md).
+// enums, never strings. TrainSpec comes in sections: model, lora, batch, run, optimizer, parallel, memory, precision
+// and debug (the diagnostic switches: an injected straggler and the FP8 experiments of docs/TRAINING.md).
 //   tokens per step = batch.global x seq;  micro-batches per rank and step = batch.global / (batch.micro x dp)
 #pragma once
 

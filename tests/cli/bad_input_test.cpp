@@ -148,7 +148,8 @@ TEST(BadInput, IntegersOutOfRangeInTheUsersTerms) {
 // LoRA's options: a rank <= 0 or above min(in, out) of a target, an unknown target (the nearest named), its flags
 // without a rank, --freeze-base alone: one message each, exit 2, before any step.
 TEST(BadInput, LoraOptions) {
-  const std::vector<std::string> train = {"train", "--model", "tiny", "--device", "cpu", "--steps", "2"};
+  const std::vector<std::string> train = {"train",   "--model", "tiny",           "--device",
+                                          "cpu",     "--steps", "2",              "--warmup-steps", "1"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = train;
     a.insert(a.end(), extra.begin(), extra.end());

@@ -58,15 +58,15 @@ double rel_l2(const std::vector<double>& ref, const std::vector<double>& got) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-struct Setup {
+struct Case {
   CpuDecoder<double> cpu;
   std::vector<float> host;
   std::vector<std::int32_t> tokens, targets;
 };
 
 // The CPU decoder with parameters moved off their init and rounded to bf16, and a random batch.
-Setup setup(const ModelConfig& cfg) {
-  Setup s{CpuDecoder<double>(cfg, 1234), {}, {}, {}};
+Case setup(const ModelConfig& cfg) {
+  Case s{CpuDecoder<double>(cfg, 1234), {}, {}, {}};
   std::mt19937_64 rng(99);
   std::normal_distribution<double> nd(0.0, 1.0);
   for (const Slot& sl : s.cpu.layout()) {
@@ -81,7 +81,7 @@ Setup setup(const ModelConfig& cfg) {
 
 constexpr std::int64_t kStep = 3;
 
-std::vector<float> gpu_grads(const ModelConfig& cfg, const Setup& s, Fp8Options fp8, Recompute rc, double* loss) {
+std::vector<float> gpu_grads(const ModelConfig& cfg, const Case& s, Fp8Options fp8, Recompute rc, double* loss) {
   tb::ops::DeviceContext dc(0);
   CudaDecoder gpu(dc, cfg, rc, /*deterministic=*/true, fp8);  // (bit-for-bit comparisons between modes)
   gpu.load_params(s.host);
@@ -92,13 +92,14 @@ std::vector<float> gpu_grads(const ModelConfig& cfg, const Setup& s, Fp8Options 
 }
 
 void compare_with_cpu(const ModelConfig& cfg, Fp8Options fp8 = {}) {
-  Setup s = setup(cfg);
+  Case s = setup(cfg);
   s.cpu.zero_grads();
   const double loss_cpu = s.cpu.forward_backward(s.tokens, s.targets, kBatch, kSeq, 1.0, kStep);
   double loss_gpu = 0;
   const std::vector<float> g = gpu_grads(cfg, s, fp8, Recompute::none, &loss_gpu);
   const std::string what = cfg.name + " " + lora_targets_name(cfg.lora.targets) + " dropout " +
-                           std::to_string(cfg.lora.dropout) + (fp8.enabled ? fp8.delayed ? " fp8 delayed" : " fp8" : "");
+                           std::to_string(cfg.lora.dropout) +
+                           (fp8.enabled ? fp8.delayed ? " fp8 delayed" : " fp8" : "");
   std::printf("%s: loss cpu %.6f gpu %.6f\n", what.c_str(), loss_cpu, loss_gpu);
   EXPECT_NEAR(loss_gpu, loss_cpu, (fp8.enabled ? 3e-2 : 1e-2) * loss_cpu) << what;
   const DenseLayout& L = s.cpu.dense_layout();
@@ -142,7 +143,7 @@ TEST(DecoderCudaLora, RecomputeModesGiveTheSameGradients) {
   SKIP_WITHOUT_GPU();
   for (bool fp8_on : {false, true}) {
     const ModelConfig cfg = config("llama", kLoraCanonical, 0.1);
-    const Setup s = setup(cfg);
+    const Case s = setup(cfg);
     Fp8Options fp8;
     fp8.enabled = fp8_on;
     double l0 = 0, l1 = 0, l2 = 0;
@@ -157,7 +158,7 @@ TEST(DecoderCudaLora, RecomputeModesGiveTheSameGradients) {
 TEST(DecoderCudaLora, GradientsAccumulateAndTheArenaIsSmallerThanFullTraining) {
   SKIP_WITHOUT_GPU();
   const ModelConfig cfg = config("llama", kLoraMlperf, 0.0);
-  const Setup s = setup(cfg);
+  const Case s = setup(cfg);
   tb::ops::DeviceContext dc(0);
   CudaDecoder gpu(dc, cfg);
   gpu.load_params(s.host);

@@ -71,7 +71,8 @@ std::vector<double> download_f32(const void* p, std::size_t n) {
 
 double rel_l2(const std::vector<double>& want, const std::vector<double>& got) {
   double num = 0, den = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+  for (std::size_t i = 0; i < want.size(); ++i)
+    num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
@@ -84,7 +85,8 @@ TEST(LoraCuda, DropoutDrawsTheCpuMask) {
   const float p = 0.3f;
   const auto x = random_bf16_values(std::size_t(rows * cols), 1), t = random_bf16_values(std::size_t(rows * cols), 2);
   const auto dx0 = random_bf16_values(std::size_t(rows * cols), 3);
-  DeviceBuffer dx_in = upload_bf16(x), dt = upload_bf16(t), ddx = upload_bf16(dx0), dxd(0, std::size_t(rows * cols) * 2);
+  const std::size_t elems = std::size_t(rows * cols);
+  DeviceBuffer dx_in = upload_bf16(x), dt = upload_bf16(t), ddx = upload_bf16(dx0), dxd(0, elems * 2);
   DeviceBuffer dstep(0, 8);
   const std::int64_t step = 5;
   TB_CHECK(cudaMemcpy(dstep.get(), &step, 8, cudaMemcpyHostToDevice));
@@ -92,7 +94,7 @@ TEST(LoraCuda, DropoutDrawsTheCpuMask) {
   tb::ops::lora_dropout(dxd.as<bf16>(), dx_in.as<bf16>(), rows, cols, m, dc.stream());
   tb::ops::lora_dropout_add(ddx.as<bf16>(), dt.as<bf16>(), rows, cols, m, dc.stream());
   dc.synchronize();
-  const auto xd = download_bf16(dxd.get(), std::size_t(rows * cols)), dx = download_bf16(ddx.get(), std::size_t(rows * cols));
+  const auto xd = download_bf16(dxd.get(), elems), dx = download_bf16(ddx.get(), elems);
   std::vector<std::int64_t> index;  // the CPU's token index of each row (parallel/decoder_cpu_parallel's)
   const int c = seq_full / (2 * cp);
   for (int b = 0; b < batch; ++b)

@@ -87,7 +87,8 @@ TEST_P(Targets, EqualsTheBaseModelWithMergedAdapters) {
         for (std::int64_t i = 0; i < ad.rows; ++i)
           for (std::int64_t j = 0; j < in; ++j) {
             double sum = 0;
-            for (std::int64_t q = 0; q < r; ++q) sum += lora.params()[b.offset + i * r + q] * lora.params()[a.offset + q * in + j];
+            for (std::int64_t q = 0; q < r; ++q)
+              sum += lora.params()[b.offset + i * r + q] * lora.params()[a.offset + q * in + j];
             base.params()[ws.offset + (ad.row0 + i) * in + j] += s * sum;
           }
       }

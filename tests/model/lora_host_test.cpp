@@ -173,7 +173,8 @@ TEST(LoraLayout, AStartsUniformWithinItsBoundAndBAtZero) {
     const Slot& a = L.at(name);
     const double bound = 1 / std::sqrt(double(a.shape[1]));
     double lo = 1, hi = -1;
-    for (std::size_t i = a.offset; i < a.offset + a.size; ++i) lo = std::min(lo, double(p[i])), hi = std::max(hi, double(p[i]));
+    for (std::size_t i = a.offset; i < a.offset + a.size; ++i)
+      lo = std::min(lo, double(p[i])), hi = std::max(hi, double(p[i]));
     EXPECT_GE(lo, -bound) << name;
     EXPECT_LE(hi, bound) << name;
     EXPECT_LT(lo, -0.8 * bound) << name;  // spread over the range (256 or 512 draws)

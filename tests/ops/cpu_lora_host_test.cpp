@@ -110,10 +110,10 @@ TEST(LoraDropout, KeepsAboutOneMinusPScaledAndIsDeterministicPerStream) {
   for (std::int64_t t = 0; t < rows; ++t) index[std::size_t(t)] = 1000 + t;
   std::vector<double> a(x.size()), b(x.size()), c(x.size());
   const std::uint64_t stream = tb::step_stream(42, 1);
-  cpu::lora_dropout_forward<double>({a.data(), {rows, cols}}, {x.data(), {rows, cols}}, mask(stream, index, 0, cols, p));
-  cpu::lora_dropout_forward<double>({b.data(), {rows, cols}}, {x.data(), {rows, cols}}, mask(stream, index, 0, cols, p));
-  cpu::lora_dropout_forward<double>({c.data(), {rows, cols}}, {x.data(), {rows, cols}},
-                                    mask(tb::step_stream(42, 2), index, 0, cols, p));
+  const tb::TensorView<const double> xv(x.data(), {rows, cols});
+  cpu::lora_dropout_forward<double>({a.data(), {rows, cols}}, xv, mask(stream, index, 0, cols, p));
+  cpu::lora_dropout_forward<double>({b.data(), {rows, cols}}, xv, mask(stream, index, 0, cols, p));
+  cpu::lora_dropout_forward<double>({c.data(), {rows, cols}}, xv, mask(tb::step_stream(42, 2), index, 0, cols, p));
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   std::size_t kept = 0;
@@ -124,7 +124,7 @@ TEST(LoraDropout, KeepsAboutOneMinusPScaledAndIsDeterministicPerStream) {
   }
   EXPECT_NEAR(double(kept) / double(x.size()), 1 - p, 0.02);
   // p = 0: the identity
-  cpu::lora_dropout_forward<double>({c.data(), {rows, cols}}, {x.data(), {rows, cols}}, mask(stream, index, 0, cols, 0));
+  cpu::lora_dropout_forward<double>({c.data(), {rows, cols}}, xv, mask(stream, index, 0, cols, 0));
   EXPECT_EQ(c, x);
 }
 
@@ -150,7 +150,8 @@ TEST(LoraDropout, ColumnHalvesAndPermutedRowsDrawTheWholeMask) {
   std::vector<double> ordered(x.size());
   std::vector<double> xo(x.size());
   for (std::int64_t t = 0; t < rows; ++t)
-    for (std::int64_t j = 0; j < cols; ++j) xo[std::size_t(index[std::size_t(t)] * cols + j)] = x[std::size_t(t * cols + j)];
+    for (std::int64_t j = 0; j < cols; ++j)
+      xo[std::size_t(index[std::size_t(t)] * cols + j)] = x[std::size_t(t * cols + j)];
   cpu::lora_dropout_forward<double>({ordered.data(), {rows, cols}}, {xo.data(), {rows, cols}},
                                     mask(stream, natural, 0, cols, p));
   for (std::int64_t t = 0; t < rows; ++t)

@@ -1,8 +1,8 @@
 // Tests LoRA fine-tuning in the CUDA trainer on one GPU (`small`, 2 layers, seq 128, canonical adapters of rank 8,
 // dropout 0.1):
-//   - the trainer's parts (topology, replica, optimizer, the captured step): after 5 AdamW steps with weight decay every
-//     frozen weight is bit-identical to its initial value and every adapter moved; BF16 and FP8 (delayed scaling, the
-//     frozen weights cast to E4M3 once); the optimizer holds state for the adapters only;
+//   - the trainer's parts (topology, replica, optimizer, the captured step): after 5 AdamW steps with weight decay
+//     every frozen weight is bit-identical to its initial value and every adapter moved; BF16 and FP8 (delayed
+//     scaling, the frozen weights cast to E4M3 once); the optimizer holds state for the adapters only;
 //   - train_cuda: a LoRA step's peak device memory is below the full-training step's at the same shape, the estimate
 //     covers it, and the record counts (trainable parameters) are the adapters'; the same seed repeats the losses bit
 //     for bit (deterministic attention: the dropout masks follow seed and step), another seed does not.
@@ -71,7 +71,9 @@ TEST(TrainerLora, FrozenWeightsStayBitIdenticalOverFiveSteps) {
     DataSource source(spec.run.data, spec.run.token_type, m.vocab, m.seq, spec.run.seed);
     for (int k = 1; k <= 5; ++k) {
       step.load_inputs(source, m.seq, 1, k, 1e-2f);
-      if (k == 2) EXPECT_EQ(step.capture(), "captured");
+      if (k == 2) {
+        EXPECT_EQ(step.capture(), "captured");
+      }
       step.launch();
       dc.synchronize();
       EXPECT_TRUE(std::isfinite(step.loss(0)) && step.grad_norm() > 0) << "step " << k;

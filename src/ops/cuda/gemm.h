@@ -16,10 +16,10 @@
 //        Hopper FP8 requires; fp8 GEMMs support abt only)
 //   ab:  cuA = B as col-major [n,k] with op N, cuB = A as col-major [k,m] with op N  ("NN")
 //   atb: cuA = B as col-major [n,k] with op N, cuB = A as col-major [m,k] with op T  ("NT")
-// Nothing is copied or transposed; leading dimensions are the row lengths (dense rows), unless lda / ldd say otherwise:
-// then A's or D's rows are that many elements apart (a block of columns of a wider tensor, e.g. a LoRA adapter's rows of
-// a fused linear's output), every pointer needs only 16-byte alignment, and the plan picks among the algorithms that
-// take it. alpha (run): D = alpha · product (+ D), a host float (a LoRA adapter's alpha / r).
+// Nothing is copied or transposed; leading dimensions are the row lengths (dense rows), unless lda / ldd say
+// otherwise: then A's or D's rows are that many elements apart (a block of columns of a wider tensor, e.g. a LoRA
+// adapter's rows of a fused linear's output), every pointer needs only 16-byte alignment, and the plan picks among the
+// algorithms that take it. alpha (run): D = alpha · product (+ D), a host float (a LoRA adapter's alpha / r).
 #pragma once
 
 #include <cublasLt.h>
