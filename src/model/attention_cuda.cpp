@@ -27,7 +27,7 @@ ops::AttentionShape AttentionCore::shape(int batch, int seq) const {
 
 TensorView<const float> AttentionCore::inv_freq() const {
   if (cfg_.pos != Pos::rope) return {};
-  return TensorView<const float>(inv_freq_.as<float>(), {cfg_.head_dim / 2});
+  return TensorView<const float>(inv_freq_.as<float>(), {cfg_.rope_dim() / 2});
 }
 
 void AttentionCore::rope(bf16* at, int batch, int seq, std::int64_t rows, std::int64_t offset, bool backward) const {

@@ -9,6 +9,7 @@
 //                 o, lse = CudnnAttention(qkv)             o [n, H hd], lse f32 [b, H, s]
 //                   (FP8 attention: qkv8 = e4m3(qkv), o8, lse = CudnnFp8Attention(qkv8), o = bf16(o8); see Fp8Options)
 //                 a = o Wout^T                             GEMM abt  [n, d]
+//                   (a MLA layer, model/config.h MlaConfig: a = model/attention_mla_cuda.h's attention of y1 instead)
 //                 y2, r2 = add_norm(a, r1)
 //                 h = y2 W1^T                              GEMM abt  [n, ffn or 2 ffn]
 //                 g = act(h)                               [n, ffn]
@@ -67,6 +68,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -76,6 +78,7 @@
 #include "core/tensor.h"
 #include "model/arena_plan.h"
 #include "model/attention_cuda.h"
+#include "model/attention_mla_cuda.h"
 #include "model/config.h"
 #include "model/decoder_common.h"
 #include "model/linear_cuda.h"
@@ -373,18 +376,27 @@ class CudaDecoder {
   // layer keeps (its own fields, then its MLP's), the shared copy (a union over the layers), the head sets and the
   // scratch. acts: slot-major (set k's layer l at k * layers + l); heads: one per set (head only). block_at (byte
   // offsets from base, one per block): where the blocks go instead (gradient sharing); the rest then starts at base.
+  // A grouped-query layer's attention linears (model/linear_cuda.h), and the index of each in LayerActs::lin; none for
+  // a MLA layer.
+  enum Lin { kQkv, kOut };
+  struct LayerLinears {
+    LinearCuda qkv, out;
+  };
+  static std::vector<std::optional<LayerLinears>> make_linears(const DenseLayout& layout, const ModelConfig& cfg);
   // linears, mlps: the layers' attention linears and MLPs, which plan their own fields.
-  struct LayerLinears;
+  // mlas: each layer's MLA attention (null for a grouped-query layer), which plans its own fields too.
   static ArenaSize carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq,
                          const RecomputePolicy& policy, const Fp8Options& fp8, int tp,
-                         std::span<const LayerLinears> linears, std::span<const std::unique_ptr<MlpCuda>> mlps,
-                         std::byte* base, std::vector<LayerActs>* acts, std::vector<HeadActs>* heads,
-                         Scratch* scratch, const std::vector<std::size_t>* block_at = nullptr);
-  // A layer's own fields (the norms', attention's and its linears') in the pass; y2_bf16: the MLP reads y2 in BF16
-  // in its backward.
+                         std::span<const std::optional<LayerLinears>> linears,
+                         std::span<const std::unique_ptr<MlpCuda>> mlps,
+                         std::span<const std::unique_ptr<MlaAttentionCuda>> mlas, std::byte* base,
+                         std::vector<LayerActs>* acts, std::vector<HeadActs>* heads, Scratch* scratch,
+                         const std::vector<std::size_t>* block_at = nullptr);
+  // A layer's own fields (the norms', and with gqa, lin, the attention core's and its qkv and out linears') in the
+  // pass; y2_bf16: the MLP reads y2 in BF16 in its backward.
   static void plan_layer(ArenaPlan& a, const PlanPass& pass, std::span<LayerActs> sets, const ModelConfig& c,
                          std::size_t n, std::size_t nl, const RecomputePolicy& policy, bool fp8_attention,
-                         const LayerLinears& lin, bool y2_bf16);
+                         const LayerLinears* lin, bool y2_bf16);
   // Whether layer l's MLP reads its input y2 in BF16 in the backward (a router: always; else its input linear's say).
   static bool mlp_reads_bf16_input(const MlpCuda& mlp, bool fp8);
   static ArenaParts arena_parts(const ModelConfig& c, LayerRange stage, int slots);
@@ -421,16 +433,15 @@ class CudaDecoder {
     ops::with_float_type(grad_type_, std::forward<F>(f));
   }
   std::size_t grad_size() const { return dtype_size(grad_type_); }
-  // A layer's attention linear layers (model/linear_cuda.h), and the index of each in LayerActs::lin.
-  enum Lin { kQkv, kOut };
-  struct LayerLinears {
-    LinearCuda qkv, out;
-  };
-  static std::vector<LayerLinears> make_linears(const DenseLayout& layout, const ModelConfig& cfg);
-  std::vector<LayerLinears> linears_;         // per layer of this decoder
-  std::vector<std::unique_ptr<MlpCuda>> mlps_;  // per layer: its MLP (model/mlp_cuda.h)
-  // Every linear of layer l in a fixed order (qkv, out, then its MLP's): the FP8 tables' order. linear_saved: what
-  // activation set `set` keeps for the layer's linear k of that order.
+  std::vector<std::optional<LayerLinears>> linears_;  // per layer of this decoder (none for a MLA layer)
+  std::vector<std::unique_ptr<MlaAttentionCuda>> mlas_;  // per layer: its MLA attention (null: grouped-query)
+  std::unique_ptr<MlaShared> mla_shared_;                // what the MLA layers share (a MLA model)
+  std::vector<std::unique_ptr<MlpCuda>> mlps_;           // per layer: its MLP (model/mlp_cuda.h)
+  MlaCall mla_call(const LinearEnv& e) {
+    return {e, policy_, *mla_shared_, {s_.norm_ws, s_.norm_ws_bytes}, batch_, seq_};
+  }
+  // Every linear of layer l in a fixed order (qkv and out, or the MLA attention's, then its MLP's): the FP8 tables'
+  // order. linear_saved: what activation set `set` keeps for the layer's linear k of that order.
   std::vector<LinearCuda*> layer_linears(int l);
   std::vector<const LinearCuda*> layer_linears(int l) const;
   LinearSaved& linear_saved(int set, int l, int k);
@@ -484,7 +495,8 @@ class CudaDecoder {
   std::unique_ptr<ops::Fp8Scales> fp8_head_;            // its W, x, dlogits slots (current scaling)
   bool fp8_head() const { return fp8_.enabled && fp8_.lm_head && last_stage(); }
   bool fp8_attention() const { return fp8_.enabled && fp8_.attention; }
-  // The attention core of every layer (model/attention_cuda.h): BF16, FP8, or context parallel (set_context_parallel).
+  // The attention core of every grouped-query layer (model/attention_cuda.h): BF16, FP8, or context parallel
+  // (set_context_parallel); null for a MLA model.
   std::unique_ptr<AttentionCore> attention_;
   AttentionSetup attention_setup() const { return {dc_, cfg_, fp8_, deterministic_, layers(), on_op}; }
   bool overwrite_linear_grads_ = false;  // set by zero_grads_for_overwrite() for the next forward_backward

@@ -90,6 +90,9 @@ void validate_lora(const ModelConfig& c) {
   TB_REQUIRE(!c.moe.enabled(), fmt::format("{}: LoRA on a Mixture-of-Experts model is not built (its experts' "
                                            "adapters); use a dense model",
                                            who));
+  TB_REQUIRE(!c.is_mla(), fmt::format("{}: LoRA on multi-head latent attention is not built (its projections' "
+                                      "adapters); use grouped-query attention",
+                                      who));
   TB_REQUIRE(!(l.targets & kLoraGate) || c.act == Act::swiglu,
              fmt::format("{}: LoRA target 'gate': the {} MLP has no gate (its fc1 is up alone); target up or fc1", who,
                          act_name(c.act)));

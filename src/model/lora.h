@@ -63,7 +63,7 @@ std::string lora_targets_name(unsigned targets);
 unsigned parse_lora_targets(std::string_view text);
 // What the model cannot take of its LoRA config (ModelConfig::validate calls it): a rank <= 0 with targets named,
 // r above min(in, out) of a targeted block, dropout outside [0, 1), alpha < 0, gate on a model without a gate, LoRA on
-// a Mixture-of-Experts model. One Error{config} per problem.
+// a Mixture-of-Experts model or on multi-head latent attention. One Error{config} per problem.
 void validate_lora(const ModelConfig& c);
 
 }  // namespace tb::model

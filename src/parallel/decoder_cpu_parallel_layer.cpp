@@ -1,7 +1,8 @@
 // parallel/decoder_cpu_parallel_layer.cpp: one layer of the sharded CPU decoder (parallel/decoder_cpu_parallel.h has
 // the forward), on this rank's rows, and the tp / cp exchanges it needs. Backward, with dnext the gradient of the
 // sum h = x + resid leaving the layer:
-// (A MoE layer's MLP: parallel/decoder_cpu_parallel_moe.cpp, on this rank's rows without gather or reduce.)
+// (A MoE layer's MLP: parallel/decoder_cpu_parallel_moe.cpp, on this rank's rows without gather or reduce; a MLA
+// layer's attention, from dr2 to dy1: parallel/decoder_cpu_parallel_mla.cpp.)
 //   dM = gather(dnext);  dg = dM Wfc2;  dh = act'(dg);  dy2 = reduce(dh Wfc1);  dr2 = dnorm2(dy2) + dnext
 //   dA = gather(dr2);  do = dA Wout;  dq, dK, dV = attention'(do);  dk, dv = reduce-scatter over cp of dK, dV
 //   dq, dk = rope^-1;  dy1 = reduce(dqkv Wqkv);  dnext = dnorm1(dy1) + dr2
@@ -102,15 +103,19 @@ void ShardedCpuDecoder<T>::layer_forward(State& s, int l, CView x, CView resid, 
   auto r1 = mat(A.r1, rows, d), y1 = mat(A.y1, rows, d);
   cpu::add_norm_forward<T>(nk, y1, r1, vec(A.mean1, rows), vec(A.rstd1, rows), x, resid, P(L.norm1_w), P(L.norm1_b),
                            c.norm_eps);
-  const auto qkv = mat(A.qkv, n, dims_.width);
-  const CView y1g = gather_rows(A.y1g, y1, n);
-  cpu::linear_forward<T>(qkv, y1g, P(L.qkv));
-  lora_forward(s, L, A, L.qkv, y1g, qkv);
-  attention_forward(s, A);
-  const auto o = mat(A.o, n, dims_.ql), attn = mat(partial, n, d);
-  cpu::linear_forward<T>(attn, o, P(L.out));
-  lora_forward(s, L, A, L.out, o, attn);
-  reduce_rows(out, partial, n);  // the attention output lands in out (x is consumed)
+  if (L.mla()) {  // the attention output lands in out (x is consumed)
+    mla_forward(s, L, A, y1, out);
+  } else {
+    const auto qkv = mat(A.qkv, n, dims_.width);
+    const CView y1g = gather_rows(A.y1g, y1, n);
+    cpu::linear_forward<T>(qkv, y1g, P(L.qkv));
+    lora_forward(s, L, A, L.qkv, y1g, qkv);
+    attention_forward(s, A);
+    const auto o = mat(A.o, n, dims_.ql), attn = mat(partial, n, d);
+    cpu::linear_forward<T>(attn, o, P(L.out));
+    lora_forward(s, L, A, L.out, o, attn);
+    reduce_rows(out, partial, n);
+  }
   // MLP
   auto r2 = mat(A.r2, rows, d), y2 = mat(A.y2, rows, d);
   cpu::add_norm_forward<T>(nk, y2, r2, vec(A.mean2, rows), vec(A.rstd2, rows), out, r1, P(L.norm2_w), P(L.norm2_b),
@@ -171,15 +176,19 @@ void ShardedCpuDecoder<T>::layer_backward(State& s, int l, View dnext) {
   cpu::add_norm_backward<T>(nk, dr2, G(L.norm2_w), G(L.norm2_b), dy, dnext, mat(A.r2, rows, d), P(L.norm2_w),
                             vec(A.mean2, rows), vec(A.rstd2, rows));
   // attention
-  const auto dout = mat(S.dout, n, dims_.ql), dy1 = mat(S.partial, n, d);
-  const CView da = gather_rows(S.gathered, dr2, n), o = mat(A.o, n, dims_.ql), y1 = full(A.y1g, A.y1);
-  cpu::linear_backward<T>(dout, G(L.out), {}, da, o, P(L.out));
-  lora_backward(s, L, A, L.out, o, da, dout);
-  attention_backward(s, A, S.dout, S.dqkv);
-  const auto dqkv = mat(S.dqkv, n, dims_.width);
-  cpu::linear_backward<T>(dy1, G(L.qkv), {}, dqkv, y1, P(L.qkv));
-  lora_backward(s, L, A, L.qkv, y1, dqkv, dy1);
-  reduce_rows(dy, S.partial, n);
+  if (L.mla()) {
+    mla_backward(s, L, A, dr2, dy);
+  } else {
+    const auto dout = mat(S.dout, n, dims_.ql), dy1 = mat(S.partial, n, d);
+    const CView da = gather_rows(S.gathered, dr2, n), o = mat(A.o, n, dims_.ql), y1 = full(A.y1g, A.y1);
+    cpu::linear_backward<T>(dout, G(L.out), {}, da, o, P(L.out));
+    lora_backward(s, L, A, L.out, o, da, dout);
+    attention_backward(s, A, S.dout, S.dqkv);
+    const auto dqkv = mat(S.dqkv, n, dims_.width);
+    cpu::linear_backward<T>(dy1, G(L.qkv), {}, dqkv, y1, P(L.qkv));
+    lora_backward(s, L, A, L.qkv, y1, dqkv, dy1);
+    reduce_rows(dy, S.partial, n);
+  }
   cpu::add_norm_backward<T>(nk, dnext, G(L.norm1_w), G(L.norm1_b), dy, dr2, mat(A.r1, rows, d), P(L.norm1_w),
                             vec(A.mean1, rows), vec(A.rstd1, rows));
 }

@@ -2,9 +2,10 @@
 // ranks, ctest) against the single-rank CpuDecoder<double> (the same decoder on groups of one rank) on the full
 // sequence, for five tiny model variants
 // (llama-like: rmsnorm, swiglu, rope with Llama 3.1 scaling, GQA; gpt-like: layernorm, gelu, learned positions,
-// tied embeddings, MHA; moe: llama with routed and shared experts and the load-balancing losses; lora and lora-gpt:
-// the two with LoRA adapters (canonical; fused), dropout on, the base frozen: the adapters' gradients and the masks
-// must come out as one rank's) with parameters moved off their init (norm gains not 1, biases not 0) and random tokens:
+// tied embeddings, MHA; moe: llama with routed and shared experts and the load-balancing losses; mla and mla_moe: those
+// with multi-head latent attention, its latents replicated and its heads split over tp; lora and lora-gpt: llama and
+// gpt with LoRA adapters (canonical; fused), dropout on, the base frozen: the adapters' gradients and the masks must
+// come out as one rank's) with parameters moved off their init (norm gains not 1, biases not 0) and random tokens:
 //   - every layout of the world that fits: tp = cp = 1 (dp = n), tp = n (with and without sequence parallel), cp = n,
 //     tp 2 x cp n/2 (with SP), cp 2 x tp n/2, each with micro-batch 1 and 2: the loss on every rank and the full
 //     gradient (add_grads_to_full summed over tp and cp) to 1e-10 relative per parameter slot, the embedding and LM
@@ -222,7 +223,8 @@ TEST_P(Family, FloatMatchesTheFloatDecoder) {
   EXPECT_EQ(compare_grads<float>(ref.dense_layout(), g, ref.grads(), 2e-4), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt", "moe", "lora", "lora-gpt"));
+INSTANTIATE_TEST_SUITE_P(Variants, Family,
+                         ::testing::Values("llama", "gpt", "moe", "mla", "mla_moe", "lora", "lora-gpt"));
 
 // Expert parallel: dp x cp x tp (SP with tp > 1) and ep dividing the world.
 struct EpLayout {
