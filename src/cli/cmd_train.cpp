@@ -466,12 +466,9 @@ int cmd_train(int argc, char** argv) {
   // "(delayed scaling, hybrid, FP8 LM head with E5M2 logit gradients rounded stochastically, FP8 attention)"; a head
   // with some GEMMs in BF16: "FP8 LM head (dgrad, wgrad in FP8) with ..."
   const std::string fp8 = spec.fp8() ? fp8_description(spec) : "";
-  const std::string lora =
-      m.lora.enabled() ? fmt::format(", LoRA r {} alpha {:g} dropout {:g} on {} ({:.3g} trainable, the base frozen)",
-                                     m.lora.rank, m.lora.scale() * m.lora.rank, m.lora.dropout,
-                                     model::lora_targets_name(m.lora.targets),
-                                     double(model::trainable_param_count(m)))
-                       : "";
+  const std::string lora = m.lora.enabled() ? fmt::format(", {} ({:.3g} trainable, the base frozen)", lora_text(m.lora),
+                                                           double(model::trainable_param_count(m)))
+                                             : "";
   if (rank0)
     std::printf(
         "train %s on %s: %d layers, d_model %d, seq %d, %s params%s, micro-batch %d, global batch %d, %d steps%s\n",
@@ -550,11 +547,7 @@ int cmd_train(int argc, char** argv) {
             {"data", spec.run.data}};
   if (res.loss_floor > 0) r.data["loss_floor"] = res.loss_floor;
   if (m.moe.enabled()) r.data["moe"] = moe_json(m, res);
-  if (m.lora.enabled())
-    r.data["lora"] = {{"rank", m.lora.rank},
-                      {"alpha", m.lora.scale() * m.lora.rank},
-                      {"dropout", m.lora.dropout},
-                      {"targets", model::lora_targets_name(m.lora.targets)}};
+  if (m.lora.enabled()) r.data["lora"] = lora_json(m.lora);
   if (cuda) {
     r.data.update(cuda_fields(spec, res, peak, mfu));
   } else {

@@ -43,12 +43,16 @@ std::size_t LoraCuda::z_stride(std::int64_t rows) const {
   return pad256(std::size_t(rows) * std::size_t(rank_) * sizeof(bf16)) / sizeof(bf16);
 }
 
-const LoraCuda::bf16* LoraCuda::dropped(const LinearEnv& e, const One& k, const bf16* x, std::int64_t rows) const {
-  if (p_ == 0) return x;
+ops::LoraMask LoraCuda::mask(const LinearEnv& e, const One& k) const {
   ops::LoraMask m{k.seed, e.step, p_, e.rows};
   m.rows.col0 = row_parallel_ ? std::int64_t(e.tp.rank) * in_ : 0;
   m.rows.cols_full = row_parallel_ ? std::int64_t(e.tp.size) * in_ : in_;
-  ops::lora_dropout(e.lora_xd, x, rows, in_, m, e.dc.stream());
+  return m;
+}
+
+const LoraCuda::bf16* LoraCuda::dropped(const LinearEnv& e, const One& k, const bf16* x, std::int64_t rows) const {
+  if (p_ == 0) return x;
+  ops::lora_dropout(e.lora_xd, x, rows, in_, mask(e, k), e.dc.stream());
   mark(e, "lora dropout");
   return e.lora_xd;
 }
@@ -85,10 +89,7 @@ void LoraCuda::add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows) c
       continue;
     }
     e.dc.gemm(shape(rows, in_, rank_, ops::GemmLayout::ab, false), e.lora_t, dzk, e.params + k.a->offset, {}, scale_);
-    ops::LoraMask m{k.seed, e.step, p_, e.rows};
-    m.rows.col0 = row_parallel_ ? std::int64_t(e.tp.rank) * in_ : 0;
-    m.rows.cols_full = row_parallel_ ? std::int64_t(e.tp.size) * in_ : in_;
-    ops::lora_dropout_add(dx, e.lora_t, rows, in_, m, e.dc.stream());
+    ops::lora_dropout_add(dx, e.lora_t, rows, in_, mask(e, k), e.dc.stream());
   }
   mark(e, "lora gemm dgrad");
 }

@@ -23,6 +23,7 @@
 #include "model/lora.h"
 #include "model/param_layout.h"
 #include "model/params.h"
+#include "ops/cuda/lora.h"
 
 namespace tb::model {
 
@@ -69,6 +70,8 @@ class LoraCuda {
   };
   void dz(const LinearEnv& e, const bf16* dy, std::int64_t rows) const;
   void add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows) const;
+  // Adapter k's dropout mask on this rank's rows and input columns (a row-parallel rank's start at tp rank · in).
+  ops::LoraMask mask(const LinearEnv& e, const One& k) const;
   // xd of adapter k into the scratch (p > 0), or x itself.
   const bf16* dropped(const LinearEnv& e, const One& k, const bf16* x, std::int64_t rows) const;
 
