@@ -31,10 +31,13 @@ std::size_t first_adapter(const model::DenseLayout::Layer& L, int slot) {
   return at;
 }
 
-// The dropout mask of the adapter whose A is `a` on x [*, in] (row parallel: this tp rank's columns of tp · in).
-cpu::DropoutMask mask(const model::LoraConfig& lora, const model::Slot& a, std::span<const std::int64_t> tokens,
-                      std::int64_t step, bool row_parallel, const comm::Communicator& tp, std::int64_t in) {
-  return {step_stream(model::slot_seed(lora.seed, a.name), std::uint64_t(step)), tokens,
+// The dropout mask of adapter ad of the linear in `slot` (of layout L) on x [*, in] (a row-parallel linear's x: this tp
+// rank's columns of tp · in).
+cpu::DropoutMask mask(const model::LoraConfig& lora, const model::DenseLayout& L, int slot, const model::Adapter& ad,
+                      std::span<const std::int64_t> tokens, std::int64_t step, const comm::Communicator& tp,
+                      std::int64_t in) {
+  const bool row_parallel = L.slots[std::size_t(slot)].tags.tp == model::TpRole::row;
+  return {step_stream(model::slot_seed(lora.seed, L.slots[std::size_t(ad.a)].name), std::uint64_t(step)), tokens,
           row_parallel ? tp.rank() * in : 0, row_parallel ? tp.size() * in : in, lora.dropout};
 }
 
@@ -52,13 +55,11 @@ void ShardedCpuDecoder<T>::lora_forward(const State& s, const model::DenseLayout
   const std::vector<model::Adapter>& adapters = L.lora(slot);
   if (adapters.empty()) return;
   A.lora.resize(first_adapter(L, -1));
-  const bool row_parallel = local_.slots[std::size_t(slot)].tags.tp == model::TpRole::row;
   const std::int64_t n = x.size(0), in = x.size(1), r = cfg_.lora.rank;
   for (std::size_t k = 0; k < adapters.size(); ++k) {
     const model::Adapter& ad = adapters[k];
     typename LayerActs::Lora& st = A.lora[first_adapter(L, slot) + k];
-    const cpu::DropoutMask m =
-        mask(cfg_.lora, local_.slots[std::size_t(ad.a)], s.token_index, s.step, row_parallel, tp_, in);
+    const cpu::DropoutMask m = mask(cfg_.lora, local_, slot, ad, s.token_index, s.step, tp_, in);
     CView xd = x;
     if (m.p > 0) {
       const View dropped = mat(st.xd, n, in);
@@ -73,13 +74,11 @@ template <class T>
 void ShardedCpuDecoder<T>::lora_backward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, int slot,
                                          CView x, CView dy, View dx) {
   const std::vector<model::Adapter>& adapters = L.lora(slot);
-  const bool row_parallel = !adapters.empty() && local_.slots[std::size_t(slot)].tags.tp == model::TpRole::row;
   const std::int64_t n = x.size(0), in = x.size(1), r = cfg_.lora.rank;
   for (std::size_t k = 0; k < adapters.size(); ++k) {
     const model::Adapter& ad = adapters[k];
     typename LayerActs::Lora& st = A.lora[first_adapter(L, slot) + k];
-    const cpu::DropoutMask m =
-        mask(cfg_.lora, local_.slots[std::size_t(ad.a)], s.token_index, s.step, row_parallel, tp_, in);
+    const cpu::DropoutMask m = mask(cfg_.lora, local_, slot, ad, s.token_index, s.step, tp_, in);
     const View dxd = mat(scratch_->lora_dxd, n, in);
     const CView xd = m.p > 0 ? CView(st.xd.data(), {n, in}) : x;
     cpu::lora_backward<T>(dxd, G(ad.a), G(ad.b), columns(dy, ad.row0, ad.rows), xd, CView(st.z.data(), {n, r}),
