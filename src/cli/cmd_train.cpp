@@ -223,6 +223,22 @@ void add_spec_options(CLI::App& app, train::TrainSpec& spec) {
   app.add_option("-m,--model", md.preset, "model preset")->check(CLI::IsMember(models))->capture_default_str();
   app.add_option("--layers", md.layers, "layers (default: the preset's)")->check(whole_number(1));
   app.add_option("--seq", md.seq, "sequence length (default: the preset's)")->check(whole_number(1));
+  train::LoraSpec& lo = spec.lora;
+  app.add_option_function<int>(
+      "--lora-rank", [&lo](int r) { lo.rank = r; },
+      "LoRA fine-tuning: adapters of rank R on the --lora-targets linears, every other parameter frozen (no "
+      "gradient, master weights or moments; its weight-gradient GEMMs skipped)");
+  app.add_option_function<double>(
+      "--lora-alpha", [&lo](double a) { lo.alpha = a; },
+      "LoRA: the adapters' scale is alpha / rank (default 2 x rank)");
+  app.add_option_function<double>(
+      "--lora-dropout", [&lo](double p) { lo.dropout = p; },
+      "LoRA: dropout on each adapter's input, seeded per step (default 0)");
+  app.add_option_function<std::string>(
+      "--lora-targets", [&lo](const std::string& t) { lo.targets = model::parse_lora_targets(t); },
+      "LoRA: fused (qkv, fc1: NeMo) | canonical (q, k, v, o, gate, up, down: HF PEFT) | mlperf (qkv, o) | a "
+      "comma-separated list of q k v qkv o gate up fc1 down (default fused)");
+  app.add_flag("--freeze-base", lo.freeze_base, "freeze every parameter but LoRA's adapters (implied by --lora-rank)");
   app.add_option("--micro-batch", spec.batch.micro, "sequences per micro-batch")
       ->capture_default_str()
       ->check(whole_number(1));
@@ -450,11 +466,15 @@ int cmd_train(int argc, char** argv) {
   // "(delayed scaling, hybrid, FP8 LM head with E5M2 logit gradients rounded stochastically, FP8 attention)"; a head
   // with some GEMMs in BF16: "FP8 LM head (dgrad, wgrad in FP8) with ..."
   const std::string fp8 = spec.fp8() ? fp8_description(spec) : "";
+  const std::string lora = m.lora.enabled() ? fmt::format(", {} ({:.3g} trainable, the base frozen)", lora_text(m.lora),
+                                                           double(model::trainable_param_count(m)))
+                                             : "";
   if (rank0)
     std::printf(
-        "train %s on %s: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps%s\n",
+        "train %s on %s: %d layers, d_model %d, seq %d, %s params%s, micro-batch %d, global batch %d, %d steps%s\n",
         m.name.c_str(), where.c_str(), m.layers, m.d_model, m.seq,
-        fmt::format("{:.3g}", double(model::param_count(m))).c_str(), spec.batch.micro, global, spec.run.steps,
+        fmt::format("{:.3g}", double(model::param_count(m))).c_str(), lora.c_str(), spec.batch.micro, global,
+        spec.run.steps,
         cuda ? fmt::format(", {}{}, recompute {}, master {}, moments {}{}", train::name(spec.precision.linear), fp8,
                            train::name(spec.memory.recompute), train::name(spec.optimizer.master),
                            dtype_name(spec.optimizer.moments), spec.memory.grads == DType::bf16 ? ", grads bf16" : "")
@@ -511,12 +531,15 @@ int cmd_train(int argc, char** argv) {
             {"device", cuda ? "cuda" : "cpu"},
             {"precision", precision},
             {"params", res.params},
+            {"params_trainable", model::trainable_param_count(m)},
+            {"params_frozen", model::frozen_param_count(m)},
             {"steps", spec.run.steps},
             {"warmup_steps", spec.run.warmup_steps},
             {"step_ms", to_json(scaled(res.step_s, 1e3))},
             {"tokens_per_s", res.tokens_per_s},
             {"flops_per_step", res.flops_per_step},
             {"flop_convention", model::convention_name(spec.run.convention)},
+            {"flop_task", model::flop_task(m)},
             {"tflops", res.tflops},
             {"loss", losses},
             {"loss_first", res.steps.front().loss},
@@ -524,6 +547,7 @@ int cmd_train(int argc, char** argv) {
             {"data", spec.run.data}};
   if (res.loss_floor > 0) r.data["loss_floor"] = res.loss_floor;
   if (m.moe.enabled()) r.data["moe"] = moe_json(m, res);
+  if (m.lora.enabled()) r.data["lora"] = lora_json(m.lora);
   if (cuda) {
     r.data.update(cuda_fields(spec, res, peak, mfu));
   } else {

@@ -2,6 +2,7 @@
 #include "train/step_cuda.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <utility>
 
 namespace tb::train {
@@ -13,7 +14,12 @@ StepCuda::StepCuda(ops::DeviceContext& dc, const TopologyCuda& topo, ReplicaCuda
       clip_(clip), mark_(std::move(mark)), h_tokens_(std::size_t(accum) * n), h_targets_(std::size_t(accum) * n),
       h_losses_(std::size_t(accum)), d_tokens_(dc.device(), h_tokens_.bytes()),
       d_targets_(dc.device(), h_targets_.bytes()), d_scalars_(dc.device(), sizeof(ops::AdamWStepScalars)),
-      d_losses_(dc.device(), h_losses_.bytes()), d_norm_(dc.device(), sizeof(ops::GradNormResult)) {}
+      d_losses_(dc.device(), h_losses_.bytes()), d_norm_(dc.device(), sizeof(ops::GradNormResult)) {
+  // LoRA's dropout masks follow the optimizer step the graph's first copy brings in
+  const auto* step = reinterpret_cast<const std::int64_t*>(d_scalars_.as<std::byte>() +
+                                                           offsetof(ops::AdamWStepScalars, step));
+  for (const auto& chunk : rep_.chunks) chunk->set_step_counter(step);
+}
 
 StepCuda::~StepCuda() {
   if (graph_) cudaGraphExecDestroy(graph_);
@@ -75,22 +81,24 @@ void StepCuda::enqueue() {
     rep_.dps[c]->params_needed(rep_.zero[c].padded_total);  // the FP8 casts read every weight
   for (const auto& chunk : chunks) chunk->fp8_begin_step();  // FP8 copies of the weights AdamW just wrote
   const double grad_scale = 1.0 / (accum_ * dp_);
+  // micro-batch a of this rank holds sequences [(dp rank · accum + a) · micro-batch, ...) of the step (load_inputs)
+  const std::int64_t first_sequence = std::int64_t(topo_.place.dp) * accum_ * mb_;
   if (pipe_) {  // the schedule's forwards, backwards and sends / receives; losses only on the last stage
     TB_CHECK(cudaMemsetAsync(d_losses_.get(), 0, h_losses_.bytes(), st));
-    pipe_->enqueue(d_tokens_.as<std::int32_t>(), d_targets_.as<std::int32_t>(), n_, grad_scale,
-                   d_losses_.as<float>());
+    pipe_->enqueue(d_tokens_.as<std::int32_t>(), d_targets_.as<std::int32_t>(), n_, grad_scale, d_losses_.as<float>(),
+                   first_sequence, mb_);
   }
   for (int a = 0; a < accum_ && !pipe_; ++a) {
     rep_.final_pass[0] = a == accum_ - 1;
     net.forward_backward_device(d_tokens_.as<std::int32_t>() + std::size_t(a) * n_,
                                 d_targets_.as<std::int32_t>() + std::size_t(a) * n_, mb_, seq_, grad_scale,
-                                d_losses_.as<float>() + a);
+                                d_losses_.as<float>() + a, first_sequence + std::int64_t(a) * mb_);
   }
   for (const auto& chunk : chunks) chunk->fp8_end_step();
   auto* norm = d_norm_.as<ops::GradNormResult>();
   for (const auto& t : rep_.tps) t->finish_grads();
   if (tpc) mark("tp gradient all-reduce (exposed)");
-  if (topo_.tied) {  // (after the tp sums, before the dp reduce-scatters read it)
+  if (topo_.tied && opt_.tied_grads) {  // (after the tp sums, before the dp reduce-scatters read it; frozen: none)
     topo_.tied->all_reduce(opt_.tied_grads, opt_.tied_grads, opt_.tied_elems, DType::f32);
     mark("tied embedding gradient all-reduce");
   }
