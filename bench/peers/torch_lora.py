@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_train import Decoder, PRESETS, common_args, flops_per_token, init_, measure, pick_sdpa  # noqa: E402
+from torch_train import Decoder, PRESETS, adamw, common_args, flops_per_token, init_, measure, pick_sdpa  # noqa: E402
 
 LORA_FLOP_FACTOR = 2.0 / 3.0  # model/flops.h kLoraFlopFactor
 TARGETS = {  # name -> (the block's linear, the row block it adapts: None for the whole linear)
@@ -171,7 +171,7 @@ def main():
                                 torch.bfloat16 if args.state == "bf16" else torch.float32)
     for block in model.blocks:
         block.gqa = gqa
-    opt = torch.optim.AdamW(adapters, lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=cuda)
+    opt = adamw(adapters, cuda)  # torch_train.py's (the adapters are matrices: weight decay 0.1 on all)
     fwd = torch.compile(model) if args.compile else model  # whole model, as torch_train.py (compile_ms: step 1)
 
     def train_step(tokens, targets_):
