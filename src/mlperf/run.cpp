@@ -1,0 +1,252 @@
+// mlperf/run.cpp: the time-to-train loop of run.h on the CPU backend, with its MLLOG lines.
+//   step t (1-based) trains on train rows [(t-1)·GBS, t·GBS) (mod the train set); samples after t = t·GBS
+//   lr(t) = peak · (t / W) for t <= W, else peak · (1 + cos(pi · (t - W) / (T - W))) / 2   (HF "cosine", W =
+//     round(warmup_ratio · T), T = max_steps): the reference's schedule (--lr_scheduler_type cosine)
+//   evaluation i (1-based) after step i · ceil(384 / GBS); eval loss = mean cross-entropy over the eval set, LoRA's
+//   dropout off
+#include "mlperf/run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numbers>
+
+#include "core/error.h"
+#include "core/record.h"
+#include "core/suggest.h"
+#include "mlperf/data.h"
+#include "model/config.h"
+#include "model/decoder_cpu.h"
+#include "ops/cpu/adamw.h"
+#include "parallel/trainer_cpu.h"
+
+namespace tb::mlperf {
+namespace {
+
+constexpr double kProxyLr = 3e-3;  // the CPU proxy's peak LR when --set lr is not given (the rules leave lr free)
+constexpr const char* kSyntheticLabel =
+    "synthetic class-chain task on a CPU proxy model: not comparable with MLPerf results";
+
+// The CPU proxy of Llama 2 70B LoRA: the `tiny` preset (2 layers, d_model 64) at the chain task's vocabulary and
+// sequence, with the benchmark's adapters (rank, alpha, dropout from the settings; targets qkv and o).
+model::ModelConfig lora_proxy(const std::map<std::string, double>& s, const ChainTask& task, std::uint64_t seed) {
+  model::ModelConfig m = model::preset("tiny");
+  m.name = "llama2_70b_lora-cpu-proxy";
+  m.vocab = task.vocab;
+  m.seq = task.seq;
+  m.lora.rank = int(s.at("lora_rank"));
+  m.lora.alpha = s.at("lora_alpha");
+  m.lora.dropout = s.at("lora_dropout");
+  m.lora.targets = model::kLoraMlperf;
+  m.lora.seed = seed;
+  m.validate();
+  return m;
+}
+
+double lr_at(int step, double peak, int warmup, int total) {
+  if (step <= warmup) return peak * step / std::max(warmup, 1);
+  const double progress = double(step - warmup) / std::max(total - warmup, 1);
+  return peak * 0.5 * (1 + std::cos(std::numbers::pi * std::min(progress, 1.0)));
+}
+
+class CpuEngine {
+ public:
+  CpuEngine(const model::ModelConfig& m, std::uint64_t seed, const std::map<std::string, double>& s)
+      : net_(m, seed), eval_net_(without_dropout(m), seed), s_(s) {
+    m_.assign(net_.grads().size(), 0.f);
+    v_.assign(net_.grads().size(), 0.f);
+  }
+
+  double train_step(const Rows& r, double lr, int step) {
+    net_.zero_grads();
+    const double loss = net_.forward_backward(r.tokens, r.targets, r.batch, r.seq, 1.0, step);
+    ops::cpu::clip_grad_norm(net_.grads(), s_.at("clip"));
+    ops::cpu::AdamWParams hp;
+    hp.lr = lr, hp.beta1 = s_.at("beta1"), hp.beta2 = s_.at("beta2"), hp.eps = s_.at("eps");
+    hp.weight_decay = s_.at("weight_decay");
+    const auto params = net_.params();
+    const auto grads = net_.grads();
+    for (const model::Slot& sl : net_.layout()) {
+      if (!sl.has_grad()) continue;
+      const std::uint8_t decay = parallel::decays(sl) ? 1 : 0;
+      mask_.assign(sl.size, decay);
+      ops::cpu::adamw_step(params.subspan(sl.offset, sl.size), grads.subspan(sl.grad_offset, sl.size),
+                           std::span(m_).subspan(sl.grad_offset, sl.size),
+                           std::span(v_).subspan(sl.grad_offset, sl.size), hp, step, mask_);
+    }
+    return loss;
+  }
+
+  double eval_loss(const ChainTask& task) {
+    std::ranges::copy(net_.params(), eval_net_.params().begin());
+    double sum = 0;
+    constexpr int kChunk = 32;
+    for (int first = 0; first < task.eval_rows; first += kChunk) {
+      const int n = std::min(kChunk, task.eval_rows - first);
+      const Rows r = task.rows(true, first, n);
+      sum += eval_net_.forward(r.tokens, r.targets, r.batch, r.seq) * n;
+    }
+    return sum / task.eval_rows;
+  }
+
+ private:
+  static model::ModelConfig without_dropout(model::ModelConfig m) {
+    m.lora.dropout = 0;
+    return m;
+  }
+  model::CpuDecoder<float> net_, eval_net_;
+  std::map<std::string, double> s_;
+  std::vector<float> m_, v_;
+  std::vector<std::uint8_t> mask_;
+};
+
+std::string platform_of(const RunSpec& spec) {
+  return spec.platform.empty() ? fmt::format("{}xCPU (trainbench CPU proxy)", spec.gpus) : spec.platform;
+}
+
+RunOutcome run_one(const Benchmark& b, const RunSpec& spec, const std::map<std::string, double>& s, int k) {
+  RunOutcome out;
+  out.index = k;
+  out.seed = spec.seed + std::uint64_t(k);
+  out.log = spec.out / fmt::format("result_{}.txt", k);
+  std::FILE* f = std::fopen(out.log.c_str(), "w");
+  if (!f) raise_error(Error::Kind::io, fmt::format("MLPerf: cannot write {}", out.log.string()));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(f, std::fclose);
+  MllogWriter log(f, spec.echo, spec.clock);
+
+  const ChainTask task;
+  const int gbs = spec.global_batch > 0 ? spec.global_batch : b.reference_global_batch;
+  const int max_steps = spec.max_steps ? *spec.max_steps : int(s.at("max_steps"));
+  const double lr = spec.overrides.contains("lr") ? s.at("lr") : kProxyLr;
+  const int warmup = int(std::lround(s.at("warmup_ratio") * max_steps));
+
+  log.event("cache_clear", true);
+  log.start("init_start");
+  log.event("submission_benchmark", b.name);
+  log.event("submission_division", division_name(spec.division));
+  log.event("submission_org", spec.org);
+  log.event("submission_platform", platform_of(spec));
+  log.event("submission_status", "research");
+  log.event("trainbench_data", kSyntheticLabel);
+  if (spec.division == Division::open && !spec.overrides.empty()) log.event("trainbench_overrides", spec.overrides);
+  log.event("seed", out.seed);
+  log.event("global_batch_size", gbs);
+  log.event("train_samples", task.train_rows);
+  log.event("eval_samples", task.eval_rows);
+  log.event("max_sequence_length", task.seq);
+  log.event("gradient_accumulation_steps", 1);
+  log.event("opt_name", "adamw");
+  log.event("opt_base_learning_rate", lr);
+  log.event("opt_learning_rate_warmup_ratio", s.at("warmup_ratio"));
+  log.event("opt_learning_rate_training_steps", max_steps);
+  log.event("opt_learning_rate_decay_schedule", "cosine");
+  log.event("opt_adamw_beta_1", s.at("beta1"));
+  log.event("opt_adamw_beta_2", s.at("beta2"));
+  log.event("opt_adamw_epsilon", s.at("eps"));
+  log.event("opt_adamw_weight_decay", s.at("weight_decay"));
+  log.event("opt_gradient_clip_norm", s.at("clip"));
+  log.event("lora_rank", int(s.at("lora_rank")));
+  log.event("lora_alpha", s.at("lora_alpha"));
+  log.event("lora_dropout", s.at("lora_dropout"));
+  CpuEngine engine(lora_proxy(s, task, out.seed), out.seed, s);
+  log.end("init_stop");
+
+  const std::int64_t t_start = log.start("run_start");
+  const int every = b.eval_every_steps(gbs), skipped = b.eval_skipped(gbs);
+  std::int64_t t_stop = t_start;
+  int step = 0;
+  for (int interval = 1; !out.converged && step < max_steps; ++interval) {
+    log.start("block_start", nullptr, {{"samples_count", std::int64_t(step) * gbs}});
+    double loss = 0;
+    for (int i = 0; i < every && step < max_steps; ++i) {
+      ++step;
+      const Rows r = task.rows(false, (std::int64_t(step - 1) * gbs + std::int64_t(out.seed) * 7919) % task.train_rows,
+                               gbs);
+      loss = engine.train_step(r, lr_at(step, lr, warmup, max_steps), step);
+      TB_REQUIRE(std::isfinite(loss), fmt::format("MLPerf {}: step {}: the loss is not finite", b.name, step));
+    }
+    out.samples = std::int64_t(step) * gbs;
+    log.event("train_loss", loss, {{"samples_count", out.samples}});
+    log.end("block_stop", nullptr, {{"samples_count", out.samples}});
+    if (interval <= skipped) continue;
+    const nlohmann::json at = {{"samples_count", out.samples}, {"epoch_num", out.samples}};
+    log.start("eval_start", nullptr, at);
+    const double eval = engine.eval_loss(task);
+    log.event("eval_accuracy", eval, at);
+    log.end("eval_stop", nullptr, at);
+    out.evals.push_back({out.samples, eval});
+    out.converged = eval <= b.target;
+  }
+  out.steps = step;
+  t_stop = log.end("run_stop", out.evals.empty() ? nlohmann::json(nullptr) : nlohmann::json(out.evals.back().loss),
+                   {{"samples_count", out.samples}, {"status", out.converged ? "success" : "aborted"}});
+  out.ttt_min = double(t_stop - t_start) / 60000.0;
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, double> resolve_settings(const Benchmark& b, const RunSpec& spec) {
+  std::map<std::string, double> s;
+  std::vector<std::string> names;
+  for (const Setting& st : b.settings) s[st.name] = st.value, names.push_back(st.name);
+  for (const auto& [name, value] : spec.overrides) {
+    if (!s.contains(name))
+      raise_config(fmt::format("--set {}: {} has no setting '{}'{}; its settings: {}", name, b.name, name,
+                               did_you_mean(name, names), fmt::join(names, ", ")));
+    const Setting& st = b.setting(name);
+    if (st.fixed && spec.division == Division::closed)
+      raise_config(fmt::format("--set {}={}: the closed division fixes {} at {} ({}); use --division open to change "
+                               "it (the log then records the change)",
+                               name, value, name, st.value, st.why));
+    s[name] = value;
+  }
+  return s;
+}
+
+std::vector<RunOutcome> run_mlperf(const RunSpec& spec, const std::function<void(const RunOutcome&)>& on_run) {
+  const Benchmark& b = find_benchmark(spec.benchmark);
+  const auto settings = resolve_settings(b, spec);
+  TB_REQUIRE(spec.runs >= 1, fmt::format("--runs {}: at least 1 ({} needs {} for a score)", spec.runs, b.name, b.runs));
+  TB_REQUIRE(spec.gpus >= 1, fmt::format("--gpus {}: at least 1", spec.gpus));
+  if (!spec.data.empty()) {
+    const std::string problem = check_data_dir(spec.data, b.data_files);
+    if (!problem.empty()) raise_config(problem);
+    raise_config(fmt::format("--data {}: reading the converted {} data needs the packed-data reader "
+                             "(train/packed_data.h), which this build does not have yet; without --data the run "
+                             "uses the synthetic task",
+                             spec.data, b.name));
+  }
+  if (b.name != "llama2_70b_lora")
+    raise_config(fmt::format("MLPerf {}: this build runs llama2_70b_lora only (its CPU proxy); {} is in the "
+                             "references and `trainbench project --ttt`, its run needs the CUDA engine",
+                             b.name, b.name));
+  std::filesystem::create_directories(spec.out);
+  JsonlSink sink(spec.out / "results.jsonl", spec.run_id);
+  std::vector<RunOutcome> outs;
+  for (int k = 0; k < spec.runs; ++k) {
+    RunOutcome o = run_one(b, spec, settings, k);
+    Record r;
+    r.bench = "mlperf";
+    r.name = b.name;
+    r.world = spec.gpus;
+    r.data = {{"benchmark", b.name},       {"division", division_name(spec.division)},
+              {"data", kSyntheticLabel},   {"comparable", false},
+              {"run_index", k},            {"seed", o.seed},
+              {"converged", o.converged},  {"time_to_train_min", o.ttt_min},
+              {"samples", o.samples},      {"steps", o.steps},
+              {"target", b.target},        {"log", o.log.string()}};
+    nlohmann::json evals = nlohmann::json::array();
+    for (const auto& e : o.evals) evals.push_back({{"samples", e.samples}, {"loss", e.loss}});
+    r.data["evals"] = evals;
+    sink.write(r);
+    if (on_run) on_run(o);
+    outs.push_back(std::move(o));
+  }
+  return outs;
+}
+
+}  // namespace tb::mlperf
