@@ -70,6 +70,11 @@ install_into .deps/kubeval \
   kubernetes-validate==1.37.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 \
   rpds-py==2026.9.1 attrs==26.1.0 importlib-resources==7.1.0 packaging==26.4 typing-extensions==4.16.0 PyYAML==6.0.4
 
+# mlperf-logging (MLCommons' compliance checker and result summarizer), without its dependencies: the compliance
+# checker needs only PyYAML (python3-yaml above). `trainbench mlperf summarize` and tests/mlperf run it with
+# PYTHONPATH=.deps/mlperf.
+install_into .deps/mlperf mlperf-logging==4.1.68
+
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || {
   echo "setup: the CUDA toolkit (nvcc) is not installed; install CUDA 13 with cuBLASLt, cuDNN 9 and NCCL" >&2
   exit 1

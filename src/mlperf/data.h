@@ -26,7 +26,7 @@ struct Rows {
 };
 
 struct ChainTask {
-  int vocab = 64, classes = 8, seq = 64;
+  int vocab = 64, classes = 8, seq = 32;
   double eps = 0.1;
   std::uint64_t seed = 20240501;  // the task's (fixed: every run sees the same data set)
   int train_rows = 3901, eval_rows = 173;  // as the MLPerf GovReport sets
