@@ -24,6 +24,7 @@ int cmd_scale(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 int cmd_slurm(int argc, char** argv);
 int cmd_k8s(int argc, char** argv);
+int cmd_mlperf(int argc, char** argv);
 int cmd_version(int argc, char** argv);  // `--version`: this build and the CUDA libraries loaded
 
 std::span<const Command> commands();

@@ -50,6 +50,7 @@ constexpr Command kCommands[] = {
      cmd_project},
     {"slurm", "launch a recipe, sweep, scale series or check on Slurm; status and collect its jobs' records", cmd_slurm},
     {"k8s", "render a Kubernetes manifest (indexed Job + headless Service, or MPIJob) for a recipe", cmd_k8s},
+    {"mlperf", "MLPerf Training time-to-train runs with MLLOG logs; `mlperf summarize DIR`: the score", cmd_mlperf},
     {"list", "the micro suites, recipes and reference rows this build knows", cmd_list},
 };
 

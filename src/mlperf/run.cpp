@@ -214,9 +214,26 @@ std::map<std::string, double> resolve_settings(const Benchmark& b, const RunSpec
   return s;
 }
 
-std::vector<RunOutcome> run_mlperf(const RunSpec& spec, const std::function<void(const RunOutcome&)>& on_run) {
+Record to_record(const RunSpec& spec, const RunOutcome& o) {
+  Record r;
+  r.bench = "mlperf";
+  r.name = spec.benchmark;
+  r.world = spec.gpus;
+  r.data = {{"benchmark", spec.benchmark},    {"division", division_name(spec.division)},
+            {"data", kSyntheticLabel},        {"comparable", false},
+            {"run_index", o.index},           {"seed", o.seed},
+            {"converged", o.converged},       {"time_to_train_min", o.ttt_min},
+            {"samples", o.samples},           {"steps", o.steps},
+            {"target", find_benchmark(spec.benchmark).target}, {"log", o.log.string()}};
+  nlohmann::json evals = nlohmann::json::array();
+  for (const auto& e : o.evals) evals.push_back({{"samples", e.samples}, {"loss", e.loss}});
+  r.data["evals"] = evals;
+  return r;
+}
+
+void validate(const RunSpec& spec) {
   const Benchmark& b = find_benchmark(spec.benchmark);
-  const auto settings = resolve_settings(b, spec);
+  resolve_settings(b, spec);
   TB_REQUIRE(spec.runs >= 1, fmt::format("--runs {}: at least 1 ({} needs {} for a score)", spec.runs, b.name, b.runs));
   TB_REQUIRE(spec.gpus >= 1, fmt::format("--gpus {}: at least 1", spec.gpus));
   if (!spec.data.empty()) {
@@ -231,27 +248,17 @@ std::vector<RunOutcome> run_mlperf(const RunSpec& spec, const std::function<void
     raise_config(fmt::format("MLPerf {}: this build runs llama2_70b_lora only (its CPU proxy); {} is in the "
                              "references and `trainbench project --ttt`, its run needs the CUDA engine",
                              b.name, b.name));
+}
+
+std::vector<RunOutcome> run_mlperf(const RunSpec& spec, const std::function<void(const RunOutcome&)>& on_run) {
+  validate(spec);
+  const Benchmark& b = find_benchmark(spec.benchmark);
+  const auto settings = resolve_settings(b, spec);
   std::filesystem::create_directories(spec.out);
-  JsonlSink sink(spec.out / "results.jsonl", spec.run_id);
   std::vector<RunOutcome> outs;
   for (int k = 0; k < spec.runs; ++k) {
-    RunOutcome o = run_one(b, spec, settings, k);
-    Record r;
-    r.bench = "mlperf";
-    r.name = b.name;
-    r.world = spec.gpus;
-    r.data = {{"benchmark", b.name},       {"division", division_name(spec.division)},
-              {"data", kSyntheticLabel},   {"comparable", false},
-              {"run_index", k},            {"seed", o.seed},
-              {"converged", o.converged},  {"time_to_train_min", o.ttt_min},
-              {"samples", o.samples},      {"steps", o.steps},
-              {"target", b.target},        {"log", o.log.string()}};
-    nlohmann::json evals = nlohmann::json::array();
-    for (const auto& e : o.evals) evals.push_back({{"samples", e.samples}, {"loss", e.loss}});
-    r.data["evals"] = evals;
-    sink.write(r);
-    if (on_run) on_run(o);
-    outs.push_back(std::move(o));
+    outs.push_back(run_one(b, spec, settings, k));
+    if (on_run) on_run(outs.back());
   }
   return outs;
 }

@@ -5,7 +5,7 @@
 // (block_start / block_stop with samples_count), the evaluation (eval_start, eval_accuracy, eval_stop; the first
 // Benchmark::eval_skipped(GBS) intervals have none), and run_stop with status success when the eval loss reaches the
 // target, aborted at the step limit. Time to train = run_stop - run_start (time_ms), as the result summarizer counts.
-// Run k uses seed + k (seeds must differ between runs). One record per run goes to <out>/results.jsonl.
+// Run k uses seed + k (seeds must differ between runs). to_record: the run as a trainbench.result.v1 record.
 //
 // Engine: the CPU backend (CpuDecoder, AdamW of ops/cpu) on a proxy of the benchmark's model; the CUDA engine is not
 // in this build (run refuses --device cuda with that reason).
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/record.h"
 #include "mlperf/benchmark.h"
 #include "mlperf/mllog.h"
 
@@ -34,8 +35,7 @@ struct RunSpec {
   std::map<std::string, double> overrides;  // --set NAME=VALUE (closed: only the free settings)
   int global_batch = 0;                  // 0: the reference's (LoRA: 8)
   std::optional<int> max_steps;          // the step limit (default: the benchmark's max_steps setting)
-  std::filesystem::path out;             // folder of result_<k>.txt and results.jsonl
-  std::string run_id = "mlperf";
+  std::filesystem::path out;             // folder of result_<k>.txt
   std::string org = "trainbench", platform;  // submission_org; submission_platform ("" : "<gpus>xCPU")
   bool echo = false;                     // MLLOG lines on stdout too
   MllogWriter::Clock clock;              // tests
@@ -61,7 +61,12 @@ struct RunOutcome {
 // setting raises Error{config} naming the rule and --division open; an unknown name raises with the nearest one.
 std::map<std::string, double> resolve_settings(const Benchmark& b, const RunSpec& spec);
 
-// Validates everything first (benchmark, data folder, overrides), then runs spec.runs runs. on_run after each.
+Record to_record(const RunSpec& spec, const RunOutcome& o);
+
+// Everything a run needs, before anything is written: the benchmark, the overrides, the counts, the data folder.
+// Raises Error{config} with one message.
+void validate(const RunSpec& spec);
+// validate(spec), then spec.runs runs; on_run after each.
 std::vector<RunOutcome> run_mlperf(const RunSpec& spec, const std::function<void(const RunOutcome&)>& on_run = {});
 
 }  // namespace tb::mlperf
