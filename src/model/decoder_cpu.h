@@ -75,6 +75,16 @@ class CpuDecoder {
                           int seq, double grad_scale = 1.0) {
     return dec_->forward_backward(0, {tokens, targets, batch, seq}, grad_scale);
   }
+  // A micro-batch with packed rows and / or loss weights (parallel::MicroBatch): the loss is sum_r w_r CE_r with
+  // weights, else the mean.
+  double forward(const parallel::MicroBatch& b) {
+    const double loss = dec_->forward(0, b);
+    dec_->drop(0);
+    return loss;
+  }
+  double forward_backward(const parallel::MicroBatch& b, double grad_scale = 1.0) {
+    return dec_->forward_backward(0, b, grad_scale);
+  }
 
  private:
   const Slot& slot(std::string_view name) const { return dense_layout().at(name); }

@@ -42,6 +42,8 @@ struct ShardedCpuDecoder<T>::State {
   std::int64_t n = 0, rows = 0;               // tokens on this cp rank; residual-stream rows on this rank
   std::vector<std::int64_t> pos;              // positions of the cp rank's seq / cp tokens of a sequence
   std::vector<std::int32_t> tokens, targets;  // the n local tokens, (b, j) row-major
+  std::vector<std::int64_t> seg_pos;          // packed rows: each local token's position in its segment (else empty)
+  std::vector<double> weights;                // the local tokens' loss weights (empty: the mean)
   std::vector<LayerActs> layers;
   std::vector<T> rf, meanf, rstdf, yf;  // the final norm on this rank's rows
   std::vector<T> dyf;                   // forward_backward: the head's input gradient, from the forward
