@@ -301,7 +301,10 @@ void add_spec_options(CLI::App& app, train::TrainSpec& spec) {
   app.add_flag_callback(
       "--no-op-profile", [&r] { r.op_profile = false; }, "skip the extra eager step that times each op");
   app.add_flag("--deterministic", r.deterministic, "deterministic attention backward (repeatable, slower)");
-  app.add_option("--data", r.data, "markov | copy | random (synthetic tasks) or a token file")->capture_default_str();
+  app.add_option("--data", r.data,
+                 "markov | copy | random (synthetic tasks), packed-squad | packed-govreport (synthetic packed "
+                 "fine-tuning documents), a packed-data FILE.index or a token file")
+      ->capture_default_str();
   add_choice(app, "--token-type", r.token_type, train::kTokenTypes, "token file element type: uint16 | uint32");
   train::OptimizerSpec& o = spec.optimizer;
   app.add_option("--lr", o.lr, "peak learning rate (default: 3e-3 under 100M parameters, else 3e-4)");
@@ -513,6 +516,8 @@ int cmd_train(int argc, char** argv) {
             {"warmup_steps", spec.run.warmup_steps},
             {"step_ms", to_json(scaled(res.step_s, 1e3))},
             {"tokens_per_s", res.tokens_per_s},
+            {"tokens_per_step", res.tokens_per_step},
+            {"loss_tokens_per_step", res.loss_tokens_per_step},
             {"flops_per_step", res.flops_per_step},
             {"flop_convention", model::convention_name(spec.run.convention)},
             {"tflops", res.tflops},

@@ -93,7 +93,7 @@ void CudaDecoder::layer_forward(int l, int set, const bf16* x_in, const bf16* re
   const LayerLinears& M = linears_[std::size_t(l)];
   const LinearEnv e = env();
   M.qkv.forward(e, A.attn.qkv, A.y1, A.lin[kQkv], n, pre_norm(l, true, &A.lin[kQkv], x_in, resid_in, A, nl));
-  attention_->forward(l, A.attn, batch, seq);
+  attention_->forward(l, A.attn, batch, seq, rows_);
   M.out.forward(e, s_.m, A.attn.o, A.lin[kOut], n);  // the attention output lands in m (free until the MLP)
   MlpCuda& mlp = *mlps_[std::size_t(l)];
   const int in = mlp.input_linear();
@@ -140,7 +140,7 @@ bool CudaDecoder::layer_backward(int l, int set, const LayerActs& A, int batch, 
   tp_gather(s_.dr2, nl);
   // attention
   M.out.backward(e, s_.dout, s_.dr2, A.attn.o, A.lin[kOut], n, {}, dr2_amax != nullptr);
-  attention_->backward(l, A.attn, {s_.dout, s_.dqkv, s_.dout8, s_.dqkv8}, batch, seq);
+  attention_->backward(l, A.attn, {s_.dout, s_.dqkv, s_.dout8, s_.dqkv8}, batch, seq, rows_);
   if (sel) {
     ops::norm_forward(nk, {own(A.y1, nl), {nl, d}}, {A.mean1, {nl}}, {A.rstd1, {nl}}, {A.r1, {nl, d}}, P(L.norm1_w),
                       P(L.norm1_b), eps, st);

@@ -49,6 +49,18 @@ std::int64_t Batch::loss_tokens() const {
   return n;
 }
 
+void StepTokens::add(const Batch& b) {
+  const double rows = b.batch, s = b.seq;
+  tokens += rows * s;
+  loss_tokens += double(b.loss_tokens());
+  packed = packed || b.docs().packed();
+  if (!b.docs().packed()) {
+    doc_tokens += rows * s, doc_squares += rows * s * s;
+    return;
+  }
+  for (std::int32_t len : b.doc_lens) doc_tokens += len, doc_squares += double(len) * len;
+}
+
 std::vector<double> loss_weights(const Batch& b, int micro_batches, std::int64_t counted) {
   std::vector<double> w;
   if (b.loss_mask.empty()) return w;

@@ -54,6 +54,15 @@ struct Batch {
   std::int64_t loss_tokens() const;  // the targets the loss counts
 };
 
+// What a step's micro-batches hold (every data-parallel rank's together): tokens (rows x seq), the targets the loss
+// counts, and the documents' tokens and squared lengths (model/flops.h packed_flops; unpacked rows are one document
+// each, padding never is one).
+struct StepTokens {
+  double tokens = 0, loss_tokens = 0, doc_tokens = 0, doc_squares = 0;
+  bool packed = false;
+  void add(const Batch& b);
+};
+
 // The loss of a step over packed data (a loss mask) is the mean cross-entropy over the counted targets of the whole
 // step: every data-parallel rank draws the step's M micro-batches (train/trainer.h), so each knows their counted
 // targets N without communication. Micro-batch m's loss weights w = mask · M / N (ops/cpu/cross_entropy.h) keep the

@@ -13,8 +13,8 @@
 // (train/row_rng.h) restarted in each document: every counted target has entropy ln 4 given the token before it (the
 // loss floor). Words to tokens: 1.3 tokens per English word (a SentencePiece / BPE rule of thumb) plus the template.
 //   squad      SQuAD v1.1 (Rajpurkar et al. 2016, 87,599 training questions on Wikipedia paragraphs), in the prompt
-//              form of NeMo's SQuAD fine-tuning ("Context: ... Question: ... Answer:"). Published averages (Reddy et al.
-//              2019, CoQA, Table 3, for SQuAD): paragraph 117 words, question 10.1, answer 3.2. Prompt: mean
+//              form of NeMo's SQuAD fine-tuning ("Context: ... Question: ... Answer:"). Published averages (Reddy et
+//              al. 2019, CoQA, Table 3, for SQuAD): paragraph 117 words, question 10.1, answer 3.2. Prompt: mean
 //              1.3 (117 + 10.1) + 10 = 175 tokens, log-sd 0.45, at least 16; answer: 1.3 x 3.2 + 1 (end of text) = 5.2
 //              tokens, log-sd 0.6, at least 2.
 //   govreport  GovReport (Huang et al. 2021, NAACL, Table 1: 19,466 reports of 9,409.4 words on average, summaries of

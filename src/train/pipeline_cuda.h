@@ -81,9 +81,10 @@ class PipelineCuda {
   // boundary buffers (synchronizing) when their size changed.
   void prepare();
   // Enqueues one step: micro-batch a reads tokens / targets + a * tokens_per_mb (device), and on the last global stage
-  // writes losses[a] (device; other ranks leave it). No allocation, host sync or host read: capturable.
+  // writes losses[a] (device; other ranks leave it); packed data: packed[a] its rows (model::PackedInputs). No
+  // allocation, host sync or host read: capturable.
   void enqueue(const std::int32_t* tokens, const std::int32_t* targets, std::size_t tokens_per_mb, double grad_scale,
-               float* losses);
+               float* losses, std::span<const model::PackedInputs> packed = {});
 
  private:
   cudaStream_t stream_;

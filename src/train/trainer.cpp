@@ -53,6 +53,11 @@ std::string MemoryEstimate::parts_gib() const {
                      workspaces / kGiB);
 }
 
+double step_flops(const model::ModelConfig& m, model::FlopConvention conv, const StepTokens& t) {
+  if (!t.packed) return t.tokens * model::flops_per_token(m, conv).total();
+  return model::packed_flops(m, conv, t.doc_tokens, t.doc_squares);
+}
+
 LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m) {
   const double lr = spec.optimizer.lr > 0 ? spec.optimizer.lr : model::param_count(m) < 100'000'000 ? 3e-3 : 3e-4;
   return LrSchedule{lr, spec.optimizer.min_lr >= 0 ? spec.optimizer.min_lr : lr / 10,
@@ -85,6 +90,8 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
   hp.weight_decay = spec.optimizer.weight_decay;
 
   std::vector<double> measured, measured_opt;
+  double flops_sum = 0, loss_tokens_sum = 0;
+  std::vector<Batch> batches(std::size_t(accum));
   const bool delay = spec.debug.delay_rank >= 0 && launch_rank().rank == spec.debug.delay_rank &&
                      spec.debug.delay_ms > 0;  // an injected straggler
   for (int step = 1; step <= spec.run.steps; ++step) {
@@ -92,11 +99,14 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     if (delay) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(spec.debug.delay_ms));
     net.zero_grads();
     if (step == spec.run.warmup_steps + 1) net.reset_moe_stats();  // the routing of the measured steps
+    StepTokens counted;  // the step's micro-batches first: packed data's loss counts the step's answer tokens
+    for (Batch& b : batches) b = source.next(spec.batch.micro), counted.add(b);
     double loss = 0;
-    for (int a = 0; a < accum; ++a) {
-      const Batch b = source.next(spec.batch.micro);
-      loss += net.forward_backward(b.tokens, b.targets, b.batch, b.seq, 1.0 / accum) / accum;
+    for (const Batch& b : batches) {
+      const std::vector<double> w = loss_weights(b, accum, std::int64_t(counted.loss_tokens));
+      loss += net.forward_backward({b.tokens, b.targets, b.batch, b.seq, b.docs(), w}, 1.0 / accum) / accum;
     }
+    const double flops = step_flops(m, spec.run.convention, counted);
     StepStats st;
     st.step = step;
     st.loss = loss;
@@ -117,8 +127,9 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
     st.mem_gib = double(u.ru_maxrss) / (1024.0 * 1024.0);  // peak RSS; ru_maxrss is in KiB on Linux
-    st.tflops = res.flops_per_step / st.step_s / 1e12;
-    if (step > spec.run.warmup_steps) measured.push_back(st.step_s);
+    st.tflops = flops / st.step_s / 1e12;
+    loss_tokens_sum += counted.loss_tokens;
+    if (step > spec.run.warmup_steps) measured.push_back(st.step_s), flops_sum += flops;
     res.steps.push_back(st);
     if (on_step) on_step(st);
     if (interrupted()) {
@@ -127,6 +138,8 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     }
   }
   if (measured.empty()) measured.push_back(res.steps.back().step_s);  // interrupted during warmup
+  else if (source.max_documents_per_row() > 0) res.flops_per_step = flops_sum / double(measured.size());
+  res.loss_tokens_per_step = loss_tokens_sum / double(res.steps.size());
   res.step_s = summarize(measured);
   if (m.moe.enabled()) res.moe = net.moe_stats(), res.moe_forwards = int(measured.size()) * accum;
   if (!measured_opt.empty()) res.optimizer_s = summarize(measured_opt).median;

@@ -63,6 +63,31 @@ TEST(TrainerCpu, SameSeedSameLossesWithAccumulation) {
   }
 }
 
+// Packed data: the loss counts the answers (far fewer than the tokens), the FLOPs count the documents at their own
+// lengths (below the unpacked rows'), the model learns the markov chain inside the documents, and accumulation over
+// micro-batches normalises by the step's counted tokens (the same losses as one batch of the same rows).
+TEST(TrainerCpu, PackedDataCountsTheAnswersAndLearns) {
+  auto spec = tiny(60);
+  spec.model.seq = 128;
+  spec.run.data = "packed-squad";
+  const auto res = tb::train::train_cpu(spec, nullptr);
+  EXPECT_NEAR(res.loss_floor, std::log(4.0), 1e-12);
+  EXPECT_GT(res.loss_tokens_per_step, 0);
+  EXPECT_LT(res.loss_tokens_per_step, 0.2 * res.tokens_per_step);
+  auto unpacked = tiny(3);
+  unpacked.model.seq = 128;
+  const auto plain = tb::train::train_cpu(unpacked, nullptr);
+  EXPECT_EQ(plain.loss_tokens_per_step, plain.tokens_per_step);
+  EXPECT_LT(res.flops_per_step, plain.flops_per_step);
+  EXPECT_LT(res.steps.back().loss, 0.5 * res.steps.front().loss);
+  auto whole = tiny(3);
+  whole.model.seq = 128, whole.run.data = "packed-squad";
+  auto accumulated = whole;
+  accumulated.batch.micro = 2, accumulated.batch.global = 8;
+  const auto one = tb::train::train_cpu(whole, nullptr), acc = tb::train::train_cpu(accumulated, nullptr);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(acc.steps[i].loss, one.steps[i].loss, 1e-4) << i;
+}
+
 TEST(TrainerCpu, BadSpecsFailBeforeWork) {
   auto s = tiny(5);
   s.batch.global = 12;
