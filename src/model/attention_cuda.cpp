@@ -1,8 +1,7 @@
 // model/attention_cuda.cpp: the attention cores' common part (RoPE, the fused-qkv shape) and the BF16 core: cuDNN's
 // fused SDPA on the fused qkv (packed rows: its ragged layout, RoPE at the tokens' positions), with the FP8 attention
-// emulation diagnostic (Fp8Options::attention_emulate: BF16
-// attention whose q, k, v and/or o are rounded to E4M3 and back as FP8 attention stores them, one current scale per
-// tensor). model/attention_cuda.h has the formulas.
+// emulation diagnostic (Fp8Options::attention_emulate: BF16 attention whose q, k, v and/or o are rounded to E4M3 and
+// back as FP8 attention stores them, one current scale per tensor). model/attention_cuda.h has the formulas.
 #include "model/attention_cuda.h"
 
 #include "core/error.h"

@@ -91,7 +91,7 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
 
   std::vector<double> measured, measured_opt;
   double flops_sum = 0, loss_tokens_sum = 0;
-  std::vector<Batch> batches(std::size_t(accum));
+  std::vector<Batch> batches(static_cast<std::size_t>(accum));
   const bool delay = spec.debug.delay_rank >= 0 && launch_rank().rank == spec.debug.delay_rank &&
                      spec.debug.delay_ms > 0;  // an injected straggler
   for (int step = 1; step <= spec.run.steps; ++step) {

@@ -47,7 +47,7 @@ TrainResult train_cpu_parallel(const TrainSpec& spec, const std::function<void(c
   std::vector<std::int32_t> tokens, targets, doc_lens, row_docs;
   std::vector<double> weights, measured;
   const int micro_batches = ps.global_batch / spec.batch.micro;  // over every dp rank
-  std::vector<Batch> batches(std::size_t(micro_batches));
+  std::vector<Batch> batches(static_cast<std::size_t>(micro_batches));
   double flops_sum = 0, loss_tokens_sum = 0;
   for (int step = 1; step <= spec.run.steps; ++step) {
     tokens.clear(), targets.clear(), doc_lens.clear(), row_docs.clear(), weights.clear();

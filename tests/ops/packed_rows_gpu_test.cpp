@@ -240,8 +240,8 @@ TEST(PackedRowsGpu, LmHeadLossWeightsMatchTheCpuReference) {
   fill_uniform(x.get(), DType::bf16, std::size_t(t * h), 11, -1.f, 1.f, dc.stream());
   fill_uniform(w.get(), DType::bf16, std::size_t(V * h), 12, -0.2f, 0.2f, dc.stream());
   TB_CHECK(cudaMemsetAsync(dw.get(), 0, dw.bytes(), dc.stream()));
-  std::vector<std::int32_t> targets(std::size_t(t));
-  std::vector<float> weights(std::size_t(t));
+  std::vector<std::int32_t> targets(static_cast<std::size_t>(t));
+  std::vector<float> weights(static_cast<std::size_t>(t));
   for (std::int64_t i = 0; i < t; ++i) {
     targets[std::size_t(i)] = std::int32_t((i * 37 + 5) % V);
     weights[std::size_t(i)] = i % 3 == 0 ? 0.f : 0.03125f * float(1 + i % 5);

@@ -100,6 +100,20 @@ std::string what(const Layout& l, int micro) {
   return l.str() + " micro " + std::to_string(micro) + " rank " + std::to_string(comm::world().rank);
 }
 
+// f(layout, micro, trainer) for every layout of the world that fits cfg at micro-batch 1 and 2, the trainer's
+// parameters `start`.
+template <class F>
+void each_layout(const ModelConfig& cfg, const std::vector<double>& start, F&& f) {
+  auto world = comm::world_communicator();
+  for (const Layout& l : layouts(world->size()))
+    for (int micro : {1, 2}) {
+      if (!fits(l, cfg, micro)) continue;
+      ParallelCpuTrainer<double> t(*world, cfg, {l.shape, micro, kGlobal, {}}, kSeed);
+      t.load_full(start);
+      f(l, micro, t);
+    }
+}
+
 class Family : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Family, OneStepMatchesTheSingleRankGradient) {
@@ -111,18 +125,13 @@ TEST_P(Family, OneStepMatchesTheSingleRankGradient) {
   ref.zero_grads();
   const double ref_loss = ref.forward_backward(b.tokens, b.targets, kGlobal, cfg.seq);
   const double ref_norm = ops::cpu::grad_norm(ref.grads());
-  auto world = comm::world_communicator();
-  for (const Layout& l : layouts(world->size()))
-    for (int micro : {1, 2}) {
-      if (!fits(l, cfg, micro)) continue;
-      ParallelCpuTrainer<double> t(*world, cfg, {l.shape, micro, kGlobal, {}}, kSeed);
-      t.load_full(start);
-      EXPECT_EQ(compare(ref.dense_layout(), t.full_params(), start, 0), "") << what(l, micro) << " (load_full)";
-      const ParallelStepStats st = t.step(b.tokens, b.targets, 1e-3);
-      EXPECT_NEAR(st.loss, ref_loss, 1e-10 * ref_loss) << what(l, micro);
-      EXPECT_NEAR(st.grad_norm, ref_norm, 1e-10 * ref_norm) << what(l, micro);
-      EXPECT_EQ(compare(ref.dense_layout(), t.full_grads(), ref.grads(), 1e-10), "") << what(l, micro);
-    }
+  each_layout(cfg, start, [&](const Layout& l, int micro, ParallelCpuTrainer<double>& t) {
+    EXPECT_EQ(compare(ref.dense_layout(), t.full_params(), start, 0), "") << what(l, micro) << " (load_full)";
+    const ParallelStepStats st = t.step(b.tokens, b.targets, 1e-3);
+    EXPECT_NEAR(st.loss, ref_loss, 1e-10 * ref_loss) << what(l, micro);
+    EXPECT_NEAR(st.grad_norm, ref_norm, 1e-10 * ref_norm) << what(l, micro);
+    EXPECT_EQ(compare(ref.dense_layout(), t.full_grads(), ref.grads(), 1e-10), "") << what(l, micro);
+  });
 }
 
 // The single-rank loop the trainer must reproduce, written independently: decay everything but norms and biases,
@@ -221,21 +230,16 @@ TEST_P(Family, PackedRowsOneStepMatchesTheSingleRankGradient) {
   ref.zero_grads();
   const std::vector<double> w1 = weights(1);
   const double ref_loss = ref.forward_backward({b.tokens, b.targets, kGlobal, cfg.seq, {lengths, per_row}, w1});
-  auto world = comm::world_communicator();
-  for (const Layout& l : layouts(world->size()))
-    for (int micro : {1, 2}) {
-      if (!fits(l, cfg, micro)) continue;
-      ParallelCpuTrainer<double> t(*world, cfg, {l.shape, micro, kGlobal, {}}, kSeed);
-      t.load_full(start);
-      const std::vector<double> w = weights(kGlobal / micro);
-      if (l.shape.cp > 1) {  // refused on every rank, before any communication
-        EXPECT_THROW(t.step(b.tokens, b.targets, 1e-3, {lengths, per_row}, w), Error) << what(l, micro);
-        continue;
-      }
-      const ParallelStepStats st = t.step(b.tokens, b.targets, 1e-3, {lengths, per_row}, w);
-      EXPECT_NEAR(st.loss, ref_loss, 1e-10 * ref_loss) << what(l, micro);
-      EXPECT_EQ(compare(ref.dense_layout(), t.full_grads(), ref.grads(), 1e-10), "") << what(l, micro);
+  each_layout(cfg, start, [&](const Layout& l, int micro, ParallelCpuTrainer<double>& t) {
+    const std::vector<double> w = weights(kGlobal / micro);
+    if (l.shape.cp > 1) {  // refused on every rank, before any communication
+      EXPECT_THROW(t.step(b.tokens, b.targets, 1e-3, {lengths, per_row}, w), Error) << what(l, micro);
+      return;
     }
+    const ParallelStepStats st = t.step(b.tokens, b.targets, 1e-3, {lengths, per_row}, w);
+    EXPECT_NEAR(st.loss, ref_loss, 1e-10 * ref_loss) << what(l, micro);
+    EXPECT_EQ(compare(ref.dense_layout(), t.full_grads(), ref.grads(), 1e-10), "") << what(l, micro);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt"));

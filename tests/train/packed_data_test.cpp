@@ -21,7 +21,8 @@
 
 #include "core/error.h"
 #include "core/packing.h"
-#include "support/shell.h"
+#include "../support/config_error.h"
+#include "../support/shell.h"
 #include "train/data.h"
 #include "train/row_rng.h"
 
@@ -48,7 +49,9 @@ std::vector<DocView> documents(const Batch& b) {
       int first = -1, counted = 0;
       for (int j = 0; j < len; ++j) {
         const std::size_t t = std::size_t(r * b.seq + at + j);
-        if (j + 1 < len) EXPECT_EQ(b.targets[t], b.tokens[t + 1]) << "row " << r << " doc " << i << " pos " << j;
+        if (j + 1 < len) {
+          EXPECT_EQ(b.targets[t], b.tokens[t + 1]) << "row " << r << " doc " << i << " pos " << j;
+        }
         if (b.loss_mask[t]) counted++, first = first < 0 ? j : first;
       }
       EXPECT_EQ(b.loss_mask[std::size_t(r * b.seq + at + len - 1)], 0) << "a document's last position has no target";
@@ -57,7 +60,9 @@ std::vector<DocView> documents(const Batch& b) {
     }
     for (int j = at; j < b.seq; ++j) {  // padding
       const std::size_t t = std::size_t(r * b.seq + j);
-      EXPECT_EQ(b.tokens[t], 0), EXPECT_EQ(b.targets[t], 0), EXPECT_EQ(b.loss_mask[t], 0);
+      EXPECT_EQ(b.tokens[t], 0);
+      EXPECT_EQ(b.targets[t], 0);
+      EXPECT_EQ(b.loss_mask[t], 0);
     }
   }
   EXPECT_EQ(d, b.doc_lens.size());
@@ -201,25 +206,16 @@ TEST(PackedFile, ReadsTheDocumentsItsIndexNames) {
   EXPECT_EQ(source.max_documents_per_row(), 4);
 }
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(PackedFile, BadInputIsRefusedWithOneClearMessage) {
   std::vector<DocSpec> docs = three_documents();
   const fs::path index = write_packed("bad", docs);
-  EXPECT_NE(error_of([&] { PackedFile(index, 8, 1); })
+  EXPECT_NE(testing_support::error_message([&] { PackedFile(index, 8, 1); })
                 .find("document 1 has 9 tokens, longer than the sequence (8)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { PackedFile(index, 12, 1, 250).next(20); }).find(">= vocab 250"), std::string::npos);
+  EXPECT_NE(testing_support::error_message([&] { PackedFile(index, 12, 1, 250).next(20); }).find(">= vocab 250"), std::string::npos);
   const auto refused = [&](std::vector<DocSpec> d, const std::string& needle) {
     const fs::path p = write_packed("bad2", d);
-    const std::string msg = error_of([&] { PackedFile(p, 12, 1); });
+    const std::string msg = testing_support::error_message([&] { PackedFile(p, 12, 1); });
     EXPECT_NE(msg.find(needle), std::string::npos) << needle << ": " << msg;
   };
   std::vector<DocSpec> d = docs;
@@ -231,18 +227,18 @@ TEST(PackedFile, BadInputIsRefusedWithOneClearMessage) {
   // A foreign file, a truncated index, a .bin of the wrong size, a missing .bin.
   const fs::path p = write_packed("bad3", docs);
   std::ofstream(p, std::ios::binary) << "not an index at all, really not at all";
-  EXPECT_NE(error_of([&] { PackedFile(p, 12, 1); }).find("no TBPACK01 header"), std::string::npos);
+  EXPECT_NE(testing_support::error_message([&] { PackedFile(p, 12, 1); }).find("no TBPACK01 header"), std::string::npos);
   write_packed("bad3", docs);
   fs::resize_file(p, fs::file_size(p) - 8);
-  EXPECT_NE(error_of([&] { PackedFile(p, 12, 1); }).find("a truncated or foreign file"), std::string::npos);
+  EXPECT_NE(testing_support::error_message([&] { PackedFile(p, 12, 1); }).find("a truncated or foreign file"), std::string::npos);
   write_packed("bad3", docs);
   fs::path bin = p;
   bin.replace_extension(".bin");
   std::ofstream(bin, std::ios::binary) << "abc";
-  EXPECT_NE(error_of([&] { PackedFile(p, 12, 1); }).find("not a multiple of 2 bytes per token"), std::string::npos);
+  EXPECT_NE(testing_support::error_message([&] { PackedFile(p, 12, 1); }).find("not a multiple of 2 bytes per token"), std::string::npos);
   fs::remove(bin);
-  EXPECT_NE(error_of([&] { PackedFile(p, 12, 1); }).find("cannot open"), std::string::npos);
-  EXPECT_NE(error_of([&] { DataSource("no-such.index", TokenType::uint16, 10, 8, 1); }).find("packed-squad"),
+  EXPECT_NE(testing_support::error_message([&] { PackedFile(p, 12, 1); }).find("cannot open"), std::string::npos);
+  EXPECT_NE(testing_support::error_message([&] { DataSource("no-such.index", TokenType::uint16, 10, 8, 1); }).find("packed-squad"),
             std::string::npos);
 }
 
