@@ -85,7 +85,12 @@ PackedSynthetic::PackedSynthetic(Packing kind, int vocab, int seq, std::uint64_t
                                           packing_name(kind), seq, shortest, model_.prompt_min, model_.answer_min));
 }
 
-int PackedSynthetic::max_documents_per_row() const { return seq_ / (model_.prompt_min + model_.answer_min); }
+// At most three times the documents of the mean length a row holds (and no more than fit at the minimum lengths): the
+// segment capacity the CUDA attention is planned for.
+int PackedSynthetic::max_documents_per_row() const {
+  const int fit = seq_ / (model_.prompt_min + model_.answer_min);
+  return std::max(1, std::min(fit, int(std::ceil(3.0 * seq_ / (model_.prompt_mean + model_.answer_mean)))));
+}
 
 double PackedSynthetic::loss_floor() const { return std::log(double(kMarkovFanout)); }
 
@@ -93,10 +98,11 @@ Batch PackedSynthetic::next(int batch) {
   TB_REQUIRE(batch >= 1, fmt::format("packed-{} data: batch must be >= 1 rows, got {}", packing_name(kind_), batch));
   Batch b = empty_batch(batch, seq_);
   std::vector<std::int32_t> doc;
+  const int most = max_documents_per_row();
   for (int r = 0; r < batch; ++r) {
     RowRng rng(seed_, next_row_++);
     RowWriter w{b, r};
-    for (;;) {
+    while (b.row_docs[std::size_t(r)] < most) {
       const int answer = std::min(lognormal(rng, model_.answer_mean, model_.answer_log_sd, model_.answer_min),
                                   seq_ / 2);  // a document longer than the row is cut, the answer first
       const int prompt =
@@ -141,7 +147,7 @@ PackedFile::PackedFile(const std::filesystem::path& index, int seq, std::uint64_
              fmt::format("{}: its tokens '{}' hold {} bytes, not a multiple of {} bytes per token", name_,
                          bin.string(), tokens_.size(), token_size));
   const std::uint64_t n_tokens = tokens_.size() / token_size;
-  std::uint32_t shortest = std::numeric_limits<std::uint32_t>::max();
+  std::vector<std::uint32_t> lengths(static_cast<std::size_t>(docs_));
   for (std::int64_t i = 0; i < docs_; ++i) {
     const Doc x = doc(i);
     const std::uint32_t last_span = i + 1 < docs_ ? doc(i + 1).first_span : std::uint32_t(spans_);
@@ -165,9 +171,16 @@ PackedFile::PackedFile(const std::filesystem::path& index, int seq, std::uint64_
                              name_, i, x.tokens, begin, end, x.tokens - 1));
       after = end;
     }
-    shortest = std::min(shortest, x.tokens);
+    lengths[std::size_t(i)] = x.tokens;
   }
-  max_docs_ = std::max(1, seq / int(shortest));
+  // The most documents a row can hold: as many of the shortest as fit (the segment capacity CUDA plans for).
+  std::sort(lengths.begin(), lengths.end());
+  std::int64_t used = 0;
+  max_docs_ = 0;
+  for (std::uint32_t len : lengths) {
+    if (used + len > seq) break;
+    used += len, ++max_docs_;
+  }
 }
 
 PackedFile::Doc PackedFile::doc(std::int64_t d) const {

@@ -3,7 +3,8 @@
 // train/data.h's: row k of the stream depends on (seed, k) only, so next(8) yields next(4) twice.
 //
 // Rows. Row k draws documents from its own random stream and appends each while it fits; the first that does not fit
-// ends the row and the rest of the row is padding (token 0, target 0, not counted). A document of L tokens w[0..L)
+// (or the synthetic packers' most documents per row) ends the row and the rest of the row is padding (token 0, target
+// 0, not counted). A document of L tokens w[0..L)
 // gives positions i < L with target w[i+1] (i < L - 1); its last position has no target (target 0, not counted). The
 // loss counts the targets of the document's loss spans: for a prompt of P tokens and an answer of A (L = P + A), the
 // answer's A tokens, i.e. positions [P - 1, L - 1). Counted tokens of a row: the sum of its documents' answers.
@@ -65,7 +66,9 @@ class PackedSynthetic {
  public:
   PackedSynthetic(Packing kind, int vocab, int seq, std::uint64_t seed);
   Batch next(int batch);
-  int max_documents_per_row() const;  // seq over the shortest document (the minimum prompt and answer)
+  // A row holds at most 3 seq / (mean prompt + mean answer) documents (next() stops there; at most seq over the
+  // minimum lengths): the segment capacity the CUDA attention is planned for.
+  int max_documents_per_row() const;
   double loss_floor() const;          // ln 4 (the markov chain), over the counted targets
 
  private:
@@ -82,7 +85,7 @@ class PackedFile {
   PackedFile(const std::filesystem::path& index, int seq, std::uint64_t seed, int vocab = 0);
   Batch next(int batch);
   std::int64_t documents() const { return docs_; }
-  int max_documents_per_row() const { return max_docs_; }  // seq over the shortest document
+  int max_documents_per_row() const { return max_docs_; }  // as many of the shortest documents as fit a row
 
  private:
   struct Doc {
