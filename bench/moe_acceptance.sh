@@ -8,8 +8,13 @@
 #   dense:   the dense model of the same shapes as mixtral with the expert MLP folded into one of width top_k x ffn
 #            (what "MoE TFLOP/s against dense TFLOP/s" compares)
 #   fp8:     mixtral in FP8 (delayed scaling with the FP8 LM head; current scaling), against mixtral's BF16 run
-# trainbench runs with the peer's optimizer state (bf16 moments and gradients; its master weights stay exact: split).
-# Logs and JSONL to $OUT. Usage: bench/moe_acceptance.sh [tests|mixtral|grok|dense|fp8]...  (default: all)
+#   split:   mixtral and grok (learned) with trainbench's exact fp32 master weights (--master split) instead
+#   ga16:    mixtral (BF16 and FP8) and its dense model at global batch 16 (16 micro-batches a step, as recipes
+#            accumulate): the optimizer's pass over the experts' weights amortized, what the MoE / dense TFLOP/s and
+#            the FP8 / BF16 ratios compare
+# trainbench runs with the peer's optimizer state: bf16 weights, moments and gradients (--master none --moments bf16
+# --grads bf16: AdamW on bf16 parameters, as the peer's fused AdamW); MASTER=split keeps fp32 master weights.
+# Logs and JSONL to $OUT. Usage: bench/moe_acceptance.sh [tests|mixtral|grok|dense|fp8|split|ga16]...  (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/gpu_env.sh
@@ -19,10 +24,10 @@ TB=carry/trainbench
 STEPS=${STEPS:-30}
 PEER_ROUTINGS=${PEER_ROUTINGS:-learned balanced}  # the routings the peer also runs
 WARMUP=${WARMUP:-10}
-STATE="--moments bf16 --grads bf16"
+STATE="--moments bf16 --grads bf16 --master ${MASTER:-none}"
 GROK="--set d_model=6144 --set heads=48 --set kv_heads=8 --set head_dim=128 --set ffn=32768 --set vocab=128256
       --set rope_theta=500000 --set rope_scaling=on"
-modes=${*:-tests mixtral grok dense fp8}
+modes=${*:-tests mixtral grok dense fp8 split ga16}
 
 tb() {  # name, args...: a trainbench run, its summary on stdout
   local name=$1
@@ -43,6 +48,7 @@ for mode in $modes; do
   case $mode in
     tests)
       carry/tests/moe_gpu_test >"$OUT/moe_gpu_test.log" 2>&1; echo "moe_gpu_test rc=$?"
+      carry/tests/grouped_gemm_gpu_test >"$OUT/grouped_gemm_gpu_test.log" 2>&1; echo "grouped_gemm_gpu_test rc=$?"
       carry/tests/decoder_cuda_gpu_test >"$OUT/decoder_cuda_gpu_test.log" 2>&1; echo "decoder_cuda_gpu_test rc=$?"
       grep -E "FAILED|Failure" "$OUT"/*_gpu_test.log | head -20
       ;;
@@ -64,6 +70,19 @@ for mode in $modes; do
       ;;
     dense)
       tb dense-mixtral --model mistral-7b --layers 4 --seq 4096 --micro-batch 1 --set ffn=28672 --set rope_theta=1000000
+      ;;
+    ga16)
+      STEPS_SAVED=$STEPS WARMUP_SAVED=$WARMUP
+      STEPS=8 WARMUP=2
+      tb mixtral-ga16 --model mixtral-8x7b --layers 4 --seq 4096 --global-batch 16
+      tb dense-ga16 --model mistral-7b --layers 4 --seq 4096 --global-batch 16 --set ffn=28672 --set rope_theta=1000000
+      tb mixtral-fp8-ga16 --model mixtral-8x7b --layers 4 --seq 4096 --global-batch 16 --precision fp8 \
+        --fp8-recipe delayed --fp8-lm-head
+      STEPS=$STEPS_SAVED WARMUP=$WARMUP_SAVED
+      ;;
+    split)
+      STATE="--moments bf16 --grads bf16 --master split" tb mixtral-split --model mixtral-8x7b --layers 4 --seq 4096
+      STATE="--moments bf16 --grads bf16 --master split" tb grok-split --model mixtral-8x7b $GROK --layers 1 --seq 4096
       ;;
     fp8)  # FP8 experts (per-expert scaling) against BF16 at the Mixtral shapes, learned routing
       tb mixtral-fp8-delayed --model mixtral-8x7b --layers 4 --seq 4096 --micro-batch 1 --precision fp8 \

@@ -1,6 +1,6 @@
 // bench/lab/grouped_gemm_lab.cu: the Mixture-of-Experts expert GEMMs, every way trainbench could run them, on one GPU
 // (a lab, not part of trainbench): the numbers behind ops/cuda/grouped_gemm's default configuration
-// (grouped_gemm.cpp, default_config).
+// (TB_GROUPED_GEMM_DEFAULTS in ops/cuda/grouped_gemm_instances.h).
 // Shapes (E experts, model width d, expert ffn f; fc1 n = 2f, k = d (SwiGLU gate and up); fc2 n = d, k = f):
 //   Mixtral 8x7B (E 8, d 4096, f 14336), Grok-1 (E 8, d 6144, f 32768), a DeepSeek-V3-like rank (E 32, d 7168, f 2048)
 // at 1024 and 4096 rows per expert and a Zipf-like spread (count_e ~ 1 / (e + 1), multiples of 16) of 1024 E rows;
@@ -11,7 +11,7 @@
 //           transposes [n, m_e], as GemmPlan has no leading dimension)
 //   lt4     the same, expert e on stream e % 4
 //   cublas  cublasGemmGroupedBatchedEx (cuBLAS 13.1, host-side sizes; "-" where cuBLAS refuses the types)
-//   <cfg>   GroupedGemmPlan in each compiled configuration (grouped_gemm_kernels.h): coop_/pingpong_ tile, cluster
+//   <cfg>   GroupedGemmPlan in each compiled configuration (grouped_gemm_instances.h): coop/pingpong, tile, cluster
 //   dense   the floor: one cuBLASLt GEMM of all the rows against one weight (M = sum m_e)
 // Work: 2 n k sum_e m_e FLOPs. Random inputs (never zero). The table at the end gives TFLOP/s and the ratio to dense;
 // then, per kernel (pass x precision), each configuration's geometric mean ratio over the shapes.
@@ -420,7 +420,7 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   // Per kernel (pass x precision): each configuration's geometric mean ratio to dense over the shapes.
-  std::printf("\ngeometric mean ratio to dense per kernel (the default to set in grouped_gemm.cpp is the best)\n");
+  std::printf("\ngeometric mean ratio to dense per kernel (set the best as its default: grouped_gemm_instances.h)\n");
   const std::size_t first = 3;
   for (int pass = 0; pass < 3; ++pass) {
     for (const char* prec : {"bf16", "fp8"}) {

@@ -262,7 +262,8 @@ void add_spec_options(CLI::App& app, train::TrainSpec& spec) {
   add_choice(app, "--grads", spec.memory.grads, train::kStateTypes,
              "weight gradient precision: f32 | bf16 (half their bytes, the bf16-state peer's; --device cuda, one GPU)");
   add_choice(app, "--master", spec.optimizer.master, train::kMasters,
-             "fp32 master weights: split (bf16 weight + 16-bit residual, exact) | f32");
+             "the weights AdamW updates: split (fp32 master as the bf16 weight + a 16-bit residual, exact) | f32 (an "
+             "fp32 master copy) | none (the bf16 weights, each update rounded: PyTorch's bf16 parameters)");
   add_choice(app, "--grad-buffer", spec.memory.grad_buffer, train::kGradBuffers,
              "--device cuda: the weight gradients shared (in activation memory already used, with one micro-batch "
              "per rank and no --pp or --cp; else separate) | separate");
@@ -381,7 +382,8 @@ int cmd_train(int argc, char** argv) {
       "seq (integers), norm rmsnorm|layernorm|layernorm1p, act swiglu|gelu|sqrelu, pos rope|learned, tied "
       "true|false, rope_theta, rope_scaling on|off, norm_eps; MoE: experts top_k expert_ffn shared_ffn dense_first "
       "moe_every (integers), routing learned|balanced, router_score softmax|sigmoid, aux_loss seq_aux_loss "
-      "z_loss capacity_factor (--layers and --seq apply after)");
+      "z_loss capacity_factor; MLA: attention gqa|mla, q_lora_rank kv_lora_rank qk_nope_head_dim qk_rope_head_dim "
+      "v_head_dim (integers) (--layers and --seq apply after)");
   std::string convention = "full";
   app.add_option("--flops", convention, "FLOP convention: full | causal")->check(CLI::IsMember({"full", "causal"}))
       ->capture_default_str();

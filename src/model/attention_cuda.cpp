@@ -35,7 +35,7 @@ void AttentionCore::require_unpacked(int segments, const char* core) {
 
 TensorView<const float> AttentionCore::inv_freq() const {
   if (cfg_.pos != Pos::rope) return {};
-  return TensorView<const float>(inv_freq_.as<float>(), {cfg_.head_dim / 2});
+  return TensorView<const float>(inv_freq_.as<float>(), {cfg_.rope_dim() / 2});
 }
 
 void AttentionCore::rope(bf16* at, int batch, int seq, std::int64_t rows, std::int64_t offset, bool backward,

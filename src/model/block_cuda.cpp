@@ -1,5 +1,6 @@
 // model/block_cuda.cpp: one layer of the CUDA decoder, the block: r1 = x + resid, y1 = norm1(r1), attention (qkv
-// linear, RoPE, the core: cuDNN | FP8 | context parallel, out linear), r2 = a + r1, y2 = norm2(r2), its MLP
+// linear, RoPE, the core: cuDNN | FP8 | context parallel, out linear; or model/attention_mla_cuda.h's), r2 = a + r1,
+// y2 = norm2(r2), its MLP
 // (model/mlp_cuda.h), and the backward in reverse (model/decoder_cuda.h has the data flow and what each recompute mode
 // keeps). The pre-norms feed the linears that read them (FP8: their inputs' casts written by the norm itself).
 #include <cuda_runtime_api.h>
@@ -16,8 +17,11 @@ namespace tb::model {
 using bf16 = __nv_bfloat16;
 
 std::vector<LinearCuda*> CudaDecoder::layer_linears(int l) {
-  LayerLinears& M = linears_[std::size_t(l)];
-  std::vector<LinearCuda*> out{&M.qkv, &M.out};
+  std::vector<LinearCuda*> out;
+  if (MlaAttentionCuda* mla = mlas_[std::size_t(l)].get())
+    out = mla->linears();
+  else
+    out = {&linears_[std::size_t(l)]->qkv, &linears_[std::size_t(l)]->out};
   for (LinearCuda* lin : mlps_[std::size_t(l)]->linears()) out.push_back(lin);
   return out;
 }
@@ -29,13 +33,15 @@ std::vector<const LinearCuda*> CudaDecoder::layer_linears(int l) const {
 }
 
 LinearSaved& CudaDecoder::linear_saved(int set, int l, int k) {
-  return k < 2 ? acts_[act_index(set, l)].lin[k]
-               : mlps_[std::size_t(l)]->saved(set, k - 2);
+  MlaAttentionCuda* mla = mlas_[std::size_t(l)].get();
+  const int attention = mla ? int(mla->linears().size()) : 2;
+  if (k >= attention) return mlps_[std::size_t(l)]->saved(set, k - attention);
+  return mla ? mla->saved(set, k) : acts_[act_index(set, l)].lin[k];
 }
 
 int CudaDecoder::linear_count() const {
   std::size_t n = 0;
-  for (const auto& mlp : mlps_) n += 2 + mlp->linears().size();
+  for (int l = 0; l < layers(); ++l) n += layer_linears(l).size();
   return int(n);
 }
 
@@ -90,11 +96,16 @@ void CudaDecoder::layer_forward(int l, int set, const bf16* x_in, const bf16* re
   const std::int64_t n = std::int64_t(batch) * seq;
   const std::int64_t nl = n / tp_.size;  // the residual stream's rows (sequence parallel)
 
-  const LayerLinears& M = linears_[std::size_t(l)];
   const LinearEnv e = env();
-  M.qkv.forward(e, A.attn.qkv, A.y1, A.lin[kQkv], n, pre_norm(l, true, &A.lin[kQkv], x_in, resid_in, A, nl));
-  attention_->forward(l, A.attn, batch, seq, rows_);
-  M.out.forward(e, s_.m, A.attn.o, A.lin[kOut], n);  // the attention output lands in m (free until the MLP)
+  if (MlaAttentionCuda* mla = mlas_[std::size_t(l)].get()) {  // BF16 at tp 1: y1 whole, in BF16
+    pre_norm(l, true, nullptr, x_in, resid_in, A, nl);
+    mla->forward(mla_call(e), set, A.y1, s_.m);
+  } else {
+    const LayerLinears& M = *linears_[std::size_t(l)];
+    M.qkv.forward(e, A.attn.qkv, A.y1, A.lin[kQkv], n, pre_norm(l, true, &A.lin[kQkv], x_in, resid_in, A, nl));
+    attention_->forward(l, A.attn, batch, seq, rows_);
+    M.out.forward(e, s_.m, A.attn.o, A.lin[kOut], n);  // the attention output lands in m (free until the MLP)
+  }
   MlpCuda& mlp = *mlps_[std::size_t(l)];
   const int in = mlp.input_linear();
   const LinearInput y2_input = pre_norm(l, false, in < 0 ? nullptr : &mlp.saved(set, in), s_.m, A.r1, A, nl);
@@ -104,7 +115,7 @@ void CudaDecoder::layer_forward(int l, int set, const bf16* x_in, const bf16* re
 bool CudaDecoder::layer_backward(int l, int set, const LayerActs& A, int batch, int seq, bool dnext_amax_ready) {
   const ModelConfig& c = cfg_;
   const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
-  const LayerLinears& M = linears_[std::size_t(l)];
+  MlaAttentionCuda* const mla = mlas_[std::size_t(l)].get();
   cudaStream_t st = dc_.stream();
   const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model;
   const ops::NormKind nk = detail::norm_kind(c.norm);
@@ -130,7 +141,7 @@ bool CudaDecoder::layer_backward(int l, int set, const LayerActs& A, int batch, 
   mlps_[std::size_t(l)]->backward(mlp_call(e, n), set, A.y2, s_.dnext, dnext_amax_ready, s_.dy,
                                   tp_scatter_async(s_.dy, s_.dyl, nl));
   tp_wait(s_.dy, s_.dyl, nl);
-  float* dr2_amax = fused_grad_amax(&M.out);  // the out-projection's output gradient
+  float* dr2_amax = mla ? nullptr : fused_grad_amax(&linears_[std::size_t(l)]->out);  // out's output gradient
   with_grad_type([&]<class T>(std::type_identity<T>) {
     ops::add_norm_backward(nk, {own(s_.dr2, nl), {nl, d}}, G<T>(L.norm2_w), G<T>(L.norm2_b), {dy_local, {nl, d}},
                            {own(s_.dnext, nl), {nl, d}}, {A.r2, {nl, d}}, P(L.norm2_w), {A.mean2, {nl}},
@@ -138,16 +149,23 @@ bool CudaDecoder::layer_backward(int l, int set, const LayerActs& A, int batch, 
   });
   mark("norm bwd");
   tp_gather(s_.dr2, nl);
-  // attention
-  M.out.backward(e, s_.dout, s_.dr2, A.attn.o, A.lin[kOut], n, {}, dr2_amax != nullptr);
-  attention_->backward(l, A.attn, {s_.dout, s_.dqkv, s_.dout8, s_.dqkv8}, batch, seq, rows_);
-  if (sel) {
+  // attention (the norm's output recomputed first with selective recompute; the qkv linear reads it last)
+  auto recompute_y1 = [&] {
     ops::norm_forward(nk, {own(A.y1, nl), {nl, d}}, {A.mean1, {nl}}, {A.rstd1, {nl}}, {A.r1, {nl, d}}, P(L.norm1_w),
                       P(L.norm1_b), eps, st);
     tp_gather(A.y1, nl);
     mark("recompute");
+  };
+  if (mla) {
+    if (sel) recompute_y1();
+    mla->backward(mla_call(e), set, A.y1, s_.dr2, s_.dy);
+  } else {
+    const LayerLinears& M = *linears_[std::size_t(l)];
+    M.out.backward(e, s_.dout, s_.dr2, A.attn.o, A.lin[kOut], n, {}, dr2_amax != nullptr);
+    attention_->backward(l, A.attn, {s_.dout, s_.dqkv, s_.dout8, s_.dqkv8}, batch, seq, rows_);
+    if (sel) recompute_y1();
+    M.qkv.backward(e, s_.dy, s_.dqkv, A.y1, A.lin[kQkv], n, tp_scatter_async(s_.dy, s_.dyl, nl));
   }
-  M.qkv.backward(e, s_.dy, s_.dqkv, A.y1, A.lin[kQkv], n, tp_scatter_async(s_.dy, s_.dyl, nl));
   tp_wait(s_.dy, s_.dyl, nl);
   float* dnext_amax = fused_grad_amax(mlp_output_linear(l - 1));  // the layer below's fc2 output gradient
   with_grad_type([&]<class T>(std::type_identity<T>) {

@@ -1,4 +1,5 @@
-// model/config.cpp: validation, the presets (shapes as in the DGXC recipe files), parameter counts.
+// model/config.cpp: validation, the presets (shapes as in the DGXC recipe files and the public model configs),
+// parameter counts.
 #include "model/config.h"
 
 #include <fmt/format.h>
@@ -34,6 +35,16 @@ ModelConfig nemotron(std::string name, int layers, int d, int ffn, int heads, in
   c.vocab = 256000, c.seq = 4096;
   c.norm = Norm::layernorm1p, c.act = Act::sqrelu, c.pos = Pos::rope;
   c.rope_theta = 10000.0;
+  return c;
+}
+
+// c with multi-head latent attention of sizes m (every head its own keys and values: kv_heads = heads, head_dim =
+// qk_nope_head_dim + qk_rope_head_dim).
+ModelConfig with_mla(ModelConfig c, std::string name, MlaConfig m) {
+  c.name = std::move(name);
+  c.attention = AttentionKind::mla;
+  c.mla = m;
+  c.kv_heads = c.heads, c.head_dim = m.qk_head_dim();
   return c;
 }
 
@@ -77,6 +88,26 @@ std::vector<ModelConfig> make_presets() {
     m.moe.experts = 8, m.moe.top_k = 2, m.moe.aux_loss = 0.01;
     p.push_back(m);
   }
+  // DeepSeek-V3 671B, the shapes of deepseek-ai/DeepSeek-V3 inference/configs/config_671B.json (dim 7168, inter_dim
+  // 18432, moe_inter_dim 2048, 61 layers of which n_dense_layers 3, 128 heads, 256 routed experts of which 8 active,
+  // 1 shared, route_scale 2.5, sigmoid scores, q_lora_rank 1536, kv_lora_rank 512, qk_nope 128, qk_rope 64, v 128,
+  // vocab 129280) and its model.py (RMSNorm eps 1e-6, rope_theta 10000, sigmoid weights normalised over the chosen,
+  // untied head); seq 4096 as its pretraining and the DGXC recipe. The V3 report's balancing (sections 2.1.2, 4.2):
+  // the aux-loss-free expert bias at update rate 0.001 and a sequence-wise balance loss 0.0001. Not modelled:
+  // multi-token prediction (its one MTP module), group-limited routing (8 groups, top 4), YaRN (past 4K only; see
+  // MlaConfig).
+  ModelConfig ds = with_mla(llama("", 61, 7168, 18432, 128, 128, 129280, 4096), "deepseek-v3-671b",
+                            {.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128,
+                             .qk_rope_head_dim = 64, .v_head_dim = 128});
+  ds.family = "deepseek";
+  ds.rope_theta = 10000.0, ds.rope_scaling.enabled = false, ds.norm_eps = 1e-6;
+  ds.moe.experts = 256, ds.moe.top_k = 8, ds.moe.expert_ffn = 2048, ds.moe.shared_ffn = 2048, ds.moe.dense_first = 3;
+  ds.moe.score = RouterScore::sigmoid, ds.moe.normalize = true, ds.moe.scale = 2.5, ds.moe.seq_aux_loss = 1e-4;
+  ds.moe.bias_update_rate = 0.001;
+  p.push_back(ds);
+  // `tiny` with multi-head latent attention: CPU runs and tests
+  p.push_back(with_mla(tiny, "tiny-mla", {.q_lora_rank = 32, .kv_lora_rank = 32, .qk_nope_head_dim = 16,
+                                          .qk_rope_head_dim = 8, .v_head_dim = 16}));
   ModelConfig small = llama("small", 4, 256, 768, 4, 2, 512, 256);  // for quick GPU runs and tests (CUDA-aligned)
   small.rope_theta = 10000.0;
   small.rope_scaling.enabled = false;
@@ -90,6 +121,9 @@ std::vector<ModelConfig> make_presets() {
   small128.name = "small-hd128";
   small128.heads = small128.kv_heads = 2, small128.head_dim = 128;
   p.push_back(small128);
+  // `small` with MLA in DeepSeek-V3's head dims (cuDNN's qk 192, v 128 on Hopper)
+  p.push_back(with_mla(small, "small-mla", {.q_lora_rank = 256, .kv_lora_rank = 128, .qk_nope_head_dim = 128,
+                                            .qk_rope_head_dim = 64, .v_head_dim = 128}));
   return p;
 }
 
@@ -116,6 +150,38 @@ std::string_view act_name(Act a) {
 std::string_view pos_name(Pos p) { return p == Pos::rope ? "rope" : "learned"; }
 std::string_view router_score_name(RouterScore s) { return s == RouterScore::softmax ? "softmax" : "sigmoid"; }
 std::string_view routing_name(Routing r) { return r == Routing::learned ? "learned" : "balanced"; }
+std::string_view attention_name(AttentionKind a) { return a == AttentionKind::gqa ? "gqa" : "mla"; }
+
+namespace {
+
+// The MLA fields of c (MlaConfig): all zero for grouped-query attention; for MLA sizes that fit together.
+void validate_mla(const ModelConfig& c, const std::string& who) {
+  const MlaConfig& m = c.mla;
+  if (!c.is_mla()) {
+    TB_REQUIRE(m.q_lora_rank == 0 && m.kv_lora_rank == 0 && m.qk_nope_head_dim == 0 && m.qk_rope_head_dim == 0 &&
+                   m.v_head_dim == 0,
+               fmt::format("{}: MLA sizes (q_lora_rank, kv_lora_rank, qk_*_head_dim, v_head_dim) are set but the "
+                           "attention is {}: set attention=mla or leave them 0",
+                           who, attention_name(c.attention)));
+    return;
+  }
+  TB_REQUIRE(m.kv_lora_rank > 0 && m.qk_nope_head_dim > 0 && m.qk_rope_head_dim > 0 && m.v_head_dim > 0 &&
+                 m.q_lora_rank >= 0,
+             fmt::format("{}: multi-head latent attention needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and "
+                         "v_head_dim > 0 and q_lora_rank >= 0 (0: no query compression); got {}, {}, {}, {} and {}",
+                         who, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.q_lora_rank));
+  TB_REQUIRE(c.pos == Pos::rope && m.qk_rope_head_dim % 2 == 0,
+             fmt::format("{}: multi-head latent attention rotates its qk_rope_head_dim={} part with RoPE: it needs "
+                         "pos=rope and an even qk_rope_head_dim",
+                         who, m.qk_rope_head_dim));
+  TB_REQUIRE(c.kv_heads == c.heads && c.head_dim == m.qk_head_dim(),
+             fmt::format("{}: with multi-head latent attention every head has its own keys and values and a query / "
+                         "key width of qk_nope_head_dim + qk_rope_head_dim: set kv_heads={} (got {}) and head_dim={} "
+                         "(got {})",
+                         who, c.heads, c.kv_heads, m.qk_head_dim(), c.head_dim));
+}
+
+}  // namespace
 
 bool ModelConfig::is_moe_layer(int layer) const {
   return moe.enabled() && layer >= moe.dense_first && (layer - moe.dense_first + 1) % moe.every == 0;
@@ -134,9 +200,10 @@ void ModelConfig::validate() const {
   TB_REQUIRE(heads % kv_heads == 0,
              fmt::format("{}: kv_heads={} must divide heads={} (each KV head serves a group of query heads)", who,
                          kv_heads, heads));
-  TB_REQUIRE(pos != Pos::rope || head_dim % 2 == 0,
+  TB_REQUIRE(pos != Pos::rope || is_mla() || head_dim % 2 == 0,
              fmt::format("{}: RoPE rotates pairs of dimensions, so head_dim={} must be even", who, head_dim));
   TB_REQUIRE(norm_eps > 0, fmt::format("{}: norm_eps must be positive", who));
+  validate_mla(*this, who);
   if (moe.experts == 0 && moe.top_k == 0) return;
   TB_REQUIRE(moe.experts > 0 && moe.top_k > 0,
              fmt::format("{}: a mixture of experts needs experts > 0 and top_k > 0 (got {} and {})", who, moe.experts,
@@ -183,13 +250,23 @@ const ModelConfig& preset(std::string_view name) {
   raise_config(fmt::format("unknown model '{}'{}; presets: {}", name, did_you_mean(name, names), list));
 }
 
+std::int64_t attention_matmul_params(const ModelConfig& c) {
+  const std::int64_t d = c.d_model, A = c.heads;
+  if (!c.is_mla()) return d * (c.q_dim() + 2 * std::int64_t(c.kv_dim())) + std::int64_t(c.q_dim()) * d;
+  const MlaConfig& m = c.mla;
+  const std::int64_t rq = m.q_lora_rank, rkv = m.kv_lora_rank, qk = m.qk_head_dim();
+  const std::int64_t q = rq > 0 ? d * rq + rq * A * qk : d * A * qk;  // W_dq, W_uq, or W_q
+  return q + d * (rkv + m.qk_rope_head_dim) + rkv * A * (m.qk_nope_head_dim + m.v_head_dim) +
+         A * m.v_head_dim * d;  // W_dkv, W_ukv, W_o
+}
+
 namespace {
 
 // Matmul weights of the layers: attention, and each layer's MLP with `experts_counted` of its routed experts
 // (-1: all of them), the router when `router`.
 std::int64_t layer_matmul_params(const ModelConfig& c, int experts_counted, bool router) {
   const std::int64_t d = c.d_model, gemms = c.act == Act::swiglu ? 3 : 2;
-  const std::int64_t attn = d * (c.q_dim() + 2 * std::int64_t(c.kv_dim())) + std::int64_t(c.q_dim()) * d;
+  const std::int64_t attn = attention_matmul_params(c);
   const int moe = c.moe_layers();
   const std::int64_t experts = experts_counted < 0 ? c.moe.local_experts() : experts_counted;
   const std::int64_t moe_mlp =
@@ -213,6 +290,7 @@ std::int64_t param_count(const ModelConfig& c) {
   const bool bias = c.norm != Norm::rmsnorm;                    // LayerNorm has a bias
   const std::int64_t norm = d * (bias ? 2 : 1);
   std::int64_t n = matmul_param_count(c) + c.layers * 2 * norm + norm;  // two norms per layer, the final one
+  if (c.is_mla()) n += std::int64_t(c.layers) * (c.mla.q_lora_rank + c.mla.kv_lora_rank);  // the latent RMSNorms
   n += std::int64_t(c.vocab) * d;                                 // token embedding
   if (c.tied_embeddings) n -= std::int64_t(c.vocab) * d;          // the LM head is the embedding
   if (c.pos == Pos::learned) n += std::int64_t(c.seq) * d;

@@ -7,6 +7,9 @@
 //   positions: rope (theta, optional Llama 3.1 frequency scaling) or learned absolute embeddings.
 //   moe (model/config.h MoeConfig): a Mixture-of-Experts MLP in some layers: a router picks top_k of `experts` MLPs
 //   of width expert_ffn per token (plus shared experts every token passes through); the other layers are dense.
+//   attention (AttentionKind): grouped-query attention over a fused qkv projection, or DeepSeek's multi-head latent
+//   attention (MlaConfig) with its own projections; layer(i) is the per-layer spec (attention kind, dense or MoE MLP).
+// Presets `deepseek-v3-671b` (MLA + MoE, the public shapes), `tiny-mla` (CPU tests) and `small-mla` (GPU runs).
 #pragma once
 
 #include <cstdint>
@@ -81,6 +84,36 @@ struct MoeConfig {
   int local_experts() const { return experts / ep_proxy; }
 };
 
+// Multi-head latent attention (DeepSeek-V2 section 2.1, DeepSeek-V3 section 2.1). Per token x [d_model], A heads,
+// Rq = q_lora_rank, Rkv = kv_lora_rank, Dn = qk_nope_head_dim, Dr = qk_rope_head_dim, Dv = v_head_dim:
+//   c_q = RMSNorm(x W_dq^T)  [Rq];  [q_nope | q_rope]_h = c_q W_uq^T per head     (Rq = 0: q = x W_q^T, no c_q)
+//   [c_kv | k_rope] = x W_dkv^T  [Rkv + Dr];  c_kv = RMSNorm(c_kv);  [k_nope | v]_h = c_kv W_ukv^T per head
+//   q_h = [q_nope_h | RoPE(q_rope_h)],  k_h = [k_nope_h | RoPE(k_rope)]   (one k_rope shared by every head)
+//   o_h = causal softmax(q_h k_h^T / sqrt(Dn + Dr)) v_h  [Dv];  y = [o_1 .. o_A] W_o^T
+// RoPE rotates the Dr-wide parts (theta rope_theta, rotate-half pairs; DeepSeek's interleaved pairs are the same
+// rotation up to a fixed permutation of the rope rows of W_uq and W_dkv, which a model trained from scratch absorbs).
+// The softmax scale is 1 / sqrt(Dn + Dr) and RoPE is unscaled: YaRN (DeepSeek-V3's rope_factor 40 and its mscale)
+// applies only past original_seq_len 4096 in DeepSeek's code, i.e. to the long-context extension, not to the 4K
+// pretraining; it is not implemented. The latent norms are RMSNorm with the model's norm_eps whatever `norm` says.
+// A MLA model has kv_heads = heads and head_dim = Dn + Dr (validate() says so), so q_dim() is the query width.
+struct MlaConfig {
+  int q_lora_rank = 0;  // Rq (0: no query compression)
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
+// The attention of a layer: grouped-query (fused qkv linear, RoPE, SDPA, out linear) or multi-head latent.
+enum class AttentionKind { gqa, mla };
+std::string_view attention_name(AttentionKind a);
+
+// What one layer is: its attention kind and whether its MLP is a mixture of experts (ModelConfig::layer).
+struct LayerSpec {
+  AttentionKind attention = AttentionKind::gqa;
+  bool moe = false;
+};
+
 struct ModelConfig {
   std::string name;    // preset name, e.g. "llama3.1-8b"
   std::string family;  // "llama", "gpt", "nemotron", "mistral"
@@ -93,13 +126,18 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   double norm_eps = 1e-5;
   MoeConfig moe;
+  AttentionKind attention = AttentionKind::gqa;  // every layer's (layer(i).attention)
+  MlaConfig mla;                                  // attention == mla
 
   int q_dim() const { return heads * head_dim; }         // width of Q (and of the attention output)
   int kv_dim() const { return kv_heads * head_dim; }     // width of K and of V
   bool is_moe_layer(int layer) const;
+  LayerSpec layer(int i) const { return {attention, is_moe_layer(i)}; }
+  bool is_mla() const { return attention == AttentionKind::mla; }
+  int rope_dim() const { return is_mla() ? mla.qk_rope_head_dim : head_dim; }  // the width RoPE rotates per head
   int expert_ffn() const { return moe.expert_ffn > 0 ? moe.expert_ffn : ffn; }
   int moe_layers() const;  // how many of the layers are MoE
-  void validate() const;   // TB_REQUIRE: positive sizes, kv_heads divides heads, top_k <= experts, ...
+  void validate() const;   // TB_REQUIRE: positive sizes, kv_heads divides heads, top_k <= experts, MLA dims, ...
 };
 
 std::span<const ModelConfig> presets();
@@ -109,8 +147,10 @@ const ModelConfig& preset(std::string_view name);
 // Parameter counts: every weight (embeddings, norms, projections, routers, every expert), and those in matmuls (the
 // FLOP convention's "params in matmuls": projections and MLP per layer, plus the LM head). Active: what one token
 // passes through (top_k routed experts, the shared ones; the router's E x d is left out, as the DGXC count does).
+// MLA's projections are W_dq, W_uq (or W_q), W_dkv, W_ukv, W_o; its latent norms count as norms.
 std::int64_t param_count(const ModelConfig& c);
 std::int64_t matmul_param_count(const ModelConfig& c);
 std::int64_t active_param_count(const ModelConfig& c);
+std::int64_t attention_matmul_params(const ModelConfig& c);  // one layer's attention projections
 
 }  // namespace tb::model

@@ -112,6 +112,12 @@ const std::vector<std::pair<std::string_view, Setter>>& keys() {
          m.moe.score =
              one_of<RouterScore>(k, v, {{"softmax", RouterScore::softmax}, {"sigmoid", RouterScore::sigmoid}});
        }},
+      {"router_normalize",
+       [](ModelConfig& m, std::string_view k, std::string_view v) {
+         m.moe.normalize = one_of<bool>(k, v, {{"true", true}, {"false", false}});
+       }},
+      {"routed_scale",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.scale = positive_number(k, v); }},
       {"aux_loss", [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.aux_loss = non_negative(k, v); }},
       {"seq_aux_loss",
        [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.seq_aux_loss = non_negative(k, v); }},
@@ -120,6 +126,25 @@ const std::vector<std::pair<std::string_view, Setter>>& keys() {
        [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.bias_update_rate = non_negative(k, v); }},
       {"capacity_factor",
        [](ModelConfig& m, std::string_view k, std::string_view v) { m.moe.capacity_factor = non_negative(k, v); }},
+      {"pad_to_capacity",
+       [](ModelConfig& m, std::string_view k, std::string_view v) {
+         m.moe.pad_to_capacity = one_of<bool>(k, v, {{"true", true}, {"false", false}});
+       }},
+      // Multi-head latent attention (MlaConfig)
+      {"attention",
+       [](ModelConfig& m, std::string_view k, std::string_view v) {
+         m.attention = one_of<AttentionKind>(k, v, {{"gqa", AttentionKind::gqa}, {"mla", AttentionKind::mla}});
+       }},
+      {"q_lora_rank",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.mla.q_lora_rank = non_negative_int(k, v); }},
+      {"kv_lora_rank",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.mla.kv_lora_rank = positive_int(k, v); }},
+      {"qk_nope_head_dim",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.mla.qk_nope_head_dim = positive_int(k, v); }},
+      {"qk_rope_head_dim",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.mla.qk_rope_head_dim = positive_int(k, v); }},
+      {"v_head_dim",
+       [](ModelConfig& m, std::string_view k, std::string_view v) { m.mla.v_head_dim = positive_int(k, v); }},
   };
   return all;
 }

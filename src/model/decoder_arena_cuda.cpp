@@ -1,5 +1,6 @@
 // model/decoder_arena_cuda.cpp: the CUDA decoder's activation arena, planned by its modules (model/arena_plan.h):
-//   [ (set, layer) blocks: what each layer keeps (its norms' and attention's fields, then its MLP's) ]
+//   [ (set, layer) blocks: what each layer keeps (its norms' and attention's fields (or its MLA attention's), then its
+//     MLP's) ]
 //   [ the shared copy: what a layer uses only while it runs (one union over the layers) ]
 //   [ the head sets: the final norm's sum and statistics, the LM head's dyf ]  [ the step's scratch ]
 // With gradient sharing (model/grad_sharing.h) the blocks sit over the gradients instead; the FP8 weight copies'
@@ -26,19 +27,20 @@ CudaDecoder::ArenaParts CudaDecoder::arena_parts(const ModelConfig& c, LayerRang
 }
 
 void CudaDecoder::plan_layer(ArenaPlan& a, const PlanPass& pass, std::span<LayerActs> sets, const ModelConfig& c,
-                             std::size_t n, std::size_t nl, const RecomputePolicy& p, bool fp8_attn) {
+                             std::size_t n, std::size_t nl, const RecomputePolicy& p, bool fp8_attn, bool gqa) {
   const std::size_t d = std::size_t(c.d_model), qd = std::size_t(c.q_dim());
   const bool state = p.keeps_state(), cheap = p.keeps_cheap_outputs();
   plan_field(a, pass, sets, &LayerActs::r1, nl * d, true);  // the layer's input: kept in every mode
   plan_field(a, pass, sets, &LayerActs::mean1, nl, state);
   plan_field(a, pass, sets, &LayerActs::rstd1, nl, state);
   plan_field(a, pass, sets, &LayerActs::y1, n * d, cheap);  // FP8: the weight gradients read X^T instead
-  plan_attention_fields(a, pass, sets, [](LayerActs& s) -> AttentionActs& { return s.attn; }, c, n, p, fp8_attn);
+  if (gqa)  // (a MLA layer's attention plans its own: MlaAttentionCuda::plan)
+    plan_attention_fields(a, pass, sets, [](LayerActs& s) -> AttentionActs& { return s.attn; }, c, n, p, fp8_attn);
   plan_field(a, pass, sets, &LayerActs::r2, nl * d, state);
   plan_field(a, pass, sets, &LayerActs::mean2, nl, state);
   plan_field(a, pass, sets, &LayerActs::rstd2, nl, state);
   plan_field(a, pass, sets, &LayerActs::y2, n * d, cheap);
-  if (!p.fp8) return;
+  if (!p.fp8 || !gqa) return;
   const std::size_t xt_cols[2] = {d, qd};  // the inputs of qkv and out
   for (int k = 0; k < 2; ++k)
     plan_field_at(a, pass, sets, [k](LayerActs& s) -> std::uint8_t*& { return s.lin[k].xt; }, n * xt_cols[k], state);
@@ -46,10 +48,12 @@ void CudaDecoder::plan_layer(ArenaPlan& a, const PlanPass& pass, std::span<Layer
 
 CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq,
                                           const RecomputePolicy& policy, const Fp8Options& fp8_options, int tp,
-                                          std::span<const std::unique_ptr<MlpCuda>> mlps, std::byte* base,
+                                          std::span<const std::unique_ptr<MlpCuda>> mlps,
+                                          std::span<const std::unique_ptr<MlaAttentionCuda>> mlas, std::byte* base,
                                           std::vector<LayerActs>* acts, std::vector<HeadActs>* heads, Scratch* S,
                                           const std::vector<std::size_t>* block_at) {
-  TB_REQUIRE(mlps.size() == std::size_t(parts.layers), "CUDA decoder: internal: an MLP per layer");
+  TB_REQUIRE(mlps.size() == std::size_t(parts.layers) && mlas.size() == mlps.size(),
+             "CUDA decoder: internal: an MLP and an attention slot per layer");
   const bool fp8 = fp8_options.enabled, fp8_head = fp8 && fp8_options.lm_head;
   const bool fp8_attn = fp8 && fp8_options.attention;
   const std::size_t n = std::size_t(batch) * std::size_t(seq);
@@ -63,7 +67,8 @@ CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts
   std::vector<LayerActs> layers(layers_n * sets);
   auto layer_sets = [&](std::size_t l) { return std::span<LayerActs>(layers).subspan(l * sets, sets); };
   auto plan_block = [&](std::size_t l, const PlanPass& pass) {
-    plan_layer(a, pass, layer_sets(l), c, n, nl, policy, fp8_attn);
+    plan_layer(a, pass, layer_sets(l), c, n, nl, policy, fp8_attn, !mlas[l]);
+    if (mlas[l]) mlas[l]->plan(a, pass, parts.slots, std::int64_t(n), policy);
     mlps[l]->plan(a, pass, parts.slots, std::int64_t(n), seq, policy);
   };
   std::size_t block = 0, i = 0;
@@ -97,7 +102,8 @@ CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts
   if (parts.head) s.yf = a.take<bf16>(nl * d);
   s.loss = a.take<float>(1);
   s.dnext = a.take<bf16>(n * d), s.dr2 = a.take<bf16>(n * d), s.dy = a.take<bf16>(n * d);
-  s.dout = a.take<bf16>(n * qd), s.dqkv = a.take<bf16>(n * width);  // the MLPs' gradients live in their own fields
+  if (!c.is_mla())  // (the MLPs' and the MLA attention's gradients live in their own fields)
+    s.dout = a.take<bf16>(n * qd), s.dqkv = a.take<bf16>(n * width);
   if (tp > 1) s.part = a.take<bf16>(n * d), s.dyl = a.take<bf16>(nl * d);
   if (fp8_attn) s.dout8 = a.take<std::uint8_t>(n * qd), s.dqkv8 = a.take<std::uint8_t>(n * width);
   s.ce_bytes = parts.head ? ops::lm_head_ce_scratch(std::int64_t(nl), c.vocab, c.d_model, lm_head_chunk(fp8_head),
@@ -120,6 +126,10 @@ CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts
     s.xq = at, s.dyq = at + pad256(in_bytes), s.dyqt = s.dyq + pad256(out_bytes);
   }
   s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(nl), c.d_model);
+  if (c.is_mla())  // its latent norms (at tp 1: on the nl = n rows)
+    for (int dim : {c.mla.q_lora_rank, c.mla.kv_lora_rank})
+      if (dim > 0)
+        s.norm_ws_bytes = std::max(s.norm_ws_bytes, ops::norm_backward_workspace_bytes(std::int64_t(nl), dim));
   s.norm_ws = a.take_bytes(s.norm_ws_bytes);
   s.embed_ws_bytes =
       parts.embedding ? ops::embedding_backward_workspace_bytes(std::int64_t(nl), c.vocab, c.d_model) : 0;
@@ -134,9 +144,13 @@ CudaDecoder::ArenaSize CudaDecoder::size_arena(const ModelConfig& cfg, LayerRang
                                                Recompute recompute, const Fp8Options& fp8, int tp) {
   const DenseLayout layout = model::dense_layout(cfg, stage);
   std::vector<std::unique_ptr<MlpCuda>> mlps;
-  for (const DenseLayout::Layer& L : layout.layers) mlps.push_back(make_mlp(cfg, layout, L));
-  return carve(cfg, arena_parts(cfg, stage, slots), batch, seq, {recompute, fp8.enabled}, fp8, tp, mlps, nullptr,
-               nullptr, nullptr, nullptr);
+  std::vector<std::unique_ptr<MlaAttentionCuda>> mlas;
+  for (const DenseLayout::Layer& L : layout.layers) {
+    mlps.push_back(make_mlp(cfg, layout, L));
+    mlas.push_back(L.mla() ? std::make_unique<MlaAttentionCuda>(cfg, layout, L) : nullptr);
+  }
+  return carve(cfg, arena_parts(cfg, stage, slots), batch, seq, {recompute, fp8.enabled}, fp8, tp, mlps, mlas,
+               nullptr, nullptr, nullptr, nullptr);
 }
 
 std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
@@ -182,6 +196,8 @@ void CudaDecoder::prepare(int batch, int seq, int slots, int segments) {
                                   ") are not built: run packed data with --cp 1");
     TB_REQUIRE(c.pos == Pos::rope, "CUDA decoder: packed sequences with learned positions are not built on CUDA "
                                    "(the CPU backend runs them): use a RoPE model");
+    TB_REQUIRE(!c.is_mla(), "CUDA decoder: packed sequences with multi-head latent attention are not built on CUDA "
+                            "(the CPU backend runs them)");
   }
   if (batch == batch_ && seq == seq_ && slots <= slots_ && segments == segments_) return;
   slots = std::max(slots, batch == batch_ && seq == seq_ ? slots_ : 1);
@@ -200,11 +216,12 @@ void CudaDecoder::prepare(int batch, int seq, int slots, int segments) {
              "CUDA decoder: gradients that share the activations' memory allow one activation set, not " +
                  std::to_string(slots) + " (a pipeline schedule keeps several micro-batches in flight)");
   const ArenaParts parts{layers(), slots, first_stage(), last_stage()};
-  const ArenaSize size = carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, nullptr, nullptr, nullptr, nullptr);
+  const ArenaSize size =
+      carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, mlas_, nullptr, nullptr, nullptr, nullptr);
   if (!share_grads_) {
     arena_ = ops::DeviceBuffer(dc_.device(), size.total);
-    carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, static_cast<std::byte*>(arena_.get()), &acts_, &heads_,
-          &s_);
+    carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, mlas_, static_cast<std::byte*>(arena_.get()), &acts_,
+          &heads_, &s_);
   } else {  // [rest | below | gradients], the layer blocks over the gradients and below them
     const GradSharing g = plan_grad_sharing(layout_, cfg_.tied_embeddings, size.block, grad_size());
     const std::size_t at = size.rest + std::size_t(g.below);
@@ -213,16 +230,19 @@ void CudaDecoder::prepare(int batch, int seq, int slots, int segments) {
     grads_ptr_ = base + at;
     std::vector<std::size_t> block_at;
     for (std::int64_t o : g.block_at) block_at.push_back(std::size_t(std::int64_t(at) + o));
-    carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, base, &acts_, &heads_, &s_, &block_at);
+    carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, mlas_, base, &acts_, &heads_, &s_, &block_at);
   }
   if (fp8_.enabled) fp8_assign_input_scales(slots);
   segment_tables_ = ops::DeviceBuffer();
   if (segments > 0)
     segment_tables_ = ops::DeviceBuffer(dc_.device(), std::size_t(slots) * ops::segment_table_bytes(segments));
   segments_ = segments;
-  attention_->prepare(batch, seq, slots, segments);  // its plans and workspaces (FP8: qkv8's scaling slot per set)
-  for (int set = 0; set < slots; ++set)
-    for (int l = 0; l < layers(); ++l) acts_[act_index(set, l)].attn.qkv8_scale = attention_->qkv8_scale(l, set);
+  if (attention_) {
+    attention_->prepare(batch, seq, slots, segments);  // its plans and workspaces (FP8: qkv8's scaling slot per set)
+    for (int set = 0; set < slots; ++set)
+      for (int l = 0; l < layers(); ++l) acts_[act_index(set, l)].attn.qkv8_scale = attention_->qkv8_scale(l, set);
+  }
+  if (mla_shared_) mla_shared_->prepare(batch, seq);
   batch_ = batch;
   seq_ = seq;
   slots_ = slots;

@@ -28,12 +28,12 @@ inline ops::cpu::NormKind norm_kind(Norm n) {
   return ops::cpu::NormKind::rmsnorm;
 }
 
-// RoPE frequencies of the config (empty for learned positions).
+// RoPE frequencies of the config (empty for learned positions), for the rotated width (MLA: qk_rope_head_dim).
 inline std::vector<double> rope_inv_freq(const ModelConfig& c) {
   if (c.pos != Pos::rope) return {};
   const ops::cpu::RopeScaling s{c.rope_scaling.factor, c.rope_scaling.low_freq_factor, c.rope_scaling.high_freq_factor,
                                 c.rope_scaling.original_max_position};
-  return ops::cpu::rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling.enabled ? &s : nullptr);
+  return ops::cpu::rope_inv_freq(c.rope_dim(), c.rope_theta, c.rope_scaling.enabled ? &s : nullptr);
 }
 
 // The view of a slot inside a flat buffer (an empty view for an absent slot, index -1).

@@ -50,10 +50,17 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
                  std::string(dtype_name(fp8_.grad)));
   const std::string problem = model::cuda_layout_problem(cfg_, layout_);
   TB_REQUIRE(problem.empty(), "CUDA decoder: " + problem);
-  TB_REQUIRE(!cfg_.moe.enabled() || !fp8_.enabled,
-             "CUDA decoder: a Mixture-of-Experts model runs in BF16 only so far (Fp8Options::enabled off)");
+  TB_REQUIRE(!cfg_.is_mla() || !fp8_.enabled,
+             "CUDA decoder: a multi-head latent attention model runs in BF16 only so far (FP8 MLA is not built: "
+             "Fp8Options::enabled off)");
   for (const DenseLayout::Layer& L : layout_.layers) {
-    linears_.push_back({LinearCuda(layout_, L.qkv), LinearCuda(layout_, L.out)});
+    if (L.mla()) {
+      linears_.emplace_back();
+      mlas_.push_back(std::make_unique<MlaAttentionCuda>(cfg_, layout_, L));
+    } else {
+      linears_.push_back(LayerLinears{LinearCuda(layout_, L.qkv), LinearCuda(layout_, L.out)});
+      mlas_.push_back(nullptr);
+    }
     mlps_.push_back(make_mlp(cfg_, layout_, L));
   }
   dc_.activate();
@@ -95,7 +102,10 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
   TB_REQUIRE(!fp8_.attention_emulate || (fp8_.enabled && !fp8_.attention && policy_.mode == Recompute::none),
              "CUDA decoder: the FP8 attention emulation (a diagnostic of BF16 attention) needs FP8, not FP8 attention "
              "itself, and no recompute");
-  attention_ = fp8_attention() ? make_fp8_attention(attention_setup()) : make_bf16_attention(attention_setup());
+  if (cfg_.is_mla())
+    mla_shared_ = std::make_unique<MlaShared>(dc_, cfg_, deterministic_);
+  else
+    attention_ = fp8_attention() ? make_fp8_attention(attention_setup()) : make_bf16_attention(attention_setup());
   dc_.synchronize();
 }
 
@@ -155,7 +165,7 @@ void CudaDecoder::fp8_end_step() {
   if (!fp8_.enabled) return;
   std::vector<std::pair<const ops::Fp8Scales*, DType>> delayed;  // the histories this step rolls
   if (fp8_.delayed) delayed = {{fp8_fwd_.get(), DType::e4m3}, {fp8_bwd_.get(), fp8_.grad}};
-  attention_->delayed_tables(delayed);  // FP8 attention's: delayed in both recipes
+  if (attention_) attention_->delayed_tables(delayed);  // FP8 attention's: delayed in both recipes
   const auto algo = fp8_.most_recent ? ops::AmaxAlgo::most_recent : ops::AmaxAlgo::max;
   if (fp8_reduce_amax)
     for (const auto& [f, type] : delayed) fp8_reduce_amax(f->base(), std::size_t(f->tensors()) * f->slot_stride());
@@ -238,9 +248,10 @@ void CudaDecoder::zero_grad_slot(int i) {
   TB_CHECK(cudaMemsetAsync(grad_at(s.offset), 0, s.size * grad_size(), dc_.stream()));
 }
 
-// A layer's norm weights and biases (-1: absent): the gradients its backward accumulates into.
-static std::array<int, 4> norm_slots(const DenseLayout::Layer& L) {
-  return {L.norm1_w, L.norm1_b, L.norm2_w, L.norm2_b};
+// A layer's norm weights and biases, MLA's latent norms included (-1: absent): the gradients its backward
+// accumulates into.
+static std::array<int, 6> norm_slots(const DenseLayout::Layer& L) {
+  return {L.norm1_w, L.norm1_b, L.norm2_w, L.norm2_b, L.q_norm, L.kv_norm};
 }
 
 std::vector<int> CudaDecoder::shared_grad_slots() const {
@@ -267,6 +278,8 @@ void CudaDecoder::set_tensor_parallel(TensorParallelOps tp) {
   if (tp.size > 1) {
     TB_REQUIRE(tp.all_gather && tp.reduce_scatter, "CUDA decoder: tensor parallel needs all_gather and reduce_scatter");
     TB_REQUIRE(!cfg_.moe.enabled(), "CUDA decoder: a Mixture-of-Experts model runs with tensor parallel 1 so far");
+    TB_REQUIRE(!cfg_.is_mla(), "CUDA decoder: a multi-head latent attention model runs with tensor parallel 1 so far "
+                               "(the CPU decoder runs every layout)");
   }
   tp_ = std::move(tp);
 }
@@ -277,6 +290,8 @@ void CudaDecoder::set_context_parallel(ContextParallelOps cp) {
   if (cp.size > 1) {
     TB_REQUIRE(cp.all_gather && cp.reduce_scatter, "CUDA decoder: context parallel needs all_gather and reduce_scatter");
     TB_REQUIRE(!cfg_.moe.enabled(), "CUDA decoder: a Mixture-of-Experts model runs with context parallel 1 so far");
+    TB_REQUIRE(!cfg_.is_mla(), "CUDA decoder: a multi-head latent attention model runs with context parallel 1 so "
+                               "far (the CPU decoder runs every layout)");
     TB_REQUIRE(!fp8_attention(), "CUDA decoder: FP8 attention does not combine with context parallel (cuDNN's FP8 "
                                  "attention has no bottom-right causal mask on Hopper): leave it off");
   }
@@ -314,7 +329,7 @@ void CudaDecoder::tp_wait(const bf16* full, bf16* local, std::int64_t local_rows
 }
 
 std::size_t CudaDecoder::attention_workspace_bytes() const {
-  return attention_->workspace_bytes();
+  return attention_ ? attention_->workspace_bytes() : mla_shared_->workspace_bytes();
 }
 
 TensorView<const bf16> CudaDecoder::P(int slot) const {
@@ -354,11 +369,11 @@ std::size_t CudaDecoder::slot_end(int i) const {
   return i < 0 ? 0 : layout_.slots[std::size_t(i)].offset + layout_.slots[std::size_t(i)].size;
 }
 
+// A layer's slots are contiguous (model/param_layout.h): they end where the next layer's (or the final norm, or the
+// last stage's tied embedding copy after it) begin.
 std::size_t CudaDecoder::layer_end(int l) const {
-  const DenseLayout::Layer& L = layout_.layers[std::size_t(l)];
-  std::size_t e = 0;
-  for (int i : {L.norm1_w, L.norm1_b, L.qkv, L.out, L.norm2_w, L.norm2_b, L.fc1, L.fc2}) e = std::max(e, slot_end(i));
-  return e;
+  if (l + 1 < layers()) return layer_begin(l + 1);
+  return last_stage() ? layout_.slots[std::size_t(layout_.final_norm_w)].offset : layout_.total;
 }
 
 std::size_t CudaDecoder::layer_begin(int l) const {

@@ -9,6 +9,7 @@
 //                 o, lse = CudnnAttention(qkv)             o [n, H hd], lse f32 [b, H, s]
 //                   (FP8 attention: qkv8 = e4m3(qkv), o8, lse = CudnnFp8Attention(qkv8), o = bf16(o8); see Fp8Options)
 //                 a = o Wout^T                             GEMM abt  [n, d]
+//                   (a MLA layer, model/config.h MlaConfig: a = model/attention_mla_cuda.h's attention of y1 instead)
 //                 y2, r2 = add_norm(a, r1)
 //                 h = y2 W1^T                              GEMM abt  [n, ffn or 2 ffn]
 //                 g = act(h)                               [n, ffn]
@@ -59,6 +60,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -68,6 +70,7 @@
 #include "core/tensor.h"
 #include "model/arena_plan.h"
 #include "model/attention_cuda.h"
+#include "model/attention_mla_cuda.h"
 #include "model/config.h"
 #include "model/decoder_common.h"
 #include "model/linear_cuda.h"
@@ -376,14 +379,16 @@ class CudaDecoder {
   // scratch. acts: slot-major (set k's layer l at k * layers + l); heads: one per set (head only). block_at (byte
   // offsets from base, one per block): where the blocks go instead (gradient sharing); the rest then starts at base.
   // mlps: the layers' MLPs, which plan their own fields.
+  // mlas: each layer's MLA attention (null for a grouped-query layer), which plans its own fields too.
   static ArenaSize carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq,
                          const RecomputePolicy& policy, const Fp8Options& fp8, int tp,
-                         std::span<const std::unique_ptr<MlpCuda>> mlps, std::byte* base,
+                         std::span<const std::unique_ptr<MlpCuda>> mlps,
+                         std::span<const std::unique_ptr<MlaAttentionCuda>> mlas, std::byte* base,
                          std::vector<LayerActs>* acts, std::vector<HeadActs>* heads, Scratch* scratch,
                          const std::vector<std::size_t>* block_at = nullptr);
-  // A layer's own fields (the norms', attention's and its linears') in the pass.
+  // A layer's own fields (the norms', and with gqa the attention core's and its qkv and out linears') in the pass.
   static void plan_layer(ArenaPlan& a, const PlanPass& pass, std::span<LayerActs> sets, const ModelConfig& c,
-                         std::size_t n, std::size_t nl, const RecomputePolicy& policy, bool fp8_attention);
+                         std::size_t n, std::size_t nl, const RecomputePolicy& policy, bool fp8_attention, bool gqa);
   static ArenaParts arena_parts(const ModelConfig& c, LayerRange stage, int slots);
   // Sizes the arena of a decoder not built (the memory estimate): its modules made for the sizing only.
   static ArenaSize size_arena(const ModelConfig& cfg, LayerRange stage, int slots, int batch, int seq,
@@ -417,15 +422,20 @@ class CudaDecoder {
     ops::with_float_type(grad_type_, std::forward<F>(f));
   }
   std::size_t grad_size() const { return dtype_size(grad_type_); }
-  // A layer's attention linear layers (model/linear_cuda.h), and the index of each in LayerActs::lin.
+  // A grouped-query layer's attention linear layers (model/linear_cuda.h), and the index of each in LayerActs::lin.
   enum Lin { kQkv, kOut };
   struct LayerLinears {
     LinearCuda qkv, out;
   };
-  std::vector<LayerLinears> linears_;         // per layer of this decoder
-  std::vector<std::unique_ptr<MlpCuda>> mlps_;  // per layer: its MLP (model/mlp_cuda.h)
-  // Every linear of layer l in a fixed order (qkv, out, then its MLP's): the FP8 tables' order. linear_saved: what
-  // activation set `set` keeps for the layer's linear k of that order.
+  std::vector<std::optional<LayerLinears>> linears_;  // per layer of this decoder (none for a MLA layer)
+  std::vector<std::unique_ptr<MlaAttentionCuda>> mlas_;  // per layer: its MLA attention (null: grouped-query)
+  std::unique_ptr<MlaShared> mla_shared_;                // what the MLA layers share (a MLA model)
+  std::vector<std::unique_ptr<MlpCuda>> mlps_;           // per layer: its MLP (model/mlp_cuda.h)
+  MlaCall mla_call(const LinearEnv& e) {
+    return {e, policy_, *mla_shared_, {s_.norm_ws, s_.norm_ws_bytes}, batch_, seq_};
+  }
+  // Every linear of layer l in a fixed order (qkv and out, or the MLA attention's, then its MLP's): the FP8 tables'
+  // order. linear_saved: what activation set `set` keeps for the layer's linear k of that order.
   std::vector<LinearCuda*> layer_linears(int l);
   std::vector<const LinearCuda*> layer_linears(int l) const;
   LinearSaved& linear_saved(int set, int l, int k);
@@ -477,7 +487,8 @@ class CudaDecoder {
   std::unique_ptr<ops::Fp8Scales> fp8_head_;            // its W, x, dlogits slots (current scaling)
   bool fp8_head() const { return fp8_.enabled && fp8_.lm_head && last_stage(); }
   bool fp8_attention() const { return fp8_.enabled && fp8_.attention; }
-  // The attention core of every layer (model/attention_cuda.h): BF16, FP8, or context parallel (set_context_parallel).
+  // The attention core of every grouped-query layer (model/attention_cuda.h): BF16, FP8, or context parallel
+  // (set_context_parallel); null for a MLA model.
   std::unique_ptr<AttentionCore> attention_;
   AttentionSetup attention_setup() const { return {dc_, cfg_, fp8_, deterministic_, layers(), on_op}; }
   bool overwrite_linear_grads_ = false;  // set by zero_grads_for_overwrite() for the next forward_backward

@@ -17,11 +17,13 @@ FlopConvention parse_convention(std::string_view name) {
 
 Flops flops_per_token(const ModelConfig& c, FlopConvention conv, int seq) {
   const double s = seq > 0 ? seq : c.seq;
-  const double h = c.d_model, L = c.layers, d = c.head_dim, A = c.heads, G = c.kv_heads;
+  const double h = c.d_model, L = c.layers, A = c.heads;
   const double half = conv == FlopConvention::causal ? 0.5 : 1.0;
+  // the widths QK^T and AV multiply over: head_dim each, or MLA's qk (nope + rope) and v head dims
+  const double qk = c.is_mla() ? c.mla.qk_head_dim() : c.head_dim, v = c.is_mla() ? c.mla.v_head_dim : c.head_dim;
   Flops f;
-  f.attention_linear = 6 * L * (h * (A + 2 * G) * d + A * d * h);
-  f.attention_core = 6 * L * 2 * A * d * s * half;
+  f.attention_linear = 6 * L * double(attention_matmul_params(c));
+  f.attention_core = 6 * L * A * (qk + v) * s * half;
   const double gemms = c.act == Act::swiglu ? 3 : 2;
   const double moe = c.moe_layers(), active_ffn = double(c.moe.top_k) * c.expert_ffn() + c.moe.shared_ffn;
   f.mlp = 6 * h * gemms * ((L - moe) * c.ffn + moe * active_ffn / c.moe.token_share);

@@ -7,6 +7,11 @@
 //                     a MoE layer: ffn → top_k · expert_ffn + shared_ffn (the active experts; the router's 2·h·E
 //                     and the dispatch are not counted, as the DGXC MoE formula 18·L·F·h·topK does not)
 //   logits            6 · V · h                              LM head (embedding lookups are free)
+// Multi-head latent attention (model/config.h MlaConfig; NeMo's deepseekv3 formula, which is the causal convention):
+//   attention linear  6 · L · (h·Rq + Rq·A·(Dn+Dr) + h·(Rkv+Dr) + Rkv·A·(Dn+Dv) + A·Dv·h)  (Rq = 0: h·A·(Dn+Dr))
+//   attention core    6 · L · A·(Dn+Dr + Dv)·s · c                        QKᵀ over Dn+Dr, AV over Dv
+//   e.g. DeepSeek-V3 at s = 4096 (causal): 2.498e11 per token (NeMo adds its multi-token-prediction module, 1.018e10
+//   more: the 2.600e11 that DGXC's 174.02 TFLOP/s per GPU at 669.4 tokens/s per GPU implies).
 // With A·d = h this is the DGXC / NeMo form 12·L·h²·(1 + G/A + s/h·c) + 18·L·h·ffn + 6·V·h, e.g.
 // Llama 3.1 8B at s = 8192: 5.79e10 per token, 4.74e14 per sample (full); 5.15e10 per token (causal).
 // Packed rows (core/packing.h), as Megatron-LM counts packed sequences (num_floating_point_operations with the real

@@ -153,14 +153,21 @@ void LinearCuda::forward_gemm(const LinearEnv& e, bf16* y, const bf16* x, const 
 }
 
 void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf16* x, const LinearSaved& s,
-                          std::int64_t rows, const std::function<void()>& after_dgrad, bool amax_ready) const {
+                          std::int64_t rows, const std::function<void()>& after_dgrad, bool amax_ready,
+                          bool dx_accumulate) const {
   const std::int64_t o = out(), i = in();
+  TB_REQUIRE(!dx_accumulate || !e.fp8.enabled,
+             "CUDA decoder: an accumulating input gradient (" + w_->name + ") runs in BF16 only");
   void* dw = e.grad(*w_);
   const float* dy_inv = e.fp8.enabled ? fp8.dy.scale_inv : nullptr;  // (read by the lambdas below, after this block)
   std::function<void()> wgrad, dgrad;
   if (!e.fp8.enabled) {
     wgrad = [&] { e.dc.gemm(gemm_shape(o, i, rows, ops::GemmLayout::atb, e.overwrite, e.grad_type), dw, dy, x); };
-    dgrad = [&] { e.dc.gemm(gemm_shape(rows, i, o, ops::GemmLayout::ab), dx, dy, e.params + w_->offset); };
+    dgrad = [&] {
+      ops::GemmShape g = gemm_shape(rows, i, o, ops::GemmLayout::ab);
+      g.accumulate = dx_accumulate;
+      e.dc.gemm(g, dx, dy, e.params + w_->offset);
+    };
   } else {
     if (dy) {  // (null: its producer wrote the FP8 copies)
       cast_grad(e, dy, rows, amax_ready);

@@ -93,8 +93,10 @@ class LinearCuda {
   // dy: the output gradient (FP8: cast into dyq / dyqt first; null: already there); amax_ready: its amax was recorded
   // by its producer (current scaling). dx null: no input gradient; it may alias x. With `after_dgrad` (dx apart from
   // x): dx first, then after_dgrad() (e.g. start dx's reduce-scatter), then dW.
+  // dx_accumulate (BF16): dx += dy W instead of dx = dy W (two linears reading one input: MLA's down projections).
   void backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf16* x, const LinearSaved& s, std::int64_t rows,
-                const std::function<void()>& after_dgrad = {}, bool amax_ready = false) const;
+                const std::function<void()>& after_dgrad = {}, bool amax_ready = false,
+                bool dx_accumulate = false) const;
   // FP8: x [rows, in] (forward, E4M3) or an output gradient [rows, out] (Fp8Options::grad) cast into q and/or qt.
   void cast_input(const LinearEnv& e, const bf16* x, std::int64_t rows, const ops::Fp8Meta& m, bool amax_ready,
                   std::uint8_t* q, std::uint8_t* qt) const;

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "model/decoder_cuda.h"  // Fp8Options
 #include "ops/cuda/gemm.h"
+#include "ops/cuda/grouped_gemm.h"
 
 namespace tb::model {
 namespace {
@@ -40,6 +41,19 @@ MoeMlpCuda::MoeMlpCuda(const ModelConfig& cfg, const DenseLayout& layout, const 
     shared_ = std::make_unique<DenseMlpCuda>(cfg, layout, shared);
   }
 }
+
+// The six grouped GEMMs of the held experts (plan shapes are the weights' [n, k], every layout), the weights' and
+// their gradients' pointers per expert, and (padded to a capacity) every expert's padded rows on the device.
+struct MoeMlpCuda::Grouped {
+  ops::GroupedGemmPlan fc1, fc2, fc1_data, fc2_data, fc1_weight, fc2_weight;
+  ops::GroupPointers w1, w2, dw1, dw2;
+  ops::DeviceBuffer padded_rows;
+  const void* params = nullptr;  // the buffers the pointers were taken from
+  void* grads = nullptr;
+  DType grad_type = DType::f32;
+};
+
+MoeMlpCuda::~MoeMlpCuda() = default;
 
 std::vector<LinearCuda*> MoeMlpCuda::linears() {
   std::vector<LinearCuda*> out;
@@ -166,24 +180,14 @@ void MoeMlpCuda::forward(const MlpCall& c, int set, const bf16* x, LinearInput x
   ops::moe_dispatch(r, S.expert, S.weight, {S.row_of_pair, S.start, S.count, X.dispatch_scratch, dropped}, st);
   mark(e, "moe route");
   const bool padded = r.pad || e.fp8.enabled;  // FP8 GEMMs take rows in multiples of 16: the aligned rows
-  to_host(c, S, padded);
+  if (e.fp8.enabled) to_host(c, S, padded);
   ops::moe_permute(S.xp, x, S.row_of_pair, n, k, d_, st);
   if (padded) ops::moe_zero_padding(S.xp, S.start, S.count, H, d_, st);
   mark(e, "moe permute");
-  // the experts
-  const std::int64_t used = S.host_start.back();
-  for (int i = 0; i < H; ++i) {
-    const std::int64_t r0 = S.host_start[std::size_t(i)], m = S.host_rows[std::size_t(i)];
-    LinearSaved &s1 = S.lin[std::size_t(2 * i)], &s2 = S.lin[std::size_t(2 * i + 1)];
-    if (S.xt1) s1.xt = S.xt1 + r0 * d_, s2.xt = S.xt2 + r0 * f_;  // FP8: X^T [in, m] at the expert's rows
-    if (m > 0) fc1_[std::size_t(i)].forward(e, S.h + r0 * f1_, S.xp + r0 * d_, s1, m);
-  }
-  ops::activation_forward(act_, {S.g, {used, f_}}, {S.h, {used, f1_}}, st);
-  mark(e, "activation fwd");
-  for (int i = 0; i < H; ++i) {
-    const std::int64_t r0 = S.host_start[std::size_t(i)], m = S.host_rows[std::size_t(i)];
-    if (m > 0) fc2_[std::size_t(i)].forward(e, S.o + r0 * d_, S.g + r0 * f_, S.lin[std::size_t(2 * i + 1)], m);
-  }
+  if (e.fp8.enabled)
+    experts_forward_linear(e, S);
+  else
+    experts_forward_grouped(e, r, S);
   const MlpCall share{c.e, c.policy, n, r.seq, c.grad_scale};  // the rows the layer runs on
   if (shared_) shared_->forward(share, set, x, LinearInput::bf16, y, recompute_only);
   if (recompute_only) return;
@@ -198,6 +202,108 @@ void MoeMlpCuda::zero_expert_grads(const LinearEnv& e, int expert) const {
     TB_CHECK(cudaMemsetAsync(e.grad(lin->weight()), 0, lin->weight().size * dtype_size(e.grad_type), e.dc.stream()));
 }
 
+MoeMlpCuda::Grouped& MoeMlpCuda::grouped(const LinearEnv& e, const ops::MoeRouting& r) {
+  if (grouped_ && grouped_->params == e.params && grouped_->grads == e.grads && grouped_->grad_type == e.grad_type)
+    return *grouped_;
+  const int dev = e.dc.device(), H = r.held_experts();
+  auto plan = [&](std::int64_t n, std::int64_t k, ops::GemmLayout layout, DType d) {
+    ops::GroupedGemmShape s;
+    s.n = n, s.k = k, s.groups = H, s.rows = r.rows(), s.layout = layout, s.d = d;
+    return ops::GroupedGemmPlan(dev, s);
+  };
+  auto pointers = [&](const std::vector<LinearCuda>& lins, bool grads) {
+    std::vector<void*> p;
+    for (const LinearCuda& l : lins)
+      p.push_back(grads ? e.grad(l.weight()) : const_cast<bf16*>(e.params + l.weight().offset));
+    return ops::GroupPointers(dev, p);
+  };
+  using ops::GemmLayout;
+  grouped_ = std::make_unique<Grouped>(Grouped{
+      plan(f1_, d_, GemmLayout::abt, DType::bf16), plan(d_, f_, GemmLayout::abt, DType::bf16),
+      plan(f1_, d_, GemmLayout::ab, DType::bf16), plan(d_, f_, GemmLayout::ab, DType::bf16),
+      plan(f1_, d_, GemmLayout::atb, e.grad_type), plan(d_, f_, GemmLayout::atb, e.grad_type), pointers(fc1_, false),
+      pointers(fc2_, false), pointers(fc1_, true), pointers(fc2_, true), ops::DeviceBuffer(), e.params, e.grads,
+      e.grad_type});
+  if (r.pad) {  // every expert's GEMMs run on all its rows
+    const std::vector<std::int32_t> rows(std::size_t(H), std::int32_t(r.padded_rows()));
+    grouped_->padded_rows = ops::DeviceBuffer(dev, sizeof(std::int32_t) * rows.size());
+    TB_CHECK(cudaMemcpy(grouped_->padded_rows.get(), rows.data(), grouped_->padded_rows.bytes(),
+                        cudaMemcpyHostToDevice));
+  }
+  return *grouped_;
+}
+
+// The grouped GEMMs' rows per expert: its kept pairs, or (padded) all its rows.
+const std::int32_t* MoeMlpCuda::gemm_rows(const Grouped& G, const Saved& S) const {
+  return G.padded_rows.get() ? G.padded_rows.as<std::int32_t>() : S.count;
+}
+
+void MoeMlpCuda::experts_forward_grouped(const LinearEnv& e, const ops::MoeRouting& r, const Saved& S) {
+  Grouped& G = grouped(e, r);
+  cudaStream_t st = e.dc.stream();
+  const std::int32_t* rows = gemm_rows(G, S);
+  const std::int64_t R = r.rows();  // (the activation runs on every row: the counts stay on the device)
+  G.fc1.run({S.start, rows, S.xp, nullptr, G.w1.in(), S.h, nullptr, nullptr, nullptr, false}, st);
+  mark(e, "gemm fwd");
+  ops::activation_forward(act_, {S.g, {R, f_}}, {S.h, {R, f1_}}, st);
+  mark(e, "activation fwd");
+  G.fc2.run({S.start, rows, S.g, nullptr, G.w2.in(), S.o, nullptr, nullptr, nullptr, false}, st);
+  mark(e, "gemm fwd");
+}
+
+void MoeMlpCuda::experts_forward_linear(const LinearEnv& e, Saved& S) {
+  const std::int64_t used = S.host_start.back();
+  for (std::size_t i = 0; i < fc1_.size(); ++i) {
+    const std::int64_t r0 = S.host_start[i], m = S.host_rows[i];
+    LinearSaved &s1 = S.lin[2 * i], &s2 = S.lin[2 * i + 1];
+    if (S.xt1) s1.xt = S.xt1 + r0 * d_, s2.xt = S.xt2 + r0 * f_;  // FP8: X^T [in, m] at the expert's rows
+    if (m > 0) fc1_[i].forward(e, S.h + r0 * f1_, S.xp + r0 * d_, s1, m);
+  }
+  ops::activation_forward(act_, {S.g, {used, f_}}, {S.h, {used, f1_}}, e.dc.stream());
+  mark(e, "activation fwd");
+  for (std::size_t i = 0; i < fc2_.size(); ++i) {
+    const std::int64_t r0 = S.host_start[i], m = S.host_rows[i];
+    if (m > 0) fc2_[i].forward(e, S.o + r0 * d_, S.g + r0 * f_, S.lin[2 * i + 1], m);
+  }
+}
+
+// Weight gradients first: each reads the buffer its data gradient then overwrites (g, xp).
+void MoeMlpCuda::experts_backward_grouped(const LinearEnv& e, const ops::MoeRouting& r, const Saved& S) {
+  Grouped& G = grouped(e, r);
+  cudaStream_t st = e.dc.stream();
+  const std::int32_t* rows = gemm_rows(G, S);
+  const std::int64_t R = r.rows();
+  const bool acc = !e.overwrite;  // (overwriting, an expert without rows gets zeros)
+  G.fc2_weight.run({S.start, rows, S.o, S.g, nullptr, nullptr, G.dw2.out(), nullptr, nullptr, acc}, st);
+  mark(e, "gemm wgrad");
+  G.fc2_data.run({S.start, rows, S.o, nullptr, G.w2.in(), S.g, nullptr, nullptr, nullptr, false}, st);
+  mark(e, "gemm dgrad");
+  ops::activation_backward(act_, {S.h, {R, f1_}}, {S.g, {R, f_}}, {S.h, {R, f1_}}, st);
+  mark(e, "activation bwd");
+  G.fc1_weight.run({S.start, rows, S.h, S.xp, nullptr, nullptr, G.dw1.out(), nullptr, nullptr, acc}, st);
+  mark(e, "gemm wgrad");
+  G.fc1_data.run({S.start, rows, S.h, nullptr, G.w1.in(), S.xp, nullptr, nullptr, nullptr, false}, st);
+  mark(e, "gemm dgrad");
+}
+
+void MoeMlpCuda::experts_backward_linear(const LinearEnv& e, const Saved& S) {
+  const std::int64_t used = S.host_start.back();
+  for (std::size_t i = 0; i < fc2_.size(); ++i) {  // dg over g (fc2's weight gradient reads g first)
+    const std::int64_t r0 = S.host_start[i], m = S.host_rows[i];
+    if (m > 0) {
+      fc2_[i].backward(e, S.g + r0 * f_, S.o + r0 * d_, S.g + r0 * f_, S.lin[2 * i + 1], m);
+    } else if (e.overwrite) {
+      zero_expert_grads(e, int(i));
+    }
+  }
+  ops::activation_backward(act_, {S.h, {used, f1_}}, {S.g, {used, f_}}, {S.h, {used, f1_}}, e.dc.stream());
+  mark(e, "activation bwd");
+  for (std::size_t i = 0; i < fc1_.size(); ++i) {  // dxp over xp (the weight gradient reads xp first)
+    const std::int64_t r0 = S.host_start[i], m = S.host_rows[i];
+    if (m > 0) fc1_[i].backward(e, S.xp + r0 * d_, S.h + r0 * f1_, S.xp + r0 * d_, S.lin[2 * i], m);
+  }
+}
+
 void MoeMlpCuda::backward(const MlpCall& c, int set, const bf16* x, const bf16* dy, bool dy_amax_ready, bf16* dx,
                           const std::function<void()>& after_dgrad) {
   const LinearEnv& e = c.e;
@@ -206,29 +312,18 @@ void MoeMlpCuda::backward(const MlpCall& c, int set, const bf16* x, const bf16* 
   cudaStream_t st = e.dc.stream();
   const ops::MoeRouting r = routing(c.rows, c.seq);
   const int n = r.tokens, E = r.experts, H = r.held_experts(), k = r.k;
-  const std::int64_t used = S.host_start.back();
-  if (c.policy.recomputes_cheap_outputs()) {
-    ops::activation_forward(act_, {S.g, {used, f_}}, {S.h, {used, f1_}}, st);
+  if (c.policy.recomputes_cheap_outputs()) {  // (BF16 only: the grouped GEMMs' rows, every row)
+    const std::int64_t R = r.rows();
+    ops::activation_forward(act_, {S.g, {R, f_}}, {S.h, {R, f1_}}, st);
     mark(e, "recompute");
   }
   ops::moe_unpermute_backward(S.o, X.dweight, dy, S.o, S.row_of_pair, S.weight, n, k, d_, st);
   if (r.pad || e.fp8.enabled) ops::moe_zero_padding(S.o, S.start, S.count, H, d_, st);
   mark(e, "moe unpermute bwd");
-  for (int i = 0; i < H; ++i) {  // dg over g (fc2's weight gradient reads g first)
-    const std::int64_t r0 = S.host_start[std::size_t(i)], m = S.host_rows[std::size_t(i)];
-    if (m > 0) {
-      fc2_[std::size_t(i)].backward(e, S.g + r0 * f_, S.o + r0 * d_, S.g + r0 * f_, S.lin[std::size_t(2 * i + 1)], m);
-    } else if (e.overwrite) {
-      zero_expert_grads(e, i);
-    }
-  }
-  ops::activation_backward(act_, {S.h, {used, f1_}}, {S.g, {used, f_}}, {S.h, {used, f1_}}, st);
-  mark(e, "activation bwd");
-  for (int i = 0; i < H; ++i) {  // dxp over xp (the weight gradient reads xp first)
-    const std::int64_t r0 = S.host_start[std::size_t(i)], m = S.host_rows[std::size_t(i)];
-    if (m > 0)
-      fc1_[std::size_t(i)].backward(e, S.xp + r0 * d_, S.h + r0 * f1_, S.xp + r0 * d_, S.lin[std::size_t(2 * i)], m);
-  }
+  if (e.fp8.enabled)
+    experts_backward_linear(e, S);
+  else
+    experts_backward_grouped(e, r, S);
   const MlpCall share{c.e, c.policy, n, r.seq, c.grad_scale};
   if (shared_) shared_->backward(share, set, x, dy, dy_amax_ready, dx, {});
   if (n < c.rows)  // a proxy's rows past its token share

@@ -31,6 +31,26 @@ void moe_mlp(const ModelConfig& c, DenseLayout& L, DenseLayout::Layer& l, const 
   l.shared_fc2 = L.add(p + ".shared.fc2.weight", {d, s}, {std_out, 0.0}, dense);
 }
 
+// The attention of a MLA layer (model/config.h MlaConfig): its projections and latent norms, tagged as the header says.
+void mla_attention(const ModelConfig& c, DenseLayout& L, DenseLayout::Layer& l, const std::string& p,
+                   const ParamTags& norm, const ParamTags& column, const ParamTags& row) {
+  const MlaConfig& m = c.mla;
+  const std::int64_t d = c.d_model, A = c.heads, rq = m.q_lora_rank, rkv = m.kv_lora_rank;
+  const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * c.layers);
+  const ParamTags replicated;  // role linear, tp replicated
+  if (rq > 0) {
+    l.q_down = L.add(p + ".q_down.weight", {rq, d}, {std_in, 0.0}, replicated);
+    l.q_norm = L.add(p + ".q_norm.weight", {rq}, {0.0, 1.0}, norm);
+    l.q_up = L.add(p + ".q_up.weight", {A * m.qk_head_dim(), rq}, {std_in, 0.0}, column);
+  } else {
+    l.q_up = L.add(p + ".q.weight", {A * m.qk_head_dim(), d}, {std_in, 0.0}, column);
+  }
+  l.kv_down = L.add(p + ".kv_down.weight", {rkv + m.qk_rope_head_dim, d}, {std_in, 0.0}, replicated);
+  l.kv_norm = L.add(p + ".kv_norm.weight", {rkv}, {0.0, 1.0}, norm);
+  l.kv_up = L.add(p + ".kv_up.weight", {A * (m.qk_nope_head_dim + m.v_head_dim), rkv}, {std_in, 0.0}, column);
+  l.out = L.add(p + ".out.weight", {d, A * m.v_head_dim}, {std_out, 0.0}, row);
+}
+
 }  // namespace
 
 LayerRange pipeline_stage_layers(int layers, int stages, int stage) {
@@ -85,9 +105,14 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range, ExpertRange exp
     const std::string p = "layers." + std::to_string(i);
     DenseLayout::Layer l;
     norm(p + ".norm1", l.norm1_w, l.norm1_b);
-    l.qkv = L.add(p + ".attn.qkv.weight", {qd + 2 * kvd, d}, {std_in, 0.0},
-                  tags(ParamRole::linear, TpRole::column, {qd, kvd, kvd}));
-    l.out = L.add(p + ".attn.out.weight", {d, qd}, {std_out, 0.0}, tags(ParamRole::linear, TpRole::row));
+    if (c.layer(i).attention == AttentionKind::mla) {
+      mla_attention(c, L, l, p + ".attn", tags(ParamRole::norm), tags(ParamRole::linear, TpRole::column),
+                    tags(ParamRole::linear, TpRole::row));
+    } else {
+      l.qkv = L.add(p + ".attn.qkv.weight", {qd + 2 * kvd, d}, {std_in, 0.0},
+                    tags(ParamRole::linear, TpRole::column, {qd, kvd, kvd}));
+      l.out = L.add(p + ".attn.out.weight", {d, qd}, {std_out, 0.0}, tags(ParamRole::linear, TpRole::row));
+    }
     norm(p + ".norm2", l.norm2_w, l.norm2_b);
     if (c.is_moe_layer(i)) {
       moe_mlp(c, L, l, p + ".mlp", e0, e1);
@@ -125,8 +150,13 @@ std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l) {
                          "are multiples of 128",
                          s.name, s.offset, kAlign);
   if (c.head_dim % 8 != 0) return fmt::format("head_dim {} is not a multiple of 8 (cuDNN's attention)", c.head_dim);
-  if (c.pos == Pos::rope && c.head_dim % 16 != 0)
-    return fmt::format("RoPE on CUDA needs head_dim a multiple of 16, got {}", c.head_dim);
+  if (c.pos == Pos::rope && c.rope_dim() % 16 != 0)
+    return fmt::format("RoPE on CUDA needs {} a multiple of 16, got {}", c.is_mla() ? "qk_rope_head_dim" : "head_dim",
+                       c.rope_dim());
+  if (c.is_mla() && (c.mla.v_head_dim % 8 != 0 || c.mla.q_lora_rank % 8 != 0 || c.mla.kv_lora_rank % 8 != 0))
+    return fmt::format("the CUDA MLA layer needs v_head_dim (cuDNN's attention), q_lora_rank and kv_lora_rank (the "
+                       "norm kernels) to be multiples of 8, got {}, {} and {}",
+                       c.mla.v_head_dim, c.mla.q_lora_rank, c.mla.kv_lora_rank);
   return "";
 }
 

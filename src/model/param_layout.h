@@ -5,6 +5,15 @@
 //   layers.<i>.norm1.weight       [d_model]   (+ .bias for layernorm, layernorm1p)
 //   layers.<i>.attn.qkv.weight    [(heads + 2 kv_heads) * head_dim, d_model]  rows: Q (head-major), K, V
 //   layers.<i>.attn.out.weight    [d_model, heads * head_dim]
+//   a MLA layer (attention == mla, model/config.h MlaConfig) has instead of qkv, A = heads, Dqk = Dn + Dr:
+//   layers.<i>.attn.q_down.weight  [Rq, d_model]                       W_dq   (Rq > 0)
+//   layers.<i>.attn.q_norm.weight  [Rq]                                RMSNorm gain of c_q (Rq > 0)
+//   layers.<i>.attn.q_up.weight    [A Dqk, Rq]  rows per head [nope | rope]   W_uq  (Rq = 0: attn.q.weight
+//                                  [A Dqk, d_model], W_q)
+//   layers.<i>.attn.kv_down.weight [Rkv + Dr, d_model]  rows [c_kv | k_rope]  W_dkv
+//   layers.<i>.attn.kv_norm.weight [Rkv]                               RMSNorm gain of c_kv
+//   layers.<i>.attn.kv_up.weight   [A (Dn + Dv), Rkv]  rows per head [k_nope | v]  W_ukv
+//   layers.<i>.attn.out.weight     [d_model, A Dv]                     W_o
 //   layers.<i>.norm2.weight       [d_model]   (+ .bias)
 //   layers.<i>.mlp.fc1.weight     [2 ffn, d_model] for swiglu (rows [0, ffn) gate, [ffn, 2 ffn) up),
 //                                 [ffn, d_model] for gelu and sqrelu
@@ -23,6 +32,8 @@
 // 0.02 / sqrt(2 layers); norm weights 1 (0 for layernorm1p, which stores w - 1); biases 0. Tags: norms replicated and
 // not decayed; qkv and fc1 column parallel (blocks Q, K, V and gate, up), out and fc2 row parallel; the embedding,
 // positions and LM head replicated (both backends' tensor parallel: whole on every rank, run on its token rows). The
+// MLA: q_up (q) and kv_up column parallel over heads (one row block each), out row parallel, q_down, kv_down and the
+// latent norms replicated (the latents are computed on a rank's token rows and gathered; Megatron-Core's MLA). The
 // router, experts and shared experts are replicated over tp (expert tensor parallel 1, run on the rank's token rows);
 // the routed experts are tagged ParamGroup::expert (their gradients reduce over the expert data-parallel group).
 // Pipeline stages: dense_layout(c, LayerRange{first, last}) is the part of the layout one stage holds, layers
@@ -53,7 +64,10 @@ struct DenseLayout : ParamRegistry {
     int norm1_w = -1, norm1_b = -1, qkv = -1, out = -1, norm2_w = -1, norm2_b = -1, fc1 = -1, fc2 = -1;
     int router = -1, shared_fc1 = -1, shared_fc2 = -1;  // a MoE layer (fc1, fc2 -1)
     std::vector<int> expert_fc1, expert_fc2;            // per routed expert held (expert first_expert + i)
+    // a MLA layer (qkv -1; q_down and q_norm -1 without query compression, q_up then W_q)
+    int q_down = -1, q_norm = -1, q_up = -1, kv_down = -1, kv_norm = -1, kv_up = -1;
     bool moe() const { return router >= 0; }
+    bool mla() const { return kv_down >= 0; }
   };
   // Indices into slots; -1 when absent (no bias, no learned positions). lm_head == embed when tied.
   int embed = -1, pos_embed = -1, final_norm_w = -1, final_norm_b = -1, lm_head = -1;
@@ -83,7 +97,8 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range = {}, ExpertRang
 
 // What the CUDA backend cannot run of model c laid out as l ("" when it can): every slot at a multiple of 128 elements
 // (256 bytes of bf16, which the GEMM, norm and cross-entropy kernels assume), head_dim a multiple of 8 (cuDNN's SDPA)
-// and, with RoPE, of 16. The CUDA decoder checks its layout; train::validate the whole model's before any GPU work.
+// and, with RoPE, of 16 (MLA: qk_rope_head_dim a multiple of 16; v_head_dim and the latent ranks of 8). The CUDA
+// decoder checks its layout; train::validate the whole model's before any GPU work.
 std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l);
 
 }  // namespace tb::model

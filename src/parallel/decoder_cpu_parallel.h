@@ -50,6 +50,10 @@
 //   tied embeddings: the LM head is the embedding when one stage is both first and last; a last stage that is not
 //     first keeps its own copy of the embedding (slot embed.weight, local_layout().lm_head; its gradient goes to
 //     embed.weight in add_grads_to_full; a pipeline sums the two copies' gradients between the first and last stage).
+// Multi-head latent attention (model/config.h MlaConfig; parallel/decoder_cpu_parallel_mla.cpp): a MLA layer computes
+// its latents on this rank's rows with the replicated W_dq, W_dkv and latent norms (tp-replicated slots as above),
+// gathers them over tp (SP), and runs the up projections on its heads / tp heads (W_uq, W_ukv column parallel, W_o
+// row parallel); its keys and values cross cp as the dense layer's do.
 // Mixture of Experts (model/config.h MoeConfig; parallel/decoder_cpu_parallel_moe.cpp): a MoE layer's MLP runs on this
 // rank's rows with the router and shared experts whole on every tp rank (expert tensor parallel 1, tp-replicated
 // slots as above; no gather or reduce around it). Its load-balancing losses count the tokens of the whole
@@ -224,10 +228,15 @@ class ShardedCpuDecoder {
   void layer_forward(State& s, int l, CView x, CView resid, View out);
   void attention_forward(const State& s, LayerActs& A);
   void rope(const State& s, View x, bool backward) const;
+  void attend(const State& s, View o, View lse, CView q, CView k, CView v) const;
+  void attend_backward(const State& s, View dq, View dk, View dv, CView dout, CView q, CView k, CView v, CView o,
+                       CView lse) const;
   void attention_backward(const State& s, LayerActs& A, std::vector<T>& dout, std::vector<T>& dqkv);
   double head_forward(State& s, CView x, CView resid, const double* grad_scale);
   void head_backward(State& s, View dnext, double grad_scale);
   void layer_backward(State& s, int l, View dnext);
+  void mla_forward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, CView y1, View out);
+  void mla_backward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, View dr2, View dy);
   void moe_forward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, CView x, View out);
   void moe_backward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, CView dy, View dx);
   void moe_losses(const State& s, LayerActs& A);

@@ -1,7 +1,8 @@
 // parallel/decoder_cpu_parallel_layer.cpp: one layer of the sharded CPU decoder (parallel/decoder_cpu_parallel.h has
 // the forward), on this rank's rows, and the tp / cp exchanges it needs. Backward, with dnext the gradient of the
 // sum h = x + resid leaving the layer:
-// (A MoE layer's MLP: parallel/decoder_cpu_parallel_moe.cpp, on this rank's rows without gather or reduce.)
+// (A MoE layer's MLP: parallel/decoder_cpu_parallel_moe.cpp, on this rank's rows without gather or reduce; a MLA
+// layer's attention, from dr2 to dy1: parallel/decoder_cpu_parallel_mla.cpp.)
 //   dM = gather(dnext);  dg = dM Wfc2;  dh = act'(dg);  dy2 = reduce(dh Wfc1);  dr2 = dnorm2(dy2) + dnext
 //   dA = gather(dr2);  do = dA Wout;  dq, dK, dV = attention'(do);  dk, dv = reduce-scatter over cp of dK, dV
 //   dq, dk = rope^-1;  dy1 = reduce(dqkv Wqkv);  dnext = dnorm1(dy1) + dr2
@@ -101,10 +102,14 @@ void ShardedCpuDecoder<T>::layer_forward(State& s, int l, CView x, CView resid, 
   auto r1 = mat(A.r1, rows, d), y1 = mat(A.y1, rows, d);
   cpu::add_norm_forward<T>(nk, y1, r1, vec(A.mean1, rows), vec(A.rstd1, rows), x, resid, P(L.norm1_w), P(L.norm1_b),
                            c.norm_eps);
-  cpu::linear_forward<T>(mat(A.qkv, n, dims_.width), gather_rows(A.y1g, y1, n), P(L.qkv));
-  attention_forward(s, A);
-  cpu::linear_forward<T>(mat(partial, n, d), mat(A.o, n, dims_.ql), P(L.out));
-  reduce_rows(out, partial, n);  // the attention output lands in out (x is consumed)
+  if (L.mla()) {  // the attention output lands in out (x is consumed)
+    mla_forward(s, L, A, y1, out);
+  } else {
+    cpu::linear_forward<T>(mat(A.qkv, n, dims_.width), gather_rows(A.y1g, y1, n), P(L.qkv));
+    attention_forward(s, A);
+    cpu::linear_forward<T>(mat(partial, n, d), mat(A.o, n, dims_.ql), P(L.out));
+    reduce_rows(out, partial, n);
+  }
   // MLP
   auto r2 = mat(A.r2, rows, d), y2 = mat(A.y2, rows, d);
   cpu::add_norm_forward<T>(nk, y2, r2, vec(A.mean2, rows), vec(A.rstd2, rows), out, r1, P(L.norm2_w), P(L.norm2_b),
@@ -133,10 +138,25 @@ void ShardedCpuDecoder<T>::attention_forward(const State& s, LayerActs& A) {
   const auto lse = vec(A.lse, b * D.hl * sl).reshape({b, D.hl, sl});
   const auto k = heads_view(A.kv, 0, b, s.seq, D.kvl, D.hd, kvw);
   const auto v = heads_view(A.kv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw);
+  attend(s, o, lse, q, k, v);
+}
+
+// The local queries against the gathered keys: causal by absolute position, or within each segment (packed rows).
+template <class T>
+void ShardedCpuDecoder<T>::attend(const State& s, View o, View lse, CView q, CView k, CView v) const {
   if (s.seg_pos.empty())
     cpu::attention_forward_at<T>(o, lse, q, k, v, s.pos);
   else
     cpu::attention_forward_packed<T>(o, lse, q, k, v, s.seg_pos);
+}
+
+template <class T>
+void ShardedCpuDecoder<T>::attend_backward(const State& s, View dq, View dk, View dv, CView dout, CView q, CView k,
+                                           CView v, CView o, CView lse) const {
+  if (s.seg_pos.empty())
+    cpu::attention_backward_at<T>(dq, dk, dv, dout, q, k, v, o, lse, s.pos);
+  else
+    cpu::attention_backward_packed<T>(dq, dk, dv, dout, q, k, v, o, lse, s.seg_pos);
 }
 
 // RoPE (or its inverse) on q or k heads [b, sl, heads, hd] at the tokens' positions: the cp rank's positions, shared by
@@ -180,11 +200,16 @@ void ShardedCpuDecoder<T>::layer_backward(State& s, int l, View dnext) {
   cpu::add_norm_backward<T>(nk, dr2, G(L.norm2_w), G(L.norm2_b), dy, dnext, mat(A.r2, rows, d), P(L.norm2_w),
                             vec(A.mean2, rows), vec(A.rstd2, rows));
   // attention
-  cpu::linear_backward<T>(mat(S.dout, n, dims_.ql), G(L.out), {}, gather_rows(S.gathered, dr2, n),
-                          mat(A.o, n, dims_.ql), P(L.out));
-  attention_backward(s, A, S.dout, S.dqkv);
-  cpu::linear_backward<T>(mat(S.partial, n, d), G(L.qkv), {}, mat(S.dqkv, n, dims_.width), full(A.y1g, A.y1), P(L.qkv));
-  reduce_rows(dy, S.partial, n);
+  if (L.mla()) {
+    mla_backward(s, L, A, dr2, dy);
+  } else {
+    cpu::linear_backward<T>(mat(S.dout, n, dims_.ql), G(L.out), {}, gather_rows(S.gathered, dr2, n),
+                            mat(A.o, n, dims_.ql), P(L.out));
+    attention_backward(s, A, S.dout, S.dqkv);
+    cpu::linear_backward<T>(mat(S.partial, n, d), G(L.qkv), {}, mat(S.dqkv, n, dims_.width), full(A.y1g, A.y1),
+                            P(L.qkv));
+    reduce_rows(dy, S.partial, n);
+  }
   cpu::add_norm_backward<T>(nk, dnext, G(L.norm1_w), G(L.norm1_b), dy, dr2, mat(A.r1, rows, d), P(L.norm1_w),
                             vec(A.mean1, rows), vec(A.rstd1, rows));
 }
@@ -207,10 +232,7 @@ void ShardedCpuDecoder<T>::attention_backward(const State& s, LayerActs& A, std:
   const auto v = heads_view(A.kv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw);
   const auto o = heads_view(A.o, 0, b, sl, D.hl, D.hd, D.ql);
   const TensorView<T> lse(A.lse.data(), {b, D.hl, sl});
-  if (s.seg_pos.empty())
-    cpu::attention_backward_at<T>(dq, dk, dv, d_o, q, k, v, o, lse, s.pos);
-  else
-    cpu::attention_backward_packed<T>(dq, dk, dv, d_o, q, k, v, o, lse, s.seg_pos);
+  attend_backward(s, dq, dk, dv, d_o, q, k, v, o, lse);
   scatter_dkv(s, dkv, D.ql, kvw, dqkv);
   if (cfg_.pos == model::Pos::rope) {
     rope(s, dq, true);
@@ -229,6 +251,9 @@ void ShardedCpuDecoder<T>::attention_backward(const State& s, LayerActs& A, std:
   template void ShardedCpuDecoder<T>::layer_forward(State&, int, CView, CView, View);                              \
   template void ShardedCpuDecoder<T>::attention_forward(const State&, LayerActs&);                                 \
   template void ShardedCpuDecoder<T>::rope(const State&, View, bool) const;                                        \
+  template void ShardedCpuDecoder<T>::attend(const State&, View, View, CView, CView, CView) const;                 \
+  template void ShardedCpuDecoder<T>::attend_backward(const State&, View, View, View, CView, CView, CView, CView,  \
+                                                      CView, CView) const;                                         \
   template void ShardedCpuDecoder<T>::layer_backward(State&, int, View);                                           \
   template void ShardedCpuDecoder<T>::attention_backward(const State&, LayerActs&, std::vector<T>&, std::vector<T>&);
 TB_INSTANTIATE(float)

@@ -30,6 +30,10 @@ struct ShardedCpuDecoder<T>::LayerActs {  // saved for the backward; y1g, y2g: t
   // Expert parallel: xe the rows this rank's experts received (expert-major), eh and eg theirs; eo the outputs of
   // this rank's pairs, back from their experts.
   std::vector<T> logits, scores, probs, xp, xe, eh, eg, eo, sh, sg, dp;
+  // a MLA layer (decoder_cpu_parallel_mla.cpp): lat [y1 W_dq^T | y1 W_dkv^T] and latn [c_q | c_kv | RoPE(k_rope)] on
+  // this rank's rows, latg latn gathered (SP), the norms' rstdq, rstdkv; mq the queries after RoPE, mkv the kv_up
+  // output, mkvh this rank's keys and values [K | V] (kv: those of the whole sequence; o, lse as the dense layer's)
+  std::vector<T> lat, latn, latg, rstdq, rstdkv, mq, mkv, mkvh;
   ops::cpu::Routes<T> routes;
   ops::cpu::Dispatch dispatch;
   EpPlan ep;
@@ -58,6 +62,7 @@ struct ShardedCpuDecoder<T>::Scratch {
   std::vector<T> dop, deg, deh, dxp, ds, dlogits, dweight;  // a MoE layer's backward
   std::vector<T> a2a, a2a_back, ee;                         // expert parallel: rows sent, received, expert-major
   ops::cpu::Routes<T> held;                                  // a proxy's routes on its held experts
+  std::vector<T> dkvh, dkvup, dlat, dlatl, dlatraw, dyq;     // a MLA layer's backward
 };
 
 }  // namespace tb::parallel

@@ -19,13 +19,14 @@ namespace {
 constexpr std::string_view kRecipeKeys[] = {
     "schema", "name",   "summary", "default", "task",    "framework", "dataset",
     "release", "precisions", "needs", "scaling", "reference_parallelism", "sources", "model", "lora", "layout"};
-// The MoE keys are model/config_override.cpp's --set names (router_normalize, routed_scale, pad_to_capacity: the
-// MoeConfig fields normalize, scale, pad_to_capacity, which --set does not take yet).
+// The MoE keys are model/config_override.cpp's --set names (router_normalize, routed_scale: the MoeConfig fields
+// normalize, scale).
 constexpr std::string_view kModelKeys[] = {
     "preset",       "seq",          "layers",     "d_model",          "ffn",          "heads",
     "kv_heads",     "head_dim",     "vocab",      "experts",          "top_k",        "expert_ffn",
     "shared_ffn",   "dense_first",  "moe_every",  "routing",          "router_score", "router_normalize",
-    "routed_scale", "aux_loss",     "seq_aux_loss", "z_loss",         "capacity_factor", "pad_to_capacity"};
+    "routed_scale", "aux_loss",     "seq_aux_loss", "z_loss",         "capacity_factor", "pad_to_capacity",
+    "bias_update_rate"};
 // Keys a [[layout]] table and each of its runs share; the table adds its filters and `runs`.
 constexpr std::string_view kRunKeys[] = {"gpus", "global_batch", "tp",     "pp",   "cp",   "vp",
                                          "ep",   "etp",          "dp",     "micro_batch", "sequence_parallel",
@@ -93,7 +94,7 @@ void read_moe(const std::string& path, const toml::table& m, model::MoeConfig& m
   moe.normalize = get_bool(path, m, "router_normalize").value_or(moe.normalize);
   for (auto [key, field] : {std::pair{"aux_loss", &moe.aux_loss}, {"seq_aux_loss", &moe.seq_aux_loss},
                             {"z_loss", &moe.z_loss}, {"capacity_factor", &moe.capacity_factor},
-                            {"routed_scale", &moe.scale}}) {
+                            {"routed_scale", &moe.scale}, {"bias_update_rate", &moe.bias_update_rate}}) {
     const auto v = get_number(path, m, key);
     if (!v) continue;
     TB_REQUIRE(*v >= 0, fmt::format("{}: '{}' must be >= 0", where_key(path, m, key), key));

@@ -22,6 +22,7 @@ OptimizerCuda::OptimizerCuda(ops::DeviceContext& dc, const TrainSpec& spec, cons
       m_(m),
       rep_(replica),
       split_(spec.optimizer.master == Master::split),
+      master_copy_(spec.optimizer.master != Master::none),
       moment_bytes_(spec.optimizer.moments == DType::bf16 ? 2 : 4) {
   const auto& chunks = rep_.chunks;
   for (std::size_t c = 0; c < chunks.size(); ++c)
@@ -129,7 +130,7 @@ void OptimizerCuda::init_weights(std::uint64_t seed) {
       for (std::size_t k = seg; k < segments_.size() && segments_[k].slot == int(i); ++k) {
         const parallel::ZeroSegment& g = segments_[k];
         const std::size_t a = std::max(g.flat - s.offset, p0), b = std::min(g.flat - s.offset + g.count, p1);
-        if (a >= b) continue;
+        if (a >= b || !master_copy_) continue;
         const std::size_t to = g.shard + (a - (g.flat - s.offset));
         if (split_)
           TB_CHECK(cudaMemcpyAsync(master_.as<std::int16_t>() + to, lo.as<std::int16_t>() + (a - p0),
@@ -153,8 +154,8 @@ void OptimizerCuda::build() {
     ops::AdamWTensor t;
     if (split_)
       t.master_lo = master_.as<std::int16_t>() + g.shard;
-    else
-      t.master = master_.as<float>() + g.shard;
+    else if (master_copy_)
+      t.master = master_.as<float>() + g.shard;  // (no master: AdamW updates the bf16 model weights themselves)
     const ChunkSlot& cs = slots_[std::size_t(g.slot)];
     if (ddp) {  // the chunk's data parallel, with the segment's shard offset in its own partition
       parallel::ZeroSegment local = g;

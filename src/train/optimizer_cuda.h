@@ -45,7 +45,7 @@ class OptimizerCuda {
   std::size_t bytes() const { return master_.bytes() + moments_.bytes(); }
   // The master weights' and the moments' bytes for `elements` of state (what the memory estimate adds up).
   static double master_bytes(const TrainSpec& spec, double elements) {
-    return (spec.optimizer.master == Master::split ? 2 : 4) * elements;
+    return (spec.optimizer.master == Master::split ? 2 : spec.optimizer.master == Master::f32 ? 4 : 0) * elements;
   }
   static double moment_bytes(const TrainSpec& spec, double elements) {
     return (spec.optimizer.moments == DType::bf16 ? 4 : 8) * elements;
@@ -70,7 +70,8 @@ class OptimizerCuda {
   const TrainSpec spec_;
   const model::ModelConfig m_;
   ReplicaCuda& rep_;
-  bool split_ = true;  // master as residuals
+  bool split_ = true;        // master as residuals
+  bool master_copy_ = true;  // a master at all (Master::none: the bf16 weights are the state)
   std::size_t moment_bytes_ = 4;
   std::vector<ChunkSlot> slots_;                    // chunk after chunk
   std::vector<parallel::ZeroSegment> segments_;     // the optimizer's tensors, each slot an index into slots_

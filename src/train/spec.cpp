@@ -185,9 +185,16 @@ void validate(const TrainSpec& spec) {
                who +
                    ": runs with --tp 1 and --cp 1 so far (data and pipeline parallel work; expert and tensor "
                    "parallelism for MoE layers on CUDA are not built yet; --device cpu runs every layout)");
-    TB_REQUIRE(r.graph != Switch::on, who +
-                                          ": a MoE layer reads its experts' token counts on the host (one stream "
-                                          "sync per layer), which a CUDA graph cannot capture: drop --graph on");
+    TB_REQUIRE(r.graph != Switch::on || !spec.fp8(),
+               who + ": FP8 experts read their token counts on the host (one stream sync per layer), which a CUDA "
+                     "graph cannot capture: drop --graph on");
+  }
+  if (m.is_mla()) {  // what the CUDA MLA layer (model/attention_mla_cuda.h) does not run yet
+    const std::string who = fmt::format("model '{}' (multi-head latent attention) on --device cuda", m.name);
+    TB_REQUIRE(p.tp == 1 && p.cp == 1,
+               who + ": runs with --tp 1 and --cp 1 so far (data and pipeline parallel work; tensor and context "
+                     "parallelism for MLA layers on CUDA are not built yet; --device cpu runs every layout)");
+    TB_REQUIRE(!spec.fp8(), who + ": runs in BF16 only so far (FP8 MLA is not built): drop --precision fp8");
   }
   if (p.tp == 1) {  // (tensor-parallel shards: each rank's decoder checks its own)
     const std::string problem = model::cuda_layout_problem(m, model::dense_layout(m));

@@ -21,7 +21,9 @@ namespace tb::train {
 
 enum class Device { cuda, cpu };
 enum class Precision { bf16, fp8 };  // of the linear layers' GEMMs
-enum class Master { split, f32 };    // fp32 master weights: bf16 weight + 16-bit residual (exact), or an fp32 copy
+// The weights AdamW updates: fp32 master weights as the bf16 weight + a 16-bit residual (exact) or an fp32 copy, or
+// the bf16 weights themselves with no master (none: as PyTorch's bf16 parameters, each update rounded to bf16).
+enum class Master { split, f32, none };
 enum class GradBuffer { shared, separate };
 enum class Switch { automatic, on, off };
 enum class WeightCast { automatic, fused, separate };
@@ -41,7 +43,7 @@ inline constexpr Choice<Precision> kPrecisions[] = {{"bf16", Precision::bf16}, {
 inline constexpr Choice<model::Recompute> kRecomputeModes[] = {
     {"none", model::Recompute::none}, {"selective", model::Recompute::selective}, {"full", model::Recompute::full}};
 inline constexpr Choice<DType> kStateTypes[] = {{"f32", DType::f32}, {"bf16", DType::bf16}};  // moments, gradients
-inline constexpr Choice<Master> kMasters[] = {{"split", Master::split}, {"f32", Master::f32}};
+inline constexpr Choice<Master> kMasters[] = {{"split", Master::split}, {"f32", Master::f32}, {"none", Master::none}};
 inline constexpr Choice<GradBuffer> kGradBuffers[] = {{"shared", GradBuffer::shared},
                                                       {"separate", GradBuffer::separate}};
 inline constexpr Choice<Switch> kSwitches[] = {{"auto", Switch::automatic}, {"on", Switch::on}, {"off", Switch::off}};

@@ -88,9 +88,9 @@ void after_first_step(const TrainSpec& spec, ops::DeviceContext& dc, StepCuda& s
     res.gemm_retuned = bench::tune_all_plans(dc);
     ops::reset_device_memory_peak();  // its scratch operands are gone: not part of a training step
   }
-  const bool use_graph =  // train/spec.h; a MoE layer syncs with the host (model/moe_mlp_cuda.h)
+  const bool use_graph =  // train/spec.h; a MoE layer's FP8 experts sync with the host (model/moe_mlp_cuda.h)
       spec.run.graph == Switch::on ||
-      (spec.run.graph == Switch::automatic && spec.parallel.tp == 1 && !res.model.moe.enabled());
+      (spec.run.graph == Switch::automatic && spec.parallel.tp == 1 && !(res.model.moe.enabled() && spec.fp8()));
   res.graph = use_graph ? step_run.capture() : "off";
   if (res.graph != "captured" && use_graph)
     log::warn("train: running without a CUDA graph ({}); step times include launch overhead", res.graph);

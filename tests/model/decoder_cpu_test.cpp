@@ -10,6 +10,8 @@
 //     scale and capacity dropping; the first as a one-device proxy of expert parallel 2 with a token share of 2), the
 //     objective being the LM loss plus the aux, sequence-aux and z losses;
 //   - the proxy of expert parallel against the full model with tied experts; the token share's rows.
+//   - and on multi-head latent attention (model/config.h MlaConfig), dense with query compression, and without it in
+//     DeepSeek-V3's MoE form (sigmoid scores, routed scale, shared expert, a dense first layer).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,6 +60,23 @@ ModelConfig tiny(const std::string& family) {
     } else {  // DeepSeek-V3's sigmoid scores with a routed scale, GELU experts, capacity 1 (drops pairs)
       c.act = Act::gelu;
       c.moe.score = tb::model::RouterScore::sigmoid, c.moe.scale = 2.5, c.moe.capacity_factor = 1.0;
+    }
+  } else if (family == "mla" || family == "mla_moe") {  // llama with multi-head latent attention
+    c.ffn = 24;
+    c.norm = Norm::rmsnorm, c.act = Act::swiglu, c.pos = Pos::rope;
+    c.rope_theta = 10000.0;
+    c.rope_scaling.enabled = true;
+    c.rope_scaling.original_max_position = 1024;
+    c.attention = tb::model::AttentionKind::mla;
+    // odd widths, so a swapped dimension fails: Rq 6 (0: no query compression), Rkv 5, qk 3 + rope 4, v 2
+    c.mla = {.q_lora_rank = family == "mla" ? 6 : 0, .kv_lora_rank = 5, .qk_nope_head_dim = 3, .qk_rope_head_dim = 4,
+             .v_head_dim = 2};
+    c.kv_heads = c.heads, c.head_dim = 7;
+    if (family == "mla_moe") {  // DeepSeek-V3's MLP: sigmoid scores, a routed scale, a shared expert, a dense layer
+      c.layers = 3;
+      c.moe.experts = 4, c.moe.top_k = 2, c.moe.expert_ffn = 12, c.moe.shared_ffn = 8, c.moe.dense_first = 1;
+      c.moe.score = tb::model::RouterScore::sigmoid, c.moe.scale = 2.5;
+      c.moe.aux_loss = 0.1, c.moe.seq_aux_loss = 0.05, c.moe.z_loss = 0.01;
     }
   } else {
     c.ffn = 32;
@@ -198,6 +217,22 @@ TEST_P(Family, LayoutIsContiguousAndMatchesParamCount) {
   EXPECT_EQ(names.count("lm_head.weight"), cfg.tied_embeddings ? 0u : 1u);
   EXPECT_EQ(names.count("pos_embed.weight"), cfg.pos == Pos::learned ? 1u : 0u);
   EXPECT_EQ(names.count("layers.1.norm2.bias"), cfg.norm == Norm::rmsnorm ? 0u : 1u);
+  if (cfg.is_mla()) {  // W_uq (or W_q), W_dkv, W_ukv, W_o, the latent norms; no fused qkv
+    const auto& a = cfg.mla;
+    const std::size_t q_in = a.q_lora_rank > 0 ? a.q_lora_rank : cfg.d_model;
+    EXPECT_EQ(m.param(a.q_lora_rank > 0 ? "layers.1.attn.q_up.weight" : "layers.1.attn.q.weight").size(),
+              std::size_t(cfg.heads * a.qk_head_dim()) * q_in);
+    EXPECT_EQ(names.count("layers.1.attn.q_down.weight"), a.q_lora_rank > 0 ? 1u : 0u);
+    EXPECT_EQ(names.count("layers.1.attn.q_norm.weight"), a.q_lora_rank > 0 ? 1u : 0u);
+    EXPECT_EQ(m.param("layers.1.attn.kv_down.weight").size(),
+              std::size_t((a.kv_lora_rank + a.qk_rope_head_dim) * cfg.d_model));
+    EXPECT_EQ(m.param("layers.1.attn.kv_up.weight").size(),
+              std::size_t(cfg.heads * (a.qk_nope_head_dim + a.v_head_dim) * a.kv_lora_rank));
+    EXPECT_EQ(m.param("layers.1.attn.out.weight").size(), std::size_t(cfg.d_model * cfg.heads * a.v_head_dim));
+    EXPECT_EQ(m.param("layers.1.attn.kv_norm.weight")[0], 1.0f);
+    EXPECT_EQ(names.count("layers.1.attn.qkv.weight"), 0u);
+    return;
+  }
   const auto qkv = m.param("layers.1.attn.qkv.weight");
   EXPECT_EQ(qkv.size(), std::size_t((cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim * cfg.d_model));
   const float w0 = m.param("layers.0.norm1.weight")[0];
@@ -206,7 +241,8 @@ TEST_P(Family, LayoutIsContiguousAndMatchesParamCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Family,
-                         ::testing::Values("llama", "gpt", "nemotron", "moe", "moe_sigmoid", "moe_proxy"),
+                         ::testing::Values("llama", "gpt", "nemotron", "moe", "moe_sigmoid", "moe_proxy", "mla",
+                                           "mla_moe"),
                          [](const auto& tp) { return tp.param; });
 
 // A proxy of expert parallel 2 (ep_proxy) holds experts 0 and 1 and runs a pair routed to expert e on e mod 2: the

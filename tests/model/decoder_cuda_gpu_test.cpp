@@ -17,7 +17,8 @@
 // buffer's bit for bit (BF16 and FP8, recompute modes, tied and untied embeddings, fp32 and bf16 gradients). bf16
 // gradients match the CPU reference as fp32 ones do. Embedding rows gathered from other ranks add up (embedding and
 // learned positions). Mixture of Experts (8 experts top 2, shared expert, the three losses): balanced routing's whole
-// gradients, learned routing's loss and routing statistics, recompute modes bit for bit.
+// gradients, learned routing's loss and routing statistics, recompute modes bit for bit. Multi-head latent attention
+// (dense and MoE, with and without query compression) likewise, see mla_config.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -558,6 +559,71 @@ TEST(CudaDecoder, Fp8AttentionRefusesWithoutFp8LayersAndWhenDeterministic) {
     EXPECT_EQ(e.kind(), tb::Error::Kind::config) << e.what();
     EXPECT_NE(std::string(e.what()).find("deterministic"), std::string::npos) << e.what();
   }
+}
+
+// Multi-head latent attention (model/attention_mla_cuda.h): DeepSeek-V3's head widths (qk 128 + rope 64, v 128) on 2
+// heads at d_model 256, kv_lora_rank 128 and q_lora_rank 256 (or 0: no query compression); dense, and in DeepSeek-V3's
+// MoE form (8 experts top 2, sigmoid scores, routed scale 2.5, a shared expert, the first layer dense; balanced routing
+// as the MoE tests). Against the CPU: the loss and every gradient slot (the latent norms, W_dq, W_uq or W_q, W_dkv,
+// W_ukv, W_o) in each recompute mode; recompute bit for bit with fewer bytes kept; gradients in the activations'
+// memory bit for bit (the latent norms' gradients are zeroed just in time as the other norms'); FP8, tensor and
+// context parallel refused.
+ModelConfig mla_config(int q_lora_rank, bool moe) {
+  ModelConfig c = moe ? moe_config(true) : config("llama", 256, 192);
+  c.name = std::string("gpu-test-mla") + (moe ? "-moe" : "") + (q_lora_rank == 0 ? "-noq" : "");
+  c.heads = c.kv_heads = 2, c.head_dim = 192;
+  c.attention = tb::model::AttentionKind::mla;
+  c.mla = {.q_lora_rank = q_lora_rank, .kv_lora_rank = 128, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64,
+           .v_head_dim = 128};
+  if (moe) c.moe.shared_ffn = 128;
+  return c;
+}
+
+TEST(CudaDecoder, MlaMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (auto rc : {CudaDecoder::Recompute::none, CudaDecoder::Recompute::selective, CudaDecoder::Recompute::full})
+    compare_with_cpu(mla_config(256, false), {}, rc);
+  compare_with_cpu(mla_config(0, false));
+  compare_with_cpu(mla_config(256, false), {}, CudaDecoder::Recompute::none, 0, tb::DType::bf16);
+}
+
+TEST(CudaDecoder, MlaMoeMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  compare_with_cpu(mla_config(256, true));
+  compare_with_cpu(mla_config(0, true), {}, CudaDecoder::Recompute::full);
+}
+
+TEST(CudaDecoder, MlaRecomputeAndSharedGradients) {
+  SKIP_WITHOUT_GPU();
+  compare_recompute(mla_config(256, false));
+  compare_recompute(mla_config(0, false));
+  for (auto rc : {CudaDecoder::Recompute::none, CudaDecoder::Recompute::full})
+    compare_shared_grads(mla_config(256, false), rc);
+}
+
+TEST(CudaDecoder, MlaRefusesFp8TensorAndContextParallel) {
+  SKIP_WITHOUT_GPU();
+  tb::ops::DeviceContext dc(0);
+  const ModelConfig cfg = mla_config(256, false);
+  tb::model::Fp8Options fp8;
+  fp8.enabled = true;
+  try {
+    CudaDecoder gpu(dc, cfg, CudaDecoder::Recompute::none, false, fp8);
+    ADD_FAILURE() << "FP8 MLA accepted";
+  } catch (const tb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("BF16 only"), std::string::npos) << e.what();
+  }
+  CudaDecoder gpu(dc, cfg);
+  tb::model::TensorParallelOps tp;
+  tp.size = 2;
+  tp.all_gather = [](__nv_bfloat16*, std::size_t) {};
+  tp.reduce_scatter = [](const __nv_bfloat16*, __nv_bfloat16*, std::size_t) {};
+  EXPECT_THROW(gpu.set_tensor_parallel(tp), tb::Error);
+  tb::model::ContextParallelOps cp;
+  cp.size = 2;
+  cp.all_gather = [](const __nv_bfloat16*, __nv_bfloat16*, std::size_t) {};
+  cp.reduce_scatter = [](const __nv_bfloat16*, __nv_bfloat16*, std::size_t) {};
+  EXPECT_THROW(gpu.set_context_parallel(cp), tb::Error);
 }
 
 TEST(CudaDecoder, RefusesMisalignedLayout) {

@@ -122,3 +122,53 @@ TEST(Flops, PackedRowsCountTheDocumentsAtTheirLengths) {
   const double core1 = flops_per_token(m, FlopConvention::causal, 1).attention_core;
   EXPECT_DOUBLE_EQ(core1, 6.0 * 32 * 2 * 32 * 128 * 0.5);
 }
+
+// DeepSeek-V3 671B (multi-head latent attention + MoE), counted by hand from its public shapes: per layer the MLA
+// projections h·Rq + Rq·A·(Dn+Dr) + h·(Rkv+Dr) + Rkv·A·(Dn+Dv) + A·Dv·h = 11010048 + 37748736 + 4128768 + 16777216 +
+// 117440512 = 187105280; a dense MLP 3·h·18432 = 396361728; a MoE layer 256 experts of 3·h·2048 = 44040192, one shared
+// of the same size, a router 256·h = 1835008; embedding and head 129280·h = 926679040 each; norms 2h + 1536 + 512 per
+// layer and h at the end.
+TEST(Flops, DeepSeekV3ParametersAndNemoFormula) {
+  const auto& ds = preset("deepseek-v3-671b");
+  EXPECT_EQ(tb::model::attention_matmul_params(ds), 187105280);
+  const std::int64_t expert = 44040192, moe_layer = 257 * expert + 1835008;  // 256 routed, 1 shared
+  const std::int64_t total = 61LL * 187105280 + 3LL * 396361728 + 58 * moe_layer + 2 * 926679040LL +
+                             61LL * (2 * 7168 + 1536 + 512) + 7168;
+  EXPECT_EQ(tb::model::param_count(ds), total);
+  EXPECT_NEAR(double(total), 671.03e9, 0.01e9);  // "671B total"
+  // Active: 8 routed + 1 shared expert per MoE layer, no router: 37.4e9 ("37B activated"; DeepSeek's 36.6B of the
+  // main model leaves out the 0.93e9 embedding and keeps the 0.11e9 routers).
+  const std::int64_t active = total - 58 * (moe_layer - 9 * expert);
+  EXPECT_EQ(tb::model::active_param_count(ds), active);
+  EXPECT_NEAR(double(active), 37.45e9, 0.01e9);
+
+  // NeMo's deepseekv3 formula per token at s = 4096 (causal): 6·(61·187105280 + 61·396361728) linear,
+  // 6·0.5·(192 + 128)·128·4096·61 attention, 6·129280·7168 vocabulary.
+  const double linear = 6.0 * (61 * 187105280.0 + 61 * 396361728.0), attention = 3.0 * 320 * 128 * 4096 * 61;
+  const double vocab = 6.0 * 129280 * 7168;
+  const auto f = flops_per_token(ds, FlopConvention::causal);
+  EXPECT_DOUBLE_EQ(f.attention_linear + f.mlp, linear);
+  EXPECT_DOUBLE_EQ(f.attention_core, attention);
+  EXPECT_DOUBLE_EQ(f.logits, vocab);
+  EXPECT_DOUBLE_EQ(f.total(), 249811304448.0);
+  EXPECT_DOUBLE_EQ(flops_per_token(ds, FlopConvention::full).attention_core, 2 * attention);
+  // DGXC 25.05 H100, 512 GPUs: GBS 4096 x 4096 tokens in 48.948 s, 174.02 TFLOPS_per_GPU by NeMo's formula, which
+  // adds the one MTP module trainbench does not model: a MoE layer with its MLA (6·(187105280 + 396361728)), its
+  // attention (6·0.5·320·128·4096), a second LM head (6·129280·7168) and its 2h x h projection (6·2·7168²).
+  const double mtp = 6.0 * (187105280.0 + 396361728.0) + 3.0 * 320 * 128 * 4096 + vocab + 6.0 * 2 * 7168 * 7168;
+  const double tokens_per_gpu = 4096.0 * 4096 / 48.948 / 512;
+  expect_rel(tokens_per_gpu * (f.total() + mtp) / 1e12, 174.02, 0.001, "deepseek-v3 512 GPUs");
+}
+
+// MLA without query compression (q_lora_rank 0) counts W_q [A (Dn+Dr), h] in place of W_dq and W_uq.
+TEST(Flops, MlaWithoutQueryCompression) {
+  auto m = preset("tiny-mla");
+  const std::int64_t h = m.d_model, A = m.heads;
+  const auto& a = m.mla;
+  EXPECT_EQ(tb::model::attention_matmul_params(m), h * a.q_lora_rank + a.q_lora_rank * A * 24 +
+                                                       h * (a.kv_lora_rank + 8) + a.kv_lora_rank * A * 32 + A * 16 * h);
+  m.mla.q_lora_rank = 0;
+  EXPECT_EQ(tb::model::attention_matmul_params(m), h * A * 24 + h * (a.kv_lora_rank + 8) + a.kv_lora_rank * A * 32 +
+                                                       A * 16 * h);
+  EXPECT_DOUBLE_EQ(flops_per_token(m, FlopConvention::full, 64).attention_core, 6.0 * m.layers * A * (24 + 16) * 64);
+}

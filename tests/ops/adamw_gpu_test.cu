@@ -616,6 +616,75 @@ TEST(AdamWSplitMaster, BitIdenticalToTheFp32Master) {
   EXPECT_EQ(hi_wrong, 0) << "model halves are not the master rounded to nearest";
 }
 
+// No master (model alone, Master::none): each step updates the bf16 weights as an fp32-master step would from those
+// weights (widened), rounded to nearest even: over 5 clipped steps on two tensors (one misaligned: the scalar path),
+// the weights and moments bit for bit those of the fp32-master group reset to the bf16 weights before each step.
+TEST(AdamWNoMaster, EachStepIsTheFp32StepOfTheBf16Weights) {
+  SKIP_WITHOUT_GPU();
+  DeviceContext dc(0);
+  cudaStream_t st = dc.stream();
+  const std::int64_t n0 = 100003, n1 = kAdamWChunk + 7, off1 = n0 + 1, total = off1 + n1;
+  DeviceBuffer master(0, total * 4), model_a(0, total * 2), model_b(0, total * 2), grad(0, total * 4);
+  DeviceBuffer mom_a(0, 2 * total * 4), mom_b(0, 2 * total * 4), scalars(0, sizeof(AdamWStepScalars));
+  DeviceBuffer norm_a(0, sizeof(GradNormResult)), norm_b(0, sizeof(GradNormResult));
+  fill_normal(master.as<float>(), std::size_t(total), 12, 0.0f, 0.02f, st);
+  std::vector<float> p(total);
+  std::vector<std::uint16_t> w(total);
+  cudaMemcpyAsync(p.data(), master.get(), total * 4, cudaMemcpyDeviceToHost, st);
+  dc.synchronize();
+  for (std::int64_t i = 0; i < total; ++i) w[i] = tb::float_to_bf16(p[i]);
+  cudaMemcpyAsync(model_b.get(), w.data(), total * 2, cudaMemcpyHostToDevice, st);
+  cudaMemsetAsync(mom_a.get(), 0, mom_a.bytes(), st);
+  cudaMemsetAsync(mom_b.get(), 0, mom_b.bytes(), st);
+  auto tensors = [&](bool none) {
+    std::vector<AdamWTensor> t(2);
+    const std::int64_t offs[2] = {0, off1}, ns[2] = {n0, n1};
+    float* m = (none ? mom_b : mom_a).as<float>();
+    for (int k = 0; k < 2; ++k) {
+      t[k].grad = grad.as<float>() + offs[k];
+      t[k].exp_avg = m + offs[k];
+      t[k].exp_avg_sq = m + total + offs[k];
+      t[k].numel = ns[k];
+      t[k].decay = k == 0;
+      t[k].model = (none ? model_b : model_a).as<__nv_bfloat16>() + offs[k];
+      if (!none) t[k].master = master.as<float>() + offs[k];
+    }
+    return t;
+  };
+  const auto ta = tensors(false), tb_ = tensors(true);
+  const AdamWGroup a(0, ta), b(0, tb_);
+  AdamWConfig cfg;
+  cfg.weight_decay = 0.1;
+  std::int64_t differ = 0, moved = 0;
+  for (int step = 1; step <= 5; ++step) {
+    cudaMemcpyAsync(w.data(), model_b.get(), total * 2, cudaMemcpyDeviceToHost, st);  // the master := the weights
+    dc.synchronize();
+    for (std::int64_t i = 0; i < total; ++i) p[i] = tb::bf16_to_float(w[i]);
+    cudaMemcpyAsync(master.get(), p.data(), total * 4, cudaMemcpyHostToDevice, st);
+    fill_uniform(grad.get(), DType::f32, std::size_t(total), 200 + step, -0.01f, 0.01f, st);
+    const AdamWStepScalars sc{float(kLr[step % 3]), 0, step};
+    cudaMemcpyAsync(scalars.get(), &sc, sizeof sc, cudaMemcpyHostToDevice, st);
+    grad_norm(a, 1.0f, norm_a.as<GradNormResult>(), st);
+    adamw_step(a, cfg, scalars.as<AdamWStepScalars>(), norm_a.as<GradNormResult>(), st);
+    grad_norm(b, 1.0f, norm_b.as<GradNormResult>(), st);
+    adamw_step(b, cfg, scalars.as<AdamWStepScalars>(), norm_b.as<GradNormResult>(), st);
+    std::vector<std::uint16_t> wa(total), wb(total);
+    std::vector<std::uint32_t> ma(2 * total), mb(2 * total);
+    cudaMemcpyAsync(wa.data(), model_a.get(), total * 2, cudaMemcpyDeviceToHost, st);
+    cudaMemcpyAsync(wb.data(), model_b.get(), total * 2, cudaMemcpyDeviceToHost, st);
+    cudaMemcpyAsync(ma.data(), mom_a.get(), total * 8, cudaMemcpyDeviceToHost, st);
+    cudaMemcpyAsync(mb.data(), mom_b.get(), total * 8, cudaMemcpyDeviceToHost, st);
+    dc.synchronize();
+    for (std::int64_t i = 0; i < total; ++i) {
+      if (i == n0) continue;  // the gap between the tensors
+      differ += wa[i] != wb[i] || ma[i] != mb[i] || ma[total + i] != mb[total + i];
+      moved += wb[i] != w[i];
+    }
+  }
+  EXPECT_EQ(differ, 0) << "bf16-weight updates differ from the fp32-master step of the same weights";
+  EXPECT_GT(moved, total) << "the weights barely moved: the test tests little";
+}
+
 // bf16 gradients (AdamWGroup's grads): the norm, clip scale, master, moments, model weights and FP8 copies bit for bit
 // those of fp32 gradients holding the same values, over 3 clipped steps with fp32 and bf16 moments, on tensors that
 // take each path: FP8 copies by the copy kernel ([128, 256]) and by the cast kernels at an odd element ([48, 80]),

@@ -10,6 +10,7 @@
 //   causal diagonal); o, lse, dq, dk, dv against the CPU reference's _at forms at query positions kv_seq - seq + i,
 //   with q, k, v in separate contiguous buffers and in the model's layout (q from a fused QKV buffer, k and v from
 //   a [b, kv_seq, 2G, d] buffer); the top-left reference (query i at position i) must fail the same check.
+// Multi-head latent attention's widths (q, k 192; v, o 128) in its layer's layout against the reference.
 // Also: a deterministic backward is bit-reproducible, plans are cached per shape, bad shapes are refused
 // with config errors, the FLOP formulas, and a timing-free smoke run at Llama 3.1 8B shapes (b=1, s=8192,
 // H=32, G=8, d=128): forward + backward finite everywhere, a few rows of o and lse checked against a
@@ -78,6 +79,16 @@ std::string show(const Err& e) {
 }
 
 bool close(const Err& e) { return e.nonfinite == 0 && e.rel_l2 < kRelL2 && e.max_abs <= kMaxAbsFrac * e.max_ref; }
+
+// The five results of one forward and backward against the reference: o, dq, dk, dv close; lse within kLse.
+void expect_close(const Err& o, const Err& lse, const Err& dq, const Err& dk, const Err& dv) {
+  EXPECT_TRUE(close(o)) << "o: " << show(o);
+  EXPECT_EQ(lse.nonfinite, 0);
+  EXPECT_LT(lse.max_abs, kLse) << "lse: " << show(lse);
+  EXPECT_TRUE(close(dq)) << "dq: " << show(dq);
+  EXPECT_TRUE(close(dk)) << "dk: " << show(dk);
+  EXPECT_TRUE(close(dv)) << "dv: " << show(dv);
+}
 
 // One attention problem on the device: the fused QKV input, dout, and the outputs (NaN until written).
 struct Problem {
@@ -151,12 +162,7 @@ TEST_P(AttentionGpu, ForwardAndBackwardMatchTheCpuReference) {
   const Err dq = compare(h.q(h.dqkv), h.q(h.dqkv_ref));
   const Err dk = compare(h.k(h.dqkv), h.k(h.dqkv_ref));
   const Err dv = compare(h.v(h.dqkv), h.v(h.dqkv_ref));
-  EXPECT_TRUE(close(o)) << "o: " << show(o);
-  EXPECT_EQ(lse.nonfinite, 0);
-  EXPECT_LT(lse.max_abs, kLse) << "lse: " << show(lse);
-  EXPECT_TRUE(close(dq)) << "dq: " << show(dq);
-  EXPECT_TRUE(close(dk)) << "dk: " << show(dk);
-  EXPECT_TRUE(close(dv)) << "dv: " << show(dv);
+  expect_close(o, lse, dq, dk, dv);
 
   // The check can fail: dk is not dv.
   EXPECT_FALSE(close(compare(h.k(h.dqkv), h.v(h.dqkv_ref))));
@@ -300,12 +306,7 @@ TEST_P(AttentionGpuKv, QueriesAtTheEndMatchTheCpuReferenceAtTheirPositions) {
   const Err edq = compare(g.q(hdq), g.q(dq_ref));
   const Err edk = compare(g.k(hdkv), g.k(dkv_ref));
   const Err edv = compare(g.v(hdkv), g.v(dkv_ref));
-  EXPECT_TRUE(close(eo)) << "o: " << show(eo);
-  EXPECT_EQ(el.nonfinite, 0);
-  EXPECT_LT(el.max_abs, kLse) << "lse: " << show(el);
-  EXPECT_TRUE(close(edq)) << "dq: " << show(edq);
-  EXPECT_TRUE(close(edk)) << "dk: " << show(edk);
-  EXPECT_TRUE(close(edv)) << "dv: " << show(edv);
+  expect_close(eo, el, edq, edk, edv);
 
   // The check can fail: dk is not dv; with kv_seq > seq, the top-left mask (query i at position i) gives
   // another o.
@@ -328,6 +329,67 @@ INSTANTIATE_TEST_SUITE_P(
                     KvCase{2, 64, 256, 8, 2, 64, KvLayout::model, "model_b2_s64_kv256_H8_G2_d64"},
                     KvCase{1, 128, 512, 32, 8, 128, KvLayout::model, "model_b1_s128_kv512_H32_G8_d128"}),
     [](const testing::TestParamInfo<KvCase>& c) { return std::string(c.param.name); });
+
+// ---- multi-head latent attention: q and k 192 wide, v and o 128 (DeepSeek-V3's widths) ----------------------------
+// In the MLA layer's layout (model/attention_mla_cuda.h): q [b s, H 192] and k [b s, H 192] in buffers of their own,
+// v inside the kv_up output [b s, H (128 + 128)] at column 128 of each head, o [b s, H 128]; dv is written through v's
+// strides into a buffer of the kv_up layout whose k_nope columns cuDNN leaves alone.
+TEST(AttentionGpuMla, Qk192V128MatchTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  const std::int64_t b = 2, sq = 128, H = 4, d = 192, dn = 128, dv = 128;
+  AttentionShape s;
+  s.batch = b, s.seq = sq, s.heads = s.kv_heads = H, s.head_dim = d, s.v_head_dim = dv;
+  s.q = s.k = HeadStrides{sq * H * d, H * d, d};
+  s.v = HeadStrides{sq * H * (dn + dv), H * (dn + dv), dn + dv};
+  s.o = HeadStrides{sq * H * dv, H * dv, dv};
+  EXPECT_NE(describe(s).find("d=192 dv=128"), std::string::npos) << describe(s);
+  DeviceContext dc(0);
+  CudnnAttention attn(0);
+  SCOPED_TRACE(attn.plan(s).describe());
+  const std::size_t nq = std::size_t(b * sq * H * d), nkv = std::size_t(b * sq * H * (dn + dv));
+  const std::size_t no = std::size_t(b * sq * H * dv), nl = std::size_t(b * H * sq);
+  DeviceBuffer q(dc.device(), nq * 2), k(dc.device(), nq * 2), kv(dc.device(), nkv * 2), o(dc.device(), no * 2),
+      lse(dc.device(), nl * sizeof(float)), dout(dc.device(), no * 2), dq(dc.device(), nq * 2),
+      dk(dc.device(), nq * 2), dkv(dc.device(), nkv * 2);
+  fill_uniform(q.get(), DType::bf16, nq, 301, -2.0f, 2.0f, dc.stream());
+  fill_uniform(k.get(), DType::bf16, nq, 302, -2.0f, 2.0f, dc.stream());
+  fill_uniform(kv.get(), DType::bf16, nkv, 303, -2.0f, 2.0f, dc.stream());
+  fill_uniform(dout.get(), DType::bf16, no, 304, -1.0f, 1.0f, dc.stream());
+  for (DeviceBuffer* x : {&o, &lse, &dq, &dk, &dkv}) TB_CHECK(cudaMemsetAsync(x->get(), 0xff, x->bytes(), dc.stream()));
+  auto* v = static_cast<unsigned char*>(kv.get()) + dn * 2;
+  auto* dvp = static_cast<unsigned char*>(dkv.get()) + dn * 2;
+  attn.forward(s, {q.get(), k.get(), v, o.get(), lse.as<float>()}, dc.stream());
+  attn.backward(s, {q.get(), k.get(), v, o.get(), dout.get(), lse.as<float>(), dq.get(), dk.get(), dvp}, dc.stream());
+  dc.synchronize();
+
+  std::vector<double> hq = download_bf16(q.get(), nq, dc.stream()), hk = download_bf16(k.get(), nq, dc.stream());
+  std::vector<double> hkv = download_bf16(kv.get(), nkv, dc.stream()), ho = download_bf16(o.get(), no, dc.stream());
+  std::vector<double> hlse = download_f32(lse.as<float>(), nl, dc.stream());
+  std::vector<double> hdout = download_bf16(dout.get(), no, dc.stream()), hdq = download_bf16(dq.get(), nq, dc.stream());
+  std::vector<double> hdk = download_bf16(dk.get(), nq, dc.stream()), hdkv = download_bf16(dkv.get(), nkv, dc.stream());
+  auto view = [&](std::vector<double>& buf, std::int64_t col, std::int64_t w, const HeadStrides& t) {
+    return TensorView<double>(buf.data() + col, Shape{b, sq, H, w}, Shape{t.batch, t.seq, t.head, 1}, 4);
+  };
+  std::vector<double> o_ref(no), lse_ref(nl), dq_ref(nq), dk_ref(nq), dkv_ref(nkv);
+  const TensorView<double> stats(hlse.data(), {b, H, sq}), stats_ref(lse_ref.data(), {b, H, sq});
+  tb::ops::cpu::attention_forward<double>(view(o_ref, 0, dv, s.o), stats_ref, view(hq, 0, d, s.q), view(hk, 0, d, s.k),
+                                          view(hkv, dn, dv, s.v));
+  tb::ops::cpu::attention_backward<double>(view(dq_ref, 0, d, s.q), view(dk_ref, 0, d, s.k),
+                                           view(dkv_ref, dn, dv, s.v), view(hdout, 0, dv, s.o), view(hq, 0, d, s.q),
+                                           view(hk, 0, d, s.k), view(hkv, dn, dv, s.v), view(ho, 0, dv, s.o),
+                                           stats_ref);
+  const Err eo = compare(view(ho, 0, dv, s.o), view(o_ref, 0, dv, s.o));
+  const Err el = compare(stats, stats_ref);
+  const Err edq = compare(view(hdq, 0, d, s.q), view(dq_ref, 0, d, s.q));
+  const Err edk = compare(view(hdk, 0, d, s.k), view(dk_ref, 0, d, s.k));
+  const Err edv = compare(view(hdkv, dn, dv, s.v), view(dkv_ref, dn, dv, s.v));
+  expect_close(eo, el, edq, edk, edv);
+  // The k_nope columns of dkv are not cuDNN's: still NaN. The check can fail: dq is not dk.
+  EXPECT_TRUE(std::isnan(hdkv[0]) && std::isnan(hdkv[std::size_t(dn - 1)]));
+  EXPECT_FALSE(close(compare(view(hdq, 0, d, s.q), view(dk_ref, 0, d, s.k))));
+  const AttentionFlops f = attention_flops(s, false);
+  EXPECT_DOUBLE_EQ(f.forward, 2.0 * b * H * double(sq) * sq * (d + dv));
+}
 
 TEST(AttentionGpuDeterministic, BackwardIsBitReproducibleAndCorrect) {
   SKIP_WITHOUT_GPU();
@@ -405,6 +467,11 @@ TEST(AttentionShapeCheck, RejectsBadShapesWithConfigErrors) {
   EXPECT_NE(message(kv).find("kv_seq (64) must be 0"), std::string::npos) << message(kv);
   kv.kv_seq = -1;
   EXPECT_NE(message(kv).find("kv_seq (-1) must be 0"), std::string::npos) << message(kv);
+  AttentionShape mla = fused_qkv_attention(1, 128, 4, 4, 192);
+  mla.v_head_dim = 128;
+  EXPECT_EQ(message(mla), "no error");
+  mla.v_head_dim = 100;
+  EXPECT_NE(message(mla).find("v_head_dim (100) must be 0"), std::string::npos) << message(mla);
 }
 
 TEST(AttentionShapeCheck, FusedLayoutAndFlops) {

@@ -318,34 +318,36 @@ TEST(CpuOps, AttentionIsCausalAndAveragesForEqualScores) {
 }
 
 struct AttnCase {
-  int heads, kv_heads;
+  int heads, kv_heads, v_dim;  // v_dim: v's head width (d but for multi-head latent attention)
 };
 class AttentionGrad : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(AttentionGrad, MatchesFiniteDifferences) {
-  const int b = 2, s = 5, d = 4, H = GetParam().heads, KV = GetParam().kv_heads;
-  Vec q = rnd(b * s * H * d, 50), k = rnd(b * s * KV * d, 51), v = rnd(b * s * KV * d, 52);
-  Vec R = rnd(b * s * H * d, 53), o(q.size()), lse(b * H * s);
+  const int b = 2, s = 5, d = 4, H = GetParam().heads, KV = GetParam().kv_heads, dv = GetParam().v_dim;
+  Vec q = rnd(b * s * H * d, 50), k = rnd(b * s * KV * d, 51), v = rnd(b * s * KV * dv, 52);
+  Vec R = rnd(b * s * H * dv, 53), o(R.size()), lse(b * H * s);
   auto fwd = [&] {
-    attention_forward(view(o, {b, s, H, d}), view(lse, {b, H, s}), cview(q, {b, s, H, d}), cview(k, {b, s, KV, d}),
-                      cview(v, {b, s, KV, d}));
+    attention_forward(view(o, {b, s, H, dv}), view(lse, {b, H, s}), cview(q, {b, s, H, d}), cview(k, {b, s, KV, d}),
+                      cview(v, {b, s, KV, dv}));
     return dot(o, R);
   };
   fwd();
-  Vec dq(q.size()), dk(k.size()), dv(v.size());
-  attention_backward(view(dq, {b, s, H, d}), view(dk, {b, s, KV, d}), view(dv, {b, s, KV, d}), cview(R, {b, s, H, d}),
-                     cview(q, {b, s, H, d}), cview(k, {b, s, KV, d}), cview(v, {b, s, KV, d}), cview(o, {b, s, H, d}),
-                     cview(lse, {b, H, s}));
+  Vec dq(q.size()), dk(k.size()), dvv(v.size());
+  attention_backward(view(dq, {b, s, H, d}), view(dk, {b, s, KV, d}), view(dvv, {b, s, KV, dv}),
+                     cview(R, {b, s, H, dv}), cview(q, {b, s, H, d}), cview(k, {b, s, KV, d}),
+                     cview(v, {b, s, KV, dv}), cview(o, {b, s, H, dv}), cview(lse, {b, H, s}));
   check_grad(q, dq, fwd, "dq");
   check_grad(k, dk, fwd, "dk");
-  check_grad(v, dv, fwd, "dv");
+  check_grad(v, dvv, fwd, "dv");
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, AttentionGrad,
-                         ::testing::Values(AttnCase{2, 2} /* MHA */, AttnCase{4, 2} /* GQA */,
-                                           AttnCase{3, 1} /* MQA */),
+                         ::testing::Values(AttnCase{2, 2, 4} /* MHA */, AttnCase{4, 2, 4} /* GQA */,
+                                           AttnCase{3, 1, 4} /* MQA */, AttnCase{2, 2, 6} /* MLA: v wider */,
+                                           AttnCase{3, 3, 2} /* MLA: v narrower, as DeepSeek's 192 / 128 */),
                          [](const auto& tp) {
-                           return "h" + std::to_string(tp.param.heads) + "kv" + std::to_string(tp.param.kv_heads);
+                           return "h" + std::to_string(tp.param.heads) + "kv" + std::to_string(tp.param.kv_heads) +
+                                  "dv" + std::to_string(tp.param.v_dim);
                          });
 
 TEST(CpuOps, AttentionRejectsKvHeadsNotDividingHeads) {

@@ -1,6 +1,6 @@
 // Tests ops/cuda/grouped_gemm's host side without a GPU: shape validation (each refusal names what is wrong), the
 // kernel table (every supported shape has its default configuration compiled) and a plan refusing an uncompiled
-// configuration before it touches the device.
+// configuration before it touches the GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,7 +89,7 @@ TEST(GroupedGemmShapeTest, RefusesBadShapes) {
   EXPECT_EQ(refusal(s), "no error");
 }
 
-// Refused before any device call, so this runs without a GPU.
+// Refused before the plan touches the GPU, so this runs without one.
 TEST(GroupedGemmShapeTest, PlanRefusesBadShapesAndUncompiledConfigs) {
   auto s = shape(DType::bf16, DType::bf16, DType::bf16, GemmLayout::abt);
   s.k = 12;

@@ -4,8 +4,9 @@
 //     that do not fit (longer than the row, zero tokens, counts that disagree) raising with the row and document;
 //   - packed attention equals each segment's plain causal attention run alone, forward and backward, with GQA;
 //   - weighted cross-entropy: the weighted sum of the per-row losses, gradients scaled per row, weight 0 rows zero;
-//   - the decoder (llama: RoPE, GQA; gpt: learned positions, tied embeddings) on a packed batch with a loss mask equals
-//     the decoder run on each document alone, loss and every gradient (the padding, weighted 0, adds nothing);
+//   - the decoder (llama: RoPE, GQA; gpt: learned positions, tied embeddings; mla: multi-head latent attention) on a
+//     packed batch with a loss mask equals the decoder run on each document alone, loss and every gradient (the
+//     padding, weighted 0, adds nothing);
 //   - finite differences of the whole tiny model on packed data with loss weights;
 //   - bad packed documents and loss weights raise, leaving nothing in flight.
 #include <gtest/gtest.h>
@@ -265,7 +266,7 @@ TEST_P(Packed, GradientMatchesFiniteDifferences) {
   EXPECT_GE(checked, 80);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Packed, ::testing::Values("llama", "gpt"));
+INSTANTIATE_TEST_SUITE_P(Families, Packed, ::testing::Values("llama", "gpt", "mla"));
 
 TEST(PackedDecoder, BadInputsRaise) {
   const model::ModelConfig cfg = testing::tiny("llama", 1);

@@ -1,8 +1,9 @@
 // decoder_cpu_parallel_mpi_test: the sharded CPU decoder (parallel/decoder_cpu_parallel.h) under mpirun (2 and 4
 // ranks, ctest) against the single-rank CpuDecoder<double> (the same decoder on groups of one rank) on the full
-// sequence, for three tiny model variants
+// sequence, for five tiny model variants
 // (llama-like: rmsnorm, swiglu, rope with Llama 3.1 scaling, GQA; gpt-like: layernorm, gelu, learned positions,
-// tied embeddings, MHA; moe: llama with routed and shared experts and the load-balancing losses) with parameters moved
+// tied embeddings, MHA; moe: llama with routed and shared experts and the load-balancing losses; mla and mla_moe: those
+// with multi-head latent attention, its latents replicated and its heads split over tp) with parameters moved
 // off their init (norm gains not 1, biases not 0) and random tokens:
 //   - every layout of the world that fits: tp = cp = 1 (dp = n), tp = n (with and without sequence parallel), cp = n,
 //     tp 2 x cp n/2 (with SP), cp 2 x tp n/2, each with micro-batch 1 and 2: the loss on every rank and the full
@@ -219,7 +220,7 @@ TEST_P(Family, FloatMatchesTheFloatDecoder) {
   EXPECT_EQ(compare_grads<float>(ref.dense_layout(), g, ref.grads(), 2e-4), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt", "moe"));
+INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt", "moe", "mla", "mla_moe"));
 
 // Expert parallel: dp x cp x tp (SP with tp > 1) and ep dividing the world.
 struct EpLayout {

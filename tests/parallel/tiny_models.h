@@ -3,6 +3,8 @@
 //   gpt:   layernorm, gelu, learned positions, tied embeddings, MHA 4/4
 //   moe:   llama with a Mixture-of-Experts MLP after one dense layer: 4 experts of width 8, top 2, a shared expert
 //          of width 8, aux, sequence aux and z losses on (dropless: capacity would depend on the rank's rows)
+//   mla:   llama with multi-head latent attention: 8 heads, q_lora_rank 8, kv_lora_rank 8, qk 2 + rope 4, v 4
+//   mla_moe: moe with that attention without query compression (q_lora_rank 0) and sigmoid scores (DeepSeek-V3's)
 // d_model 16, head_dim 4, ffn 24, vocab 36, seq 16: every size divides by 4 (tp, cp up to 4 ranks).
 #pragma once
 
@@ -19,15 +21,22 @@ inline model::ModelConfig tiny(const std::string& family, int layers) {
   model::ModelConfig c = model::preset("tiny");
   c.name = "test-" + family;
   c.layers = layers, c.d_model = 16, c.head_dim = 4, c.ffn = 24, c.vocab = 36, c.seq = 16;
-  if (family == "llama" || family == "moe") {
+  if (family == "llama" || family == "moe" || family == "mla" || family == "mla_moe") {
     c.heads = 8, c.kv_heads = 4;
     c.rope_scaling.enabled = true;
     c.rope_scaling.original_max_position = 1024;
-    if (family == "moe") {
-      c.family = "llama";
+    c.family = "llama";
+    if (family == "moe" || family == "mla_moe") {
       c.moe.experts = 4, c.moe.top_k = 2, c.moe.expert_ffn = 8, c.moe.shared_ffn = 8, c.moe.dense_first = 1;
       c.moe.aux_loss = 0.1, c.moe.seq_aux_loss = 0.05, c.moe.z_loss = 0.01;
     }
+    if (family == "mla" || family == "mla_moe") {
+      c.attention = model::AttentionKind::mla;
+      c.mla = {.q_lora_rank = family == "mla" ? 8 : 0, .kv_lora_rank = 8, .qk_nope_head_dim = 2,
+               .qk_rope_head_dim = 4, .v_head_dim = 4};
+      c.kv_heads = c.heads, c.head_dim = c.mla.qk_head_dim();
+    }
+    if (family == "mla_moe") c.moe.score = model::RouterScore::sigmoid, c.moe.scale = 2.5;
   } else {
     c.family = "gpt";
     c.heads = 4, c.kv_heads = 4;

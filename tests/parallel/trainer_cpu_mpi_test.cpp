@@ -1,7 +1,8 @@
 // trainer_cpu_mpi_test: the multi-rank CPU trainer (parallel/trainer_cpu.h) under mpirun (2 and 4 ranks, ctest)
 // against the single-rank CpuDecoder<double>, for a llama-like model (rmsnorm, swiglu, rope with Llama 3.1
-// scaling, GQA) and a gpt-like one (layernorm, gelu, learned positions, tied embeddings), 4 layers, parameters
-// moved off their init, random tokens, global batch 4, on every layout the rank count allows:
+// scaling, GQA), a gpt-like one (layernorm, gelu, learned positions, tied embeddings) and the llama-like one with
+// multi-head latent attention (its replicated down projections and latent norms, its heads split over tp), 4 layers,
+// parameters moved off their init, random tokens, global batch 4, on every layout the rank count allows:
 //   np2: dp2, tp2 sp, pp2, pp2 vp2, cp2
 //   np4: dp2 tp2 sp, tp2 pp2, pp2 cp2, dp2 pp2, tp2 cp2 sp, dp4, pp4, pp2 vp2 dp2, tp4
 //   - one step (micro-batch 1 and 2 where the layout allows): the loss on every rank and the full gradient equal
@@ -242,7 +243,7 @@ TEST_P(Family, PackedRowsOneStepMatchesTheSingleRankGradient) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt"));
+INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt", "mla"));
 
 // A MoE model's load-balancing losses are per micro-batch (not linear in the batch): the reference sums the
 // gradients of the global batch's consecutive micro-batches, each scaled by micro / global.

@@ -5,7 +5,8 @@
 // attention on `small-hd128` against its BF16 run) ends within 3% of BF16's final loss; the memory estimate covers
 // what was allocated; a model that cannot fit is refused before allocation with the knobs that would make it fit;
 // gradients sharing the activations' memory train bit for bit like a separate buffer, and so does AdamW writing the
-// FP8 weight copies like the cast at each step's start; bf16 weight gradients train like fp32 ones.
+// FP8 weight copies like the cast at each step's start; bf16 weight gradients train like fp32 ones; `small-mla`
+// (multi-head latent attention) learns the task too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -52,6 +53,22 @@ TEST(TrainerCuda, LearnsTheMarkovTaskToNearItsFloor) {
   EXPECT_GE(res.estimate.total(), res.peak_alloc_bytes) << "the estimate must cover what was allocated";
   EXPECT_LT(res.estimate.total() - res.estimate.workspaces, res.peak_alloc_bytes)
       << "and not be above it but for the workspace allowance";
+}
+
+// Multi-head latent attention (`small-mla`: `small` with DeepSeek-V3's head widths): it learns the markov task as
+// `small` does, in a captured graph, and the memory estimate (the MLA layers' arena plan) covers what was allocated.
+TEST(TrainerCuda, MlaLearnsTheMarkovTaskToNearItsFloor) {
+  SKIP_WITHOUT_GPU();
+  auto spec = small(200);
+  spec.model.preset = "small-mla";
+  const auto res = tb::train::train_cuda(spec, nullptr);
+  ASSERT_EQ(res.steps.size(), 200u);
+  std::printf("mla: loss %.4f -> %.4f, floor %.4f, graph %s\n", res.steps.front().loss, res.steps.back().loss,
+              res.loss_floor, res.graph.c_str());
+  EXPECT_NEAR(res.steps.front().loss, std::log(512.0), 0.1 * std::log(512.0));
+  EXPECT_LT(res.steps.back().loss, 1.15 * res.loss_floor);
+  EXPECT_EQ(res.graph, "captured");
+  EXPECT_GE(res.estimate.total(), res.peak_alloc_bytes) << "the estimate must cover what was allocated";
 }
 
 TEST(TrainerCuda, DeterministicGraphEagerAndAccumulationAgree) {

@@ -15,22 +15,23 @@ namespace tb::ops::cpu {
 namespace {
 
 struct Dims {
-  std::int64_t b, sq, sk, heads, kv_heads, d, group;
+  std::int64_t b, sq, sk, heads, kv_heads, d, dv, group;
 };
 
-// Shapes of q [b, sq, H, d], k and v [b, sk, KV, d]; q_pos: sq positions in [0, sk).
+// Shapes of q [b, sq, H, d], k [b, sk, KV, d] and v [b, sk, KV, dv]; q_pos: sq positions in [0, sk).
 template <class T>
 Dims check(const TensorView<T>& q, const TensorView<T>& k, const TensorView<T>& v,
            std::span<const std::int64_t> q_pos, const char* what) {
   const std::string w(what);
   TB_REQUIRE(q.rank() == 4, w + ": q must be [batch, seq, heads, head_dim], got " + q.shape_str());
   TB_REQUIRE(k.rank() == 4, w + ": k must be [batch, seq, kv_heads, head_dim], got " + k.shape_str());
-  Dims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), 0};
+  TB_REQUIRE(v.rank() == 4, w + ": v must be [batch, seq, kv_heads, v_head_dim], got " + v.shape_str());
+  Dims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), v.size(3), 0};
   TB_REQUIRE(d.kv_heads >= 1 && d.heads % d.kv_heads == 0,
              w + ": kv heads (k " + k.shape_str() + ") must divide the query heads (q " + q.shape_str() + ")");
   d.group = d.heads / d.kv_heads;
   require_shape(k, {d.b, d.sk, d.kv_heads, d.d}, w + ": k");
-  require_shape(v, {d.b, d.sk, d.kv_heads, d.d}, w + ": v");
+  require_shape(v, {d.b, d.sk, d.kv_heads, d.dv}, w + ": v");
   TB_REQUIRE(std::int64_t(q_pos.size()) == d.sq, w + ": " + std::to_string(q_pos.size()) +
                                                      " query positions for q " + q.shape_str());
   for (std::size_t i = 0; i < q_pos.size(); ++i)
@@ -66,10 +67,10 @@ void scores(std::vector<double>& s_row, const TensorView<const T>& q, const Tens
 // The forward with the keys each query sees given by visible(b, i).
 template <class T, class Range>
 void forward_impl(TensorView<T> o, TensorView<T> lse, In<T> q, In<T> k, In<T> v, const Dims& n, Range visible) {
-  require_shape(o, {n.b, n.sq, n.heads, n.d}, "attention_forward: o");
+  require_shape(o, {n.b, n.sq, n.heads, n.dv}, "attention_forward: o");
   require_shape(lse, {n.b, n.heads, n.sq}, "attention_forward: lse");
   const double scale = 1.0 / std::sqrt(double(n.d));
-  std::vector<double> s_row(std::size_t(n.sk)), acc(std::size_t(n.d));
+  std::vector<double> s_row(std::size_t(n.sk)), acc(std::size_t(n.dv));
   for (std::int64_t b = 0; b < n.b; ++b)
     for (std::int64_t h = 0; h < n.heads; ++h) {
       const std::int64_t kvh = h / n.group;
@@ -85,9 +86,9 @@ void forward_impl(TensorView<T> o, TensorView<T> lse, In<T> q, In<T> k, In<T> v,
         std::fill(acc.begin(), acc.end(), 0.0);
         for (std::int64_t j = vis.first; j <= vis.last; ++j) {
           const double p = std::exp(s_row[std::size_t(j)] - l);
-          for (std::int64_t c = 0; c < n.d; ++c) acc[std::size_t(c)] += p * double(v(b, j, kvh, c));
+          for (std::int64_t c = 0; c < n.dv; ++c) acc[std::size_t(c)] += p * double(v(b, j, kvh, c));
         }
-        for (std::int64_t c = 0; c < n.d; ++c) o(b, i, h, c) = T(acc[std::size_t(c)]);
+        for (std::int64_t c = 0; c < n.dv; ++c) o(b, i, h, c) = T(acc[std::size_t(c)]);
       }
     }
 }
@@ -95,17 +96,17 @@ void forward_impl(TensorView<T> o, TensorView<T> lse, In<T> q, In<T> k, In<T> v,
 template <class T, class Range>
 void backward_impl(TensorView<T> dq, TensorView<T> dk, TensorView<T> dv, In<T> dout, In<T> q, In<T> k, In<T> v,
                    In<T> o, In<T> lse, const Dims& n, Range visible) {
-  require_shape(dout, {n.b, n.sq, n.heads, n.d}, "attention_backward: dout");
-  require_shape(o, {n.b, n.sq, n.heads, n.d}, "attention_backward: o");
+  require_shape(dout, {n.b, n.sq, n.heads, n.dv}, "attention_backward: dout");
+  require_shape(o, {n.b, n.sq, n.heads, n.dv}, "attention_backward: o");
   require_shape(lse, {n.b, n.heads, n.sq}, "attention_backward: lse");
   require_shape(dq, {n.b, n.sq, n.heads, n.d}, "attention_backward: dq");
   require_shape(dk, {n.b, n.sk, n.kv_heads, n.d}, "attention_backward: dk");
-  require_shape(dv, {n.b, n.sk, n.kv_heads, n.d}, "attention_backward: dv");
+  require_shape(dv, {n.b, n.sk, n.kv_heads, n.dv}, "attention_backward: dv");
   const double scale = 1.0 / std::sqrt(double(n.d));
   // dk and dv sum over the query heads of a group: accumulate in double, then write.
-  std::vector<double> dk_acc(std::size_t(n.sk * n.kv_heads * n.d)), dv_acc(dk_acc.size());
-  auto kv_at = [&](std::int64_t j, std::int64_t kvh, std::int64_t c) {
-    return std::size_t((j * n.kv_heads + kvh) * n.d + c);
+  std::vector<double> dk_acc(std::size_t(n.sk * n.kv_heads * n.d)), dv_acc(std::size_t(n.sk * n.kv_heads * n.dv));
+  auto kv_at = [&](std::int64_t j, std::int64_t kvh, std::int64_t c, std::int64_t width) {
+    return std::size_t((j * n.kv_heads + kvh) * width + c);
   };
   std::vector<double> s_row(std::size_t(n.sk)), dq_acc(std::size_t(n.d));
   for (std::int64_t b = 0; b < n.b; ++b) {
@@ -117,30 +118,29 @@ void backward_impl(TensorView<T> dq, TensorView<T> dk, TensorView<T> dv, In<T> d
         const Visible vis = visible(b, i);
         scores(s_row, q, k, b, h, kvh, i, vis, n.d, scale);
         double big_d = 0;  // D_i = do_i . o_i
-        for (std::int64_t c = 0; c < n.d; ++c) big_d += double(dout(b, i, h, c)) * double(o(b, i, h, c));
+        for (std::int64_t c = 0; c < n.dv; ++c) big_d += double(dout(b, i, h, c)) * double(o(b, i, h, c));
         std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
         for (std::int64_t j = vis.first; j <= vis.last; ++j) {
           const double p = std::exp(s_row[std::size_t(j)] - double(lse(b, h, i)));
           double dp = 0;
-          for (std::int64_t c = 0; c < n.d; ++c) {
+          for (std::int64_t c = 0; c < n.dv; ++c) {
             dp += double(dout(b, i, h, c)) * double(v(b, j, kvh, c));
-            dv_acc[kv_at(j, kvh, c)] += p * double(dout(b, i, h, c));
+            dv_acc[kv_at(j, kvh, c, n.dv)] += p * double(dout(b, i, h, c));
           }
           const double ds = p * (dp - big_d) * scale;
           for (std::int64_t c = 0; c < n.d; ++c) {
             dq_acc[std::size_t(c)] += ds * double(k(b, j, kvh, c));
-            dk_acc[kv_at(j, kvh, c)] += ds * double(q(b, i, h, c));
+            dk_acc[kv_at(j, kvh, c, n.d)] += ds * double(q(b, i, h, c));
           }
         }
         for (std::int64_t c = 0; c < n.d; ++c) dq(b, i, h, c) = T(dq_acc[std::size_t(c)]);
       }
     }
     for (std::int64_t j = 0; j < n.sk; ++j)
-      for (std::int64_t kvh = 0; kvh < n.kv_heads; ++kvh)
-        for (std::int64_t c = 0; c < n.d; ++c) {
-          dk(b, j, kvh, c) = T(dk_acc[kv_at(j, kvh, c)]);
-          dv(b, j, kvh, c) = T(dv_acc[kv_at(j, kvh, c)]);
-        }
+      for (std::int64_t kvh = 0; kvh < n.kv_heads; ++kvh) {
+        for (std::int64_t c = 0; c < n.d; ++c) dk(b, j, kvh, c) = T(dk_acc[kv_at(j, kvh, c, n.d)]);
+        for (std::int64_t c = 0; c < n.dv; ++c) dv(b, j, kvh, c) = T(dv_acc[kv_at(j, kvh, c, n.dv)]);
+      }
   }
 }
 

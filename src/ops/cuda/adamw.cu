@@ -178,13 +178,16 @@ __device__ __forceinline__ float update1(const TensorRec& t, std::int64_t i, con
   M* m = static_cast<M*>(t.m);
   M* v = static_cast<M*>(t.v);
   auto* wbits = reinterpret_cast<std::uint16_t*>(t.w);
-  float pi = t.lo ? join_master(wbits[i], t.lo[i]) : t.p[i], mi = load1(m + i), vi = load1(v + i);
+  float pi = t.lo ? join_master(wbits[i], t.lo[i]) : t.p ? t.p[i] : __uint_as_float(std::uint32_t(wbits[i]) << 16);
+  float mi = load1(m + i), vi = load1(v + i);
   update(pi, load1(static_cast<const G*>(t.g) + i), mi, vi, c);
   float model = pi;
   if (t.lo) {
     const MasterHalves h = split_master(pi);
     wbits[i] = h.hi, t.lo[i] = h.lo;
     model = __uint_as_float(std::uint32_t(h.hi) << 16);
+  } else if (!t.p) {  // no master: the bf16 weight itself, rounded to nearest even
+    t.w[i] = __float2bfloat16_rn(pi), model = rounded_bf16(pi);
   } else {
     t.p[i] = pi;
     if (t.w) t.w[i] = __float2bfloat16_rn(pi), model = rounded_bf16(pi);
@@ -211,6 +214,8 @@ __device__ __forceinline__ void update4(const TensorRec& t, std::int64_t i, cons
     lo4.u = *reinterpret_cast<const uint2*>(t.lo + i);
 #pragma unroll
     for (int k = 0; k < 4; ++k) pf[k] = join_master(hi.h[k], lo4.s[k]);
+  } else if (!t.p) {
+    load4(t.w + i, pf);
   } else {
     load4(t.p + i, pf);
   }
@@ -228,6 +233,10 @@ __device__ __forceinline__ void update4(const TensorRec& t, std::int64_t i, cons
     }
     *reinterpret_cast<uint2*>(wbits + i) = hi.u;
     *reinterpret_cast<uint2*>(t.lo + i) = lo4.u;
+  } else if (!t.p) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) model[k] = rounded_bf16(pf[k]);
+    store4(t.w + i, pf);
   } else {
     store4(t.p + i, pf);
 #pragma unroll
@@ -389,7 +398,7 @@ TensorRec make_rec(const AdamWTensor& t, std::size_t msize, std::size_t gsize) {
   r.n = t.numel;
   r.decay = t.decay ? 1 : 0;
   r.phase_g = vec_phase(t.grad, gsize);
-  r.phase = t.master ? vec_phase(t.master, 4) : vec_phase(t.master_lo, 2);
+  r.phase = t.master ? vec_phase(t.master, 4) : t.master_lo ? vec_phase(t.master_lo, 2) : vec_phase(t.model, 2);
   const bool same = r.phase == r.phase_g && r.phase == vec_phase(t.exp_avg, msize) &&
                     r.phase == vec_phase(t.exp_avg_sq, msize) && (!t.model || r.phase == vec_phase(t.model, 2)) &&
                     (!t.master_lo || r.phase == vec_phase(t.master_lo, 2));
@@ -463,9 +472,10 @@ AdamWGroup::AdamWGroup(int device, std::span<const AdamWTensor> tensors, DType m
   for (std::size_t k = 0; k < tensors.size(); ++k) {
     const AdamWTensor& t = tensors[k];
     TB_REQUIRE(t.numel >= 1, str("AdamWGroup: tensor ", k, " has ", t.numel, " elements; give numel >= 1"));
-    TB_REQUIRE((t.master || (t.master_lo && t.model)) && t.grad && t.exp_avg && t.exp_avg_sq,
+    TB_REQUIRE((t.master || t.model) && t.grad && t.exp_avg && t.exp_avg_sq,
                str("AdamWGroup: tensor ", k,
-                   " needs master (or master_lo and model), grad, exp_avg and exp_avg_sq device pointers"));
+                   " needs master or model (with master_lo, or alone: no master), grad, exp_avg and exp_avg_sq device "
+                   "pointers"));
     TB_REQUIRE(!(t.master && t.master_lo),
                str("AdamWGroup: tensor ", k, ": give master (fp32) or master_lo (split master), not both"));
     TB_REQUIRE(aligned_to(t.master, 4) && aligned_to(t.grad, gsize) && aligned_to(t.exp_avg, msize) &&

@@ -27,6 +27,9 @@
 // Gradients are fp32 (default) or bf16 (AdamWGroup's grads: read as bf16 and widened; 2 bytes per element fewer for
 // the norm and the update).
 //
+// No master (AdamWTensor::model alone, neither master nor master_lo): the bf16 model weights are the state, widened,
+// updated as above and rounded to nearest even (PyTorch's AdamW on bf16 parameters); bf16 moments and gradients:
+// 8 bytes read + 6 written per element.
 // Split master (AdamWTensor::master_lo, ops/cuda/master_split.h): the same fp32 master stored as the bf16 model weight
 // plus a 16-bit residual; every update is bit-identical to the fp32-master one (the join is exact), and the model
 // weight is the master rounded to nearest (ties away from zero instead of to even).
@@ -61,7 +64,7 @@ inline constexpr std::int64_t kAdamWChunk = 32768;  // elements per block
 
 // One parameter tensor (device pointers, `numel` elements each). m and v are of the group's moment type.
 struct AdamWTensor {
-  float* master = nullptr;         // fp32 master weights, updated in place (null with master_lo)
+  float* master = nullptr;         // fp32 master weights, updated in place (null with master_lo, and without a master)
   std::int16_t* master_lo = nullptr;  // split master (ops/cuda/master_split.h): the fp32 master is (model, master_lo),
                                       // exactly; model then holds its round-to-nearest bf16 half
   const void* grad = nullptr;      // gradients of the group's type, fp32 or bf16 (read only: clipping is applied on

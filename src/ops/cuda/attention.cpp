@@ -25,6 +25,8 @@ namespace {
 using namespace sdpa;
 
 std::vector<std::int64_t> kv_dims(const AttentionShape& s) { return {s.batch, s.kv_heads, s.keys(), s.head_dim}; }
+std::vector<std::int64_t> v_dims(const AttentionShape& s) { return {s.batch, s.kv_heads, s.keys(), s.v_dim()}; }
+std::vector<std::int64_t> o_dims(const AttentionShape& s) { return {s.batch, s.heads, s.seq, s.v_dim()}; }
 
 // The shape the graph sees: a packed shape's batch is its segment capacity (each segment a sequence of at most s).
 AttentionShape graph_shape(const AttentionShape& s) {
@@ -121,6 +123,9 @@ void check_attention_shape(const AttentionShape& s) {
                          s.heads));
   TB_REQUIRE(s.head_dim % 8 == 0, fmt::format("{}: head_dim ({}) must be a multiple of 8 (cuDNN SDPA)", what,
                                               s.head_dim));
+  TB_REQUIRE(s.v_head_dim >= 0 && s.v_dim() % 8 == 0,
+             fmt::format("{}: v_head_dim ({}) must be 0 (head_dim) or a positive multiple of 8 (cuDNN SDPA)", what,
+                         s.v_head_dim));
   TB_REQUIRE(s.kv_seq == 0 || s.kv_seq >= s.seq,
              fmt::format("{}: kv_seq ({}) must be 0 (same as seq) or at least seq ({}): the queries are the last "
                          "seq of kv_seq positions",
@@ -139,8 +144,10 @@ std::string describe(const AttentionShape& s) {
   std::string d = fmt::format("b={} s={}", s.batch, s.seq);
   if (s.keys() != s.seq) d += fmt::format(" kv={}", s.kv_seq);
   d += fmt::format(" H={} G={} d={}", s.heads, s.kv_heads, s.head_dim);
+  if (s.v_dim() != s.head_dim) d += fmt::format(" dv={}", s.v_dim());
   const AttentionShape fused = fused_qkv_attention(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, s.deterministic);
-  if (s.keys() == s.seq && s.q == fused.q && s.k == fused.k && s.v == fused.v && s.o == fused.o) {
+  const bool same_v = s.v_dim() == s.head_dim;
+  if (s.keys() == s.seq && same_v && s.q == fused.q && s.k == fused.k && s.v == fused.v && s.o == fused.o) {
     d += " fused-qkv";
   } else {
     auto str = [](const HeadStrides& t) { return fmt::format("{}/{}/{}", t.batch, t.seq, t.head); };
@@ -157,7 +164,8 @@ AttentionFlops attention_flops(const AttentionShape& s, bool causal) {
   // convention of docs/METRICS.md), else the exact visible count of the bottom-right block, sum_i (kv_seq - seq + i + 1).
   double scores = sq * sk;
   if (causal) scores = s.keys() == s.seq ? 0.5 * sq * sq : sq * sk - sq * (sq - 1) / 2;
-  const double fwd = 2.0 * 2.0 * double(s.batch) * double(s.heads) * double(s.head_dim) * scores;  // Q K^T and P V
+  const double fwd =
+      2.0 * double(s.batch) * double(s.heads) * double(s.head_dim + s.v_dim()) * scores;  // Q K^T and P V
   return {fwd, 2 * fwd, 2.5 * fwd};
 }
 
@@ -180,7 +188,7 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& shape)
     Graph& f = *g_->fwd;
     auto q = tensor(f, "Q", kQ, dims(s, s.heads), strides(s.q));
     auto k = tensor(f, "K", kK, kv_dims(s), strides(s.k));
-    auto v = tensor(f, "V", kV, kv_dims(s), strides(s.v));
+    auto v = tensor(f, "V", kV, v_dims(s), strides(s.v));
     auto fwd_opts = fe::graph::SDPA_attributes()
                         .set_name("sdpa_forward")
                         .set_generate_stats(true)
@@ -194,7 +202,7 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& shape)
       fwd_opts.set_padding_mask(true).set_seq_len_q(rf->seq_q).set_seq_len_kv(rf->seq_kv);
     }
     auto [o, stats] = f.sdpa(q, k, v, fwd_opts);
-    output(o, kO, dims(s, s.heads), strides(s.o));
+    output(o, kO, o_dims(s), strides(s.o));
     output(stats, kStats, stats_dims(s), lse_strides(s), fe::DataType_t::FLOAT);
     if (packed) o->set_ragged_offset(rf->o), stats->set_ragged_offset(rf->stats);
     build_graph(f, handle, g_->fwd_ws, g_->fwd_engine);
@@ -205,9 +213,9 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& shape)
     Graph& b = *g_->bwd;
     auto bq = tensor(b, "Q", kQ, dims(s, s.heads), strides(s.q));
     auto bk = tensor(b, "K", kK, kv_dims(s), strides(s.k));
-    auto bv = tensor(b, "V", kV, kv_dims(s), strides(s.v));
-    auto bo = tensor(b, "O", kO, dims(s, s.heads), strides(s.o));
-    auto bdo = tensor(b, "dO", kDout, dims(s, s.heads), strides(s.o));
+    auto bv = tensor(b, "V", kV, v_dims(s), strides(s.v));
+    auto bo = tensor(b, "O", kO, o_dims(s), strides(s.o));
+    auto bdo = tensor(b, "dO", kDout, o_dims(s), strides(s.o));
     auto bstats = tensor(b, "Stats", kStats, stats_dims(s), lse_strides(s), fe::DataType_t::FLOAT);
     auto bwd_opts = fe::graph::SDPA_backward_attributes()
                         .set_name("sdpa_backward")
@@ -227,7 +235,7 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& shape)
     auto [dq, dk, dv] = b.sdpa_backward(bq, bk, bv, bo, bdo, bstats, bwd_opts);
     output(dq, kDq, dims(s, s.heads), strides(s.q));
     output(dk, kDk, kv_dims(s), strides(s.k));
-    output(dv, kDv, kv_dims(s), strides(s.v));
+    output(dv, kDv, v_dims(s), strides(s.v));
     if (packed) dq->set_ragged_offset(rb->q), dk->set_ragged_offset(rb->k), dv->set_ragged_offset(rb->v);
     build_graph(b, handle, g_->bwd_ws, g_->bwd_engine);
   } catch (...) {  // say which shape and direction

@@ -11,6 +11,10 @@
 //   n-long sequence: query i sees keys j <= i + (n - s) (causal, diagonal at the bottom right), i.e.
 //   ops/cpu/attention.h's _at forms with q_pos[i] = n - s + i. o, dout: [b, s, H, d]; lse stays [b, H, s].
 //   kv_seq = 0 or s is the plain (top-left) case above.
+// Different q / k and v widths (multi-head latent attention, model/config.h MlaConfig): v_head_dim = dv != 0 makes v,
+//   dv, o and dout [.., dv] while q, k, dq, dk stay [.., d] and the scale 1 / sqrt(d); cuDNN on Hopper takes any
+//   d, dv <= 256 that are multiples of 8, DeepSeek-V3's d 192 / dv 128 among them (cudnn-frontend 1.16's
+//   support check; cuDNN's SDPA support matrix, backend 9.18), forward and backward.
 // Packed rows (core/packing.h; segments > 0): each of the b rows of s tokens holds segments (documents and a row's
 //   padding), each attending causally within itself only: ops/cpu/attention.h's _packed forms. cuDNN's ragged (THD)
 //   layout with its padding mask: the graph's batch is the segment capacity B (`segments`), its sequence the row
@@ -26,7 +30,7 @@
 // no copies, no transposes. o and dout are [b, s, H, d] (contiguous by default). head_dim: 64 and 128 are
 // the tested ones (cuDNN on Hopper takes multiples of 8 up to 256).
 //
-// FLOPs (multiply-add = 2), both conventions of docs/METRICS.md:
+// FLOPs (multiply-add = 2), both conventions of docs/METRICS.md (dv = d unless v_head_dim: P V is 2 b H s^2 dv):
 //   forward   full:   4 b H s^2 d  (Q K^T: 2 b H s^2 d, P V: 2 b H s^2 d)
 //             causal: 2 b H s^2 d  (only the lower triangle: halved; exactly s(s+1)/2 of s^2 scores)
 //   with kv_seq = n > s: full 4 b H s n d; causal 4 b H d (s n - s(s-1)/2), the visible scores of the
@@ -75,7 +79,10 @@ struct AttentionShape {
   std::int64_t kv_seq = 0;
   // Packed rows: the capacity of segments per micro-batch (all rows together); 0: one sequence per row.
   std::int64_t segments = 0;
+  // The width of v, dv, o and dout; 0 means head_dim (multi-head latent attention: its v_head_dim).
+  std::int64_t v_head_dim = 0;
   std::int64_t keys() const { return kv_seq > 0 ? kv_seq : seq; }  // the key (and value) sequence length
+  std::int64_t v_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
   auto operator<=>(const AttentionShape&) const = default;
 };
 
@@ -106,12 +113,12 @@ struct QkvPointers {
 };
 QkvPointers split_fused_qkv(void* qkv, const AttentionShape& s);
 
-// Throws Error{config} saying what is wrong: non-positive dims, H % G != 0, head_dim not a multiple of 8,
+// Throws Error{config} saying what is wrong: non-positive dims, H % G != 0, head_dim or v_head_dim not a multiple of 8,
 // kv_seq negative or (when not 0) below seq, strides that are not positive multiples of 8 elements (16 bytes,
 // cuDNN's alignment), negative segments or segments with kv_seq.
 void check_attention_shape(const AttentionShape& s);
-// "b=1 s=8192 H=32 G=8 d=128 fused-qkv"; "b=1 s=1024 kv=4096 H=32 ..." when kv_seq differs from seq; " packed=64"
-// for a packed shape's segment capacity.
+// "b=1 s=8192 H=32 G=8 d=128 fused-qkv"; "b=1 s=1024 kv=4096 H=32 ..." when kv_seq differs from seq; " dv=128"
+// after d when v_head_dim differs; " packed=64" for a packed shape's segment capacity.
 std::string describe(const AttentionShape& s);
 
 struct AttentionFlops {

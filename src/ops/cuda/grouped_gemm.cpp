@@ -175,7 +175,7 @@ GroupedGemmPlan::GroupedGemmPlan(int device, const GroupedGemmShape& s, std::opt
     for (GroupedGemmConfig c : grouped_gemm_configs(s))
       have += fmt::format("{}{}", have.empty() ? "" : ", ", grouped_gemm_config_name(c));
     raise_config(fmt::format("grouped GEMM {}: configuration {} is not compiled for these types and layout; compiled "
-                             "are {} (ops/cuda/grouped_gemm_kernels.h lists them)",
+                             "are {} (ops/cuda/grouped_gemm_instances.h lists them)",
                              describe(s), grouped_gemm_config_name(config_), have));
   }
   TB_CHECK(cudaSetDevice(device));

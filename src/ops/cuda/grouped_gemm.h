@@ -76,7 +76,7 @@ enum class GroupedGemmConfig : std::uint8_t {
   pingpong_128x128_c2,
 };
 std::string_view grouped_gemm_config_name(GroupedGemmConfig c);  // "coop_128x256_c1"
-// The configuration a plan uses unless told otherwise (one table in grouped_gemm.cpp, set from the lab's results).
+// The configuration a plan uses unless told otherwise (TB_GROUPED_GEMM_DEFAULTS, grouped_gemm_instances.h).
 GroupedGemmConfig grouped_gemm_default_config(const GroupedGemmShape& s);
 // The configurations compiled for the shape's kernel (types x layout), the default among them.
 std::vector<GroupedGemmConfig> grouped_gemm_configs(const GroupedGemmShape& s);
