@@ -22,7 +22,8 @@ OUT=${OUT:-/tmp/moe-acceptance}
 mkdir -p "$OUT"
 TB=carry/trainbench
 STEPS=${STEPS:-30}
-PEER_ROUTINGS=${PEER_ROUTINGS:-learned balanced}  # the routings the peer also runs
+ROUTINGS=${ROUTINGS:-learned balanced}            # the routings trainbench runs
+PEER_ROUTINGS=${PEER_ROUTINGS:-$ROUTINGS}          # and of those, the ones the peer also runs
 WARMUP=${WARMUP:-10}
 STATE="--moments bf16 --grads bf16 --master ${MASTER:-none}"
 GROK="--set d_model=6144 --set heads=48 --set kv_heads=8 --set head_dim=128 --set ffn=32768 --set vocab=128256
@@ -53,7 +54,7 @@ for mode in $modes; do
       grep -E "FAILED|Failure" "$OUT"/*_gpu_test.log | head -20
       ;;
     mixtral)
-      for routing in learned balanced; do
+      for routing in $ROUTINGS; do
         tb "mixtral-$routing" --model mixtral-8x7b --layers 4 --seq 4096 --micro-batch 1 --set "routing=$routing"
         if [[ " $PEER_ROUTINGS " == *" $routing "* ]]; then
           peer "mixtral-$routing" --preset mixtral-8x7b --layers 4 --seq 4096 --micro-batch 1 --routing "$routing"
@@ -61,7 +62,7 @@ for mode in $modes; do
       done
       ;;
     grok)
-      for routing in learned balanced; do
+      for routing in $ROUTINGS; do
         tb "grok-$routing" --model mixtral-8x7b $GROK --layers 1 --seq 4096 --micro-batch 1 --set "routing=$routing"
         if [[ " $PEER_ROUTINGS " == *" $routing "* ]]; then
           peer "grok-$routing" --preset grok1-314b --layers 1 --seq 4096 --micro-batch 1 --routing "$routing"

@@ -24,11 +24,11 @@ Convention parse_convention(std::string_view name) {
                            did_you_mean(name, kNames)));
 }
 
-bool can_count_flops(const Recipe& r) { return !r.needs_feature("mla") && !r.needs_feature("mamba"); }
+bool can_count_flops(const Recipe& r) { return !r.needs_feature("mamba"); }
 
 double flops_per_token(const Recipe& r, const Layout& l, Convention c) {
-  TB_REQUIRE(can_count_flops(r), fmt::format("recipe '{}': trainbench cannot count FLOPs of this model yet (it needs {})",
-                                             r.name, r.needs_feature("mla") ? "mla" : "mamba"));
+  TB_REQUIRE(can_count_flops(r),
+             fmt::format("recipe '{}': trainbench cannot count FLOPs of this model yet (it needs mamba)", r.name));
   model::ModelConfig m = r.model;
   m.layers = l.layers > 0 ? l.layers : m.layers;
   if (c == Convention::full_mha) m.kv_heads = m.heads;

@@ -34,7 +34,7 @@ constexpr std::string_view kRunKeys[] = {"gpus", "global_batch", "tp",     "pp",
 constexpr std::string_view kFilterKeys[] = {"release", "precision", "gpu", "variant", "scaling", "source", "runs"};
 
 const std::vector<std::string> kPrecisions = {"bf16", "fp8", "fp32"};
-const std::vector<std::string> kNeeds = {"lora", "mla", "mamba"};
+const std::vector<std::string> kNeeds = {"lora", "mamba"};
 const std::vector<std::string> kTasks = {"pretrain", "sft", "lora"};
 const std::vector<std::string> kScalings = {"weak", "strong"};
 

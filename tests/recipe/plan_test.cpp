@@ -83,12 +83,26 @@ TEST(Plan, AnUnlistedCountFitsWithOverrides) {
   EXPECT_EQ(p.layout.global_batch, 16);  // weak scaling: 128 per 8 GPUs
 }
 
+// DeepSeek-V3 at its smallest layout (512 H100, tp 2 ep 64) on one device: an MLA model with half the heads, an ep
+// rank's 4 of 256 experts on half the micro-batch's rows.
+TEST(Plan, DeepSeekV3ProxyIsOneRankOfItsExpertGrid) {
+  const tr::RunPlan p = tr::plan_run(tr::find_recipe(recipes(), "deepseek-v3-671b"), {});
+  EXPECT_TRUE(p.proxy);
+  EXPECT_TRUE(p.shard.is_mla());
+  EXPECT_EQ(p.shard.heads, 64);
+  EXPECT_EQ(p.shard.moe.ep_proxy, 64);
+  EXPECT_EQ(p.shard.moe.local_experts(), 4);
+  EXPECT_EQ(p.shard.moe.token_share, 2);
+  EXPECT_EQ(p.shard.moe.dense_first, 3);
+  p.shard.validate();
+}
+
 TEST(Plan, RefusesWhatCannotRun) {
   try {
-    tr::plan_run(tr::find_recipe(recipes(), "deepseek-v3-671b"), {});
+    tr::plan_run(tr::find_recipe(recipes(), "hf-llama2-70b-lora"), {});
     ADD_FAILURE();
   } catch (const tb::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("needs mla"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("needs lora"), std::string::npos) << e.what();
   }
   tr::RunOptions o;
   o.precision = "fp32";
