@@ -7,13 +7,16 @@
 //     GQA, MHA and MQA, unused capacity (empty segments) included, the deterministic backward too; tolerances of the
 //     unpacked attention test (relative L2 1e-2, max abs 3e-2 of the largest, lse 1e-3); outputs pre-filled with NaN.
 //     The check can fail: the plain causal attention over whole rows must fail it. A cuDNN older than 9.6 must be
-//     refused naming its version (run only there);
+//     refused naming its version (run only there). And against each document's own attention, unpacked: every
+//     segment at the start of a row of its own, the plain causal cuDNN attention over those rows, forward and
+//     backward (both bf16 on the GPU, the same tolerances);
 //   - the LM head's loss weights (ops/cuda/cross_entropy.h) against ops/cpu/cross_entropy.h with the same weights: a
 //     zero weight's row (with an invalid target) adds nothing and gets a zero gradient.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -154,18 +157,55 @@ struct PackedCase {
 
 class PackedAttentionGpu : public testing::TestWithParam<PackedCase> {};
 
+// Row 0: documents of 100, 60 and 96 tokens (full); row 1: 30 and 150, then 76 of padding; 4 unused segments.
+Rows test_rows() { return Rows({100, 60, 96, 30, 150}, {3, 2}, 256, 4); }
+
+// The packed attention of case c over rows r on random qkv and dout (the outputs pre-filled with NaN), forward then
+// backward, synchronized.
+struct PackedRun {
+  AttentionShape s;
+  std::size_t n_qkv, n_o, n_lse;
+  DeviceBuffer qkv, dqkv, o, dout, lse;
+  PackedRun(DeviceContext& dc, CudnnAttention& attn, const PackedCase& c, const Rows& r, std::uint64_t seed)
+      : s(packed_shape(c, r)),
+        n_qkv(fused_qkv_elements(s)),
+        n_o(std::size_t(r.batch * r.seq * c.heads * c.d)),
+        n_lse(std::size_t(r.batch * r.seq * c.heads)),
+        qkv(dc.device(), n_qkv * 2),
+        dqkv(dc.device(), n_qkv * 2),
+        o(dc.device(), n_o * 2),
+        dout(dc.device(), n_o * 2),
+        lse(dc.device(), n_lse * 4) {
+    DeviceBuffer tables(dc.device(), segment_table_bytes(s.segments));
+    fill_uniform(qkv.get(), DType::bf16, n_qkv, seed, -2.f, 2.f, dc.stream());
+    fill_uniform(dout.get(), DType::bf16, n_o, seed + 1, -1.f, 1.f, dc.stream());
+    for (DeviceBuffer* out : {&o, &lse, &dqkv}) TB_CHECK(cudaMemsetAsync(out->get(), 0xff, out->bytes(), dc.stream()));
+    const DeviceBuffer cu = upload(dc, r.padded);
+    fill_segment_tables(tables.get(), cu.as<std::int32_t>(), s.segments, (c.heads + 2 * c.kv_heads) * c.d,
+                        c.heads * c.d, c.heads, dc.stream());
+    const PackedSegments seg = segment_tables(tables.get(), s.segments);
+    const QkvPointers in = split_fused_qkv(qkv.get(), s), grad = split_fused_qkv(dqkv.get(), s);
+    attn.forward(s, {in.q, in.k, in.v, o.get(), lse.as<float>(), seg}, dc.stream());
+    attn.backward(s, {in.q, in.k, in.v, o.get(), dout.get(), lse.as<float>(), grad.q, grad.k, grad.v, seg},
+                  dc.stream());
+    dc.synchronize();
+  }
+  static AttentionShape packed_shape(const PackedCase& c, const Rows& r) {
+    AttentionShape s = fused_qkv_attention(r.batch, r.seq, c.heads, c.kv_heads, c.d, c.deterministic);
+    s.segments = r.capacity;
+    return s;
+  }
+};
+
 TEST_P(PackedAttentionGpu, MatchesThePackedCpuReference) {
   SKIP_WITHOUT_GPU();
   const PackedCase& c = GetParam();
   DeviceContext dc(0);
   CudnnAttention attn(0);
-  // Row 0: documents of 100, 60 and 96 tokens (full); row 1: 30 and 150, then 76 of padding; 4 unused segments.
-  const Rows r({100, 60, 96, 30, 150}, {3, 2}, 256, 4);
-  AttentionShape s = fused_qkv_attention(r.batch, r.seq, c.heads, c.kv_heads, c.d, c.deterministic);
-  s.segments = r.capacity;
+  const Rows r = test_rows();
   if (int(cudnnGetVersion()) < kCudnnPackedVersion) {
     try {
-      attn.plan(s);
+      attn.plan(PackedRun::packed_shape(c, r));
       ADD_FAILURE() << "a packed shape planned on cuDNN " << cudnn_version();
     } catch (const tb::Error& e) {
       EXPECT_NE(std::string(e.what()).find("cuDNN >= 9.6.0"), std::string::npos) << e.what();
@@ -173,22 +213,10 @@ TEST_P(PackedAttentionGpu, MatchesThePackedCpuReference) {
     }
     GTEST_SKIP() << "cuDNN " << cudnn_version() << " is older than 9.6: packed shapes are refused (checked)";
   }
-  const std::size_t n_qkv = fused_qkv_elements(s), n_o = std::size_t(r.batch * r.seq * c.heads * c.d);
-  const std::size_t n_lse = std::size_t(r.batch * r.seq * c.heads);
-  DeviceBuffer qkv(dc.device(), n_qkv * 2), dqkv(dc.device(), n_qkv * 2), o(dc.device(), n_o * 2),
-      dout(dc.device(), n_o * 2), lse(dc.device(), n_lse * 4), tables(dc.device(), segment_table_bytes(s.segments));
-  fill_uniform(qkv.get(), DType::bf16, n_qkv, 301, -2.f, 2.f, dc.stream());
-  fill_uniform(dout.get(), DType::bf16, n_o, 302, -1.f, 1.f, dc.stream());
-  for (DeviceBuffer* out : {&o, &lse, &dqkv}) TB_CHECK(cudaMemsetAsync(out->get(), 0xff, out->bytes(), dc.stream()));
-  const DeviceBuffer cu = upload(dc, r.padded);
-  const std::int64_t width = (c.heads + 2 * c.kv_heads) * c.d;
-  fill_segment_tables(tables.get(), cu.as<std::int32_t>(), s.segments, width, c.heads * c.d, c.heads, dc.stream());
-  const PackedSegments seg = segment_tables(tables.get(), s.segments);
-  const QkvPointers in = split_fused_qkv(qkv.get(), s), grad = split_fused_qkv(dqkv.get(), s);
-  attn.forward(s, {in.q, in.k, in.v, o.get(), lse.as<float>(), seg}, dc.stream());
-  attn.backward(s, {in.q, in.k, in.v, o.get(), dout.get(), lse.as<float>(), grad.q, grad.k, grad.v, seg},
-                dc.stream());
-  dc.synchronize();
+  const PackedRun run(dc, attn, c, r, 301);
+  const AttentionShape& s = run.s;
+  const std::size_t n_qkv = run.n_qkv, n_o = run.n_o, n_lse = run.n_lse;
+  const DeviceBuffer &qkv = run.qkv, &dqkv = run.dqkv, &o = run.o, &dout = run.dout, &lse = run.lse;
   SCOPED_TRACE(attn.plan(s).describe());
 
   AttentionHostCheck h(s);
@@ -220,6 +248,78 @@ TEST_P(PackedAttentionGpu, MatchesThePackedCpuReference) {
   // The check can fail: causal attention over whole rows (across documents) is not this.
   h.reference_forward();
   EXPECT_FALSE(close(compare(h.out(h.o), h.out(h.o_ref)))) << "the GPU's o equals the unpacked reference";
+}
+
+// Packed attention equals each document's own attention, unpacked, on the GPU: every segment (a document, or a row's
+// padding) copied to the start of a row of its own, random tokens after it, and the plain causal attention run over
+// those rows. Causal from the top left, the first L outputs of such a row are the segment's attention alone; with
+// dout zero past L (those queries then add nothing to dk, dv), the first L rows of dq, dk, dv are its gradients. Both
+// sides are cuDNN in bf16: the tolerances above.
+TEST_P(PackedAttentionGpu, EqualsEachDocumentUnpacked) {
+  SKIP_WITHOUT_GPU();
+  if (int(cudnnGetVersion()) < kCudnnPackedVersion) GTEST_SKIP() << "cuDNN " << cudnn_version() << " is older than 9.6";
+  const PackedCase& c = GetParam();
+  DeviceContext dc(0);
+  CudnnAttention attn(0);
+  const Rows r = test_rows();
+  const PackedRun run(dc, attn, c, r, 311);
+  const std::int64_t width = (c.heads + 2 * c.kv_heads) * c.d, ow = c.heads * c.d;
+  const std::size_t n_qkv = run.n_qkv, n_o = run.n_o;
+
+  // The segments as rows of their own: K rows of s tokens.
+  const std::int64_t K = std::int64_t(r.offsets.size()) - 1, S = r.seq;
+  const AttentionShape u = fused_qkv_attention(K, S, c.heads, c.kv_heads, c.d, c.deterministic);
+  const std::vector<std::uint16_t> qkv_bits = download<std::uint16_t>(run.qkv.get(), n_qkv, dc.stream()),
+                                   dout_bits = download<std::uint16_t>(run.dout.get(), n_o, dc.stream());
+  std::vector<std::uint16_t> qkv_u(std::size_t(K * S * width)), dout_u(std::size_t(K * S * ow), 0);
+  std::uint64_t state = 313;
+  for (std::uint16_t& x : qkv_u) {  // the tokens after each segment: random, as its own
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    x = tb::float_to_bf16(float(double(state >> 11) * 0x1.0p-53 * 4.0 - 2.0));
+  }
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t t = r.offsets[std::size_t(k)]; t < r.offsets[std::size_t(k + 1)]; ++t) {
+      const std::int64_t at = k * S + t - r.offsets[std::size_t(k)];
+      std::copy_n(qkv_bits.begin() + t * width, width, qkv_u.begin() + at * width);
+      std::copy_n(dout_bits.begin() + t * ow, ow, dout_u.begin() + at * ow);
+    }
+  const DeviceBuffer d_qkv_u = upload(dc, qkv_u), d_dout_u = upload(dc, dout_u);
+  DeviceBuffer o_u(dc.device(), dout_u.size() * 2), dqkv_u(dc.device(), qkv_u.size() * 2),
+      lse_u(dc.device(), std::size_t(K * c.heads * S) * 4);
+  const QkvPointers uin = split_fused_qkv(d_qkv_u.get(), u), ugrad = split_fused_qkv(dqkv_u.get(), u);
+  attn.forward(u, {uin.q, uin.k, uin.v, o_u.get(), lse_u.as<float>()}, dc.stream());
+  attn.backward(u, {uin.q, uin.k, uin.v, o_u.get(), d_dout_u.get(), lse_u.as<float>(), ugrad.q, ugrad.k, ugrad.v},
+                dc.stream());
+  dc.synchronize();
+
+  // Each segment's tokens side by side: packed (got) and unpacked (ref).
+  const std::vector<double> o_p = download_bf16(run.o.get(), n_o, dc.stream()),
+                            o_r = download_bf16(o_u.get(), dout_u.size(), dc.stream()),
+                            g_p = download_bf16(run.dqkv.get(), n_qkv, dc.stream()),
+                            g_r = download_bf16(dqkv_u.get(), qkv_u.size(), dc.stream());
+  const std::vector<float> l_p = download<float>(run.lse.get(), run.n_lse, dc.stream()),
+                           l_r = download<float>(lse_u.get(), std::size_t(K * c.heads * S), dc.stream());
+  std::vector<double> og, orf, lg, lr, qg, qr, kvg, kvr;
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t t = r.offsets[std::size_t(k)]; t < r.offsets[std::size_t(k + 1)]; ++t) {
+      const std::int64_t i = t - r.offsets[std::size_t(k)], at = k * S + i;
+      og.insert(og.end(), o_p.begin() + t * ow, o_p.begin() + (t + 1) * ow);
+      orf.insert(orf.end(), o_r.begin() + at * ow, o_r.begin() + (at + 1) * ow);
+      qg.insert(qg.end(), g_p.begin() + t * width, g_p.begin() + t * width + ow);
+      qr.insert(qr.end(), g_r.begin() + at * width, g_r.begin() + at * width + ow);
+      kvg.insert(kvg.end(), g_p.begin() + t * width + ow, g_p.begin() + (t + 1) * width);
+      kvr.insert(kvr.end(), g_r.begin() + at * width + ow, g_r.begin() + (at + 1) * width);
+      for (std::int64_t h = 0; h < c.heads; ++h)
+        lg.push_back(l_p[std::size_t(t * c.heads + h)]), lr.push_back(l_r[std::size_t((k * c.heads + h) * S + i)]);
+    }
+  const auto flat = [](std::vector<double>& v) { return TensorView<double>(v.data(), {1, 1, std::int64_t(v.size())}); };
+  const Err eo = compare(flat(og), flat(orf)), el = compare(flat(lg), flat(lr)), eq = compare(flat(qg), flat(qr)),
+            ekv = compare(flat(kvg), flat(kvr));
+  EXPECT_TRUE(close(eo)) << "o: " << show(eo);
+  EXPECT_EQ(el.nonfinite, 0);
+  EXPECT_LT(el.max_abs, kLse) << "lse: " << show(el);
+  EXPECT_TRUE(close(eq)) << "dq: " << show(eq);
+  EXPECT_TRUE(close(ekv)) << "dk, dv: " << show(ekv);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PackedAttentionGpu,

@@ -56,14 +56,6 @@ struct Ragged {
   }
 };
 
-// Packed shapes need cuDNN's ragged offsets with grouped-query attention and 64-bit offsets.
-void require_packed_cudnn(const AttentionShape& s) {
-  if (s.segments == 0 || int(cudnnGetVersion()) >= kCudnnPackedVersion) return;
-  raise_error(Error::Kind::unsupported,
-              fmt::format("attention {}: packed sequences need cuDNN >= 9.6.0 (grouped-query attention with ragged "
-                          "offsets); this process loaded cuDNN {}: put a newer libcudnn first on the library path",
-                          describe(s), cudnn_version()));
-}
 
 // A packed call's tables are given (and aligned as cuDNN reads them).
 void check_packed(const PointerCheck<AttentionShape>& c, const PackedSegments& p) {
@@ -85,6 +77,14 @@ fe::DiagonalAlignment_t diagonal(const AttentionShape& s) {
 }
 
 }  // namespace
+
+void require_packed_cudnn(const std::string& what) {
+  if (int(cudnnGetVersion()) >= kCudnnPackedVersion) return;
+  raise_error(Error::Kind::unsupported,
+              fmt::format("{}: packed sequences need cuDNN >= 9.6.0 (grouped-query attention with ragged offsets); "
+                          "this process loaded cuDNN {}: put a newer libcudnn first on the library path",
+                          what, cudnn_version()));
+}
 
 // ---- shapes ------------------------------------------------------------------------------------------
 
@@ -176,7 +176,7 @@ struct AttentionPlan::Graphs : GraphPair {};
 AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& shape)
     : s_(shape), g_(std::make_unique<Graphs>()) {
   check_attention_shape(shape);
-  require_packed_cudnn(shape);
+  if (shape.segments > 0) require_packed_cudnn("attention " + ops::describe(shape));
   const AttentionShape s = graph_shape(shape);
   const bool packed = s.segments > 0;
   const char* direction = "forward";

@@ -98,6 +98,10 @@ struct PackedSegments {
 
 // The oldest cuDNN packed shapes run on (grouped-query attention with ragged offsets).
 inline constexpr int kCudnnPackedVersion = 90600;
+// Error{unsupported} "<what>: packed sequences need cuDNN >= 9.6.0 ...; this process loaded cuDNN X.Y.Z ..." when the
+// cuDNN loaded at run time (cudnnGetVersion) is older: planning a packed shape checks it, and so does the trainer
+// before it allocates anything.
+void require_packed_cudnn(const std::string& what);
 
 // The model's layout: q, k, v views into the fused QKV buffer [b*s, (H + 2G)*d] (row stride (H + 2G)*d,
 // q at column 0, k at H*d, v at (H + G)*d), o and dout contiguous [b, s, H, d].
