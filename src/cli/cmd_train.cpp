@@ -312,6 +312,13 @@ void add_spec_options(CLI::App& app, train::TrainSpec& spec) {
   app.add_option("--min-lr", o.min_lr, "final learning rate (default: lr / 10)");
   app.add_option("--clip", o.clip, "gradient norm clipping (0: off)")->capture_default_str();
   app.add_option("--seed", r.seed, "seed of the initial weights and the data")->capture_default_str();
+  app.add_option("--save", r.save,
+                 "write a checkpoint (safetensors: weights, AdamW moments, the step; train/checkpoint.h) after the "
+                 "last step, or after --save-step (the CPU backend, one rank)");
+  app.add_option("--save-step", r.save_step, "the step after which --save writes (default: the last)");
+  app.add_option("--resume", r.resume,
+                 "continue a run from its checkpoint: the steps after the file's, with its weights, moments, learning "
+                 "rate schedule and data stream (the same model, data, seed and global batch)");
   app.add_flag("--share-gpus", pl.share_gpus,
                "--gpus N above the node's GPU count: ranks share GPUs, each group on distinct ones (a layout mix "
                "checked on a smaller node; correctness only, the times mean nothing)");
@@ -522,12 +529,16 @@ int cmd_train(int argc, char** argv) {
             {"loss_tokens_per_step", res.loss_tokens_per_step},
             {"flops_per_step", res.flops_per_step},
             {"flop_convention", model::convention_name(spec.run.convention)},
+            {"flop_tokens", res.flop_tokens},
             {"tflops", res.tflops},
             {"loss", losses},
             {"loss_first", res.steps.front().loss},
             {"loss_last", res.steps.back().loss},
             {"data", spec.run.data}};
   if (res.loss_floor > 0) r.data["loss_floor"] = res.loss_floor;
+  if (!spec.run.resume.empty())
+    r.data["resumed_from"] = {{"file", spec.run.resume}, {"step", res.steps.front().step - 1}};
+  if (!spec.run.save.empty()) r.data["saved"] = spec.run.save;
   if (m.moe.enabled()) r.data["moe"] = moe_json(m, res);
   if (cuda) {
     r.data.update(cuda_fields(spec, res, peak, mfu));

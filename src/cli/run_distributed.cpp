@@ -85,6 +85,7 @@ int run_distributed(RunRequest& q) {
   if (cuda) rec.device = res.gpu;
   const double peak = cuda ? peak_tflops_or_warn(q.common, res.gpu, q.precision) : 0.0;
   rec.data = run_record_data(q, cuda ? res.device_name : "CPU", peak);
+  rec.data["loss_tokens_per_step"] = res.loss_tokens_per_step;
   auto losses = nlohmann::json::array();
   for (const auto& s : res.steps) losses.push_back(s.loss);
   const double t = res.step_s.median;

@@ -224,6 +224,16 @@ Batch DataSource::next(int batch) {
   return std::get<TokenFile>(data_).next(batch);
 }
 
+void DataSource::skip(std::int64_t rows) {
+  TB_REQUIRE(rows >= 0, fmt::format("data: cannot skip {} rows", rows));
+  std::visit(
+      [&](auto& d) {
+        if constexpr (requires { d.skip(rows); }) d.skip(rows);
+        else if constexpr (requires { d->skip(rows); }) d->skip(rows);
+      },
+      data_);
+}
+
 int DataSource::max_documents_per_row() const {
   if (auto* s = std::get_if<std::unique_ptr<PackedSynthetic>>(&data_)) return (*s)->max_documents_per_row();
   if (auto* s = std::get_if<std::unique_ptr<PackedFile>>(&data_)) return (*s)->max_documents_per_row();

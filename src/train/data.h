@@ -86,6 +86,7 @@ class SyntheticData {
   int seq() const { return seq_; }
   Task task() const { return task_; }
   std::int64_t rows_drawn() const { return next_row_; }
+  void skip(std::int64_t rows) { next_row_ += rows; }
 
  private:
   int vocab_;
@@ -110,6 +111,7 @@ class TokenFile {
   Batch next(int batch);
   void validate(int vocab) const;  // scans every token; throws naming the file, index and value of the first bad one
 
+  void skip(std::int64_t rows) { next_row_ += rows; }
   std::int64_t size() const { return n_; }  // tokens in the file
   std::uint32_t at(std::int64_t i) const;   // raw token i (no checks beyond the index)
   const std::filesystem::path& path() const { return path_; }
@@ -137,6 +139,7 @@ class DataSource {
   DataSource(const std::string& data, TokenType token_type, int vocab, int seq, std::uint64_t seed);
   ~DataSource();
   Batch next(int batch);
+  void skip(std::int64_t rows);  // as if next() had drawn `rows` rows (a resumed run continues the stream)
   double loss_floor() const { return floor_; }
   // Packed rows: the most documents a row holds (0: not packed).
   int max_documents_per_row() const;

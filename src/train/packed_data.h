@@ -66,6 +66,7 @@ class PackedSynthetic {
  public:
   PackedSynthetic(Packing kind, int vocab, int seq, std::uint64_t seed);
   Batch next(int batch);
+  void skip(std::int64_t rows) { next_row_ += rows; }
   // A row holds at most 3 seq / (mean prompt + mean answer) documents (next() stops there; at most seq over the
   // minimum lengths): the segment capacity the CUDA attention is planned for.
   int max_documents_per_row() const;
@@ -84,6 +85,7 @@ class PackedFile {
   // index: FILE.index (FILE.bin beside it); vocab > 0: drawn tokens are checked against it.
   PackedFile(const std::filesystem::path& index, int seq, std::uint64_t seed, int vocab = 0);
   Batch next(int batch);
+  void skip(std::int64_t rows) { next_row_ += rows; }
   std::int64_t documents() const { return docs_; }
   int max_documents_per_row() const { return max_docs_; }  // as many of the shortest documents as fit a row
 

@@ -62,6 +62,8 @@ struct TrainResult {
   // has a loss mask: packed data counts the answers; the mean over the steps); model FLOPs per step (packed data: from
   // its documents, model/flops.h packed_flops, the mean over the measured steps).
   double tokens_per_step = 0, loss_tokens_per_step = 0, flops_per_step = 0;
+  std::string flop_tokens = "rows";     // what flops_per_step counts: "rows" (every token of the rows, s^2 attention
+                                        // per row) or "documents" (packed: each document at its own length)
   double tokens_per_s = 0, tflops = 0;  // from the median step time
   double loss_floor = 0;                // the synthetic task's (0: unknown, e.g. a token file)
   std::int64_t params = 0;

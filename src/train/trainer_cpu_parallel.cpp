@@ -2,7 +2,8 @@
 // --device cpu --tp/--pp/--vp/--cp ...): the CPU reference of every layout (parallel/trainer_cpu.h) with the
 // single-rank loop's data, LR schedule and step records. Every rank draws the step's whole global batch from the
 // same data source (micro-batches in the single-rank order) and the trainer takes its share, so a layout trains
-// on exactly the tokens the one-rank run sees (packed data: its documents and the loss weights over the whole step). Step time: the host clock around the step on rank 0.
+// on exactly the tokens the one-rank run sees (packed data: its documents and the loss weights over the whole step).
+// Step time: the host clock around the step on rank 0.
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -26,6 +27,10 @@ TrainResult train_cpu_parallel(const TrainSpec& spec, const std::function<void(c
   res.model = resolve_model(spec);
   const model::ModelConfig& m = res.model;
   auto world = spec.parallel.job_ranks ? comm::world_communicator() : comm::make_self_communicator();
+  TB_REQUIRE(spec.run.save.empty() && spec.run.resume.empty(),
+             fmt::format("--save and --resume: checkpoints are written and read by the one-rank CPU trainer so far; "
+                         "this job has {} ranks",
+                         world->size()));
   const int model_ranks = spec.parallel.tp * spec.parallel.pp * spec.parallel.cp;
   TB_REQUIRE(model_ranks >= 1 && world->size() % model_ranks == 0,
              fmt::format("tp·pp·cp = {} does not divide the job's {} ranks", model_ranks, world->size()));
@@ -88,7 +93,8 @@ TrainResult train_cpu_parallel(const TrainSpec& spec, const std::function<void(c
     }
   }
   if (measured.empty()) measured.push_back(res.steps.back().step_s);
-  else if (source.max_documents_per_row() > 0) res.flops_per_step = flops_sum / double(measured.size());
+  else if (source.max_documents_per_row() > 0)
+    res.flops_per_step = flops_sum / double(measured.size()), res.flop_tokens = "documents";
   res.loss_tokens_per_step = loss_tokens_sum / double(res.steps.size());
   res.step_s = summarize(measured);
   res.tokens_per_s = res.tokens_per_step / res.step_s.median;

@@ -34,6 +34,7 @@
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/provenance.h"
+#include "ops/cuda/attention.h"
 #include "ops/cuda/context.h"
 #include "parallel/mesh.h"
 #include "parallel/tensor_shard.h"
@@ -135,6 +136,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   TB_REQUIRE(segments == 0 || cp == 1, fmt::format("--data {}: packed sequences with context parallel (--cp {}) are not "
                                                    "built: run packed data with --cp 1",
                                                    spec.run.data, cp));
+  if (segments > 0) ops::require_packed_cudnn(fmt::format("--data {}", spec.run.data));
   check_fits(spec, m, world, devices);  // before any allocation
   cudaDeviceProp prop{};
   TB_CHECK(cudaGetDeviceProperties(&prop, spec.run.gpu));
@@ -239,7 +241,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   if (measured.empty())
     measured.push_back(res.steps.back().step_s), measured_gpu.push_back(res.steps.back().step_s);
   else if (segments > 0)
-    res.flops_per_step = flops_sum / double(measured.size());
+    res.flops_per_step = flops_sum / double(measured.size()), res.flop_tokens = "documents";
   res.loss_tokens_per_step = loss_tokens_sum / double(res.steps.size());
   const bench::Telemetry::Mark tm_to = telemetry.mark();
   res.step_s = summarize(measured);

@@ -1,10 +1,14 @@
 // Tests train/trainer on the CPU backend: the tiny model learns the markov task to near its floor in a
-// hundred-odd steps, the same seed gives the same losses, and bad specs fail before any work (also the CUDA-only
+// hundred-odd steps, the same seed gives the same losses, packed data counts its answers, a run resumed from its
+// checkpoint continues with the same losses, and bad specs fail before any work (also the CUDA-only
 // --fp8-attention combinations, checked by validate() without a GPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <tuple>
 
@@ -88,6 +92,58 @@ TEST(TrainerCpu, PackedDataCountsTheAnswersAndLearns) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(acc.steps[i].loss, one.steps[i].loss, 1e-4) << i;
 }
 
+// A checkpoint taken after step 3 of 6 (train/checkpoint.h), resumed: steps 4 to 6 have the losses, gradient norms
+// and learning rates of the run that went on, bit for bit (weights, moments, the step count, the schedule and the
+// packed data stream all continue). Resuming into another model, data or global batch is refused with one message
+// naming the difference, and the file is left as it was.
+TEST(TrainerCpu, ResumedRunContinuesWithTheSameLosses) {
+  const std::string file = (std::filesystem::temp_directory_path() / "tb_trainer_resume.safetensors").string();
+  std::filesystem::remove(file);
+  auto spec = tiny(6);
+  spec.model.seq = 128, spec.run.data = "packed-squad";
+  spec.batch.micro = 2, spec.batch.global = 4;
+  auto saving = spec;
+  saving.run.save = file, saving.run.save_step = 3;
+  const auto whole = tb::train::train_cpu(saving, nullptr);
+  ASSERT_TRUE(std::filesystem::exists(file));
+  auto resuming = spec;
+  resuming.run.resume = file;
+  const auto resumed = tb::train::train_cpu(resuming, nullptr);
+  ASSERT_EQ(resumed.steps.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const auto &a = whole.steps[std::size_t(i) + 3], &b = resumed.steps[std::size_t(i)];
+    EXPECT_EQ(b.step, a.step);
+    EXPECT_EQ(b.loss, a.loss) << "step " << a.step;
+    EXPECT_EQ(b.grad_norm, a.grad_norm) << "step " << a.step;
+    EXPECT_EQ(b.lr, a.lr) << "step " << a.step;
+  }
+  EXPECT_NE(resumed.steps[0].loss, tb::train::train_cpu(spec, nullptr).steps[0].loss);  // not a fresh start
+
+  const auto bytes = [&] {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string before = bytes();
+  auto other = resuming;
+  other.model.layers = 1;  // other shapes: every tensor of the second layer is in the file but not here
+  other.run.save = file;
+  std::string msg = tb::testing_support::config_error([&] { tb::train::train_cpu(other, nullptr); });
+  EXPECT_NE(msg.find("'layers.1.attn.qkv.weight' is in the file but not here"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("nothing was loaded"), std::string::npos) << msg;
+  other = resuming;
+  other.batch.global = 8, other.run.data = "markov";
+  msg = tb::testing_support::config_error([&] { tb::train::train_cpu(other, nullptr); });
+  EXPECT_NE(msg.find("data packed-squad (this run: markov), global batch 4 (this run: 8)"),
+            std::string::npos)
+      << msg;
+  other = resuming;
+  other.run.steps = 3;  // nothing left to run
+  msg = tb::testing_support::config_error([&] { tb::train::train_cpu(other, nullptr); });
+  EXPECT_NE(msg.find("it holds 3 steps"), std::string::npos) << msg;
+  EXPECT_EQ(bytes(), before) << "a refused resume left the checkpoint as it was";
+  std::filesystem::remove(file);
+}
+
 TEST(TrainerCpu, BadSpecsFailBeforeWork) {
   auto s = tiny(5);
   s.batch.global = 12;
@@ -99,6 +155,12 @@ TEST(TrainerCpu, BadSpecsFailBeforeWork) {
   s = tiny(5);
   s.run.warmup_steps = 5;
   EXPECT_THROW(tb::train::train_cpu(s, nullptr), tb::Error);
+  s = tiny(5);
+  s.run.save_step = 2;  // without --save
+  EXPECT_NE(refusal(s).find("--save-step 2"), std::string::npos) << refusal(s);
+  s = tiny(5);
+  s.run.resume = "x.safetensors", s.run.device = tb::train::Device::cuda;
+  EXPECT_NE(refusal(s).find("CPU backend's one-rank trainer"), std::string::npos) << refusal(s);
   s = tiny(5);
   s.run.autotune = true;  // nothing to tune on the CPU: refused, not ignored
   EXPECT_NE(tb::testing_support::config_error([&] { tb::train::validate(s); }).find("--autotune"), std::string::npos);
