@@ -14,7 +14,8 @@
 #            the FP8 / BF16 ratios compare
 # trainbench runs with the peer's optimizer state: bf16 weights, moments and gradients (--master none --moments bf16
 # --grads bf16: AdamW on bf16 parameters, as the peer's fused AdamW); MASTER=split keeps fp32 master weights.
-# Logs and JSONL to $OUT. Usage: bench/moe_acceptance.sh [tests|mixtral|grok|dense|fp8|split|ga16]...  (default: all)
+#   tests:   the MoE, grouped GEMM, MLA and bf16-state AdamW GPU tests;  lab: carry/grouped_gemm_lab $LAB_ARGS (its README)
+# Logs and JSONL to $OUT. Usage: bench/moe_acceptance.sh [tests|mixtral|grok|dense|fp8|split|ga16|lab]...  (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/gpu_env.sh
@@ -28,7 +29,7 @@ WARMUP=${WARMUP:-10}
 STATE="--moments bf16 --grads bf16 --master ${MASTER:-none}"
 GROK="--set d_model=6144 --set heads=48 --set kv_heads=8 --set head_dim=128 --set ffn=32768 --set vocab=128256
       --set rope_theta=500000 --set rope_scaling=on"
-modes=${*:-tests mixtral grok dense fp8 split ga16}
+modes=${*:-tests mixtral grok dense fp8 split ga16 lab}
 
 tb() {  # name, args...: a trainbench run, its summary on stdout
   local name=$1
@@ -45,13 +46,29 @@ peer() {  # name, args...
 'tflops', r.get('tflops'))" "$OUT/peer-$name.json" "$name" 2>/dev/null || tail -3 "$OUT/peer-$name.log"
 }
 
+gtest() {  # binary, args...: a carried GPU test (skipped when not carried), its log in $OUT
+  local t=$1
+  shift
+  [ -x "carry/tests/$t" ] || { echo "$t: not carried"; return; }
+  timeout 300 "carry/tests/$t" "$@" >"$OUT/$t.log" 2>&1
+  echo "$t rc=$? ($(grep -E '^\[  PASSED  \]' "$OUT/$t.log"))"
+}
+
 for mode in $modes; do
   case $mode in
-    tests)
-      carry/tests/moe_gpu_test >"$OUT/moe_gpu_test.log" 2>&1; echo "moe_gpu_test rc=$?"
-      carry/tests/grouped_gemm_gpu_test >"$OUT/grouped_gemm_gpu_test.log" 2>&1; echo "grouped_gemm_gpu_test rc=$?"
-      carry/tests/decoder_cuda_gpu_test >"$OUT/decoder_cuda_gpu_test.log" 2>&1; echo "decoder_cuda_gpu_test rc=$?"
-      grep -E "FAILED|Failure" "$OUT"/*_gpu_test.log | head -20
+    tests)  # the MoE, grouped GEMM, MLA and bf16-state AdamW GPU tests (those carried)
+      gtest moe_gpu_test
+      gtest grouped_gemm_gpu_test
+      gtest mla_gpu_test
+      gtest adamw_gpu_test --gtest_filter='*NoMaster*:*SplitMaster*'
+      gtest attention_gpu_test --gtest_filter='*Mla*'
+      gtest decoder_cuda_gpu_test --gtest_filter='*Moe*:*Mla*'
+      gtest trainer_cuda_gpu_test --gtest_filter='*Moe*:*Mla*'
+      grep -E "FAILED|Failure" "$OUT"/*_gpu_test.log | head -30
+      ;;
+    lab)  # carry/grouped_gemm_lab: the grouped GEMM configurations against per-expert cuBLASLt and cuBLAS grouped
+      carry/grouped_gemm_lab ${LAB_ARGS:-} >"$OUT/grouped_gemm_lab.log" 2>&1; echo "grouped_gemm_lab rc=$?"
+      grep -vE "^ *$" "$OUT/grouped_gemm_lab.log" | tail -60
       ;;
     mixtral)
       for routing in $ROUTINGS; do
@@ -75,7 +92,9 @@ for mode in $modes; do
     ga16)
       STEPS_SAVED=$STEPS WARMUP_SAVED=$WARMUP
       STEPS=8 WARMUP=2
-      tb mixtral-ga16 --model mixtral-8x7b --layers 4 --seq 4096 --global-batch 16
+      for routing in $ROUTINGS; do
+        tb "mixtral-ga16-$routing" --model mixtral-8x7b --layers 4 --seq 4096 --global-batch 16 --set "routing=$routing"
+      done
       tb dense-ga16 --model mistral-7b --layers 4 --seq 4096 --global-batch 16 --set ffn=28672 --set rope_theta=1000000
       tb mixtral-fp8-ga16 --model mixtral-8x7b --layers 4 --seq 4096 --global-batch 16 --precision fp8 \
         --fp8-recipe delayed --fp8-lm-head

@@ -82,7 +82,8 @@
 #   recipes:   the README's main job (check + the default recipe), `trainbench run` of the Llama 3.1 8B, 70B and
 #              405B recipes (proxies on one GPU) and `trainbench compare` over them
 #   moerecipes: `trainbench run` of the Grok-1, Llama 4 Maverick and Mixtral 8x7B proxies (an expert-parallel rank of
-#              each smallest layout) in BF16 and FP8, and `trainbench compare` over them
+#              each smallest layout) in BF16 and FP8, of DeepSeek-V3's in BF16, and `trainbench compare` over them
+#              ($RUN_ARGS: more `run` options, e.g. --steps 40)
 set -uo pipefail
 OUT=${OUT:-/tmp/tb-out}
 mkdir -p "$OUT"
@@ -358,12 +359,14 @@ llama_vocab_acc() {  # llama_vocab_acc PRECISION...: accuracy of the 76 M model 
           log "run $r"; $TB run $r --out "$OUT/results/run-$r"; echo "exit $?"
         done
         log "compare"; $TB compare "$OUT"/results/run-*; echo "exit $?" ;;
-      moerecipes)  # the MoE proxies of references/measured/h200-moe (docs/PROJECTION.md, Mixture of Experts)
+      moerecipes)  # the MoE proxies of references/measured/h100-moe (docs/PROJECTION.md, Mixture of Experts)
         for r in grok1-314b llama4-maverick-400b mixtral-8x7b; do
           for p in bf16 fp8; do
-            log "run $r $p"; $TB run $r --precision $p --out "$OUT/results/run-$r-$p"; echo "exit $?"
+            log "run $r $p"; $TB run $r --precision $p ${RUN_ARGS:-} --out "$OUT/results/run-$r-$p"; echo "exit $?"
           done
         done
+        log "run deepseek-v3-671b bf16"  # its references are BF16 only
+        $TB run deepseek-v3-671b ${RUN_ARGS:-} --out "$OUT/results/run-deepseek-v3-671b-bf16"; echo "exit $?"
         log "compare"; $TB compare "$OUT"/results/run-*; echo "exit $?" ;;
       *) echo "unknown mode $mode" ;;
     esac

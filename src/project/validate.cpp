@@ -81,7 +81,7 @@ std::vector<Case> reference_cases(const std::vector<recipe::Recipe>& recipes,
       continue;
     }
     if (!recipe::can_count_flops(*r)) {
-      skip(row, "the model's FLOPs cannot be counted yet (mla, mamba)");
+      skip(row, "the model's FLOPs cannot be counted yet (mamba)");
       continue;
     }
     if (!r->reference_parallelism.empty()) {

@@ -70,6 +70,11 @@ constexpr Inconsistent kInconsistent[] = {
     {"grok1-314b", "H100", "25.04.02", "fp8", 1024, false},   // 25.02 (and 25.04.02): step 17.01; tokens/s, MFU: 17.10
     {"llama4-maverick-400b", "GB200", "25.05.05", "fp8", 512, false},  // tokens/s 0.07% above GBS x seq / 6.327 s
 };
+// Modules a publisher counts that trainbench does not model, as a share of trainbench's FLOPs per token: NeMo's
+// DeepSeek-V3 counts its multi-token-prediction module (one more MLA + MoE layer, a second LM head and its 2h x h
+// projection: 1.018e10 per token at s 4096 on 2.498e11; model/flops.h).
+double unmodelled_share(const tr::ReferenceRow& row) { return row.recipe == "deepseek-v3-671b" ? 1.018e10 / 2.498e11 : 0; }
+
 const Inconsistent* inconsistent(const tr::ReferenceRow& row) {
   for (const auto& x : kInconsistent)
     if (row.recipe == x.recipe && row.gpu == x.gpu && row.release() == x.release && row.precision == x.precision &&
@@ -159,7 +164,8 @@ TEST(References, TokensPerSecondMatchGlobalBatchTimesSeqOverStep) {
 // 2.20E+15 is our 2.205e15: +0.2% on every GPT-3 row), plus the rounding of the printed MFU (an MFU
 // printed as "35%" carries ±1.4% by itself). Two documented additions: rows whose MFU follows the step
 // time rather than the published tokens/s take tokens from the step (+ its rounding); the fine-tuning
-// rows' "linear" convention is our reconstruction and sits 0.5% above the 70B README's 1.70E+15 (+0.5%).
+// rows' "linear" convention is our reconstruction and sits 0.5% above the 70B README's 1.70E+15 (+0.5%). Modules
+// trainbench does not model but the publisher counts are added to ours (unmodelled_share).
 TEST(References, ReproducePublishedTflopsFromTokensPerSecond) {
   std::printf("%-22s %-5s %-9s %-4s %5s %-8s %10s %9s %9s %7s %6s\n", "recipe", "gpu", "release", "prec", "gpus", "conv",
               "tok/s/GPU", "TF pub", "TF ours", "err %", "tol %");
@@ -180,7 +186,8 @@ TEST(References, ReproducePublishedTflopsFromTokensPerSecond) {
     const bool from_step = odd && odd->mfu_follows_step;
     const double tok = tokens_per_gpu(row, l, from_step);
     ASSERT_GT(tok, 0) << row.where;
-    const double ours = tr::tflops_per_gpu(tok, tr::flops_per_token(r, run, *row.convention));
+    const double ours =
+        tr::tflops_per_gpu(tok, tr::flops_per_token(r, run, *row.convention)) * (1 + unmodelled_share(row));
     const double pub = row.published_tflops_per_gpu();
     const double err = ours / pub - 1;
     const double tol = 0.005 + rounding(row.mfu_pct) + (from_step ? rounding(row.step_s) : 0) +
@@ -268,7 +275,8 @@ TEST(Conventions, ConversionsBetweenConventions) {
   const auto& lora = tr::find_recipe(recipes(), "llama3-8b-lora");
   EXPECT_DOUBLE_EQ(tr::flops_per_token(lora, tr::Convention::linear), tr::flops_per_token(sft, tr::Convention::linear) * 2 / 3);
   // Models the dense formula cannot count say so.
-  EXPECT_FALSE(tr::can_count_flops(tr::find_recipe(recipes(), "deepseek-v3-671b")));
+  EXPECT_NEAR(tr::flops_per_token(tr::find_recipe(recipes(), "deepseek-v3-671b"), tr::Convention::causal), 2.498e11,
+              0.001e11);
   EXPECT_THROW(tr::flops_per_token(tr::find_recipe(recipes(), "nemotronh-56b"), tr::Convention::full), tb::Error);
   EXPECT_EQ(tr::parse_convention("full-mha"), tr::Convention::full_mha);
   try {
