@@ -112,7 +112,7 @@ class TokenFile {
   void validate(int vocab) const;  // scans every token; throws naming the file, index and value of the first bad one
 
   void skip(std::int64_t rows) { next_row_ += rows; }
-  std::int64_t size() const { return n_; }  // tokens in the file
+  std::int64_t size() const { return map_.data() ? n_ : 0; }  // tokens in the file (0 once moved from)
   std::uint32_t at(std::int64_t i) const;   // raw token i (no checks beyond the index)
   const std::filesystem::path& path() const { return path_; }
   TokenType type() const { return type_; }
