@@ -106,6 +106,8 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     source.skip(std::int64_t(first - 1) * global);
   }
   const int save_step = spec.run.save_step > 0 ? spec.run.save_step : spec.run.steps;
+  TB_REQUIRE(spec.run.save.empty() || save_step >= first,
+             fmt::format("--save-step {}: the resumed run starts at step {}", save_step, first));
 
   std::vector<double> measured, measured_opt;
   double flops_sum = 0, loss_tokens_sum = 0;
