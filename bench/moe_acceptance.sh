@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 source bench/gpu_env.sh
 OUT=${OUT:-/tmp/moe-acceptance}
 mkdir -p "$OUT"
-TB=carry/trainbench
+TB=${TB:-carry/trainbench}  # TB=carry/trainbench-prev: the build before, for an A/B
 STEPS=${STEPS:-30}
 ROUTINGS=${ROUTINGS:-learned balanced}            # the routings trainbench runs
 PEER_ROUTINGS=${PEER_ROUTINGS:-$ROUTINGS}          # and of those, the ones the peer also runs

@@ -27,9 +27,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from nvml_power import for_torch_device
 
-PRESETS = {  # d_model, query heads, kv heads, head_dim, ffn, vocab, layers
+PRESETS = {  # d_model, query heads, kv heads, head_dim, ffn, vocab, layers; RoPE θ and scaling if not Llama 3.1's
     "llama3.1-8b": dict(d=4096, heads=32, kv=8, hd=128, ffn=14336, vocab=128256, layers=32),
     "llama3.1-70b": dict(d=8192, heads=64, kv=8, hd=128, ffn=28672, vocab=128256, layers=80),
+    "llama2-70b": dict(d=8192, heads=64, kv=8, hd=128, ffn=28672, vocab=32000, layers=80, theta=10000.0,
+                       rope_scaled=False),
+    "mistral-7b": dict(d=4096, heads=32, kv=8, hd=128, ffn=14336, vocab=32000, layers=32, theta=10000.0,
+                       rope_scaled=False),
     "tiny": dict(d=128, heads=4, kv=2, hd=32, ffn=256, vocab=512, layers=2),
 }
 ROPE_THETA, EPS = 500000.0, 1e-5

@@ -68,6 +68,7 @@ int run_proxy(RunRequest& q, int gpu) {
       "%d layers, seq %d (%s)\n",
       r.name.c_str(), q.precision.c_str(), L.gpus, L.tp, L.pp, L.cp, L.vp, L.dp, L.micro_batch, L.global_batch,
       L.layers, L.seq, L.where.c_str());
+  if (r.lora.enabled()) std::printf("  %s, the base frozen\n", model::lora_text(r.lora).c_str());
   for (const std::string& d : plan.differences) std::printf("  proxy: %s\n", d.c_str());
   std::fflush(stdout);
 
@@ -161,6 +162,10 @@ train::TrainSpec recipe_spec(const RunRequest& q, const model::ModelConfig& m, i
   train::TrainSpec spec;
   spec.model.config = m;
   spec.model.preset = m.name;
+  if (m.lora.enabled()) {  // the recipe's [lora], as train's --lora-* flags give it (seeded by the run's seed)
+    const model::LoraConfig& l = m.lora;
+    spec.lora = {l.rank, l.alpha > 0 ? std::optional(l.alpha) : std::nullopt, l.dropout, l.targets, false};
+  }
   spec.batch.micro = micro_batch;
   spec.batch.global = global_batch;
   spec.run.steps = q.steps + q.warmup;
@@ -200,6 +205,7 @@ nlohmann::json run_record_data(const RunRequest& q, const std::string& gpu_name,
                       {"data", plan.data},
                       {"tokens_per_step", double(plan.layout.global_batch) * plan.layout.seq},
                       {"flop_tokens", "rows"}};
+  if (r.lora.enabled()) d["lora"] = lora_json(r.lora);
   if (q.precision == "fp8") d["fp8_recipe"] = q.fp8_recipe, d["fp8_format"] = q.fp8_format;
   return d;
 }

@@ -223,6 +223,22 @@ void add_spec_options(CLI::App& app, train::TrainSpec& spec) {
   app.add_option("-m,--model", md.preset, "model preset")->check(CLI::IsMember(models))->capture_default_str();
   app.add_option("--layers", md.layers, "layers (default: the preset's)")->check(whole_number(1));
   app.add_option("--seq", md.seq, "sequence length (default: the preset's)")->check(whole_number(1));
+  train::LoraSpec& lo = spec.lora;
+  app.add_option_function<int>(
+      "--lora-rank", [&lo](int r) { lo.rank = r; },
+      "LoRA fine-tuning: adapters of rank R on the --lora-targets linears, every other parameter frozen (no "
+      "gradient, master weights or moments; its weight-gradient GEMMs skipped)");
+  app.add_option_function<double>(
+      "--lora-alpha", [&lo](double a) { lo.alpha = a; },
+      "LoRA: the adapters' scale is alpha / rank (default 2 x rank)");
+  app.add_option_function<double>(
+      "--lora-dropout", [&lo](double p) { lo.dropout = p; },
+      "LoRA: dropout on each adapter's input, seeded per step (default 0)");
+  app.add_option_function<std::string>(
+      "--lora-targets", [&lo](const std::string& t) { lo.targets = model::parse_lora_targets(t); },
+      "LoRA: fused (qkv, fc1: NeMo) | canonical (q, k, v, o, gate, up, down: HF PEFT) | mlperf (qkv, o) | a "
+      "comma-separated list of q k v qkv o gate up fc1 down (default fused)");
+  app.add_flag("--freeze-base", lo.freeze_base, "freeze every parameter but LoRA's adapters (implied by --lora-rank)");
   app.add_option("--micro-batch", spec.batch.micro, "sequences per micro-batch")
       ->capture_default_str()
       ->check(whole_number(1));
@@ -313,12 +329,13 @@ void add_spec_options(CLI::App& app, train::TrainSpec& spec) {
   app.add_option("--clip", o.clip, "gradient norm clipping (0: off)")->capture_default_str();
   app.add_option("--seed", r.seed, "seed of the initial weights and the data")->capture_default_str();
   app.add_option("--save", r.save,
-                 "write a checkpoint (safetensors: weights, AdamW moments, the step; train/checkpoint.h) after the "
-                 "last step, or after --save-step (the CPU backend, one rank)");
+                 "write a checkpoint (safetensors: the trainable weights, with LoRA the adapters alone, their AdamW "
+                 "moments, the step; train/checkpoint.h) after the last step, or after --save-step (the CPU backend, "
+                 "one rank)");
   app.add_option("--save-step", r.save_step, "the step after which --save writes (default: the last)");
   app.add_option("--resume", r.resume,
                  "continue a run from its checkpoint: the steps after the file's, with its weights, moments, learning "
-                 "rate schedule and data stream (the same model, data, seed and global batch)");
+                 "rate schedule and data stream (the same model, data, seed, global batch and adapters)");
   app.add_flag("--share-gpus", pl.share_gpus,
                "--gpus N above the node's GPU count: ranks share GPUs, each group on distinct ones (a layout mix "
                "checked on a smaller node; correctness only, the times mean nothing)");
@@ -460,11 +477,16 @@ int cmd_train(int argc, char** argv) {
   // "(delayed scaling, hybrid, FP8 LM head with E5M2 logit gradients rounded stochastically, FP8 attention)"; a head
   // with some GEMMs in BF16: "FP8 LM head (dgrad, wgrad in FP8) with ..."
   const std::string fp8 = spec.fp8() ? fp8_description(spec) : "";
+  const std::string lora = m.lora.enabled() ? fmt::format(", {} ({:.3g} trainable, the base frozen)",
+                                                           model::lora_text(m.lora),
+                                                           double(model::trainable_param_count(m)))
+                                             : "";
   if (rank0)
     std::printf(
-        "train %s on %s: %d layers, d_model %d, seq %d, %s params, micro-batch %d, global batch %d, %d steps%s\n",
+        "train %s on %s: %d layers, d_model %d, seq %d, %s params%s, micro-batch %d, global batch %d, %d steps%s\n",
         m.name.c_str(), where.c_str(), m.layers, m.d_model, m.seq,
-        fmt::format("{:.3g}", double(model::param_count(m))).c_str(), spec.batch.micro, global, spec.run.steps,
+        fmt::format("{:.3g}", double(model::param_count(m))).c_str(), lora.c_str(), spec.batch.micro, global,
+        spec.run.steps,
         cuda ? fmt::format(", {}{}, recompute {}, master {}, moments {}{}", train::name(spec.precision.linear), fp8,
                            train::name(spec.memory.recompute), train::name(spec.optimizer.master),
                            dtype_name(spec.optimizer.moments), spec.memory.grads == DType::bf16 ? ", grads bf16" : "")
@@ -521,6 +543,8 @@ int cmd_train(int argc, char** argv) {
             {"device", cuda ? "cuda" : "cpu"},
             {"precision", precision},
             {"params", res.params},
+            {"params_trainable", model::trainable_param_count(m)},
+            {"params_frozen", model::frozen_param_count(m)},
             {"steps", spec.run.steps},
             {"warmup_steps", spec.run.warmup_steps},
             {"step_ms", to_json(scaled(res.step_s, 1e3))},
@@ -530,6 +554,7 @@ int cmd_train(int argc, char** argv) {
             {"flops_per_step", res.flops_per_step},
             {"flop_convention", model::convention_name(spec.run.convention)},
             {"flop_tokens", res.flop_tokens},
+            {"flop_task", model::flop_task(m)},
             {"tflops", res.tflops},
             {"loss", losses},
             {"loss_first", res.steps.front().loss},
@@ -540,6 +565,7 @@ int cmd_train(int argc, char** argv) {
     r.data["resumed_from"] = {{"file", spec.run.resume}, {"step", res.steps.front().step - 1}};
   if (!spec.run.save.empty()) r.data["saved"] = spec.run.save;
   if (m.moe.enabled()) r.data["moe"] = moe_json(m, res);
+  if (m.lora.enabled()) r.data["lora"] = lora_json(m.lora);
   if (cuda) {
     r.data.update(cuda_fields(spec, res, peak, mfu));
   } else {

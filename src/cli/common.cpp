@@ -155,6 +155,13 @@ Devices select_devices(std::string_view command, const CommonOptions& opt, int m
   return d;
 }
 
+nlohmann::json lora_json(const model::LoraConfig& l) {
+  return {{"rank", l.rank},
+          {"alpha", l.scale() * l.rank},
+          {"dropout", l.dropout},
+          {"targets", model::lora_targets_name(l.targets)}};
+}
+
 nlohmann::json library_versions() {
   nlohmann::json v = ops::library_versions();
   v["nccl"] = nccl_version();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/record.h"
+#include "model/lora.h"
 #include "recipe/system.h"
 
 namespace tb::cli {
@@ -56,6 +57,10 @@ RunOutput open_run(const CommonOptions& opt, int argc, char** argv);
 void print_results_location(const RunOutput& run);
 
 nlohmann::json library_versions();  // CUDA runtime/driver, cuBLASLt, cuDNN, NCCL as loaded
+
+// A record's "lora": rank, alpha (the scale times the rank), dropout, targets (model::lora_targets_name; a header
+// line: model::lora_text).
+nlohmann::json lora_json(const model::LoraConfig& l);
 
 // The GPU model's reference (datasheet peaks, expectations) for device `dev`, or null with a warning.
 struct Systems {

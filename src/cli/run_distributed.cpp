@@ -65,6 +65,7 @@ int run_distributed(RunRequest& q) {
                 r.name.c_str(), q.precision.c_str(), L.gpus, cuda ? "GPUs" : "CPU ranks", q.steps, q.warmup,
                 text(L).c_str(), plan.reference.gpus > 0 ? text(plan.reference).c_str() : "none listed for this count",
                 (L.where + (L.note.empty() ? "" : "; " + L.note)).c_str());
+    if (r.lora.enabled()) std::printf("  %s, the base frozen\n", model::lora_text(r.lora).c_str());
     for (const std::string& d : plan.differences) std::printf("  differs from the reference: %s\n", d.c_str());
     std::fflush(stdout);
   }

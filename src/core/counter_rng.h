@@ -2,6 +2,8 @@
 //   splitmix64(x)                          one 64-bit mixing step (Vigna's SplitMix64)
 //   uniform_value(seed, i) = top 24 bits of splitmix64(splitmix64(seed) + i * 0x9E3779B97F4A7C15) * 2^-24   in [0, 1)
 //   normal_value(seed, i)  = sqrt(-2 ln(1 - u_2i)) cos(2 pi u_2i+1)   (Box-Muller on the uniforms of 2i and 2i+1)
+//   step_stream(seed, step) = splitmix64(seed ^ splitmix64(step))     a fresh stream per step of a seeded process
+//                                                                     (LoRA's dropout masks, model/lora.h)
 // Element i depends only on (seed, i): a stream can be drawn in any order, in pieces, on any device, and the model's
 // initial weights (model/params.h) are the same on the CPU and the GPU (within the last bit of the fp32 log / cos).
 #pragma once
@@ -35,6 +37,11 @@ TB_HOST_DEVICE inline float normal_value(std::uint64_t seed, std::uint64_t i) {
   const float u1 = 1.0f - uniform_value(seed, 2 * i);
   const float u2 = uniform_value(seed, 2 * i + 1);
   return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795865f * u2);
+}
+
+// The stream of step `step` of the process seeded `seed`.
+TB_HOST_DEVICE inline std::uint64_t step_stream(std::uint64_t seed, std::uint64_t step) {
+  return splitmix64(seed ^ splitmix64(step));
 }
 
 }  // namespace tb

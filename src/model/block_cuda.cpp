@@ -67,7 +67,9 @@ LinearInput CudaDecoder::pre_norm(int l, bool first, const LinearSaved* fused, c
   const bool whole = fp8_.enabled && tp_.size == 1 && fused;
   LinearInput input = LinearInput::bf16;
   if (whole && fp8_.delayed) {
-    const ops::Fp8CastArgs cast = fp8_delayed_cast(fused->xs, DType::e4m3, rows, d, s_.xq, fused->xt, fp8_.margin);
+    // (a frozen linear keeps no X^T: the norm's transposed copy goes to scratch the forward does not use)
+    const ops::Fp8CastArgs cast =
+        fp8_delayed_cast(fused->xs, DType::e4m3, rows, d, s_.xq, fused->xt ? fused->xt : s_.dyqt, fp8_.margin);
     ops::add_norm_forward_fp8(nk, cast, r, mean, rstd, xv, rv, w, b, eps, dc_.stream());
     input = LinearInput::cast;
   } else {
@@ -102,13 +104,15 @@ void CudaDecoder::layer_forward(int l, int set, const bf16* x_in, const bf16* re
     mla->forward(mla_call(e), set, A.y1, s_.m);
   } else {
     const LayerLinears& M = *linears_[std::size_t(l)];
-    M.qkv.forward(e, A.attn.qkv, A.y1, A.lin[kQkv], n, pre_norm(l, true, &A.lin[kQkv], x_in, resid_in, A, nl));
+    const LinearSaved* qkv_fused = M.qkv.fp8_fusable() ? &A.lin[kQkv] : nullptr;  // (LoRA: x in BF16)
+    M.qkv.forward(e, A.attn.qkv, A.y1, A.lin[kQkv], n, pre_norm(l, true, qkv_fused, x_in, resid_in, A, nl));
     attention_->forward(l, A.attn, batch, seq, rows_);
     M.out.forward(e, s_.m, A.attn.o, A.lin[kOut], n);  // the attention output lands in m (free until the MLP)
   }
   MlpCuda& mlp = *mlps_[std::size_t(l)];
   const int in = mlp.input_linear();
-  const LinearInput y2_input = pre_norm(l, false, in < 0 ? nullptr : &mlp.saved(set, in), s_.m, A.r1, A, nl);
+  const bool fusable = in >= 0 && mlp.linears()[std::size_t(in)]->fp8_fusable();
+  const LinearInput y2_input = pre_norm(l, false, fusable ? &mlp.saved(set, in) : nullptr, s_.m, A.r1, A, nl);
   mlp.forward(mlp_call(e, n), set, A.y2, y2_input, s_.m, recompute_only);
 }
 
@@ -121,7 +125,11 @@ bool CudaDecoder::layer_backward(int l, int set, const LayerActs& A, int batch, 
   const ops::NormKind nk = detail::norm_kind(c.norm);
   const float eps = float(c.norm_eps);
   const ops::Workspace norm_ws{s_.norm_ws, s_.norm_ws_bytes};
-  const bool sel = policy_.recomputes_cheap_outputs();  // FP8 saves X^T: nothing to recompute
+  // Selective recompute: the norm outputs the backward reads in BF16 (FP8 saves X^T, a frozen weight reads none; a MLA
+  // layer's projections read y1 in BF16)
+  const bool sel_y2 = policy_.recomputes_input(mlp_reads_bf16_input(*mlps_[std::size_t(l)], fp8_.enabled));
+  const bool sel_y1 = policy_.recomputes_input(
+      mla ? !fp8_.enabled : linears_[std::size_t(l)]->qkv.reads_bf16_input(fp8_.enabled));
   const std::int64_t nl = n / tp_.size;
   bf16* const dy_local = tp_.size > 1 ? s_.dyl : s_.dy;  // an input gradient after the reduce-scatter
   // The layer's output gradient arrives in this rank's block of dnext: gathered to all n rows for fc2's backward.
@@ -132,7 +140,7 @@ bool CudaDecoder::layer_backward(int l, int set, const LayerActs& A, int batch, 
     mark("recompute");
   }
   // MLP (selective recompute: the norm's output here, the MLP's own in its backward)
-  if (sel) {
+  if (sel_y2) {
     ops::norm_forward(nk, {own(A.y2, nl), {nl, d}}, {A.mean2, {nl}}, {A.rstd2, {nl}}, {A.r2, {nl, d}}, P(L.norm2_w),
                       P(L.norm2_b), eps, st);
     tp_gather(A.y2, nl);
@@ -157,13 +165,13 @@ bool CudaDecoder::layer_backward(int l, int set, const LayerActs& A, int batch, 
     mark("recompute");
   };
   if (mla) {
-    if (sel) recompute_y1();
+    if (sel_y1) recompute_y1();
     mla->backward(mla_call(e), set, A.y1, s_.dr2, s_.dy);
   } else {
     const LayerLinears& M = *linears_[std::size_t(l)];
     M.out.backward(e, s_.dout, s_.dr2, A.attn.o, A.lin[kOut], n, {}, dr2_amax != nullptr);
     attention_->backward(l, A.attn, {s_.dout, s_.dqkv, s_.dout8, s_.dqkv8}, batch, seq, rows_);
-    if (sel) recompute_y1();
+    if (sel_y1) recompute_y1();
     M.qkv.backward(e, s_.dy, s_.dqkv, A.y1, A.lin[kQkv], n, tp_scatter_async(s_.dy, s_.dyl, nl));
   }
   tp_wait(s_.dy, s_.dyl, nl);

@@ -204,6 +204,7 @@ void ModelConfig::validate() const {
              fmt::format("{}: RoPE rotates pairs of dimensions, so head_dim={} must be even", who, head_dim));
   TB_REQUIRE(norm_eps > 0, fmt::format("{}: norm_eps must be positive", who));
   validate_mla(*this, who);
+  validate_lora(*this);
   if (moe.experts == 0 && moe.top_k == 0) return;
   TB_REQUIRE(moe.experts > 0 && moe.top_k > 0,
              fmt::format("{}: a mixture of experts needs experts > 0 and top_k > 0 (got {} and {})", who, moe.experts,

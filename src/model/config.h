@@ -9,6 +9,7 @@
 //   of width expert_ffn per token (plus shared experts every token passes through); the other layers are dense.
 //   attention (AttentionKind): grouped-query attention over a fused qkv projection, or DeepSeek's multi-head latent
 //   attention (MlaConfig) with its own projections; layer(i) is the per-layer spec (attention kind, dense or MoE MLP).
+//   lora (model/lora.h): adapters on chosen linear layers, the base frozen (fine-tuning).
 // Presets `deepseek-v3-671b` (MLA + MoE, the public shapes), `tiny-mla` (CPU tests) and `small-mla` (GPU runs).
 #pragma once
 
@@ -16,6 +17,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+
+#include "model/lora.h"
 
 namespace tb::model {
 
@@ -126,6 +129,7 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   double norm_eps = 1e-5;
   MoeConfig moe;
+  LoraConfig lora;
   AttentionKind attention = AttentionKind::gqa;  // every layer's (layer(i).attention)
   MlaConfig mla;                                  // attention == mla
 
@@ -137,7 +141,7 @@ struct ModelConfig {
   int rope_dim() const { return is_mla() ? mla.qk_rope_head_dim : head_dim; }  // the width RoPE rotates per head
   int expert_ffn() const { return moe.expert_ffn > 0 ? moe.expert_ffn : ffn; }
   int moe_layers() const;  // how many of the layers are MoE
-  void validate() const;   // TB_REQUIRE: positive sizes, kv_heads divides heads, top_k <= experts, MLA dims, ...
+  void validate() const;   // TB_REQUIRE: positive sizes, kv_heads divides heads, top_k <= experts, MLA dims, LoRA, ...
 };
 
 std::span<const ModelConfig> presets();

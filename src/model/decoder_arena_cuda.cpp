@@ -7,6 +7,7 @@
 // bytes. The memory estimate sizes the same plan (size_arena).
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "model/decoder_cuda.h"
@@ -26,33 +27,48 @@ CudaDecoder::ArenaParts CudaDecoder::arena_parts(const ModelConfig& c, LayerRang
   return {last - stage.first, slots, stage.first == 0, last == c.layers};
 }
 
+bool CudaDecoder::mlp_reads_bf16_input(const MlpCuda& mlp, bool fp8) {
+  const int in = const_cast<MlpCuda&>(mlp).input_linear();
+  return in < 0 ? !fp8 : const_cast<MlpCuda&>(mlp).linears()[std::size_t(in)]->reads_bf16_input(fp8);
+}
+
 void CudaDecoder::plan_layer(ArenaPlan& a, const PlanPass& pass, std::span<LayerActs> sets, const ModelConfig& c,
-                             std::size_t n, std::size_t nl, const RecomputePolicy& p, bool fp8_attn, bool gqa) {
-  const std::size_t d = std::size_t(c.d_model), qd = std::size_t(c.q_dim());
-  const bool state = p.keeps_state(), cheap = p.keeps_cheap_outputs();
+                             std::size_t n, std::size_t nl, const RecomputePolicy& p, bool fp8_attn,
+                             const LayerLinears* lin, bool y2_bf16) {
+  const std::size_t d = std::size_t(c.d_model);
+  const bool state = p.keeps_state();
   plan_field(a, pass, sets, &LayerActs::r1, nl * d, true);  // the layer's input: kept in every mode
   plan_field(a, pass, sets, &LayerActs::mean1, nl, state);
   plan_field(a, pass, sets, &LayerActs::rstd1, nl, state);
-  plan_field(a, pass, sets, &LayerActs::y1, n * d, cheap);  // FP8: the weight gradients read X^T instead
-  if (gqa)  // (a MLA layer's attention plans its own: MlaAttentionCuda::plan)
+  // (FP8: the weight gradients read X^T instead; a frozen weight reads nothing; LoRA's adapters the BF16 input; a MLA
+  // layer's projections in BF16)
+  plan_field(a, pass, sets, &LayerActs::y1, n * d, p.keeps_input(lin ? lin->qkv.reads_bf16_input(p.fp8) : !p.fp8));
+  if (lin)  // (a MLA layer's attention plans its own: MlaAttentionCuda::plan)
     plan_attention_fields(a, pass, sets, [](LayerActs& s) -> AttentionActs& { return s.attn; }, c, n, p, fp8_attn);
   plan_field(a, pass, sets, &LayerActs::r2, nl * d, state);
   plan_field(a, pass, sets, &LayerActs::mean2, nl, state);
   plan_field(a, pass, sets, &LayerActs::rstd2, nl, state);
-  plan_field(a, pass, sets, &LayerActs::y2, n * d, cheap);
-  if (!p.fp8 || !gqa) return;
-  const std::size_t xt_cols[2] = {d, qd};  // the inputs of qkv and out
-  for (int k = 0; k < 2; ++k)
-    plan_field_at(a, pass, sets, [k](LayerActs& s) -> std::uint8_t*& { return s.lin[k].xt; }, n * xt_cols[k], state);
+  plan_field(a, pass, sets, &LayerActs::y2, n * d, p.keeps_input(y2_bf16));
+  if (!lin) return;
+  const LinearCuda* linears[2] = {&lin->qkv, &lin->out};  // (LayerActs::lin's order)
+  for (int k = 0; k < 2; ++k) {
+    if (linears[k]->keeps_fp8_input(p.fp8))
+      plan_field_at(a, pass, sets, [k](LayerActs& s) -> std::uint8_t*& { return s.lin[k].xt; },
+                    n * std::size_t(linears[k]->in()), state);
+    if (!linears[k]->lora().empty())
+      plan_field_at(a, pass, sets, [k](LayerActs& s) -> bf16*& { return s.lin[k].lora_z; },
+                    linears[k]->lora().saved_bytes(std::int64_t(n)), state);
+  }
 }
 
 CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq,
                                           const RecomputePolicy& policy, const Fp8Options& fp8_options, int tp,
+                                          std::span<const std::optional<LayerLinears>> linears,
                                           std::span<const std::unique_ptr<MlpCuda>> mlps,
                                           std::span<const std::unique_ptr<MlaAttentionCuda>> mlas, std::byte* base,
                                           std::vector<LayerActs>* acts, std::vector<HeadActs>* heads, Scratch* S,
                                           const std::vector<std::size_t>* block_at) {
-  TB_REQUIRE(mlps.size() == std::size_t(parts.layers) && mlas.size() == mlps.size(),
+  TB_REQUIRE(mlps.size() == std::size_t(parts.layers) && mlas.size() == mlps.size() && linears.size() == mlps.size(),
              "CUDA decoder: internal: an MLP and an attention slot per layer");
   const bool fp8 = fp8_options.enabled, fp8_head = fp8 && fp8_options.lm_head;
   const bool fp8_attn = fp8 && fp8_options.attention;
@@ -67,7 +83,8 @@ CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts
   std::vector<LayerActs> layers(layers_n * sets);
   auto layer_sets = [&](std::size_t l) { return std::span<LayerActs>(layers).subspan(l * sets, sets); };
   auto plan_block = [&](std::size_t l, const PlanPass& pass) {
-    plan_layer(a, pass, layer_sets(l), c, n, nl, policy, fp8_attn, !mlas[l]);
+    plan_layer(a, pass, layer_sets(l), c, n, nl, policy, fp8_attn, linears[l] ? &*linears[l] : nullptr,
+               mlp_reads_bf16_input(*mlps[l], fp8));
     if (mlas[l]) mlas[l]->plan(a, pass, parts.slots, std::int64_t(n), policy);
     mlps[l]->plan(a, pass, parts.slots, std::int64_t(n), seq, policy);
   };
@@ -125,6 +142,19 @@ CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts
     auto* at = static_cast<std::uint8_t*>(s.ce);
     s.xq = at, s.dyq = at + pad256(in_bytes), s.dyqt = s.dyq + pad256(out_bytes);
   }
+  // LoRA (model/lora_cuda.h): one linear's scratch at a time, xd and t [n, in] (with dropout), dz [adapters][n, r]
+  std::size_t lora_in = 0, lora_dz = 0;
+  auto lora_scratch = [&](const LinearCuda& lin) {
+    const LoraCuda& l = lin.lora();
+    if (l.empty()) return;
+    if (l.dropout()) lora_in = std::max(lora_in, std::size_t(lin.in()));
+    lora_dz = std::max(lora_dz, l.count() * l.z_stride(std::int64_t(n)));
+  };
+  for (std::size_t l = 0; l < layers_n; ++l) {
+    if (linears[l]) lora_scratch(linears[l]->qkv), lora_scratch(linears[l]->out);
+    for (const LinearCuda* lin : mlps[l]->linears()) lora_scratch(*lin);
+  }
+  s.lora_xd = a.take<bf16>(n * lora_in), s.lora_t = a.take<bf16>(n * lora_in), s.lora_dz = a.take<bf16>(lora_dz);
   s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(nl), c.d_model);
   if (c.is_mla())  // its latent norms (at tp 1: on the nl = n rows)
     for (int dim : {c.mla.q_lora_rank, c.mla.kv_lora_rank})
@@ -149,8 +179,8 @@ CudaDecoder::ArenaSize CudaDecoder::size_arena(const ModelConfig& cfg, LayerRang
     mlps.push_back(make_mlp(cfg, layout, L));
     mlas.push_back(L.mla() ? std::make_unique<MlaAttentionCuda>(cfg, layout, L) : nullptr);
   }
-  return carve(cfg, arena_parts(cfg, stage, slots), batch, seq, {recompute, fp8.enabled}, fp8, tp, mlps, mlas,
-               nullptr, nullptr, nullptr, nullptr);
+  return carve(cfg, arena_parts(cfg, stage, slots), batch, seq, {recompute, fp8.enabled}, fp8, tp,
+               make_linears(layout, cfg), mlps, mlas, nullptr, nullptr, nullptr, nullptr);
 }
 
 std::size_t CudaDecoder::activation_bytes(const ModelConfig& cfg, int batch, int seq, Recompute recompute,
@@ -178,6 +208,9 @@ std::size_t CudaDecoder::shared_arena_bytes(const ModelConfig& cfg, int batch, i
 
 void CudaDecoder::share_grads_with_activations() {
   TB_REQUIRE(batch_ == 0, "CUDA decoder: share_grads_with_activations() must come before prepare()");
+  TB_REQUIRE(layout_.grad_total == layout_.total,
+             "CUDA decoder: gradients that share the activations' memory need every parameter trainable (a frozen "
+             "base, LoRA, has gradients too small to hold the activations)");
   share_grads_ = true;
   grads_ = ops::DeviceBuffer();  // the gradients hold nothing between steps: their bytes come back with the arena
   grads_ptr_ = nullptr;
@@ -217,11 +250,11 @@ void CudaDecoder::prepare(int batch, int seq, int slots, int segments) {
                  std::to_string(slots) + " (a pipeline schedule keeps several micro-batches in flight)");
   const ArenaParts parts{layers(), slots, first_stage(), last_stage()};
   const ArenaSize size =
-      carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, mlas_, nullptr, nullptr, nullptr, nullptr);
+      carve(c, parts, batch, seq, policy_, fp8_, tp_.size, linears_, mlps_, mlas_, nullptr, nullptr, nullptr, nullptr);
   if (!share_grads_) {
     arena_ = ops::DeviceBuffer(dc_.device(), size.total);
-    carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, mlas_, static_cast<std::byte*>(arena_.get()), &acts_,
-          &heads_, &s_);
+    carve(c, parts, batch, seq, policy_, fp8_, tp_.size, linears_, mlps_, mlas_, static_cast<std::byte*>(arena_.get()),
+          &acts_, &heads_, &s_);
   } else {  // [rest | below | gradients], the layer blocks over the gradients and below them
     const GradSharing g = plan_grad_sharing(layout_, cfg_.tied_embeddings, size.block, grad_size());
     const std::size_t at = size.rest + std::size_t(g.below);
@@ -230,7 +263,8 @@ void CudaDecoder::prepare(int batch, int seq, int slots, int segments) {
     grads_ptr_ = base + at;
     std::vector<std::size_t> block_at;
     for (std::int64_t o : g.block_at) block_at.push_back(std::size_t(std::int64_t(at) + o));
-    carve(c, parts, batch, seq, policy_, fp8_, tp_.size, mlps_, mlas_, base, &acts_, &heads_, &s_, &block_at);
+    carve(c, parts, batch, seq, policy_, fp8_, tp_.size, linears_, mlps_, mlas_, base, &acts_, &heads_, &s_,
+          &block_at);
   }
   if (fp8_.enabled) fp8_assign_input_scales(slots);
   segment_tables_ = ops::DeviceBuffer();
@@ -246,6 +280,7 @@ void CudaDecoder::prepare(int batch, int seq, int slots, int segments) {
   batch_ = batch;
   seq_ = seq;
   slots_ = slots;
+  first_sequence_.assign(std::size_t(slots), 0);
 }
 
 std::size_t CudaDecoder::fp8_weight_bytes(const ModelConfig& cfg) { return fp8_weight_bytes(model::dense_layout(cfg)); }

@@ -18,7 +18,8 @@
 // The math lives once, in parallel::ShardedCpuDecoder (parallel/decoder_cpu_parallel.h): CpuDecoder is that decoder
 // on one rank (tensor- and context-parallel groups of one, comm::make_self_communicator()) holding every layer, with
 // this single-rank interface. Header-only over it (its float and double code is in tb_parallel): link tb_parallel.
-// Parameters: one flat buffer in the layout of model/param_layout.h (grads: a buffer of the same shape).
+// Parameters: one flat buffer in the layout of model/param_layout.h; grads: the trainable parameters' gradients, in
+// the layout's gradient order (model/params.h; every parameter without LoRA: the same shape as the parameters).
 // forward_backward ACCUMULATES grad_scale * dloss/dparams into grads() (micro-batches add up; the caller
 // zeroes); the LM head's forward and backward run in one pass, at most [chunk, vocab] logits at once.
 #pragma once
@@ -49,9 +50,11 @@ class CpuDecoder {
   std::span<T> grads() { return dec_->grads(); }
   std::span<const Slot> layout() const { return dec_->local_layout().slots; }
   const DenseLayout& dense_layout() const { return dec_->local_layout(); }  // model::dense_layout(config())
-  // One slot's parameters; Error{config} if unknown.
+  // One slot's parameters, and its gradient (empty when frozen); Error{config} if unknown.
   std::span<T> param(std::string_view name) { return params().subspan(slot(name).offset, slot(name).size); }
-  std::span<T> grad(std::string_view name) { return grads().subspan(slot(name).offset, slot(name).size); }
+  std::span<T> grad(std::string_view name) {
+    return slot(name).has_grad() ? grads().subspan(slot(name).grad_offset, slot(name).size) : std::span<T>();
+  }
   void zero_grads() { dec_->zero_grads(); }
   // What the MoE layers routed since the last reset, and their losses (model/config.h MoeConfig; forward() returns
   // the LM loss alone, so the objective whose gradient forward_backward accumulates is forward() + objective).
@@ -65,15 +68,17 @@ class CpuDecoder {
   void set_lm_head_chunk(int tokens) { dec_->set_lm_head_chunk(tokens); }
 
   // tokens, targets: [batch, seq] row-major, values in [0, vocab); 1 <= seq <= config().seq.
-  // Returns the mean cross-entropy over batch * seq tokens.
-  double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int batch, int seq) {
-    const double loss = dec_->forward(0, {tokens, targets, batch, seq});
+  // Returns the mean cross-entropy over batch * seq tokens. LoRA's dropout masks: of optimizer step `step` (1-based),
+  // the micro-batch's first sequence being sequence `first_sequence` of the step (parallel::MicroBatch).
+  double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int batch, int seq,
+                 std::int64_t step = 1, std::int64_t first_sequence = 0) {
+    const double loss = dec_->forward(0, {tokens, targets, batch, seq, {}, {}, first_sequence, step});
     dec_->drop(0);
     return loss;
   }
   double forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int batch,
-                          int seq, double grad_scale = 1.0) {
-    return dec_->forward_backward(0, {tokens, targets, batch, seq}, grad_scale);
+                          int seq, double grad_scale = 1.0, std::int64_t step = 1, std::int64_t first_sequence = 0) {
+    return dec_->forward_backward(0, {tokens, targets, batch, seq, {}, {}, first_sequence, step}, grad_scale);
   }
   // A micro-batch with packed rows and / or loss weights (parallel::MicroBatch): the loss is sum_r w_r CE_r with
   // weights, else the mean.

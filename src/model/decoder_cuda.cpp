@@ -53,24 +53,27 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
   TB_REQUIRE(!cfg_.is_mla() || !fp8_.enabled,
              "CUDA decoder: a multi-head latent attention model runs in BF16 only so far (FP8 MLA is not built: "
              "Fp8Options::enabled off)");
+  for (const Slot& sl : layout_.slots)  // the trainable parameters: the layout's last ones, in the gradients' order
+    TB_REQUIRE(!sl.has_grad() || sl.offset == trainable_begin() + sl.grad_offset,
+               "CUDA decoder: the trainable parameters must be the layout's last, in the gradients' order; " + sl.name +
+                   " is not");
+  linears_ = make_linears(layout_, cfg_);
   for (const DenseLayout::Layer& L : layout_.layers) {
-    if (L.mla()) {
-      linears_.emplace_back();
-      mlas_.push_back(std::make_unique<MlaAttentionCuda>(cfg_, layout_, L));
-    } else {
-      linears_.push_back(LayerLinears{LinearCuda(layout_, L.qkv), LinearCuda(layout_, L.out)});
-      mlas_.push_back(nullptr);
-    }
+    mlas_.push_back(L.mla() ? std::make_unique<MlaAttentionCuda>(cfg_, layout_, L) : nullptr);
     mlps_.push_back(make_mlp(cfg_, layout_, L));
   }
   dc_.activate();
-  buffer_elems_ = std::max(buffer_elems, layout_.total);
-  params_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * sizeof(bf16));
+  buffer_elems_ = std::max(buffer_elems, layout_.grad_total);
+  const std::size_t param_elems = trainable_begin() + buffer_elems_;  // (the tail: the partition's padding, zeroed)
+  params_ = ops::DeviceBuffer(dc_.device(), param_elems * sizeof(bf16));
   grads_ = ops::DeviceBuffer(dc_.device(), buffer_elems_ * grad_size());
   grads_ptr_ = grads_.get();
-  TB_CHECK(cudaMemsetAsync(params_.as<bf16>() + layout_.total, 0, (buffer_elems_ - layout_.total) * sizeof(bf16),
+  TB_CHECK(cudaMemsetAsync(params_.as<bf16>() + layout_.total, 0, (param_elems - layout_.total) * sizeof(bf16),
                            dc_.stream()));
   zero_grads();
+  own_step_ = ops::DeviceBuffer(dc_.device(), sizeof(std::int64_t));
+  const std::int64_t one = 1;
+  TB_CHECK(cudaMemcpy(own_step_.get(), &one, sizeof(one), cudaMemcpyHostToDevice));
   if (fp8_.enabled) {
     TB_REQUIRE(cfg_.d_model % 16 == 0 && cfg_.ffn % 16 == 0 && cfg_.q_dim() % 16 == 0,
                "CUDA decoder: FP8 GEMMs need d_model, ffn and heads x head_dim to be multiples of 16");
@@ -79,7 +82,10 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
     fp8_fwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), 2 * linear_count(), h, dc_.stream());
     fp8_bwd_ = std::make_unique<ops::Fp8Scales>(dc_.device(), linear_count(), h, dc_.stream());
     // Linear i of the layers (layer_linears' order, layer by layer): its W and W^T back to back in the buffer, its
-    // input and weight slots 2i and 2i + 1 of the forward table, its output gradient slot i of the backward table.
+    // input and weight slots 2i and 2i + 1 of the forward table, its output gradient slot i of the backward table. A
+    // frozen weight's scale is slot i of a table of its own, which no delayed-scaling update touches: its FP8 copies
+    // are cast once (current scaling: its own amax) and must be read with that scale ever after.
+    fp8_frozen_ = std::make_unique<ops::Fp8Scales>(dc_.device(), linear_count(), 1, dc_.stream());
     std::size_t bytes = 0;
     int i = 0;
     for (int l = 0; l < layers(); ++l)
@@ -87,7 +93,8 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
         LinearCuda::Fp8State& f = lin->fp8;
         f.w = fp8_weights_.as<std::uint8_t>() + bytes;
         f.wt = f.w + pad256(lin->weight().size);
-        f.x = fp8_fwd_->meta(2 * i), f.w_scale = fp8_fwd_->meta(2 * i + 1), f.dy = fp8_bwd_->meta(i);
+        f.x = fp8_fwd_->meta(2 * i), f.dy = fp8_bwd_->meta(i);
+        f.w_scale = lin->trainable() ? fp8_fwd_->meta(2 * i + 1) : fp8_frozen_->meta(i);
         bytes += 2 * pad256(lin->weight().size);
         ++i;
       }
@@ -110,8 +117,24 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
 }
 
 LinearEnv CudaDecoder::env() const {
-  return {dc_,      fp8_,      tp_,     params_.as<bf16>(), grads_ptr_, grad_type_, overwrite_linear_grads_,
-          s_.xq,    s_.dyq,    s_.dyqt, s_.part,            s_.dyl,     on_op};
+  LinearEnv e{dc_,   fp8_,   tp_,     params_.as<bf16>(), grads_ptr_, grad_type_, overwrite_linear_grads_,
+              s_.xq, s_.dyq, s_.dyqt, s_.part,            s_.dyl,     on_op};
+  e.lora_xd = s_.lora_xd, e.lora_t = s_.lora_t, e.lora_dz = s_.lora_dz;
+  e.step = step_ ? step_ : own_step_.as<std::int64_t>();
+  e.rows = {running_first_sequence_, seq_, seq_ * cp_.size, cp_.size, cp_.rank, 0, 0};
+  return e;
+}
+
+std::vector<std::optional<CudaDecoder::LayerLinears>> CudaDecoder::make_linears(const DenseLayout& layout,
+                                                                                  const ModelConfig& cfg) {
+  std::vector<std::optional<LayerLinears>> out;
+  for (const DenseLayout::Layer& L : layout.layers)
+    if (L.mla())
+      out.emplace_back();
+    else
+      out.push_back(LayerLinears{LinearCuda(layout, L.qkv, L.qkv_lora, cfg.lora),
+                                 LinearCuda(layout, L.out, L.out_lora, cfg.lora)});
+  return out;
 }
 
 // The scaling slot of each linear's input per activation set. Delayed scaling: one slot per linear for every set (its
@@ -138,19 +161,22 @@ std::vector<CudaDecoder::Fp8WeightCopy> CudaDecoder::fp8_weight_copies() const {
   if (!fp8_.enabled || !fp8_.delayed) return out;
   for (int l = 0; l < layers(); ++l)
     for (const LinearCuda* lin : layer_linears(l))
-      out.push_back({lin->weight().offset, lin->weight().size, lin->weight_cast(fp8_.margin)});
+      if (lin->trainable()) out.push_back({lin->weight().offset, lin->weight().size, lin->weight_cast(fp8_.margin)});
   return out;
 }
 
+// The trainable weights' FP8 copies every step (unless the optimizer writes them); the frozen ones' once, with their
+// own amax (current scaling in either recipe: their scale never changes after), and again only after load_params().
 void CudaDecoder::fp8_begin_step() {
   if (!fp8_.enabled) return;
   dc_.activate();
-  if (!fp8_weights_by_optimizer_ || fp8_weights_stale_) {
-    const LinearEnv e = env();
-    for (int l = 0; l < layers(); ++l)
-      for (const LinearCuda* lin : layer_linears(l)) lin->cast_weight(e);
-  }
-  fp8_weights_stale_ = false;
+  const LinearEnv e = env();
+  for (int l = 0; l < layers(); ++l)
+    for (const LinearCuda* lin : layer_linears(l)) {
+      if (lin->trainable() && (!fp8_weights_by_optimizer_ || fp8_weights_stale_)) lin->cast_weight(e, fp8_.delayed);
+      if (!lin->trainable() && fp8_frozen_stale_) lin->cast_weight(e, false);
+    }
+  fp8_weights_stale_ = fp8_frozen_stale_ = false;
   if (fp8_head()) {  // current scaling whatever the recipe
     const Slot& w = layout_.slots[std::size_t(layout_.lm_head)];
     ops::Fp8CastArgs a;
@@ -183,7 +209,7 @@ void CudaDecoder::load_params(std::span<const float> host_params) {
                                                       std::to_string(layout_.total));
   std::vector<std::uint16_t> bits(host_params.size());
   for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = float_to_bf16(host_params[i]);
-  fp8_weights_stale_ = true;
+  fp8_weights_stale_ = fp8_frozen_stale_ = true;
   dc_.activate();
   TB_CHECK(cudaMemcpyAsync(params_.get(), bits.data(), bits.size() * sizeof(std::uint16_t), cudaMemcpyHostToDevice,
                            dc_.stream()));
@@ -208,7 +234,7 @@ std::vector<float> CudaDecoder::params_to_host() {
 
 std::vector<float> CudaDecoder::grads_to_host() {
   TB_REQUIRE(grads_ptr_, "CUDA decoder: grads_to_host() of shared gradients before prepare()");
-  return to_host_floats(dc_, grads_ptr_, layout_.total, grad_type_);
+  return to_host_floats(dc_, grads_ptr_, layout_.grad_total, grad_type_);
 }
 
 void CudaDecoder::set_grad_type(DType t) {
@@ -233,8 +259,9 @@ float* CudaDecoder::grads_device() const {
 void CudaDecoder::zero_grads_for_overwrite() {
   dc_.activate();
   std::vector<bool> linear(layout_.slots.size(), false), lazy(layout_.slots.size(), false);
-  for (std::size_t i = 0; i < layout_.slots.size(); ++i)
-    if (layout_.slots[i].tags.role == ParamRole::linear) linear[i] = true;
+  for (std::size_t i = 0; i < layout_.slots.size(); ++i)  // (GEMMs write them: linears and LoRA's factors)
+    if (layout_.slots[i].tags.role == ParamRole::linear || layout_.slots[i].tags.role == ParamRole::adapter)
+      linear[i] = true;
   if (last_stage()) linear[std::size_t(layout_.lm_head)] = true;  // the first LM head call writes it (tied: first)
   for (int i : shared_grad_slots()) lazy[std::size_t(i)] = true;
   for (std::size_t i = 0; i < layout_.slots.size(); ++i)
@@ -243,9 +270,9 @@ void CudaDecoder::zero_grads_for_overwrite() {
 }
 
 void CudaDecoder::zero_grad_slot(int i) {
-  if (i < 0) return;
+  if (i < 0 || !layout_.slots[std::size_t(i)].has_grad()) return;
   const Slot& s = layout_.slots[std::size_t(i)];
-  TB_CHECK(cudaMemsetAsync(grad_at(s.offset), 0, s.size * grad_size(), dc_.stream()));
+  TB_CHECK(cudaMemsetAsync(grad_at(s.grad_offset), 0, s.size * grad_size(), dc_.stream()));
 }
 
 // A layer's norm weights and biases, MLA's latent norms included (-1: absent): the gradients its backward
@@ -336,15 +363,18 @@ TensorView<const bf16> CudaDecoder::P(int slot) const {
   return TensorView<const bf16>(detail::slot_view(params_.as<bf16>(), layout_, slot));
 }
 template <class T>
-TensorView<T> CudaDecoder::G(int slot) const {
+TensorView<T> CudaDecoder::G(int slot) const {  // (frozen: empty, no gradient wanted)
   TB_REQUIRE(dtype_of<T>() == grad_type_, "CUDA decoder: internal: gradient view of the wrong type");
-  return detail::slot_view(static_cast<T*>(grads_ptr_), layout_, slot);
+  if (slot < 0 || !layout_.slots[std::size_t(slot)].has_grad()) return {};
+  const Slot& s = layout_.slots[std::size_t(slot)];
+  T* p = static_cast<T*>(grads_ptr_) + s.grad_offset;
+  return s.shape.size() == 1 ? TensorView<T>(p, {s.shape[0]}) : TensorView<T>(p, {s.shape[0], s.shape[1]});
 }
 template TensorView<float> CudaDecoder::G<float>(int) const;
 template TensorView<bf16> CudaDecoder::G<bf16>(int) const;
 
 double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std::int32_t* host_targets, int batch,
-                                     int seq, double grad_scale) {
+                                     int seq, double grad_scale, std::int64_t step) {
   TB_REQUIRE(first_stage() && last_stage(),
              "CUDA decoder: forward_backward() runs the whole model; a pipeline stage runs forward() and backward()");
   prepare(batch, seq);
@@ -355,6 +385,8 @@ double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std:
   TB_CHECK(cudaMemcpyAsync(s_.tokens, host_tokens, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
   TB_CHECK(
       cudaMemcpyAsync(s_.targets, host_targets, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
+  if (!step_)  // (the copy completes before this call returns: it synchronizes)
+    TB_CHECK(cudaMemcpyAsync(own_step_.get(), &step, sizeof(step), cudaMemcpyHostToDevice, st));
   if (share_grads_) zero_grads_for_overwrite();  // the gradients are written, never accumulated
   fp8_begin_step();
   forward_backward_device(s_.tokens, s_.targets, batch, seq, grad_scale, s_.loss);
@@ -366,19 +398,20 @@ double CudaDecoder::forward_backward(const std::int32_t* host_tokens, const std:
 }
 
 std::size_t CudaDecoder::slot_end(int i) const {
-  return i < 0 ? 0 : layout_.slots[std::size_t(i)].offset + layout_.slots[std::size_t(i)].size;
+  if (i < 0 || !layout_.slots[std::size_t(i)].has_grad()) return 0;
+  return layout_.slots[std::size_t(i)].grad_offset + layout_.slots[std::size_t(i)].size;
 }
 
-// A layer's slots are contiguous (model/param_layout.h): they end where the next layer's (or the final norm, or the
-// last stage's tied embedding copy after it) begin.
+// A layer's trainable slots are contiguous in the gradient buffer (model/param_layout.h; LoRA's adapters after every
+// other slot, layer by layer): they end where the next layer's (or the final norm, or the last stage's tied embedding
+// copy after it) begin.
 std::size_t CudaDecoder::layer_end(int l) const {
   if (l + 1 < layers()) return layer_begin(l + 1);
-  return last_stage() ? layout_.slots[std::size_t(layout_.final_norm_w)].offset : layout_.total;
+  const Slot* fn = last_stage() ? &layout_.slots[std::size_t(layout_.final_norm_w)] : nullptr;
+  return fn && fn->has_grad() ? fn->grad_offset : layout_.grad_total;
 }
 
-std::size_t CudaDecoder::layer_begin(int l) const {
-  return layout_.slots[std::size_t(layout_.layers[std::size_t(l)].norm1_w)].offset;
-}
+std::size_t CudaDecoder::layer_begin(int l) const { return layout_.layers[std::size_t(l)].grad_begin(layout_); }
 
 void CudaDecoder::check_prepared(int slot, const char* what) const {
   TB_REQUIRE(batch_ > 0, std::string("CUDA decoder: ") + what + " without prepare()");
@@ -387,14 +420,15 @@ void CudaDecoder::check_prepared(int slot, const char* what) const {
 }
 
 void CudaDecoder::forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
-                                          double grad_scale, float* loss_out, const PackedInputs* packed) {
+                                          double grad_scale, float* loss_out, const PackedInputs* packed,
+                                          std::int64_t first_sequence) {
   TB_REQUIRE(batch == batch_ && seq == seq_,
              "CUDA decoder: forward_backward_device(batch " + std::to_string(batch) + ", seq " + std::to_string(seq) +
                  ") without prepare() for those sizes");
   TB_REQUIRE(first_stage() && last_stage(),
              "CUDA decoder: forward_backward_device() runs the whole model; a pipeline stage runs forward() and "
              "backward()");
-  forward(0, tokens, targets, nullptr, nullptr, grad_scale, loss_out, packed);
+  forward(0, tokens, targets, nullptr, nullptr, grad_scale, loss_out, packed, first_sequence);
   backward(0, tokens, nullptr, nullptr, packed);
 }
 
@@ -420,8 +454,10 @@ void CudaDecoder::begin_rows(int slot, const PackedInputs* packed, bool fill) {
 }
 
 void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::int32_t* targets, const bf16* in,
-                          bf16* out, double grad_scale, float* loss_out, const PackedInputs* packed) {
+                          bf16* out, double grad_scale, float* loss_out, const PackedInputs* packed,
+                          std::int64_t first_sequence) {
   check_prepared(slot, "forward()");
+  first_sequence_[std::size_t(slot)] = running_first_sequence_ = first_sequence;
   TB_REQUIRE(!share_grads_ || overwrite_linear_grads_,
              "CUDA decoder: with gradients sharing the activations' memory, every step writes them afresh: call "
              "zero_grads_for_overwrite() before each forward");
@@ -464,7 +500,7 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
   }
   const HeadActs& H = heads_[std::size_t(slot)];
   const ops::NormKind nk = detail::norm_kind(c.norm);
-  params_needed(layout_.total);
+  params_needed(layout_.grad_total);
   ops::add_norm_forward(nk, {s_.yf, {nl, d}}, {H.rf, {nl, d}}, {H.meanf, {nl}}, {H.rstdf, {nl}}, {x, {nl, d}},
                         resid ? TensorView<const bf16>(resid, {nl, d}) : TensorView<const bf16>(),
                         P(layout_.final_norm_w), P(layout_.final_norm_b), float(c.norm_eps), st);
@@ -508,6 +544,7 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
                            const PackedInputs* packed) {
   check_prepared(slot, "backward()");
   begin_rows(slot, packed, false);
+  running_first_sequence_ = first_sequence_[std::size_t(slot)];
   TB_REQUIRE(last_stage() == (dout == nullptr) && first_stage() == (din == nullptr),
              "CUDA decoder: backward() takes an output gradient exactly when it is not the last stage, and writes an "
              "input gradient exactly when it is not the first");
@@ -531,7 +568,7 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
     });
     mark("norm bwd");
     dnext_amax = amax != nullptr;
-    grads_ready(layout_.slots[std::size_t(layout_.final_norm_w)].offset);
+    if (const Slot& fn = layout_.slots[std::size_t(layout_.final_norm_w)]; fn.has_grad()) grads_ready(fn.grad_offset);
   } else {  // dh of this stage's output h: the gradient of the sum entering the next norm, as dnext
     TB_CHECK(cudaMemcpyAsync(own(s_.dnext, nl), dout, boundary_bytes, cudaMemcpyDeviceToDevice, st));
     mark("stage output gradient");
@@ -542,7 +579,7 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
     dnext_amax = layer_backward(l, slot, acts(slot, l), batch, seq, dnext_amax);
     grads_ready(layer_begin(l));
   }
-  if (first_stage()) {
+  if (first_stage() && layout_.slots[std::size_t(layout_.embed)].has_grad()) {
     const std::int32_t* my_tokens = tokens_in + std::size_t(tp_.rank) * std::size_t(nl);
     EmbeddingRows rows{own(s_.dnext, nl), my_tokens, nl, s_.embed_ws, s_.embed_ws_bytes};
     std::int64_t first_row = tp_.rank * nl;  // the rows' place: in the local rows (this cp rank's), or gathered (tp,
@@ -558,7 +595,7 @@ void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* 
                                            {rows.dnext + std::size_t(p.row * d), {p.rows, d}}, c.seq, st, p.position);
     });
     mark("embedding bwd");
-  } else {  // the first layer's r1 was the input h: its gradient is dnext
+  } else if (!first_stage()) {  // the first layer's r1 was the input h: its gradient is dnext (frozen embedding: none)
     TB_CHECK(cudaMemcpyAsync(din, own(s_.dnext, nl), boundary_bytes, cudaMemcpyDeviceToDevice, st));
     mark("stage input gradient");
   }

@@ -25,8 +25,16 @@
 //                             dnext = add_norm_backward(dy1, r1) + dr2
 //     dE += embedding_backward(dnext, tokens)  (+ dP += position_embedding_backward(dnext))
 // Parameters: ONE bf16 device buffer in model/param_layout.h's DenseLayout (the CPU decoder's), gradients ONE
-// fp32 (set_grad_type: or bf16) device buffer of the same layout (with share_grads_with_activations(): inside the
-// activation arena).
+// fp32 (set_grad_type: or bf16) device buffer of the trainable parameters only, in the layout's gradient order
+// (model/params.h grad_offset; with share_grads_with_activations(): inside the activation arena). The trainable
+// parameters are the layout's last grad_total elements in that order (every parameter in full training, the LoRA
+// adapters when fine-tuning): gradient element g belongs to parameter element trainable_begin() + g, so the
+// data-parallel partition (parallel/zero.h) of the gradients is one of those parameters too.
+// Fine-tuning with LoRA (model/lora.h, model/lora_cuda.h): the base is frozen (no weight-gradient GEMM, no gradient,
+// no embedding backward; in FP8 its weights are cast to E4M3 once, by the first fp8_begin_step(), with their own
+// amax: MLPerf's FP8 parameters, and their BF16 copy is never updated), the adapters run in BF16 after their
+// linears; their dropout masks follow the step counter (set_step_counter) and each micro-batch's first sequence in
+// the step's batch (forward()).
 // forward_backward ACCUMULATES grad_scale * dloss/dparams (the caller zeroes, as with CpuDecoder). Every slot must
 // start 256-byte aligned in the bf16 buffer (offsets multiples of 128 elements: the cuBLASLt plans, norm and CE
 // kernels assume it); the constructor refuses a config whose layout breaks that, saying which slot.
@@ -192,8 +200,9 @@ class CudaDecoder {
   using Recompute = model::Recompute;
 
   // deterministic: cuDNN's deterministic attention backward (bitwise repeatable runs; slower).
-  // buffer_elems: parameter and gradient buffers of this many elements (>= the layout's total; the tail, zeroed,
-  // is padding for a data-parallel partition, parallel/zero.h); 0: the layout's total.
+  // buffer_elems: a gradient buffer of this many elements (>= the layout's grad_total; the tail, zeroed, is padding
+  // for a data-parallel partition, parallel/zero.h), and a parameter buffer as much longer as the frozen parameters
+  // are; 0: the layout's sizes.
   // stage: the layers this decoder holds (a pipeline stage; default: the whole model); cfg is the whole model's.
   CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompute recompute = Recompute::none,
               bool deterministic = false, Fp8Options fp8 = {}, std::size_t buffer_elems = 0, LayerRange stage = {});
@@ -210,7 +219,12 @@ class CudaDecoder {
   // host_params: layout total elements, in CpuDecoder::params() order; rounded to bf16 (nearest even).
   void load_params(std::span<const float> host_params);
   std::vector<float> params_to_host();  // the bf16 parameters, widened
-  std::vector<float> grads_to_host();   // the gradients (bf16 ones widened)
+  std::vector<float> grads_to_host();   // the gradients (bf16 ones widened): grad_total elements, gradient order
+  // Where the trainable parameters start in params_device() (gradient element g is parameter element this + g).
+  std::size_t trainable_begin() const { return layout_.total - layout_.grad_total; }
+  // LoRA's dropout: the optimizer step, a device int64 read by every dropout kernel (a captured step reads each
+  // replay's); unset, the decoder's own, which forward_backward() sets.
+  void set_step_counter(const std::int64_t* step) { step_ = step; }
   void zero_grads();
   // Zeroes only the gradients that kernels accumulate into (embeddings, norms) and makes the next forward_backward
   // WRITE the linear layers' and the LM head's weight gradients (GEMM beta = 0) instead of adding to them: the
@@ -230,9 +244,10 @@ class CudaDecoder {
   }
 
   // tokens, targets: [batch, seq] row-major host arrays, values in [0, vocab) (checked on the host);
-  // 1 <= seq <= config().seq. Returns the mean cross-entropy (synchronizes the stream).
+  // 1 <= seq <= config().seq. Returns the mean cross-entropy (synchronizes the stream). step: LoRA's dropout (the
+  // sequences are the step's first).
   double forward_backward(const std::int32_t* host_tokens, const std::int32_t* host_targets, int batch, int seq,
-                          double grad_scale = 1.0);
+                          double grad_scale = 1.0, std::int64_t step = 1);
 
   // FP8 only (no-ops otherwise): cast the weights to their FP8 copies (call after every weight update, before the
   // forward: the start of an optimizer step); roll the delayed-scaling histories (call after the step's last
@@ -280,7 +295,8 @@ class CudaDecoder {
   // Enqueues one micro-batch on dc's stream: tokens, targets device [batch, seq] (unchecked: an id outside the
   // vocabulary gives a NaN loss); *loss_out (device) = the mean cross-entropy. prepare(batch, seq) first.
   void forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
-                               double grad_scale, float* loss_out, const PackedInputs* packed = nullptr);
+                               double grad_scale, float* loss_out, const PackedInputs* packed = nullptr,
+                               std::int64_t first_sequence = 0);
   // The halves of forward_backward_device, for a pipeline schedule; the micro-batch's activations live in activation
   // set `slot` (< slots()) from forward until its backward. Sizes are prepare()'s.
   //   forward: first stage: reads tokens (in null); else in = the previous stage's h [boundary_rows(), d].
@@ -289,8 +305,11 @@ class CudaDecoder {
   //   backward: last stage: from the kept dyf (dout null); else dout = dh [boundary_rows(), d].
   //             first stage: embedding gradient from tokens (din null); else din = the input's dh.
   // packed: the micro-batch's packed rows and loss weights (PackedInputs), the same to its forward and backward.
+  // first_sequence: the micro-batch's first sequence in the step's batch (LoRA's dropout masks; its backward draws
+  // them again).
   void forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, const bf16* in, bf16* out,
-               double grad_scale, float* loss_out, const PackedInputs* packed = nullptr);
+               double grad_scale, float* loss_out, const PackedInputs* packed = nullptr,
+               std::int64_t first_sequence = 0);
   void backward(int slot, const std::int32_t* tokens, const bf16* dout, bf16* din,
                 const PackedInputs* packed = nullptr);
   // Rows of the stage boundary tensor h (and dh) for prepare()'s sizes: batch x seq / tp (sequence parallel).
@@ -362,6 +381,7 @@ class CudaDecoder {
     std::uint8_t *xq, *dyq, *dyqt;  // FP8 scratch: a linear's input, its output gradient and that transposed (in
                                     // the bytes at ce: the LM head never runs while a linear holds them)
     std::uint8_t *dout8, *dqkv8;    // FP8 attention's backward: dO [n, H hd] and dq|dk|dv [n, (H + 2G) hd]
+    bf16 *lora_xd, *lora_t, *lora_dz;  // LoRA (LinearEnv): dropped input and dx part [n, in]; dz [adapters][n, r]
     std::size_t ce_bytes, norm_ws_bytes, embed_ws_bytes;
   };
   // What an arena holds: `layers` layers' activations in `slots` sets; the embedding's and the head's scratch.
@@ -378,17 +398,29 @@ class CudaDecoder {
   // layer keeps (its own fields, then its MLP's), the shared copy (a union over the layers), the head sets and the
   // scratch. acts: slot-major (set k's layer l at k * layers + l); heads: one per set (head only). block_at (byte
   // offsets from base, one per block): where the blocks go instead (gradient sharing); the rest then starts at base.
-  // mlps: the layers' MLPs, which plan their own fields.
+  // A grouped-query layer's attention linears (model/linear_cuda.h), and the index of each in LayerActs::lin; none for
+  // a MLA layer.
+  enum Lin { kQkv, kOut };
+  struct LayerLinears {
+    LinearCuda qkv, out;
+  };
+  static std::vector<std::optional<LayerLinears>> make_linears(const DenseLayout& layout, const ModelConfig& cfg);
+  // linears, mlps: the layers' attention linears and MLPs, which plan their own fields.
   // mlas: each layer's MLA attention (null for a grouped-query layer), which plans its own fields too.
   static ArenaSize carve(const ModelConfig& c, const ArenaParts& parts, int batch, int seq,
                          const RecomputePolicy& policy, const Fp8Options& fp8, int tp,
+                         std::span<const std::optional<LayerLinears>> linears,
                          std::span<const std::unique_ptr<MlpCuda>> mlps,
                          std::span<const std::unique_ptr<MlaAttentionCuda>> mlas, std::byte* base,
                          std::vector<LayerActs>* acts, std::vector<HeadActs>* heads, Scratch* scratch,
                          const std::vector<std::size_t>* block_at = nullptr);
-  // A layer's own fields (the norms', and with gqa the attention core's and its qkv and out linears') in the pass.
+  // A layer's own fields (the norms', and with gqa, lin, the attention core's and its qkv and out linears') in the
+  // pass; y2_bf16: the MLP reads y2 in BF16 in its backward.
   static void plan_layer(ArenaPlan& a, const PlanPass& pass, std::span<LayerActs> sets, const ModelConfig& c,
-                         std::size_t n, std::size_t nl, const RecomputePolicy& policy, bool fp8_attention, bool gqa);
+                         std::size_t n, std::size_t nl, const RecomputePolicy& policy, bool fp8_attention,
+                         const LayerLinears* lin, bool y2_bf16);
+  // Whether layer l's MLP reads its input y2 in BF16 in the backward (a router: always; else its input linear's say).
+  static bool mlp_reads_bf16_input(const MlpCuda& mlp, bool fp8);
   static ArenaParts arena_parts(const ModelConfig& c, LayerRange stage, int slots);
   // Sizes the arena of a decoder not built (the memory estimate): its modules made for the sizing only.
   static ArenaSize size_arena(const ModelConfig& cfg, LayerRange stage, int slots, int batch, int seq,
@@ -398,7 +430,8 @@ class CudaDecoder {
     return std::size_t(l) * (acts_.size() / layout_.layers.size()) + std::size_t(slot);
   }
   const LayerActs& acts(int slot, int l) const { return acts_[act_index(slot, l)]; }
-  // Flat offsets for the data-parallel hooks: where layer l's parameters end, and where they start.
+  // Offsets in the gradient buffer (the trainable parameters) for the data-parallel hooks: where a slot's gradient
+  // ends (0: frozen), where layer l's trainable parameters end, and where they start (grad_total: none).
   std::size_t slot_end(int slot) const;
   std::size_t layer_end(int l) const;
   std::size_t layer_begin(int l) const;
@@ -422,11 +455,6 @@ class CudaDecoder {
     ops::with_float_type(grad_type_, std::forward<F>(f));
   }
   std::size_t grad_size() const { return dtype_size(grad_type_); }
-  // A grouped-query layer's attention linear layers (model/linear_cuda.h), and the index of each in LayerActs::lin.
-  enum Lin { kQkv, kOut };
-  struct LayerLinears {
-    LinearCuda qkv, out;
-  };
   std::vector<std::optional<LayerLinears>> linears_;  // per layer of this decoder (none for a MLA layer)
   std::vector<std::unique_ptr<MlaAttentionCuda>> mlas_;  // per layer: its MLA attention (null: grouped-query)
   std::unique_ptr<MlaShared> mla_shared_;                // what the MLA layers share (a MLA model)
@@ -470,8 +498,8 @@ class CudaDecoder {
   ops::DeviceContext& dc_;
   ModelConfig cfg_;
   DenseLayout layout_;
-  std::size_t buffer_elems_ = 0;      // >= layout_.total
-  ops::DeviceBuffer params_, grads_;  // bf16, grad_type_; buffer_elems_ elements each (grads_ empty when shared)
+  std::size_t buffer_elems_ = 0;      // gradient elements, >= layout_.grad_total (params: trainable_begin() more)
+  ops::DeviceBuffer params_, grads_;  // bf16, grad_type_ (grads_ empty when shared)
   void* grads_ptr_ = nullptr;         // grads_, or its place in the arena (share_grads_)
   DType grad_type_ = DType::f32;
   bool share_grads_ = false;
@@ -482,6 +510,8 @@ class CudaDecoder {
   bool fp8_weights_by_optimizer_ = false;               // fp8_weights_from_optimizer()
   bool fp8_weights_stale_ = true;                       // the bf16 weights changed since fp8_weights_ were cast
   std::unique_ptr<ops::Fp8Scales> fp8_fwd_, fp8_bwd_;   // fwd: x at 2i, W at 2i + 1 (E4M3); bwd: dy at i (E5M2)
+  std::unique_ptr<ops::Fp8Scales> fp8_frozen_;          // frozen weights' W scales (current, cast once: no update)
+  bool fp8_frozen_stale_ = true;                        // the frozen weights' FP8 copies are not cast yet
   std::unique_ptr<ops::Fp8Scales> fp8_inputs_;          // current scaling, activation sets 1..: x of linear i
   ops::DeviceBuffer fp8_head_w_;                        // Fp8Options::lm_head: the LM head's W, then W^T (E4M3)
   std::unique_ptr<ops::Fp8Scales> fp8_head_;            // its W, x, dlogits slots (current scaling)
@@ -512,6 +542,13 @@ class CudaDecoder {
   PackedRows packed_rows_{};
   const PackedRows* rows_ = nullptr;
   void begin_rows(int slot, const PackedInputs* packed, bool fill);
+
+  // LoRA's dropout: the step counter (step_, or own_step_ of forward_backward()) and the running micro-batch's first
+  // sequence (first_sequence_[slot] from its forward to its backward).
+  const std::int64_t* step_ = nullptr;
+  ops::DeviceBuffer own_step_;
+  std::vector<std::int64_t> first_sequence_;
+  std::int64_t running_first_sequence_ = 0;
 
   // Activations and gradient scratch for batch_ x seq_ tokens.
   int batch_ = 0, seq_ = 0, slots_ = 0;

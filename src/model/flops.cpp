@@ -15,6 +15,8 @@ FlopConvention parse_convention(std::string_view name) {
   raise_config(fmt::format("unknown FLOP convention '{}': use causal (attention halved) or full", name));
 }
 
+std::string_view flop_task(const ModelConfig& c) { return c.lora.enabled() ? "lora" : "pretrain"; }
+
 Flops flops_per_token(const ModelConfig& c, FlopConvention conv, int seq) {
   const double s = seq > 0 ? seq : c.seq;
   const double h = c.d_model, L = c.layers, A = c.heads;
@@ -28,6 +30,8 @@ Flops flops_per_token(const ModelConfig& c, FlopConvention conv, int seq) {
   const double moe = c.moe_layers(), active_ffn = double(c.moe.top_k) * c.expert_ffn() + c.moe.shared_ffn;
   f.mlp = 6 * h * gemms * ((L - moe) * c.ffn + moe * active_ffn / c.moe.token_share);
   f.logits = 6.0 * c.vocab * h;
+  if (c.lora.enabled())
+    for (double* term : {&f.attention_linear, &f.attention_core, &f.mlp, &f.logits}) *term *= kLoraFlopFactor;
   return f;
 }
 

@@ -21,6 +21,10 @@
 // which is flops_per_sample(s) per row of one document filling it (T = s, sum L^2 = s^2).
 // Conventions: `full` (DGXC 24.11–25.05, NeMo ≤ 25.07 for Llama/Nemotron/GPT-3) and `causal`
 // (Megatron-LM ≥ 2025-03, NeMo ≥ 2025-08, Megatron-Bridge). Every record names the one it used.
+// Fine-tuning with a frozen base (LoRA, model/lora.h), the DGXC fine-tuning convention: every term above × 2/3 (the
+// frozen weights' gradient GEMMs do not run: the forward and the input gradients are 2 of the 3 passes). The
+// adapters' own FLOPs (6·r·(in + rows) per token and adapter) are not counted, as DGXC does not count them. Records
+// name it (flop_task "lora").
 #pragma once
 
 #include <string_view>
@@ -38,7 +42,11 @@ struct Flops {  // per token, training step (fwd + bwd)
   double total() const { return attention_linear + attention_core + mlp + logits; }
 };
 
-// At sequence length `seq` (0: the config's).
+// The fine-tuning factor and its name: 2/3 and "lora" with a frozen base (c.lora enabled), else 1 and "pretrain".
+inline constexpr double kLoraFlopFactor = 2.0 / 3.0;
+std::string_view flop_task(const ModelConfig& c);
+
+// At sequence length `seq` (0: the config's); LoRA's factor applied to every term.
 Flops flops_per_token(const ModelConfig& c, FlopConvention conv, int seq = 0);
 double flops_per_sample(const ModelConfig& c, FlopConvention conv, int seq = 0);  // tokens per sample = seq
 // Packed rows: the documents' tokens and the sum of their squared lengths (formula above).

@@ -57,9 +57,14 @@ float* fp8_fused_amax(const LinearEnv& e, const ops::Fp8Meta& m) {
   return m.amax;
 }
 
-LinearCuda::LinearCuda(const ParamRegistry& registry, int slot) : slot_(slot), w_(&registry.slots.at(std::size_t(slot))) {
+LinearCuda::LinearCuda(const ParamRegistry& registry, int slot, const std::vector<Adapter>& adapters,
+                       const LoraConfig& lora)
+    : slot_(slot), w_(&registry.slots.at(std::size_t(slot))) {
   TB_REQUIRE(w_->shape.size() == 2 && w_->tags.role == ParamRole::linear,
              "CUDA decoder: " + w_->name + " is not a linear layer's weight");
+  TB_REQUIRE(adapters.empty() || !trainable(), "CUDA decoder: LoRA's adapters on " + w_->name +
+                                                  ", a trainable weight (LoRA freezes its base)");
+  if (!adapters.empty()) lora_ = LoraCuda(registry, *w_, adapters, lora);
 }
 
 void LinearCuda::cast_input(const LinearEnv& e, const bf16* x, std::int64_t rows, const ops::Fp8Meta& m,
@@ -69,17 +74,18 @@ void LinearCuda::cast_input(const LinearEnv& e, const bf16* x, std::int64_t rows
   fp8_scaled_cast(e.dc, e.fp8.margin, a, m, e.fp8.delayed, amax_ready);
 }
 
+// (frozen: dgrad reads dyq only; no transposed copy for a weight gradient)
 void LinearCuda::cast_grad(const LinearEnv& e, const bf16* dy, std::int64_t rows, bool amax_ready) const {
   ops::Fp8CastArgs a;
-  a.x = dy, a.rows = rows, a.cols = out(), a.q = e.dyq, a.qt = e.dyqt, a.type = e.fp8.grad;
+  a.x = dy, a.rows = rows, a.cols = out(), a.q = e.dyq, a.qt = trainable() ? e.dyqt : nullptr, a.type = e.fp8.grad;
   a.stochastic = e.fp8.grad_stochastic;
   fp8_scaled_cast(e.dc, e.fp8.margin, a, fp8.dy, e.fp8.delayed, amax_ready);
 }
 
-void LinearCuda::cast_weight(const LinearEnv& e) const {
+void LinearCuda::cast_weight(const LinearEnv& e, bool delayed) const {
   ops::Fp8CastArgs a;
   a.x = e.params + w_->offset, a.rows = out(), a.cols = in(), a.q = fp8.w, a.qt = fp8.wt, a.type = DType::e4m3;
-  fp8_scaled_cast(e.dc, e.fp8.margin, a, fp8.w_scale, e.fp8.delayed, false);
+  fp8_scaled_cast(e.dc, e.fp8.margin, a, fp8.w_scale, delayed, false);
 }
 
 ops::Fp8CastArgs fp8_delayed_cast(const ops::Fp8Meta& m, DType type, std::int64_t rows, std::int64_t cols,
@@ -99,9 +105,10 @@ void LinearCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const Linea
   const TensorParallelOps& tp = e.tp;
   if (tp_role() == TpRole::row && tp.size > 1) {  // this rank's rows of the sum over the tp ranks, into y
     const std::int64_t nl = rows / tp.size, o = out();
-    if (!tp.exchange_async) {
+    if (!tp.exchange_async || !lora_.empty()) {  // (LoRA: its products join the partial sums first)
       forward_cast(e, x, s, rows, input);
       forward_gemm(e, e.part, x, s, 0, rows);
+      if (!lora_.empty()) lora_.forward(e, e.part, x, s, rows);
       tp.reduce_scatter(e.part, y, std::size_t(nl * o));
       mark(e, "tp reduce-scatter");
       return;
@@ -125,10 +132,12 @@ void LinearCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const Linea
     mark(e, "tp all-gather (overlapped)");
     forward_gemm(e, y, x, s, 0, r0);
     forward_gemm(e, y, x, s, r0 + nl, rows - r0 - nl);
+    if (!lora_.empty()) lora_.forward(e, y, x, s, rows);
     return;
   }
   forward_cast(e, x, s, rows, input);
   forward_gemm(e, y, x, s, 0, rows);
+  if (!lora_.empty()) lora_.forward(e, y, x, s, rows);
 }
 
 void LinearCuda::forward_cast(const LinearEnv& e, const bf16* x, const LinearSaved& s, std::int64_t rows,
@@ -152,16 +161,20 @@ void LinearCuda::forward_gemm(const LinearEnv& e, bf16* y, const bf16* x, const 
   mark(e, "gemm fwd");
 }
 
+// The order: with after_dgrad, dx first (the base's, then LoRA's), after_dgrad(), the weight gradients; else the
+// weight gradients first (dx may alias x, which they read), then dx.
 void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf16* x, const LinearSaved& s,
                           std::int64_t rows, const std::function<void()>& after_dgrad, bool amax_ready,
                           bool dx_accumulate) const {
   const std::int64_t o = out(), i = in();
   TB_REQUIRE(!dx_accumulate || !e.fp8.enabled,
              "CUDA decoder: an accumulating input gradient (" + w_->name + ") runs in BF16 only");
-  void* dw = e.grad(*w_);
+  void* dw = trainable() ? e.grad(*w_) : nullptr;
   const float* dy_inv = e.fp8.enabled ? fp8.dy.scale_inv : nullptr;  // (read by the lambdas below, after this block)
   std::function<void()> wgrad, dgrad;
-  if (!e.fp8.enabled) {
+  if (!trainable()) {
+    wgrad = [] {};  // frozen: no weight-gradient GEMM
+  } else if (!e.fp8.enabled) {
     wgrad = [&] { e.dc.gemm(gemm_shape(o, i, rows, ops::GemmLayout::atb, e.overwrite, e.grad_type), dw, dy, x); };
     dgrad = [&] {
       ops::GemmShape g = gemm_shape(rows, i, o, ops::GemmLayout::ab);
@@ -173,7 +186,7 @@ void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf
       cast_grad(e, dy, rows, amax_ready);
       mark(e, "fp8 casts");
     }
-    wgrad = [&] {
+    if (trainable()) wgrad = [&] {
       ops::GemmShape gw;
       gw.m = o, gw.n = i, gw.k = rows, gw.a = e.fp8.grad, gw.b = DType::e4m3, gw.d = e.grad_type;
       gw.accumulate = !e.overwrite;
@@ -189,11 +202,22 @@ void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf
     TB_REQUIRE(dx && dx != x, "CUDA decoder: a linear backward with after_dgrad needs dx apart from x");
     dgrad();
     mark(e, "gemm dgrad");
+    if (!lora_.empty()) lora_.input_grad(e, dx, dy, rows);
     after_dgrad();
+    if (!lora_.empty()) lora_.weight_grads(e, dy, x, s, rows);
+  } else if (!lora_.empty()) {  // (dx may alias x: LoRA's weight gradients read x before dgrad writes over it; the
+                                // base is frozen: no weight gradient of its own)
+    TB_REQUIRE(dx && dy, "CUDA decoder: a linear with LoRA needs its output gradient in BF16 and an input gradient");
+    lora_.backward_over_input(e, dx, dy, x, s, rows, [&] {
+      dgrad();
+      mark(e, "gemm dgrad");
+    });
   }
-  wgrad();
-  mark(e, "gemm wgrad");
-  if (dx && !after_dgrad) {
+  if (trainable()) {
+    wgrad();
+    mark(e, "gemm wgrad");
+  }
+  if (dx && !after_dgrad && lora_.empty()) {
     dgrad();
     mark(e, "gemm dgrad");
   }

@@ -11,7 +11,11 @@
 //             tp 2 with exchange_async: the other rank's rows first, sent while this rank's are computed).
 //   backward  dW (+)= dy^T x (fp32 or bf16, written at the step's first micro-batch), dx = dy W.  FP8: dyq, dyq^T =
 //             fp8_grad(dy) (unless already cast); dW (+)= (dyq^T)(X^T)^T; dx = dyq (W^T)^T.
-//   cast_weight  W, W^T = e4m3(W) with the weight's scale (once per optimizer step).
+//   cast_weight  W, W^T = e4m3(W) with the weight's scale (once per optimizer step; a frozen weight's once).
+// A frozen weight (no gradient slot: the base under LoRA) runs no weight-gradient GEMM, and in FP8 keeps no X^T and
+// casts no transposed output gradient. LoRA's adapters (model/lora_cuda.h) run after the base GEMMs in BF16, on the
+// same input and into the same output (a row-parallel linear's partial sums: at tp > 1 its rows then go in one
+// reduce-scatter, not the tp 2 exchange); they read x in BF16, so its producer never emits only its FP8 cast.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,11 +24,14 @@
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include <vector>
 
 #include "core/dtype.h"
+#include "model/lora_cuda.h"
 #include "model/params.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/fp8.h"
+#include "ops/cuda/lora.h"
 
 namespace tb::model {
 
@@ -37,8 +44,9 @@ struct TensorParallelOps;
 enum class LinearInput { bf16, gathering, amax_ready, cast };
 
 struct LinearSaved {  // per activation set
-  std::uint8_t* xt = nullptr;  // FP8: X^T (E4M3) for the weight gradient
+  std::uint8_t* xt = nullptr;  // FP8: X^T (E4M3) for the weight gradient (a trainable weight's)
   ops::Fp8Meta xs{};           // FP8: its scaling slot
+  __nv_bfloat16* lora_z = nullptr;  // LoRA: each adapter's z = xd A^T (LoraCuda::z_stride elements apart)
 };
 
 // What the decoder lends its linears for one call.
@@ -54,7 +62,12 @@ struct LinearEnv {
   std::uint8_t *xq, *dyq, *dyqt;   // FP8 scratch: an input, an output gradient and that transposed
   bf16 *part, *dyl;                // tp: a row-parallel GEMM's partial output [n, out]; a received block
   const std::function<void(std::string_view)>& mark;
-  void* grad(const Slot& w) const { return static_cast<std::byte*>(grads) + w.offset * dtype_size(grad_type); }
+  // LoRA (model/lora_cuda.h): scratch xd, t [n, in] and dz [adapters][n, r]; the dropout's step (device) and the
+  // micro-batch's rows in the step's batch (ops/cuda/lora.h; the columns are the linear's to set).
+  bf16 *lora_xd = nullptr, *lora_t = nullptr, *lora_dz = nullptr;
+  const std::int64_t* step = nullptr;
+  ops::LoraRows rows{};
+  void* grad(const Slot& w) const { return static_cast<std::byte*>(grads) + w.grad_offset * dtype_size(grad_type); }
 };
 
 // a (x, shape, q / qt, type) cast with slot m's scale: delayed (the slot's scale; amax recorded) or current (the amax
@@ -80,12 +93,23 @@ class LinearCuda {
     ops::Fp8Meta x{}, w_scale{}, dy{};  // x: activation set 0's input slot (delayed: every set's)
   };
 
-  LinearCuda(const ParamRegistry& registry, int slot);
+  // adapters: LoRA's on this linear (model/param_layout.h), with the model's LoRA config.
+  LinearCuda(const ParamRegistry& registry, int slot, const std::vector<Adapter>& adapters = {},
+             const LoraConfig& lora = {});
   int slot() const { return slot_; }
   const Slot& weight() const { return *w_; }
   std::int64_t out() const { return w_->shape[0]; }
   std::int64_t in() const { return w_->shape[1]; }
   TpRole tp_role() const { return w_->tags.tp; }
+  bool trainable() const { return w_->has_grad(); }
+  const LoraCuda& lora() const { return lora_; }
+  // What its backward reads of its input: x in BF16 (LoRA; a trainable weight's gradient in BF16), its FP8 X^T (a
+  // trainable weight in FP8). fp8_fusable: the producers of its input and of its output gradient may write their FP8
+  // casts alone, without the BF16 tensor (the pre-norm's, the MLP activation's fused casts): no LoRA, which reads
+  // both in BF16. (A frozen weight keeps no X^T: the fused casts write theirs to scratch.)
+  bool reads_bf16_input(bool fp8_on) const { return !lora_.empty() || (trainable() && !fp8_on); }
+  bool keeps_fp8_input(bool fp8_on) const { return fp8_on && trainable(); }
+  bool fp8_fusable() const { return lora_.empty(); }
   Fp8State fp8;
 
   void forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t rows,
@@ -100,7 +124,8 @@ class LinearCuda {
   // FP8: x [rows, in] (forward, E4M3) or an output gradient [rows, out] (Fp8Options::grad) cast into q and/or qt.
   void cast_input(const LinearEnv& e, const bf16* x, std::int64_t rows, const ops::Fp8Meta& m, bool amax_ready,
                   std::uint8_t* q, std::uint8_t* qt) const;
-  void cast_weight(const LinearEnv& e) const;
+  // delayed: with the weight slot's delayed scale (recording its amax), else current scaling (its own amax first).
+  void cast_weight(const LinearEnv& e, bool delayed) const;
   // Delayed scaling: the cast that writes W and W^T with the weight's scale (an optimizer's fused copy).
   ops::Fp8CastArgs weight_cast(int margin) const;
 
@@ -113,6 +138,7 @@ class LinearCuda {
 
   int slot_;
   const Slot* w_;
+  LoraCuda lora_;
 };
 
 }  // namespace tb::model

@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -17,6 +19,7 @@ void moe_mlp(const ModelConfig& c, DenseLayout& L, DenseLayout::Layer& l, const 
   const std::int64_t d = c.d_model, gemm_rows = c.act == Act::swiglu ? 2 : 1;
   const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * c.layers);
   ParamTags dense, expert;
+  dense.trainable = expert.trainable = !c.lora.enabled();
   expert.group = ParamGroup::expert;
   l.router = L.add(p + ".router.weight", {c.moe.experts, d}, {std_in, 0.0}, dense);
   const std::int64_t f = c.expert_ffn();
@@ -29,6 +32,67 @@ void moe_mlp(const ModelConfig& c, DenseLayout& L, DenseLayout::Layer& l, const 
   const std::int64_t s = c.moe.shared_ffn;
   l.shared_fc1 = L.add(p + ".shared.fc1.weight", {gemm_rows * s, d}, {std_in, 0.0}, dense);
   l.shared_fc2 = L.add(p + ".shared.fc2.weight", {d, s}, {std_out, 0.0}, dense);
+}
+
+// The adapters of one linear (`name`: its slot's prefix, e.g. layers.3.attn.qkv) on its row blocks, each block
+// {name, rows} of the linear's `in` columns; `column`: the linear is column parallel (else row parallel). One adapter
+// per block, or with `whole` one on all of them (B column parallel by the blocks).
+std::vector<Adapter> add_adapters(const ModelConfig& c, DenseLayout& L, const std::string& name, std::int64_t in,
+                                  const std::vector<std::pair<std::string, std::int64_t>>& blocks, bool whole,
+                                  bool column) {
+  const std::int64_t r = c.lora.rank;
+  auto tags = [](TpRole tp, std::vector<std::int64_t> tp_blocks) {
+    ParamTags t;
+    t.role = ParamRole::adapter, t.tp = tp, t.tp_blocks = std::move(tp_blocks);
+    return t;
+  };
+  std::vector<Adapter> out;
+  auto add = [&](const std::string& suffix, std::int64_t row0, const std::vector<std::int64_t>& rows) {
+    Adapter a;
+    a.row0 = row0;
+    for (std::int64_t n : rows) a.rows += n;
+    a.a = L.add(name + ".lora_a" + suffix, {r, in}, {0.0, 0.0, 1.0 / std::sqrt(double(in))},
+                tags(column ? TpRole::replicated : TpRole::row, {}));
+    a.b = L.add(name + ".lora_b" + suffix, {a.rows, r}, {0.0, 0.0}, tags(column ? TpRole::column : TpRole::replicated,
+                                                                          column ? rows : std::vector<std::int64_t>{}));
+    out.push_back(a);
+  };
+  std::vector<std::int64_t> all;
+  for (const auto& [block, rows] : blocks) all.push_back(rows);
+  if (whole) {
+    add("", 0, all);
+    return out;
+  }
+  std::int64_t row0 = 0;
+  for (const auto& [block, rows] : blocks) {
+    if (!block.empty()) add("." + block, row0, {rows});
+    row0 += rows;
+  }
+  return out;
+}
+
+// LoRA's adapters of layout L's layers (after every other slot).
+void add_lora(const ModelConfig& c, DenseLayout& L) {
+  const unsigned t = c.lora.targets;
+  const std::int64_t d = c.d_model, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.ffn;
+  const bool swiglu = c.act == Act::swiglu;
+  auto named = [t](unsigned bit, const char* name) { return std::string(t & bit ? name : ""); };
+  for (std::size_t i = 0; i < L.layers.size(); ++i) {
+    DenseLayout::Layer& l = L.layers[i];
+    const std::string p = "layers." + std::to_string(L.first_layer + int(i));
+    if (t & (kLoraQ | kLoraK | kLoraV | kLoraQkv))
+      l.qkv_lora = add_adapters(c, L, p + ".attn.qkv", d,
+                                {{named(kLoraQ, "q"), qd}, {named(kLoraK, "k"), kvd}, {named(kLoraV, "v"), kvd}},
+                                t & kLoraQkv, true);
+    if (t & kLoraO) l.out_lora = add_adapters(c, L, p + ".attn.out", qd, {{"", d}}, true, false);
+    if (t & (kLoraGate | kLoraUp | kLoraFc1)) {
+      const auto blocks = swiglu ? std::vector<std::pair<std::string, std::int64_t>>{{named(kLoraGate, "gate"), ffn},
+                                                                                     {named(kLoraUp, "up"), ffn}}
+                                 : std::vector<std::pair<std::string, std::int64_t>>{{named(kLoraUp, "up"), ffn}};
+      l.fc1_lora = add_adapters(c, L, p + ".mlp.fc1", d, blocks, (t & kLoraFc1) || !swiglu, true);
+    }
+    if (t & kLoraDown) l.fc2_lora = add_adapters(c, L, p + ".mlp.fc2", ffn, {{"", d}}, true, false);
+  }
 }
 
 // The attention of a MLA layer (model/config.h MlaConfig): its projections and latent norms, tagged as the header says.
@@ -52,6 +116,33 @@ void mla_attention(const ModelConfig& c, DenseLayout& L, DenseLayout::Layer& l, 
 }
 
 }  // namespace
+
+const std::vector<Adapter>& DenseLayout::Layer::lora(int slot) const {
+  static const std::vector<Adapter> none;
+  if (slot < 0) return none;
+  if (slot == qkv) return qkv_lora;
+  if (slot == out) return out_lora;
+  if (slot == fc1) return fc1_lora;
+  if (slot == fc2) return fc2_lora;
+  return none;
+}
+
+std::vector<int> DenseLayout::Layer::all_slots() const {
+  std::vector<int> all = {norm1_w, norm1_b, qkv,     out,    norm2_w, norm2_b, fc1,   fc2,
+                          router,  shared_fc1, shared_fc2, q_down, q_norm, q_up, kv_down, kv_norm, kv_up};
+  all.insert(all.end(), expert_fc1.begin(), expert_fc1.end());
+  all.insert(all.end(), expert_fc2.begin(), expert_fc2.end());
+  for (const auto* adapters : {&qkv_lora, &out_lora, &fc1_lora, &fc2_lora})
+    for (const Adapter& a : *adapters) all.push_back(a.a), all.push_back(a.b);
+  return all;
+}
+
+std::size_t DenseLayout::Layer::grad_begin(const DenseLayout& L) const {
+  std::size_t b = L.grad_total;
+  for (int i : all_slots())
+    if (i >= 0 && L.slots[std::size_t(i)].has_grad()) b = std::min(b, L.slots[std::size_t(i)].grad_offset);
+  return b;
+}
 
 LayerRange pipeline_stage_layers(int layers, int stages, int stage) {
   TB_REQUIRE(stages >= 1 && stage >= 0 && stage < stages && layers >= stages,
@@ -81,9 +172,11 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range, ExpertRange exp
   const double std_in = 0.02, std_out = 0.02 / std::sqrt(2.0 * c.layers);
   const bool norm_bias = c.norm != Norm::rmsnorm;
   const double norm_w0 = c.norm == Norm::layernorm1p ? 0.0 : 1.0;
-  auto tags = [](ParamRole role, TpRole tp = TpRole::replicated, std::vector<std::int64_t> blocks = {}) {
+  const bool frozen = c.lora.enabled();  // fine-tuning: only the adapters train
+  auto tags = [frozen](ParamRole role, TpRole tp = TpRole::replicated, std::vector<std::int64_t> blocks = {}) {
     ParamTags t;
     t.role = role, t.tp = tp, t.tp_blocks = std::move(blocks), t.decay = role != ParamRole::norm;
+    t.trainable = !frozen;
     return t;
   };
   auto norm = [&](const std::string& prefix, int& w, int& b) {
@@ -123,13 +216,22 @@ DenseLayout dense_layout(const ModelConfig& c, LayerRange range, ExpertRange exp
     }
     L.layers.push_back(l);
   }
-  if (!head) return L;
-  norm("final_norm", L.final_norm_w, L.final_norm_b);
-  if (c.tied_embeddings)  // the embedding itself, or on a last stage without it a copy of the same name and values
-    L.lm_head = embedding ? L.embed : L.add("embed.weight", {c.vocab, d}, {std_in, 0.0}, embedding_tags());
-  else
-    L.lm_head = L.add("lm_head.weight", {c.vocab, d}, {std_in, 0.0}, tags(ParamRole::head));
+  if (head) {
+    norm("final_norm", L.final_norm_w, L.final_norm_b);
+    if (c.tied_embeddings)  // the embedding itself, or on a last stage without it a copy of the same name and values
+      L.lm_head = embedding ? L.embed : L.add("embed.weight", {c.vocab, d}, {std_in, 0.0}, embedding_tags());
+    else
+      L.lm_head = L.add("lm_head.weight", {c.vocab, d}, {std_in, 0.0}, tags(ParamRole::head));
+  }
+  if (c.lora.enabled()) add_lora(c, L);
   return L;
+}
+
+std::int64_t trainable_param_count(const ModelConfig& c) { return std::int64_t(dense_layout(c).grad_total); }
+
+std::int64_t frozen_param_count(const ModelConfig& c) {
+  const DenseLayout L = dense_layout(c);
+  return std::int64_t(L.total - L.grad_total);
 }
 
 std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l) {
@@ -142,6 +244,14 @@ std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l) {
     if (c.d_model % 8 != 0 || c.expert_ffn() % 8 != 0 || c.moe.shared_ffn % 8 != 0)
       return "the CUDA MoE layer needs d_model, expert_ffn and shared_ffn to be multiples of 8";
   }
+  if (c.lora.enabled() && c.lora.rank % 8 != 0)
+    return fmt::format("LoRA rank {} on CUDA must be a multiple of 8 (the adapters' [tokens, r] products have 16-byte "
+                       "rows)",
+                       c.lora.rank);
+  if (c.lora.enabled() && c.ffn % 8 != 0)
+    return fmt::format("LoRA on CUDA needs ffn a multiple of 8 (an adapter's block of fc1 starts 16-byte aligned), "
+                       "got {}",
+                       c.ffn);
   constexpr std::size_t kAlign = 128;  // elements: 256 bytes of bf16
   for (const Slot& s : l.slots)
     if (s.offset % kAlign != 0)

@@ -27,6 +27,11 @@
 //   final_norm.weight             [d_model]   (+ .bias)
 //   lm_head.weight                [vocab, d_model]                     (absent when tied_embeddings: embed.weight)
 //   embed.weight (copy)           [vocab, d_model]                     (tied, a last stage without the embedding)
+//   LoRA (model/lora.h), after every other slot of the layout, per layer in order, per targeted linear (qkv, out,
+//   fc1, fc2) and block in row order, A then B:
+//   layers.<i>.<linear>.lora_a[.<block>]  [r, in]        <linear>: attn.qkv, attn.out, mlp.fc1, mlp.fc2
+//   layers.<i>.<linear>.lora_b[.<block>]  [rows, r]      <block>: q, k, v (of qkv), gate, up (of fc1); none: the whole
+//   so the trainable parameters are one run at the end of the flat buffer, in the gradient buffer's order.
 // Linear layers have no bias (Llama, Nemotron, Mistral have none; GPT-3's linear biases are left out).
 // Init (model/params.h): matrices and embeddings std 0.02, the output projections (attn.out, mlp.fc2)
 // 0.02 / sqrt(2 layers); norm weights 1 (0 for layernorm1p, which stores w - 1); biases 0. Tags: norms replicated and
@@ -36,6 +41,10 @@
 // latent norms replicated (the latents are computed on a rank's token rows and gathered; Megatron-Core's MLA). The
 // router, experts and shared experts are replicated over tp (expert tensor parallel 1, run on the rank's token rows);
 // the routed experts are tagged ParamGroup::expert (their gradients reduce over the expert data-parallel group).
+// With LoRA every slot but the adapters' is frozen (trainable = false); A is U(-1/sqrt(in), 1/sqrt(in)), B zero, both
+// decayed, tagged ParamRole::adapter with their linear's tensor-parallel split: column parallel (qkv, fc1) A
+// replicated and B column parallel by the block's rows (a whole fused linear: its row blocks); row parallel (out, fc2)
+// A row parallel, B replicated.
 // Pipeline stages: dense_layout(c, LayerRange{first, last}) is the part of the layout one stage holds, layers
 // [first, last) of the model c: the same slot names (global layer indices, so a stage draws the full model's
 // values), packed from offset 0 in the same order; embed.weight (and pos_embed) only when first == 0,
@@ -59,6 +68,13 @@
 
 namespace tb::model {
 
+// A LoRA adapter on output rows [row0, row0 + rows) of its linear's weight (this layout's rows: a tp shard's), its
+// factors' slots.
+struct Adapter {
+  int a = -1, b = -1;
+  std::int64_t row0 = 0, rows = 0;
+};
+
 struct DenseLayout : ParamRegistry {
   struct Layer {
     int norm1_w = -1, norm1_b = -1, qkv = -1, out = -1, norm2_w = -1, norm2_b = -1, fc1 = -1, fc2 = -1;
@@ -66,8 +82,13 @@ struct DenseLayout : ParamRegistry {
     std::vector<int> expert_fc1, expert_fc2;            // per routed expert held (expert first_expert + i)
     // a MLA layer (qkv -1; q_down and q_norm -1 without query compression, q_up then W_q)
     int q_down = -1, q_norm = -1, q_up = -1, kv_down = -1, kv_norm = -1, kv_up = -1;
+    std::vector<Adapter> qkv_lora, out_lora, fc1_lora, fc2_lora;  // LoRA: the linear's adapters, in row order
     bool moe() const { return router >= 0; }
     bool mla() const { return kv_down >= 0; }
+    const std::vector<Adapter>& lora(int linear_slot) const;  // the adapters of qkv, out, fc1 or fc2 (by its slot)
+    std::vector<int> all_slots() const;  // every slot of the layer, LoRA's included (-1: absent)
+    // Where the layer's trainable parameters' gradients start in L's gradient buffer (L.grad_total: none).
+    std::size_t grad_begin(const DenseLayout& L) const;
   };
   // Indices into slots; -1 when absent (no bias, no learned positions). lm_head == embed when tied.
   int embed = -1, pos_embed = -1, final_norm_w = -1, final_norm_b = -1, lm_head = -1;
@@ -95,10 +116,15 @@ struct ExpertRange {
 
 DenseLayout dense_layout(const ModelConfig& c, LayerRange range = {}, ExpertRange experts = {});
 
+// Parameters with a gradient (trainable) and without (frozen) in the whole model c.
+std::int64_t trainable_param_count(const ModelConfig& c);
+std::int64_t frozen_param_count(const ModelConfig& c);
+
 // What the CUDA backend cannot run of model c laid out as l ("" when it can): every slot at a multiple of 128 elements
 // (256 bytes of bf16, which the GEMM, norm and cross-entropy kernels assume), head_dim a multiple of 8 (cuDNN's SDPA)
-// and, with RoPE, of 16 (MLA: qk_rope_head_dim a multiple of 16; v_head_dim and the latent ranks of 8). The CUDA
-// decoder checks its layout; train::validate the whole model's before any GPU work.
+// and, with RoPE, of 16 (MLA: qk_rope_head_dim a multiple of 16; v_head_dim and the latent ranks of 8); with LoRA a
+// rank and ffn that are multiples of 8. The CUDA decoder checks its layout; train::validate the whole model's before
+// any GPU work.
 std::string cuda_layout_problem(const ModelConfig& c, const DenseLayout& l);
 
 }  // namespace tb::model

@@ -22,8 +22,12 @@ int ParamRegistry::add(std::string name, std::vector<std::int64_t> shape, ParamI
     TB_REQUIRE(tags.tp_blocks.empty() || rows == shape[0],
                "parameter registry: " + name + "'s column-parallel blocks do not add up to its rows");
   }
-  slots.push_back(Slot{std::move(name), total, size, std::move(shape), init.std, init.value, std::move(tags)});
+  TB_REQUIRE(init.bound >= 0, "parameter registry: " + name + " has a negative init bound");
+  const std::size_t grad = tags.trainable ? grad_total : kNoGrad;
+  slots.push_back(
+      Slot{std::move(name), total, size, std::move(shape), init.std, init.value, init.bound, std::move(tags), grad});
   total += size;
+  if (grad != kNoGrad) grad_total += size;
   return int(slots.size()) - 1;
 }
 
@@ -54,6 +58,11 @@ void init_params(std::span<T> params, const ParamRegistry& registry, std::uint64
     T* p = params.data() + s.offset;
     const auto sd = float(s.init_std), mean = float(s.init_value);
     const std::uint64_t stream = slot_seed(seed, s.name);
+    if (s.init_bound > 0) {
+      const auto lo = float(s.init_value - s.init_bound), hi = float(s.init_value + s.init_bound);
+      for (std::size_t i = 0; i < s.size; ++i) p[i] = T(std::fma(hi - lo, uniform_value(stream, i), lo));
+      continue;
+    }
     for (std::size_t i = 0; i < s.size; ++i) p[i] = T(std::fma(sd, normal_value(stream, i), mean));
   }
 }

@@ -83,7 +83,7 @@ ShardedCpuDecoder<T>::ShardedCpuDecoder(const model::ModelConfig& cfg, DecoderGr
   inv_freq_ = model::detail::rope_inv_freq(cfg_);
   build_layout();
   params_.assign(local_.total, T(0));
-  grads_.assign(local_.total, T(0));
+  grads_.assign(local_.grad_total, T(0));
   scratch_ = std::make_unique<Scratch>();
   reset_moe_stats();
 }
@@ -110,18 +110,22 @@ void ShardedCpuDecoder<T>::build_layout() {
     const bool expert = ep_ && f.tags.group == model::ParamGroup::expert, rep = tp_replicated(f) && !expert;
     std::size_t local_offset = l.offset;
     for (const SlotPart& p : tp_slot_parts(f, tp, tp_.rank())) {
-      blocks_.push_back({f.name, f.offset + std::size_t(p.row0 * full_cols + p.col0), local_offset, p.rows, p.cols,
-                         full_cols, rep, expert});
+      const std::size_t in_slot = std::size_t(p.row0 * full_cols + p.col0), local_in_slot = local_offset - l.offset;
+      blocks_.push_back({f.name, f.offset + in_slot, local_offset, p.rows, p.cols, full_cols, rep, expert,
+                         f.has_grad() ? f.grad_offset + in_slot : model::kNoGrad,
+                         l.has_grad() ? l.grad_offset + local_in_slot : model::kNoGrad});
       local_offset += std::size_t(p.rows * p.cols);
     }
     TB_REQUIRE(local_offset == l.offset + l.size, "CPU decoder: the tp parts of " + l.name + " hold " +
                                                       str(std::int64_t(local_offset - l.offset)) +
                                                       " elements, its local slot " + str(std::int64_t(l.size)));
-    replicated_[i] = rep;
-    if (rep) rgrad_offset_[i] = replicated, replicated += l.size;
+    // a partial sum over tp: a replicated slot's with SP, a whole LoRA factor's always
+    const bool partial = rep && tp > 1 && l.has_grad() && (sp_ || l.tags.role == model::ParamRole::adapter);
+    replicated_[i] = partial;
+    if (partial) rgrad_offset_[i] = replicated, replicated += l.size;
   }
-  reduce_replicated_ = sp_ && tp > 1;
-  if (reduce_replicated_) rgrads_.resize(replicated);
+  reduce_replicated_ = replicated > 0;
+  rgrads_.resize(replicated);
 }
 
 template <class T>
@@ -146,13 +150,14 @@ void ShardedCpuDecoder<T>::init(std::uint64_t seed) {
 
 template <class T>
 void ShardedCpuDecoder<T>::add_grads_to_full(std::span<T> full) const {
-  TB_REQUIRE(full.size() == full_.total, "CPU decoder: add_grads_to_full got " + str(std::int64_t(full.size())) +
-                                             " elements, the model has " + str(std::int64_t(full_.total)));
+  TB_REQUIRE(full.size() == full_.grad_total, "CPU decoder: add_grads_to_full got " +
+                                                  str(std::int64_t(full.size())) + " elements, the model has " +
+                                                  str(std::int64_t(full_.grad_total)) + " trainable");
   for (const ShardBlock& b : blocks_) {
-    if (b.tp_replicated && tp_.rank() != 0) continue;
+    if ((b.tp_replicated && tp_.rank() != 0) || !b.trainable()) continue;
     for (std::int64_t i = 0; i < b.rows; ++i) {
-      T* dst = full.data() + b.full_offset + std::size_t(i * b.full_stride);
-      const T* src = grads_.data() + b.local_offset + std::size_t(i * b.cols);
+      T* dst = full.data() + b.full_grad + std::size_t(i * b.full_stride);
+      const T* src = grads_.data() + b.local_grad + std::size_t(i * b.cols);
       for (std::int64_t j = 0; j < b.cols; ++j) dst[j] += src[j];
     }
   }
@@ -219,16 +224,15 @@ TensorView<T> ShardedCpuDecoder<T>::P(int slot) {
   return model::detail::slot_view(params_, local_, slot);
 }
 
-// With SP over tp > 1 the replicated slots' gradients go to rgrads_ (one backward's), reduced and added to grads_ at
-// its end (end_replicated_grads); every other gradient accumulates in place.
+// A partial sum over tp goes to rgrads_ (one backward's), reduced and added to grads_ at its end
+// (end_replicated_grads); every other gradient accumulates in place. A frozen slot's view is empty: no gradient.
 template <class T>
 TensorView<T> ShardedCpuDecoder<T>::G(int slot) {
-  if (slot >= 0 && reduce_replicated_ && replicated_[std::size_t(slot)]) {
-    const model::Slot& s = local_.slots[std::size_t(slot)];
-    T* p = rgrads_.data() + rgrad_offset_[std::size_t(slot)];
-    return s.shape.size() == 1 ? View(p, {s.shape[0]}) : View(p, {s.shape[0], s.shape[1]});
-  }
-  return model::detail::slot_view(grads_, local_, slot);
+  if (slot < 0 || !local_.slots[std::size_t(slot)].has_grad()) return {};
+  const model::Slot& s = local_.slots[std::size_t(slot)];
+  T* p = replicated_[std::size_t(slot)] ? rgrads_.data() + rgrad_offset_[std::size_t(slot)]
+                                        : grads_.data() + s.grad_offset;
+  return s.shape.size() == 1 ? View(p, {s.shape[0]}) : View(p, {s.shape[0], s.shape[1]});
 }
 
 template <class T>
@@ -245,7 +249,7 @@ void ShardedCpuDecoder<T>::end_replicated_grads() {
     const model::Slot& s = local_.slots[i];
     if (!replicated_[i]) continue;
     const T* src = rgrads_.data() + rgrad_offset_[i];
-    T* dst = grads_.data() + s.offset;
+    T* dst = grads_.data() + s.grad_offset;
     for (std::size_t j = 0; j < s.size; ++j) dst[j] += src[j];
   }
 }
@@ -286,7 +290,8 @@ std::unique_ptr<typename ShardedCpuDecoder<T>::State> ShardedCpuDecoder<T>::take
   if (spare_.empty()) return std::make_unique<State>();
   std::unique_ptr<State> s = std::move(spare_.back());
   spare_.pop_back();
-  s->tokens.clear(), s->targets.clear(), s->seg_pos.clear(), s->weights.clear(), s->head_done = false;
+  s->tokens.clear(), s->targets.clear(), s->seg_pos.clear(), s->weights.clear(), s->token_index.clear();
+  s->head_done = false;
   return s;
 }
 
@@ -330,12 +335,14 @@ double ShardedCpuDecoder<T>::run_forward(int mb, const MicroBatch& b, std::span<
   s.n = std::int64_t(b.batch) * b.seq / cp_.size();
   s.rows = activation_rows(b.batch, b.seq);
   s.pos = cp_positions(cp_.size(), cp_.rank(), b.seq);
+  s.step = b.step;
   for (std::int64_t bi = 0; bi < b.batch; ++bi)
     for (std::int64_t p : s.pos) {
       const std::size_t at = std::size_t(bi * b.seq + p);
       if (is_first()) s.tokens.push_back(b.tokens[at]);
       if (is_last()) s.targets.push_back(b.targets[at]);
       if (is_last() && !b.loss_weights.empty()) s.weights.push_back(b.loss_weights[at]);
+      if (cfg_.lora.enabled()) s.token_index.push_back((b.first_sequence + bi) * b.seq + p);
     }
   if (b.docs.packed())  // (cp 1: the local tokens are the micro-batch's, in order)
     for (std::int32_t p : segment_positions(segment_offsets(b.docs, b.seq))) s.seg_pos.push_back(p);
@@ -419,11 +426,12 @@ void ShardedCpuDecoder<T>::embed_forward(const State& s, View x0) {
   if (cfg_.pos == model::Pos::learned) cpu::position_embedding_add_at<T>(x0, P(local_.pos_embed), row_positions(s));
 }
 
+// (frozen: nothing to do)
 template <class T>
 void ShardedCpuDecoder<T>::embed_backward(const State& s, View dnext) {
-  cpu::embedding_backward<T>(G(local_.embed), dnext, row_ids(s, s.tokens));
-  if (cfg_.pos == model::Pos::learned)
-    cpu::position_embedding_backward_at<T>(G(local_.pos_embed), dnext, row_positions(s));
+  if (const View de = G(local_.embed); de.data()) cpu::embedding_backward<T>(de, dnext, row_ids(s, s.tokens));
+  if (const View dp = G(local_.pos_embed); dp.data() && cfg_.pos == model::Pos::learned)
+    cpu::position_embedding_backward_at<T>(dp, dnext, row_positions(s));
 }
 
 // yf = normf(x + resid) on this rank's rows, then the chunked LM head and cross-entropy (ops/cpu/cross_entropy.h)

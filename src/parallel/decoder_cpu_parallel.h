@@ -41,11 +41,18 @@
 // Parameters: this rank's part of model::dense_layout(cfg, {first, last}), in local_layout() =
 // dense_layout(tp_shard_config(cfg, tp), {first, last}) (parallel/tensor_shard.h: the same slot names in the same
 // order; qkv and fc1 hold this rank's rows, out and fc2 its columns; embedding, positions, norms and LM head whole),
-// and one flat buffer (params(), grads()). With tp = 1 and every layer that is dense_layout(cfg) itself. Gradients
-// ACCUMULATE (grad_scale * dloss/dparams; the caller zeroes).
+// and one flat buffer (params()); grads() holds the trainable slots' gradients only, in the layout's gradient order
+// (model/params.h grad_offset: every slot without LoRA, the adapters with it). With tp = 1 and every layer that is
+// dense_layout(cfg) itself. Gradients ACCUMULATE (grad_scale * dloss/dparams; the caller zeroes). A frozen slot gets
+// none: a frozen linear runs no weight-gradient product, a frozen embedding no backward at all.
 //   tp-replicated slots (embedding, positions, norms, LM head): with SP their gradients are partial sums over token
 //     rows, all-reduced over tp at the end of each backward; without SP every tp rank computes the same full-token
 //     gradient. Either way every tp rank holds the same value and add_grads_to_full() counts tp rank 0's copy only.
+//     A LoRA factor held whole (A of a column-parallel linear, B of a row-parallel one, model/lora.h) has a partial
+//     sum over the tp ranks in either case: it is all-reduced over tp at the end of each backward too.
+// LoRA (model/lora.h): each adapter runs after its linear, on the same input (SP: the gathered one) and into the same
+// output (a row-parallel linear's partial sums, reduced with them); its dropout mask is keyed by the micro-batch's
+// first_sequence and step (MicroBatch), so every layout draws the single rank's masks.
 //   over cp (and dp) every gradient is partial (this rank's tokens): the optimizer reduces it over dp x cp.
 //   tied embeddings: the LM head is the embedding when one stage is both first and last; a last stage that is not
 //     first keeps its own copy of the embedding (slot embed.weight, local_layout().lm_head; its gradient goes to
@@ -113,6 +120,9 @@ struct ShardBlock {
   std::int64_t rows = 0, cols = 0, full_stride = 0;
   bool tp_replicated = false;  // the same values on every tp rank: counted once (tp rank 0)
   bool expert = false;         // a routed expert held by this ep rank only (ep > 1): its gradient partial over edp
+  // The block in the gradient buffers (model::kNoGrad: frozen): the full model's and the local one's.
+  std::size_t full_grad = model::kNoGrad, local_grad = model::kNoGrad;
+  bool trainable() const { return local_grad != model::kNoGrad; }
 };
 
 // A micro-batch: tokens and targets [batch, seq] row-major, the whole sequences (every cp rank passes the same).
@@ -120,11 +130,13 @@ struct ShardBlock {
 // Packed rows (core/packing.h): docs gives each row's documents; attention then runs per segment and positions restart
 // in each (every stage reads it; context parallel refuses it). loss_weights [batch, seq] (optional, the last stage's):
 // the loss is sum_r w_r CE_r instead of the mean over batch · seq (ops/cpu/cross_entropy.h; train/data.h's weights).
+// LoRA's dropout: the micro-batch's first sequence in the step's global batch and the step (1-based) key its masks.
 struct MicroBatch {
   std::span<const std::int32_t> tokens, targets;
   int batch = 1, seq = 0;
   Documents docs = {};
   std::span<const double> loss_weights = {};
+  std::int64_t first_sequence = 0, step = 1;
 };
 
 using model::MoeStats;  // what the stage's MoE layers routed (model/moe_stats.h)
@@ -151,9 +163,10 @@ class ShardedCpuDecoder {
   // init(seed) loads the initial values of model::init_params.
   void load_full(std::span<const T> full);
   void init(std::uint64_t seed);
-  // Adds this rank's gradient shard into a full-size buffer (tp-replicated slots on tp rank 0 only), so the sum
-  // over the tp and cp ranks of every stage is the full model's gradient (with expert parallel: over the ranks of the
-  // stage's ep groups, each on its own micro-batches: the gradient of their sum).
+  // Adds this rank's gradient shard into a full-size gradient buffer (dense_layout(cfg).grad_total elements; tp-
+  // replicated slots on tp rank 0 only), so the sum over the tp and cp ranks of every stage is the full model's
+  // gradient (with expert parallel: over the ranks of the stage's ep groups, each on its own micro-batches: the
+  // gradient of their sum).
   void add_grads_to_full(std::span<T> full) const;
   std::span<T> params() { return params_; }
   std::span<T> grads() { return grads_; }
@@ -250,6 +263,10 @@ class ShardedCpuDecoder {
                         const std::vector<T>& in, const std::vector<T>& dout, std::vector<T>& din);
   void reduce_over_tokens(std::span<double> v);
   void embed_backward(const State& s, View dnext);
+  // LoRA: the adapters of the linear in `slot` of layer L (its output y, or its input gradient dx, on this rank).
+  void lora_forward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, int slot, CView x, View y);
+  void lora_backward(const State& s, const model::DenseLayout::Layer& L, LayerActs& A, int slot, CView x, CView dy,
+                     View dx);
 
   model::ModelConfig cfg_;
   comm::Communicator& tp_;
@@ -262,10 +279,11 @@ class ShardedCpuDecoder {
   model::DenseLayout full_, local_;
   std::vector<ShardBlock> blocks_;
   int lm_head_chunk_ = 256;
-  // SP over tp > 1: one backward's gradients of the replicated slots go to rgrads_ (slot i at rgrad_offset_[i]), are
-  // all-reduced over tp and added to grads_ at its end. Otherwise (and for the sharded slots) straight into grads_.
+  // The trainable slots whose gradient is a partial sum over tp (the replicated ones with SP over tp > 1, LoRA's whole
+  // factors at tp > 1): one backward's gradients go to rgrads_ (slot i at rgrad_offset_[i]), are all-reduced over tp
+  // and added to grads_ at its end. Otherwise (and for the sharded slots) straight into grads_.
   bool reduce_replicated_ = false;
-  std::vector<std::uint8_t> replicated_;  // per local slot: tp-replicated (not an expert-parallel expert)
+  std::vector<std::uint8_t> replicated_;  // per local slot: its gradient is reduced over tp (above)
   std::vector<std::size_t> rgrad_offset_;
   std::vector<T> params_, grads_, rgrads_;
   std::map<int, std::unique_ptr<State>> states_;

@@ -7,6 +7,7 @@
 //   dA = gather(dr2);  do = dA Wout;  dq, dK, dV = attention'(do);  dk, dv = reduce-scatter over cp of dK, dV
 //   dq, dk = rope^-1;  dy1 = reduce(dqkv Wqkv);  dnext = dnorm1(dy1) + dr2
 // gather: SP all-gather over tp (else identity); reduce: SP reduce-scatter over tp (else all-reduce).
+// LoRA's adapters run after each linear they are on (parallel/decoder_cpu_parallel_lora.cpp).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -105,9 +106,14 @@ void ShardedCpuDecoder<T>::layer_forward(State& s, int l, CView x, CView resid, 
   if (L.mla()) {  // the attention output lands in out (x is consumed)
     mla_forward(s, L, A, y1, out);
   } else {
-    cpu::linear_forward<T>(mat(A.qkv, n, dims_.width), gather_rows(A.y1g, y1, n), P(L.qkv));
+    const auto qkv = mat(A.qkv, n, dims_.width);
+    const CView y1g = gather_rows(A.y1g, y1, n);
+    cpu::linear_forward<T>(qkv, y1g, P(L.qkv));
+    lora_forward(s, L, A, L.qkv, y1g, qkv);
     attention_forward(s, A);
-    cpu::linear_forward<T>(mat(partial, n, d), mat(A.o, n, dims_.ql), P(L.out));
+    const auto o = mat(A.o, n, dims_.ql), attn = mat(partial, n, d);
+    cpu::linear_forward<T>(attn, o, P(L.out));
+    lora_forward(s, L, A, L.out, o, attn);
     reduce_rows(out, partial, n);
   }
   // MLP
@@ -115,10 +121,13 @@ void ShardedCpuDecoder<T>::layer_forward(State& s, int l, CView x, CView resid, 
   cpu::add_norm_forward<T>(nk, y2, r2, vec(A.mean2, rows), vec(A.rstd2, rows), out, r1, P(L.norm2_w), P(L.norm2_b),
                            c.norm_eps);
   if (L.moe()) return moe_forward(s, L, A, y2, out);  // on this rank's rows
-  auto h = mat(A.h, n, dims_.fc1l), g = mat(A.g, n, dims_.ffl);
-  cpu::linear_forward<T>(h, gather_rows(A.y2g, y2, n), P(L.fc1));
+  auto h = mat(A.h, n, dims_.fc1l), g = mat(A.g, n, dims_.ffl), mlp = mat(partial, n, d);
+  const CView y2g = gather_rows(A.y2g, y2, n);
+  cpu::linear_forward<T>(h, y2g, P(L.fc1));
+  lora_forward(s, L, A, L.fc1, y2g, h);
   model::detail::act_forward<T>(c.act, g, h);
-  cpu::linear_forward<T>(mat(partial, n, d), g, P(L.fc2));
+  cpu::linear_forward<T>(mlp, g, P(L.fc2));
+  lora_forward(s, L, A, L.fc2, g, mlp);
   reduce_rows(out, partial, n);
 }
 
@@ -191,10 +200,13 @@ void ShardedCpuDecoder<T>::layer_backward(State& s, int l, View dnext) {
   if (L.moe()) {
     moe_backward(s, L, A, dnext, dy);
   } else {
-    auto dg = mat(S.dg, n, dims_.ffl), dh = mat(S.dh, n, dims_.fc1l);
-    cpu::linear_backward<T>(dg, G(L.fc2), {}, gather_rows(S.gathered, dnext, n), mat(A.g, n, dims_.ffl), P(L.fc2));
+    auto dg = mat(S.dg, n, dims_.ffl), dh = mat(S.dh, n, dims_.fc1l), dy2 = mat(S.partial, n, d);
+    const CView dm = gather_rows(S.gathered, dnext, n), g = mat(A.g, n, dims_.ffl), y2 = full(A.y2g, A.y2);
+    cpu::linear_backward<T>(dg, G(L.fc2), {}, dm, g, P(L.fc2));
+    lora_backward(s, L, A, L.fc2, g, dm, dg);
     model::detail::act_backward<T>(c.act, dh, dg, mat(A.h, n, dims_.fc1l));
-    cpu::linear_backward<T>(mat(S.partial, n, d), G(L.fc1), {}, dh, full(A.y2g, A.y2), P(L.fc1));
+    cpu::linear_backward<T>(dy2, G(L.fc1), {}, dh, y2, P(L.fc1));
+    lora_backward(s, L, A, L.fc1, y2, dh, dy2);
     reduce_rows(dy, S.partial, n);
   }
   cpu::add_norm_backward<T>(nk, dr2, G(L.norm2_w), G(L.norm2_b), dy, dnext, mat(A.r2, rows, d), P(L.norm2_w),
@@ -203,11 +215,14 @@ void ShardedCpuDecoder<T>::layer_backward(State& s, int l, View dnext) {
   if (L.mla()) {
     mla_backward(s, L, A, dr2, dy);
   } else {
-    cpu::linear_backward<T>(mat(S.dout, n, dims_.ql), G(L.out), {}, gather_rows(S.gathered, dr2, n),
-                            mat(A.o, n, dims_.ql), P(L.out));
+    const auto dout = mat(S.dout, n, dims_.ql), dy1 = mat(S.partial, n, d);
+    const CView da = gather_rows(S.gathered, dr2, n), o = mat(A.o, n, dims_.ql), y1 = full(A.y1g, A.y1);
+    cpu::linear_backward<T>(dout, G(L.out), {}, da, o, P(L.out));
+    lora_backward(s, L, A, L.out, o, da, dout);
     attention_backward(s, A, S.dout, S.dqkv);
-    cpu::linear_backward<T>(mat(S.partial, n, d), G(L.qkv), {}, mat(S.dqkv, n, dims_.width), full(A.y1g, A.y1),
-                            P(L.qkv));
+    const auto dqkv = mat(S.dqkv, n, dims_.width);
+    cpu::linear_backward<T>(dy1, G(L.qkv), {}, dqkv, y1, P(L.qkv));
+    lora_backward(s, L, A, L.qkv, y1, dqkv, dy1);
     reduce_rows(dy, S.partial, n);
   }
   cpu::add_norm_backward<T>(nk, dnext, G(L.norm1_w), G(L.norm1_b), dy, dr2, mat(A.r1, rows, d), P(L.norm1_w),

@@ -24,6 +24,12 @@ struct EpPlan {
 template <class T>
 struct ShardedCpuDecoder<T>::LayerActs {  // saved for the backward; y1g, y2g: the gathered norm outputs (SP)
   std::vector<T> r1, mean1, rstd1, y1, y1g, qkv, kv, o, lse, r2, mean2, rstd2, y2, y2g, h, g;
+  // LoRA: per adapter of the layer (qkv's, out's, fc1's, fc2's in order) its dropped input (dropout only) and
+  // z = xd A^T
+  struct Lora {
+    std::vector<T> xd, z;
+  };
+  std::vector<Lora> lora;
   // a MoE layer: router logits, scores s and probabilities p [rows, E]; the permuted tokens and the experts' fc1
   // output, activation and output [kept pairs, *]; the shared experts' fc1 output and activation; dp: the gradient
   // of the load-balancing losses over p (before grad_scale), dz: the z-loss coefficient over the batch's tokens.
@@ -48,6 +54,8 @@ struct ShardedCpuDecoder<T>::State {
   std::vector<std::int32_t> tokens, targets;  // the n local tokens, (b, j) row-major
   std::vector<std::int64_t> seg_pos;          // packed rows: each local token's position in its segment (else empty)
   std::vector<double> weights;                // the local tokens' loss weights (empty: the mean)
+  std::vector<std::int64_t> token_index;      // LoRA's dropout: each local token's index in the step's global batch
+  std::int64_t step = 1;                      // (sequence · seq + position) and the step (MicroBatch)
   std::vector<LayerActs> layers;
   std::vector<T> rf, meanf, rstdf, yf;  // the final norm on this rank's rows
   std::vector<T> dyf;                   // forward_backward: the head's input gradient, from the forward
@@ -61,6 +69,7 @@ struct ShardedCpuDecoder<T>::Scratch {
   std::vector<T> x0, m, dnext, partial, gathered, dg, dh, dy, dr2, dout, dqkv, dkv, kv_mine, kv_all;
   std::vector<T> dop, deg, deh, dxp, ds, dlogits, dweight;  // a MoE layer's backward
   std::vector<T> a2a, a2a_back, ee;                         // expert parallel: rows sent, received, expert-major
+  std::vector<T> lora_dxd;                                  // a LoRA adapter's input gradient before its dropout
   ops::cpu::Routes<T> held;                                  // a proxy's routes on its held experts
   std::vector<T> dkvh, dkvup, dlat, dlatl, dlatraw, dyq;     // a MLA layer's backward
 };

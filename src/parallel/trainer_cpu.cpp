@@ -74,9 +74,14 @@ class ParallelCpuTrainer<T>::Stage final : public PipelineStage<T> {
   MicroBatch batch(int mb) const {
     const int b = t_.spec_.micro_batch, seq = t_.cfg_.seq;
     const std::size_t n = std::size_t(b) * std::size_t(seq), at = std::size_t(first_mb_ + mb) * n;
-    return {tokens_.subspan(at, n), targets_.subspan(at, n), b, seq,
+    return {tokens_.subspan(at, n),
+            targets_.subspan(at, n),
+            b,
+            seq,
             docs_.packed() ? docs_.slice((first_mb_ + mb) * b, b) : Documents{},
-            weights_.empty() ? weights_ : weights_.subspan(at, n)};
+            weights_.empty() ? weights_ : weights_.subspan(at, n),
+            std::int64_t(first_mb_ + mb) * b,
+            t_.steps_};
   }
   ParallelCpuTrainer& t_;
   std::span<const std::int32_t> tokens_, targets_;
@@ -94,8 +99,8 @@ ParallelCpuTrainer<T>::ParallelCpuTrainer(comm::Communicator& world, const model
   mesh_ = std::make_unique<Mesh>(world_, s);
   accum_ = spec_.global_batch / (spec_.micro_batch * s.dp);
   const int stages = s.pp * s.vp, r = mesh_->coord().pp;
-  tied_split_ = cfg_.tied_embeddings && stages > 1;
-  std::size_t total = 0;
+  tied_split_ = cfg_.tied_embeddings && stages > 1 && full_.slots[std::size_t(full_.embed)].has_grad();
+  std::size_t total = 0, grad_total = 0;
   for (int c = 0; c < s.vp; ++c) {
     const int g = c * s.pp + r;
     const model::LayerRange layers = model::pipeline_stage_layers(cfg_.layers, stages, g);  // the CUDA trainer's split
@@ -103,10 +108,12 @@ ParallelCpuTrainer<T>::ParallelCpuTrainer(comm::Communicator& world, const model
     chunks_.push_back(
         std::make_unique<ShardedCpuDecoder<T>>(cfg_, DecoderGroups{mesh_->tp(), mesh_->cp(), &mesh_->ep()}, st));
     chunk_offset_.push_back(total);
+    chunk_grad_offset_.push_back(grad_total);
     total += chunks_.back()->params().size();
+    grad_total += chunks_.back()->grads().size();
   }
   flat_params_.assign(total, T(0));
-  flat_grads_.assign(total, T(0));
+  flat_grads_.assign(grad_total, T(0));
   build_masks();
   build_groups();
   std::vector<T> full(full_.total);
@@ -125,75 +132,88 @@ void ParallelCpuTrainer<T>::build_groups() {
   dense.comm = &mesh_->dp_cp(), experts.comm = &mesh_->edp();
   for (std::size_t c = 0; c < chunks_.size(); ++c)
     for (const ShardBlock& b : chunks_[c]->shard_blocks()) {
+      if (!b.trainable()) continue;  // frozen: no gradient, no optimizer state
       auto& runs = (b.expert ? experts : dense).runs;
-      const std::size_t at = chunk_offset_[c] + b.local_offset, n = std::size_t(b.rows * b.cols);
-      if (!runs.empty() && runs.back().first + runs.back().second == at)
-        runs.back().second += n;
+      const std::size_t p = chunk_offset_[c] + b.local_offset, at = chunk_grad_offset_[c] + b.local_grad,
+                        n = std::size_t(b.rows * b.cols);
+      if (!runs.empty() && runs.back().param + runs.back().count == p && runs.back().grad + runs.back().count == at)
+        runs.back().count += n;
       else
-        runs.push_back({at, n});
+        runs.push_back({p, at, n});
     }
   groups_.push_back(std::move(dense));
   if (!experts.runs.empty()) groups_.push_back(std::move(experts));
   for (Group& g : groups_) {
     std::size_t n = 0;
-    for (const auto& [at, count] : g.runs) n += count;
+    for (const auto& run : g.runs) n += run.count;
     const std::size_t D = std::size_t(g.comm->size()), padded = round_up(std::max<std::size_t>(n, 1), D);
     g.shard = padded / D;
     g.params.assign(padded, T(0)), g.grads.assign(padded, T(0));
     g.shard_grads.assign(g.shard, T(0)), g.adam_m.assign(g.shard, T(0)), g.adam_v.assign(g.shard, T(0));
     g.decay.assign(padded, 0), g.counted.assign(padded, 0);
     std::size_t k = 0;
-    for (const auto& [at, count] : g.runs)
-      for (std::size_t i = 0; i < count; ++i, ++k) g.decay[k] = decay_[at + i], g.counted[k] = counted_[at + i];
+    for (const auto& run : g.runs)
+      for (std::size_t i = 0; i < run.count; ++i, ++k)
+        g.decay[k] = decay_[run.grad + i], g.counted[k] = counted_[run.grad + i];
   }
 }
 
-// Group buffer <-> flat buffer, through the group's runs.
+// Group buffer <-> flat buffer, through the group's runs (params: the flat parameters, else the flat gradients;
+// unpack: into the parameters).
 template <class T>
-void ParallelCpuTrainer<T>::pack(const Group& g, const std::vector<T>& flat, std::vector<T>& packed) {
+void ParallelCpuTrainer<T>::pack(const Group& g, const std::vector<T>& flat, std::vector<T>& packed, bool params) {
   std::size_t k = 0;
-  for (const auto& [at, count] : g.runs)
-    std::copy_n(flat.begin() + std::ptrdiff_t(at), count, packed.begin() + std::ptrdiff_t(k)), k += count;
+  for (const auto& run : g.runs) {
+    std::copy_n(flat.begin() + std::ptrdiff_t(params ? run.param : run.grad), run.count,
+                packed.begin() + std::ptrdiff_t(k));
+    k += run.count;
+  }
 }
 template <class T>
 void ParallelCpuTrainer<T>::unpack(const Group& g, const std::vector<T>& packed, std::vector<T>& flat) {
   std::size_t k = 0;
-  for (const auto& [at, count] : g.runs)
-    std::copy_n(packed.begin() + std::ptrdiff_t(k), count, flat.begin() + std::ptrdiff_t(at)), k += count;
+  for (const auto& run : g.runs) {
+    std::copy_n(packed.begin() + std::ptrdiff_t(k), run.count, flat.begin() + std::ptrdiff_t(run.param));
+    k += run.count;
+  }
 }
 
-// decay_: per local slot (train::decays()); counted_: the elements the global norm counts (tp-replicated slots on
-// tp rank 0 only, the tied copy on the first stage only).
+// decay_: per trainable local slot (train::decays()); counted_: the elements the global norm counts (tp-replicated
+// slots on tp rank 0 only, the tied copy on the first stage only). Both per flat gradient element.
 template <class T>
 void ParallelCpuTrainer<T>::build_masks() {
-  decay_.assign(flat_params_.size(), 0);
-  counted_.assign(flat_params_.size(), 0);
+  decay_.assign(flat_grads_.size(), 0);
+  counted_.assign(flat_grads_.size(), 0);
   const bool tp0 = mesh_->coord().tp == 0;
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
     const auto& dec = *chunks_[c];
     for (const model::Slot& sl : dec.local_layout().slots)
-      std::fill_n(decay_.begin() + std::ptrdiff_t(chunk_offset_[c] + sl.offset), sl.size, decays(sl) ? 1 : 0);
+      if (sl.has_grad())
+        std::fill_n(decay_.begin() + std::ptrdiff_t(chunk_grad_offset_[c] + sl.grad_offset), sl.size,
+                    decays(sl) ? 1 : 0);
     for (const ShardBlock& b : dec.shard_blocks())
-      std::fill_n(counted_.begin() + std::ptrdiff_t(chunk_offset_[c] + b.local_offset), b.rows * b.cols,
-                  b.tp_replicated && !tp0 ? 0 : 1);
+      if (b.trainable())
+        std::fill_n(counted_.begin() + std::ptrdiff_t(chunk_grad_offset_[c] + b.local_grad), b.rows * b.cols,
+                    b.tp_replicated && !tp0 ? 0 : 1);
   }
   if (mesh_->coord().pp == spec_.mesh.pp - 1) {
-    const std::span<T> copy = tied_region(flat_params_);
-    std::fill_n(counted_.begin() + (copy.data() - flat_params_.data()), copy.size(), 0);
+    const std::span<T> copy = tied_region(flat_grads_, true);
+    std::fill_n(counted_.begin() + (copy.data() - flat_grads_.data()), copy.size(), 0);
   }
 }
 
 // The rank's copy of a tied embedding split over stages: the first stage's embedding shard (pp rank 0, chunk 0)
-// or the last stage's lm_head copy (pp rank pp-1, chunk vp-1); empty elsewhere and when not split.
+// or the last stage's lm_head copy (pp rank pp-1, chunk vp-1); empty elsewhere and when not split (or frozen).
 template <class T>
-std::span<T> ParallelCpuTrainer<T>::tied_region(std::vector<T>& flat) const {
+std::span<T> ParallelCpuTrainer<T>::tied_region(std::vector<T>& flat, bool grads) const {
   if (!tied_split_) return {};
   const int r = mesh_->coord().pp, pp = spec_.mesh.pp;
   const std::size_t c = r == 0 ? 0 : chunks_.size() - 1;
   if (r != 0 && r != pp - 1) return {};
   const model::DenseLayout& L = chunks_[c]->local_layout();
   const model::Slot& sl = L.slots[std::size_t(r == 0 ? L.embed : L.lm_head)];
-  return std::span<T>(flat).subspan(chunk_offset_[c] + sl.offset, sl.size);
+  return std::span<T>(flat).subspan(grads ? chunk_grad_offset_[c] + sl.grad_offset : chunk_offset_[c] + sl.offset,
+                                    sl.size);
 }
 
 template <class T>
@@ -204,14 +224,14 @@ void ParallelCpuTrainer<T>::load_full(std::span<const T> full) {
     chunks_[c]->load_full(full);
     std::ranges::copy(chunks_[c]->params(), flat_params_.begin() + std::ptrdiff_t(chunk_offset_[c]));
   }
-  for (Group& g : groups_) pack(g, flat_params_, g.params);
+  for (Group& g : groups_) pack(g, flat_params_, g.params, true);
 }
 
 template <class T>
 void ParallelCpuTrainer<T>::pack_grads() {
   std::fill(flat_grads_.begin(), flat_grads_.end(), T(0));
   for (std::size_t c = 0; c < chunks_.size(); ++c)
-    std::ranges::copy(chunks_[c]->grads(), flat_grads_.begin() + std::ptrdiff_t(chunk_offset_[c]));
+    std::ranges::copy(chunks_[c]->grads(), flat_grads_.begin() + std::ptrdiff_t(chunk_grad_offset_[c]));
 }
 
 template <class T>
@@ -225,7 +245,7 @@ void ParallelCpuTrainer<T>::unpack_params() {
 // Pipeline ranks 0 and pp-1 swap their tied copies' gradients and both add (a + b == b + a: equal on both).
 template <class T>
 void ParallelCpuTrainer<T>::sum_tied_grads() {
-  const std::span<T> mine = tied_region(flat_grads_);
+  const std::span<T> mine = tied_region(flat_grads_, true);
   if (mine.empty()) return;
   const int r = mesh_->coord().pp, peer = r == 0 ? spec_.mesh.pp - 1 : 0;
   std::vector<T> theirs(mine.size());
@@ -239,7 +259,7 @@ void ParallelCpuTrainer<T>::sum_tied_grads() {
 template <class T>
 void ParallelCpuTrainer<T>::reduce_grads() {
   for (Group& g : groups_) {
-    pack(g, flat_grads_, g.grads);
+    pack(g, flat_grads_, g.grads, false);
     g.comm->reduce_scatter(g.grads.data(), g.shard_grads.data(), g.shard, dtype_of<T>());
   }
 }
@@ -277,10 +297,10 @@ void ParallelCpuTrainer<T>::sync_replicas() {
   if (spec_.mesh.tp > 1)  // each replicated slot is one block (tensor_shard.h)
     for (std::size_t c = 0; c < chunks_.size(); ++c)
       for (const ShardBlock& b : chunks_[c]->shard_blocks())
-        if (b.tp_replicated)
+        if (b.tp_replicated && b.trainable())  // (a frozen one never changes)
           mesh_->tp().broadcast(flat_params_.data() + chunk_offset_[c] + b.local_offset,
                                 std::size_t(b.rows * b.cols), t, 0);
-  const std::span<T> copy = tied_region(flat_params_);
+  const std::span<T> copy = tied_region(flat_params_, false);
   if (copy.empty()) return;
   const int r = mesh_->coord().pp, last = spec_.mesh.pp - 1;
   const comm::P2P op{r == 0 ? comm::P2P::Kind::send : comm::P2P::Kind::recv, copy.data(), copy.size(),
@@ -339,7 +359,7 @@ ParallelStepStats ParallelCpuTrainer<T>::step(std::span<const std::int32_t> toke
       chunk->update_expert_bias();
     }
   sync_replicas();
-  for (Group& g : groups_) pack(g, flat_params_, g.params);  // the synced copies are the master values
+  for (Group& g : groups_) pack(g, flat_params_, g.params, true);  // the synced copies are the master values
   unpack_params();
   return st;
 }
@@ -354,7 +374,7 @@ std::vector<T> ParallelCpuTrainer<T>::full_params() const {
   for (std::size_t k = 0; k < chunks_.size(); ++k) {
     const auto& dec = *chunks_[k];
     const model::DenseLayout& L = dec.local_layout();
-    const bool has_copy = tied_split_ && dec.is_last();
+    const bool has_copy = cfg_.tied_embeddings && dec.is_last() && !dec.is_first();  // (frozen or not)
     const std::size_t copy0 = has_copy ? L.slots[std::size_t(L.lm_head)].offset : 0;
     const std::size_t copy1 = has_copy ? copy0 + L.slots[std::size_t(L.lm_head)].size : 0;
     const std::span<const T> p = dec.params();
@@ -372,7 +392,7 @@ std::vector<T> ParallelCpuTrainer<T>::full_params() const {
 
 template <class T>
 std::vector<T> ParallelCpuTrainer<T>::full_grads() const {
-  std::vector<T> full(full_.total, T(0));
+  std::vector<T> full(full_.grad_total, T(0));
   for (const auto& dec : chunks_) dec->add_grads_to_full(full);
   world_.all_reduce(std::span<T>(full));
   return full;

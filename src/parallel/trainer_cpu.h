@@ -11,11 +11,12 @@
 //   gradient of the mean loss over the global batch.
 //   loss = sum over dp of the last stage's micro-batch losses / (accum·dp), all-reduced: the same on every rank.
 // Gradient reduction and optimizer (ZeRO-1 per reduction group; a group of D ranks, q = this rank's index there):
-//   flat = the concatenation of the chunks' local buffers. Its elements split by the slots' tags into the dense
-//     parameters, reduced over dp x cp = mesh.dp_cp(), and (expert parallel, ep > 1) the routed experts this rank
-//     holds, reduced over the expert data-parallel group mesh.edp() (the ranks holding the same experts; Megatron-
-//     Core's expert distributed optimizer); with ep 1 the experts are dense parameters. Per group: its elements
-//     packed in flat order, padded to a multiple of D; shard q = [q·n/D, (q+1)·n/D)
+//   flat = the concatenation of the chunks' local gradient buffers (their trainable slots: a frozen slot has no
+//     gradient, moments or reduction, and its parameters never change). Its elements split by the slots' tags into
+//     the dense parameters, reduced over dp x cp = mesh.dp_cp(), and (expert parallel, ep > 1) the routed experts
+//     this rank holds, reduced over the expert data-parallel group mesh.edp() (the ranks holding the same experts;
+//     Megatron-Core's expert distributed optimizer); with ep 1 the experts are dense parameters. Per group: its
+//     elements packed in flat order, padded to a multiple of D; shard q = [q·n/D, (q+1)·n/D)
 //   tied embeddings over stages (first != last stage): the last stage's copy of the embedding shard and the
 //     first stage's are summed between pp ranks 0 and pp-1 (Megatron's embedding group) before anything else
 //   g_q    = reduce-scatter over the group of its gradients
@@ -95,7 +96,8 @@ class ParallelCpuTrainer {
   // The full model's parameters (model::dense_layout order, as CpuDecoder::params()), on every rank.
   std::vector<T> full_params() const;
   // The full gradient of the last step before clipping and the optimizer (as CpuDecoder::grads() after
-  // forward_backward of the global batch with its mean loss), on every rank. Zeros before the first step.
+  // forward_backward of the global batch with its mean loss: the trainable slots' gradient layout), on every rank.
+  // Zeros before the first step.
   std::vector<T> full_grads() const;
   // Replaces the parameters (a full buffer in dense_layout order, the same on every rank); moments are kept.
   void load_full(std::span<const T> full);
@@ -108,13 +110,14 @@ class ParallelCpuTrainer {
   void pack_grads();
   void sum_tied_grads();
   void reduce_grads();
-  static void pack(const Group& g, const std::vector<T>& flat, std::vector<T>& packed);
+  static void pack(const Group& g, const std::vector<T>& flat, std::vector<T>& packed, bool params);
   static void unpack(const Group& g, const std::vector<T>& packed, std::vector<T>& flat);
   double grad_norm_sq() const;
   void optimizer_step(double clip_scale, double lr);
   void sync_replicas();
   void unpack_params();
-  std::span<T> tied_region(std::vector<T>& flat) const;  // this rank's copy of a stage-split tied embedding
+  // This rank's copy of a stage-split tied embedding in the flat parameters (grads: in the flat gradients).
+  std::span<T> tied_region(std::vector<T>& flat, bool grads) const;
 
   comm::Communicator& world_;
   model::ModelConfig cfg_;
@@ -122,19 +125,22 @@ class ParallelCpuTrainer {
   model::DenseLayout full_;
   std::unique_ptr<Mesh> mesh_;
   int accum_ = 1;
-  bool tied_split_ = false;  // tied embeddings on different stages: a copy on pp rank 0 and on pp rank pp-1
+  bool tied_split_ = false;  // tied embeddings on different stages, trainable: a copy on pp rank 0 and on pp rank pp-1
   std::vector<std::unique_ptr<ShardedCpuDecoder<T>>> chunks_;
-  std::vector<std::size_t> chunk_offset_;       // of each chunk in the flat buffer
+  std::vector<std::size_t> chunk_offset_, chunk_grad_offset_;  // of each chunk in the flat buffers
   std::vector<T> flat_params_, flat_grads_;     // local buffers (every chunk, this tp/pp coordinate)
-  std::vector<std::uint8_t> decay_, counted_;   // per flat element
+  std::vector<std::uint8_t> decay_, counted_;   // per flat gradient element
   std::vector<Group> groups_;                   // dense; experts (ep > 1)
   int steps_ = 0;
 };
 
 template <class T>
 struct ParallelCpuTrainer<T>::Group {
+  struct Run {
+    std::size_t param, grad, count;  // offsets in the flat parameters and gradients, elements
+  };
   comm::Communicator* comm = nullptr;
-  std::vector<std::pair<std::size_t, std::size_t>> runs;  // [flat offset, elements], in flat order
+  std::vector<Run> runs;  // in flat order
   std::size_t shard = 0;                                  // padded size / comm->size()
   std::vector<T> params, grads;                           // the runs packed, padded
   std::vector<T> shard_grads, adam_m, adam_v;             // this rank's shard

@@ -15,11 +15,13 @@ ZeroLayout zero_layout(const model::DenseLayout& L, int dp, int rank, std::size_
   ZeroLayout z;
   z.dp = dp, z.rank = rank;
   const std::size_t udp = std::size_t(dp);
-  z.padded_total = round_up(std::max<std::size_t>(L.total, 1), udp);
-  // Candidate boundaries: where the backward's frontier stops (the final norm, each layer's first slot), and 0.
+  z.padded_total = round_up(std::max<std::size_t>(L.grad_total, 1), udp);
+  // Candidate boundaries: where the backward's frontier stops (the final norm, each layer's first trainable slot), and
+  // 0; in the gradient buffer (a frozen embedding: layer 0 starts at 0, no bucket of its own).
   std::vector<std::size_t> cuts;
-  if (L.final_norm_w >= 0) cuts.push_back(L.slots[std::size_t(L.final_norm_w)].offset);
-  for (auto it = L.layers.rbegin(); it != L.layers.rend(); ++it) cuts.push_back(L.slots[std::size_t(it->norm1_w)].offset);
+  if (L.final_norm_w >= 0 && L.slots[std::size_t(L.final_norm_w)].has_grad())
+    cuts.push_back(L.slots[std::size_t(L.final_norm_w)].grad_offset);
+  for (auto it = L.layers.rbegin(); it != L.layers.rend(); ++it) cuts.push_back(it->grad_begin(L));
   std::vector<std::size_t> bounds = {z.padded_total};
   for (std::size_t i = 0; i < cuts.size(); ++i) {
     const std::size_t b = round_up(cuts[i], udp);
@@ -37,7 +39,8 @@ ZeroLayout zero_layout(const model::DenseLayout& L, int dp, int rank, std::size_
   for (const ZeroBucket& b : z.buckets) {
     const std::size_t p0 = z.piece_begin(b), p1 = p0 + z.piece_size(b);
     for (std::size_t s = 0; s < L.slots.size(); ++s) {
-      const std::size_t a = std::max(p0, L.slots[s].offset), e = std::min(p1, L.slots[s].offset + L.slots[s].size);
+      if (!L.slots[s].has_grad()) continue;
+      const std::size_t g = L.slots[s].grad_offset, a = std::max(p0, g), e = std::min(p1, g + L.slots[s].size);
       if (a < e) z.segments.push_back({a, b.shard_offset + (a - p0), e - a, int(s)});
     }
   }

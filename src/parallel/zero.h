@@ -1,4 +1,7 @@
-// parallel/zero.h: the distributed optimizer's (ZeRO-1) partition of the flat parameter buffer over the dp ranks.
+// parallel/zero.h: the distributed optimizer's (ZeRO-1) partition of the flat gradient buffer over the dp ranks: the
+// trainable parameters' (model/params.h grad_offset; every parameter in full training, LoRA's adapters when
+// fine-tuning), which are the parameter buffer's last ones in the same order (model/decoder_cuda.h trainable_begin()),
+// so a bucket's parameters are all-gathered at the same offsets past it. A frozen parameter takes no part.
 // The buffer (model/param_layout.h order, padded to `padded_total`) is cut into buckets at layer boundaries, from
 // the end (the backward finishes the LM head first and the embedding last), each at least `bucket_elems` long
 // where layers allow; every bucket's length is a multiple of dp and rank r owns the r-th 1/dp of each bucket:
@@ -7,8 +10,8 @@
 // Per step: reduce-scatter each bucket's gradients into the shard (as soon as the backward has finished it), the
 // optimizer on the shard, all-gather each bucket's bf16 parameters back in place (before the forward reads them).
 // Bucket boundaries are the layer starts rounded UP to a multiple of dp: a boundary element then belongs to the
-// earlier (lower) bucket, which is reduced later, never before its gradient is final. The embedding (with learned
-// positions) is always a bucket of its own, bucket 0: its gradient can be exchanged sparsely (the rows of the
+// earlier (lower) bucket, which is reduced later, never before its gradient is final. A trainable embedding (with
+// learned positions) is always a bucket of its own, bucket 0: its gradient can be exchanged sparsely (the rows of the
 // step's tokens) instead of reduce-scattered, train/data_parallel_cuda.h.
 #pragma once
 
@@ -27,7 +30,7 @@ struct ZeroBucket {
 
 // A run of the shard inside one parameter slot (the optimizer's tensors: decay differs per slot).
 struct ZeroSegment {
-  std::size_t flat = 0, shard = 0, count = 0;
+  std::size_t flat = 0, shard = 0, count = 0;  // flat: in the gradient buffer
   int slot = -1;
 };
 

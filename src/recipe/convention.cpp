@@ -35,7 +35,7 @@ double flops_per_token(const Recipe& r, const Layout& l, Convention c) {
   const auto conv = c == Convention::causal ? model::FlopConvention::causal : model::FlopConvention::full;
   const auto f = model::flops_per_token(m, conv, l.seq > 0 ? l.seq : r.model.seq);
   const double total = c == Convention::linear ? f.total() - f.attention_core : f.total();
-  return r.task == "lora" ? total * 2.0 / 3.0 : total;
+  return r.task == "lora" ? total * model::kLoraFlopFactor : total;  // (r.model has no adapters: counted once here)
 }
 
 double flops_per_token(const Recipe& r, Convention c) {

@@ -28,7 +28,7 @@ enum class Convention { full, causal, full_mha, linear };
 std::string_view convention_name(Convention c);
 Convention parse_convention(std::string_view name);  // Error{config} with the nearest name
 
-// False where the dense formula cannot count the model (needs "mla" or "mamba").
+// False where model/flops.h cannot count the model (it needs "mamba").
 bool can_count_flops(const Recipe& r);
 // FLOPs per token of one training step (fwd + bwd) of a run of the recipe: the layout's layers and
 // sequence (a proxy's are smaller); Error{config} when !can_count_flops(r).

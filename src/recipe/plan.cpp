@@ -107,6 +107,7 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
     }
   }
   model::ModelConfig m = r.model;
+  m.lora = r.lora;  // a LoRA fine-tune trains the recipe's adapters (on a proxy: the shard's, as a tp rank holds them)
   const bool set_layers = opt.sets.count("layers") > 0;
   if (!opt.sets.empty()) {
     std::string sets;

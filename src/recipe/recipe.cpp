@@ -34,7 +34,7 @@ constexpr std::string_view kRunKeys[] = {"gpus", "global_batch", "tp",     "pp",
 constexpr std::string_view kFilterKeys[] = {"release", "precision", "gpu", "variant", "scaling", "source", "runs"};
 
 const std::vector<std::string> kPrecisions = {"bf16", "fp8", "fp32"};
-const std::vector<std::string> kNeeds = {"lora", "mamba"};
+const std::vector<std::string> kNeeds = {"mamba"};
 const std::vector<std::string> kTasks = {"pretrain", "sft", "lora"};
 // The synthetic data a recipe may name (train/data.h); `run --data` also takes files.
 const std::vector<std::string> kData = {"markov", "copy", "random", "packed-squad", "packed-govreport"};
@@ -244,6 +244,42 @@ bool releases_overlap(const std::vector<std::string>& a, const std::vector<std::
   return false;
 }
 
+// [lora]: the keys of train's --lora-* flags, checked against the model (a rank above a target's min(in, out) names
+// the table's line). The task's FLOP convention (2/3 for LoRA) must describe what runs: adapters exactly when the
+// task is LoRA.
+void read_lora(const std::string& path, const toml::table& root, Recipe& r) {
+  const auto* lora = root.get_as<toml::table>("lora");
+  TB_REQUIRE(lora || r.task != "lora",
+             fmt::format("{}: task = \"lora\" trains adapters: add a [lora] table with their rank (and alpha, dropout "
+                         "and targets as the reference ran them)",
+                         where_key(path, root, "task")));
+  if (!lora) return;
+  TB_REQUIRE(r.task == "lora", fmt::format("{}: [lora] trains adapters, a LoRA fine-tune: set task = \"lora\" (its "
+                                           "FLOPs count 2/3 of full training) or drop [lora]",
+                                           where(path, *lora)));
+  reject_unknown_keys(path, *lora, "[lora]", {"rank", "alpha", "dropout", "targets"});
+  r.lora.rank = positive(path, *lora, "rank", 0);
+  TB_REQUIRE(r.lora.rank > 0, fmt::format("{}: [lora] needs rank = <a positive integer>", where(path, *lora)));
+  r.lora.alpha = get_number(path, *lora, "alpha").value_or(0);
+  r.lora.dropout = get_number(path, *lora, "dropout").value_or(0);
+  TB_REQUIRE(r.lora.alpha >= 0 && r.lora.dropout >= 0 && r.lora.dropout < 1,
+             fmt::format("{}: [lora] alpha must be >= 0 (0: 2 x rank) and dropout in [0, 1)", where(path, *lora)));
+  if (const auto targets = get_string(path, *lora, "targets")) {
+    try {
+      r.lora.targets = model::parse_lora_targets(*targets);
+    } catch (const Error& e) {
+      raise_config(fmt::format("{}: {}", where_key(path, *lora, "targets"), e.what()));
+    }
+  }
+  model::ModelConfig with = r.model;
+  with.lora = r.lora;
+  try {
+    model::validate_lora(with);
+  } catch (const Error& e) {
+    raise_config(fmt::format("{}: {}", where(path, *lora), e.what()));
+  }
+}
+
 }  // namespace
 
 std::string_view scaling_name(Scaling s) { return s == Scaling::weak ? "weak" : "strong"; }
@@ -289,11 +325,7 @@ Recipe load_recipe(const std::filesystem::path& file) {
                                                         where_key(path, root, "default"), join(r.needs)));
 
   read_model(path, root, r);
-  if (const auto* lora = root.get_as<toml::table>("lora")) {
-    reject_unknown_keys(path, *lora, "[lora]", {"rank", "alpha"});
-    r.lora_rank = positive(path, *lora, "rank", 0);
-    r.lora_alpha = get_number(path, *lora, "alpha").value_or(0);
-  }
+  read_lora(path, root, r);
   read_layouts(path, root, r);
 
   bool tagged = false, default_matches = false;

@@ -59,8 +59,8 @@ struct Recipe {
   std::string preset;                           // model/config.h preset it starts from
   model::ModelConfig model;                     // preset + overrides; model.seq is the recipe's sequence
   bool shape_overridden = false;
-  int lora_rank = 0;
-  double lora_alpha = 0;
+  model::LoraConfig lora;                       // [lora]: rank, alpha, dropout, targets (rank 0: none); apart from
+                                                // `model`, whose FLOPs the task's convention scales (convention.h)
   std::vector<Layout> layouts;                  // every run of every [[layout]], file order
 
   bool runnable() const { return needs.empty(); }

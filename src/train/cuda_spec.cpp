@@ -28,7 +28,8 @@ model::Fp8Options fp8_options(const TrainSpec& spec) {
 }
 
 bool shares_grads(const TrainSpec& spec, int pp, int cp, int micro_batches) {
-  return spec.memory.grad_buffer == GradBuffer::shared && pp == 1 && cp == 1 && micro_batches == 1;
+  return spec.memory.grad_buffer == GradBuffer::shared && pp == 1 && cp == 1 && micro_batches == 1 &&
+         !spec.lora.on();  // (LoRA's gradients are too small to hold the activations)
 }
 
 model::LayerRange stage_layers(const model::ModelConfig& m, int pp, int vp, int r, int c) {

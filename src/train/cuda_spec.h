@@ -14,8 +14,8 @@ namespace tb::train {
 model::Fp8Options fp8_options(const TrainSpec& spec);
 // MemorySpec::grad_buffer: shared where the step allows it: one micro-batch per step and rank (the gradients are
 // written, not accumulated), one model chunk with one activation set (no pipeline), each rank the whole sequence (no
-// context parallel). Data and tensor parallel read the gradients (reduce-scatters, all-reduces) before the next
-// forward, as the optimizer does.
+// context parallel), every parameter trained (not LoRA). Data and tensor parallel read the gradients (reduce-scatters,
+// all-reduces) before the next forward, as the optimizer does.
 bool shares_grads(const TrainSpec& spec, int pp, int cp, int micro_batches);
 // The layers of pipeline rank r's model chunk c: global stage c·pp + r of pp·vp (the whole model at pp 1).
 model::LayerRange stage_layers(const model::ModelConfig& m, int pp, int vp, int r, int c);

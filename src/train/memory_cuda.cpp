@@ -1,8 +1,9 @@
 // train/memory_cuda.cpp: the CUDA trainer's memory needs before anything is allocated, and what would make a run fit
-// (train/trainer.h estimate_memory, fit_advice). Per rank: weights bf16 2P + gradients fp32 4P (--grads bf16: 2P;
-// data parallel adds the reduced shard 4P / dp) + master 2P (split: the residual halves; f32: 4P) / dp + moments 8P
-// (bf16: 4P) / dp + the decoder's activation arena (model/decoder_cuda.h activation_bytes; shared gradients:
-// shared_arena_bytes) + FP8 weight copies + workspaces, P the rank's parameters.
+// (train/trainer.h estimate_memory, fit_advice). Per rank: weights bf16 2P + gradients fp32 4T (--grads bf16: 2T;
+// data parallel adds the reduced shard 4T / dp) + master 2T (split: the residual halves; f32: 4T) / dp + moments 8T
+// (bf16: 4T) / dp + the decoder's activation arena (model/decoder_cuda.h activation_bytes; shared gradients:
+// shared_arena_bytes) + FP8 weight copies + workspaces, P the rank's parameters, T its trainable ones (P but with
+// LoRA: its adapters).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -42,19 +43,21 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
     plan.activation_sets = {1};
     if (pp > 1) plan = plan_pipeline({pp, vp, micro_batches}, r);
     MemoryEstimate e;
-    double P = 0;
+    double P = 0, T = 0;
     int stage_layer_count = 0;
     for (int c = 0; c < vp; ++c) {
       const model::LayerRange stage = stage_layers(m, pp, vp, r, c);
-      P += double(model::dense_layout(m, stage).total);
+      const model::DenseLayout layout = model::dense_layout(m, stage);
+      P += double(layout.total);
+      T += double(layout.grad_total);
       stage_layer_count += (stage.last < 0 ? m.layers : stage.last) - stage.first;
       e.activations += double(model::CudaDecoder::activation_bytes(m, spec.batch.micro, seq, spec.memory.recompute, fp8,
                                                                    tp, stage, plan.activation_sets[std::size_t(c)]));
     }
     e.weights = 2 * P;
-    e.grads = double(dtype_size(spec.memory.grads)) * P + (dp > 1 ? 4 * P / dp : 0.0);
-    e.master = OptimizerCuda::master_bytes(spec, P / dp);
-    e.moments = OptimizerCuda::moment_bytes(spec, P / dp);
+    e.grads = double(dtype_size(spec.memory.grads)) * T + (dp > 1 ? 4 * T / dp : 0.0);
+    e.master = OptimizerCuda::master_bytes(spec, T / dp);
+    e.moments = OptimizerCuda::moment_bytes(spec, T / dp);
     e.activations += double(plan.buffers) * spec.batch.micro * m.seq * m.d_model * 2.0;
     if (shares_grads(spec, pp, cp, micro_batches))  // the layer blocks mostly inside the gradients
       e.activations = double(model::CudaDecoder::shared_arena_bytes(m, spec.batch.micro, seq, spec.memory.recompute,
@@ -65,9 +68,10 @@ MemoryEstimate estimate_memory(const TrainSpec& spec, const model::ModelConfig& 
     e.workspaces = double(ops::DeviceContext::kWorkspaceBytes) +
                    vp * attention_workspace_allowance(m, spec.batch.micro, seq, fp8.attention);
     const std::int64_t n = std::int64_t(spec.batch.micro) * seq;  // tokens of a micro-batch on this rank
-    if (!m.tied_embeddings && r == 0 && dp > 1)  // the embedding gradient's rows from the other replicas
+    const bool rows = !m.tied_embeddings && !m.lora.enabled() && r == 0;  // (LoRA: a frozen embedding, no rows)
+    if (rows && dp > 1)  // the embedding gradient's rows from the other replicas
       e.workspaces += double(EmbeddingRowsGather::bytes(m, n, int(dp)));
-    if (!m.tied_embeddings && tp > 1 && r == 0) e.workspaces += double(EmbeddingRowsGather::bytes(m, n / tp, tp));
+    if (rows && tp > 1) e.workspaces += double(EmbeddingRowsGather::bytes(m, n / tp, tp));
     if (e.total() > worst.total()) worst = e;
   }
   return worst;

@@ -14,6 +14,19 @@
 #include "train/cuda_spec.h"
 
 namespace tb::train {
+namespace {
+
+// n fp32 initial values of slot s from its element `first` (model/params.h: normal, or uniform within init_bound).
+void fill_init(float* v, const model::Slot& s, std::size_t n, std::uint64_t seed, std::size_t first, cudaStream_t st) {
+  const std::uint64_t stream = model::slot_seed(seed, s.name);
+  if (s.init_bound > 0)
+    ops::fill_uniform_f32(v, n, stream, float(s.init_value - s.init_bound), float(s.init_value + s.init_bound), st,
+                          first);
+  else
+    ops::fill_normal(v, n, stream, float(s.init_value), float(s.init_std), st, first);
+}
+
+}  // namespace
 
 OptimizerCuda::OptimizerCuda(ops::DeviceContext& dc, const TrainSpec& spec, const model::ModelConfig& m,
                              ReplicaCuda& replica, bool tied_over_stages)
@@ -28,14 +41,12 @@ OptimizerCuda::OptimizerCuda(ops::DeviceContext& dc, const TrainSpec& spec, cons
   for (std::size_t c = 0; c < chunks.size(); ++c)
     for (const model::Slot& sl : chunks[c]->dense_layout().slots) slots_.push_back({c, chunks[c].get(), &sl});
   tied_chunk = chunks.size();
-  for (const ChunkSlot& cs : slots_)
-    if (tied_over_stages && cs.slot->tags.tied)
-      tied_grads = cs.net->grads_device() + cs.slot->offset, tied_elems = cs.slot->size, tied_chunk = cs.chunk;
-  TB_REQUIRE(!tied_over_stages || tied_grads,
-             "train: a first or last pipeline stage of a tied model without its embedding");
+  for (const ChunkSlot& cs : slots_)  // (a frozen embedding has no gradient to sum)
+    if (tied_over_stages && cs.slot->tags.tied && cs.slot->has_grad())
+      tied_grads = cs.net->grads_device() + cs.slot->grad_offset, tied_elems = cs.slot->size, tied_chunk = cs.chunk;
   // The optimizer's tensors: every trainable slot (one rank), or this rank's ZeRO-1 segments (flat offset in the
-  // model weights, shard offset in the master, moments and reduced gradients, which hold the chunks' slots back to
-  // back; several chunks: their segments back to back, each segment's slot an index into slots_).
+  // gradients, shard offset in the master, moments and reduced gradients, which hold the chunks' slots back to back;
+  // several chunks: their segments back to back, each segment's slot an index into slots_).
   auto trainable = [&](int slot) { return slots_[std::size_t(slot)].slot->tags.trainable; };
   if (!rep_.dps.empty()) {
     std::size_t slot_base = 0;
@@ -52,8 +63,8 @@ OptimizerCuda::OptimizerCuda(ops::DeviceContext& dc, const TrainSpec& spec, cons
   } else {
     for (std::size_t i = 0; i < slots_.size(); ++i) {
       if (!trainable(int(i))) continue;
-      segments_.push_back({slots_[i].slot->offset, S_, slots_[i].slot->size, int(i)});
-      S_ += slots_[i].slot->size;  // slots are packed (model/params.h): at vp 1, shard == flat offset
+      segments_.push_back({slots_[i].slot->grad_offset, S_, slots_[i].slot->size, int(i)});
+      S_ += slots_[i].slot->size;  // gradients are packed (model/params.h): at vp 1, shard == flat offset
     }
   }
   // Tensor parallel: the replicated embedding and LM head are updated a 1/tp part per rank (their gradients are
@@ -61,7 +72,7 @@ OptimizerCuda::OptimizerCuda(ops::DeviceContext& dc, const TrainSpec& spec, cons
   if (TensorParallelCuda* tpc = rep_.tp()) {
     for (parallel::ZeroSegment& g : segments_)
       if (const model::Slot& sl = *slots_[std::size_t(g.slot)].slot; split_update(sl)) {
-        split_slots_.emplace_back(sl.offset, sl.size);
+        split_slots_.emplace_back(sl.offset, sl.size);  // (full training: its gradient's offset too)
         g.count = sl.size / std::size_t(spec_.parallel.tp);
         g.flat += std::size_t(tpc->rank()) * g.count;
         g.shard += std::size_t(tpc->rank()) * g.count;
@@ -73,9 +84,9 @@ OptimizerCuda::OptimizerCuda(ops::DeviceContext& dc, const TrainSpec& spec, cons
   TB_CHECK(cudaMemsetAsync(moments_.get(), 0, moments_.bytes(), dc_.stream()));
 }
 
-// (with data parallel the ZeRO-1 shards already split them)
+// (with data parallel the ZeRO-1 shards already split them; trainable only)
 bool OptimizerCuda::split_update(const model::Slot& sl) const {
-  return rep_.tp() && rep_.dps.empty() && spec_.parallel.vp == 1 &&
+  return rep_.tp() && rep_.dps.empty() && spec_.parallel.vp == 1 && sl.has_grad() && sl.offset == sl.grad_offset &&
          (sl.tags.role == model::ParamRole::embedding || sl.tags.role == model::ParamRole::head) &&
          sl.size % std::size_t(spec_.parallel.tp) == 0;
 }
@@ -107,8 +118,7 @@ void OptimizerCuda::init_weights(std::uint64_t seed) {
       float* v = init.as<float>();
       if (cut) {
         const model::Slot& f = full.at(s.name);
-        ops::fill_normal(whole.as<float>(), f.size, model::slot_seed(seed, f.name), float(f.init_value),
-                         float(f.init_std), st);
+        fill_init(whole.as<float>(), f, f.size, seed, 0, st);
         const std::size_t cols = std::size_t(f.shape[1]);
         std::size_t at = 0;
         for (const parallel::SlotPart& p : parallel::tp_slot_parts(f, tp, rep_.tp()->rank())) {
@@ -119,7 +129,7 @@ void OptimizerCuda::init_weights(std::uint64_t seed) {
           at += std::size_t(p.rows * p.cols);
         }
       } else {
-        ops::fill_normal(v, p1 - p0, model::slot_seed(seed, s.name), float(s.init_value), float(s.init_std), st, p0);
+        fill_init(v, s, p1 - p0, seed, p0, st);
       }
       auto* weights = slots_[i].net->params_device() + s.offset + p0;
       if (split_)
@@ -129,9 +139,10 @@ void OptimizerCuda::init_weights(std::uint64_t seed) {
       // this rank's master segments of the slot, where they meet [p0, p1)
       for (std::size_t k = seg; k < segments_.size() && segments_[k].slot == int(i); ++k) {
         const parallel::ZeroSegment& g = segments_[k];
-        const std::size_t a = std::max(g.flat - s.offset, p0), b = std::min(g.flat - s.offset + g.count, p1);
+        const std::size_t in_slot = g.flat - s.grad_offset;
+        const std::size_t a = std::max(in_slot, p0), b = std::min(in_slot + g.count, p1);
         if (a >= b || !master_copy_) continue;
-        const std::size_t to = g.shard + (a - (g.flat - s.offset));
+        const std::size_t to = g.shard + (a - in_slot);
         if (split_)
           TB_CHECK(cudaMemcpyAsync(master_.as<std::int16_t>() + to, lo.as<std::int16_t>() + (a - p0),
                                    (b - a) * sizeof(std::int16_t), cudaMemcpyDeviceToDevice, st));
@@ -167,7 +178,7 @@ void OptimizerCuda::build() {
     if (ddp && ddp->early() > 0 && g.flat < rep_.zero[0].buckets[std::size_t(ddp->early() - 1)].end) ++early_tensors;
     t.exp_avg = m_base + g.shard * moment_bytes_;
     t.exp_avg_sq = m_base + (S_ + g.shard) * moment_bytes_;
-    t.model = cs.net->params_device() + g.flat;
+    t.model = cs.net->params_device() + param_at(g);
     t.numel = std::int64_t(g.count);
     t.decay = cs.slot->tags.decay;
     tensors_.push_back(t);
@@ -186,7 +197,7 @@ void OptimizerCuda::build() {
     std::size_t found = 0;
     for (std::size_t i = 0; i < segments_.size(); ++i)
       for (const model::CudaDecoder::Fp8WeightCopy& copy : copies)
-        if (slots_[std::size_t(segments_[i].slot)].chunk == c && copy.flat == segments_[i].flat &&
+        if (slots_[std::size_t(segments_[i].slot)].chunk == c && copy.flat == param_at(segments_[i]) &&
             copy.count == segments_[i].count)
           tensors_[i].fp8_copy = copy.cast, ++found;
     TB_REQUIRE(found == copies.size(),

@@ -1,4 +1,5 @@
-// train/optimizer_cuda.h: the CUDA trainer's distributed AdamW over this rank's trainable parameters. Per parameter
+// train/optimizer_cuda.h: the CUDA trainer's distributed AdamW over this rank's trainable parameters (a frozen one, the
+// base under LoRA, has no master weights, moments or gradient, and its weights are only drawn). Per parameter
 // (or, with data parallel, per ZeRO-1 segment of this rank's shard, parallel/zero.h):
 //   master  fp32 weights: split (the bf16 model weight is the high half, `master` the 16-bit residual:
 //           ops/cuda/master_split.h) or f32 (a separate copy)
@@ -65,6 +66,11 @@ class OptimizerCuda {
   };
   bool is_tied_copy(const ChunkSlot& cs) const { return cs.slot->tags.tied && !cs.net->first_stage(); }
   bool split_update(const model::Slot& s) const;
+  // A segment's first element in its chunk's parameters (its flat offset is in the gradients).
+  std::size_t param_at(const parallel::ZeroSegment& g) const {
+    const model::Slot& s = *slots_[std::size_t(g.slot)].slot;
+    return s.offset + (g.flat - s.grad_offset);
+  }
 
   ops::DeviceContext& dc_;
   const TrainSpec spec_;

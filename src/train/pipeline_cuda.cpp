@@ -181,7 +181,8 @@ void PipelineCuda::wait_for_buffers(int a, int b) {
 }
 
 void PipelineCuda::enqueue(const std::int32_t* tokens, const std::int32_t* targets, std::size_t tokens_per_mb,
-                           double grad_scale, float* losses, std::span<const model::PackedInputs> packed) {
+                           double grad_scale, float* losses, std::span<const model::PackedInputs> packed,
+                           std::int64_t first_sequence, int micro_batch) {
   TB_REQUIRE(elems_ > 0, "pipeline: enqueue() before prepare()");
   pending_.assign(buffers_.size(), -1);
   int exchange = 0;
@@ -192,7 +193,8 @@ void PipelineCuda::enqueue(const std::int32_t* tokens, const std::int32_t* targe
       case PipeAction::Kind::forward:
         wait_for_buffers(op.in, op.out);
         chunks_[std::size_t(op.chunk)]->forward(op.set, tokens + at, targets + at, buffer(op.in), buffer(op.out),
-                                                grad_scale, losses + op.mb, rows);
+                                                grad_scale, losses + op.mb, rows,
+                                                first_sequence + std::int64_t(op.mb) * micro_batch);
         break;
       case PipeAction::Kind::backward:
         wait_for_buffers(op.in, op.out);

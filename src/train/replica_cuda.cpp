@@ -43,12 +43,13 @@ ReplicaCuda::ReplicaCuda(ops::DeviceContext& dc, const TrainSpec& spec, Topology
   // A DataParallelCuda runs its communicator on its own stream: the later chunks' get communicators of their own. Over
   // dp x cp (the cp ranks' gradients are partial sums too).
   for (std::size_t c = 0; c < chunks.size() && topo.zero_ranks > 1; ++c) {
-    const bool rows = !m.tied_embeddings && pp_rank == 0 && c == 0;  // the embedding gradient exchanged as rows
+    const bool rows = trainable_embedding(c) && pp_rank == 0 && c == 0;  // the embedding gradient exchanged as rows
     comm::NcclCommunicator* chunk_comm = topo.dp;
     if (c > 0) chunk_comm = chunk_dp_comms.emplace_back(topo.dp->split_nccl(0, topo.dp->rank())).get();
-    dps.push_back(std::make_unique<DataParallelCuda>(*chunk_comm, zero[c], st, chunks[c]->params_device(),
-                                                     chunks[c]->grads_device(), ml, rows ? std::int64_t(n) : 0,
-                                                     vp == 1 ? 2 : 0));
+    // (the partition is of the gradients: the trainable parameters, the last of the chunk's buffer)
+    dps.push_back(std::make_unique<DataParallelCuda>(
+        *chunk_comm, zero[c], st, chunks[c]->params_device() + chunks[c]->trainable_begin(), chunks[c]->grads_device(),
+        ml, rows ? std::int64_t(n) : 0, vp == 1 ? 2 : 0));
     buckets += int(zero[c].buckets.size());
     if (!tps.empty()) dps[c]->before_reduce = [t = tps[c].get()](cudaStream_t s) { t->order_after_grads(s); };
   }
@@ -65,6 +66,12 @@ ReplicaCuda::ReplicaCuda(ops::DeviceContext& dc, const TrainSpec& spec, Topology
       };
   }
   final_pass.assign(chunks.size(), 0);
+}
+
+bool ReplicaCuda::trainable_embedding(std::size_t c) const {
+  const model::DenseLayout& L = chunks[c]->dense_layout();
+  return !L.slots.empty() && L.embed >= 0 && !chunks[c]->config().tied_embeddings &&
+         L.slots[std::size_t(L.embed)].has_grad();
 }
 
 void ReplicaCuda::connect_step(PipelineCuda* pipe, std::size_t tied_chunk,
@@ -84,7 +91,7 @@ void ReplicaCuda::connect_step(PipelineCuda* pipe, std::size_t tied_chunk,
   // schedule; the rest at finish_grads).
   TensorParallelCuda* tpc = tp();
   DataParallelCuda* ddp = dp();
-  if (tpc && !net().config().tied_embeddings)
+  if (tpc && trainable_embedding(0))
     net().gather_embedding_rows = [tpc](const bf16* dnext, const std::int32_t* tokens, std::int64_t rows) {
       return tpc->embedding_rows(dnext, tokens, rows);
     };

@@ -48,6 +48,8 @@ struct ReplicaCuda {
   ReplicaCuda& operator=(const ReplicaCuda&) = delete;
 
   model::CudaDecoder& net() const { return *chunks[0]; }  // chunk 0 (data, tensor and context parallel: the one)
+  // Chunk c holds an untied embedding with a gradient (frozen under LoRA: no rows to exchange).
+  bool trainable_embedding(std::size_t c) const;
   TensorParallelCuda* tp() const { return tps.empty() ? nullptr : tps[0].get(); }
   DataParallelCuda* dp() const { return dps.empty() ? nullptr : dps[0].get(); }
 

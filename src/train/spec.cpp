@@ -95,6 +95,10 @@ model::ModelConfig resolve_model(const TrainSpec& spec) {
   model::ModelConfig m = spec.model.config ? *spec.model.config : model::preset(spec.model.preset);
   if (spec.model.layers > 0) m.layers = spec.model.layers;
   if (spec.model.seq > 0) m.seq = spec.model.seq;
+  const LoraSpec& l = spec.lora;
+  if (l.on())
+    m.lora = {*l.rank, l.alpha.value_or(0.0), l.dropout.value_or(0.0), l.targets.value_or(model::kLoraFused),
+              spec.run.seed};
   m.validate();
   return m;
 }
@@ -149,6 +153,29 @@ void validate_fp8(const TrainSpec& spec) {
 
 }  // namespace
 
+namespace {
+
+// LoRA's flags together, and what the CUDA backend does not run with it.
+void validate_lora(const TrainSpec& spec) {
+  const LoraSpec& l = spec.lora;
+  TB_REQUIRE(!l.rank || *l.rank >= 1,
+             fmt::format("--lora-rank {}: a LoRA rank must be at least 1 (leave --lora-rank out to train every "
+                         "parameter)",
+                         l.rank.value_or(0)));
+  TB_REQUIRE(l.on() || (!l.alpha && !l.dropout && !l.targets),
+             "--lora-alpha, --lora-dropout and --lora-targets set LoRA's adapters: add --lora-rank R");
+  TB_REQUIRE(l.on() || !l.freeze_base,
+             "--freeze-base freezes the base for LoRA fine-tuning, which it implies; alone it would leave nothing to "
+             "train: add --lora-rank R (or drop --freeze-base)");
+  TB_REQUIRE(!l.alpha || *l.alpha > 0, fmt::format("--lora-alpha {} must be > 0", l.alpha.value_or(0)));
+  if (!l.on() || !spec.cuda()) return;
+  TB_REQUIRE(!spec.precision.fp8.attention,
+             "--fp8-attention with LoRA: the adapter on attn.out reads the attention output in BF16, which FP8 "
+             "attention does not keep; drop --fp8-attention");
+}
+
+}  // namespace
+
 void validate(const TrainSpec& spec) {
   const BatchSpec& b = spec.batch;
   const RunSpec& r = spec.run;
@@ -183,6 +210,7 @@ void validate(const TrainSpec& spec) {
   TB_REQUIRE(p.ep >= 1 && (p.ep == 1 || !spec.cuda()),
              fmt::format("--ep {}: expert parallel runs on the CPU backend only so far (--device cpu)", p.ep));
   validate_fp8(spec);
+  validate_lora(spec);
   TB_REQUIRE(r.gpu >= 0, "--gpu must be a device index >= 0");
   if (!spec.cuda()) return;
   const model::ModelConfig m = resolve_model(spec);

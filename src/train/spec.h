@@ -1,7 +1,7 @@
 // train/spec.h: what a training run is asked to do, typed once. The command line (cli/cmd_train.cpp) and the recipe
 // runner turn names into these enums through the choice tables below (parse_choice); everything after them reads
-// enums, never strings. TrainSpec comes in sections: model, batch, run, optimizer, parallel, memory, precision and
-// debug (the diagnostic switches: an injected straggler and the FP8 experiments of docs/TRAINING.md).
+// enums, never strings. TrainSpec comes in sections: model, lora, batch, run, optimizer, parallel, memory, precision
+// and debug (the diagnostic switches: an injected straggler and the FP8 experiments of docs/TRAINING.md).
 //   tokens per step = batch.global x seq;  micro-batches per rank and step = batch.global / (batch.micro x dp)
 #pragma once
 
@@ -121,6 +121,16 @@ struct ModelSpec {
   int layers = 0, seq = 0;                   // 0: the preset's
 };
 
+// Fine-tuning with LoRA adapters (model/lora.h), every other parameter frozen. Unset rank: full training.
+struct LoraSpec {
+  std::optional<int> rank;              // --lora-rank (a rank <= 0 is refused, never read as "off")
+  std::optional<double> alpha;          // the scale is alpha / rank; unset: 2 · rank
+  std::optional<double> dropout;        // on each adapter's input; unset: 0
+  std::optional<unsigned> targets;      // model::LoraTarget bits (model::parse_lora_targets); unset: fused
+  bool freeze_base = false;             // --freeze-base: what LoRA implies (alone it would leave nothing to train)
+  bool on() const { return rank.has_value(); }
+};
+
 struct BatchSpec {
   int micro = 1;   // sequences per micro-batch
   int global = 0;  // sequences per optimizer step; 0: micro x dp (one micro-batch per rank, no accumulation)
@@ -211,6 +221,7 @@ struct DebugSpec {      // diagnostics: not for measurements
 
 struct TrainSpec {
   ModelSpec model;
+  LoraSpec lora;
   BatchSpec batch;
   RunSpec run;
   OptimizerSpec optimizer;
@@ -231,7 +242,8 @@ int global_batch(const TrainSpec& spec, int dp);
 // Micro-batches each rank runs per optimizer step (their gradients accumulate): global_batch / (micro·dp).
 int micro_batches_per_rank(const TrainSpec& spec, int dp);
 
-// The preset with the spec's overrides, validated; batch sizes checked. Raises Error{config}.
+// The preset with the spec's overrides and its LoRA (seeded by run.seed), validated; batch sizes checked. Raises
+// Error{config}.
 model::ModelConfig resolve_model(const TrainSpec& spec);
 // What the options cannot do together, before any work. Raises Error{config} with the flags to change.
 void validate(const TrainSpec& spec);

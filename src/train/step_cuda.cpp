@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <utility>
 
 #include "core/packing.h"
@@ -21,6 +22,10 @@ StepCuda::StepCuda(ops::DeviceContext& dc, const TopologyCuda& topo, ReplicaCuda
       segments_(segments), h_positions_(segments > 0 ? std::size_t(accum) * n : 1),
       h_offsets_(segments > 0 ? std::size_t(accum) * std::size_t(segments + 1) : 1),
       h_weights_(segments > 0 ? std::size_t(accum) * n : 1) {
+  // LoRA's dropout masks follow the optimizer step the graph's first copy brings in
+  const auto* step = reinterpret_cast<const std::int64_t*>(d_scalars_.as<std::byte>() +
+                                                           offsetof(ops::AdamWStepScalars, step));
+  for (const auto& chunk : rep_.chunks) chunk->set_step_counter(step);
   if (segments_ == 0) return;
   d_positions_ = ops::DeviceBuffer(dc.device(), h_positions_.bytes());
   d_offsets_ = ops::DeviceBuffer(dc.device(), h_offsets_.bytes());
@@ -125,22 +130,25 @@ void StepCuda::enqueue() {
     rep_.dps[c]->params_needed(rep_.zero[c].padded_total);  // the FP8 casts read every weight
   for (const auto& chunk : chunks) chunk->fp8_begin_step();  // FP8 copies of the weights AdamW just wrote
   const double grad_scale = 1.0 / (accum_ * dp_);
+  // micro-batch a of this rank holds sequences [(dp rank · accum + a) · micro-batch, ...) of the step (load_inputs)
+  const std::int64_t first_sequence = std::int64_t(topo_.place.dp) * accum_ * mb_;
   if (pipe_) {  // the schedule's forwards, backwards and sends / receives; losses only on the last stage
     TB_CHECK(cudaMemsetAsync(d_losses_.get(), 0, h_losses_.bytes(), st));
-    pipe_->enqueue(d_tokens_.as<std::int32_t>(), d_targets_.as<std::int32_t>(), n_, grad_scale,
-                   d_losses_.as<float>(), packed_);
+    pipe_->enqueue(d_tokens_.as<std::int32_t>(), d_targets_.as<std::int32_t>(), n_, grad_scale, d_losses_.as<float>(),
+                   packed_, first_sequence, mb_);
   }
   for (int a = 0; a < accum_ && !pipe_; ++a) {
     rep_.final_pass[0] = a == accum_ - 1;
     net.forward_backward_device(d_tokens_.as<std::int32_t>() + std::size_t(a) * n_,
                                 d_targets_.as<std::int32_t>() + std::size_t(a) * n_, mb_, seq_, grad_scale,
-                                d_losses_.as<float>() + a, packed_.empty() ? nullptr : &packed_[std::size_t(a)]);
+                                d_losses_.as<float>() + a, packed_.empty() ? nullptr : &packed_[std::size_t(a)],
+                                first_sequence + std::int64_t(a) * mb_);
   }
   for (const auto& chunk : chunks) chunk->fp8_end_step();
   auto* norm = d_norm_.as<ops::GradNormResult>();
   for (const auto& t : rep_.tps) t->finish_grads();
   if (tpc) mark("tp gradient all-reduce (exposed)");
-  if (topo_.tied) {  // (after the tp sums, before the dp reduce-scatters read it)
+  if (topo_.tied && opt_.tied_grads) {  // (after the tp sums, before the dp reduce-scatters read it; frozen: none)
     topo_.tied->all_reduce(opt_.tied_grads, opt_.tied_grads, opt_.tied_elems, DType::f32);
     mark("tied embedding gradient all-reduce");
   }

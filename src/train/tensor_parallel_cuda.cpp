@@ -26,8 +26,9 @@ TensorParallelCuda::TensorParallelCuda(comm::Communicator& tp_group, cudaStream_
            (s.tags.role == model::ParamRole::embedding || s.tags.role == model::ParamRole::position);
   };
   for (const model::Slot& s : local.slots)
-    if (parallel::tp_replicated(s) && !from_rows(s)) replicated_.push_back(&s);
-  if (!local_cfg.tied_embeddings && local.embed >= 0)  // (a pipeline stage without the embedding needs none)
+    if (parallel::tp_replicated(s) && !from_rows(s) && s.has_grad()) replicated_.push_back(&s);
+  if (!local_cfg.tied_embeddings && local.embed >= 0 &&  // (a pipeline stage without the embedding needs none, nor a
+      local.slots[std::size_t(local.embed)].has_grad())  // frozen one)
     rows_ = std::make_unique<EmbeddingRowsGather>(act_->device(), local_cfg, rows_per_rank, act_->size());
   next_ = replicated_.size();
   TB_CHECK(cudaEventCreateWithFlags(&grads_done_, cudaEventDisableTiming));
@@ -73,18 +74,19 @@ model::TensorParallelOps TensorParallelCuda::ops() {
 
 void TensorParallelCuda::grads_ready(std::size_t from) {
   bool forked = false;
-  while (next_ > 0 && replicated_[next_ - 1]->offset >= from) {
+  while (next_ > 0 && replicated_[next_ - 1]->grad_offset >= from) {
     const model::Slot& s = *replicated_[--next_];
     if (!forked) {
       gs_.fork();
       forked = true;
     }
     const bool split = std::any_of(split_.begin(), split_.end(), [&](const auto& p) { return p.first == s.offset; });
+    float* g = grads_ + s.grad_offset;
     if (split) {  // only this rank's part is read (its optimizer and its share of the norm)
       const std::size_t part = s.size / std::size_t(act_->size());
-      grads_comm_->reduce_scatter(grads_ + s.offset, grads_ + s.offset + std::size_t(rank()) * part, part, DType::f32);
+      grads_comm_->reduce_scatter(g, g + std::size_t(rank()) * part, part, DType::f32);
     } else {
-      grads_comm_->all_reduce(grads_ + s.offset, grads_ + s.offset, s.size, DType::f32);
+      grads_comm_->all_reduce(g, g, s.size, DType::f32);
     }
   }
 }

@@ -3,8 +3,9 @@
 //   `act`   on the compute stream: the activations' all-gathers and reduce-scatters (on the critical path), the
 //           embedding rows (embedding_rows_cuda.h: every tp rank ends with the whole micro-batch's embedding
 //           gradient) and the small sums (gradient norm, losses)
-//   `grads` on its own high-priority stream: the replicated parameters' gradients (LM head, final norm, the norms:
-//           partial sums over this rank's token rows) all-reduced as the backward finishes them (grads_ready, last
+//   `grads` on its own high-priority stream: the trainable replicated parameters' gradients (LM head, final norm, the
+//           norms: partial sums over this rank's token rows; LoRA's whole factors: partial sums over the tp ranks'
+//           columns) all-reduced as the backward finishes them (grads_ready, last
 //           micro-batch only; the LM head, whose optimizer is split over the ranks, reduce-scattered), overlapped with
 //           the earlier layers' backward; finish_grads() joins the stream.
 //   `act_async` on a second side stream: the backward's input-gradient reduce-scatters, each overlapping the weight
@@ -47,7 +48,7 @@ class TensorParallelCuda {
   // Replicated slots each rank updates a 1/tp part of (offset, size): their gradients are reduce-scattered (in place:
   // rank r's part summed) instead of all-reduced, half the traffic. Before the first step.
   void set_split_slots(std::vector<std::pair<std::size_t, std::size_t>> slots) { split_ = std::move(slots); }
-  void grads_ready(std::size_t from);  // all-reduce the replicated slots at and above `from`
+  void grads_ready(std::size_t from);  // all-reduce the replicated slots at and above gradient offset `from`
   model::CudaDecoder::EmbeddingRows embedding_rows(const __nv_bfloat16* dnext, const std::int32_t* tokens,
                                                    std::int64_t rows);
   void finish_grads();
@@ -68,7 +69,8 @@ class TensorParallelCuda {
   SideStream gs_, as_;  // declared before the communicators that use them: destroyed after them
   std::unique_ptr<comm::NcclCommunicator> act_, grads_comm_, act_async_;
   float* grads_;
-  std::vector<const model::Slot*> replicated_;  // ascending offsets; untied: embedding and positions left out (rows)
+  std::vector<const model::Slot*> replicated_;  // trainable, ascending offsets; untied: embedding and positions left
+                                                // out (rows)
   std::size_t next_ = 0;                        // replicated_[next_..] already reduced this step
   std::vector<std::pair<std::size_t, std::size_t>> split_;
   std::unique_ptr<EmbeddingRowsGather> rows_;

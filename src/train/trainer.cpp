@@ -15,6 +15,7 @@
 #include "core/interrupt.h"
 #include "core/provenance.h"
 #include "model/decoder_cpu.h"
+#include "model/lora.h"
 #include "ops/cpu/adamw.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -23,11 +24,31 @@
 namespace tb::train {
 namespace {
 
+// Per gradient element (the trainable slots'): whether AdamW decays it.
 std::vector<std::uint8_t> decay_mask(std::span<const model::Slot> slots, std::size_t n) {
   std::vector<std::uint8_t> mask(n, 1);
   for (const auto& s : slots)
-    if (!decays(s)) std::fill(mask.begin() + std::ptrdiff_t(s.offset), mask.begin() + std::ptrdiff_t(s.offset + s.size), 0);
+    if (s.has_grad() && !decays(s))
+      std::fill_n(mask.begin() + std::ptrdiff_t(s.grad_offset), s.size, std::uint8_t(0));
   return mask;
+}
+
+// The trainable parameters as runs {parameter offset, gradient offset, elements}: one run when every slot trains,
+// the adapters' one with LoRA (model/param_layout.h).
+struct Run {
+  std::size_t param, grad, count;
+};
+std::vector<Run> trainable_runs(std::span<const model::Slot> slots) {
+  std::vector<Run> runs;
+  for (const auto& s : slots) {
+    if (!s.has_grad()) continue;
+    if (!runs.empty() && runs.back().param + runs.back().count == s.offset &&
+        runs.back().grad + runs.back().count == s.grad_offset)
+      runs.back().count += s.size;
+    else
+      runs.push_back({s.offset, s.grad_offset, s.size});
+  }
+  return runs;
 }
 
 }  // namespace
@@ -83,16 +104,20 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
   DataSource source(spec.run.data, spec.run.token_type, m.vocab, m.seq, spec.run.seed);
   res.loss_floor = source.loss_floor();
   const auto params = net.params();
-  std::vector<float> adam_m(params.size(), 0.f), adam_v(params.size(), 0.f);
-  const auto mask = decay_mask(net.layout(), params.size());
+  const auto grads = net.grads();  // the trainable parameters' (LoRA: the adapters'); moments for them only
+  std::vector<float> adam_m(grads.size(), 0.f), adam_v(grads.size(), 0.f);
+  const auto mask = decay_mask(net.layout(), grads.size());
+  const std::vector<Run> runs = trainable_runs(net.layout());
   const LrSchedule schedule = lr_schedule(spec, m);
   ops::cpu::AdamWParams hp;
   hp.beta1 = spec.optimizer.beta1, hp.beta2 = spec.optimizer.beta2, hp.eps = spec.optimizer.eps,
   hp.weight_decay = spec.optimizer.weight_decay;
 
-  // Checkpoints (train/checkpoint.h): a resumed run starts after the file's step, its data stream that many steps on.
+  // Checkpoints (train/checkpoint.h): a resumed run starts after the file's step, its data stream that many steps on;
+  // the file holds the trainable parameters (LoRA: the adapters, the base being the seed's) and their moments.
   const TrainState state{net.layout(), params, adam_m, adam_v};
-  const CheckpointInfo info{0, m.name, spec.run.data, spec.run.seed, global};
+  const CheckpointInfo info{0, m.name, spec.run.data, spec.run.seed, global,
+                            m.lora.enabled() ? model::lora_text(m.lora) : ""};
   TB_REQUIRE((spec.run.save.empty() && spec.run.resume.empty()) || m.moe.bias_update_rate == 0,
              "--save and --resume: the expert bias of aux-loss-free balancing (bias_update_rate > 0) is not in a "
              "checkpoint yet");
@@ -123,9 +148,12 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     StepTokens counted;  // the step's micro-batches first: packed data's loss counts the step's answer tokens
     for (Batch& b : batches) b = source.next(spec.batch.micro), counted.add(b);
     double loss = 0;
-    for (const Batch& b : batches) {
+    for (int a = 0; a < accum; ++a) {
+      const Batch& b = batches[std::size_t(a)];
       const std::vector<double> w = loss_weights(b, accum, std::int64_t(counted.loss_tokens));
-      loss += net.forward_backward({b.tokens, b.targets, b.batch, b.seq, b.docs(), w}, 1.0 / accum) / accum;
+      loss += net.forward_backward({b.tokens, b.targets, b.batch, b.seq, b.docs(), w, std::int64_t(a) * b.batch, step},
+                                   1.0 / accum) /
+              accum;
     }
     const double flops = step_flops(m, spec.run.convention, counted);
     StepStats st;
@@ -139,7 +167,10 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
                                                         step, loss));
     st.lr = schedule.lr(step - 1);
     hp.lr = st.lr;
-    ops::cpu::adamw_step(params, net.grads(), adam_m, adam_v, hp, step, mask);
+    for (const Run& r : runs)
+      ops::cpu::adamw_step(params.subspan(r.param, r.count), grads.subspan(r.grad, r.count),
+                           std::span(adam_m).subspan(r.grad, r.count), std::span(adam_v).subspan(r.grad, r.count), hp,
+                           step, std::span<const std::uint8_t>(mask).subspan(r.grad, r.count));
     if (m.moe.bias_update_rate > 0) net.update_expert_bias();
     const auto t1 = std::chrono::steady_clock::now();
     st.step_s = std::chrono::duration<double>(t1 - t0).count();

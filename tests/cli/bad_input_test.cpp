@@ -145,6 +145,27 @@ TEST(BadInput, IntegersOutOfRangeInTheUsersTerms) {
   expect_clean_usage_error(r, "--steps");
 }
 
+// LoRA's options: a rank <= 0 or above min(in, out) of a target, an unknown target (the nearest named), its flags
+// without a rank, --freeze-base alone: one message each, exit 2, before any step.
+TEST(BadInput, LoraOptions) {
+  const std::vector<std::string> train = {"train",   "--model", "tiny",           "--device",
+                                          "cpu",     "--steps", "2",              "--warmup-steps", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = train;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_cli(a);
+  };
+  expect_clean_usage_error(with({"--lora-rank", "0"}), "--lora-rank 0: a LoRA rank must be at least 1");
+  expect_clean_usage_error(with({"--lora-rank", "-3"}), "--lora-rank -3: a LoRA rank must be at least 1");
+  expect_clean_usage_error(with({"--lora-rank", "33", "--lora-targets", "canonical"}),
+                           "LoRA rank 33 is above min(in, out) = 32 of target k");
+  expect_clean_usage_error(with({"--lora-rank", "4", "--lora-targets", "q,gat"}), "did you mean 'gate'");
+  expect_clean_usage_error(with({"--lora-rank", "4", "--lora-targets", "qkv,q"}), "name either");
+  expect_clean_usage_error(with({"--lora-rank", "4", "--lora-dropout", "1"}), "dropout 1 must be in [0, 1)");
+  expect_clean_usage_error(with({"--lora-alpha", "16"}), "add --lora-rank R");
+  expect_clean_usage_error(with({"--freeze-base"}), "leave nothing to train");
+}
+
 TEST(BadInput, TrainWithoutDeviceOnAMachineWithoutAGpu) {
   if (tb::bench::visible_gpu_count() > 0) GTEST_SKIP() << "a GPU is visible";
   const auto r = run_cli({"train"});

@@ -14,6 +14,8 @@
 #include "bench/sysinfo.h"
 #include "../support/cli_run.h"
 #include "cli/commands.h"
+#include "model/config.h"
+#include "model/param_layout.h"
 
 namespace {
 tb::testing_support::CliResult run(std::vector<std::string> args) { return tb::testing_support::run_cli(std::move(args)); }
@@ -134,6 +136,48 @@ TEST(Cli, TrainTinyOnTheCpuWritesARecord) {
   EXPECT_EQ(j["step_ms"]["n"], 3);  // 4 steps, 1 not measured
   EXPECT_EQ(j["flop_convention"], "full");
   EXPECT_TRUE(std::filesystem::exists(dir / "run.json"));
+  std::filesystem::remove_all(dir);
+}
+
+// LoRA fine-tuning on the CPU: the header line says so, the record carries the adapters' settings, the trainable and
+// frozen counts (the adapters; the base model) and the FLOPs of the DGXC fine-tuning convention (2/3 of full
+// training's).
+TEST(Cli, TrainLoraRecordsItsCountsAndFlopTask) {
+  const auto dir = std::filesystem::temp_directory_path() / "tb_cli_train_lora";
+  std::filesystem::remove_all(dir);
+  const std::vector<std::string> base = {"train", "--model", "tiny", "--device", "cpu", "--steps", "3",
+                                         "--warmup-steps", "1", "--seq", "16"};
+  auto with = [&](std::vector<std::string> extra, const std::filesystem::path& out) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.insert(a.end(), {"--out", out.string()});
+    return run(a);
+  };
+  auto r = with({"--lora-rank", "8", "--lora-alpha", "16", "--lora-dropout", "0.1", "--lora-targets", "mlperf"},
+                dir / "lora");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("LoRA r 8 alpha 16 dropout 0.1 on mlperf"), std::string::npos) << r.out;
+  ASSERT_EQ(with({}, dir / "full").rc, 0);
+  auto train_record = [](const std::filesystem::path& d) {
+    std::ifstream in(d / "results.jsonl");
+    for (std::string line; std::getline(in, line);)
+      if (auto j = nlohmann::json::parse(line); j["bench"] == "train") return j;
+    return nlohmann::json();
+  };
+  const auto lora = train_record(dir / "lora"), full = train_record(dir / "full");
+  tb::model::ModelConfig m = tb::model::preset("tiny");
+  m.seq = 16;
+  m.lora = {.rank = 8, .alpha = 16, .dropout = 0.1, .targets = tb::model::kLoraMlperf};
+  EXPECT_EQ(lora["params_trainable"], tb::model::trainable_param_count(m));
+  EXPECT_EQ(lora["params_frozen"], tb::model::param_count(m));
+  EXPECT_EQ(full["params_frozen"], 0);
+  EXPECT_EQ(full["params_trainable"], full["params"]);
+  EXPECT_EQ(lora["lora"]["targets"], "mlperf");
+  EXPECT_EQ(lora["lora"]["rank"], 8);
+  EXPECT_EQ(lora["flop_task"], "lora");
+  EXPECT_EQ(full["flop_task"], "pretrain");
+  EXPECT_NEAR(lora["flops_per_step"].get<double>(), full["flops_per_step"].get<double>() * 2 / 3,
+              1e-9 * full["flops_per_step"].get<double>());
   std::filesystem::remove_all(dir);
 }
 

@@ -72,6 +72,17 @@ TEST(TrainLayouts, EveryLayoutTrainsLikeDataParallel) {
   expect_layouts_train_alike("tb-layouts-", {"--model", "tiny", "--layers", "4"}, layouts);
 }
 
+// LoRA (canonical adapters, dropout on, the base frozen) through the CLI: every layout trains to the data-parallel
+// run's losses.
+TEST(TrainLayouts, LoraTrainsLikeDataParallel) {
+  std::vector<std::vector<std::string>> layouts = {{"--tp", "1"}, {"--tp", "2"}, {"--pp", "2"}, {"--cp", "2"}};
+  if (comm::world().size == 4) layouts.insert(layouts.end(), {{"--tp", "2", "--pp", "2"}, {"--tp", "2", "--cp", "2"}});
+  expect_layouts_train_alike("tb-lora-",
+                             {"--model", "tiny", "--layers", "4", "--lora-rank", "4", "--lora-targets", "canonical",
+                              "--lora-dropout", "0.1", "--lr", "1e-2"},
+                             layouts);
+}
+
 // --ep on a MoE model: every expert-parallel layout trains to the losses of the run without expert parallel (float
 // round-off; the fp64 equivalence is tests/parallel/trainer_cpu_mpi_test's).
 TEST(TrainLayouts, ExpertParallelTrainsLikeDataParallel) {

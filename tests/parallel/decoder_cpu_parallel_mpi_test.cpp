@@ -3,8 +3,9 @@
 // sequence, for five tiny model variants
 // (llama-like: rmsnorm, swiglu, rope with Llama 3.1 scaling, GQA; gpt-like: layernorm, gelu, learned positions,
 // tied embeddings, MHA; moe: llama with routed and shared experts and the load-balancing losses; mla and mla_moe: those
-// with multi-head latent attention, its latents replicated and its heads split over tp) with parameters moved
-// off their init (norm gains not 1, biases not 0) and random tokens:
+// with multi-head latent attention, its latents replicated and its heads split over tp; lora and lora-gpt: llama and
+// gpt with LoRA adapters (canonical; fused), dropout on, the base frozen: the adapters' gradients and the masks must
+// come out as one rank's) with parameters moved off their init (norm gains not 1, biases not 0) and random tokens:
 //   - every layout of the world that fits: tp = cp = 1 (dp = n), tp = n (with and without sequence parallel), cp = n,
 //     tp 2 x cp n/2 (with SP), cp 2 x tp n/2, each with micro-batch 1 and 2: the loss on every rank and the full
 //     gradient (add_grads_to_full summed over tp and cp) to 1e-10 relative per parameter slot, the embedding and LM
@@ -102,13 +103,15 @@ std::vector<T> full_grads(const std::vector<const ShardedCpuDecoder<T>*>& stages
   return g;
 }
 
-// Per slot: max |got - want| <= rel * max |want|. Returns "" or the mismatching slots.
+// Per trainable slot (in the gradient layout): max |got - want| <= rel * max |want|. Returns "" or the mismatching
+// slots.
 template <class T>
 std::string compare_grads(const model::DenseLayout& L, std::span<const T> got, std::span<const T> want, double rel) {
   std::ostringstream bad;
   for (const model::Slot& s : L.slots) {
+    if (!s.has_grad()) continue;
     double err = 0, scale = 0;
-    for (std::size_t i = s.offset; i < s.offset + s.size; ++i) {
+    for (std::size_t i = s.grad_offset; i < s.grad_offset + s.size; ++i) {
       err = std::max(err, std::abs(double(got[i]) - double(want[i])));
       scale = std::max(scale, std::abs(double(want[i])));
     }
@@ -146,7 +149,7 @@ TEST_P(Family, EveryLayoutMatchesTheSingleRankDecoder) {
       const double loss = dec.forward(0, b.view());
       dec.backward(0, {}, {}, kGradScale);
       EXPECT_EQ(dec.in_flight(), 0u);
-      const auto g = full_grads<double>({&dec}, m.mesh, ref.params().size());
+      const auto g = full_grads<double>({&dec}, m.mesh, ref.grads().size());
       const std::string what = l.str() + " batch " + std::to_string(batch) + " rank " + std::to_string(m.world->rank());
       EXPECT_NEAR(loss, ref_loss, 1e-12 * ref_loss) << what;
       EXPECT_EQ(compare_grads<double>(ref.dense_layout(), g, ref.grads(), 1e-10), "") << what;
@@ -195,8 +198,8 @@ TEST_P(Family, TwoStagesChainedEqualOneStage) {
       EXPECT_NEAR(loss1, one1, 1e-13 * one1) << what;
       EXPECT_NEAR(loss0, ref0, 1e-12 * ref0) << what;
       EXPECT_NEAR(loss1, ref1, 1e-12 * ref1) << what;
-      const auto g2 = full_grads<double>({&s0, &s1}, m.mesh, ref.params().size());
-      const auto g1 = full_grads<double>({&one}, m.mesh, ref.params().size());
+      const auto g2 = full_grads<double>({&s0, &s1}, m.mesh, ref.grads().size());
+      const auto g1 = full_grads<double>({&one}, m.mesh, ref.grads().size());
       EXPECT_EQ(compare_grads<double>(ref.dense_layout(), g2, g1, 1e-12), "") << what << " (two stages vs one)";
       EXPECT_EQ(compare_grads<double>(ref.dense_layout(), g2, ref.grads(), 1e-10), "") << what << " (vs reference)";
     }
@@ -215,12 +218,13 @@ TEST_P(Family, FloatMatchesTheFloatDecoder) {
   dec.load_full(ref.params());
   const double loss = dec.forward(0, b.view());
   dec.backward(0, {}, {}, kGradScale);
-  const auto g = full_grads<float>({&dec}, m.mesh, ref.params().size());
+  const auto g = full_grads<float>({&dec}, m.mesh, ref.grads().size());
   EXPECT_NEAR(loss, ref_loss, 1e-5 * ref_loss);
   EXPECT_EQ(compare_grads<float>(ref.dense_layout(), g, ref.grads(), 2e-4), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt", "moe", "mla", "mla_moe"));
+INSTANTIATE_TEST_SUITE_P(Variants, Family,
+                         ::testing::Values("llama", "gpt", "moe", "mla", "mla_moe", "lora", "lora-gpt"));
 
 // Expert parallel: dp x cp x tp (SP with tp > 1) and ep dividing the world.
 struct EpLayout {

@@ -5,6 +5,8 @@
 //          of width 8, aux, sequence aux and z losses on (dropless: capacity would depend on the rank's rows)
 //   mla:   llama with multi-head latent attention: 8 heads, q_lora_rank 8, kv_lora_rank 8, qk 2 + rope 4, v 4
 //   mla_moe: moe with that attention without query compression (q_lora_rank 0) and sigmoid scores (DeepSeek-V3's)
+//   lora:     llama fine-tuned with LoRA: canonical adapters (q, k, v, o, gate, up, down) of rank 2, dropout 0.25
+//   lora-gpt: gpt with fused ones (the whole qkv and fc1), rank 2, dropout 0.25 (the tied embedding frozen)
 // d_model 16, head_dim 4, ffn 24, vocab 36, seq 16: every size divides by 4 (tp, cp up to 4 ranks).
 #pragma once
 
@@ -18,6 +20,13 @@
 namespace tb::parallel::testing {
 
 inline model::ModelConfig tiny(const std::string& family, int layers) {
+  if (family == "lora" || family == "lora-gpt") {
+    model::ModelConfig c = tiny(family == "lora" ? "llama" : "gpt", layers);
+    c.name = "test-" + family;
+    c.lora = {.rank = 2, .alpha = 3, .dropout = 0.25,
+              .targets = family == "lora" ? model::kLoraCanonical : model::kLoraFused, .seed = 9};
+    return c;
+  }
   model::ModelConfig c = model::preset("tiny");
   c.name = "test-" + family;
   c.layers = layers, c.d_model = 16, c.head_dim = 4, c.ffn = 24, c.vocab = 36, c.seq = 16;

@@ -6,7 +6,8 @@
 // is the reference run unless --set changes it, and refuses rank counts without a layout, --ref-gpus of another count
 // and --points. A mixture of experts' proxy is one rank of the layout's expert grid (recipe/moe_proxy.h): its experts
 // / ep experts of width expert_ffn / etp on a tp·cp/etp share of the rows, points in whole periods of the layer
-// pattern, the experts' optimizer state over the expert data-parallel group; bad expert layouts are refused.
+// pattern, the experts' optimizer state over the expert data-parallel group; bad expert layouts are refused. A LoRA
+// recipe's plan carries its adapters (the shard's on a proxy).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -98,12 +99,40 @@ TEST(Plan, DeepSeekV3ProxyIsOneRankOfItsExpertGrid) {
   p.shard.validate();
 }
 
-TEST(Plan, RefusesWhatCannotRun) {
+// The LoRA recipes train their adapters in every mode: the proxy's shard holds a tp rank's (hf-llama2-70b-lora: tp 2,
+// the canonical targets on heads 32 / kv 4 and ffn 14336), a distributed plan the whole model's. A rank that fits the
+// model but not the shard's k block (kv_dim 1024 / tp 2) is refused before any work.
+TEST(Plan, LoraRecipesTrainTheirAdaptersOnTheShard) {
+  auto p = tr::plan_run(tr::find_recipe(recipes(), "hf-llama2-70b-lora"), {});
+  EXPECT_TRUE(p.proxy);
+  EXPECT_EQ(p.shard.heads, 32);
+  EXPECT_EQ(p.shard.kv_heads, 4);
+  EXPECT_EQ(p.shard.lora.rank, 8);
+  EXPECT_DOUBLE_EQ(p.shard.lora.scale(), 2.0);
+  EXPECT_DOUBLE_EQ(p.shard.lora.dropout, 0.1);
+  EXPECT_EQ(p.shard.lora.targets, tb::model::kLoraCanonical);
+  EXPECT_EQ(p.model.lora.rank, 8);
+  tr::RunOptions o;
+  o.ranks = 8;
+  EXPECT_EQ(tr::plan_run(tr::find_recipe(recipes(), "llama3-8b-lora"), o).model.lora.targets, tb::model::kLoraQkv);
+  EXPECT_EQ(tr::plan_run(tr::find_recipe(recipes(), "llama3-70b-lora"), {}).shard.lora.rank, 16);
+  tr::Recipe wide = tr::find_recipe(recipes(), "hf-llama2-70b-lora");
+  wide.lora.rank = 600;  // <= min(8192, 1024) of the model's k block, above the shard's 512
   try {
-    tr::plan_run(tr::find_recipe(recipes(), "hf-llama2-70b-lora"), {});
+    tr::plan_run(wide, {});
     ADD_FAILURE();
   } catch (const tb::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("needs lora"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("LoRA rank 600 is above min(in, out) = 512 of target k"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Plan, RefusesWhatCannotRun) {
+  try {
+    tr::plan_run(tr::find_recipe(recipes(), "nemotronh-56b"), {});
+    ADD_FAILURE();
+  } catch (const tb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs mamba"), std::string::npos) << e.what();
   }
   tr::RunOptions o;
   o.precision = "fp32";
@@ -174,12 +203,13 @@ TEST(Plan, TinyIsOneDeviceMeasuredAsItIs) {
   EXPECT_DOUBLE_EQ(x.tokens_per_s_per_gpu, 4.0 * 64 / x.step_s);
 }
 
-// Fine-tuning recipes train on packed documents (SQuAD-like by default), pretraining recipes on the markov tokens;
-// --data replaces either, and the plan says so among its differences.
+// Fine-tuning recipes (SFT and LoRA) train on packed documents (SQuAD-like by default), pretraining recipes on the
+// markov tokens; --data replaces either, and the plan says so among its differences.
 TEST(Plan, FineTuningRecipesTrainOnPackedData) {
-  for (const char* name : {"llama3-8b-sft", "llama3-70b-sft", "tiny-sft"}) {
+  for (const char* name : {"llama3-8b-sft", "llama3-70b-sft", "tiny-sft", "llama3-8b-lora", "llama3-70b-lora",
+                           "hf-llama2-70b-lora", "hf-mistral-7b-lora"}) {
     const auto& r = tr::find_recipe(recipes(), name);
-    EXPECT_EQ(r.task, "sft") << name;
+    EXPECT_NE(r.task, "pretrain") << name;
     EXPECT_EQ(tr::plan_run(r, {}).data, "packed-squad") << name;
   }
   EXPECT_EQ(tr::plan_run(tr::find_recipe(recipes(), "llama3.1-8b"), {}).data, "markov");

@@ -99,7 +99,29 @@ TEST(Recipes, ModelOverridesAndMoe) {
   const auto& l8 = recipe("llama3.1-8b");
   EXPECT_FALSE(l8.shape_overridden);
   EXPECT_EQ(l8.model.name, "llama3.1-8b");
-  EXPECT_EQ(recipe("hf-llama2-70b-lora").lora_rank, 8);
+}
+
+// The LoRA recipes run, with the adapters their references trained: HF PEFT's (r 8, alpha 16, dropout 0.1 on the seven
+// projections) and NeMo 24.12's performance recipes' (linear_qkv only, dropout 0: 8B r 8 alpha 16, 70B r 16 alpha 32).
+TEST(Recipes, LoraRecipesRunWithTheirReferencesAdapters) {
+  for (const char* hf : {"hf-llama2-70b-lora", "hf-mistral-7b-lora"}) {
+    const tr::Recipe& r = recipe(hf);
+    EXPECT_TRUE(r.runnable()) << hf;
+    EXPECT_EQ(r.task, "lora");
+    EXPECT_EQ(r.lora.rank, 8);
+    EXPECT_DOUBLE_EQ(r.lora.scale() * r.lora.rank, 16);
+    EXPECT_DOUBLE_EQ(r.lora.dropout, 0.1);
+    EXPECT_EQ(r.lora.targets, tb::model::kLoraCanonical);
+  }
+  for (const auto& [name, rank] : {std::pair{"llama3-8b-lora", 8}, std::pair{"llama3-70b-lora", 16}}) {
+    const tr::Recipe& r = recipe(name);
+    EXPECT_TRUE(r.runnable()) << name;
+    EXPECT_EQ(r.lora.rank, rank);
+    EXPECT_DOUBLE_EQ(r.lora.scale(), 2.0);
+    EXPECT_DOUBLE_EQ(r.lora.dropout, 0);
+    EXPECT_EQ(r.lora.targets, tb::model::kLoraQkv);
+  }
+  for (const auto& r : recipes()) EXPECT_EQ(r.lora.enabled(), r.task == "lora") << r.name;
 }
 
 TEST(Layouts, ExactByReleaseAndPrecision) {

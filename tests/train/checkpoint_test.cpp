@@ -3,7 +3,9 @@
 //     with its info; the file is a safetensors file the Python package reads: every parameter by its registry name and
 //     both moments;
 //   - a checkpoint of another run (model, data, seed, global batch) or of other shapes is refused naming each
-//     difference, and the state it was loaded into is untouched; so is a safetensors file that is no checkpoint.
+//     difference, and the state it was loaded into is untouched; so is a safetensors file that is no checkpoint;
+//   - a LoRA state's file holds the adapters and their moments alone (an adapter checkpoint): they round-trip bit for
+//     bit and the frozen base of the state loaded into stays its own; a run without those adapters refuses it.
 #include "train/checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -12,10 +14,12 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/param_layout.h"
 #include "train/safetensors.h"
 #include "../support/config_error.h"
@@ -30,7 +34,7 @@ struct State {
   model::DenseLayout layout;
   std::vector<float> params, m, v;
   explicit State(const model::ModelConfig& c)
-      : layout(model::dense_layout(c)), params(layout.total), m(layout.total), v(layout.total) {}
+      : layout(model::dense_layout(c)), params(layout.total), m(layout.grad_total), v(layout.grad_total) {}
   TrainState view() { return {layout.slots, params, m, v}; }
   void randomize(std::uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -40,15 +44,13 @@ struct State {
         std::memcpy(&x, &bits, 4);
       }
   }
-  bool operator==(const State& o) const {
-    const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-    };
-    return same(params, o.params) && same(m, o.m) && same(v, o.v);
+  static bool same(std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
   }
+  bool operator==(const State& o) const { return same(params, o.params) && same(m, o.m) && same(v, o.v); }
 };
 
-const CheckpointInfo kInfo{7, "tiny", "packed-squad", 1234, 4};
+const CheckpointInfo kInfo{7, "tiny", "packed-squad", 1234, 4, ""};
 
 TEST(Checkpoint, RoundTripsBitForBitAndPythonReadsIt) {
   const fs::path p = fs::temp_directory_path() / "tb_checkpoint_round.safetensors";
@@ -101,6 +103,36 @@ TEST(Checkpoint, AnotherRunsFileIsRefusedAndNothingIsLoaded) {
   msg = testing_support::config_error([&] { load_checkpoint(p, into.view(), kInfo); });
   EXPECT_NE(msg.find("not a trainbench checkpoint"), std::string::npos) << msg;
   EXPECT_TRUE(into == before);
+  fs::remove(p);
+}
+
+TEST(Checkpoint, LoraFileHoldsTheAdaptersAlone) {
+  const fs::path p = fs::temp_directory_path() / "tb_checkpoint_lora.safetensors";
+  model::ModelConfig c = model::preset("tiny");
+  c.lora.rank = 4, c.lora.targets = model::kLoraCanonical;
+  State a(c), into(c);
+  a.randomize(4), into.randomize(5);
+  const State before = into;
+  CheckpointInfo info = kInfo;
+  info.lora = model::lora_text(c.lora);
+  save_checkpoint(p, a.view(), info);
+  std::size_t adapters = 0;
+  for (const model::Slot& s : a.layout.slots) adapters += s.has_grad();
+  ASSERT_GT(adapters, 0u);
+  ASSERT_LT(adapters, a.layout.slots.size());
+  const std::vector<TensorEntry> entries = read_tensor_entries(p);
+  EXPECT_EQ(entries.size(), 3 * adapters);
+  for (const TensorEntry& e : entries) EXPECT_NE(e.name.find(".lora_"), std::string::npos) << e.name;
+  load_checkpoint(p, into.view(), info);
+  for (const model::Slot& s : a.layout.slots) {  // the adapters are a's, the frozen base still its own
+    const std::span<const float> got = std::span(into.params).subspan(s.offset, s.size);
+    EXPECT_TRUE(State::same(got, std::span(s.has_grad() ? a.params : before.params).subspan(s.offset, s.size)))
+        << s.name;
+  }
+  EXPECT_TRUE(State::same(into.m, a.m) && State::same(into.v, a.v));
+  State full(model::preset("tiny"));
+  const std::string msg = testing_support::config_error([&] { load_checkpoint(p, full.view(), kInfo); });
+  EXPECT_NE(msg.find("adapters LoRA r 4 alpha 8 dropout 0 on canonical (this run: none)"), std::string::npos) << msg;
   fs::remove(p);
 }
 

@@ -68,7 +68,7 @@ TEST(RankAgreement, EveryFieldListedOnce) {
   for (const auto& [name, value] : spec_fields(TrainSpec{})) EXPECT_TRUE(names.insert(name).second) << name;
   // TrainSpec's fields but gpu (the node-local index) and job_ranks (how the process was started), plus the binary
   // and the data file's size.
-  EXPECT_EQ(names.size(), 57u);
+  EXPECT_EQ(names.size(), 62u);
   EXPECT_TRUE(names.count("binary") && names.count("data_bytes"));
 }
 

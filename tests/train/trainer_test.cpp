@@ -1,7 +1,7 @@
 // Tests train/trainer on the CPU backend: the tiny model learns the markov task to near its floor in a
 // hundred-odd steps, the same seed gives the same losses, packed data counts its answers, a run resumed from its
-// checkpoint continues with the same losses, and bad specs fail before any work (also the CUDA-only
-// --fp8-attention combinations, checked by validate() without a GPU).
+// checkpoint continues with the same losses (a LoRA run from its adapter checkpoint too), and bad specs fail before
+// any work (also the CUDA-only --fp8-attention combinations, checked by validate() without a GPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,9 @@
 
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "model/lora.h"
+#include "model/param_layout.h"
+#include "train/safetensors.h"
 #include "train/trainer.h"
 #include "../support/config_error.h"
 
@@ -41,6 +44,39 @@ tb::train::TrainSpec fp8_head_spec() {
   s.model.preset = "small", s.run.device = tb::train::Device::cuda, s.precision.linear = tb::train::Precision::fp8,
   s.precision.fp8.lm_head = true;
   return s;
+}
+
+// The resume tests' run: tiny at seq 128 on packed-squad, 2 micro-batches of 2 rows per step, 6 steps.
+tb::train::TrainSpec packed_tiny() {
+  auto s = tiny(6);
+  s.model.seq = 128, s.run.data = "packed-squad";
+  s.batch.micro = 2, s.batch.global = 4;
+  return s;
+}
+
+// spec run whole, saving `file` after step 3, then resumed from it: the resumed run's steps 4 to 6 equal the whole
+// run's bit for bit (step, loss, gradient norm, learning rate).
+struct Resumed {
+  tb::train::TrainResult whole, resumed;
+};
+Resumed expect_resume_continues(const tb::train::TrainSpec& spec, const std::string& file) {
+  std::filesystem::remove(file);
+  auto saving = spec;
+  saving.run.save = file, saving.run.save_step = 3;
+  Resumed r{tb::train::train_cpu(saving, nullptr), {}};
+  EXPECT_TRUE(std::filesystem::exists(file));
+  auto resuming = spec;
+  resuming.run.resume = file;
+  r.resumed = tb::train::train_cpu(resuming, nullptr);
+  EXPECT_EQ(r.resumed.steps.size(), 3u);
+  for (std::size_t i = 0; i < r.resumed.steps.size(); ++i) {
+    const auto &a = r.whole.steps[i + 3], &b = r.resumed.steps[i];
+    EXPECT_EQ(b.step, a.step);
+    EXPECT_EQ(b.loss, a.loss) << "step " << a.step;
+    EXPECT_EQ(b.grad_norm, a.grad_norm) << "step " << a.step;
+    EXPECT_EQ(b.lr, a.lr) << "step " << a.step;
+  }
+  return r;
 }
 
 }  // namespace
@@ -98,26 +134,12 @@ TEST(TrainerCpu, PackedDataCountsTheAnswersAndLearns) {
 // naming the difference, and the file is left as it was.
 TEST(TrainerCpu, ResumedRunContinuesWithTheSameLosses) {
   const std::string file = (std::filesystem::temp_directory_path() / "tb_trainer_resume.safetensors").string();
-  std::filesystem::remove(file);
-  auto spec = tiny(6);
-  spec.model.seq = 128, spec.run.data = "packed-squad";
-  spec.batch.micro = 2, spec.batch.global = 4;
-  auto saving = spec;
-  saving.run.save = file, saving.run.save_step = 3;
-  const auto whole = tb::train::train_cpu(saving, nullptr);
-  ASSERT_TRUE(std::filesystem::exists(file));
+  const auto spec = packed_tiny();
+  const Resumed r = expect_resume_continues(spec, file);
+  ASSERT_FALSE(r.resumed.steps.empty());
+  EXPECT_NE(r.resumed.steps[0].loss, tb::train::train_cpu(spec, nullptr).steps[0].loss);  // not a fresh start
   auto resuming = spec;
   resuming.run.resume = file;
-  const auto resumed = tb::train::train_cpu(resuming, nullptr);
-  ASSERT_EQ(resumed.steps.size(), 3u);
-  for (int i = 0; i < 3; ++i) {
-    const auto &a = whole.steps[std::size_t(i) + 3], &b = resumed.steps[std::size_t(i)];
-    EXPECT_EQ(b.step, a.step);
-    EXPECT_EQ(b.loss, a.loss) << "step " << a.step;
-    EXPECT_EQ(b.grad_norm, a.grad_norm) << "step " << a.step;
-    EXPECT_EQ(b.lr, a.lr) << "step " << a.step;
-  }
-  EXPECT_NE(resumed.steps[0].loss, tb::train::train_cpu(spec, nullptr).steps[0].loss);  // not a fresh start
 
   const auto bytes = [&] {
     std::ifstream in(file, std::ios::binary);
@@ -141,6 +163,36 @@ TEST(TrainerCpu, ResumedRunContinuesWithTheSameLosses) {
   msg = tb::testing_support::config_error([&] { tb::train::train_cpu(other, nullptr); });
   EXPECT_NE(msg.find("it holds 3 steps"), std::string::npos) << msg;
   EXPECT_EQ(bytes(), before) << "a refused resume left the checkpoint as it was";
+  std::filesystem::remove(file);
+}
+
+// LoRA fine-tuning on packed data (dropout on, keyed by the step), checkpointed after step 3 of 6: the file holds the
+// adapters and their two moments alone, not the frozen base (the resumed run draws it from the seed), and the resumed
+// run repeats steps 4 to 6 bit for bit; a run without the adapters refuses the file, naming them.
+TEST(TrainerCpu, ResumedLoraRunContinuesFromItsAdapterCheckpoint) {
+  const std::string file = (std::filesystem::temp_directory_path() / "tb_trainer_lora_resume.safetensors").string();
+  auto spec = packed_tiny();
+  spec.lora.rank = 4, spec.lora.dropout = 0.1, spec.lora.targets = tb::model::kLoraCanonical;
+  const Resumed r = expect_resume_continues(spec, file);
+
+  const tb::model::DenseLayout layout = tb::model::dense_layout(r.whole.model);
+  std::size_t adapters = 0;
+  for (const auto& s : layout.slots) adapters += s.has_grad();
+  ASSERT_GT(adapters, 0u);
+  const auto entries = tb::train::read_tensor_entries(file);
+  EXPECT_EQ(entries.size(), 3 * adapters) << "the adapters and their two moments";
+  std::size_t bytes = 0;
+  for (const auto& e : entries) {
+    EXPECT_NE(e.name.find(".lora_"), std::string::npos) << e.name << ": the frozen base is not in the file";
+    bytes += e.bytes;
+  }
+  EXPECT_EQ(bytes, 3 * 4 * layout.grad_total);
+
+  auto full = spec;
+  full.lora = {}, full.run.resume = file;
+  const std::string msg = tb::testing_support::config_error([&] { tb::train::train_cpu(full, nullptr); });
+  EXPECT_NE(msg.find("adapters LoRA r 4 alpha 8 dropout 0.1 on canonical (this run: none)"), std::string::npos)
+      << msg;
   std::filesystem::remove(file);
 }
 

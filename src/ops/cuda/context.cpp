@@ -115,10 +115,10 @@ GemmPlan& DeviceContext::gemm_plan(const GemmShape& s) {
   return plans_.try_emplace(s, lt_.get(), s, workspace_.bytes()).first->second;
 }
 
-void DeviceContext::gemm(const GemmShape& s, void* d, const void* a, const void* b, GemmScales scales) {
+void DeviceContext::gemm(const GemmShape& s, void* d, const void* a, const void* b, GemmScales scales, float alpha) {
   const GemmPlan& plan = gemm_plan(s);
   activate();
-  plan.run(d, a, b, workspace(), stream(), scales);
+  plan.run(d, a, b, workspace(), stream(), scales, alpha);
 }
 
 }  // namespace tb::ops

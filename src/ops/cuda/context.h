@@ -84,7 +84,7 @@ class DeviceContext {
     for (auto& [shape, plan] : plans_) f(plan);
   }
   // Enqueues D = A·B^T on stream() with the cached plan and this context's workspace.
-  void gemm(const GemmShape& s, void* d, const void* a, const void* b, GemmScales scales = {});
+  void gemm(const GemmShape& s, void* d, const void* a, const void* b, GemmScales scales = {}, float alpha = 1.0f);
 
  private:
   struct StreamDeleter {

@@ -74,6 +74,13 @@ __global__ void fill_normal_kernel(float* __restrict__ dst, std::size_t n, std::
     dst[i] = fmaf(std, normal_value(seed, first + i), mean);
 }
 
+__global__ void fill_uniform_f32_kernel(float* __restrict__ dst, std::size_t n, std::uint64_t seed, float lo, float hi,
+                                        std::uint64_t first) {
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = fill_value(seed, first + i, lo, hi);
+}
+
 __global__ void cast_kernel(unsigned short* __restrict__ dst, const float* __restrict__ src, std::size_t n) {
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
@@ -91,6 +98,15 @@ void fill_normal(float* dst, std::size_t n, std::uint64_t seed, float mean, floa
                                                                      "device pointer");
   TB_REQUIRE(std >= 0 && std::isfinite(mean) && std::isfinite(std), "fill_normal: needs a finite mean and std >= 0");
   fill_normal_kernel<<<grid_for(n), 256, 0, stream>>>(dst, n, seed, mean, std, first);
+  TB_CHECK_LAUNCH();
+}
+
+void fill_uniform_f32(float* dst, std::size_t n, std::uint64_t seed, float lo, float hi, cudaStream_t stream,
+                      std::uint64_t first) {
+  if (n == 0) return;
+  TB_REQUIRE(dst && reinterpret_cast<std::uintptr_t>(dst) % 4 == 0 && std::isfinite(lo) && std::isfinite(hi) && lo < hi,
+             "fill_uniform_f32: needs a 4-byte aligned device pointer and finite lo < hi");
+  fill_uniform_f32_kernel<<<grid_for(n), 256, 0, stream>>>(dst, n, seed, lo, hi, first);
   TB_CHECK_LAUNCH();
 }
 

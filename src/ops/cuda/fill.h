@@ -34,6 +34,9 @@ void fill_uniform(void* dst, DType t, std::size_t n, std::uint64_t seed, float l
 // initialisation; `first` lets a long stream be drawn in pieces).
 void fill_normal(float* dst, std::size_t n, std::uint64_t seed, float mean, float std, cudaStream_t stream,
                  std::uint64_t first = 0);
+// The same with uniform draws: dst[i] = fill_value(seed, first + i, lo, hi) (a uniform init, model/params.h).
+void fill_uniform_f32(float* dst, std::size_t n, std::uint64_t seed, float lo, float hi, cudaStream_t stream,
+                      std::uint64_t first = 0);
 
 // dst[i] = bf16(src[i]) rounded to nearest even, n elements (device pointers, 4-byte aligned).
 void cast_f32_to_bf16(void* dst, const float* src, std::size_t n, cudaStream_t stream);

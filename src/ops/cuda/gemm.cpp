@@ -72,16 +72,25 @@ std::string_view gemm_layout_name(GemmLayout l) {
 }
 
 std::string describe(const GemmShape& s) {
-  return fmt::format("{}->{} m={} n={} k={}{}{}{}{}{}", gemm_types_name(s.a, s.b), dtype_name(s.d), s.m, s.n, s.k,
+  return fmt::format("{}->{} m={} n={} k={}{}{}{}{}{}{}{}", gemm_types_name(s.a, s.b), dtype_name(s.d), s.m, s.n, s.k,
                      s.fast_accum ? " fast_accum" : "", s.layout == GemmLayout::abt ? "" : " ",
                      s.layout == GemmLayout::abt ? std::string_view() : gemm_layout_name(s.layout),
-                     s.accumulate ? " accumulate" : "", s.sm_target > 0 ? fmt::format(" sms {}", s.sm_target) : "");
+                     s.accumulate ? " accumulate" : "", s.sm_target > 0 ? fmt::format(" sms {}", s.sm_target) : "",
+                     s.lda > 0 ? fmt::format(" lda {}", s.lda) : "", s.ldd > 0 ? fmt::format(" ldd {}", s.ldd) : "");
 }
+
+namespace {
+// Elements of our A's rows: k for [m,k] (abt, ab), m for [k,m] (atb).
+std::int64_t a_row(const GemmShape& s) { return s.layout == GemmLayout::atb ? s.m : s.k; }
+}  // namespace
 
 void check_gemm_shape(const GemmShape& s) {
   TB_REQUIRE(s.m >= 1 && s.n >= 1 && s.k >= 1,
              fmt::format("GEMM {}: every dimension must be at least 1", describe(s)));
   TB_REQUIRE(s.sm_target >= 0, fmt::format("GEMM {}: sm_target must be >= 0 (0: the whole GPU)", describe(s)));
+  TB_REQUIRE((s.lda == 0 || s.lda >= a_row(s)) && (s.ldd == 0 || s.ldd >= s.n),
+             fmt::format("GEMM {}: a leading dimension below its rows' length", describe(s)));
+  TB_REQUIRE(!s.strided() || !is_fp8(s.a), fmt::format("GEMM {}: fp8 GEMMs take dense rows only", describe(s)));
   TB_REQUIRE(!(s.a == DType::e5m2 && s.b == DType::e5m2),
              "cuBLASLt has no e5m2 x e5m2 GEMM; use e4m3 or e4m3xe5m2");
   const bool known = std::any_of(std::begin(kTypes), std::end(kTypes),
@@ -123,11 +132,12 @@ GemmPlan::GemmPlan(cublasLtHandle_t lt, const GemmShape& s, std::size_t workspac
     TB_CHECK(cublasLtMatrixLayoutCreate(lay_a_.out(), cuda_type(s.b), s.k, s.n, s.k));  // our B [n,k]
   else
     TB_CHECK(cublasLtMatrixLayoutCreate(lay_a_.out(), cuda_type(s.b), s.n, s.k, s.n));  // our B [k,n]
+  const std::int64_t lda = s.lda > 0 ? s.lda : a_row(s), ldd = s.ldd > 0 ? s.ldd : s.n;
   if (a_mk)
-    TB_CHECK(cublasLtMatrixLayoutCreate(lay_b_.out(), cuda_type(s.a), s.k, s.m, s.k));  // our A [m,k]
+    TB_CHECK(cublasLtMatrixLayoutCreate(lay_b_.out(), cuda_type(s.a), s.k, s.m, lda));  // our A [m,k]
   else
-    TB_CHECK(cublasLtMatrixLayoutCreate(lay_b_.out(), cuda_type(s.a), s.m, s.k, s.m));  // our A [k,m]
-  TB_CHECK(cublasLtMatrixLayoutCreate(lay_d_.out(), cuda_type(s.d), s.n, s.m, s.n));  // our D [m,n] (and C)
+    TB_CHECK(cublasLtMatrixLayoutCreate(lay_b_.out(), cuda_type(s.a), s.m, s.k, lda));  // our A [k,m]
+  TB_CHECK(cublasLtMatrixLayoutCreate(lay_d_.out(), cuda_type(s.d), s.n, s.m, ldd));  // our D [m,n] (and C)
 
   if (is_fp8(s.a)) {  // one unit scale, used for both operands until run() is given others
     float* unit = nullptr;
@@ -145,6 +155,12 @@ GemmPlan::GemmPlan(cublasLtHandle_t lt, const GemmShape& s, std::size_t workspac
   const std::uint64_t max_ws = workspace_bytes;
   TB_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
                                                 sizeof(max_ws)));
+  if (s.strided()) {  // a block of a wider tensor starts 16-byte aligned only: algorithms that take it
+    const std::uint32_t align = 16;
+    for (const auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      TB_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), attr, &align, sizeof(align)));
+  }
   candidates_.resize(kCandidates);
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, desc_.get(), lay_a_.get(), lay_b_.get(), lay_d_.get(),
@@ -176,11 +192,13 @@ void GemmPlan::select(int rank) {
   info_.candidates = candidates();
 }
 
-void GemmPlan::run(void* d, const void* a, const void* b, Workspace ws, cudaStream_t stream, GemmScales scales) const {
-  TB_REQUIRE(aligned256(d) && aligned256(a) && aligned256(b),
-             fmt::format("GEMM {}: d, a and b must be 256-byte aligned device buffers (cudaMalloc'ed), as the "
-                         "algorithm was chosen for",
-                         describe(s_)));
+void GemmPlan::run(void* d, const void* a, const void* b, Workspace ws, cudaStream_t stream, GemmScales scales,
+                   float alpha) const {
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  TB_REQUIRE(s_.strided() ? aligned16(d) && aligned16(a) && aligned16(b)
+                          : aligned256(d) && aligned256(a) && aligned256(b),
+             fmt::format("GEMM {}: d, a and b must be {}-byte aligned device buffers, as the algorithm was chosen for",
+                         describe(s_), s_.strided() ? 16 : 256));
   TB_REQUIRE(ws.bytes >= info_.workspace_bytes && (ws.ptr || info_.workspace_bytes == 0),
              fmt::format("GEMM {}: the plan needs {} bytes of workspace, got {}", describe(s_), info_.workspace_bytes,
                          ws.bytes));
@@ -199,7 +217,7 @@ void GemmPlan::run(void* d, const void* a, const void* b, Workspace ws, cudaStre
     set_attr(desc_.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(scales.a));
     scales_set_ = scales;
   }
-  const float alpha = 1.0f, beta = s_.accumulate ? 1.0f : 0.0f;  // beta = 0: C (given as D) is not read
+  const float beta = s_.accumulate ? 1.0f : 0.0f;  // beta = 0: C (given as D) is not read
   TB_CHECK(cublasLtMatmul(lt_, desc_.get(), &alpha, b, lay_a_.get(), a, lay_b_.get(), &beta, d, lay_d_.get(), d,
                           lay_d_.get(), &algo_, ws.ptr, ws.bytes, stream));
 }

@@ -16,7 +16,10 @@
 //        Hopper FP8 requires; fp8 GEMMs support abt only)
 //   ab:  cuA = B as col-major [n,k] with op N, cuB = A as col-major [k,m] with op N  ("NN")
 //   atb: cuA = B as col-major [n,k] with op N, cuB = A as col-major [m,k] with op T  ("NT")
-// Nothing is copied or transposed; leading dimensions are the row lengths (dense rows).
+// Nothing is copied or transposed; leading dimensions are the row lengths (dense rows), unless lda / ldd say
+// otherwise: then A's or D's rows are that many elements apart (a block of columns of a wider tensor, e.g. a LoRA
+// adapter's rows of a fused linear's output), every pointer needs only 16-byte alignment, and the plan picks among the
+// algorithms that take it. alpha (run): D = alpha · product (+ D), a host float (a LoRA adapter's alpha / r).
 #pragma once
 
 #include <cublasLt.h>
@@ -55,6 +58,8 @@ struct GemmShape {
   bool accumulate = false;  // D += product (beta = 1, C = D) instead of D = product
   int sm_target = 0;  // > 0: plan for this many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), leaving the rest to a
                       // concurrent stream; 0: the whole GPU
+  std::int64_t lda = 0, ldd = 0;  // elements between A's rows, D's rows (0: dense; see the top)
+  bool strided() const { return lda > 0 || ldd > 0; }
   auto operator<=>(const GemmShape&) const = default;
 };
 
@@ -114,7 +119,8 @@ class GemmPlan {
 
   // d, a, b: device buffers, 256-byte aligned (cudaMalloc) as the heuristic assumed. Enqueues on stream.
   // Not thread-safe: fp8 scale pointers are set on the shared descriptor when they change.
-  void run(void* d, const void* a, const void* b, Workspace ws, cudaStream_t stream, GemmScales scales = {}) const;
+  void run(void* d, const void* a, const void* b, Workspace ws, cudaStream_t stream, GemmScales scales = {},
+           float alpha = 1.0f) const;
 
   const GemmShape& shape() const { return s_; }
   double flops() const { return 2.0 * double(s_.m) * double(s_.n) * double(s_.k); }

@@ -12,7 +12,7 @@
 #define TB_GROUPED_GEMM_DEFAULTS(X)          \
   X(bf16_tn_bf16, coop_128x256_c1)           \
   X(bf16_tt_bf16, coop_128x256_c1)           \
-  X(bf16_nt_bf16, coop_128x256_c1)           \
+  X(bf16_nt_bf16, pingpong_128x128_c1)       \
   X(bf16_nt_f32, coop_128x256_c1)            \
   X(e4m3_tn_bf16_fast, coop_128x256_c1)      \
   X(e4m3_tn_bf16, coop_128x256_c1)           \

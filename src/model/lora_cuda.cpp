@@ -1,0 +1,115 @@
+// model/lora_cuda.cpp: a CUDA linear's LoRA adapters (model/lora_cuda.h has the formulas): cuBLASLt GEMMs on the
+// adapter's row block of the linear's output (leading dimension `out`), the dropout drawn again in the backward.
+#include "model/lora_cuda.h"
+
+#include "core/error.h"
+#include "model/decoder_cuda.h"
+#include "model/linear_cuda.h"
+#include "model/param_layout.h"
+#include "ops/cuda/gemm.h"
+#include "ops/cuda/lora.h"
+
+namespace tb::model {
+namespace {
+
+// A BF16 GEMM (atb: into a gradient of type `grads`, written when `overwrite`, else accumulated).
+ops::GemmShape shape(std::int64_t m, std::int64_t n, std::int64_t k, ops::GemmLayout layout, bool accumulate,
+                     std::int64_t lda = 0, std::int64_t ldd = 0, DType d = DType::bf16) {
+  ops::GemmShape s;
+  s.m = m, s.n = n, s.k = k, s.layout = layout, s.accumulate = accumulate, s.lda = lda, s.ldd = ldd, s.d = d;
+  return s;
+}
+
+void mark(const LinearEnv& e, std::string_view op) {
+  if (e.mark) e.mark(op);
+}
+
+}  // namespace
+
+LoraCuda::LoraCuda(const ParamRegistry& registry, const Slot& w, const std::vector<Adapter>& adapters,
+                   const LoraConfig& cfg)
+    : rank_(cfg.rank), p_(float(cfg.dropout)), scale_(float(cfg.scale())), in_(w.shape[1]), out_(w.shape[0]),
+      row_parallel_(w.tags.tp == TpRole::row) {
+  for (const Adapter& ad : adapters) {
+    const Slot &a = registry.slots.at(std::size_t(ad.a)), &b = registry.slots.at(std::size_t(ad.b));
+    const std::vector<std::int64_t> a_shape = {rank_, in_}, b_shape = {ad.rows, rank_};
+    TB_REQUIRE(a.shape == a_shape && b.shape == b_shape && ad.row0 + ad.rows <= out_ && a.has_grad() && b.has_grad(),
+               "CUDA decoder: internal: the adapter " + a.name + " does not fit its linear " + w.name);
+    adapters_.push_back({&a, &b, ad.row0, ad.rows, slot_seed(cfg.seed, a.name)});
+  }
+}
+
+std::size_t LoraCuda::z_stride(std::int64_t rows) const {
+  return pad256(std::size_t(rows) * std::size_t(rank_) * sizeof(bf16)) / sizeof(bf16);
+}
+
+ops::LoraMask LoraCuda::mask(const LinearEnv& e, const One& k) const {
+  ops::LoraMask m{k.seed, e.step, p_, e.rows};
+  m.rows.col0 = row_parallel_ ? std::int64_t(e.tp.rank) * in_ : 0;
+  m.rows.cols_full = row_parallel_ ? std::int64_t(e.tp.size) * in_ : in_;
+  return m;
+}
+
+const LoraCuda::bf16* LoraCuda::dropped(const LinearEnv& e, const One& k, const bf16* x, std::int64_t rows) const {
+  if (p_ == 0) return x;
+  ops::lora_dropout(e.lora_xd, x, rows, in_, mask(e, k), e.dc.stream());
+  mark(e, "lora dropout");
+  return e.lora_xd;
+}
+
+void LoraCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t rows) const {
+  const std::size_t stride = z_stride(rows);
+  for (std::size_t i = 0; i < adapters_.size(); ++i) {
+    const One& k = adapters_[i];
+    bf16* z = s.lora_z + i * stride;
+    e.dc.gemm(shape(rows, rank_, in_, ops::GemmLayout::abt, false), z, dropped(e, k, x, rows), e.params + k.a->offset);
+    e.dc.gemm(shape(rows, k.rows, rank_, ops::GemmLayout::abt, true, 0, out_), y + k.row0, z, e.params + k.b->offset,
+              {}, scale_);
+    mark(e, "lora gemm fwd");
+  }
+}
+
+void LoraCuda::dz(const LinearEnv& e, const bf16* dy, std::int64_t rows) const {
+  const std::size_t stride = z_stride(rows);
+  for (std::size_t i = 0; i < adapters_.size(); ++i) {
+    const One& k = adapters_[i];
+    e.dc.gemm(shape(rows, rank_, k.rows, ops::GemmLayout::ab, false, out_), e.lora_dz + i * stride, dy + k.row0,
+              e.params + k.b->offset);
+  }
+  mark(e, "lora gemm dz");
+}
+
+void LoraCuda::add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows) const {
+  const std::size_t stride = z_stride(rows);
+  for (std::size_t i = 0; i < adapters_.size(); ++i) {
+    const One& k = adapters_[i];
+    const bf16* dzk = e.lora_dz + i * stride;
+    if (p_ == 0) {
+      e.dc.gemm(shape(rows, in_, rank_, ops::GemmLayout::ab, true), dx, dzk, e.params + k.a->offset, {}, scale_);
+      continue;
+    }
+    e.dc.gemm(shape(rows, in_, rank_, ops::GemmLayout::ab, false), e.lora_t, dzk, e.params + k.a->offset, {}, scale_);
+    ops::lora_dropout_add(dx, e.lora_t, rows, in_, mask(e, k), e.dc.stream());
+  }
+  mark(e, "lora gemm dgrad");
+}
+
+void LoraCuda::input_grad(const LinearEnv& e, bf16* dx, const bf16* dy, std::int64_t rows) const {
+  dz(e, dy, rows);
+  add_input_grad(e, dx, rows);
+}
+
+void LoraCuda::weight_grads(const LinearEnv& e, const bf16* dy, const bf16* x, const LinearSaved& s,
+                            std::int64_t rows) const {
+  const std::size_t stride = z_stride(rows);
+  for (std::size_t i = 0; i < adapters_.size(); ++i) {
+    const One& k = adapters_[i];
+    e.dc.gemm(shape(k.rows, rank_, rows, ops::GemmLayout::atb, !e.overwrite, out_, 0, e.grad_type), e.grad(*k.b),
+              dy + k.row0, s.lora_z + i * stride, {}, scale_);
+    e.dc.gemm(shape(rank_, in_, rows, ops::GemmLayout::atb, !e.overwrite, 0, 0, e.grad_type), e.grad(*k.a),
+              e.lora_dz + i * stride, dropped(e, k, x, rows), {}, scale_);
+  }
+  mark(e, "lora gemm wgrad");
+}
+
+}  // namespace tb::model
