@@ -64,6 +64,11 @@ install_into .deps/cutlass nvidia-cutlass==4.2.0.0
 # kernels' SASS for HGMMA / QGMMA.
 install_into .deps/cudabin nvidia-cuda-cuobjdump==13.2.51 nvidia-cuda-nvdisasm==13.2.51
 
+# safetensors (the reference reader and writer of the checkpoint format, train/safetensors.h) and pyarrow (parquet), in a
+# folder of their own: tests/train/safetensors_python.py checks that each side reads what the other writes;
+# scripts/convert_mlperf_govreport.py reads the MLPerf Llama 2 70B LoRA parquet files (tests/train/convert_govreport.py).
+install_into .deps/pytools safetensors==0.8.0 pyarrow==26.0.1
+
 # kubernetes-validate (the Kubernetes OpenAPI schemas) and its dependencies, pinned: the launch tests validate
 # rendered manifests with it (tests/launch/k8s_check.py).
 install_into .deps/kubeval \

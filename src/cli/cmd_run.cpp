@@ -68,7 +68,7 @@ int run_proxy(RunRequest& q, int gpu) {
       "%d layers, seq %d (%s)\n",
       r.name.c_str(), q.precision.c_str(), L.gpus, L.tp, L.pp, L.cp, L.vp, L.dp, L.micro_batch, L.global_batch,
       L.layers, L.seq, L.where.c_str());
-  if (r.lora.enabled()) std::printf("  %s, the base frozen\n", lora_text(r.lora).c_str());
+  if (r.lora.enabled()) std::printf("  %s, the base frozen\n", model::lora_text(r.lora).c_str());
   for (const std::string& d : plan.differences) std::printf("  proxy: %s\n", d.c_str());
   std::fflush(stdout);
 
@@ -76,6 +76,7 @@ int run_proxy(RunRequest& q, int gpu) {
   auto points_json = nlohmann::json::array();
   std::string device_name = cuda ? "" : "CPU";
   bool stopped = false;
+  double loss_share = 0;  // the counted targets' share of the rows' tokens, over the points
   for (int layers : plan.points) {
     model::ModelConfig m = plan.shard;
     m.layers = layers;
@@ -104,6 +105,7 @@ int run_proxy(RunRequest& q, int gpu) {
                            {"step_ms", to_json(scaled(res.step_s, 1e3))},
                            {"optimizer_ms", opt_s * 1e3},
                            {"tokens_per_s", res.tokens_per_s},
+                           {"loss_tokens_per_step", res.loss_tokens_per_step},
                            {"peak_alloc_gib", res.peak_alloc_bytes / double(1 << 30)},
                            {"graph", res.graph}});
     if (res.telemetry) points_json.back()["telemetry"] = bench::to_json(*res.telemetry);
@@ -111,6 +113,7 @@ int run_proxy(RunRequest& q, int gpu) {
     const double se = res.step_s.n > 1 ? res.step_s.stdev / std::sqrt(double(res.step_s.n)) : 0.0;
     points_json.back()["step_ms_se"] = 1e3 * se;
     timings.push_back({layers, step - opt_s, opt_s, se});
+    loss_share += res.loss_tokens_per_step / res.tokens_per_step / double(plan.points.size());
     if (res.interrupted) {
       stopped = true;
       break;
@@ -125,6 +128,7 @@ int run_proxy(RunRequest& q, int gpu) {
   const double peak = cuda ? peak_tflops_or_warn(q.common, gpu, q.precision) : 0.0;
   rec.data = run_record_data(q, device_name, peak);
   rec.data["points"] = points_json;
+  rec.data["loss_tokens_per_step"] = loss_share * rec.data["tokens_per_step"].get<double>();
   if (stopped || timings.size() < plan.points.size()) {
     rec.status = Status::interrupted;
     run.sink->write(rec);
@@ -167,6 +171,7 @@ train::TrainSpec recipe_spec(const RunRequest& q, const model::ModelConfig& m, i
   spec.run.steps = q.steps + q.warmup;
   spec.run.warmup_steps = q.warmup;
   spec.run.device = q.cuda() ? train::Device::cuda : train::Device::cpu;
+  spec.run.data = q.plan.data;
   spec.memory.recompute = train::parse_choice(train::kRecomputeModes, q.recompute, "--recompute");
   if (q.cuda()) {
     spec.precision.linear = train::parse_choice(train::kPrecisions, q.precision, "--precision");
@@ -196,7 +201,10 @@ nlohmann::json run_record_data(const RunRequest& q, const std::string& gpu_name,
                       {"flops_per_token", fpt},
                       {"params", {{"total", model::param_count(r.model)}, {"active", model::active_param_count(r.model)}}},
                       {"backend", q.device},
-                      {"recompute", q.recompute}};
+                      {"recompute", q.recompute},
+                      {"data", plan.data},
+                      {"tokens_per_step", double(plan.layout.global_batch) * plan.layout.seq},
+                      {"flop_tokens", "rows"}};
   if (r.lora.enabled()) d["lora"] = lora_json(r.lora);
   if (q.precision == "fp8") d["fp8_recipe"] = q.fp8_recipe, d["fp8_format"] = q.fp8_format;
   return d;
@@ -240,6 +248,7 @@ int cmd_run(int argc, char** argv) {
   bool proxy = false;
   std::vector<std::string> sets;
   std::vector<int> points;
+  std::string data;
   app.add_option("recipe", name,
                  "a recipe of `trainbench list recipes` (default: the default recipe; tiny without GPU)");
   app.add_option("--precision", q.precision, "bf16 | fp8 (GPU), fp32 (CPU); default: bf16 on a GPU, fp32 on the CPU");
@@ -258,6 +267,10 @@ int cmd_run(int argc, char** argv) {
          "the proxy: layer counts to measure (default: 2,4, or 1,2 for a shallow stage; a one-device recipe: 1 and "
          "its own)")
       ->delimiter(',');
+  app.add_option("--data", data,
+                 "what to train on (default: the recipe's: packed-squad for fine-tuning, markov for pretraining): "
+                 "markov | copy | random, packed-squad | packed-govreport (synthetic packed documents), a packed-data "
+                 "FILE.index or a token file");
   app.add_option("--steps", q.steps,
                  "measured steps (default, the proxy: 100 per point on a GPU, where repeats then agree within 1% under "
                  "the power cap, 10 on the CPU; distributed: 20 on GPUs, 10 on the CPU)")
@@ -323,6 +336,7 @@ int cmd_run(int argc, char** argv) {
   recipe::RunOptions opt;
   opt.ref_gpus = ref_gpus, opt.precision = q.precision, opt.release = release, opt.sets = parse_sets(sets);
   opt.points = points;
+  opt.data = data;
   opt.ranks = ranks;
   q.plan = recipe::plan_run(*q.recipe, opt);  // every recipe and layout error before any work
   q.ref_rows = recipe::load_reference_dir(recipe::find_references_dir(q.common.references));

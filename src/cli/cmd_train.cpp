@@ -318,13 +318,24 @@ void add_spec_options(CLI::App& app, train::TrainSpec& spec) {
   app.add_flag_callback(
       "--no-op-profile", [&r] { r.op_profile = false; }, "skip the extra eager step that times each op");
   app.add_flag("--deterministic", r.deterministic, "deterministic attention backward (repeatable, slower)");
-  app.add_option("--data", r.data, "markov | copy | random (synthetic tasks) or a token file")->capture_default_str();
+  app.add_option("--data", r.data,
+                 "markov | copy | random (synthetic tasks), packed-squad | packed-govreport (synthetic packed "
+                 "fine-tuning documents), a packed-data FILE.index or a token file")
+      ->capture_default_str();
   add_choice(app, "--token-type", r.token_type, train::kTokenTypes, "token file element type: uint16 | uint32");
   train::OptimizerSpec& o = spec.optimizer;
   app.add_option("--lr", o.lr, "peak learning rate (default: 3e-3 under 100M parameters, else 3e-4)");
   app.add_option("--min-lr", o.min_lr, "final learning rate (default: lr / 10)");
   app.add_option("--clip", o.clip, "gradient norm clipping (0: off)")->capture_default_str();
   app.add_option("--seed", r.seed, "seed of the initial weights and the data")->capture_default_str();
+  app.add_option("--save", r.save,
+                 "write a checkpoint (safetensors: the trainable weights, with LoRA the adapters alone, their AdamW "
+                 "moments, the step; train/checkpoint.h) after the last step, or after --save-step (the CPU backend, "
+                 "one rank)");
+  app.add_option("--save-step", r.save_step, "the step after which --save writes (default: the last)");
+  app.add_option("--resume", r.resume,
+                 "continue a run from its checkpoint: the steps after the file's, with its weights, moments, learning "
+                 "rate schedule and data stream (the same model, data, seed, global batch and adapters)");
   app.add_flag("--share-gpus", pl.share_gpus,
                "--gpus N above the node's GPU count: ranks share GPUs, each group on distinct ones (a layout mix "
                "checked on a smaller node; correctness only, the times mean nothing)");
@@ -466,7 +477,8 @@ int cmd_train(int argc, char** argv) {
   // "(delayed scaling, hybrid, FP8 LM head with E5M2 logit gradients rounded stochastically, FP8 attention)"; a head
   // with some GEMMs in BF16: "FP8 LM head (dgrad, wgrad in FP8) with ..."
   const std::string fp8 = spec.fp8() ? fp8_description(spec) : "";
-  const std::string lora = m.lora.enabled() ? fmt::format(", {} ({:.3g} trainable, the base frozen)", lora_text(m.lora),
+  const std::string lora = m.lora.enabled() ? fmt::format(", {} ({:.3g} trainable, the base frozen)",
+                                                           model::lora_text(m.lora),
                                                            double(model::trainable_param_count(m)))
                                              : "";
   if (rank0)
@@ -537,8 +549,11 @@ int cmd_train(int argc, char** argv) {
             {"warmup_steps", spec.run.warmup_steps},
             {"step_ms", to_json(scaled(res.step_s, 1e3))},
             {"tokens_per_s", res.tokens_per_s},
+            {"tokens_per_step", res.tokens_per_step},
+            {"loss_tokens_per_step", res.loss_tokens_per_step},
             {"flops_per_step", res.flops_per_step},
             {"flop_convention", model::convention_name(spec.run.convention)},
+            {"flop_tokens", res.flop_tokens},
             {"flop_task", model::flop_task(m)},
             {"tflops", res.tflops},
             {"loss", losses},
@@ -546,6 +561,9 @@ int cmd_train(int argc, char** argv) {
             {"loss_last", res.steps.back().loss},
             {"data", spec.run.data}};
   if (res.loss_floor > 0) r.data["loss_floor"] = res.loss_floor;
+  if (!spec.run.resume.empty())
+    r.data["resumed_from"] = {{"file", spec.run.resume}, {"step", res.steps.front().step - 1}};
+  if (!spec.run.save.empty()) r.data["saved"] = spec.run.save;
   if (m.moe.enabled()) r.data["moe"] = moe_json(m, res);
   if (m.lora.enabled()) r.data["lora"] = lora_json(m.lora);
   if (cuda) {

@@ -162,11 +162,6 @@ nlohmann::json lora_json(const model::LoraConfig& l) {
           {"targets", model::lora_targets_name(l.targets)}};
 }
 
-std::string lora_text(const model::LoraConfig& l) {
-  return fmt::format("LoRA r {} alpha {:g} dropout {:g} on {}", l.rank, l.scale() * l.rank, l.dropout,
-                     model::lora_targets_name(l.targets));
-}
-
 nlohmann::json library_versions() {
   nlohmann::json v = ops::library_versions();
   v["nccl"] = nccl_version();

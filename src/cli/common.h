@@ -58,10 +58,9 @@ void print_results_location(const RunOutput& run);
 
 nlohmann::json library_versions();  // CUDA runtime/driver, cuBLASLt, cuDNN, NCCL as loaded
 
-// A record's "lora": rank, alpha (the scale times the rank), dropout, targets (model::lora_targets_name); and the
-// same for a header line: "LoRA r 8 alpha 16 dropout 0.1 on canonical".
+// A record's "lora": rank, alpha (the scale times the rank), dropout, targets (model::lora_targets_name; a header
+// line: model::lora_text).
 nlohmann::json lora_json(const model::LoraConfig& l);
-std::string lora_text(const model::LoraConfig& l);
 
 // The GPU model's reference (datasheet peaks, expectations) for device `dev`, or null with a warning.
 struct Systems {

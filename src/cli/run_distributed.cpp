@@ -65,7 +65,7 @@ int run_distributed(RunRequest& q) {
                 r.name.c_str(), q.precision.c_str(), L.gpus, cuda ? "GPUs" : "CPU ranks", q.steps, q.warmup,
                 text(L).c_str(), plan.reference.gpus > 0 ? text(plan.reference).c_str() : "none listed for this count",
                 (L.where + (L.note.empty() ? "" : "; " + L.note)).c_str());
-    if (r.lora.enabled()) std::printf("  %s, the base frozen\n", lora_text(r.lora).c_str());
+    if (r.lora.enabled()) std::printf("  %s, the base frozen\n", model::lora_text(r.lora).c_str());
     for (const std::string& d : plan.differences) std::printf("  differs from the reference: %s\n", d.c_str());
     std::fflush(stdout);
   }
@@ -86,6 +86,7 @@ int run_distributed(RunRequest& q) {
   if (cuda) rec.device = res.gpu;
   const double peak = cuda ? peak_tflops_or_warn(q.common, res.gpu, q.precision) : 0.0;
   rec.data = run_record_data(q, cuda ? res.device_name : "CPU", peak);
+  rec.data["loss_tokens_per_step"] = res.loss_tokens_per_step;
   auto losses = nlohmann::json::array();
   for (const auto& s : res.steps) losses.push_back(s.loss);
   const double t = res.step_s.median;

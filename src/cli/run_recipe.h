@@ -31,11 +31,13 @@ struct RunRequest {
 };
 
 // The spec of one training run of the recipe: model m, micro and global batch, the request's steps, device,
-// recompute and precision.
+// recompute and precision, the plan's data.
 train::TrainSpec recipe_spec(const RunRequest& q, const model::ModelConfig& m, int micro_batch, int global_batch);
 
 // The run record's fields both modes write: recipe, precision, release, layout, mode, proxy, differences, GPU, peak,
-// FLOPs per token in each convention, backend, recompute (and FP8's recipe and format).
+// FLOPs per token in each convention, backend, recompute (and FP8's recipe and format), the data, the tokens per step
+// of the layout (global batch x seq) and the tokens the FLOPs count ("rows": every token of the rows, the references'
+// basis; each mode adds loss_tokens_per_step, the targets the loss counts: packed data's answers).
 nlohmann::json run_record_data(const RunRequest& q, const std::string& gpu_name, double peak_tflops);
 
 // TFLOP/s per GPU and MFU into rec, the comparison, the record written, the table and the results folder printed;

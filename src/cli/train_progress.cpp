@@ -16,6 +16,7 @@ TrainProgress::TrainProgress(JsonlSink* sink, std::string case_name, int world, 
 }
 
 void TrainProgress::after_step(const train::StepStats& s) {
+  if (first_ == 0) first_ = s.step;  // a resumed run starts after its checkpoint's step
   if (sink_) {
     Record r;
     r.bench = "train.step";
@@ -28,7 +29,7 @@ void TrainProgress::after_step(const train::StepStats& s) {
               {"step_ms", 1e3 * s.step_s},
               {"tokens_per_s", s.tokens_per_s},
               {"mem_gib", s.mem_gib},
-              {"measured", s.step > warmup_}};
+              {"measured", s.step - first_ >= warmup_}};
     sink_->write(r);
   }
   if (stop_group_) {  // one rank's signal stops every rank after this step (the trainer polls interrupted())

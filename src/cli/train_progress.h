@@ -30,6 +30,7 @@ class TrainProgress {
   JsonlSink* sink_;
   std::string case_;
   int world_, warmup_;
+  int first_ = 0;  // the run's first step
   std::unique_ptr<comm::Communicator> stop_group_;
 };
 

@@ -41,7 +41,8 @@ class CpAttention final : public AttentionCore {
 
   std::size_t workspace_bytes() const override { return attention_->workspace_bytes(); }
 
-  void prepare(int batch, int seq, int sets) override {
+  void prepare(int batch, int seq, int sets, int segments) override {
+    require_unpacked(segments, "context parallel");
     TB_REQUIRE(seq % 2 == 0, "CUDA decoder: context parallel needs an even local sequence (two chunks per rank)");
     const std::size_t n = std::size_t(batch) * std::size_t(seq), kv = 2 * std::size_t(cfg_.kv_dim());
     const std::size_t full = n * std::size_t(cp_.size);  // batch x S rows
@@ -95,7 +96,7 @@ class CpAttention final : public AttentionCore {
     mark("cp kv all-gather");
   }
 
-  void forward(int layer, const AttentionActs& A, int batch, int seq) override {
+  void forward(int layer, const AttentionActs& A, int batch, int seq, const PackedRows*) override {
     const std::int64_t c = seq / 2, width = cfg_.q_dim() + 2 * std::int64_t(cfg_.kv_dim()), qd = cfg_.q_dim();
     if (cfg_.pos == Pos::rope) cp_rope(A.qkv, batch, seq, false);
     gather_kv(A.qkv, batch, seq);
@@ -109,7 +110,8 @@ class CpAttention final : public AttentionCore {
     mark("attention fwd");
   }
 
-  void backward(int layer, const AttentionActs& A, const AttentionGrads& g, int batch, int seq) override {
+  void backward(int layer, const AttentionActs& A, const AttentionGrads& g, int batch, int seq,
+                const PackedRows*) override {
     cudaStream_t st = dc_.stream();
     const std::int64_t c = seq / 2, width = cfg_.q_dim() + 2 * std::int64_t(cfg_.kv_dim()), qd = cfg_.q_dim();
     const std::size_t n = std::size_t(batch) * std::size_t(seq), kv = 2 * std::size_t(cfg_.kv_dim());

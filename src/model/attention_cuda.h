@@ -8,6 +8,10 @@
 //   make_cp_attention       context parallel: this rank's two chunks against the gathered K|V of the whole sequence
 //                           (model/attention_cp_cuda.cpp)
 // What a layer keeps for the backward is an AttentionActs per activation set; plan_attention_fields() places them.
+// Packed rows (core/packing.h): prepare() with a segment capacity plans cuDNN's ragged attention
+// (ops/cuda/attention.h), and each forward and backward takes its micro-batch's PackedRows: RoPE at each token's
+// position in its segment, attention within each segment. The BF16 core only (the FP8 and context-parallel cores
+// refuse a capacity).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -42,6 +46,12 @@ struct AttentionActs {                          // per layer and activation set:
   ops::Fp8Meta qkv8_scale{};                    // FP8 attention: qkv8's current-scaling slot
 };
 
+// One packed micro-batch on the device: each token's position in its segment [n], and its segment tables.
+struct PackedRows {
+  const std::int32_t* positions = nullptr;
+  ops::PackedSegments segments;
+};
+
 // The backward's gradients: dO [n, H hd] in, dqkv [n, (H + 2G) hd] out (FP8 attention: their E5M2 scratch beside).
 struct AttentionGrads {
   const __nv_bfloat16* dout;
@@ -64,12 +74,15 @@ class AttentionCore {
   explicit AttentionCore(const AttentionSetup& s);
   virtual ~AttentionCore() = default;
 
-  // Plans for batch x seq local rows and `sets` activation sets (may grow workspaces; allocates).
-  virtual void prepare(int batch, int seq, int sets) = 0;
-  // RoPE on A.qkv in place, then A.o, A.lse (FP8: A.qkv8, A.o8 too) of layer `layer`.
-  virtual void forward(int layer, const AttentionActs& A, int batch, int seq) = 0;
+  // Plans for batch x seq local rows and `sets` activation sets (may grow workspaces; allocates); segments > 0: packed
+  // rows of at most that many segments per micro-batch.
+  virtual void prepare(int batch, int seq, int sets, int segments) = 0;
+  // RoPE on A.qkv in place, then A.o, A.lse (FP8: A.qkv8, A.o8 too) of layer `layer`; packed: the micro-batch's rows
+  // (null when not packed).
+  virtual void forward(int layer, const AttentionActs& A, int batch, int seq, const PackedRows* packed) = 0;
   // g.dqkv = the gradient of A.qkv before RoPE, from g.dout.
-  virtual void backward(int layer, const AttentionActs& A, const AttentionGrads& g, int batch, int seq) = 0;
+  virtual void backward(int layer, const AttentionActs& A, const AttentionGrads& g, int batch, int seq,
+                        const PackedRows* packed) = 0;
   virtual std::size_t workspace_bytes() const = 0;
   // FP8 attention: the scaling tables whose delayed scales the decoder rolls each step, and qkv8's slot per set.
   virtual void delayed_tables(std::vector<std::pair<const ops::Fp8Scales*, DType>>& out) const {}
@@ -79,11 +92,14 @@ class AttentionCore {
   void mark(std::string_view op) const {
     if (on_op_) on_op_(op);
   }
-  ops::AttentionShape shape(int batch, int seq) const;  // the fused-qkv causal shape
-  TensorView<const float> inv_freq() const;             // empty unless pos == rope
+  ops::AttentionShape shape(int batch, int seq, int segments = 0) const;  // the fused-qkv causal shape
+  TensorView<const float> inv_freq() const;                               // empty unless pos == rope
   // RoPE (or its backward) on the q and k heads of `rows` positions of each sequence of a fused [batch, seq] qkv,
-  // starting at `at`, their positions from `offset`.
-  void rope(bf16* at, int batch, int seq, std::int64_t rows, std::int64_t offset, bool backward) const;
+  // starting at `at`, their positions from `offset` (or each token's, `positions`: packed rows).
+  void rope(bf16* at, int batch, int seq, std::int64_t rows, std::int64_t offset, bool backward,
+            const std::int32_t* positions = nullptr) const;
+  // Refuses a segment capacity: `core` runs one sequence per row.
+  static void require_unpacked(int segments, const char* core);
 
   ops::DeviceContext& dc_;
   ModelConfig cfg_;

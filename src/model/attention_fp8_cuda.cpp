@@ -41,7 +41,8 @@ class Fp8Attention final : public AttentionCore {
   // qkv8's scale is set by the forward and read again by the backward of the same micro-batch: one slot per
   // activation set (another micro-batch in flight must not overwrite it), as the linear layers' current-scaling
   // inputs.
-  void prepare(int batch, int seq, int sets) override {
+  void prepare(int batch, int seq, int sets, int segments) override {
+    require_unpacked(segments, "FP8 attention");
     const int L = layers_;
     if (!now_ || now_->tensors() < kQkv0 + L * sets) {
       now_ = std::make_unique<ops::Fp8Scales>(dc_.device(), kQkv0 + L * sets, 1, dc_.stream());
@@ -64,7 +65,7 @@ class Fp8Attention final : public AttentionCore {
     return attention_->workspace_bytes() + attention8_->workspace_bytes();
   }
 
-  void forward(int l, const AttentionActs& A, int batch, int seq) override {
+  void forward(int l, const AttentionActs& A, int batch, int seq, const PackedRows*) override {
     cudaStream_t st = dc_.stream();
     const ops::Fp8AttentionShape s = fp8_shape(batch, seq);
     const std::int64_t n = std::int64_t(batch) * seq, qd = cfg_.q_dim(), width = qd + 2 * std::int64_t(cfg_.kv_dim());
@@ -92,7 +93,8 @@ class Fp8Attention final : public AttentionCore {
     mark("fp8 attention casts");
   }
 
-  void backward(int l, const AttentionActs& A, const AttentionGrads& g, int batch, int seq) override {
+  void backward(int l, const AttentionActs& A, const AttentionGrads& g, int batch, int seq,
+                const PackedRows*) override {
     cudaStream_t st = dc_.stream();
     const ops::Fp8AttentionShape s = fp8_shape(batch, seq);
     const std::int64_t n = std::int64_t(batch) * seq, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), width = qd + 2 * kvd;

@@ -106,7 +106,7 @@ void CudaDecoder::layer_forward(int l, int set, const bf16* x_in, const bf16* re
     const LayerLinears& M = *linears_[std::size_t(l)];
     const LinearSaved* qkv_fused = M.qkv.fp8_fusable() ? &A.lin[kQkv] : nullptr;  // (LoRA: x in BF16)
     M.qkv.forward(e, A.attn.qkv, A.y1, A.lin[kQkv], n, pre_norm(l, true, qkv_fused, x_in, resid_in, A, nl));
-    attention_->forward(l, A.attn, batch, seq);
+    attention_->forward(l, A.attn, batch, seq, rows_);
     M.out.forward(e, s_.m, A.attn.o, A.lin[kOut], n);  // the attention output lands in m (free until the MLP)
   }
   MlpCuda& mlp = *mlps_[std::size_t(l)];
@@ -170,7 +170,7 @@ bool CudaDecoder::layer_backward(int l, int set, const LayerActs& A, int batch, 
   } else {
     const LayerLinears& M = *linears_[std::size_t(l)];
     M.out.backward(e, s_.dout, s_.dr2, A.attn.o, A.lin[kOut], n, {}, dr2_amax != nullptr);
-    attention_->backward(l, A.attn, {s_.dout, s_.dqkv, s_.dout8, s_.dqkv8}, batch, seq);
+    attention_->backward(l, A.attn, {s_.dout, s_.dqkv, s_.dout8, s_.dqkv8}, batch, seq, rows_);
     if (sel_y1) recompute_y1();
     M.qkv.backward(e, s_.dy, s_.dqkv, A.y1, A.lin[kQkv], n, tp_scatter_async(s_.dy, s_.dyl, nl));
   }

@@ -15,6 +15,7 @@
 #include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/embedding.h"
 #include "ops/cuda/norm.h"
+#include "ops/cuda/segments.h"
 
 namespace tb::model {
 
@@ -215,14 +216,23 @@ void CudaDecoder::share_grads_with_activations() {
   grads_ptr_ = nullptr;
 }
 
-void CudaDecoder::prepare(int batch, int seq, int slots) {
+void CudaDecoder::prepare(int batch, int seq, int slots, int segments) {
   const ModelConfig& c = cfg_;
   TB_REQUIRE(batch >= 1 && seq >= 1, "CUDA decoder: batch and seq must be >= 1, got batch " + std::to_string(batch) +
                                          " seq " + std::to_string(seq));
   TB_REQUIRE(seq <= c.seq, "CUDA decoder: seq " + std::to_string(seq) + " is longer than the model's " +
                                std::to_string(c.seq) + " positions");
   TB_REQUIRE(slots >= 1, "CUDA decoder: prepare() needs at least one activation set, got " + std::to_string(slots));
-  if (batch == batch_ && seq == seq_ && slots <= slots_) return;
+  TB_REQUIRE(segments >= 0, "CUDA decoder: the segment capacity must be >= 0, got " + std::to_string(segments));
+  if (segments > 0) {
+    TB_REQUIRE(cp_.size == 1, "CUDA decoder: packed sequences with context parallel (cp " + std::to_string(cp_.size) +
+                                  ") are not built: run packed data with --cp 1");
+    TB_REQUIRE(c.pos == Pos::rope, "CUDA decoder: packed sequences with learned positions are not built on CUDA "
+                                   "(the CPU backend runs them): use a RoPE model");
+    TB_REQUIRE(!c.is_mla(), "CUDA decoder: packed sequences with multi-head latent attention are not built on CUDA "
+                            "(the CPU backend runs them)");
+  }
+  if (batch == batch_ && seq == seq_ && slots <= slots_ && segments == segments_) return;
   slots = std::max(slots, batch == batch_ && seq == seq_ ? slots_ : 1);
   dc_.activate();
   dc_.synchronize();  // the old arena may still be in use
@@ -257,8 +267,12 @@ void CudaDecoder::prepare(int batch, int seq, int slots) {
           &block_at);
   }
   if (fp8_.enabled) fp8_assign_input_scales(slots);
+  segment_tables_ = ops::DeviceBuffer();
+  if (segments > 0)
+    segment_tables_ = ops::DeviceBuffer(dc_.device(), std::size_t(slots) * ops::segment_table_bytes(segments));
+  segments_ = segments;
   if (attention_) {
-    attention_->prepare(batch, seq, slots);  // its plans and workspaces (FP8: qkv8's scaling slot per set)
+    attention_->prepare(batch, seq, slots, segments);  // its plans and workspaces (FP8: qkv8's scaling slot per set)
     for (int set = 0; set < slots; ++set)
       for (int l = 0; l < layers(); ++l) acts_[act_index(set, l)].attn.qkv8_scale = attention_->qkv8_scale(l, set);
   }

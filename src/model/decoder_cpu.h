@@ -72,13 +72,23 @@ class CpuDecoder {
   // the micro-batch's first sequence being sequence `first_sequence` of the step (parallel::MicroBatch).
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int batch, int seq,
                  std::int64_t step = 1, std::int64_t first_sequence = 0) {
-    const double loss = dec_->forward(0, {tokens, targets, batch, seq, first_sequence, step});
+    const double loss = dec_->forward(0, {tokens, targets, batch, seq, {}, {}, first_sequence, step});
     dec_->drop(0);
     return loss;
   }
   double forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int batch,
                           int seq, double grad_scale = 1.0, std::int64_t step = 1, std::int64_t first_sequence = 0) {
-    return dec_->forward_backward(0, {tokens, targets, batch, seq, first_sequence, step}, grad_scale);
+    return dec_->forward_backward(0, {tokens, targets, batch, seq, {}, {}, first_sequence, step}, grad_scale);
+  }
+  // A micro-batch with packed rows and / or loss weights (parallel::MicroBatch): the loss is sum_r w_r CE_r with
+  // weights, else the mean.
+  double forward(const parallel::MicroBatch& b) {
+    const double loss = dec_->forward(0, b);
+    dec_->drop(0);
+    return loss;
+  }
+  double forward_backward(const parallel::MicroBatch& b, double grad_scale = 1.0) {
+    return dec_->forward_backward(0, b, grad_scale);
   }
 
  private:

@@ -23,6 +23,7 @@
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/norm.h"
 #include "ops/cuda/rope.h"
+#include "ops/cuda/segments.h"
 
 namespace tb::model {
 namespace {
@@ -419,19 +420,42 @@ void CudaDecoder::check_prepared(int slot, const char* what) const {
 }
 
 void CudaDecoder::forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
-                                          double grad_scale, float* loss_out, std::int64_t first_sequence) {
+                                          double grad_scale, float* loss_out, const PackedInputs* packed,
+                                          std::int64_t first_sequence) {
   TB_REQUIRE(batch == batch_ && seq == seq_,
              "CUDA decoder: forward_backward_device(batch " + std::to_string(batch) + ", seq " + std::to_string(seq) +
                  ") without prepare() for those sizes");
   TB_REQUIRE(first_stage() && last_stage(),
              "CUDA decoder: forward_backward_device() runs the whole model; a pipeline stage runs forward() and "
              "backward()");
-  forward(0, tokens, targets, nullptr, nullptr, grad_scale, loss_out, first_sequence);
-  backward(0, tokens, nullptr, nullptr);
+  forward(0, tokens, targets, nullptr, nullptr, grad_scale, loss_out, packed, first_sequence);
+  backward(0, tokens, nullptr, nullptr, packed);
+}
+
+// Packed rows: the micro-batch's segment tables in activation set `slot` (filled from its offsets by its forward, read
+// again by its backward) and the rows the blocks hand to the attention core.
+void CudaDecoder::begin_rows(int slot, const PackedInputs* packed, bool fill) {
+  rows_ = nullptr;
+  if (segments_ == 0) {
+    TB_REQUIRE(!packed || (!packed->positions && !packed->cu_seqlens),
+               "CUDA decoder: a micro-batch of packed rows, but prepare() had no segment capacity");
+    return;
+  }
+  TB_REQUIRE(packed && packed->positions && packed->cu_seqlens,
+             "CUDA decoder: prepared for packed rows; each micro-batch needs its positions and segment offsets "
+             "(PackedInputs)");
+  void* tables =
+      static_cast<std::byte*>(segment_tables_.get()) + std::size_t(slot) * ops::segment_table_bytes(segments_);
+  if (fill)
+    ops::fill_segment_tables(tables, packed->cu_seqlens, segments_, cfg_.q_dim() + 2 * std::int64_t(cfg_.kv_dim()),
+                             cfg_.q_dim(), cfg_.heads, dc_.stream());
+  packed_rows_ = {packed->positions, ops::segment_tables(tables, segments_)};
+  rows_ = &packed_rows_;
 }
 
 void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::int32_t* targets, const bf16* in,
-                          bf16* out, double grad_scale, float* loss_out, std::int64_t first_sequence) {
+                          bf16* out, double grad_scale, float* loss_out, const PackedInputs* packed,
+                          std::int64_t first_sequence) {
   check_prepared(slot, "forward()");
   first_sequence_[std::size_t(slot)] = running_first_sequence_ = first_sequence;
   TB_REQUIRE(!share_grads_ || overwrite_linear_grads_,
@@ -447,6 +471,7 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
   cudaStream_t st = dc_.stream();
   const std::int64_t n = std::int64_t(batch) * seq, d = c.d_model;
   const std::int64_t nl = n / tp_.size;  // this rank's token rows (sequence parallel; tp 1: all)
+  begin_rows(slot, packed, true);
 
   const bf16* x = in;  // a stage's input h enters its first add_norm with no residual: r1 = h
   if (first_stage()) {
@@ -483,8 +508,14 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
 
   // ---- LM head + cross-entropy (forward and its backward in one call: dyf, dWlm), on this rank's rows: their mean
   // loss, and gradients scaled by 1 / (tp cp): the sum over those ranks is the gradient of the micro-batch's mean.
+  // With loss weights: their weighted sum, the weights already each row's share of the micro-batch.
   const std::int32_t* my_targets = targets + std::size_t(tp_.rank) * std::size_t(nl);
-  const auto head_scale = float(grad_scale / (tp_.size * cp_.size));
+  const float* my_weights =
+      packed && packed->loss_weights ? packed->loss_weights + std::size_t(tp_.rank) * std::size_t(nl) : nullptr;
+  const auto head_scale = float(my_weights ? grad_scale : grad_scale / (tp_.size * cp_.size));
+  TB_REQUIRE(!my_weights || !fp8_head(),
+             "CUDA decoder: loss weights (packed data's loss mask) with the FP8 LM head are not built: leave the LM head "
+             "in BF16");
   if (fp8_head()) {
     ops::LmHeadFp8 w;
     w.wq = fp8_head_w_.as<std::uint8_t>(), w.wqt = w.wq + fp8_lm_head_bytes(cfg_) / 2;
@@ -501,7 +532,7 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
     with_grad_type([&]<class T>(std::type_identity<T>) {
       ops::lm_head_cross_entropy(dc_, {H.dyf, {nl, d}}, G<T>(layout_.lm_head), {s_.yf, {nl, d}}, P(layout_.lm_head),
                                  my_targets, ops::lm_head_chunk(false), head_scale, loss_out, {s_.ce, s_.ce_bytes},
-                                 overwrite_head_grad_);
+                                 overwrite_head_grad_, my_weights);
     });
   }
   overwrite_head_grad_ = false;  // later micro-batches of the step accumulate (a pipeline runs several forwards
@@ -509,8 +540,10 @@ void CudaDecoder::forward(int slot, const std::int32_t* tokens_in, const std::in
   mark("lm head + cross-entropy");
 }
 
-void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* dout, bf16* din) {
+void CudaDecoder::backward(int slot, const std::int32_t* tokens_in, const bf16* dout, bf16* din,
+                           const PackedInputs* packed) {
   check_prepared(slot, "backward()");
+  begin_rows(slot, packed, false);
   running_first_sequence_ = first_sequence_[std::size_t(slot)];
   TB_REQUIRE(last_stage() == (dout == nullptr) && first_stage() == (din == nullptr),
              "CUDA decoder: backward() takes an output gradient exactly when it is not the last stage, and writes an "

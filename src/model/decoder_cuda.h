@@ -154,6 +154,22 @@ struct ContextParallelOps {
   std::function<void(const __nv_bfloat16* all, __nv_bfloat16* local, std::size_t local_elems)> reduce_scatter;
 };
 
+// One micro-batch's packed rows and loss weights, on the device (train/step_cuda.h uploads them with the tokens), for
+// forward(), backward() and forward_backward_device():
+//   positions     [n] int32: each token's position in its segment (core/packing.h segment_positions): RoPE
+//   cu_seqlens    [segments + 1] int32: the segment offsets (core/packing.h segment_offsets) padded to prepare()'s
+//                 segment capacity by repeating the last one (empty segments): attention within each segment
+//   loss_weights  [n] f32: the LM loss is sum_r w_r CE_r instead of the mean (ops/cuda/cross_entropy.h; train/data.h
+//                 loss_weights: a loss mask over the step's counted tokens); the head's gradients then are scaled by
+//                 grad_scale alone, the weights being each row's share of the whole micro-batch (not of a tp or cp rank)
+// positions and cu_seqlens are null unless prepare() had a segment capacity; loss_weights may be null.
+// Packed rows run with the BF16 attention, RoPE, cp 1 and a BF16 LM head when weighted (the rest is refused).
+struct PackedInputs {
+  const std::int32_t* positions = nullptr;
+  const std::int32_t* cu_seqlens = nullptr;
+  const float* loss_weights = nullptr;
+};
+
 // Fp8Options::attention_emulate bits.
 enum Fp8AttentionEmulate : unsigned { kEmulateQkv = 1, kEmulateO = 2 };
 
@@ -252,9 +268,11 @@ class CudaDecoder {
   void fp8_weights_from_optimizer() { fp8_weights_by_optimizer_ = true; }
 
   // Sizes the activation arena (`slots` activation sets, at least) and plans attention for (batch, seq); allocates
-  // (synchronizing) when they change or more slots are asked for.
-  void prepare(int batch, int seq, int slots = 1);
+  // (synchronizing) when they change or more slots are asked for. segments > 0: packed rows of at most that many
+  // segments per micro-batch (PackedInputs), the attention planned for them.
+  void prepare(int batch, int seq, int slots = 1, int segments = 0);
   int slots() const { return slots_; }
+  int segments() const { return segments_; }
   // Tensor parallel (see TensorParallelOps); before the first prepare(). Raises for what it does not support yet.
   void set_tensor_parallel(TensorParallelOps tp);
   int tp_size() const { return tp_.size; }
@@ -277,7 +295,8 @@ class CudaDecoder {
   // Enqueues one micro-batch on dc's stream: tokens, targets device [batch, seq] (unchecked: an id outside the
   // vocabulary gives a NaN loss); *loss_out (device) = the mean cross-entropy. prepare(batch, seq) first.
   void forward_backward_device(const std::int32_t* tokens, const std::int32_t* targets, int batch, int seq,
-                               double grad_scale, float* loss_out, std::int64_t first_sequence = 0);
+                               double grad_scale, float* loss_out, const PackedInputs* packed = nullptr,
+                               std::int64_t first_sequence = 0);
   // The halves of forward_backward_device, for a pipeline schedule; the micro-batch's activations live in activation
   // set `slot` (< slots()) from forward until its backward. Sizes are prepare()'s.
   //   forward: first stage: reads tokens (in null); else in = the previous stage's h [boundary_rows(), d].
@@ -285,11 +304,14 @@ class CudaDecoder {
   //            accumulated (grad_scale) and dyf kept for backward (out null); else out = h [boundary_rows(), d].
   //   backward: last stage: from the kept dyf (dout null); else dout = dh [boundary_rows(), d].
   //             first stage: embedding gradient from tokens (din null); else din = the input's dh.
-  //   first_sequence: the micro-batch's first sequence in the step's batch (LoRA's dropout masks; its backward
-  //   draws them again).
+  // packed: the micro-batch's packed rows and loss weights (PackedInputs), the same to its forward and backward.
+  // first_sequence: the micro-batch's first sequence in the step's batch (LoRA's dropout masks; its backward draws
+  // them again).
   void forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, const bf16* in, bf16* out,
-               double grad_scale, float* loss_out, std::int64_t first_sequence = 0);
-  void backward(int slot, const std::int32_t* tokens, const bf16* dout, bf16* din);
+               double grad_scale, float* loss_out, const PackedInputs* packed = nullptr,
+               std::int64_t first_sequence = 0);
+  void backward(int slot, const std::int32_t* tokens, const bf16* dout, bf16* din,
+                const PackedInputs* packed = nullptr);
   // Rows of the stage boundary tensor h (and dh) for prepare()'s sizes: batch x seq / tp (sequence parallel).
   std::int64_t boundary_rows() const { return std::int64_t(batch_) * seq_ / tp_.size; }
 
@@ -512,12 +534,22 @@ class CudaDecoder {
   void tp_wait(const bf16* full, bf16* local, std::int64_t local_rows);
   bool deterministic_;
 
+  // Packed rows: per activation set the segment tables of its micro-batch (ops/cuda/segments.h), filled by forward()
+  // from PackedInputs::cu_seqlens; rows_: the rows of the micro-batch being run (null: not packed), which the blocks
+  // hand to the attention core.
+  int segments_ = 0;
+  ops::DeviceBuffer segment_tables_;
+  PackedRows packed_rows_{};
+  const PackedRows* rows_ = nullptr;
+  void begin_rows(int slot, const PackedInputs* packed, bool fill);
+
   // LoRA's dropout: the step counter (step_, or own_step_ of forward_backward()) and the running micro-batch's first
   // sequence (first_sequence_[slot] from its forward to its backward).
   const std::int64_t* step_ = nullptr;
   ops::DeviceBuffer own_step_;
   std::vector<std::int64_t> first_sequence_;
   std::int64_t running_first_sequence_ = 0;
+
   // Activations and gradient scratch for batch_ x seq_ tokens.
   int batch_ = 0, seq_ = 0, slots_ = 0;
   double grad_scale_ = 1;  // the running forward's (a MoE layer's load-balancing losses scale with it)

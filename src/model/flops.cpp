@@ -40,6 +40,11 @@ double flops_per_sample(const ModelConfig& c, FlopConvention conv, int seq) {
   return flops_per_token(c, conv, seq).total() * s;
 }
 
+double packed_flops(const ModelConfig& c, FlopConvention conv, double doc_tokens, double doc_squares) {
+  const Flops f = flops_per_token(c, conv, 1);  // the core's term is linear in s: core(L) L = core(1) L^2
+  return doc_tokens * (f.total() - f.attention_core) + f.attention_core * doc_squares;
+}
+
 double convert_flops(const ModelConfig& c, double flops, FlopConvention from, FlopConvention to, int seq) {
   return flops * flops_per_sample(c, to, seq) / flops_per_sample(c, from, seq);
 }

@@ -14,6 +14,11 @@
 //   more: the 2.600e11 that DGXC's 174.02 TFLOP/s per GPU at 669.4 tokens/s per GPU implies).
 // With A·d = h this is the DGXC / NeMo form 12·L·h²·(1 + G/A + s/h·c) + 18·L·h·ffn + 6·V·h, e.g.
 // Llama 3.1 8B at s = 8192: 5.79e10 per token, 4.74e14 per sample (full); 5.15e10 per token (causal).
+// Packed rows (core/packing.h), as Megatron-LM counts packed sequences (num_floating_point_operations with the real
+// tokens and the sum of squared sequence lengths): the per-token terms over the documents' tokens T = sum_i L_i and the
+// attention core over each document at its own length, sum_i L_i^2 (the padding counts nothing):
+//   packed_flops = T · (attention linear + mlp + logits) + core(s = 1) · sum_i L_i^2
+// which is flops_per_sample(s) per row of one document filling it (T = s, sum L^2 = s^2).
 // Conventions: `full` (DGXC 24.11–25.05, NeMo ≤ 25.07 for Llama/Nemotron/GPT-3) and `causal`
 // (Megatron-LM ≥ 2025-03, NeMo ≥ 2025-08, Megatron-Bridge). Every record names the one it used.
 // Fine-tuning with a frozen base (LoRA, model/lora.h), the DGXC fine-tuning convention: every term above × 2/3 (the
@@ -44,6 +49,8 @@ std::string_view flop_task(const ModelConfig& c);
 // At sequence length `seq` (0: the config's); LoRA's factor applied to every term.
 Flops flops_per_token(const ModelConfig& c, FlopConvention conv, int seq = 0);
 double flops_per_sample(const ModelConfig& c, FlopConvention conv, int seq = 0);  // tokens per sample = seq
+// Packed rows: the documents' tokens and the sum of their squared lengths (formula above).
+double packed_flops(const ModelConfig& c, FlopConvention conv, double doc_tokens, double doc_squares);
 // The same step counted in the other convention (to compare with a reference that used it).
 double convert_flops(const ModelConfig& c, double flops, FlopConvention from, FlopConvention to, int seq = 0);
 

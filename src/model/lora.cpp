@@ -50,6 +50,11 @@ std::string lora_targets_name(unsigned targets) {
   return out;
 }
 
+std::string lora_text(const LoraConfig& l) {
+  return fmt::format("LoRA r {} alpha {:g} dropout {:g} on {}", l.rank, l.scale() * l.rank, l.dropout,
+                     lora_targets_name(l.targets));
+}
+
 unsigned parse_lora_targets(std::string_view text) {
   for (const auto& [name, bits] : kSets)
     if (name == text) return bits;

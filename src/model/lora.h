@@ -58,6 +58,8 @@ struct LoraConfig {
 
 // "fused", "canonical", "mlperf", or "q,k,v,o" for another set.
 std::string lora_targets_name(unsigned targets);
+// The adapters in one line: "LoRA r 8 alpha 16 dropout 0.1 on canonical" (alpha as the scale gives it).
+std::string lora_text(const LoraConfig& l);
 // A named set or a comma-separated list of q, k, v, qkv, o, gate, up, fc1, down; Error{config} for an unknown name
 // (with the nearest one), an empty item, a name given twice, or a block with its whole linear (q with qkv).
 unsigned parse_lora_targets(std::string_view text);

@@ -8,6 +8,7 @@
 #include "parallel/decoder_cpu_parallel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "core/error.h"
@@ -201,6 +202,21 @@ void ShardedCpuDecoder<T>::check_batch(const MicroBatch& b) const {
                  str(std::int64_t(b.targets.size())));
   if (is_first()) model::detail::check_ids(b.tokens, cfg_.vocab, "token");
   if (is_last()) model::detail::check_ids(b.targets, cfg_.vocab, "target");
+  if (b.docs.packed()) {
+    TB_REQUIRE(cp == 1, "CPU decoder: packed sequences with context parallel (cp " + str(cp) +
+                            ") are not built: run packed data with --cp 1");
+    TB_REQUIRE(b.docs.rows() == b.batch, "CPU decoder: packed documents of " + str(b.docs.rows()) +
+                                             " rows for a micro-batch of " + str(b.batch));
+    segment_offsets(b.docs, b.seq);  // checks the documents fit their rows
+  }
+  if (!b.loss_weights.empty()) {
+    TB_REQUIRE(b.loss_weights.size() == full, "CPU decoder: " + str(std::int64_t(b.loss_weights.size())) +
+                                                  " loss weights for batch · seq = " + str(std::int64_t(full)) +
+                                                  " targets");
+    for (double w : b.loss_weights)
+      TB_REQUIRE(std::isfinite(w) && w >= 0, "CPU decoder: a loss weight is " + std::to_string(w) +
+                                                 "; weights are finite and >= 0");
+  }
 }
 
 template <class T>
@@ -238,12 +254,14 @@ void ShardedCpuDecoder<T>::end_replicated_grads() {
   }
 }
 
-// The position of each residual-stream row on this rank (SP: rows [tp_rank * rows, ...) of the n tokens).
+// The position of each residual-stream row on this rank (SP: rows [tp_rank * rows, ...) of the n tokens); packed
+// rows: the position in its segment.
 template <class T>
 std::vector<std::int64_t> ShardedCpuDecoder<T>::row_positions(const State& s) const {
   const std::int64_t begin = sp_ ? tp_.rank() * s.rows : 0, sl = std::int64_t(s.pos.size());
   std::vector<std::int64_t> p(std::size_t(s.rows));
-  for (std::int64_t i = 0; i < s.rows; ++i) p[std::size_t(i)] = s.pos[std::size_t((begin + i) % sl)];
+  for (std::int64_t i = 0; i < s.rows; ++i)
+    p[std::size_t(i)] = s.seg_pos.empty() ? s.pos[std::size_t((begin + i) % sl)] : s.seg_pos[std::size_t(begin + i)];
   return p;
 }
 
@@ -272,7 +290,8 @@ std::unique_ptr<typename ShardedCpuDecoder<T>::State> ShardedCpuDecoder<T>::take
   if (spare_.empty()) return std::make_unique<State>();
   std::unique_ptr<State> s = std::move(spare_.back());
   spare_.pop_back();
-  s->tokens.clear(), s->targets.clear(), s->token_index.clear(), s->head_done = false;
+  s->tokens.clear(), s->targets.clear(), s->seg_pos.clear(), s->weights.clear(), s->token_index.clear();
+  s->head_done = false;
   return s;
 }
 
@@ -322,8 +341,11 @@ double ShardedCpuDecoder<T>::run_forward(int mb, const MicroBatch& b, std::span<
       const std::size_t at = std::size_t(bi * b.seq + p);
       if (is_first()) s.tokens.push_back(b.tokens[at]);
       if (is_last()) s.targets.push_back(b.targets[at]);
+      if (is_last() && !b.loss_weights.empty()) s.weights.push_back(b.loss_weights[at]);
       if (cfg_.lora.enabled()) s.token_index.push_back((b.first_sequence + bi) * b.seq + p);
     }
+  if (b.docs.packed())  // (cp 1: the local tokens are the micro-batch's, in order)
+    for (std::int32_t p : segment_positions(segment_offsets(b.docs, b.seq))) s.seg_pos.push_back(p);
   s.layers.resize(std::size_t(last_ - first_));
 
   const std::int64_t d = cfg_.d_model;
@@ -382,6 +404,21 @@ std::span<const std::int32_t> ShardedCpuDecoder<T>::row_ids(const State& s,
   return std::span<const std::int32_t>(ids).subspan(begin, std::size_t(s.rows));
 }
 
+// This rank's rows' loss weights (empty without weights).
+template <class T>
+std::span<const double> ShardedCpuDecoder<T>::row_weights(const State& s) const {
+  if (s.weights.empty()) return {};
+  const std::size_t begin = sp_ ? std::size_t(tp_.rank() * s.rows) : 0;
+  return std::span<const double>(s.weights).subspan(begin, std::size_t(s.rows));
+}
+
+// What the head's result over this rank's rows is of the micro-batch's loss: rows / (batch seq) of its mean, or (loss
+// weights) its weighted sum as it is.
+template <class T>
+double ShardedCpuDecoder<T>::head_share(const State& s) const {
+  return s.weights.empty() ? double(s.rows) / (double(s.batch) * s.seq) : 1.0;
+}
+
 // x0 [rows, d] = E[tokens of the rows] (+ P at the rows' positions); E and P whole on every tp rank.
 template <class T>
 void ShardedCpuDecoder<T>::embed_forward(const State& s, View x0) {
@@ -399,8 +436,9 @@ void ShardedCpuDecoder<T>::embed_backward(const State& s, View dnext) {
 
 // yf = normf(x + resid) on this rank's rows, then the chunked LM head and cross-entropy (ops/cpu/cross_entropy.h)
 // on them: lm_head_cross_entropy's mean over the rows times rows / (batch seq) is their share of the loss, and its
-// gradient scale grad_scale · rows / (batch seq) makes dz = (softmax - onehot) · grad_scale / (batch seq). With
-// grad_scale (forward_backward) the head's backward runs here: dyf kept in the state, dWlm accumulated.
+// gradient scale grad_scale · rows / (batch seq) makes dz = (softmax - onehot) · grad_scale / (batch seq); with loss
+// weights, its weighted sum over the rows is their share as it is (head_share 1). With grad_scale (forward_backward)
+// the head's backward runs here: dyf kept in the state, dWlm accumulated.
 template <class T>
 double ShardedCpuDecoder<T>::head_forward(State& s, CView x, CView resid, const double* grad_scale) {
   const std::int64_t d = dims_.d;
@@ -408,11 +446,12 @@ double ShardedCpuDecoder<T>::head_forward(State& s, CView x, CView resid, const 
   cpu::add_norm_forward<T>(model::detail::norm_kind(cfg_.norm), yf, mat(s.rf, s.rows, d), vec(s.meanf, s.rows),
                            vec(s.rstdf, s.rows), x, resid, P(local_.final_norm_w), P(local_.final_norm_b),
                            cfg_.norm_eps);
-  const double share = double(s.rows) / (double(s.batch) * s.seq);
+  const double share = head_share(s);
   View dyf, dw;
   if (grad_scale) dyf = mat(s.dyf, s.rows, d), dw = G(local_.lm_head), s.head_done = true;
   const double mean = cpu::lm_head_cross_entropy<T>(dyf, dw, yf, P(local_.lm_head), row_ids(s, s.targets),
-                                                    lm_head_chunk_, grad_scale ? *grad_scale * share : 1.0);
+                                                    lm_head_chunk_, grad_scale ? *grad_scale * share : 1.0,
+                                                    row_weights(s));
   double loss[1] = {mean * share};
   if (sp_ && tp_.size() > 1) tp_.all_reduce(std::span<double>(loss));
   if (cp_.size() > 1) cp_.all_reduce(std::span<double>(loss));
@@ -423,11 +462,10 @@ double ShardedCpuDecoder<T>::head_forward(State& s, CView x, CView resid, const 
 template <class T>
 void ShardedCpuDecoder<T>::head_backward(State& s, View dnext, double grad_scale) {
   const std::int64_t d = dims_.d;
-  if (!s.head_done) {
-    const double share = double(s.rows) / (double(s.batch) * s.seq);
+  if (!s.head_done)
     cpu::lm_head_cross_entropy<T>(mat(s.dyf, s.rows, d), G(local_.lm_head), CView(s.yf.data(), {s.rows, d}),
-                                  P(local_.lm_head), row_ids(s, s.targets), lm_head_chunk_, grad_scale * share);
-  }
+                                  P(local_.lm_head), row_ids(s, s.targets), lm_head_chunk_,
+                                  grad_scale * head_share(s), row_weights(s));
   cpu::add_norm_backward<T>(model::detail::norm_kind(cfg_.norm), dnext, G(local_.final_norm_w), G(local_.final_norm_b),
                             mat(s.dyf, s.rows, d), {}, mat(s.rf, s.rows, d), P(local_.final_norm_w),
                             vec(s.meanf, s.rows), vec(s.rstdf, s.rows));

@@ -29,7 +29,10 @@
 //   yf = normf(x + resid);  per chunk c of at most lm_head_chunk rows (default 256):
 //     z_c = yf_c Wlm^T  [chunk, vocab];  loss += sum_rows (lse(z_c) - z_c[target]) / (batch seq)
 //     dz_c = (softmax(z_c) - onehot(target)) * grad_scale / (batch seq);  dyf_c = dz_c Wlm;  dWlm += dz_c^T yf_c
+//   (with loss weights w: w_row instead of 1 / (batch seq), in the loss and in dz_c)
 //   the loss summed over cp (and over tp with SP; without SP every tp rank has the same) is the single-rank mean.
+// Packed rows (MicroBatch::docs; cp 1): positions are each token's in its segment (RoPE, learned positions) and a
+//   query attends to the keys of its segment up to itself (ops/cpu/attention.h's packed forms); the rest is row-local.
 //   The head needs no communication. forward() keeps yf, not the logits: backward() recomputes each chunk's z (at
 //   most [chunk, vocab] logits exist at once); forward_backward() runs the head's forward and backward in one pass.
 // Backward mirrors it: the backward of gather is reduce (SP: reduce-scatter; else all-reduce), of reduce is gather
@@ -84,6 +87,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/packing.h"
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/moe_stats.h"
@@ -123,10 +127,15 @@ struct ShardBlock {
 
 // A micro-batch: tokens and targets [batch, seq] row-major, the whole sequences (every cp rank passes the same).
 // The first stage reads tokens, the last targets; either may be empty on a stage that does not need it.
+// Packed rows (core/packing.h): docs gives each row's documents; attention then runs per segment and positions restart
+// in each (every stage reads it; context parallel refuses it). loss_weights [batch, seq] (optional, the last stage's):
+// the loss is sum_r w_r CE_r instead of the mean over batch · seq (ops/cpu/cross_entropy.h; train/data.h's weights).
 // LoRA's dropout: the micro-batch's first sequence in the step's global batch and the step (1-based) key its masks.
 struct MicroBatch {
   std::span<const std::int32_t> tokens, targets;
   int batch = 1, seq = 0;
+  Documents docs = {};
+  std::span<const double> loss_weights = {};
   std::int64_t first_sequence = 0, step = 1;
 };
 
@@ -226,9 +235,15 @@ class ShardedCpuDecoder {
                    std::vector<T>& dqkv);
   std::vector<std::int64_t> row_positions(const State& s) const;
   std::span<const std::int32_t> row_ids(const State& s, const std::vector<std::int32_t>& ids) const;
+  std::span<const double> row_weights(const State& s) const;
+  double head_share(const State& s) const;
   void embed_forward(const State& s, View x0);
   void layer_forward(State& s, int l, CView x, CView resid, View out);
   void attention_forward(const State& s, LayerActs& A);
+  void rope(const State& s, View x, bool backward) const;
+  void attend(const State& s, View o, View lse, CView q, CView k, CView v) const;
+  void attend_backward(const State& s, View dq, View dk, View dv, CView dout, CView q, CView k, CView v, CView o,
+                       CView lse) const;
   void attention_backward(const State& s, LayerActs& A, std::vector<T>& dout, std::vector<T>& dqkv);
   double head_forward(State& s, CView x, CView resid, const double* grad_scale);
   void head_backward(State& s, View dnext, double grad_scale);

@@ -138,14 +138,50 @@ void ShardedCpuDecoder<T>::attention_forward(const State& s, LayerActs& A) {
   const std::int64_t b = s.batch, sl = std::int64_t(s.pos.size()), kvw = 2 * D.kvdl;
   auto q = heads_view(A.qkv, 0, b, sl, D.hl, D.hd, D.width);
   if (cfg_.pos == model::Pos::rope) {
-    cpu::rope_forward_at<T>(q, inv_freq_, s.pos);
-    cpu::rope_forward_at<T>(heads_view(A.qkv, D.ql, b, sl, D.kvl, D.hd, D.width), inv_freq_, s.pos);
+    rope(s, q, false);
+    rope(s, heads_view(A.qkv, D.ql, b, sl, D.kvl, D.hd, D.width), false);
   }
   gather_kv(s, A.qkv, D.ql, kvw, A.kv);
   mat(A.o, s.n, D.ql);
-  cpu::attention_forward_at<T>(
-      heads_view(A.o, 0, b, sl, D.hl, D.hd, D.ql), vec(A.lse, b * D.hl * sl).reshape({b, D.hl, sl}), q,
-      heads_view(A.kv, 0, b, s.seq, D.kvl, D.hd, kvw), heads_view(A.kv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw), s.pos);
+  const auto o = heads_view(A.o, 0, b, sl, D.hl, D.hd, D.ql);
+  const auto lse = vec(A.lse, b * D.hl * sl).reshape({b, D.hl, sl});
+  const auto k = heads_view(A.kv, 0, b, s.seq, D.kvl, D.hd, kvw);
+  const auto v = heads_view(A.kv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw);
+  attend(s, o, lse, q, k, v);
+}
+
+// The local queries against the gathered keys: causal by absolute position, or within each segment (packed rows).
+template <class T>
+void ShardedCpuDecoder<T>::attend(const State& s, View o, View lse, CView q, CView k, CView v) const {
+  if (s.seg_pos.empty())
+    cpu::attention_forward_at<T>(o, lse, q, k, v, s.pos);
+  else
+    cpu::attention_forward_packed<T>(o, lse, q, k, v, s.seg_pos);
+}
+
+template <class T>
+void ShardedCpuDecoder<T>::attend_backward(const State& s, View dq, View dk, View dv, CView dout, CView q, CView k,
+                                           CView v, CView o, CView lse) const {
+  if (s.seg_pos.empty())
+    cpu::attention_backward_at<T>(dq, dk, dv, dout, q, k, v, o, lse, s.pos);
+  else
+    cpu::attention_backward_packed<T>(dq, dk, dv, dout, q, k, v, o, lse, s.seg_pos);
+}
+
+// RoPE (or its inverse) on q or k heads [b, sl, heads, hd] at the tokens' positions: the cp rank's positions, shared by
+// the rows, or (packed rows) each row's positions in its segments.
+template <class T>
+void ShardedCpuDecoder<T>::rope(const State& s, View x, bool backward) const {
+  const auto apply = [&](View rows, std::span<const std::int64_t> pos) {
+    if (backward)
+      cpu::rope_backward_at<T>(rows, inv_freq_, pos);
+    else
+      cpu::rope_forward_at<T>(rows, inv_freq_, pos);
+  };
+  if (s.seg_pos.empty()) return apply(x, s.pos);
+  const std::int64_t sl = x.size(1);
+  for (std::int64_t r = 0; r < x.size(0); ++r)
+    apply(x.slice0(r, r + 1), std::span<const std::int64_t>(s.seg_pos).subspan(std::size_t(r * sl), std::size_t(sl)));
 }
 
 template <class T>
@@ -204,15 +240,18 @@ void ShardedCpuDecoder<T>::attention_backward(const State& s, LayerActs& A, std:
   mat(dqkv, s.n, D.width);
   mat(dkv, b * s.seq, kvw);
   auto dq = heads_view(dqkv, 0, b, sl, D.hl, D.hd, D.width);
-  cpu::attention_backward_at<T>(
-      dq, heads_view(dkv, 0, b, s.seq, D.kvl, D.hd, kvw), heads_view(dkv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw),
-      heads_view(dout, 0, b, sl, D.hl, D.hd, D.ql), heads_view(A.qkv, 0, b, sl, D.hl, D.hd, D.width),
-      heads_view(A.kv, 0, b, s.seq, D.kvl, D.hd, kvw), heads_view(A.kv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw),
-      heads_view(A.o, 0, b, sl, D.hl, D.hd, D.ql), TensorView<T>(A.lse.data(), {b, D.hl, sl}), s.pos);
+  const auto dk = heads_view(dkv, 0, b, s.seq, D.kvl, D.hd, kvw);
+  const auto dv = heads_view(dkv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw);
+  const auto d_o = heads_view(dout, 0, b, sl, D.hl, D.hd, D.ql), q = heads_view(A.qkv, 0, b, sl, D.hl, D.hd, D.width);
+  const auto k = heads_view(A.kv, 0, b, s.seq, D.kvl, D.hd, kvw);
+  const auto v = heads_view(A.kv, D.kvdl, b, s.seq, D.kvl, D.hd, kvw);
+  const auto o = heads_view(A.o, 0, b, sl, D.hl, D.hd, D.ql);
+  const TensorView<T> lse(A.lse.data(), {b, D.hl, sl});
+  attend_backward(s, dq, dk, dv, d_o, q, k, v, o, lse);
   scatter_dkv(s, dkv, D.ql, kvw, dqkv);
   if (cfg_.pos == model::Pos::rope) {
-    cpu::rope_backward_at<T>(dq, inv_freq_, s.pos);
-    cpu::rope_backward_at<T>(heads_view(dqkv, D.ql, b, sl, D.kvl, D.hd, D.width), inv_freq_, s.pos);
+    rope(s, dq, true);
+    rope(s, heads_view(dqkv, D.ql, b, sl, D.kvl, D.hd, D.width), true);
   }
 }
 
@@ -226,6 +265,10 @@ void ShardedCpuDecoder<T>::attention_backward(const State& s, LayerActs& A, std:
                                                   std::vector<T>&);                                                \
   template void ShardedCpuDecoder<T>::layer_forward(State&, int, CView, CView, View);                              \
   template void ShardedCpuDecoder<T>::attention_forward(const State&, LayerActs&);                                 \
+  template void ShardedCpuDecoder<T>::rope(const State&, View, bool) const;                                        \
+  template void ShardedCpuDecoder<T>::attend(const State&, View, View, CView, CView, CView) const;                 \
+  template void ShardedCpuDecoder<T>::attend_backward(const State&, View, View, View, CView, CView, CView, CView,  \
+                                                      CView, CView) const;                                         \
   template void ShardedCpuDecoder<T>::layer_backward(State&, int, View);                                           \
   template void ShardedCpuDecoder<T>::attention_backward(const State&, LayerActs&, std::vector<T>&, std::vector<T>&);
 TB_INSTANTIATE(float)

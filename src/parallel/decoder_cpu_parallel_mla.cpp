@@ -90,7 +90,7 @@ void ShardedCpuDecoder<T>::mla_forward(const State& s, const model::DenseLayout:
   const CView latg = gather_rows(A.latg, latn, n);
   auto q = mat(A.mq, n, D.qw), kv = mat(A.mkv, n, D.kvw);
   cpu::linear_forward<T>(q, D.rq > 0 ? cols(latg, 0, D.rq) : gather_rows(A.y1g, y1, n), P(L.q_up));
-  cpu::rope_forward_at<T>(head_part(A.mq.data(), D.dn, b, sl, D.hl, D.dqk, D.dr), inv_freq_, s.pos);
+  rope(s, head_part(A.mq.data(), D.dn, b, sl, D.hl, D.dqk, D.dr), false);
   cpu::linear_forward<T>(kv, cols(latg, D.rq, D.rkv), P(L.kv_up));
   auto kvh = mat(A.mkvh, n, D.kvhw);
   cpu::mla_k_forward<T>(TensorView<T>(kvh.data(), Shape{n, D.hl, D.dqk}, Shape{D.kvhw, D.dqk, 1}, 3),
@@ -101,11 +101,9 @@ void ShardedCpuDecoder<T>::mla_forward(const State& s, const model::DenseLayout:
       std::copy_n(&kv(t, h * (D.dn + D.dv) + D.dn), D.dv, &kvh(t, D.qw + h * D.dv));
   gather_kv(s, A.mkvh, 0, D.kvhw, A.kv);  // every key of the sequence (cp)
   mat(A.o, n, D.ow);
-  cpu::attention_forward_at<T>(heads_view(A.o, 0, b, sl, D.hl, D.dv, D.ow),
-                               vec(A.lse, b * D.hl * sl).reshape({b, D.hl, sl}),
-                               heads_view(A.mq, 0, b, sl, D.hl, D.dqk, D.qw),
-                               heads_view(A.kv, 0, b, s.seq, D.hl, D.dqk, D.kvhw),
-                               heads_view(A.kv, D.qw, b, s.seq, D.hl, D.dv, D.kvhw), s.pos);
+  attend(s, heads_view(A.o, 0, b, sl, D.hl, D.dv, D.ow), vec(A.lse, b * D.hl * sl).reshape({b, D.hl, sl}),
+         heads_view(A.mq, 0, b, sl, D.hl, D.dqk, D.qw), heads_view(A.kv, 0, b, s.seq, D.hl, D.dqk, D.kvhw),
+         heads_view(A.kv, D.qw, b, s.seq, D.hl, D.dv, D.kvhw));
   std::vector<T>& partial = scratch_->partial;
   cpu::linear_forward<T>(mat(partial, n, dims_.d), mat(A.o, n, D.ow), P(L.out));
   reduce_rows(out, partial, n);
@@ -125,15 +123,15 @@ void ShardedCpuDecoder<T>::mla_backward(const State& s, const model::DenseLayout
   cpu::linear_backward<T>(dout, G(L.out), {}, gather_rows(S.gathered, dr2, n), mat(A.o, n, D.ow), P(L.out));
   auto dq = mat(S.dqkv, n, D.qw);
   mat(S.dkv, b * s.seq, D.kvhw);
-  cpu::attention_backward_at<T>(
-      heads_view(S.dqkv, 0, b, sl, D.hl, D.dqk, D.qw), heads_view(S.dkv, 0, b, s.seq, D.hl, D.dqk, D.kvhw),
+  attend_backward(
+      s, heads_view(S.dqkv, 0, b, sl, D.hl, D.dqk, D.qw), heads_view(S.dkv, 0, b, s.seq, D.hl, D.dqk, D.kvhw),
       heads_view(S.dkv, D.qw, b, s.seq, D.hl, D.dv, D.kvhw), heads_view(S.dout, 0, b, sl, D.hl, D.dv, D.ow),
       heads_view(A.mq, 0, b, sl, D.hl, D.dqk, D.qw), heads_view(A.kv, 0, b, s.seq, D.hl, D.dqk, D.kvhw),
       heads_view(A.kv, D.qw, b, s.seq, D.hl, D.dv, D.kvhw), heads_view(A.o, 0, b, sl, D.hl, D.dv, D.ow),
-      TensorView<T>(A.lse.data(), {b, D.hl, sl}), s.pos);
+      TensorView<T>(A.lse.data(), {b, D.hl, sl}));
   auto dkvh = mat(S.dkvh, n, D.kvhw);
   scatter_dkv(s, S.dkv, 0, D.kvhw, S.dkvh);
-  cpu::rope_backward_at<T>(head_part(S.dqkv.data(), D.dn, b, sl, D.hl, D.dqk, D.dr), inv_freq_, s.pos);
+  rope(s, head_part(S.dqkv.data(), D.dn, b, sl, D.hl, D.dqk, D.dr), true);
   // back through K's assembly and the up projections, onto the latents of every token (partial over tp)
   auto dkv = mat(S.dkvup, n, D.kvw), dlat = mat(S.dlat, n, D.w);
   cpu::mla_k_backward<T>(TensorView<T>(dkv.data(), Shape{n, D.hl, D.dn}, Shape{D.kvw, D.dn + D.dv, 1}, 3),

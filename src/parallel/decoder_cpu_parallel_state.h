@@ -52,6 +52,8 @@ struct ShardedCpuDecoder<T>::State {
   std::int64_t n = 0, rows = 0;               // tokens on this cp rank; residual-stream rows on this rank
   std::vector<std::int64_t> pos;              // positions of the cp rank's seq / cp tokens of a sequence
   std::vector<std::int32_t> tokens, targets;  // the n local tokens, (b, j) row-major
+  std::vector<std::int64_t> seg_pos;          // packed rows: each local token's position in its segment (else empty)
+  std::vector<double> weights;                // the local tokens' loss weights (empty: the mean)
   std::vector<std::int64_t> token_index;      // LoRA's dropout: each local token's index in the step's global batch
   std::int64_t step = 1;                      // (sequence · seq + position) and the step (MicroBatch)
   std::vector<LayerActs> layers;

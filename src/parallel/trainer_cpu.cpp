@@ -54,8 +54,9 @@ void OptimizerHyper::validate() const {
 template <class T>
 class ParallelCpuTrainer<T>::Stage final : public PipelineStage<T> {
  public:
-  Stage(ParallelCpuTrainer& t, std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets)
-      : t_(t), tokens_(tokens), targets_(targets),
+  Stage(ParallelCpuTrainer& t, std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
+        Documents docs, std::span<const double> weights)
+      : t_(t), tokens_(tokens), targets_(targets), docs_(docs), weights_(weights),
         grad_scale_(1.0 / (double(t.accum_) * t.spec_.mesh.dp)),
         first_mb_(t.mesh_->coord().dp * t.accum_) {}
 
@@ -73,10 +74,19 @@ class ParallelCpuTrainer<T>::Stage final : public PipelineStage<T> {
   MicroBatch batch(int mb) const {
     const int b = t_.spec_.micro_batch, seq = t_.cfg_.seq;
     const std::size_t n = std::size_t(b) * std::size_t(seq), at = std::size_t(first_mb_ + mb) * n;
-    return {tokens_.subspan(at, n), targets_.subspan(at, n), b, seq, std::int64_t(first_mb_ + mb) * b, t_.steps_};
+    return {tokens_.subspan(at, n),
+            targets_.subspan(at, n),
+            b,
+            seq,
+            docs_.packed() ? docs_.slice((first_mb_ + mb) * b, b) : Documents{},
+            weights_.empty() ? weights_ : weights_.subspan(at, n),
+            std::int64_t(first_mb_ + mb) * b,
+            t_.steps_};
   }
   ParallelCpuTrainer& t_;
   std::span<const std::int32_t> tokens_, targets_;
+  Documents docs_;
+  std::span<const double> weights_;
   double grad_scale_;
   int first_mb_;
 };
@@ -300,12 +310,22 @@ void ParallelCpuTrainer<T>::sync_replicas() {
 
 template <class T>
 ParallelStepStats ParallelCpuTrainer<T>::step(std::span<const std::int32_t> tokens,
-                                              std::span<const std::int32_t> targets, double lr) {
+                                              std::span<const std::int32_t> targets, double lr, Documents docs,
+                                              std::span<const double> loss_weights) {
   const std::size_t n = std::size_t(spec_.global_batch) * std::size_t(cfg_.seq);
   TB_REQUIRE(tokens.size() == n && targets.size() == n,
              fmt::format("parallel trainer: a step takes global batch · seq = {}·{} = {} tokens and targets, got {} "
                          "and {}",
                          spec_.global_batch, cfg_.seq, n, tokens.size(), targets.size()));
+  TB_REQUIRE((!docs.packed() || docs.rows() == spec_.global_batch) &&
+                 (loss_weights.empty() || loss_weights.size() == n),
+             fmt::format("parallel trainer: packed documents of {} rows and {} loss weights for a global batch of {} "
+                         "rows ({} tokens)",
+                         docs.rows(), loss_weights.size(), spec_.global_batch, n));
+  TB_REQUIRE(!docs.packed() || spec_.mesh.cp == 1,  // (every rank, before any communication)
+             fmt::format("parallel trainer: packed sequences with context parallel (cp {}) are not built: run packed "
+                         "data with cp 1",
+                         spec_.mesh.cp));
   model::detail::check_ids(tokens, cfg_.vocab, "token");  // on every rank: no rank raises alone
   model::detail::check_ids(targets, cfg_.vocab, "target");
   ParallelStepStats st;
@@ -314,7 +334,7 @@ ParallelStepStats ParallelCpuTrainer<T>::step(std::span<const std::int32_t> toke
   st.lr = lr;
 
   for (auto& c : chunks_) c->zero_grads();
-  Stage stage(*this, tokens, targets);
+  Stage stage(*this, tokens, targets, docs, loss_weights);
   const MeshShape& s = spec_.mesh;
   const PipelineRun run = run_pipeline<T>({s.pp, s.vp, accum_}, mesh_->pp(), stage);
   pack_grads();

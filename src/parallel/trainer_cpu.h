@@ -87,8 +87,11 @@ class ParallelCpuTrainer {
   int accum() const { return accum_; }  // micro-batches per dp rank and step
 
   // One optimizer step on the global batch: tokens and targets [global_batch, config().seq] row-major, the same
-  // on every rank. Returns the same stats on every rank.
-  ParallelStepStats step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, double lr);
+  // on every rank. Returns the same stats on every rank. Packed rows: docs, the documents of the global batch's rows,
+  // and loss_weights [global_batch, seq] (train/data.h loss_weights over the step's micro-batches), each micro-batch
+  // taking its rows' (parallel::MicroBatch).
+  ParallelStepStats step(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, double lr,
+                         Documents docs = {}, std::span<const double> loss_weights = {});
 
   // The full model's parameters (model::dense_layout order, as CpuDecoder::params()), on every rank.
   std::vector<T> full_params() const;

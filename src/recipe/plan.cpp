@@ -114,6 +114,8 @@ RunPlan plan_run(const Recipe& r, const RunOptions& opt) {
     for (const auto& [k, v] : opt.sets) sets += fmt::format("{}{}={}", sets.empty() ? "" : " ", k, v);
     p.differences.push_back("--set " + sets);
   }
+  p.data = opt.data.empty() ? r.data : opt.data;
+  if (p.data != r.data) p.differences.push_back(fmt::format("data {} instead of the recipe's {}", p.data, r.data));
   m.layers = p.layout.layers;
   m.seq = p.layout.seq;
   p.layers = p.layout.layers;

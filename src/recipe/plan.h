@@ -53,6 +53,7 @@ struct RunOptions {
   std::string gpu_model;                     // "": layouts naming no GPU model (the reference H100 ones)
   std::map<std::string, std::string> sets;   // --set key=value: layers seq micro_batch global_batch tp pp cp vp ep etp
   std::vector<int> points;                   // layer counts to measure; empty: chosen by plan_run
+  std::string data;                          // --data: what to train on; "": the recipe's (Recipe::data)
   int ranks = 0;                             // > 0: a distributed run of this many ranks (the layout for that many
                                              // GPUs; ref_gpus, when given, must agree); 0: the one-device proxy
 };
@@ -67,6 +68,7 @@ struct RunPlan {
                                         // trains)
   model::ModelConfig shard;             // the per-GPU shard (layers: the full stage count, layout.layers / pp)
   int layers = 0;                       // the run's layers (layout.layers)
+  std::string data;                     // what it trains on (train/data.h DataSource names)
   bool distributed = false;             // RunOptions::ranks > 0: the ranks train `model` at `layout`
   bool proxy = false;                   // anything but the reference run itself on the same GPU count
   std::vector<int> points;              // proxy: layer counts to run, ascending (distributed: none)

@@ -17,7 +17,7 @@ namespace tb::recipe {
 namespace {
 
 constexpr std::string_view kRecipeKeys[] = {
-    "schema", "name",   "summary", "default", "task",    "framework", "dataset",
+    "schema", "name",   "summary", "default", "task",    "framework", "dataset", "data",
     "release", "precisions", "needs", "scaling", "reference_parallelism", "sources", "model", "lora", "layout"};
 // The MoE keys are model/config_override.cpp's --set names (router_normalize, routed_scale: the MoeConfig fields
 // normalize, scale).
@@ -36,6 +36,8 @@ constexpr std::string_view kFilterKeys[] = {"release", "precision", "gpu", "vari
 const std::vector<std::string> kPrecisions = {"bf16", "fp8", "fp32"};
 const std::vector<std::string> kNeeds = {"mamba"};
 const std::vector<std::string> kTasks = {"pretrain", "sft", "lora"};
+// The synthetic data a recipe may name (train/data.h); `run --data` also takes files.
+const std::vector<std::string> kData = {"markov", "copy", "random", "packed-squad", "packed-govreport"};
 const std::vector<std::string> kScalings = {"weak", "strong"};
 
 std::string join(const std::vector<std::string>& v) {
@@ -307,6 +309,8 @@ Recipe load_recipe(const std::filesystem::path& file) {
   require_one_of(where_key(path, root, "task"), "task", r.task, kTasks);
   r.framework = get_string(path, root, "framework").value_or("");
   r.dataset = get_string(path, root, "dataset").value_or("");
+  r.data = get_string(path, root, "data").value_or(r.task == "pretrain" ? "markov" : "packed-squad");
+  require_one_of(where_key(path, root, "data"), "data", r.data, kData);
   r.reference_parallelism = get_string(path, root, "reference_parallelism").value_or("");
   r.release = get_string(path, root, "release").value_or("");
   r.precisions = get_strings(path, root, "precisions").value_or(std::vector<std::string>{});

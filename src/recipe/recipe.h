@@ -1,5 +1,6 @@
 // recipe/recipe.h: recipes/<name>.toml, one training workload as a reference ran it: the model (a preset
-// of model/config.h plus shape overrides, MoE experts), sequence, precisions, task (pretrain, sft, lora),
+// of model/config.h plus shape overrides, MoE experts), sequence, precisions, task (pretrain, sft, lora), the data it
+// trains on (synthetic: pretraining tokens, or packed fine-tuning documents with their loss masks),
 // what trainbench still lacks to run it (`needs`), and its parallel layouts per GPU count, tagged by
 // release, precision and GPU model, including the reference's proxies (fewer layers). docs/RECIPES.md
 // has the schema. Per run: dp = gpus / (tp·pp·cp), grad accumulation = global_batch / (micro_batch·dp).
@@ -50,6 +51,8 @@ struct Recipe {
   bool is_default = false;
   std::string task = "pretrain";                // pretrain | sft | lora
   std::string framework, dataset, reference_parallelism;
+  std::string data;                             // what `run` trains on (train/data.h DataSource names): the key
+                                                // `data`, else packed-squad for fine-tuning tasks, markov otherwise
   std::string release;                          // the release whose layouts are the default
   std::vector<std::string> precisions, needs, sources;
   Scaling scaling = Scaling::weak;

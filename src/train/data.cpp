@@ -1,45 +1,22 @@
-// train/data.cpp: see data.h. Random numbers: splitmix64 (Steele et al.), one stream per (seed, row).
+// train/data.cpp: see data.h. Random numbers: train/row_rng.h, one stream per (seed, row).
 #include "train/data.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <bit>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>
 
 #include "core/error.h"
+#include "train/packed_data.h"
+#include "train/row_rng.h"
 
 namespace tb::train {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "TokenFile reads little-endian tokens in place");
-
-constexpr int kMarkovFanout = 4;  // successors per token in the markov task
-
-std::uint64_t mix64(std::uint64_t z) {  // splitmix64's finaliser
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// The random stream of row k: splitmix64 started from a state that mixes seed and k.
-class RowRng {
- public:
-  RowRng(std::uint64_t seed, std::int64_t row) : state_(mix64(seed ^ mix64(std::uint64_t(row) + 1))) {}
-  std::uint64_t next() { return mix64(state_ += 0x9E3779B97F4A7C15ull); }
-  // Uniform in [0, n): modulo of 64 bits, bias below n / 2^64 (negligible for any vocabulary or file).
-  std::uint64_t below(std::uint64_t n) { return next() % n; }
-
- private:
-  std::uint64_t state_;
-};
 
 void check_batch(int batch, std::string_view who) {
   TB_REQUIRE(batch >= 1, fmt::format("{}: batch must be >= 1 rows, got {}", who, batch));
@@ -63,12 +40,37 @@ void store_row(Batch& b, int r, const std::vector<std::int32_t>& window) {
   }
 }
 
-[[noreturn]] void raise_io(const std::filesystem::path& path, std::string_view what, int err) {
-  raise_error(Error::Kind::io, fmt::format("token file '{}': {} ({}); check the path and permissions", path.string(),
-                                           what, std::strerror(err)));
+}  // namespace
+
+std::int64_t Batch::loss_tokens() const {
+  if (loss_mask.empty()) return std::int64_t(targets.size());
+  std::int64_t n = 0;
+  for (std::uint8_t m : loss_mask) n += m != 0;
+  return n;
 }
 
-}  // namespace
+void StepTokens::add(const Batch& b) {
+  const double rows = b.batch, s = b.seq;
+  tokens += rows * s;
+  loss_tokens += double(b.loss_tokens());
+  packed = packed || b.docs().packed();
+  if (!b.docs().packed()) {
+    doc_tokens += rows * s, doc_squares += rows * s * s;
+    return;
+  }
+  for (std::int32_t len : b.doc_lens) doc_tokens += len, doc_squares += double(len) * len;
+}
+
+std::vector<double> loss_weights(const Batch& b, int micro_batches, std::int64_t counted) {
+  std::vector<double> w;
+  if (b.loss_mask.empty()) return w;
+  TB_REQUIRE(micro_batches >= 1 && counted >= 0,
+             fmt::format("loss weights: {} micro-batches, {} counted targets", micro_batches, counted));
+  const double each = counted > 0 ? double(micro_batches) / double(counted) : 0.0;
+  w.reserve(b.loss_mask.size());
+  for (std::uint8_t m : b.loss_mask) w.push_back(m != 0 ? each : 0.0);
+  return w;
+}
 
 std::string_view task_name(Task task) {
   switch (task) {
@@ -100,8 +102,7 @@ Batch SyntheticData::next(int batch) {
     RowRng rng(seed_, next_row_++);
     for (std::size_t i = 0; i < w.size(); ++i) {
       if (task_ == Task::markov && i > 0) {  // one of the K successors of the previous token
-        const std::uint64_t base = mix64(seed_ ^ 0xA5A5A5A5u ^ std::uint64_t(w[i - 1])) % v;
-        w[i] = std::int32_t((base + rng.below(kMarkovFanout)) % v);
+        w[i] = markov_successor(seed_, w[i - 1], vocab_, rng);
       } else {
         w[i] = i < h ? std::int32_t(rng.below(v)) : w[i % h];
       }
@@ -127,91 +128,34 @@ TokenFile::TokenFile(const std::filesystem::path& path, TokenType type, int seq,
   const std::string name = path.string();
   TB_REQUIRE(seq >= 1, fmt::format("token file '{}': seq must be >= 1, got {}", name, seq));
   TB_REQUIRE(vocab >= 0, fmt::format("token file '{}': vocab must be >= 0 (0: no check), got {}", name, vocab));
-  const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) raise_io(path, "cannot open", errno);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    raise_io(path, "cannot stat", err);
-  }
-  const std::size_t tsize = token_bytes(type);
-  const auto fail = [&](std::string msg) {
-    ::close(fd);
-    raise_config(msg);
-  };
-  if (!S_ISREG(st.st_mode)) fail(fmt::format("token file '{}': not a regular file; give a .bin token file", name));
-  const auto bytes = std::size_t(st.st_size);
-  if (bytes == 0) fail(fmt::format("token file '{}': the file is empty; re-run the tokeniser", name));
-  if (bytes % tsize != 0)
-    fail(
-        fmt::format("token file '{}': size {} bytes is not a multiple of the {} token size ({} bytes); "
-                    "wrong token type, or a truncated file?",
-                    name, bytes, token_type_name(type), tsize));
-  const auto n = std::int64_t(bytes / tsize);
-  if (n < std::int64_t(seq) + 1)
-    fail(
-        fmt::format("token file '{}': holds {} tokens, fewer than seq + 1 = {} (one window); use a longer "
-                    "file or a shorter sequence",
-                    name, n, std::int64_t(seq) + 1));
-  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (p == MAP_FAILED) raise_io(path, "cannot mmap", err);
-  data_ = static_cast<const std::byte*>(p);
-  bytes_ = bytes;
-  n_ = n;
+  map_ = MappedFile(path, fmt::format("token file '{}'", name));
+  const std::size_t bytes = map_.size(), tsize = token_bytes(type);
+  TB_REQUIRE(bytes % tsize == 0, fmt::format("token file '{}': size {} bytes is not a multiple of the {} token size "
+                                             "({} bytes); wrong token type, or a truncated file?",
+                                             name, bytes, token_type_name(type), tsize));
+  n_ = std::int64_t(bytes / tsize);
+  TB_REQUIRE(n_ >= std::int64_t(seq) + 1,
+             fmt::format("token file '{}': holds {} tokens, fewer than seq + 1 = {} (one window); use a longer file or "
+                         "a shorter sequence",
+                         name, n_, std::int64_t(seq) + 1));
 }
 
-TokenFile::~TokenFile() { unmap(); }
+std::uint32_t TokenFile::at(std::int64_t i) const { return read_token(map_.data(), type_, i); }
 
-TokenFile::TokenFile(TokenFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      type_(other.type_),
-      seq_(other.seq_),
-      seed_(other.seed_),
-      vocab_(other.vocab_),
-      data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)),
-      n_(std::exchange(other.n_, 0)),
-      next_row_(other.next_row_) {}
-
-TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
-  if (this != &other) {
-    unmap();
-    path_ = std::move(other.path_);
-    type_ = other.type_;
-    seq_ = other.seq_;
-    seed_ = other.seed_;
-    vocab_ = other.vocab_;
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-    n_ = std::exchange(other.n_, 0);
-    next_row_ = other.next_row_;
-  }
-  return *this;
-}
-
-void TokenFile::unmap() noexcept {
-  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), bytes_);
-  data_ = nullptr;
-  bytes_ = 0;
-}
-
-std::uint32_t TokenFile::at(std::int64_t i) const {
-  if (type_ == TokenType::uint16) {
+std::uint32_t read_token(const std::byte* tokens, TokenType type, std::int64_t i) {
+  if (type == TokenType::uint16) {
     std::uint16_t t;
-    std::memcpy(&t, data_ + std::size_t(i) * 2, 2);
+    std::memcpy(&t, tokens + std::size_t(i) * 2, 2);
     return t;
   }
   std::uint32_t t;
-  std::memcpy(&t, data_ + std::size_t(i) * 4, 4);
+  std::memcpy(&t, tokens + std::size_t(i) * 4, 4);
   return t;
 }
 
 Batch TokenFile::next(int batch) {
   check_batch(batch, fmt::format("token file '{}'", path_.string()));
-  TB_REQUIRE(data_ != nullptr, "token file: next() on a moved-from TokenFile");
+  TB_REQUIRE(map_.data() != nullptr, "token file: next() on a moved-from TokenFile");
   Batch b = make_batch(batch, seq_);
   std::vector<std::int32_t> w(std::size_t(seq_) + 1);
   const auto starts = std::uint64_t(n_ - seq_);  // valid window starts: [0, n - seq - 1]
@@ -239,7 +183,7 @@ Batch TokenFile::next(int batch) {
 void TokenFile::validate(int vocab) const {
   TB_REQUIRE(vocab >= 1,
              fmt::format("token file '{}': validate(vocab) needs vocab >= 1, got {}", path_.string(), vocab));
-  TB_REQUIRE(data_ != nullptr, "token file: validate() on a moved-from TokenFile");
+  TB_REQUIRE(map_.data() != nullptr, "token file: validate() on a moved-from TokenFile");
   for (std::int64_t i = 0; i < n_; ++i) {
     const std::uint32_t t = at(i);
     if (t >= std::uint32_t(vocab)) [[unlikely]]
@@ -254,19 +198,46 @@ DataSource::DataSource(const std::string& data, TokenType token_type, int vocab,
   if (data == "copy" || data == "random" || data == "markov") {
     const Task task = data == "copy" ? Task::copy : data == "random" ? Task::random : Task::markov;
     floor_ = data_.emplace<SyntheticData>(vocab, seq, seed, task).loss_floor();
+  } else if (data == "packed-squad" || data == "packed-govreport") {
+    const Packing p = data == "packed-squad" ? Packing::squad : Packing::govreport;
+    floor_ = data_.emplace<std::unique_ptr<PackedSynthetic>>(std::make_unique<PackedSynthetic>(p, vocab, seq, seed))
+                 ->loss_floor();
   } else {
     std::error_code ec;
     TB_REQUIRE(std::filesystem::is_regular_file(data, ec),
-               fmt::format("--data '{}': no such file; give markov, copy or random (synthetic tasks) or the path of a "
-                           "token file",
+               fmt::format("--data '{}': no such file; give markov, copy or random (synthetic tasks), packed-squad or "
+                           "packed-govreport (synthetic packed documents), a packed-data FILE.index or a token file",
                            data));
-    data_.emplace<TokenFile>(data, token_type, seq, seed, vocab);
+    if (std::filesystem::path(data).extension() == ".index")
+      data_.emplace<std::unique_ptr<PackedFile>>(std::make_unique<PackedFile>(data, seq, seed, vocab));
+    else
+      data_.emplace<TokenFile>(data, token_type, seq, seed, vocab);
   }
 }
 
+DataSource::~DataSource() = default;
+
 Batch DataSource::next(int batch) {
   if (auto* s = std::get_if<SyntheticData>(&data_)) return s->next(batch);
+  if (auto* s = std::get_if<std::unique_ptr<PackedSynthetic>>(&data_)) return (*s)->next(batch);
+  if (auto* s = std::get_if<std::unique_ptr<PackedFile>>(&data_)) return (*s)->next(batch);
   return std::get<TokenFile>(data_).next(batch);
+}
+
+void DataSource::skip(std::int64_t rows) {
+  TB_REQUIRE(rows >= 0, fmt::format("data: cannot skip {} rows", rows));
+  std::visit(
+      [&](auto& d) {
+        if constexpr (requires { d.skip(rows); }) d.skip(rows);
+        else if constexpr (requires { d->skip(rows); }) d->skip(rows);
+      },
+      data_);
+}
+
+int DataSource::max_documents_per_row() const {
+  if (auto* s = std::get_if<std::unique_ptr<PackedSynthetic>>(&data_)) return (*s)->max_documents_per_row();
+  if (auto* s = std::get_if<std::unique_ptr<PackedFile>>(&data_)) return (*s)->max_documents_per_row();
+  return 0;
 }
 
 }  // namespace tb::train

@@ -30,11 +30,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <string>
 #include <variant>
 #include <vector>
+
+#include "core/packing.h"
+#include "train/mapped_file.h"
 
 namespace tb::train {
 
@@ -43,7 +46,31 @@ struct Batch {
   std::vector<std::int32_t> targets;  // [batch, seq]: the token after each token
   int batch = 0;
   int seq = 0;
+  // Packed rows (core/packing.h; train/packed_data.h): the documents of each row (empty: one filling each row), and
+  // which targets the loss counts [batch, seq] (1 counted; empty: every one).
+  std::vector<std::int32_t> doc_lens, row_docs;
+  std::vector<std::uint8_t> loss_mask;
+  Documents docs() const { return {doc_lens, row_docs}; }
+  std::int64_t loss_tokens() const;  // the targets the loss counts
 };
+
+// What a step's micro-batches hold (every data-parallel rank's together): tokens (rows x seq), the targets the loss
+// counts, and the documents' tokens and squared lengths (model/flops.h packed_flops; unpacked rows are one document
+// each, padding never is one).
+struct StepTokens {
+  double tokens = 0, loss_tokens = 0, doc_tokens = 0, doc_squares = 0;
+  bool packed = false;
+  void add(const Batch& b);
+};
+
+// The loss of a step over packed data (a loss mask) is the mean cross-entropy over the counted targets of the whole
+// step: every data-parallel rank draws the step's M micro-batches (train/trainer.h), so each knows their counted
+// targets N without communication. Micro-batch m's loss weights w = mask · M / N (ops/cpu/cross_entropy.h) keep the
+// trainers' unmasked arithmetic: its loss sum_r w_r CE_r replaces its mean, the step's loss is the mean over the M
+// micro-batches (sum_m sum_r mask CE / N), and each micro-batch's gradient keeps the scale 1 / M. (Gradient
+// accumulation and data parallel thus weight every counted token alike, however the counted tokens fall in the
+// micro-batches, as Megatron-LM's per-token loss does.) Empty for a batch without a mask; zeros when N is 0.
+std::vector<double> loss_weights(const Batch& b, int micro_batches, std::int64_t counted);
 
 enum class Task { random, copy, markov };
 std::string_view task_name(Task task);  // "random" | "copy" | "markov"
@@ -59,6 +86,7 @@ class SyntheticData {
   int seq() const { return seq_; }
   Task task() const { return task_; }
   std::int64_t rows_drawn() const { return next_row_; }
+  void skip(std::int64_t rows) { next_row_ += rows; }
 
  private:
   int vocab_;
@@ -72,49 +100,53 @@ enum class TokenType { uint16, uint32 };
 std::string_view token_type_name(TokenType type);  // "uint16" | "uint32"
 std::size_t token_bytes(TokenType type);           // 2 | 4
 
+// Token i of little-endian tokens of `type` at `tokens` (no checks).
+std::uint32_t read_token(const std::byte* tokens, TokenType type, std::int64_t i);
+
 class TokenFile {
  public:
   // vocab > 0: tokens drawn by next() are checked against it; 0: no vocabulary check.
   TokenFile(const std::filesystem::path& path, TokenType type, int seq, std::uint64_t seed, int vocab = 0);
-  ~TokenFile();
-  TokenFile(TokenFile&& other) noexcept;
-  TokenFile& operator=(TokenFile&& other) noexcept;
-  TokenFile(const TokenFile&) = delete;
-  TokenFile& operator=(const TokenFile&) = delete;
 
   Batch next(int batch);
   void validate(int vocab) const;  // scans every token; throws naming the file, index and value of the first bad one
 
-  std::int64_t size() const { return n_; }  // tokens in the file
+  void skip(std::int64_t rows) { next_row_ += rows; }
+  std::int64_t size() const { return map_.data() ? n_ : 0; }  // tokens in the file (0 once moved from)
   std::uint32_t at(std::int64_t i) const;   // raw token i (no checks beyond the index)
   const std::filesystem::path& path() const { return path_; }
   TokenType type() const { return type_; }
   int seq() const { return seq_; }
 
  private:
-  void unmap() noexcept;
-
   std::filesystem::path path_;
   TokenType type_;
   int seq_;
   std::uint64_t seed_;
   int vocab_;
-  const std::byte* data_ = nullptr;
-  std::size_t bytes_ = 0;
+  MappedFile map_;
   std::int64_t n_ = 0;
   std::int64_t next_row_ = 0;
 };
 
-// The --data argument behind one next(batch): "markov", "copy", "random" (synthetic tasks) or the path of a token
-// file of `token_type`. loss_floor(): the synthetic task's (0 for a token file).
+// The --data argument behind one next(batch): "markov", "copy", "random" (synthetic tasks), "packed-squad",
+// "packed-govreport" (synthetic packed documents, train/packed_data.h), the path of a packed-data index (FILE.index,
+// train/packed_data.h) or the path of a token file of `token_type`. loss_floor(): the synthetic task's (0 for a file).
+class PackedSynthetic;
+class PackedFile;
 class DataSource {
  public:
   DataSource(const std::string& data, TokenType token_type, int vocab, int seq, std::uint64_t seed);
+  ~DataSource();
   Batch next(int batch);
+  void skip(std::int64_t rows);  // as if next() had drawn `rows` rows (a resumed run continues the stream)
   double loss_floor() const { return floor_; }
+  // Packed rows: the most documents a row holds (0: not packed).
+  int max_documents_per_row() const;
 
  private:
-  std::variant<std::monostate, SyntheticData, TokenFile> data_;
+  std::variant<std::monostate, SyntheticData, TokenFile, std::unique_ptr<PackedSynthetic>, std::unique_ptr<PackedFile>>
+      data_;
   double floor_ = 0;
 };
 

@@ -181,23 +181,25 @@ void PipelineCuda::wait_for_buffers(int a, int b) {
 }
 
 void PipelineCuda::enqueue(const std::int32_t* tokens, const std::int32_t* targets, std::size_t tokens_per_mb,
-                           double grad_scale, float* losses, std::int64_t first_sequence, int micro_batch) {
+                           double grad_scale, float* losses, std::span<const model::PackedInputs> packed,
+                           std::int64_t first_sequence, int micro_batch) {
   TB_REQUIRE(elems_ > 0, "pipeline: enqueue() before prepare()");
   pending_.assign(buffers_.size(), -1);
   int exchange = 0;
   for (const PipelinePlan::Op& op : plan_.ops) {
     const std::size_t at = std::size_t(op.mb) * tokens_per_mb;
+    const model::PackedInputs* rows = packed.empty() ? nullptr : &packed[std::size_t(op.mb)];
     switch (op.kind) {
       case PipeAction::Kind::forward:
         wait_for_buffers(op.in, op.out);
         chunks_[std::size_t(op.chunk)]->forward(op.set, tokens + at, targets + at, buffer(op.in), buffer(op.out),
-                                                grad_scale, losses + op.mb,
+                                                grad_scale, losses + op.mb, rows,
                                                 first_sequence + std::int64_t(op.mb) * micro_batch);
         break;
       case PipeAction::Kind::backward:
         wait_for_buffers(op.in, op.out);
         if (before_backward) before_backward(op.chunk, op.last_of_chunk);
-        chunks_[std::size_t(op.chunk)]->backward(op.set, tokens + at, buffer(op.in), buffer(op.out));
+        chunks_[std::size_t(op.chunk)]->backward(op.set, tokens + at, buffer(op.in), buffer(op.out), rows);
         break;
       case PipeAction::Kind::exchange:
         side_.fork();  // after the compute that produced the sends and last read the receive buffers

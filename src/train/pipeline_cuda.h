@@ -81,10 +81,12 @@ class PipelineCuda {
   // boundary buffers (synchronizing) when their size changed.
   void prepare();
   // Enqueues one step: micro-batch a reads tokens / targets + a * tokens_per_mb (device), and on the last global stage
-  // writes losses[a] (device; other ranks leave it). No allocation, host sync or host read: capturable. Micro-batch a
-  // holds sequences first_sequence + a · micro_batch, ... of the step's batch (LoRA's dropout masks).
+  // writes losses[a] (device; other ranks leave it); packed data: packed[a] its rows (model::PackedInputs). Micro-batch
+  // a holds sequences first_sequence + a · micro_batch, ... of the step's batch (LoRA's dropout masks). No allocation,
+  // host sync or host read: capturable.
   void enqueue(const std::int32_t* tokens, const std::int32_t* targets, std::size_t tokens_per_mb, double grad_scale,
-               float* losses, std::int64_t first_sequence = 0, int micro_batch = 1);
+               float* losses, std::span<const model::PackedInputs> packed = {}, std::int64_t first_sequence = 0,
+               int micro_batch = 1);
 
  private:
   cudaStream_t stream_;

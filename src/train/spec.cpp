@@ -200,6 +200,13 @@ void validate(const TrainSpec& spec) {
              "--grads bf16 runs on one GPU (--device cuda, dp, tp, pp and cp 1): the CPU backend and the parallel "
              "layouts' gradient reductions are fp32; drop --grads bf16 for them");
   TB_REQUIRE(!r.autotune || spec.cuda(), "--autotune tunes cuBLASLt's GEMMs: it needs --device cuda");
+  TB_REQUIRE(r.save_step >= 0 && r.save_step <= r.steps && (r.save_step == 0 || !r.save.empty()),
+             fmt::format("--save-step {} must be a step of the run (1 to --steps {}) and comes with --save FILE",
+                         r.save_step, r.steps));
+  TB_REQUIRE((r.save.empty() && r.resume.empty()) ||
+                 (!spec.cuda() && p.tp * p.pp * p.vp * p.cp * p.ep == 1),
+             "--save and --resume: checkpoints are written and read by the CPU backend's one-rank trainer so far "
+             "(--device cpu, no parallel layout)");
   TB_REQUIRE(p.ep >= 1 && (p.ep == 1 || !spec.cuda()),
              fmt::format("--ep {}: expert parallel runs on the CPU backend only so far (--device cpu)", p.ep));
   validate_fp8(spec);

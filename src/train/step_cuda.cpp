@@ -1,24 +1,45 @@
 // train/step_cuda.cpp: the CUDA trainer's step, enqueued and captured (train/step_cuda.h).
 #include "train/step_cuda.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <utility>
 
+#include "core/packing.h"
+
 namespace tb::train {
 
 StepCuda::StepCuda(ops::DeviceContext& dc, const TopologyCuda& topo, ReplicaCuda& replica, const OptimizerCuda& opt,
-                   PipelineCuda* pipe, int accum, std::size_t n, int mb, int seq, int dp, bool clip,
+                   PipelineCuda* pipe, int accum, std::size_t n, int mb, int seq, int dp, bool clip, int segments,
                    std::function<void(std::string_view)> mark)
     : dc_(dc), topo_(topo), rep_(replica), opt_(opt), pipe_(pipe), accum_(accum), mb_(mb), seq_(seq), dp_(dp), n_(n),
       clip_(clip), mark_(std::move(mark)), h_tokens_(std::size_t(accum) * n), h_targets_(std::size_t(accum) * n),
       h_losses_(std::size_t(accum)), d_tokens_(dc.device(), h_tokens_.bytes()),
       d_targets_(dc.device(), h_targets_.bytes()), d_scalars_(dc.device(), sizeof(ops::AdamWStepScalars)),
-      d_losses_(dc.device(), h_losses_.bytes()), d_norm_(dc.device(), sizeof(ops::GradNormResult)) {
+      d_losses_(dc.device(), h_losses_.bytes()), d_norm_(dc.device(), sizeof(ops::GradNormResult)),
+      segments_(segments), h_positions_(segments > 0 ? std::size_t(accum) * n : 1),
+      h_offsets_(segments > 0 ? std::size_t(accum) * std::size_t(segments + 1) : 1),
+      h_weights_(segments > 0 ? std::size_t(accum) * n : 1) {
   // LoRA's dropout masks follow the optimizer step the graph's first copy brings in
   const auto* step = reinterpret_cast<const std::int64_t*>(d_scalars_.as<std::byte>() +
                                                            offsetof(ops::AdamWStepScalars, step));
   for (const auto& chunk : rep_.chunks) chunk->set_step_counter(step);
+  if (segments_ == 0) return;
+  d_positions_ = ops::DeviceBuffer(dc.device(), h_positions_.bytes());
+  d_offsets_ = ops::DeviceBuffer(dc.device(), h_offsets_.bytes());
+  d_weights_ = ops::DeviceBuffer(dc.device(), h_weights_.bytes());
+  for (int a = 0; a < accum_; ++a)
+    packed_.push_back({d_positions_.as<std::int32_t>() + std::size_t(a) * n_,
+                       d_offsets_.as<std::int32_t>() + std::size_t(a) * std::size_t(segments_ + 1),
+                       d_weights_.as<float>() + std::size_t(a) * n_});
+}
+
+double StepCuda::loss(int world, int pp) const {
+  double sum = 0;
+  for (int a = 0; a < accum_; ++a) sum += double(loss(a));
+  return segments_ > 0 ? sum / (accum_ * dp_) : sum / (accum_ * world / pp);
 }
 
 StepCuda::~StepCuda() {
@@ -39,10 +60,14 @@ void StepCuda::load_inputs(DataSource& source, int full_seq, int cp, int step, f
   const std::size_t c = std::size_t(full_seq) / std::size_t(2 * cp);  // context parallel: chunk length
   std::int32_t* tokens = h_tokens_.get();
   std::int32_t* targets = h_targets_.get();
+  std::vector<Batch> batches(std::size_t(accum_ * dp_));
+  counted_ = {};
+  for (Batch& b : batches) b = source.next(mb_), counted_.add(b);
   for (int k = 0; k < accum_ * dp_; ++k) {
-    const Batch b = source.next(mb_);
+    const Batch& b = batches[std::size_t(k)];
     const int a = k - place.dp * accum_;
     if (a < 0 || a >= accum_) continue;
+    if (segments_ > 0) load_packed(b, a, accum_ * dp_);
     if (cp == 1) {
       std::copy(b.tokens.begin(), b.tokens.end(), tokens + std::size_t(a) * n_);
       std::copy(b.targets.begin(), b.targets.end(), targets + std::size_t(a) * n_);
@@ -61,6 +86,25 @@ void StepCuda::load_inputs(DataSource& source, int full_seq, int cp, int step, f
   scalars().step = step;
 }
 
+// Micro-batch a's positions, segment offsets (padded with empty segments to the capacity) and loss weights.
+void StepCuda::load_packed(const Batch& b, int a, int micro_batches) {
+  TB_REQUIRE(b.docs().packed() && b.tokens.size() == n_,
+             "CUDA trainer: prepared for packed data, but a micro-batch came without its documents");
+  const std::vector<std::int32_t> off = segment_offsets(b.docs(), b.seq);
+  TB_REQUIRE(off.size() <= std::size_t(segments_) + 1,
+             fmt::format("CUDA trainer: a micro-batch of {} segments, over the capacity of {} the decoders were prepared "
+                         "for",
+                         off.size() - 1, segments_));
+  const std::vector<std::int32_t> pos = segment_positions(off);
+  std::copy(pos.begin(), pos.end(), h_positions_.get() + std::size_t(a) * n_);
+  std::int32_t* o = h_offsets_.get() + std::size_t(a) * std::size_t(segments_ + 1);
+  std::copy(off.begin(), off.end(), o);
+  std::fill(o + off.size(), o + segments_ + 1, off.back());
+  const std::vector<double> w = loss_weights(b, micro_batches, std::int64_t(counted_.loss_tokens));
+  float* wf = h_weights_.get() + std::size_t(a) * n_;
+  for (std::size_t i = 0; i < n_; ++i) wf[i] = w.empty() ? float(1.0 / double(n_)) : float(w[i]);
+}
+
 void StepCuda::enqueue() {
   cudaStream_t st = dc_.stream();
   const auto& chunks = rep_.chunks;
@@ -73,6 +117,11 @@ void StepCuda::enqueue() {
   TB_CHECK(cudaMemcpyAsync(d_tokens_.get(), h_tokens_.get(), h_tokens_.bytes(), cudaMemcpyHostToDevice, st));
   TB_CHECK(cudaMemcpyAsync(d_targets_.get(), h_targets_.get(), h_targets_.bytes(), cudaMemcpyHostToDevice, st));
   TB_CHECK(cudaMemcpyAsync(d_scalars_.get(), h_scalars_.get(), h_scalars_.bytes(), cudaMemcpyHostToDevice, st));
+  if (segments_ > 0) {
+    TB_CHECK(cudaMemcpyAsync(d_positions_.get(), h_positions_.get(), h_positions_.bytes(), cudaMemcpyHostToDevice, st));
+    TB_CHECK(cudaMemcpyAsync(d_offsets_.get(), h_offsets_.get(), h_offsets_.bytes(), cudaMemcpyHostToDevice, st));
+    TB_CHECK(cudaMemcpyAsync(d_weights_.get(), h_weights_.get(), h_weights_.bytes(), cudaMemcpyHostToDevice, st));
+  }
   for (const auto& d : rep_.dps) d->start_step();  // all-gather the weights the ranks' optimizers wrote (overlapped
   for (const auto& t : rep_.tps) t->start_step();  // with the forward)
   for (const auto& chunk : chunks) chunk->zero_grads_for_overwrite();
@@ -86,13 +135,14 @@ void StepCuda::enqueue() {
   if (pipe_) {  // the schedule's forwards, backwards and sends / receives; losses only on the last stage
     TB_CHECK(cudaMemsetAsync(d_losses_.get(), 0, h_losses_.bytes(), st));
     pipe_->enqueue(d_tokens_.as<std::int32_t>(), d_targets_.as<std::int32_t>(), n_, grad_scale, d_losses_.as<float>(),
-                   first_sequence, mb_);
+                   packed_, first_sequence, mb_);
   }
   for (int a = 0; a < accum_ && !pipe_; ++a) {
     rep_.final_pass[0] = a == accum_ - 1;
     net.forward_backward_device(d_tokens_.as<std::int32_t>() + std::size_t(a) * n_,
                                 d_targets_.as<std::int32_t>() + std::size_t(a) * n_, mb_, seq_, grad_scale,
-                                d_losses_.as<float>() + a, first_sequence + std::int64_t(a) * mb_);
+                                d_losses_.as<float>() + a, packed_.empty() ? nullptr : &packed_[std::size_t(a)],
+                                first_sequence + std::int64_t(a) * mb_);
   }
   for (const auto& chunk : chunks) chunk->fp8_end_step();
   auto* norm = d_norm_.as<ops::GradNormResult>();

@@ -15,7 +15,9 @@
 #include "core/interrupt.h"
 #include "core/provenance.h"
 #include "model/decoder_cpu.h"
+#include "model/lora.h"
 #include "ops/cpu/adamw.h"
+#include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/schedule.h"
 
@@ -73,6 +75,11 @@ std::string MemoryEstimate::parts_gib() const {
                      workspaces / kGiB);
 }
 
+double step_flops(const model::ModelConfig& m, model::FlopConvention conv, const StepTokens& t) {
+  if (!t.packed) return t.tokens * model::flops_per_token(m, conv).total();
+  return model::packed_flops(m, conv, t.doc_tokens, t.doc_squares);
+}
+
 LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m) {
   const double lr = spec.optimizer.lr > 0 ? spec.optimizer.lr : model::param_count(m) < 100'000'000 ? 3e-3 : 3e-4;
   return LrSchedule{lr, spec.optimizer.min_lr >= 0 ? spec.optimizer.min_lr : lr / 10,
@@ -106,21 +113,49 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
   hp.beta1 = spec.optimizer.beta1, hp.beta2 = spec.optimizer.beta2, hp.eps = spec.optimizer.eps,
   hp.weight_decay = spec.optimizer.weight_decay;
 
+  // Checkpoints (train/checkpoint.h): a resumed run starts after the file's step, its data stream that many steps on;
+  // the file holds the trainable parameters (LoRA: the adapters, the base being the seed's) and their moments.
+  const TrainState state{net.layout(), params, adam_m, adam_v};
+  const CheckpointInfo info{0, m.name, spec.run.data, spec.run.seed, global,
+                            m.lora.enabled() ? model::lora_text(m.lora) : ""};
+  TB_REQUIRE((spec.run.save.empty() && spec.run.resume.empty()) || m.moe.bias_update_rate == 0,
+             "--save and --resume: the expert bias of aux-loss-free balancing (bias_update_rate > 0) is not in a "
+             "checkpoint yet");
+  int first = 1;
+  if (!spec.run.resume.empty()) {
+    first = load_checkpoint(spec.run.resume, state, info).step + 1;
+    TB_REQUIRE(first + spec.run.warmup_steps <= spec.run.steps,
+               fmt::format("--resume {}: it holds {} steps; --steps {} leaves {} after --warmup-steps {} to measure",
+                           spec.run.resume, first - 1, spec.run.steps,
+                           std::max(0, spec.run.steps - first + 1 - spec.run.warmup_steps), spec.run.warmup_steps));
+    source.skip(std::int64_t(first - 1) * global);
+  }
+  const int save_step = spec.run.save_step > 0 ? spec.run.save_step : spec.run.steps;
+  TB_REQUIRE(spec.run.save.empty() || save_step >= first,
+             fmt::format("--save-step {}: the resumed run starts at step {}", save_step, first));
+
   std::vector<double> measured, measured_opt;
+  double flops_sum = 0, loss_tokens_sum = 0;
+  std::vector<Batch> batches(static_cast<std::size_t>(accum));
   const bool delay = spec.debug.delay_rank >= 0 && launch_rank().rank == spec.debug.delay_rank &&
                      spec.debug.delay_ms > 0;  // an injected straggler
-  for (int step = 1; step <= spec.run.steps; ++step) {
+  for (int step = first; step <= spec.run.steps; ++step) {
+    const bool timed = step - first >= spec.run.warmup_steps;
     const auto t0 = std::chrono::steady_clock::now();
     if (delay) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(spec.debug.delay_ms));
     net.zero_grads();
-    if (step == spec.run.warmup_steps + 1) net.reset_moe_stats();  // the routing of the measured steps
+    if (step - first == spec.run.warmup_steps) net.reset_moe_stats();  // the routing of the measured steps
+    StepTokens counted;  // the step's micro-batches first: packed data's loss counts the step's answer tokens
+    for (Batch& b : batches) b = source.next(spec.batch.micro), counted.add(b);
     double loss = 0;
     for (int a = 0; a < accum; ++a) {
-      const Batch b = source.next(spec.batch.micro);
-      loss += net.forward_backward(b.tokens, b.targets, b.batch, b.seq, 1.0 / accum, step,
-                                   std::int64_t(a) * spec.batch.micro) /
+      const Batch& b = batches[std::size_t(a)];
+      const std::vector<double> w = loss_weights(b, accum, std::int64_t(counted.loss_tokens));
+      loss += net.forward_backward({b.tokens, b.targets, b.batch, b.seq, b.docs(), w, std::int64_t(a) * b.batch, step},
+                                   1.0 / accum) /
               accum;
     }
+    const double flops = step_flops(m, spec.run.convention, counted);
     StepStats st;
     st.step = step;
     st.loss = loss;
@@ -139,14 +174,20 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     if (m.moe.bias_update_rate > 0) net.update_expert_bias();
     const auto t1 = std::chrono::steady_clock::now();
     st.step_s = std::chrono::duration<double>(t1 - t0).count();
-    if (step > spec.run.warmup_steps) measured_opt.push_back(std::chrono::duration<double>(t1 - t_opt).count());
+    if (timed) measured_opt.push_back(std::chrono::duration<double>(t1 - t_opt).count());
     st.tokens_per_s = res.tokens_per_step / st.step_s;
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
     st.mem_gib = double(u.ru_maxrss) / (1024.0 * 1024.0);  // peak RSS; ru_maxrss is in KiB on Linux
-    st.tflops = res.flops_per_step / st.step_s / 1e12;
-    if (step > spec.run.warmup_steps) measured.push_back(st.step_s);
+    st.tflops = flops / st.step_s / 1e12;
+    loss_tokens_sum += counted.loss_tokens;
+    if (timed) measured.push_back(st.step_s), flops_sum += flops;
     res.steps.push_back(st);
+    if (step == save_step && !spec.run.save.empty()) {
+      CheckpointInfo done = info;
+      done.step = step;
+      save_checkpoint(spec.run.save, state, done);
+    }
     if (on_step) on_step(st);
     if (interrupted()) {
       res.interrupted = true;
@@ -154,6 +195,9 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     }
   }
   if (measured.empty()) measured.push_back(res.steps.back().step_s);  // interrupted during warmup
+  else if (source.max_documents_per_row() > 0)
+    res.flops_per_step = flops_sum / double(measured.size()), res.flop_tokens = "documents";
+  res.loss_tokens_per_step = loss_tokens_sum / double(res.steps.size());
   res.step_s = summarize(measured);
   if (m.moe.enabled()) res.moe = net.moe_stats(), res.moe_forwards = int(measured.size()) * accum;
   if (!measured_opt.empty()) res.optimizer_s = summarize(measured_opt).median;

@@ -25,6 +25,7 @@
 #include "model/param_layout.h"
 #include "parallel/mesh.h"
 #include "parallel/trainer_cpu.h"
+#include "train/data.h"
 #include "train/schedule.h"
 #include "train/spec.h"
 
@@ -57,7 +58,12 @@ struct TrainResult {
   model::ModelConfig model;
   std::vector<StepStats> steps;
   Summary step_s;  // over the measured steps
-  double tokens_per_step = 0, flops_per_step = 0;
+  // Tokens per step (global batch x seq, padding included); the targets the loss counts (every one, unless the data
+  // has a loss mask: packed data counts the answers; the mean over the steps); model FLOPs per step (packed data: from
+  // its documents, model/flops.h packed_flops, the mean over the measured steps).
+  double tokens_per_step = 0, loss_tokens_per_step = 0, flops_per_step = 0;
+  std::string flop_tokens = "rows";     // what flops_per_step counts: "rows" (every token of the rows, s^2 attention
+                                        // per row) or "documents" (packed: each document at its own length)
   double tokens_per_s = 0, tflops = 0;  // from the median step time
   double loss_floor = 0;                // the synthetic task's (0: unknown, e.g. a token file)
   std::int64_t params = 0;
@@ -84,6 +90,9 @@ struct TrainResult {
   model::MoeStats moe;
   int moe_forwards = 0;
 };
+
+// A step's model FLOPs: tokens x flops_per_token for unpacked rows, packed_flops of the documents for packed ones.
+double step_flops(const model::ModelConfig& m, model::FlopConvention conv, const StepTokens& t);
 
 // The LR schedule of a run: optimizer.lr, or 3e-3 for models under 100M parameters (tiny, small: they learn their task
 // in a few hundred steps) and 3e-4 above (stable for the large presets' short benchmark runs); min_lr:

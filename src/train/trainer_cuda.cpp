@@ -34,6 +34,7 @@
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/provenance.h"
+#include "ops/cuda/attention.h"
 #include "ops/cuda/context.h"
 #include "parallel/mesh.h"
 #include "parallel/tensor_shard.h"
@@ -128,6 +129,14 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   const double flops_per_gpu = res.flops_per_step / world.size;
   res.estimate = estimate_memory(spec, m);
 
+  DataSource source(spec.run.data, spec.run.token_type, m.vocab, m.seq, spec.run.seed);
+  res.loss_floor = source.loss_floor();
+  // Packed data: each micro-batch holds at most this many segments (a row's documents and its padding).
+  const int segments = source.max_documents_per_row() > 0 ? mb * (source.max_documents_per_row() + 1) : 0;
+  TB_REQUIRE(segments == 0 || cp == 1, fmt::format("--data {}: packed sequences with context parallel (--cp {}) are not "
+                                                   "built: run packed data with --cp 1",
+                                                   spec.run.data, cp));
+  if (segments > 0) ops::require_packed_cudnn(fmt::format("--data {}", spec.run.data));
   check_fits(spec, m, world, devices);  // before any allocation
   cudaDeviceProp prop{};
   TB_CHECK(cudaGetDeviceProperties(&prop, spec.run.gpu));
@@ -146,7 +155,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   // grads_device() (the optimizer's tensors), after the weights' init (whose temporaries would otherwise come on top
   // of the whole arena).
   if (rep.grads_shared) {
-    rep.net().prepare(mb, seq);
+    rep.net().prepare(mb, seq, 1, segments);
     if (TensorParallelCuda* t = rep.tp()) t->set_grads(rep.net().grads_device());
     if (DataParallelCuda* d = rep.dp()) d->set_grads(rep.net().grads_device());
   }
@@ -158,7 +167,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     pipe =
         std::make_unique<PipelineCuda>(*topo.pp, st, rep.chunks, parallel::PipelineShape{pp, spec.parallel.vp, accum});
   for (std::size_t c = 0; c < rep.chunks.size(); ++c)
-    rep.chunks[c]->prepare(mb, seq, pipe ? pipe->activation_sets(int(c)) : 1);
+    rep.chunks[c]->prepare(mb, seq, pipe ? pipe->activation_sets(int(c)) : 1, segments);
   if (pipe) pipe->prepare();
 
   bench::OpProfiler profiler(st);
@@ -167,10 +176,8 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     if (profiling) profiler.mark(op);
   };
   rep.connect_step(pipe.get(), opt.tied_chunk, mark);
-  StepCuda step_run(dc, topo, rep, opt, pipe.get(), accum, n, mb, seq, dp, spec.optimizer.clip > 0, mark);
+  StepCuda step_run(dc, topo, rep, opt, pipe.get(), accum, n, mb, seq, dp, spec.optimizer.clip > 0, segments, mark);
 
-  DataSource source(spec.run.data, spec.run.token_type, m.vocab, m.seq, spec.run.seed);
-  res.loss_floor = source.loss_floor();
   const LrSchedule schedule = lr_schedule(spec, m);
   auto load_inputs = [&](int step) { step_run.load_inputs(source, m.seq, cp, step, float(schedule.lr(step - 1))); };
 
@@ -180,6 +187,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   bench::Telemetry telemetry({dc.device()});
   bench::Telemetry::Mark tm_from = 0;
   std::vector<double> measured, measured_gpu;
+  double flops_sum = 0, loss_tokens_sum = 0;
   dc.synchronize();
   const bool delay = spec.debug.delay_rank >= 0 && launch_rank().rank == spec.debug.delay_rank &&
                      spec.debug.delay_ms > 0;  // an injected straggler
@@ -204,11 +212,14 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     s.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     float gpu_ms = 0;
     TB_CHECK(cudaEventElapsedTime(&gpu_ms, ev0, ev1));
-    for (int a = 0; a < accum; ++a) s.loss += double(step_run.loss(a)) / (accum * world.size / pp);
+    s.loss = step_run.loss(world.size, pp);
     s.grad_norm = step_run.grad_norm();
     s.lr = step_run.scalars().lr;
     s.tokens_per_s = res.tokens_per_step / s.step_s;
-    s.tflops = flops_per_gpu / s.step_s / 1e12;
+    const double step_flops_per_gpu =
+        segments > 0 ? step_flops(m, spec.run.convention, step_run.counted()) / world.size : flops_per_gpu;
+    s.tflops = step_flops_per_gpu / s.step_s / 1e12;
+    loss_tokens_sum += step_run.counted().loss_tokens;
     s.mem_gib = double(ops::device_memory_stats().peak) / kGiB;
     TB_REQUIRE(std::isfinite(s.loss) && std::isfinite(s.grad_norm),
                fmt::format("step {}: the loss ({}) or the gradient norm ({}) is not finite: lower --lr or check the "
@@ -218,6 +229,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     if (step > spec.run.warmup_steps) {
       measured.push_back(s.step_s);
       measured_gpu.push_back(double(gpu_ms) * 1e-3);
+      flops_sum += step_flops_per_gpu * world.size;
     }
     res.steps.push_back(s);
     if (on_step) on_step(s);
@@ -226,7 +238,11 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
       break;
     }
   }
-  if (measured.empty()) measured.push_back(res.steps.back().step_s), measured_gpu.push_back(res.steps.back().step_s);
+  if (measured.empty())
+    measured.push_back(res.steps.back().step_s), measured_gpu.push_back(res.steps.back().step_s);
+  else if (segments > 0)
+    res.flops_per_step = flops_sum / double(measured.size()), res.flop_tokens = "documents";
+  res.loss_tokens_per_step = loss_tokens_sum / double(res.steps.size());
   const bench::Telemetry::Mark tm_to = telemetry.mark();
   res.step_s = summarize(measured);
   res.gpu_step_s = summarize(measured_gpu);
@@ -235,7 +251,7 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
     res.moe_forwards = int(measured.size()) * accum;
   }
   res.tokens_per_s = res.tokens_per_step / res.step_s.median;
-  res.tflops = flops_per_gpu / res.step_s.median / 1e12;
+  res.tflops = res.flops_per_step / world.size / res.step_s.median / 1e12;
   res.peak_alloc_bytes = double(ops::device_memory_stats().peak);
   if (telemetry.available()) {
     const bench::TelemetrySummary ts = telemetry.summary(dc.device(), tm_from, tm_to);

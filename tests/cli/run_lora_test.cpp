@@ -3,8 +3,9 @@
 //   - as the one-device proxy of a tp rank: the run record carries the adapters (`lora`) and the FLOPs per token of the
 //     DGXC fine-tuning convention (2/3 of the same recipe as full training); `compare` sets it against a reference row
 //     (a reference far above ours is `below`, exit 1) and `project` scales it to more ranks;
-//   - as a distributed job (`mpirun -np 2`, tp 2): the losses of every step equal those of one rank training the same
-//     model, batch and steps with train's --lora-* flags (the recipe's [lora] becomes the run's LoRA, seed included);
+//   - as a distributed job (`mpirun -np 2`, tp 2) on a fine-tune's default data (packed-squad): the losses of every
+//     step equal those of one rank training the same model, data, batch and steps with train's --lora-* flags (the
+//     recipe's [lora] becomes the run's LoRA, seed included);
 //   - a rank that fits the model but not the tp shard's k block (min(in, out) halves) is refused before any work.
 // The distributed case runs the built binary (next to the tests folder, or $TRAINBENCH_BIN) under mpirun.
 #include <gtest/gtest.h>
@@ -126,11 +127,12 @@ TEST_F(RunLora, TwoRanksAtTpTwoTrainLikeOneRankWithTrainsFlags) {
   EXPECT_EQ(runs[0]["mode"], "distributed");
   EXPECT_EQ(runs[0]["layout"]["tp"], 2);
   EXPECT_EQ(runs[0]["lora"]["targets"], "canonical");
+  EXPECT_EQ(runs[0]["data"], "packed-squad");
 
   const auto one = tb::testing_support::run_shell(
       tb + " train --device cpu --model tiny --seq 32 --micro-batch 1 --global-batch 2 --steps 5 --warmup-steps 1 " +
-      "--lora-rank 4 --lora-alpha 8 --lora-dropout 0.1 --lora-targets canonical --out " + (base / "one").string() +
-      " 2>&1");
+      "--data packed-squad --lora-rank 4 --lora-alpha 8 --lora-dropout 0.1 --lora-targets canonical --out " +
+      (base / "one").string() + " 2>&1");
   ASSERT_EQ(one.rc, 0) << one.out;
   const auto train = records(base / "one", "train");
   ASSERT_EQ(train.size(), 1u);

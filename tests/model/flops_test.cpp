@@ -108,6 +108,21 @@ TEST(Flops, MixtralMatchesNemosFormula) {
   EXPECT_NEAR(flops_per_token(mx, FlopConvention::causal, 4096).total(), 7.971e10, 0.001e10);
 }
 
+TEST(Flops, PackedRowsCountTheDocumentsAtTheirLengths) {
+  const auto& m = preset("llama3.1-8b");
+  for (FlopConvention conv : {FlopConvention::causal, FlopConvention::full}) {
+    // One document filling a row of 4096 is the row's per-sample count.
+    expect_rel(tb::model::packed_flops(m, conv, 4096, 4096.0 * 4096), flops_per_sample(m, conv, 4096), 1e-12, "one");
+    // Documents of 1000 and 3000 tokens (and 96 of padding): each at its own length, the padding counts nothing.
+    const double want = flops_per_sample(m, conv, 1000) + flops_per_sample(m, conv, 3000);
+    expect_rel(tb::model::packed_flops(m, conv, 4000, 1000.0 * 1000 + 3000.0 * 3000), want, 1e-12, "two");
+    EXPECT_LT(want, flops_per_sample(m, conv, 4096));
+  }
+  // The core's term at s = 1 (causal), what sum L_i^2 multiplies: 6 · layers · 2 · A · d · 1/2.
+  const double core1 = flops_per_token(m, FlopConvention::causal, 1).attention_core;
+  EXPECT_DOUBLE_EQ(core1, 6.0 * 32 * 2 * 32 * 128 * 0.5);
+}
+
 // DeepSeek-V3 671B (multi-head latent attention + MoE), counted by hand from its public shapes: per layer the MLA
 // projections h·Rq + Rq·A·(Dn+Dr) + h·(Rkv+Dr) + Rkv·A·(Dn+Dv) + A·Dv·h = 11010048 + 37748736 + 4128768 + 16777216 +
 // 117440512 = 187105280; a dense MLP 3·h·18432 = 396361728; a MoE layer 256 experts of 3·h·2048 = 44040192, one shared

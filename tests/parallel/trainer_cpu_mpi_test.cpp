@@ -12,6 +12,8 @@
 //   - 20 steps, lr 1e-2 with warmup and cosine decay, clipping at a max_norm that clips some steps but not all:
 //     every step's loss and gradient norm equal a single-rank loop written here (CpuDecoder + adamw_step + clip) to
 //     1e-9 relative, and the final parameters to 1e-8;
+//   - packed rows with a loss mask (several documents and padding per row, the loss over the counted targets of the
+//     whole step): one step on every layout equals the single rank; a layout with cp is refused on every rank;
 //   - a MoE model (routed and shared experts, the load-balancing losses): one step on every layout equals the sum of
 //     the single-rank gradients of its micro-batches;
 //   - expert parallel (the MoE model, ep over dp, tp sp, cp, pp stages and interleaving where the world allows):
@@ -104,6 +106,20 @@ std::string what(const Layout& l, int micro) {
   return l.str() + " micro " + std::to_string(micro) + " rank " + std::to_string(comm::world().rank);
 }
 
+// f(layout, micro, trainer) for every layout of the world that fits cfg at micro-batch 1 and 2, the trainer's
+// parameters `start`.
+template <class F>
+void each_layout(const ModelConfig& cfg, const std::vector<double>& start, F&& f) {
+  auto world = comm::world_communicator();
+  for (const Layout& l : layouts(world->size()))
+    for (int micro : {1, 2}) {
+      if (!fits(l, cfg, micro)) continue;
+      ParallelCpuTrainer<double> t(*world, cfg, {l.shape, micro, kGlobal, {}}, kSeed);
+      t.load_full(start);
+      f(l, micro, t);
+    }
+}
+
 class Family : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Family, OneStepMatchesTheSingleRankGradient) {
@@ -115,18 +131,13 @@ TEST_P(Family, OneStepMatchesTheSingleRankGradient) {
   ref.zero_grads();
   const double ref_loss = ref.forward_backward(b.tokens, b.targets, kGlobal, cfg.seq);
   const double ref_norm = ops::cpu::grad_norm(ref.grads());
-  auto world = comm::world_communicator();
-  for (const Layout& l : layouts(world->size()))
-    for (int micro : {1, 2}) {
-      if (!fits(l, cfg, micro)) continue;
-      ParallelCpuTrainer<double> t(*world, cfg, {l.shape, micro, kGlobal, {}}, kSeed);
-      t.load_full(start);
-      EXPECT_EQ(compare(ref.dense_layout(), t.full_params(), start, 0), "") << what(l, micro) << " (load_full)";
-      const ParallelStepStats st = t.step(b.tokens, b.targets, 1e-3);
-      EXPECT_NEAR(st.loss, ref_loss, 1e-10 * ref_loss) << what(l, micro);
-      EXPECT_NEAR(st.grad_norm, ref_norm, 1e-10 * ref_norm) << what(l, micro);
-      EXPECT_EQ(compare(ref.dense_layout(), t.full_grads(), ref.grads(), 1e-10, true), "") << what(l, micro);
-    }
+  each_layout(cfg, start, [&](const Layout& l, int micro, ParallelCpuTrainer<double>& t) {
+    EXPECT_EQ(compare(ref.dense_layout(), t.full_params(), start, 0), "") << what(l, micro) << " (load_full)";
+    const ParallelStepStats st = t.step(b.tokens, b.targets, 1e-3);
+    EXPECT_NEAR(st.loss, ref_loss, 1e-10 * ref_loss) << what(l, micro);
+    EXPECT_NEAR(st.grad_norm, ref_norm, 1e-10 * ref_norm) << what(l, micro);
+    EXPECT_EQ(compare(ref.dense_layout(), t.full_grads(), ref.grads(), 1e-10, true), "") << what(l, micro);
+  });
 }
 
 // The single-rank loop the trainer must reproduce, written independently: decay everything but norms and biases,
@@ -208,6 +219,42 @@ TEST_P(Family, TwentyStepsMatchTheSingleRankLoop) {
     }
     EXPECT_EQ(compare(model::dense_layout(cfg), t.full_params(), ref.params, 1e-8), "") << what(l, micro);
   }
+}
+
+// Packed rows with a loss mask: the global batch's rows hold several documents (and padding), the loss counts each
+// document's targets after its first two; micro-batch m's weights are mask x M / N (M micro-batches over every dp rank,
+// N counted targets: train/data.h loss_weights), the reference's mask / N over the whole batch at once.
+TEST_P(Family, PackedRowsOneStepMatchesTheSingleRankGradient) {
+  const ModelConfig cfg = tiny(GetParam());
+  const std::vector<double> start = start_params(cfg);
+  const Batch b = random_batch(kGlobal, cfg.seq, cfg.vocab, 43);
+  const std::vector<std::int32_t> lengths{5, 7, 16, 3, 3, 3, 3, 4, 10}, per_row{2, 1, 5, 1};
+  std::vector<double> mask(b.tokens.size(), 0.0);
+  double counted = 0;
+  std::size_t d = 0;
+  for (int r = 0; r < kGlobal; ++r)
+    for (int i = 0, at = r * cfg.seq; i < per_row[std::size_t(r)]; at += lengths[d], ++i, ++d)
+      for (int j = 2; j + 1 < lengths[d]; ++j) mask[std::size_t(at + j)] = 1, ++counted;
+  const auto weights = [&](int micro_batches) {
+    std::vector<double> w(mask);
+    for (double& x : w) x *= micro_batches / counted;
+    return w;
+  };
+  CpuDecoder<double> ref(cfg, kSeed);
+  std::ranges::copy(start, ref.params().begin());
+  ref.zero_grads();
+  const std::vector<double> w1 = weights(1);
+  const double ref_loss = ref.forward_backward({b.tokens, b.targets, kGlobal, cfg.seq, {lengths, per_row}, w1});
+  each_layout(cfg, start, [&](const Layout& l, int micro, ParallelCpuTrainer<double>& t) {
+    const std::vector<double> w = weights(kGlobal / micro);
+    if (l.shape.cp > 1) {  // refused on every rank, before any communication
+      EXPECT_THROW(t.step(b.tokens, b.targets, 1e-3, {lengths, per_row}, w), Error) << what(l, micro);
+      return;
+    }
+    const ParallelStepStats st = t.step(b.tokens, b.targets, 1e-3, {lengths, per_row}, w);
+    EXPECT_NEAR(st.loss, ref_loss, 1e-10 * ref_loss) << what(l, micro);
+    EXPECT_EQ(compare(ref.dense_layout(), t.full_grads(), ref.grads(), 1e-10, true), "") << what(l, micro);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Family, ::testing::Values("llama", "gpt", "mla", "lora", "lora-gpt"));

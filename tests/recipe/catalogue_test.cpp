@@ -25,7 +25,7 @@ const std::set<std::string> kRecipes = {
     "llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "nemotron4-15b", "nemotron4-340b", "gpt3-175b",
     "grok1-314b", "maxtext-llama2-70b", "maxtext-llama3-70b", "paxml-gpt3-175b", "paxml-gpt3-5b",
     "hf-llama2-70b-lora", "hf-mistral-7b-lora", "llama3-8b-sft", "llama3-8b-lora", "llama3-70b-sft",
-    "llama3-70b-lora", "llama4-maverick-400b", "nemotronh-56b", "deepseek-v3-671b", "tiny",
+    "llama3-70b-lora", "llama4-maverick-400b", "nemotronh-56b", "deepseek-v3-671b", "tiny", "tiny-sft",
     "mixtral-8x7b", "mixtral-8x22b"};  // NeMo's performance recipes (sheet section 1.1: never DGXC recipes)
 
 // Rows per table of the fact sheet: (recipe, GPU model, release) -> published rows (precisions x sizes).
@@ -84,7 +84,7 @@ TEST(Catalogue, ListShowsRecipesAndReferences) {
   for (const auto& name : kRecipes) EXPECT_NE(r.out.find("  " + name + " "), std::string::npos) << name;
   EXPECT_NE(r.out.find("llama3.1-8b *"), std::string::npos);  // the default
   EXPECT_NE(r.out.find("micro suites"), std::string::npos);
-  EXPECT_NE(r.out.find("281 rows"), std::string::npos);  // 280 published + the measured CPU baseline
+  EXPECT_NE(r.out.find("282 rows"), std::string::npos);  // 280 published + the measured CPU baselines (tiny, tiny-sft)
   EXPECT_NE(r.out.find("25.02+25.04.02"), std::string::npos);  // one GPT-3 table, two releases
   r = run({"list", "recipes"});
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -10,6 +10,7 @@
 // recipe's plan carries its adapters (the shard's on a proxy).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -200,6 +201,25 @@ TEST(Plan, TinyIsOneDeviceMeasuredAsItIs) {
   EXPECT_EQ(x.grad_accum, 2);  // global 4 / (micro 2 x dp 1)
   EXPECT_DOUBLE_EQ(x.step_s, 2 * 0.02 + 0.001);
   EXPECT_DOUBLE_EQ(x.tokens_per_s_per_gpu, 4.0 * 64 / x.step_s);
+}
+
+// Fine-tuning recipes (SFT and LoRA) train on packed documents (SQuAD-like by default), pretraining recipes on the
+// markov tokens; --data replaces either, and the plan says so among its differences.
+TEST(Plan, FineTuningRecipesTrainOnPackedData) {
+  for (const char* name : {"llama3-8b-sft", "llama3-70b-sft", "tiny-sft", "llama3-8b-lora", "llama3-70b-lora",
+                           "hf-llama2-70b-lora", "hf-mistral-7b-lora"}) {
+    const auto& r = tr::find_recipe(recipes(), name);
+    EXPECT_NE(r.task, "pretrain") << name;
+    EXPECT_EQ(tr::plan_run(r, {}).data, "packed-squad") << name;
+  }
+  EXPECT_EQ(tr::plan_run(tr::find_recipe(recipes(), "llama3.1-8b"), {}).data, "markov");
+  tr::RunOptions o;
+  o.data = "packed-govreport";
+  const auto p = tr::plan_run(tr::find_recipe(recipes(), "llama3-8b-sft"), o);
+  EXPECT_EQ(p.data, "packed-govreport");
+  EXPECT_NE(std::find(p.differences.begin(), p.differences.end(),
+                      "data packed-govreport instead of the recipe's packed-squad"),
+            p.differences.end());
 }
 
 TEST(Plan, TinyFitsTwoLayerCounts) {

@@ -1,5 +1,6 @@
 // tests/support/config_error.h: the message of the tb::Error a call throws, checked to be a configuration error
-// (kind config), or `none` when it throws nothing: for tests that match what a refusal says.
+// (kind config; error_message: of any kind), or `none` when it throws nothing: for tests that match what a refusal
+// says.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +11,16 @@
 #include "core/error.h"
 
 namespace tb::testing_support {
+
+template <class F>
+std::string error_message(F&& call, std::string none = "no error") {
+  try {
+    std::forward<F>(call)();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return none;
+}
 
 template <class F>
 std::string config_error(F&& call, std::string none = "no error") {

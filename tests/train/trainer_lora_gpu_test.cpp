@@ -74,7 +74,7 @@ TEST(TrainerLora, FrozenWeightsStayBitIdenticalOverFiveSteps) {
                                        OptimizerCuda::moment_bytes(spec, double(L.grad_total))))
         << "master weights and moments for the adapters only";
     rep.connect_step(nullptr, opt.tied_chunk, {});
-    StepCuda step(dc, topo, rep, opt, nullptr, 1, n, mb, seq, 1, true, {});
+    StepCuda step(dc, topo, rep, opt, nullptr, 1, n, mb, seq, 1, true, 0, {});
     const std::vector<float> before = rep.net().params_to_host();
     DataSource source(spec.run.data, spec.run.token_type, m.vocab, m.seq, spec.run.seed);
     for (int k = 1; k <= 5; ++k) {

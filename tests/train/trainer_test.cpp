@@ -1,15 +1,22 @@
 // Tests train/trainer on the CPU backend: the tiny model learns the markov task to near its floor in a
-// hundred-odd steps, the same seed gives the same losses, and bad specs fail before any work (also the CUDA-only
-// --fp8-attention combinations, checked by validate() without a GPU).
+// hundred-odd steps, the same seed gives the same losses, packed data counts its answers, a run resumed from its
+// checkpoint continues with the same losses (a LoRA run from its adapter checkpoint too), and bad specs fail before
+// any work (also the CUDA-only --fp8-attention combinations, checked by validate() without a GPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <tuple>
 
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "model/lora.h"
+#include "model/param_layout.h"
+#include "train/safetensors.h"
 #include "train/trainer.h"
 #include "../support/config_error.h"
 
@@ -39,6 +46,39 @@ tb::train::TrainSpec fp8_head_spec() {
   return s;
 }
 
+// The resume tests' run: tiny at seq 128 on packed-squad, 2 micro-batches of 2 rows per step, 6 steps.
+tb::train::TrainSpec packed_tiny() {
+  auto s = tiny(6);
+  s.model.seq = 128, s.run.data = "packed-squad";
+  s.batch.micro = 2, s.batch.global = 4;
+  return s;
+}
+
+// spec run whole, saving `file` after step 3, then resumed from it: the resumed run's steps 4 to 6 equal the whole
+// run's bit for bit (step, loss, gradient norm, learning rate).
+struct Resumed {
+  tb::train::TrainResult whole, resumed;
+};
+Resumed expect_resume_continues(const tb::train::TrainSpec& spec, const std::string& file) {
+  std::filesystem::remove(file);
+  auto saving = spec;
+  saving.run.save = file, saving.run.save_step = 3;
+  Resumed r{tb::train::train_cpu(saving, nullptr), {}};
+  EXPECT_TRUE(std::filesystem::exists(file));
+  auto resuming = spec;
+  resuming.run.resume = file;
+  r.resumed = tb::train::train_cpu(resuming, nullptr);
+  EXPECT_EQ(r.resumed.steps.size(), 3u);
+  for (std::size_t i = 0; i < r.resumed.steps.size(); ++i) {
+    const auto &a = r.whole.steps[i + 3], &b = r.resumed.steps[i];
+    EXPECT_EQ(b.step, a.step);
+    EXPECT_EQ(b.loss, a.loss) << "step " << a.step;
+    EXPECT_EQ(b.grad_norm, a.grad_norm) << "step " << a.step;
+    EXPECT_EQ(b.lr, a.lr) << "step " << a.step;
+  }
+  return r;
+}
+
 }  // namespace
 
 TEST(TrainerCpu, LearnsTheMarkovTaskToNearItsFloor) {
@@ -63,6 +103,99 @@ TEST(TrainerCpu, SameSeedSameLossesWithAccumulation) {
   }
 }
 
+// Packed data: the loss counts the answers (far fewer than the tokens), the FLOPs count the documents at their own
+// lengths (below the unpacked rows'), the loss falls (the markov chain inside the documents), and accumulation over
+// micro-batches normalises by the step's counted tokens (the same losses as one batch of the same rows).
+TEST(TrainerCpu, PackedDataCountsTheAnswersAndLearns) {
+  auto spec = tiny(30);
+  spec.model.seq = 128;
+  spec.run.data = "packed-squad";
+  const auto res = tb::train::train_cpu(spec, nullptr);
+  EXPECT_NEAR(res.loss_floor, std::log(4.0), 1e-12);
+  EXPECT_GT(res.loss_tokens_per_step, 0);
+  EXPECT_LT(res.loss_tokens_per_step, 0.2 * res.tokens_per_step);
+  auto unpacked = tiny(3);
+  unpacked.model.seq = 128;
+  const auto plain = tb::train::train_cpu(unpacked, nullptr);
+  EXPECT_EQ(plain.loss_tokens_per_step, plain.tokens_per_step);
+  EXPECT_LT(res.flops_per_step, plain.flops_per_step);
+  EXPECT_LT(res.steps.back().loss, res.steps.front().loss - 0.5);  // ln 256 = 5.5 at the start, ln 4 the floor
+  auto whole = tiny(3);
+  whole.model.seq = 128, whole.run.data = "packed-squad";
+  auto accumulated = whole;
+  accumulated.batch.micro = 2, accumulated.batch.global = 8;
+  const auto one = tb::train::train_cpu(whole, nullptr), acc = tb::train::train_cpu(accumulated, nullptr);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(acc.steps[i].loss, one.steps[i].loss, 1e-4) << i;
+}
+
+// A checkpoint taken after step 3 of 6 (train/checkpoint.h), resumed: steps 4 to 6 have the losses, gradient norms
+// and learning rates of the run that went on, bit for bit (weights, moments, the step count, the schedule and the
+// packed data stream all continue). Resuming into another model, data or global batch is refused with one message
+// naming the difference, and the file is left as it was.
+TEST(TrainerCpu, ResumedRunContinuesWithTheSameLosses) {
+  const std::string file = (std::filesystem::temp_directory_path() / "tb_trainer_resume.safetensors").string();
+  const auto spec = packed_tiny();
+  const Resumed r = expect_resume_continues(spec, file);
+  ASSERT_FALSE(r.resumed.steps.empty());
+  EXPECT_NE(r.resumed.steps[0].loss, tb::train::train_cpu(spec, nullptr).steps[0].loss);  // not a fresh start
+  auto resuming = spec;
+  resuming.run.resume = file;
+
+  const auto bytes = [&] {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string before = bytes();
+  auto other = resuming;
+  other.model.layers = 1;  // other shapes: every tensor of the second layer is in the file but not here
+  other.run.save = file;
+  std::string msg = tb::testing_support::config_error([&] { tb::train::train_cpu(other, nullptr); });
+  EXPECT_NE(msg.find("'layers.1.attn.qkv.weight' is in the file but not here"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("nothing was loaded"), std::string::npos) << msg;
+  other = resuming;
+  other.batch.global = 8, other.run.data = "markov";
+  msg = tb::testing_support::config_error([&] { tb::train::train_cpu(other, nullptr); });
+  EXPECT_NE(msg.find("data packed-squad (this run: markov), global batch 4 (this run: 8)"),
+            std::string::npos)
+      << msg;
+  other = resuming;
+  other.run.steps = 3;  // nothing left to run
+  msg = tb::testing_support::config_error([&] { tb::train::train_cpu(other, nullptr); });
+  EXPECT_NE(msg.find("it holds 3 steps"), std::string::npos) << msg;
+  EXPECT_EQ(bytes(), before) << "a refused resume left the checkpoint as it was";
+  std::filesystem::remove(file);
+}
+
+// LoRA fine-tuning on packed data (dropout on, keyed by the step), checkpointed after step 3 of 6: the file holds the
+// adapters and their two moments alone, not the frozen base (the resumed run draws it from the seed), and the resumed
+// run repeats steps 4 to 6 bit for bit; a run without the adapters refuses the file, naming them.
+TEST(TrainerCpu, ResumedLoraRunContinuesFromItsAdapterCheckpoint) {
+  const std::string file = (std::filesystem::temp_directory_path() / "tb_trainer_lora_resume.safetensors").string();
+  auto spec = packed_tiny();
+  spec.lora.rank = 4, spec.lora.dropout = 0.1, spec.lora.targets = tb::model::kLoraCanonical;
+  const Resumed r = expect_resume_continues(spec, file);
+
+  const tb::model::DenseLayout layout = tb::model::dense_layout(r.whole.model);
+  std::size_t adapters = 0;
+  for (const auto& s : layout.slots) adapters += s.has_grad();
+  ASSERT_GT(adapters, 0u);
+  const auto entries = tb::train::read_tensor_entries(file);
+  EXPECT_EQ(entries.size(), 3 * adapters) << "the adapters and their two moments";
+  std::size_t bytes = 0;
+  for (const auto& e : entries) {
+    EXPECT_NE(e.name.find(".lora_"), std::string::npos) << e.name << ": the frozen base is not in the file";
+    bytes += e.bytes;
+  }
+  EXPECT_EQ(bytes, 3 * 4 * layout.grad_total);
+
+  auto full = spec;
+  full.lora = {}, full.run.resume = file;
+  const std::string msg = tb::testing_support::config_error([&] { tb::train::train_cpu(full, nullptr); });
+  EXPECT_NE(msg.find("adapters LoRA r 4 alpha 8 dropout 0.1 on canonical (this run: none)"), std::string::npos)
+      << msg;
+  std::filesystem::remove(file);
+}
+
 TEST(TrainerCpu, BadSpecsFailBeforeWork) {
   auto s = tiny(5);
   s.batch.global = 12;
@@ -74,6 +207,12 @@ TEST(TrainerCpu, BadSpecsFailBeforeWork) {
   s = tiny(5);
   s.run.warmup_steps = 5;
   EXPECT_THROW(tb::train::train_cpu(s, nullptr), tb::Error);
+  s = tiny(5);
+  s.run.save_step = 2;  // without --save
+  EXPECT_NE(refusal(s).find("--save-step 2"), std::string::npos) << refusal(s);
+  s = tiny(5);
+  s.run.resume = "x.safetensors", s.run.device = tb::train::Device::cuda;
+  EXPECT_NE(refusal(s).find("CPU backend's one-rank trainer"), std::string::npos) << refusal(s);
   s = tiny(5);
   s.run.autotune = true;  // nothing to tune on the CPU: refused, not ignored
   EXPECT_NE(tb::testing_support::config_error([&] { tb::train::validate(s); }).find("--autotune"), std::string::npos);

@@ -14,6 +14,9 @@
 // in [0, sk)); k, v: [b, sk, KV, d] with key j at position j; key j is visible to query i iff j <= q_pos[i].
 // o: [b, sq, H, dv], lse: [b, H, sq]; dk, dv: [b, sk, KV, d or dv] (written: zero for keys no query sees).
 // The plain forms are the _at forms with sq == sk and q_pos[i] = i.
+// The _packed forms run packed rows (core/packing.h): q, k, v [b, s, ...] of the same rows, each row split into
+// segments; positions [b s] is each token's position in its segment (core's segment_positions), and query i of row r
+// sees the keys of its segment up to itself: i - positions[r s + i] <= j <= i. Shapes as the plain forms.
 #pragma once
 
 #include <cstdint>
@@ -37,5 +40,13 @@ void attention_forward_at(TensorView<T> o, TensorView<T> lse, In<T> q, In<T> k, 
 template <class T>
 void attention_backward_at(TensorView<T> dq, TensorView<T> dk, TensorView<T> dv, In<T> dout, In<T> q, In<T> k,
                            In<T> v, In<T> o, In<T> lse, std::span<const std::int64_t> q_pos);
+
+template <class T>
+void attention_forward_packed(TensorView<T> o, TensorView<T> lse, In<T> q, In<T> k, In<T> v,
+                              std::span<const std::int64_t> positions);
+
+template <class T>
+void attention_backward_packed(TensorView<T> dq, TensorView<T> dk, TensorView<T> dv, In<T> dout, In<T> q, In<T> k,
+                               In<T> v, In<T> o, In<T> lse, std::span<const std::int64_t> positions);
 
 }  // namespace tb::ops::cpu

@@ -7,6 +7,9 @@
 //   per chunk c: logits_c = x_c W^T;  loss += sum over c's rows;  dlogits_c as above;
 //                dx_c = dlogits_c W (written);  dW += dlogits_c^T x_c (accumulated)
 // An empty dlogits / dx / dW view skips that gradient (both empty: forward only). Returns the mean loss.
+// Loss weights (a loss mask with its normaliser; train/data.h has the ones packed data uses): with weights w [t],
+//   loss     = sum_r w_r [ lse(logits[r,:]) - logits[r, target[r]] ]          (the weighted sum, not divided by t)
+//   dlogits  = w_r (softmax(logits[r,:]) - onehot(target[r])) * grad_scale    (a row of weight 0: zeros)
 #pragma once
 
 #include <cstdint>
@@ -18,10 +21,11 @@ namespace tb::ops::cpu {
 
 template <class T>
 double cross_entropy(TensorView<T> dlogits, In<T> logits, std::span<const std::int32_t> targets,
-                     double grad_scale = 1.0);
+                     double grad_scale = 1.0, std::span<const double> weights = {});
 
 template <class T>
 double lm_head_cross_entropy(TensorView<T> dx, TensorView<T> dw, In<T> x, In<T> w,
-                             std::span<const std::int32_t> targets, int chunk, double grad_scale = 1.0);
+                             std::span<const std::int32_t> targets, int chunk, double grad_scale = 1.0,
+                             std::span<const double> weights = {});
 
 }  // namespace tb::ops::cpu

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -27,6 +28,48 @@ std::vector<std::int64_t> kv_dims(const AttentionShape& s) { return {s.batch, s.
 std::vector<std::int64_t> v_dims(const AttentionShape& s) { return {s.batch, s.kv_heads, s.keys(), s.v_dim()}; }
 std::vector<std::int64_t> o_dims(const AttentionShape& s) { return {s.batch, s.heads, s.seq, s.v_dim()}; }
 
+// The shape the graph sees: a packed shape's batch is its segment capacity (each segment a sequence of at most s).
+AttentionShape graph_shape(const AttentionShape& s) {
+  AttentionShape g = s;
+  if (s.segments > 0) g.batch = s.segments;
+  return g;
+}
+
+// lse: [b, H, s]; packed, cuDNN's ragged statistics: token-major [b s, H] (per token its H heads).
+std::vector<std::int64_t> lse_strides(const AttentionShape& s) {
+  if (s.segments > 0) return {s.seq * s.heads, 1, s.heads, 1};
+  return stats_strides(s);
+}
+
+// A packed graph's extra inputs: the segments' lengths (for q and for k, v: the same array) and the ragged offsets
+// of q, k, v, o and the statistics, int64 [segments + 1].
+struct Ragged {
+  TensorPtr seq_q, seq_kv, q, k, v, o, stats;
+  Ragged(Graph& g, const AttentionShape& s) {
+    const fe::DataType_t i32 = fe::DataType_t::INT32, i64 = fe::DataType_t::INT64;
+    const std::vector<std::int64_t> one{1, 1, 1, 1};
+    const auto lengths = [&](const char* n, Uid u) { return tensor(g, n, u, {s.segments, 1, 1, 1}, one, i32); };
+    const auto offsets = [&](const char* n, Uid u) { return tensor(g, n, u, {s.segments + 1, 1, 1, 1}, one, i64); };
+    seq_q = lengths("seq_len_q", kSeqLenQ), seq_kv = lengths("seq_len_kv", kSeqLenKv);
+    q = offsets("offset_q", kOffsetQ), k = offsets("offset_k", kOffsetK), v = offsets("offset_v", kOffsetV);
+    o = offsets("offset_o", kOffsetO), stats = offsets("offset_stats", kOffsetStats);
+  }
+};
+
+
+// A packed call's tables are given (and aligned as cuDNN reads them).
+void check_packed(const PointerCheck<AttentionShape>& c, const PackedSegments& p) {
+  c.data({{p.seq_len, "the segment lengths"}, {p.qkv_offset, "the qkv offsets"}, {p.o_offset, "the o offsets"},
+          {p.stats_offset, "the lse offsets"}});
+}
+
+// The variant pack's packed entries.
+void add_packed(std::unordered_map<std::int64_t, void*>& pack, const PackedSegments& p) {
+  pack[kSeqLenQ] = mut(p.seq_len), pack[kSeqLenKv] = mut(p.seq_len);
+  pack[kOffsetQ] = pack[kOffsetK] = pack[kOffsetV] = mut(p.qkv_offset);
+  pack[kOffsetO] = mut(p.o_offset), pack[kOffsetStats] = mut(p.stats_offset);
+}
+
 // Top left (j <= i) when queries and keys are the same positions; bottom right (j <= i + keys - seq) when the
 // queries are the last seq of keys() positions. kv_seq == seq keeps the top-left graphs of the plain case.
 fe::DiagonalAlignment_t diagonal(const AttentionShape& s) {
@@ -34,6 +77,14 @@ fe::DiagonalAlignment_t diagonal(const AttentionShape& s) {
 }
 
 }  // namespace
+
+void require_packed_cudnn(const std::string& what) {
+  if (int(cudnnGetVersion()) >= kCudnnPackedVersion) return;
+  raise_error(Error::Kind::unsupported,
+              fmt::format("{}: packed sequences need cuDNN >= 9.6.0 (grouped-query attention with ragged offsets); "
+                          "this process loaded cuDNN {}: put a newer libcudnn first on the library path",
+                          what, cudnn_version()));
+}
 
 // ---- shapes ------------------------------------------------------------------------------------------
 
@@ -79,6 +130,9 @@ void check_attention_shape(const AttentionShape& s) {
              fmt::format("{}: kv_seq ({}) must be 0 (same as seq) or at least seq ({}): the queries are the last "
                          "seq of kv_seq positions",
                          what, s.kv_seq, s.seq));
+  TB_REQUIRE(s.segments >= 0 && (s.segments == 0 || s.keys() == s.seq),
+             fmt::format("{}: segments ({}) must be >= 0, and packed rows have no longer keys (kv_seq {})", what,
+                         s.segments, s.kv_seq));
   for (const auto& [name, t] : {std::pair{"q", s.q}, std::pair{"k", s.k}, std::pair{"v", s.v}, std::pair{"o", s.o}})
     TB_REQUIRE(t.batch > 0 && t.seq > 0 && t.head > 0 && t.batch % 8 == 0 && t.seq % 8 == 0 && t.head % 8 == 0,
                fmt::format("{}: {} strides (batch {}, seq {}, head {}) must be positive multiples of 8 elements "
@@ -100,6 +154,7 @@ std::string describe(const AttentionShape& s) {
     d += fmt::format(" strides(b/s/h) q {} k {} v {} o {}", str(s.q), str(s.k), str(s.v), str(s.o));
   }
   if (s.deterministic) d += " deterministic";
+  if (s.segments > 0) d += fmt::format(" packed={}", s.segments);
   return d;
 }
 
@@ -118,12 +173,17 @@ AttentionFlops attention_flops(const AttentionShape& s, bool causal) {
 
 struct AttentionPlan::Graphs : GraphPair {};
 
-AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_(s), g_(std::make_unique<Graphs>()) {
-  check_attention_shape(s);
+AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& shape)
+    : s_(shape), g_(std::make_unique<Graphs>()) {
+  check_attention_shape(shape);
+  if (shape.segments > 0) require_packed_cudnn("attention " + ops::describe(shape));
+  const AttentionShape s = graph_shape(shape);
+  const bool packed = s.segments > 0;
   const char* direction = "forward";
   try {
     // Forward: O and Stats (lse) from Q, K, V; causal with the diagonal at the top left (j <= i), or at the
-    // bottom right (j <= i + kv_seq - seq) when the queries are the last seq of kv_seq positions.
+    // bottom right (j <= i + kv_seq - seq) when the queries are the last seq of kv_seq positions. Packed: per segment
+    // (the padding mask with each segment's length), the tensors reached through the ragged offsets.
     g_->fwd = new_graph(fe::DataType_t::BFLOAT16);
     Graph& f = *g_->fwd;
     auto q = tensor(f, "Q", kQ, dims(s, s.heads), strides(s.q));
@@ -135,9 +195,16 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_
                         .set_attn_scale(attn_scale(s))
                         .set_diagonal_alignment(diagonal(s))
                         .set_diagonal_band_right_bound(0);
+    std::optional<Ragged> rf;
+    if (packed) {
+      rf.emplace(f, s);
+      q->set_ragged_offset(rf->q), k->set_ragged_offset(rf->k), v->set_ragged_offset(rf->v);
+      fwd_opts.set_padding_mask(true).set_seq_len_q(rf->seq_q).set_seq_len_kv(rf->seq_kv);
+    }
     auto [o, stats] = f.sdpa(q, k, v, fwd_opts);
     output(o, kO, o_dims(s), strides(s.o));
-    output(stats, kStats, stats_dims(s), stats_strides(s), fe::DataType_t::FLOAT);
+    output(stats, kStats, stats_dims(s), lse_strides(s), fe::DataType_t::FLOAT);
+    if (packed) o->set_ragged_offset(rf->o), stats->set_ragged_offset(rf->stats);
     build_graph(f, handle, g_->fwd_ws, g_->fwd_engine);
 
     // Backward: dQ, dK, dV (written through the same strides as Q, K, V) from Q, K, V, O, dO, Stats.
@@ -149,20 +216,30 @@ AttentionPlan::AttentionPlan(cudnnHandle_t handle, const AttentionShape& s) : s_
     auto bv = tensor(b, "V", kV, v_dims(s), strides(s.v));
     auto bo = tensor(b, "O", kO, o_dims(s), strides(s.o));
     auto bdo = tensor(b, "dO", kDout, o_dims(s), strides(s.o));
-    auto bstats = tensor(b, "Stats", kStats, stats_dims(s), stats_strides(s), fe::DataType_t::FLOAT);
+    auto bstats = tensor(b, "Stats", kStats, stats_dims(s), lse_strides(s), fe::DataType_t::FLOAT);
     auto bwd_opts = fe::graph::SDPA_backward_attributes()
                         .set_name("sdpa_backward")
                         .set_attn_scale(attn_scale(s))
                         .set_diagonal_alignment(diagonal(s))
                         .set_diagonal_band_right_bound(0)
                         .set_deterministic_algorithm(s.deterministic);
+    std::optional<Ragged> rb;
+    if (packed) {
+      rb.emplace(b, s);
+      bq->set_ragged_offset(rb->q), bk->set_ragged_offset(rb->k), bv->set_ragged_offset(rb->v);
+      bo->set_ragged_offset(rb->o), bdo->set_ragged_offset(rb->o), bstats->set_ragged_offset(rb->stats);
+      const std::int64_t tokens = shape.batch * shape.seq;  // every segment lies in the micro-batch's tokens
+      bwd_opts.set_padding_mask(true).set_seq_len_q(rb->seq_q).set_seq_len_kv(rb->seq_kv);
+      bwd_opts.set_max_total_seq_len_q(tokens).set_max_total_seq_len_kv(tokens);
+    }
     auto [dq, dk, dv] = b.sdpa_backward(bq, bk, bv, bo, bdo, bstats, bwd_opts);
     output(dq, kDq, dims(s, s.heads), strides(s.q));
     output(dk, kDk, kv_dims(s), strides(s.k));
     output(dv, kDv, v_dims(s), strides(s.v));
+    if (packed) dq->set_ragged_offset(rb->q), dk->set_ragged_offset(rb->k), dv->set_ragged_offset(rb->v);
     build_graph(b, handle, g_->bwd_ws, g_->bwd_engine);
   } catch (...) {  // say which shape and direction
-    rethrow_graph_error(fmt::format("attention {} {}", direction, ops::describe(s)));
+    rethrow_graph_error(fmt::format("attention {} {}", direction, ops::describe(shape)));
   }
 }
 
@@ -184,9 +261,11 @@ void AttentionPlan::forward(cudnnHandle_t handle, const AttentionForwardArgs& a,
                             cudaStream_t stream) const {
   const PointerCheck<AttentionShape> c{s_, "forward"};
   c.data({{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.o, "o"}, {a.lse, "lse"}});
+  if (s_.segments > 0) check_packed(c, a.packed);
   c.workspace(ws, forward_workspace_bytes());
   std::unordered_map<std::int64_t, void*> pack = {
       {kQ, mut(a.q)}, {kK, mut(a.k)}, {kV, mut(a.v)}, {kO, a.o}, {kStats, a.lse}};
+  if (s_.segments > 0) add_packed(pack, a.packed);
   TB_CHECK(cudnnSetStream(handle, stream));
   TB_CHECK(g_->fwd->execute(handle, pack, ws.ptr));
 }
@@ -196,10 +275,12 @@ void AttentionPlan::backward(cudnnHandle_t handle, const AttentionBackwardArgs& 
   const PointerCheck<AttentionShape> c{s_, "backward"};
   c.data({{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.o, "o"}, {a.dout, "dout"}, {a.lse, "lse"}, {a.dq, "dq"},
           {a.dk, "dk"}, {a.dv, "dv"}});
+  if (s_.segments > 0) check_packed(c, a.packed);
   c.workspace(ws, backward_workspace_bytes());
   std::unordered_map<std::int64_t, void*> pack = {
       {kQ, mut(a.q)},       {kK, mut(a.k)}, {kV, mut(a.v)}, {kO, mut(a.o)}, {kDout, mut(a.dout)},
       {kStats, mut(a.lse)}, {kDq, a.dq},    {kDk, a.dk},    {kDv, a.dv}};
+  if (s_.segments > 0) add_packed(pack, a.packed);
   TB_CHECK(cudnnSetStream(handle, stream));
   TB_CHECK(g_->bwd->execute(handle, pack, ws.ptr));
 }

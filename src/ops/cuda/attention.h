@@ -15,6 +15,15 @@
 //   dv, o and dout [.., dv] while q, k, dq, dk stay [.., d] and the scale 1 / sqrt(d); cuDNN on Hopper takes any
 //   d, dv <= 256 that are multiples of 8, DeepSeek-V3's d 192 / dv 128 among them (cudnn-frontend 1.16's
 //   support check; cuDNN's SDPA support matrix, backend 9.18), forward and backward.
+// Packed rows (core/packing.h; segments > 0): each of the b rows of s tokens holds segments (documents and a row's
+//   padding), each attending causally within itself only: ops/cpu/attention.h's _packed forms. cuDNN's ragged (THD)
+//   layout with its padding mask: the graph's batch is the segment capacity B (`segments`), its sequence the row
+//   length s (no segment is longer), and per micro-batch the device tables of PackedSegments (ops/cuda/segments.h
+//   fills them from the offsets of core's segment_offsets, padded to B with empty segments): each segment's length
+//   and its first token's offset into q|k|v (the fused qkv rows), o (and dout) and lse, which is then token-major
+//   [b s, H] (cuDNN's ragged statistics) instead of [b, H, s]. The backward's workspace is bounded by the b s tokens
+//   (max_total_seq_len). Needs cuDNN >= 9.6 (grouped-query attention with ragged offsets, 64-bit offsets); an older
+//   cuDNN is refused with Error{unsupported} naming the version loaded. kv_seq must be 0 (no context parallel).
 // Layout: q, k, v are read in place, through strides, from the fused QKV projection output
 // [b*s, (H + 2G)*d] row-major (per token: the H query heads, then the G key heads, then the G value
 // heads; model/param_layout.h), and dq, dk, dv are written into a gradient buffer of the same layout:
@@ -68,12 +77,31 @@ struct AttentionShape {
   // Keys and values per sequence; 0 means seq. Larger than seq: the queries are the last seq positions of
   // the kv_seq-long sequence (causal, bottom-right diagonal; see the top of this file).
   std::int64_t kv_seq = 0;
+  // Packed rows: the capacity of segments per micro-batch (all rows together); 0: one sequence per row.
+  std::int64_t segments = 0;
   // The width of v, dv, o and dout; 0 means head_dim (multi-head latent attention: its v_head_dim).
   std::int64_t v_head_dim = 0;
   std::int64_t keys() const { return kv_seq > 0 ? kv_seq : seq; }  // the key (and value) sequence length
   std::int64_t v_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
   auto operator<=>(const AttentionShape&) const = default;
 };
+
+// The segment tables of one packed micro-batch, on the device (ops/cuda/segments.h): for k < segments the length of
+// segment k (0 for an unused one), and for k <= segments the element offsets of its first token in the fused qkv
+// (and dqkv), in o (and dout) and in lse.
+struct PackedSegments {
+  const std::int32_t* seq_len = nullptr;
+  const std::int64_t* qkv_offset = nullptr;
+  const std::int64_t* o_offset = nullptr;
+  const std::int64_t* stats_offset = nullptr;
+};
+
+// The oldest cuDNN packed shapes run on (grouped-query attention with ragged offsets).
+inline constexpr int kCudnnPackedVersion = 90600;
+// Error{unsupported} "<what>: packed sequences need cuDNN >= 9.6.0 ...; this process loaded cuDNN X.Y.Z ..." when the
+// cuDNN loaded at run time (cudnnGetVersion) is older: planning a packed shape checks it, and so does the trainer
+// before it allocates anything.
+void require_packed_cudnn(const std::string& what);
 
 // The model's layout: q, k, v views into the fused QKV buffer [b*s, (H + 2G)*d] (row stride (H + 2G)*d,
 // q at column 0, k at H*d, v at (H + G)*d), o and dout contiguous [b, s, H, d].
@@ -91,17 +119,18 @@ QkvPointers split_fused_qkv(void* qkv, const AttentionShape& s);
 
 // Throws Error{config} saying what is wrong: non-positive dims, H % G != 0, head_dim or v_head_dim not a multiple of 8,
 // kv_seq negative or (when not 0) below seq, strides that are not positive multiples of 8 elements (16 bytes,
-// cuDNN's alignment).
+// cuDNN's alignment), negative segments or segments with kv_seq.
 void check_attention_shape(const AttentionShape& s);
 // "b=1 s=8192 H=32 G=8 d=128 fused-qkv"; "b=1 s=1024 kv=4096 H=32 ..." when kv_seq differs from seq; " dv=128"
-// after d when v_head_dim differs.
+// after d when v_head_dim differs; " packed=64" for a packed shape's segment capacity.
 std::string describe(const AttentionShape& s);
 
 struct AttentionFlops {
   double forward = 0, backward = 0, backward_with_recompute = 0;
 };
 // causal = true: the causal convention (Q K^T and P V over the visible scores only: halved when kv_seq is
-// seq); false: the full convention (every score of the s x kv_seq block).
+// seq); false: the full convention (every score of the s x kv_seq block). A packed shape is counted as unpacked rows
+// (its work depends on the documents: model/flops.h counts them from their lengths).
 AttentionFlops attention_flops(const AttentionShape& s, bool causal);
 
 // Device pointers (cudaMalloc'ed, at least 16-byte aligned); q/k/v/o/dout/dq/dk/dv are bf16, lse fp32
@@ -112,6 +141,7 @@ struct AttentionForwardArgs {
   const void* v = nullptr;
   void* o = nullptr;
   float* lse = nullptr;
+  PackedSegments packed = {};  // packed shapes only
 };
 struct AttentionBackwardArgs {
   const void* q = nullptr;
@@ -123,6 +153,7 @@ struct AttentionBackwardArgs {
   void* dq = nullptr;
   void* dk = nullptr;
   void* dv = nullptr;
+  PackedSegments packed = {};  // packed shapes only
 };
 
 class AttentionPlan {

@@ -57,6 +57,7 @@ void check_fp8_attention_shape(const Fp8AttentionShape& f) {
                          what, s.kv_seq));
   TB_REQUIRE(!s.deterministic,
              what + ": cudnn-frontend 1.16 has no deterministic FP8 attention backward (use the bf16 attention)");
+  TB_REQUIRE(s.segments == 0, what + ": packed sequences run on the bf16 attention only");
   TB_REQUIRE(s.v_dim() == s.head_dim,
              what + ": FP8 attention takes one head_dim for q, k and v (different v widths, as multi-head latent "
                     "attention's, run in bf16)");

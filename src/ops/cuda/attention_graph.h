@@ -32,6 +32,7 @@ enum Uid : std::int64_t {
   kDescaleQ, kDescaleK, kDescaleV, kDescaleO, kDescaleDout, kScaleO, kAmaxO,
   kScaleS, kDescaleS, kAmaxS, kScaleDp, kDescaleDp, kAmaxDp,
   kScaleDq, kScaleDk, kScaleDv, kAmaxDq, kAmaxDk, kAmaxDv,
+  kSeqLenQ, kSeqLenKv, kOffsetQ, kOffsetK, kOffsetV, kOffsetO, kOffsetStats,  // packed shapes (ragged, THD)
 };
 
 inline constexpr std::size_t kAlign = 16;  // bytes: cuDNN's SDPA reads 16-byte vectors

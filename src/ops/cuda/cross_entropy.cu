@@ -75,7 +75,7 @@ template <int kThreads, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads)
     softmax_xent_kernel(__nv_bfloat16* __restrict__ logits, std::int64_t vocab,
                         const std::int32_t* __restrict__ targets, float* __restrict__ token_loss, float scale,
-                        bool write_grad, Fp8Stats fp8 = {}) {
+                        bool write_grad, Fp8Stats fp8 = {}, const float* __restrict__ weights = nullptr) {
   constexpr int kWarps = kThreads / 32;
   __shared__ MaxSum warp_st[kWarps];
   __shared__ float warp_other[kWarps];
@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(kThreads)
   auto* z = reinterpret_cast<unsigned short*>(logits + row * vocab);
   const std::int32_t target = targets[row];
   const bool target_ok = target >= 0 && target < vocab;
+  if (weights) scale *= weights[row];  // the row's loss weight (0: a zero gradient row)
 
   // z is 2-byte aligned: `head` scalars reach a 16-byte boundary, then nvec 16-byte vectors, then < 8 scalars.
   const auto addr = reinterpret_cast<std::uintptr_t>(z);
@@ -186,13 +187,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// *out = (1/t) sum token_loss, summed in double by one block in a fixed order (deterministic).
+// *out = (1/t) sum token_loss, or with loss weights sum w token_loss (rows of weight 0 skipped: their loss may be NaN),
+// summed in double by one block in a fixed order (deterministic).
 constexpr int kMeanThreads = 1024;
 __global__ void __launch_bounds__(kMeanThreads)
-    mean_loss_kernel(const float* __restrict__ token_loss, std::int64_t t, float* __restrict__ out) {
+    mean_loss_kernel(const float* __restrict__ token_loss, std::int64_t t, float* __restrict__ out,
+                     const float* __restrict__ weights = nullptr) {
   __shared__ double warp_sum[kMeanThreads / 32];
   double s = 0;
-  for (std::int64_t i = threadIdx.x; i < t; i += kMeanThreads) s += double(token_loss[i]);
+  for (std::int64_t i = threadIdx.x; i < t; i += kMeanThreads)
+    if (!weights)
+      s += double(token_loss[i]);
+    else if (weights[i] != 0.f)
+      s += double(weights[i]) * double(token_loss[i]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(~0u, s, o);
   if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = s;
@@ -201,20 +208,24 @@ __global__ void __launch_bounds__(kMeanThreads)
     s = warp_sum[threadIdx.x];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(~0u, s, o);
-    if (threadIdx.x == 0) *out = float(s / double(t));
+    if (threadIdx.x == 0) *out = float(weights ? s : s / double(t));
   }
 }
 
 template <bool kFp8 = false>
 void launch_softmax_xent(__nv_bfloat16* logits, std::int64_t rows, std::int64_t vocab, const std::int32_t* targets,
-                         float* token_loss, float scale, bool write_grad, cudaStream_t stream, Fp8Stats fp8 = {}) {
+                         float* token_loss, float scale, bool write_grad, cudaStream_t stream, Fp8Stats fp8 = {},
+                         const float* weights = nullptr) {
   const auto grid = unsigned(rows);
   if (vocab >= 32768)
-    softmax_xent_kernel<1024, kFp8><<<grid, 1024, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad, fp8);
+    softmax_xent_kernel<1024, kFp8>
+        <<<grid, 1024, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad, fp8, weights);
   else if (vocab >= 4096)
-    softmax_xent_kernel<512, kFp8><<<grid, 512, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad, fp8);
+    softmax_xent_kernel<512, kFp8>
+        <<<grid, 512, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad, fp8, weights);
   else
-    softmax_xent_kernel<128, kFp8><<<grid, 128, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad, fp8);
+    softmax_xent_kernel<128, kFp8>
+        <<<grid, 128, 0, stream>>>(logits, vocab, targets, token_loss, scale, write_grad, fp8, weights);
   TB_CHECK_LAUNCH();
 }
 
@@ -337,7 +348,7 @@ template <class G>
 void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<G> dw,
                            TensorView<const __nv_bfloat16> x, TensorView<const __nv_bfloat16> w,
                            const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
-                           Workspace scratch, bool dw_overwrite) {
+                           Workspace scratch, bool dw_overwrite, const float* weights) {
   TB_REQUIRE(x.rank() == 2 && w.rank() == 2,
              str("lm_head_cross_entropy: x [t, h] and W [V, h] must be 2-D, got ", x.shape_str(), " and ",
                  w.shape_str()));
@@ -352,18 +363,19 @@ void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, Tens
   auto* logits = static_cast<__nv_bfloat16*>(scratch.ptr);
   auto* token_loss = reinterpret_cast<float*>(static_cast<unsigned char*>(scratch.ptr) + layout.token_loss_offset);
   const bool backward = want_dx || want_dw;
-  const float scale = float(double(grad_scale) / double(t));
+  const float scale = weights ? grad_scale : float(double(grad_scale) / double(t));  // times the row's weight
   const Bf16HeadGemms gemm{dc, w.data(), vocab, h};
   dc.activate();
   for (std::int64_t r0 = 0; r0 < t; r0 += layout.chunk) {
     const std::int64_t c = std::min(layout.chunk, t - r0);
     const __nv_bfloat16* x_c = x.data() + r0 * h;
     gemm.logits(c, logits, x_c);
-    launch_softmax_xent(logits, c, vocab, targets + r0, token_loss + r0, scale, backward, dc.stream());
+    launch_softmax_xent(logits, c, vocab, targets + r0, token_loss + r0, scale, backward, dc.stream(), {},
+                        weights ? weights + r0 : nullptr);
     if (want_dx) gemm.dx(c, dx.data() + r0 * h, logits);
     if (want_dw) gemm.dw(c, dw.data(), logits, x_c, !(dw_overwrite && r0 == 0));
   }
-  mean_loss_kernel<<<1, kMeanThreads, 0, dc.stream()>>>(token_loss, t, loss_out);
+  mean_loss_kernel<<<1, kMeanThreads, 0, dc.stream()>>>(token_loss, t, loss_out, weights);
   TB_CHECK_LAUNCH();
 }
 
@@ -455,7 +467,7 @@ void lm_head_cross_entropy_fp8(DeviceContext& dc, TensorView<__nv_bfloat16> dx, 
 #define TB_LM_HEAD(G)                                                                                                 \
   template void lm_head_cross_entropy<G>(DeviceContext&, TensorView<__nv_bfloat16>, TensorView<G>,                 \
                                          TensorView<const __nv_bfloat16>, TensorView<const __nv_bfloat16>,          \
-                                         const std::int32_t*, int, float, float*, Workspace, bool);                 \
+                                         const std::int32_t*, int, float, float*, Workspace, bool, const float*);   \
   template void lm_head_cross_entropy_fp8<G>(DeviceContext&, TensorView<__nv_bfloat16>, TensorView<G>,             \
                                              TensorView<const __nv_bfloat16>, const LmHeadFp8&, std::int64_t,       \
                                              const std::int32_t*, int, float, float*, Workspace, bool);

@@ -9,6 +9,9 @@
 //   *loss_out = (1/t) sum_r loss_r                    fp32 on the device: the MEAN loss, as the CPU reference returns
 //                                                     (summed in double in a fixed order: deterministic)
 // Empty dx / dW views skip that GEMM (both empty: forward only, dlogits are not written).
+// Loss weights (optional, device fp32 [t]; a loss mask with its normaliser, ops/cpu/cross_entropy.h):
+//   dlogits_r = w_r (softmax(logits_r) - onehot(target_r)) * grad_scale;  *loss_out = sum_r w_r loss_r (rows of
+//   weight 0 left out of the sum, so a masked row's target need not be valid). The FP8 head takes none.
 //
 // Decisions:
 // - Logits are bf16 (GEMM output), read into fp32 by the softmax kernel. Their rounding (2^-9 relative) is the
@@ -98,7 +101,7 @@ template <class G>
 void lm_head_cross_entropy(DeviceContext& dc, TensorView<__nv_bfloat16> dx, TensorView<G> dw,
                            TensorView<const __nv_bfloat16> x, TensorView<const __nv_bfloat16> w,
                            const std::int32_t* targets, int chunk, float grad_scale, float* loss_out,
-                           Workspace scratch, bool dw_overwrite = false);
+                           Workspace scratch, bool dw_overwrite = false, const float* weights = nullptr);
 
 // The head's GEMMs (LmHeadFp8::fp8_gemms, a bit set): logits = x W^T, dx = dlogits W, dW += dlogits^T x.
 enum LmHeadGemm : unsigned { kHeadForward = 1, kHeadDgrad = 2, kHeadWgrad = 4, kHeadAllGemms = 7 };

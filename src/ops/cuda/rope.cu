@@ -28,6 +28,7 @@ struct RopeArgs {
   int heads;
   const float* inv_freq;
   float sign;  // +1 forward, -1 backward (sin is odd, cos even: exactly the inverse rotation)
+  const std::int32_t* positions;  // per token [batch * seq] (packed rows), or null: p + pos_offset
 };
 
 __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs a) {
@@ -40,7 +41,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs a) {
   const float4 f1 = __ldg(reinterpret_cast<const float4*>(a.inv_freq) + 2 * c + 1);
   const float freq[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
   float cs[8], sn[8];
-  const float pos = float(p + a.pos_offset);
+  const float pos = a.positions ? float(__ldg(a.positions + tok)) : float(p + a.pos_offset);
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     sincosf(pos * freq[k], &sn[k], &cs[k]);
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs a) {
 }
 
 void rotate(TensorView<bf16> x, TensorView<const float> inv_freq, float sign, std::int64_t pos_offset,
-            cudaStream_t stream, const std::string& what) {
+            const std::int32_t* positions, cudaStream_t stream, const std::string& what) {
   TB_REQUIRE(x.rank() == 4, what + ": x must be [batch, seq, heads, head_dim], got " + x.shape_str());
   const std::int64_t d = x.size(3);
   TB_REQUIRE(d > 0 && d % 16 == 0, what +
@@ -102,22 +103,23 @@ void rotate(TensorView<bf16> x, TensorView<const float> inv_freq, float sign, st
   const std::int64_t blocks = ceil_div(items, kThreads);
   const std::int64_t groups = ceil_div(x.size(2), kHeadsPerThread);
   TB_REQUIRE(blocks <= 0x7fffffff && groups <= 65535, what + ": too many tokens or heads for one launch");
-  const RopeArgs a{x.data(), x.stride(0), x.stride(1),    x.stride(2),     x.size(1), pos_offset, items,
-                   int(d / 16), int(d / 2), int(x.size(2)), inv_freq.data(), sign};
+  TB_REQUIRE(!positions || pos_offset == 0, what + ": per-token positions replace pos_offset (give one of them)");
+  const RopeArgs a{x.data(),    x.stride(0), x.stride(1),    x.stride(2),     x.size(1), pos_offset, items,
+                   int(d / 16), int(d / 2),  int(x.size(2)), inv_freq.data(), sign,      positions};
   rope_kernel<<<dim3(unsigned(blocks), unsigned(groups)), kThreads, 0, stream>>>(a);
   TB_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void rope_forward(TensorView<bf16> x, TensorView<const float> inv_freq, cudaStream_t stream,
-                  std::int64_t pos_offset) {
-  rotate(x, inv_freq, 1.f, pos_offset, stream, "rope_forward");
+void rope_forward(TensorView<bf16> x, TensorView<const float> inv_freq, cudaStream_t stream, std::int64_t pos_offset,
+                  const std::int32_t* positions) {
+  rotate(x, inv_freq, 1.f, pos_offset, positions, stream, "rope_forward");
 }
 
 void rope_backward(TensorView<bf16> dx, TensorView<const float> inv_freq, cudaStream_t stream,
-                   std::int64_t pos_offset) {
-  rotate(dx, inv_freq, -1.f, pos_offset, stream, "rope_backward");
+                   std::int64_t pos_offset, const std::int32_t* positions) {
+  rotate(dx, inv_freq, -1.f, pos_offset, positions, stream, "rope_backward");
 }
 
 void upload_rope_inv_freq(TensorView<float> dst, std::span<const double> inv_freq, cudaStream_t stream) {

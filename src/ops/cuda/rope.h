@@ -5,6 +5,8 @@
 //   pos_offset + p); for i < d/2 the pair (x_i, x_{i+d/2}) is rotated by angle = pos * inv_freq[i]:
 //   y_i = x_i cos - x_{i+d/2} sin,  y_{i+d/2} = x_{i+d/2} cos + x_i sin.
 //   Backward applies the inverse rotation (angle -pos * inv_freq[i]) to dy, also in place.
+//   positions (packed rows, core/packing.h): device int32 [batch * seq], the position of x[b, p, :, :] is
+//   positions[b seq + p] instead (each token's in its segment; pos_offset 0).
 // Q and K of a fused QKV buffer [tokens, (H + 2G) d] (Q heads, then K heads, then V heads) take ONE call: the view
 //   TensorView<bf16>(qkv, {B, S, H + G, d}, {S (H + 2G) d, (H + 2G) d, d, 1}, 4) covers Q and K and skips V.
 // inv_freq: [d/2] fp32 on the device, computed on the host by ops::cpu::rope_inv_freq (Llama 3.1 scaling
@@ -32,9 +34,9 @@ namespace tb::ops {
 using bf16 = __nv_bfloat16;
 
 void rope_forward(TensorView<bf16> x, TensorView<const float> inv_freq, cudaStream_t stream,
-                  std::int64_t pos_offset = 0);
+                  std::int64_t pos_offset = 0, const std::int32_t* positions = nullptr);
 void rope_backward(TensorView<bf16> dx, TensorView<const float> inv_freq, cudaStream_t stream,
-                   std::int64_t pos_offset = 0);
+                   std::int64_t pos_offset = 0, const std::int32_t* positions = nullptr);
 
 // Converts the host frequencies (ops::cpu::rope_inv_freq) to fp32 and copies them into dst ([d/2] fp32 on the
 // device). A pageable-memory copy: call at setup, not inside a captured CUDA graph; the host data may be freed as
