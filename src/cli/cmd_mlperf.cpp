@@ -104,17 +104,18 @@ int cmd_mlperf(int argc, char** argv) {
   RunOutput run = open_run(opt, argc, argv);
   spec.out = run.dir;
   int converged = 0;
+  std::string label;
   mlperf::run_mlperf(spec, [&](const mlperf::RunOutcome& o) {
     run.sink->write(mlperf::to_record(spec, o));
     converged += o.converged;
+    label = o.data;
     std::printf("run %d (seed %llu): %s after %lld samples (%d steps), time to train %.3f min, last eval loss %s\n",
                 o.index, static_cast<unsigned long long>(o.seed), o.converged ? "reached the target" : "stopped",
                 static_cast<long long>(o.samples), o.steps, o.ttt_min,
                 o.evals.empty() ? "-" : fmt::format("{:.4f}", o.evals.back().loss).c_str());
   });
-  std::printf("logs: %s/result_<k>.txt (synthetic data: not comparable with MLPerf results); score: trainbench mlperf "
-              "summarize %s\n",
-              run.dir.c_str(), run.dir.c_str());
+  std::printf("logs: %s/result_<k>.txt (%s); score: trainbench mlperf summarize %s\n", run.dir.c_str(),
+              label.c_str(), run.dir.c_str());
   print_results_location(run);
   return converged == spec.runs ? kOk : kFailed;
 }

@@ -1,8 +1,10 @@
-// mlperf/data.cpp: the class-chain task (counter-based, core/counter_rng.h) and the data folder's check.
+// mlperf/data.cpp: the class-chain task (counter-based, core/counter_rng.h), the converted data set and the data
+// folder's check.
 #include "mlperf/data.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/counter_rng.h"
@@ -10,14 +12,19 @@
 
 namespace tb::mlperf {
 
+ChainTask::ChainTask() {
+  train_rows = 3901, eval_rows = 173, vocab = 64, seq = 32;
+  label = "synthetic class-chain task on a CPU proxy model: not comparable with MLPerf results";
+}
+
 double ChainTask::loss_floor() const {
   const double q = eps / vocab, p = 1 - eps + q;
   return -p * std::log(p) - (vocab - 1) * q * std::log(q);
 }
 
-Rows ChainTask::rows(bool eval, std::int64_t first, int count) const {
+train::Batch ChainTask::rows(bool eval, std::int64_t first, int count) const {
   TB_REQUIRE(count > 0 && seq > 0 && vocab >= classes && classes > 0, "MLPerf chain task: bad shape");
-  Rows r;
+  train::Batch r;
   r.batch = count, r.seq = seq;
   r.tokens.resize(std::size_t(count) * seq);
   r.targets.resize(r.tokens.size());
@@ -41,6 +48,26 @@ Rows ChainTask::rows(bool eval, std::int64_t first, int count) const {
     }
   }
   return r;
+}
+
+PackedSet::PackedSet(const std::filesystem::path& dir, int max_seq) {
+  // Open once to learn the longest document, then at that row length (the index is checked each time).
+  const auto train_index = dir / "train.index", eval_index = dir / "validation.index";
+  seq = std::max(train::PackedFile(train_index, max_seq, 0).longest_document(),
+                 train::PackedFile(eval_index, max_seq, 0).longest_document());
+  train_.emplace(train_index, seq, 0);
+  eval_.emplace(eval_index, seq, 0);
+  vocab = int(std::max(train_->largest_token(), eval_->largest_token())) + 1;
+  train_rows = train_->documents(), eval_rows = eval_->documents();
+  label = fmt::format("MLPerf data converted in {} ({} train, {} eval samples) on a CPU proxy model: not comparable "
+                      "with MLPerf results",
+                      dir.string(), train_rows, eval_rows);
+}
+
+train::Batch PackedSet::rows(bool eval, std::int64_t first, int count) const {
+  TB_REQUIRE(!eval || first + count <= eval_rows,
+             fmt::format("MLPerf data: eval rows [{}, {}) of {}", first, first + count, eval_rows));
+  return (eval ? *eval_ : *train_).documents(first, count);
 }
 
 std::string check_data_dir(const std::filesystem::path& dir, const std::string& files_needed) {

@@ -1,9 +1,10 @@
 // mlperf/run.cpp: the time-to-train loop of run.h on the CPU backend, with its MLLOG lines.
-//   step t (1-based) trains on train rows [(t-1)·GBS, t·GBS) (mod the train set); samples after t = t·GBS
+//   step t (1-based) trains on train rows [(t-1)·GBS + r, t·GBS + r) (mod the train set; r = 7919·seed, a seeded
+//   rotation); samples after t = t·GBS
 //   lr(t) = peak · (t / W) for t <= W, else peak · (1 + cos(pi · (t - W) / (T - W))) / 2   (HF "cosine", W =
 //     round(warmup_ratio · T), T = max_steps): the reference's schedule (--lr_scheduler_type cosine)
-//   evaluation i (1-based) after step i · ceil(384 / GBS); eval loss = mean cross-entropy over the eval set, LoRA's
-//   dropout off
+//   evaluation i (1-based) after step i · ceil(384 / GBS); eval loss = mean cross-entropy over the counted targets of
+//   the whole eval set (real data: the summaries' tokens; every token of the synthetic task), LoRA's dropout off
 #include "mlperf/run.h"
 
 #include <fmt/format.h>
@@ -30,12 +31,10 @@ namespace {
 // after about 4,000 samples; with 1e-3 at the first evaluation (1,536 samples at GBS 8).
 constexpr double kProxyLr = 1e-3;
 constexpr float kHeadScale = 8;  // the frozen LM head's scale (CpuEngine)
-constexpr const char* kSyntheticLabel =
-    "synthetic class-chain task on a CPU proxy model: not comparable with MLPerf results";
 
-// The CPU proxy of Llama 2 70B LoRA: the `tiny` preset (2 layers, d_model 64) at the chain task's vocabulary and
-// sequence, with the benchmark's adapters (rank, alpha, dropout from the settings; targets qkv and o).
-model::ModelConfig lora_proxy(const std::map<std::string, double>& s, const ChainTask& task, std::uint64_t seed) {
+// The CPU proxy of Llama 2 70B LoRA: the `tiny` preset (2 layers, d_model 64) at the data's vocabulary and sequence,
+// with the benchmark's adapters (rank, alpha, dropout from the settings; targets qkv and o).
+model::ModelConfig lora_proxy(const std::map<std::string, double>& s, const Dataset& task, std::uint64_t seed) {
   model::ModelConfig m = model::preset("tiny");
   m.name = "llama2_70b_lora-cpu-proxy";
   m.vocab = task.vocab;
@@ -67,9 +66,10 @@ class CpuEngine {
     v_.assign(net_.grads().size(), 0.f);
   }
 
-  double train_step(const Rows& r, double lr, int step) {
+  double train_step(const train::Batch& b, double lr, int step) {
     net_.zero_grads();
-    const double loss = net_.forward_backward(r.tokens, r.targets, r.batch, r.seq, 1.0, step);
+    const std::vector<double> w = train::loss_weights(b, 1, b.loss_tokens());
+    const double loss = net_.forward_backward({b.tokens, b.targets, b.batch, b.seq, b.docs(), w, 0, step});
     ops::cpu::clip_grad_norm(net_.grads(), s_.at("clip"));
     ops::cpu::AdamWParams hp;
     hp.lr = lr, hp.beta1 = s_.at("beta1"), hp.beta2 = s_.at("beta2"), hp.eps = s_.at("eps");
@@ -87,16 +87,24 @@ class CpuEngine {
     return loss;
   }
 
-  double eval_loss(const ChainTask& task) {
+  // sum over the eval rows' counted targets of CE / their number: each chunk's loss weighted by its counted share
+  double eval_loss(const Dataset& data) {
     std::ranges::copy(net_.params(), eval_net_.params().begin());
-    double sum = 0;
     constexpr int kChunk = 32;
-    for (int first = 0; first < task.eval_rows; first += kChunk) {
-      const int n = std::min(kChunk, task.eval_rows - first);
-      const Rows r = task.rows(true, first, n);
-      sum += eval_net_.forward(r.tokens, r.targets, r.batch, r.seq) * n;
+    std::vector<train::Batch> chunks;
+    double counted = 0;
+    for (std::int64_t first = 0; first < data.eval_rows; first += kChunk) {
+      chunks.push_back(data.rows(true, first, int(std::min<std::int64_t>(kChunk, data.eval_rows - first))));
+      counted += double(chunks.back().loss_tokens());
     }
-    return sum / task.eval_rows;
+    TB_REQUIRE(counted > 0, "MLPerf: the eval set counts no target (its documents have no loss spans)");
+    double sum = 0;
+    for (const train::Batch& b : chunks) {
+      const double share = double(b.loss_tokens()) / counted;
+      const std::vector<double> w = train::loss_weights(b, 1, b.loss_tokens());
+      if (share > 0) sum += share * eval_net_.forward({b.tokens, b.targets, b.batch, b.seq, b.docs(), w, 0, 1});
+    }
+    return sum;
   }
 
  private:
@@ -114,17 +122,26 @@ std::string platform_of(const RunSpec& spec) {
   return spec.platform.empty() ? fmt::format("{}xCPU (trainbench CPU proxy)", spec.gpus) : spec.platform;
 }
 
-RunOutcome run_one(const Benchmark& b, const RunSpec& spec, const std::map<std::string, double>& s, int k) {
+// The run's data: the converted folder (--data), else the synthetic task. Error{config} for a bad folder.
+std::unique_ptr<Dataset> open_data(const Benchmark& b, const RunSpec& spec) {
+  if (spec.data.empty()) return std::make_unique<ChainTask>();
+  const std::string problem = check_data_dir(spec.data, b.data_files);
+  if (!problem.empty()) raise_config(problem);
+  return std::make_unique<PackedSet>(spec.data, b.seq);
+}
+
+RunOutcome run_one(const Benchmark& b, const RunSpec& spec, const std::map<std::string, double>& s,
+                   const Dataset& task, int k) {
   RunOutcome out;
   out.index = k;
   out.seed = spec.seed + std::uint64_t(k);
   out.log = spec.out / fmt::format("result_{}.txt", k);
+  out.data = task.label;
   std::FILE* f = std::fopen(out.log.c_str(), "w");
   if (!f) raise_error(Error::Kind::io, fmt::format("MLPerf: cannot write {}", out.log.string()));
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(f, std::fclose);
   MllogWriter log(f, spec.echo, spec.clock);
 
-  const ChainTask task;
   const int gbs = spec.global_batch > 0 ? spec.global_batch : b.reference_global_batch;
   const int max_steps = spec.max_steps ? *spec.max_steps : int(s.at("max_steps"));
   const double lr = spec.overrides.contains("lr") ? s.at("lr") : kProxyLr;
@@ -137,7 +154,7 @@ RunOutcome run_one(const Benchmark& b, const RunSpec& spec, const std::map<std::
   log.event("submission_org", spec.org);
   log.event("submission_platform", platform_of(spec));
   log.event("submission_status", "research");
-  log.event("trainbench_data", kSyntheticLabel);
+  log.event("trainbench_data", task.label);
   if (spec.division == Division::open && !spec.overrides.empty()) log.event("trainbench_overrides", spec.overrides);
   log.event("seed", out.seed);
   log.event("global_batch_size", gbs);
@@ -170,8 +187,9 @@ RunOutcome run_one(const Benchmark& b, const RunSpec& spec, const std::map<std::
     double loss = 0;
     for (int i = 0; i < every && step < max_steps; ++i) {
       ++step;
-      const Rows r = task.rows(false, (std::int64_t(step - 1) * gbs + std::int64_t(out.seed) * 7919) % task.train_rows,
-                               gbs);
+      const train::Batch r =
+          task.rows(false, (std::int64_t(step - 1) * gbs + std::int64_t(out.seed % 1000003) * 7919) % task.train_rows,
+                    gbs);
       loss = engine.train_step(r, lr_at(step, lr, warmup, max_steps), step);
       TB_REQUIRE(std::isfinite(loss), fmt::format("MLPerf {}: step {}: the loss is not finite", b.name, step));
     }
@@ -220,7 +238,7 @@ Record to_record(const RunSpec& spec, const RunOutcome& o) {
   r.name = spec.benchmark;
   r.world = spec.gpus;
   r.data = {{"benchmark", spec.benchmark},    {"division", division_name(spec.division)},
-            {"data", kSyntheticLabel},        {"comparable", false},
+            {"data", o.data},                 {"comparable", false},
             {"run_index", o.index},           {"seed", o.seed},
             {"converged", o.converged},       {"time_to_train_min", o.ttt_min},
             {"samples", o.samples},           {"steps", o.steps},
@@ -236,28 +254,22 @@ void validate(const RunSpec& spec) {
   resolve_settings(b, spec);
   TB_REQUIRE(spec.runs >= 1, fmt::format("--runs {}: at least 1 ({} needs {} for a score)", spec.runs, b.name, b.runs));
   TB_REQUIRE(spec.gpus >= 1, fmt::format("--gpus {}: at least 1", spec.gpus));
-  if (!spec.data.empty()) {
-    const std::string problem = check_data_dir(spec.data, b.data_files);
-    if (!problem.empty()) raise_config(problem);
-    raise_config(fmt::format("--data {}: reading the converted {} data needs the packed-data reader "
-                             "(train/packed_data.h), which this build does not have yet; without --data the run "
-                             "uses the synthetic task",
-                             spec.data, b.name));
-  }
   if (b.name != "llama2_70b_lora")
     raise_config(fmt::format("MLPerf {}: this build runs llama2_70b_lora only (its CPU proxy); {} is in the "
                              "references and `trainbench project --ttt`, its run needs the CUDA engine",
                              b.name, b.name));
+  open_data(b, spec);
 }
 
 std::vector<RunOutcome> run_mlperf(const RunSpec& spec, const std::function<void(const RunOutcome&)>& on_run) {
   validate(spec);
   const Benchmark& b = find_benchmark(spec.benchmark);
   const auto settings = resolve_settings(b, spec);
+  const std::unique_ptr<Dataset> data = open_data(b, spec);
   std::filesystem::create_directories(spec.out);
   std::vector<RunOutcome> outs;
   for (int k = 0; k < spec.runs; ++k) {
-    outs.push_back(run_one(b, spec, settings, k));
+    outs.push_back(run_one(b, spec, settings, *data, k));
     if (on_run) on_run(outs.back());
   }
   return outs;

@@ -7,8 +7,8 @@
 // target, aborted at the step limit. Time to train = run_stop - run_start (time_ms), as the result summarizer counts.
 // Run k uses seed + k (seeds must differ between runs). to_record: the run as a trainbench.result.v1 record.
 //
-// Engine: the CPU backend (CpuDecoder, AdamW of ops/cpu) on a proxy of the benchmark's model; the CUDA engine is not
-// in this build (run refuses --device cuda with that reason).
+// Engine: the CPU backend (CpuDecoder, AdamW of ops/cpu) on a proxy of the benchmark's model, on the synthetic task or
+// the converted data (mlperf/data.h); the CUDA engine is not in this build.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +55,7 @@ struct RunOutcome {
   int steps = 0;
   std::vector<EvalPoint> evals;
   std::filesystem::path log;
+  std::string data;  // what the run trained on (Dataset::label)
 };
 
 // The hyperparameters a run uses: each setting's default, then the overrides. Closed division: an override of a fixed
@@ -63,7 +64,8 @@ std::map<std::string, double> resolve_settings(const Benchmark& b, const RunSpec
 
 Record to_record(const RunSpec& spec, const RunOutcome& o);
 
-// Everything a run needs, before anything is written: the benchmark, the overrides, the counts, the data folder.
+// Everything a run needs, before anything is written: the benchmark, the overrides, the counts, the data folder and
+// its files (opened and checked).
 // Raises Error{config} with one message.
 void validate(const RunSpec& spec);
 // validate(spec), then spec.runs runs; on_run after each.

@@ -42,7 +42,7 @@ LogSummary read_log(const std::filesystem::path& file) {
     const double t = j.value("time_ms", 0.0);
     if (key == "submission_benchmark" && j["value"].is_string()) s.benchmark = j["value"];
     if (key == "submission_division" && j["value"].is_string()) s.division = j["value"];
-    if (key == "trainbench_data") s.synthetic = true;
+    if (key == "trainbench_data" && j["value"].is_string()) s.not_comparable = j["value"];
     if (key == "run_start" && !start) start = t;
     if (key == "run_stop" && !stop) {
       stop = t;
@@ -70,7 +70,7 @@ Summary summarize(const std::filesystem::path& dir, const std::vector<std::strin
   const std::string unavailable = rulesets.empty() ? "no ruleset given" : checker_unavailable(pythonpath);
   if (!unavailable.empty()) sum.notes.push_back("compliance not checked: " + unavailable);
   std::vector<double> times;
-  bool synthetic = false;
+  std::string not_comparable;
   for (const fs::path& f : files) {
     LogSummary s = read_log(f);
     if (sum.benchmark.empty()) sum.benchmark = s.benchmark;
@@ -86,7 +86,7 @@ Summary summarize(const std::filesystem::path& dir, const std::vector<std::strin
     if (!s.dropped && !s.ttt_min) s.dropped = true, s.drop_reason = "no run_start / run_stop";
     if (s.dropped) ++sum.dropped;
     else times.push_back(*s.ttt_min);
-    synthetic = synthetic || s.synthetic;
+    if (not_comparable.empty()) not_comparable = s.not_comparable;
     sum.logs.push_back(std::move(s));
   }
   try {
@@ -104,8 +104,8 @@ Summary summarize(const std::filesystem::path& dir, const std::vector<std::strin
   if (sum.runs_required > 0 && int(files.size()) != sum.runs_required)
     sum.notes.push_back(fmt::format("{} logs; the rules want exactly {} for a {} result", files.size(),
                                     sum.runs_required, sum.benchmark));
-  if (synthetic) sum.notes.push_back("synthetic data: not comparable with MLPerf results");
-  sum.valid = sum.score_min && !synthetic && unavailable.empty() && int(files.size()) == sum.runs_required;
+  if (!not_comparable.empty()) sum.notes.push_back(not_comparable);
+  sum.valid = sum.score_min && not_comparable.empty() && unavailable.empty() && int(files.size()) == sum.runs_required;
   return sum;
 }
 

@@ -21,7 +21,7 @@ struct LogSummary {
   std::filesystem::path file;
   std::string benchmark, division, status;  // status: run_stop's
   std::optional<double> ttt_min;            // absent: no run_start / run_stop
-  bool synthetic = false;                   // trainbench's synthetic task (trainbench_data key)
+  std::string not_comparable;              // why not (the trainbench_data key: a proxy run); "" when comparable
   std::vector<CheckerVerdict> verdicts;     // one per ruleset
   bool dropped = false;
   std::string drop_reason;

@@ -175,6 +175,7 @@ PackedFile::PackedFile(const std::filesystem::path& index, int seq, std::uint64_
   }
   // The most documents a row can hold: as many of the shortest as fit (the segment capacity CUDA plans for).
   std::sort(lengths.begin(), lengths.end());
+  longest_ = int(lengths.back());
   std::int64_t used = 0;
   max_docs_ = 0;
   for (std::uint32_t len : lengths) {
@@ -193,40 +194,63 @@ void PackedFile::span(std::int64_t s, std::uint32_t& begin, std::uint32_t& end) 
   begin = read_le<std::uint32_t>(p), end = read_le<std::uint32_t>(p + 4);
 }
 
+int PackedFile::put(Batch& b, int r, int at, std::int64_t d, std::vector<std::int32_t>& tokens) const {
+  const std::uint64_t limit =
+      vocab_ > 0 ? std::uint64_t(vocab_) : std::uint64_t(std::numeric_limits<std::int32_t>::max()) + 1;
+  const Doc x = doc(d);
+  tokens.resize(x.tokens);
+  for (std::uint32_t i = 0; i < x.tokens; ++i) {
+    const std::uint32_t t = read_token(tokens_.data(), type_, std::int64_t(x.first + i));
+    if (t >= limit) [[unlikely]]
+      raise_config(fmt::format("{}: token {} of document {} is {}, {}; the data does not match this model's "
+                               "vocabulary",
+                               name_, i, d, t,
+                               vocab_ > 0 ? fmt::format(">= vocab {}", vocab_) : std::string("> INT32_MAX")));
+    tokens[i] = std::int32_t(t);
+  }
+  RowWriter w{b, r, at};
+  w.document(tokens);
+  const std::uint32_t last_span = d + 1 < docs_ ? doc(d + 1).first_span : std::uint32_t(spans_);
+  for (std::uint32_t k = x.first_span; k < last_span; ++k) {
+    std::uint32_t begin = 0, end = 0;
+    span(k, begin, end);
+    w.count(begin, end);
+  }
+  return int(x.tokens);
+}
+
 Batch PackedFile::next(int batch) {
   TB_REQUIRE(batch >= 1, fmt::format("{}: batch must be >= 1 rows, got {}", name_, batch));
   Batch b = empty_batch(batch, seq_);
-  const std::uint64_t limit =
-      vocab_ > 0 ? std::uint64_t(vocab_) : std::uint64_t(std::numeric_limits<std::int32_t>::max()) + 1;
   std::vector<std::int32_t> tokens;
   for (int r = 0; r < batch; ++r) {
     RowRng rng(seed_, next_row_++);
-    RowWriter w{b, r};
-    for (;;) {
+    for (int at = 0;;) {
       const auto d = std::int64_t(rng.below(std::uint64_t(docs_)));
-      const Doc x = doc(d);
-      if (w.at + int(x.tokens) > seq_) break;
-      tokens.resize(x.tokens);
-      for (std::uint32_t i = 0; i < x.tokens; ++i) {
-        const std::uint32_t t = read_token(tokens_.data(), type_, std::int64_t(x.first + i));
-        if (t >= limit) [[unlikely]]
-          raise_config(fmt::format("{}: token {} of document {} is {}, {}; the data does not match this model's "
-                                   "vocabulary",
-                                   name_, i, d, t,
-                                   vocab_ > 0 ? fmt::format(">= vocab {}", vocab_) : std::string("> INT32_MAX")));
-        tokens[i] = std::int32_t(t);
-      }
-      w.document(tokens);
-      const std::uint32_t last_span = d + 1 < docs_ ? doc(d + 1).first_span : std::uint32_t(spans_);
-      for (std::uint32_t k = x.first_span; k < last_span; ++k) {
-        std::uint32_t begin = 0, end = 0;
-        span(k, begin, end);
-        w.count(begin, end);
-      }
-      w.at += int(x.tokens);
+      if (at + int(doc(d).tokens) > seq_) break;
+      at += put(b, r, at, d, tokens);
     }
   }
   return b;
+}
+
+Batch PackedFile::documents(std::int64_t first, int count) const {
+  TB_REQUIRE(count >= 1 && first >= 0, fmt::format("{}: documents from {}: count must be >= 1, got {}", name_,
+                                                   first, count));
+  Batch b = empty_batch(count, seq_);
+  std::vector<std::int32_t> tokens;
+  for (int r = 0; r < count; ++r) put(b, r, 0, (first + r) % docs_, tokens);
+  return b;
+}
+
+std::uint32_t PackedFile::largest_token() const {
+  std::uint32_t top = 0;
+  for (std::int64_t d = 0; d < docs_; ++d) {
+    const Doc x = doc(d);
+    for (std::uint32_t i = 0; i < x.tokens; ++i)
+      top = std::max(top, read_token(tokens_.data(), type_, std::int64_t(x.first + i)));
+  }
+  return top;
 }
 
 }  // namespace tb::train

@@ -38,12 +38,15 @@
 //   without spans counts nothing. scripts/convert_mlperf_govreport.py writes the MLPerf dataset in this format.
 //   The constructor checks the whole index (sizes, bounds, spans) and refuses a document longer than the sequence,
 //   naming it; drawn tokens are checked against the vocabulary in next() (as the token file does).
+//   next() packs rows of randomly drawn documents (row k's from its own stream); documents(first, n) reads a fixed set
+//   in order, one document per row (MLPerf's train and eval samples, mlperf/data.h).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "train/data.h"
 #include "train/mapped_file.h"
@@ -88,6 +91,10 @@ class PackedFile {
   void skip(std::int64_t rows) { next_row_ += rows; }
   std::int64_t documents() const { return docs_; }
   int max_documents_per_row() const { return max_docs_; }  // as many of the shortest documents as fit a row
+  // A fixed data set read in order (MLPerf's samples): row r holds document (first + r) mod D alone, then padding.
+  Batch documents(std::int64_t first, int count) const;
+  int longest_document() const { return longest_; }  // tokens
+  std::uint32_t largest_token() const;                 // over every document (a pass over FILE.bin)
 
  private:
   struct Doc {
@@ -96,6 +103,8 @@ class PackedFile {
   };
   Doc doc(std::int64_t d) const;
   void span(std::int64_t s, std::uint32_t& begin, std::uint32_t& end) const;
+  // Writes document d into row r of b from position at (tokens, targets, its loss spans); returns its tokens.
+  int put(Batch& b, int r, int at, std::int64_t d, std::vector<std::int32_t>& scratch) const;
 
   std::string name_;  // "packed data 'FILE.index'"
   int seq_, vocab_;
@@ -103,7 +112,7 @@ class PackedFile {
   MappedFile index_, tokens_;
   TokenType type_ = TokenType::uint16;
   std::int64_t docs_ = 0, spans_ = 0;
-  int max_docs_ = 1;
+  int max_docs_ = 1, longest_ = 0;
   std::int64_t next_row_ = 0;
 };
 

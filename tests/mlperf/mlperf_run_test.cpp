@@ -1,14 +1,18 @@
 // tests/mlperf/mlperf_run_test.cpp: the MLPerf run on the CPU proxy: it reaches its target within the step limit, logs the
 // evaluations at the rules' sample counts, stops at the step limit with status aborted, and refuses what the closed
-// division fixes.
+// division fixes; on a converted data folder written here (train/packed_data.h's format) it learns the counted
+// targets only (the prompts are noise the target could not be reached on) and refuses a broken folder.
 #include "mlperf/run.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
+#include "../support/config_error.h"
+#include "../support/packed_files.h"
 #include "core/error.h"
 
 namespace tb::mlperf {
@@ -45,6 +49,53 @@ TEST(MlperfRun, LoraProxyReachesItsTarget) {
   EXPECT_NE(log.find("\"status\": \"success\""), std::string::npos);
   EXPECT_NE(log.find("not comparable with MLPerf results"), std::string::npos);
   std::filesystem::remove_all(spec.out);
+}
+
+// n documents of 32 tokens: 16 uniform tokens (a prompt no model can predict: ln 64 = 4.16 nats), then 16 of a class
+// chain (as ChainTask: the next token is succ(class) with probability 0.9), whose 15 inner targets are the loss span.
+std::vector<testing_support::DocSpec> chain_documents(int n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> token(0, 63);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<testing_support::DocSpec> docs(static_cast<std::size_t>(n));
+  for (auto& d : docs) {
+    for (int i = 0; i < 16; ++i) d.tokens.push_back(std::uint16_t(token(rng)));
+    d.tokens.push_back(std::uint16_t(token(rng)));
+    for (int i = 17; i < 32; ++i)
+      d.tokens.push_back(std::uint16_t(u(rng) < 0.1 ? token(rng) : (d.tokens.back() % 8) * 37 % 64));
+    d.spans = {{16, 31}};
+  }
+  return docs;
+}
+
+TEST(MlperfRun, ConvertedDataTrainsTheCountedTargets) {
+  RunSpec spec;
+  spec.benchmark = "llama2_70b_lora";
+  spec.out = fresh_dir("packed");
+  const auto data = spec.out / "data";
+  std::filesystem::create_directories(data);
+  testing_support::write_packed(data / "train", chain_documents(400, 1));
+  testing_support::write_packed(data / "validation", chain_documents(64, 2));
+  spec.data = data.string();
+  const auto outs = run_mlperf(spec);
+  ASSERT_EQ(outs.size(), 1u);
+  const RunOutcome& o = outs[0];
+  ASSERT_FALSE(o.evals.empty());
+  EXPECT_EQ(o.evals[0].samples, 1536);  // 400 train samples: the step's rows wrap around
+  EXPECT_TRUE(o.converged) << "steps " << o.steps << ", last eval " << o.evals.back().loss;
+  const std::string log = read(o.log);
+  EXPECT_NE(log.find("\"key\": \"train_samples\", \"value\": 400"), std::string::npos) << log;
+  EXPECT_NE(log.find("\"key\": \"eval_samples\", \"value\": 64"), std::string::npos);
+  EXPECT_NE(log.find("\"key\": \"max_sequence_length\", \"value\": 32"), std::string::npos);
+  EXPECT_NE(o.data.find("MLPerf data converted in"), std::string::npos) << o.data;
+
+  // A truncated index is refused before anything is written.
+  std::filesystem::resize_file(data / "validation.index", std::filesystem::file_size(data / "validation.index") - 8);
+  spec.out = fresh_dir("packed_bad");
+  EXPECT_NE(testing_support::error_message([&] { run_mlperf(spec); }).find("a truncated or foreign file"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(spec.out));
+  std::filesystem::remove_all(data.parent_path());
 }
 
 TEST(MlperfRun, StepLimitAborts) {

@@ -3,7 +3,8 @@
 //     inside a document, the answer's targets counted, markov successors), the stream is counter-based, and the
 //     documents' prompt and answer lengths have the documented means (squad at seq 4096; govreport at a long sequence,
 //     and cut to fit at 8192);
-//   - the reader: a FILE.index + FILE.bin written here round-trips (documents, tokens, spans); an index written by
+//   - the reader: a FILE.index + FILE.bin written here round-trips (documents, tokens, spans), drawn or read in order
+//     (documents()); an index written by
 //     scripts/convert_mlperf_govreport.py from a tiny MLPerf-shaped parquet file reads back as that file's samples;
 //   - bad input: a document longer than the sequence (named), a foreign or truncated index, spans out of order or past
 //     the targets, tokens outside the vocabulary, a .bin of the wrong size;
@@ -22,6 +23,7 @@
 #include "core/error.h"
 #include "core/packing.h"
 #include "../support/config_error.h"
+#include "../support/packed_files.h"
 #include "../support/shell.h"
 #include "train/data.h"
 #include "train/row_rng.h"
@@ -136,33 +138,10 @@ TEST(PackedSynthetic, GovReportDocumentsAreCutToTheSequence) {
 
 // ---- FILE.index + FILE.bin ---------------------------------------------------------------------------------------
 
-struct DocSpec {
-  std::vector<std::uint16_t> tokens;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> spans;
-};
+using testing_support::DocSpec;
 
-void put(std::string& s, const void* p, std::size_t n) { s.append(static_cast<const char*>(p), n); }
-
-// Writes STEM.bin and STEM.index (train/packed_data.h's format); returns STEM.index.
-fs::path write_packed(const std::string& stem, const std::vector<DocSpec>& docs) {
-  const fs::path base = fs::temp_directory_path() / ("tb_packed_" + stem);
-  std::string bin, index("TBPACK01", 8), doc_part, span_part;
-  std::uint32_t spans = 0;
-  std::uint64_t at = 0;
-  for (const DocSpec& d : docs) {
-    put(bin, d.tokens.data(), d.tokens.size() * 2);
-    const auto len = std::uint32_t(d.tokens.size());
-    put(doc_part, &at, 8), put(doc_part, &len, 4), put(doc_part, &spans, 4);
-    for (const auto& [b, e] : d.spans) put(span_part, &b, 4), put(span_part, &e, 4), ++spans;
-    at += len;
-  }
-  const std::uint32_t size = 2, zero = 0;
-  const std::uint64_t nd = docs.size(), ns = spans;
-  put(index, &size, 4), put(index, &zero, 4), put(index, &nd, 8), put(index, &ns, 8);
-  index += doc_part + span_part;
-  std::ofstream(base.string() + ".bin", std::ios::binary) << bin;
-  std::ofstream(base.string() + ".index", std::ios::binary) << index;
-  return base.string() + ".index";
+fs::path write_temp(const std::string& stem, const std::vector<DocSpec>& docs) {
+  return testing_support::write_packed(fs::temp_directory_path() / ("tb_packed_" + stem), docs);
 }
 
 std::vector<DocSpec> three_documents() {
@@ -177,7 +156,7 @@ std::vector<DocSpec> three_documents() {
 
 TEST(PackedFile, ReadsTheDocumentsItsIndexNames) {
   const std::vector<DocSpec> docs = three_documents();
-  const fs::path index = write_packed("three", docs);
+  const fs::path index = write_temp("three", docs);
   PackedFile f(index, 12, 7, 400);
   EXPECT_EQ(f.documents(), 3);
   EXPECT_EQ(f.max_documents_per_row(), 2);  // the shortest two (3 + 5 tokens) fit a row of 12, not the third
@@ -206,15 +185,37 @@ TEST(PackedFile, ReadsTheDocumentsItsIndexNames) {
   EXPECT_EQ(source.max_documents_per_row(), 2);
 }
 
+TEST(PackedFile, ReadsAFixedSetInOrder) {  // documents(first, n): one document per row, wrapping around
+  const std::vector<DocSpec> docs = three_documents();
+  const PackedFile f(write_temp("in_order", docs), 12, 7, 400);
+  EXPECT_EQ(f.longest_document(), 9);
+  EXPECT_EQ(f.largest_token(), 302u);
+  const Batch b = f.documents(2, 4);
+  const std::vector<int> want_docs = {2, 0, 1, 2};
+  EXPECT_EQ(b.row_docs, std::vector<std::int32_t>(4, 1));
+  EXPECT_EQ(b.doc_lens, (std::vector<std::int32_t>{3, 5, 9, 3}));
+  for (int r = 0; r < 4; ++r) {
+    const DocSpec& want = docs[std::size_t(want_docs[std::size_t(r)])];
+    std::vector<std::uint8_t> mask(12, 0);
+    for (const auto& [s, e] : want.spans) std::fill(mask.begin() + s, mask.begin() + e, 1);
+    for (int j = 0; j < 12; ++j) {
+      const std::size_t at = std::size_t(r * 12 + j), len = want.tokens.size();
+      EXPECT_EQ(b.tokens[at], std::size_t(j) < len ? want.tokens[std::size_t(j)] : 0) << r << " " << j;
+      EXPECT_EQ(b.targets[at], std::size_t(j) + 1 < len ? want.tokens[std::size_t(j) + 1] : 0) << r << " " << j;
+      EXPECT_EQ(b.loss_mask[at], mask[std::size_t(j)]) << r << " " << j;
+    }
+  }
+}
+
 TEST(PackedFile, BadInputIsRefusedWithOneClearMessage) {
   std::vector<DocSpec> docs = three_documents();
-  const fs::path index = write_packed("bad", docs);
+  const fs::path index = write_temp("bad", docs);
   EXPECT_NE(testing_support::error_message([&] { PackedFile(index, 8, 1); })
                 .find("document 1 has 9 tokens, longer than the sequence (8)"),
             std::string::npos);
   EXPECT_NE(testing_support::error_message([&] { PackedFile(index, 12, 1, 250).next(20); }).find(">= vocab 250"), std::string::npos);
   const auto refused = [&](std::vector<DocSpec> d, const std::string& needle) {
-    const fs::path p = write_packed("bad2", d);
+    const fs::path p = write_temp("bad2", d);
     const std::string msg = testing_support::error_message([&] { PackedFile(p, 12, 1); });
     EXPECT_NE(msg.find(needle), std::string::npos) << needle << ": " << msg;
   };
@@ -225,13 +226,13 @@ TEST(PackedFile, BadInputIsRefusedWithOneClearMessage) {
   d[0].spans = {{2, 5}};
   refused(d, "document 0 (5 tokens) has loss span [2, 5)");  // past the last target
   // A foreign file, a truncated index, a .bin of the wrong size, a missing .bin.
-  const fs::path p = write_packed("bad3", docs);
+  const fs::path p = write_temp("bad3", docs);
   std::ofstream(p, std::ios::binary) << "not an index at all, really not at all";
   EXPECT_NE(testing_support::error_message([&] { PackedFile(p, 12, 1); }).find("no TBPACK01 header"), std::string::npos);
-  write_packed("bad3", docs);
+  write_temp("bad3", docs);
   fs::resize_file(p, fs::file_size(p) - 8);
   EXPECT_NE(testing_support::error_message([&] { PackedFile(p, 12, 1); }).find("a truncated or foreign file"), std::string::npos);
-  write_packed("bad3", docs);
+  write_temp("bad3", docs);
   fs::path bin = p;
   bin.replace_extension(".bin");
   std::ofstream(bin, std::ios::binary) << "abc";
