@@ -1,7 +1,8 @@
 // cli/cmd_project.cpp: `trainbench project <recipe> --gpus N [--system FILE] --from RESULTS`: the recipe's step at N
 // GPUs of a target system (project/step_model.h) from a measured per-GPU proxy (`trainbench run`), with the
 // breakdown, the sensitivity to the network bandwidth and how sure it is; `trainbench project --validate` does it
-// for every published reference row it can and prints predicted vs published (project/validate.h). No GPU needed.
+// for every published reference row it can and prints predicted vs published (project/validate.h); `--ttt` adds an
+// MLPerf recipe's time to train at N GPUs beside NVIDIA's published row (mlperf/ttt.h). No GPU needed.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,12 +10,14 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/suggest.h"
+#include "mlperf/ttt.h"
 #include "project/step_model.h"
 #include "project/train_check.h"
 #include "project/validate.h"
@@ -159,7 +162,7 @@ int cmd_project(int argc, char** argv) {
   std::optional<std::filesystem::path> recipes_dir, references_dir;
   std::optional<double> efficiency, overlap_cost, straggler_sigma_ms;
   std::string layer_time = "fit";
-  bool validate = false, calibrate = false, json = false;
+  bool validate = false, calibrate = false, json = false, ttt = false;
   double max_error = 15, median_error = 8, scaling_points = 5;
   app.add_option("recipe", name, "a recipe of `trainbench list recipes`");
   app.add_option("--gpus", gpus,
@@ -196,6 +199,9 @@ int cmd_project(int argc, char** argv) {
   app.add_option("--scaling-points", scaling_points, "--validate: weak-scaling efficiency gap allowed, points")
       ->capture_default_str();
   app.add_flag("--json", json, "print the projection as one JSON object");
+  app.add_flag("--ttt", ttt,
+               "an MLPerf recipe (mlperf-llama2-70b-lora, mlperf-gpt3-175b): its time to train at --gpus (samples to "
+               "the target / projected samples/s + evaluations) beside NVIDIA's published row");
   app.add_option("--recipes", recipes_dir, "recipes folder (default: next to the binary, or $TRAINBENCH_RECIPES)");
   app.add_option("--references", references_dir, "references folder (default: next to the binary)");
   if (auto rc = parse(app, argc, argv)) return *rc;
@@ -208,6 +214,10 @@ int cmd_project(int argc, char** argv) {
   }
   const auto recipes = recipe::load_recipes(recipe::find_recipes_dir(recipes_dir));
   const recipe::Recipe* r = validate ? nullptr : &recipe::find_recipe(recipes, name);
+  if (ttt) {
+    TB_REQUIRE(!validate, "--ttt projects one MLPerf recipe: give it without --validate");
+    mlperf::benchmark_of_recipe(r->name);  // an MLPerf recipe, before any measurement is read
+  }
   if (from.empty()) {
     const char* n = r ? r->name.c_str() : "<recipe>";
     const auto shipped = recipe::find_references_dir(references_dir) / "measured" / "h200-recipes";  // absolute
@@ -253,7 +263,14 @@ int cmd_project(int argc, char** argv) {
     TB_REQUIRE(eq != std::string::npos && eq > 0, fmt::format("--set {}: expected key=value, e.g. --set cp=1", kv));
     set_map[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  const recipe::Layout l = recipe::resolve_layout(*r, recipe::LayoutQuery(gpus, precision, release), set_map);
+  // --ttt: the recipe's layout for the target's GPU model where it has one (NVIDIA's H200 layout), as the published
+  // row ran it; otherwise (and without --ttt) the reference's H100 layouts.
+  std::string layout_gpu;
+  if (ttt)
+    for (const auto& lay : r->layouts)
+      if (!lay.gpu.empty() && target.name.find(lay.gpu) != std::string::npos) layout_gpu = lay.gpu;
+  const recipe::Layout l =
+      recipe::resolve_layout(*r, recipe::LayoutQuery(gpus, precision, release, layout_gpu), set_map);
   // The published row at this count (for the convention and the comparison), or the recipe's newest row.
   const recipe::ReferenceRow* published = nullptr;
   const recipe::ReferenceRow* any_row = nullptr;
@@ -275,8 +292,14 @@ int cmd_project(int argc, char** argv) {
     conv = *any_row->convention;
 
   const project::Projection p = project::project(*r, l, precision, ctx, conv);
+  std::optional<mlperf::TttReport> ttt_of;
+  if (ttt)
+    ttt_of = mlperf::ttt_report(r->name, gpus, l.global_batch, l.seq, p.tokens_per_s_per_gpu, rows, target.name,
+                                precision);
   if (json) {
-    std::printf("%s\n", to_json(p, ctx).dump(2).c_str());
+    nlohmann::json j = to_json(p, ctx);
+    if (ttt_of) j["time_to_train"] = mlperf::to_json(*ttt_of);
+    std::printf("%s\n", j.dump(2).c_str());
     return kOk;
   }
   // Sensitivity to the network.
@@ -393,6 +416,7 @@ int cmd_project(int argc, char** argv) {
                 published->where.c_str(), published->tokens_per_s_per_gpu(),
                 pct(p.tokens_per_s_per_gpu / published->tokens_per_s_per_gpu() - 1).c_str());
   if (!checks.empty()) std::printf("\n%s", project::render_train_checks(checks).c_str());
+  if (ttt_of) std::printf("\n%s", mlperf::render_ttt(*ttt_of).c_str());
   return kOk;
 }
 

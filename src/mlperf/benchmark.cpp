@@ -51,6 +51,7 @@ Benchmark llama2_70b_lora() {
                    {128, 1e-3, 11264, kLoraRcp}};
   b.data_files = "train.bin + train.index and validation.bin + validation.index (scripts/convert_mlperf_govreport.py "
                  "on the MLPerf GovReport parquet files)";
+  b.recipe = "mlperf-llama2-70b-lora";
   return b;
 }
 
@@ -85,6 +86,7 @@ Benchmark gpt3() {
     b.convergence.push_back({gbs, lr, tokens / 2048.0, kGptRcp});
   b.data_files = "train.bin + train.index and validation.bin + validation.index (C4 tokenised with the reference's "
                  "SentencePiece model)";
+  b.recipe = "mlperf-gpt3-175b";
   return b;
 }
 

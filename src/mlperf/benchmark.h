@@ -48,6 +48,7 @@ struct Benchmark {
   std::vector<Setting> settings;
   std::vector<ConvergencePoint> convergence;  // the reference convergence points (RCPs)
   std::string data_files;       // what --data DIR must hold (docs/MLPERF.md: how to make it)
+  std::string recipe;           // the recipe of its model and NVIDIA's layouts (recipes/<recipe>.toml)
 
   const Setting& setting(std::string_view name) const;  // Error{internal} when absent
   // Evaluations skipped at the start for a global batch (floor(0.125·GBS + 2) for LoRA, else 0).

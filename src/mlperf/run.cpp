@@ -255,9 +255,10 @@ void validate(const RunSpec& spec) {
   TB_REQUIRE(spec.runs >= 1, fmt::format("--runs {}: at least 1 ({} needs {} for a score)", spec.runs, b.name, b.runs));
   TB_REQUIRE(spec.gpus >= 1, fmt::format("--gpus {}: at least 1", spec.gpus));
   if (b.name != "llama2_70b_lora")
-    raise_config(fmt::format("MLPerf {}: this build runs llama2_70b_lora only (its CPU proxy); {} is in the "
-                             "references and `trainbench project --ttt`, its run needs the CUDA engine",
-                             b.name, b.name));
+    raise_config(fmt::format("MLPerf {}: a run is not in this build (it starts from the reference's 175B checkpoint "
+                             "and needs the CUDA engine; the CPU proxy runs llama2_70b_lora only); its time to train "
+                             "is projected by `trainbench project {} --gpus N --from RESULTS --ttt`",
+                             b.name, b.recipe));
   open_data(b, spec);
 }
 

@@ -17,8 +17,10 @@ constexpr std::string_view kFileKeys[] = {"schema", "summary", "source", "peak_t
 constexpr std::string_view kGroupKeys[] = {"recipe", "gpu",  "release", "precision", "variant", "flop_convention",
                                            "flops_per_sample", "source", "note", "tolerance", "rows"};
 const std::vector<std::string> kPrecisions = {"bf16", "fp8", "fp32"};
-constexpr std::string_view kRowKeys[] = {"gpus",   "precision",      "step_s",  "tokens_per_s", "tokens_per_s_per_gpu",
-                                         "samples_per_s", "mfu_pct", "tflops_per_gpu", "peak_tflops",  "note"};
+constexpr std::string_view kRowKeys[] = {"gpus",          "precision", "step_s",         "tokens_per_s",
+                                         "tokens_per_s_per_gpu", "samples_per_s", "mfu_pct", "tflops_per_gpu",
+                                         "peak_tflops",   "note",      "time_to_train_min", "global_batch",
+                                         "samples_to_target", "evals", "eval_s"};
 
 double positive_number(const std::string& path, const toml::table& t, std::string_view key) {
   const auto v = get_number(path, t, key);
@@ -113,10 +115,17 @@ std::vector<ReferenceRow> load_references(const std::filesystem::path& file) {
       r.mfu_pct = positive_number(path, *t, "mfu_pct");
       r.tflops_per_gpu = positive_number(path, *t, "tflops_per_gpu");
       if (auto n = get_string(path, *t, "note")) r.note = *n;
+      r.time_to_train_min = positive_number(path, *t, "time_to_train_min");
+      r.global_batch = int(positive_number(path, *t, "global_batch"));
+      r.samples_to_target = positive_number(path, *t, "samples_to_target");
+      r.evals = positive_number(path, *t, "evals");
+      r.eval_s = positive_number(path, *t, "eval_s");
+      TB_REQUIRE(r.time_to_train_min == 0 || (r.global_batch > 0 && r.samples_to_target > 0),
+                 fmt::format("{}: a time-to-train row needs its global_batch and samples_to_target", r.where));
       TB_REQUIRE(r.mfu_pct < 100, fmt::format("{}: mfu_pct = {} is not a percentage below 100", where_key(path, *t, "mfu_pct"), r.mfu_pct));
-      TB_REQUIRE(r.step_s > 0 || r.publishes_tokens() || r.samples_per_s > 0,
+      TB_REQUIRE(r.step_s > 0 || r.publishes_tokens() || r.samples_per_s > 0 || r.time_to_train_min > 0,
                  fmt::format("{}: the row publishes no throughput (step_s, tokens_per_s, tokens_per_s_per_gpu or "
-                             "samples_per_s)", r.where));
+                             "samples_per_s) and no time_to_train_min", r.where));
       r.peak_tflops = positive_number(path, *t, "peak_tflops");
       if (r.peak_tflops == 0 && (r.mfu_pct > 0 || r.tflops_per_gpu > 0)) {
         const auto gi = peaks.find(r.gpu);

@@ -1,7 +1,7 @@
 // recipe/reference.h: references/<source>.toml, published (or measured) numbers of recipe runs: one row
 // per recipe × GPU model × release × precision × GPU count (× variant), with what was published (step
-// time, tokens/s of the whole job or per GPU, MFU %, TFLOP/s per GPU, samples/s), the FLOP convention the publisher
-// counted in, the peak its MFU divides by, and the source. Files hold [[group]] tables of shared keys
+// time, tokens/s of the whole job or per GPU, MFU %, TFLOP/s per GPU, samples/s; or an MLPerf time to train), the FLOP
+// convention the publisher counted in, the peak its MFU divides by, and the source. Files hold [[group]] tables of shared keys
 // with `rows = [ {...}, ... ]`; docs/RECIPES.md has the schema. Errors: Error{config} "file:line: ...".
 #pragma once
 
@@ -27,6 +27,10 @@ struct ReferenceRow {
   double tokens_per_s_gpu = 0;          // tokens/s per GPU where that is what was printed (NeMo's tables), else 0
   double peak_tflops = 0;               // what mfu_pct divides by (the row's, else the file's peak table)
   double flops_per_sample = 0;          // the publisher's stated model FLOPs per sample (full model), if any
+  // MLPerf Training results (references/mlperf-training.toml): the score (olympic mean of the runs' run_stop -
+  // run_start), the global batch, the mean samples trained at run_stop, evaluations per run and seconds per evaluation.
+  double time_to_train_min = 0, samples_to_target = 0, evals = 0, eval_s = 0;
+  int global_batch = 0;
   std::optional<Convention> convention; // how the publisher counted FLOPs (required with mfu or TFLOP/s)
   double tolerance = 0.05;              // relative: a comparison meets within 1 ± tolerance (the group's `tolerance`)
 
