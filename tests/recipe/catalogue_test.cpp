@@ -26,7 +26,8 @@ const std::set<std::string> kRecipes = {
     "grok1-314b", "maxtext-llama2-70b", "maxtext-llama3-70b", "paxml-gpt3-175b", "paxml-gpt3-5b",
     "hf-llama2-70b-lora", "hf-mistral-7b-lora", "llama3-8b-sft", "llama3-8b-lora", "llama3-70b-sft",
     "llama3-70b-lora", "llama4-maverick-400b", "nemotronh-56b", "deepseek-v3-671b", "tiny", "tiny-sft",
-    "mixtral-8x7b", "mixtral-8x22b"};  // NeMo's performance recipes (sheet section 1.1: never DGXC recipes)
+    "mixtral-8x7b", "mixtral-8x22b",  // NeMo's performance recipes (sheet section 1.1: never DGXC recipes)
+    "mlperf-llama2-70b-lora", "mlperf-gpt3-175b"};  // MLPerf Training (docs/MLPERF.md)
 
 // Rows per table of the fact sheet: (recipe, GPU model, release) -> published rows (precisions x sizes).
 using Key = std::tuple<std::string, std::string, std::string>;
@@ -57,6 +58,11 @@ const std::map<Key, int> kRows = {
     // NeMo performance summaries: Mixtral, FP8 (no H100 or H200 row; references/nemo-perf.toml)
     {{"mixtral-8x7b", "B200", "25.02"}, 1},       {{"mixtral-8x22b", "B200", "25.02"}, 1},
     {{"mixtral-8x7b", "GB200", "25.04"}, 1},      {{"mixtral-8x22b", "GB200", "25.04"}, 1},
+    // NVIDIA's MLPerf Training v4.0 / v4.1 times to train (references/mlperf-training.toml; GPT-3 at 11,616 GPUs is
+    // one result listed in both rounds: its newest release is 4.1)
+    {{"mlperf-llama2-70b-lora", "H100", "4.0"}, 3}, {{"mlperf-llama2-70b-lora", "H200", "4.0"}, 1},
+    {{"mlperf-llama2-70b-lora", "H100", "4.1"}, 3}, {{"mlperf-llama2-70b-lora", "H200", "4.1"}, 1},
+    {{"mlperf-gpt3-175b", "H100", "4.0"}, 2},       {{"mlperf-gpt3-175b", "H100", "4.1"}, 3},
 };
 }  // namespace
 
@@ -84,7 +90,7 @@ TEST(Catalogue, ListShowsRecipesAndReferences) {
   for (const auto& name : kRecipes) EXPECT_NE(r.out.find("  " + name + " "), std::string::npos) << name;
   EXPECT_NE(r.out.find("llama3.1-8b *"), std::string::npos);  // the default
   EXPECT_NE(r.out.find("micro suites"), std::string::npos);
-  EXPECT_NE(r.out.find("282 rows"), std::string::npos);  // 280 published + the measured CPU baselines (tiny, tiny-sft)
+  EXPECT_NE(r.out.find("295 rows"), std::string::npos);  // 293 published + the measured CPU baselines (tiny, tiny-sft)
   EXPECT_NE(r.out.find("25.02+25.04.02"), std::string::npos);  // one GPT-3 table, two releases
   r = run({"list", "recipes"});
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -33,7 +33,7 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST(Recipes, EveryShippedRecipeLoadsAndValidates) {
-  ASSERT_EQ(recipes().size(), 24u);
+  ASSERT_EQ(recipes().size(), 26u);
   for (const auto& r : recipes()) {
     EXPECT_FALSE(r.layouts.empty()) << r.name;
     EXPECT_FALSE(r.sources.empty()) << r.name;

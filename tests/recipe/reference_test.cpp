@@ -97,8 +97,9 @@ double tokens_per_gpu(const tr::ReferenceRow& row, const std::optional<tr::Layou
 }  // namespace
 
 TEST(References, ShippedFilesLoadAndNameRealRecipes) {
-  ASSERT_EQ(rows().size(), 282u);  // 243 H100 + 33 GB200 (the DGXC rows, catalogue_test lists them), 4 NeMo Mixtral
-                                   // rows (B200, GB200) + the measured CPU baselines of `tiny` and `tiny-sft`
+  ASSERT_EQ(rows().size(), 295u);  // 243 H100 + 33 GB200 (the DGXC rows, catalogue_test lists them), 4 NeMo Mixtral
+                                   // rows (B200, GB200), the measured CPU baselines of `tiny` and `tiny-sft`, 13 MLPerf
+                                   // time-to-train rows (references/mlperf-training.toml)
   tr::check_references(rows(), recipes());
   for (const auto& row : rows()) {
     EXPECT_FALSE(row.source.empty()) << row.where;
