@@ -1,6 +1,6 @@
 // mlperf/run.cpp: the time-to-train loop of run.h on the CPU backend, with its MLLOG lines.
-//   step t (1-based) trains on train rows [(t-1)·GBS + r, t·GBS + r) (mod the train set; r = 7919·seed, a seeded
-//   rotation); samples after t = t·GBS
+//   step t (1-based) trains on train rows [(t-1)·GBS + r, t·GBS + r) (mod the train set; r = 7919·(seed mod 1000003),
+//   a seeded rotation); samples after t = t·GBS
 //   lr(t) = peak · (t / W) for t <= W, else peak · (1 + cos(pi · (t - W) / (T - W))) / 2   (HF "cosine", W =
 //     round(warmup_ratio · T), T = max_steps): the reference's schedule (--lr_scheduler_type cosine)
 //   evaluation i (1-based) after step i · ceil(384 / GBS); eval loss = mean cross-entropy over the counted targets of
