@@ -4,9 +4,12 @@
 // Shapes (E experts, model width d, expert ffn f; fc1 n = 2f, k = d (SwiGLU gate and up); fc2 n = d, k = f):
 //   Mixtral 8x7B (E 8, d 4096, f 14336), Grok-1 (E 8, d 6144, f 32768), a DeepSeek-V3-like rank (E 32, d 7168, f 2048)
 // at 1024 and 4096 rows per expert and a Zipf-like spread (count_e ~ 1 / (e + 1), multiples of 16) of 1024 E rows;
-// forward (abt), data gradient (ab) and weight gradient (atb, fp32 gradients, overwritten), BF16 and FP8 (e4m3
-// forward with fast accumulation, e5m2 gradients against e4m3 copies; transposed copies as grouped_gemm.h says).
-// Methods, each timed as the median of 20 runs after one (bench/loop.h, CUDA events, launches held back):
+// passes: forward (fwd, abt), data gradient (dgrad, ab), weight gradient (wgrad, atb, fp32 gradients, overwritten),
+// in BF16 and FP8 (e4m3 forward with fast accumulation, e5m2 gradients against e4m3 copies; transposed copies as
+// grouped_gemm.h says); and, BF16 only, the weight gradient as trainbench's MoE layer runs it with --grads bf16 after
+// the first micro-batch (wgrad16, atb: bf16 gradients, accumulated: D += dY_e^T X_e, every method with beta 1).
+// Methods, each timed as the median of 20 runs after one (bench/loop.h, CUDA events, launches held back; wgrad16's
+// gradients start random and keep accumulating across runs and methods):
 //   lt      one cuBLASLt GemmPlan per expert on one stream (today's MoE layer; fp8 weight gradient: per-expert
 //           transposes [n, m_e], as GemmPlan has no leading dimension)
 //   lt4     the same, expert e on stream e % 4
@@ -14,8 +17,9 @@
 //   <cfg>   GroupedGemmPlan in each compiled configuration (grouped_gemm_instances.h): coop/pingpong, tile, cluster
 //   dense   the floor: one cuBLASLt GEMM of all the rows against one weight (M = sum m_e)
 // Work: 2 n k sum_e m_e FLOPs. Random inputs (never zero). The table at the end gives TFLOP/s and the ratio to dense;
-// then, per kernel (pass x precision), each configuration's geometric mean ratio over the shapes.
-// Usage: grouped_gemm_lab [mixtral|grok1|dsv3|bf16|fp8]...   (none: everything, about 2.5 minutes on an H200)
+// then, per kernel (pass x precision), each method's geometric mean ratio over the shapes.
+// Usage: grouped_gemm_lab [mixtral|grok1|dsv3] [bf16|fp8] [fwd|dgrad|wgrad|wgrad16]...: each group's names select
+// within it (none: all of it); everything takes about 3 minutes on an H200, `mixtral wgrad16` well under a minute.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -48,8 +52,10 @@ struct Model {
   std::int64_t d, f;
 };
 constexpr Model kModels[] = {{"mixtral", 8, 4096, 14336}, {"grok1", 8, 6144, 32768}, {"dsv3", 32, 7168, 2048}};
-constexpr const char* kPassNames[] = {"fwd", "dgrad", "wgrad"};
-constexpr GemmLayout kPassLayouts[] = {GemmLayout::abt, GemmLayout::ab, GemmLayout::atb};
+constexpr const char* kPassNames[] = {"fwd", "dgrad", "wgrad", "wgrad16"};
+constexpr GemmLayout kPassLayouts[] = {GemmLayout::abt, GemmLayout::ab, GemmLayout::atb, GemmLayout::atb};
+constexpr int kPasses = 4;
+constexpr int kWgrad16 = 3;  // BF16 only: bf16 output, accumulated
 
 std::vector<int> zipf_counts(int E, std::int64_t total) {
   double h = 0;
@@ -90,7 +96,7 @@ struct PassTypes {
   bool fast;
 };
 PassTypes pass_types(bool fp8, int pass) {
-  if (!fp8) return {DType::bf16, DType::bf16, pass == 2 ? DType::f32 : DType::bf16, false};
+  if (!fp8) return {DType::bf16, DType::bf16, pass == 2 ? DType::f32 : DType::bf16, false};  // wgrad16: bf16
   if (pass == 0) return {DType::e4m3, DType::e4m3, DType::bf16, true};
   return {DType::e5m2, DType::e4m3, pass == 2 ? DType::f32 : DType::bf16, false};
 }
@@ -104,6 +110,8 @@ std::string short_name(ops::GroupedGemmConfig c) {
 
 struct Row {
   std::string label;
+  int pass;
+  bool fp8;
   std::vector<double> tflops;  // per method, NaN where not run
 };
 
@@ -184,7 +192,7 @@ Buffers make_buffers(Lab& L, int E, std::int64_t n, std::int64_t k, std::int64_t
     w.push_back(B.w.emplace_back(random_buffer(L, DType::bf16, n * k, ++seed)).get());
     wq.push_back(B.wq.emplace_back(random_buffer(L, DType::e4m3, n * k, ++seed)).get());
     wtq.push_back(B.wtq.emplace_back(random_buffer(L, DType::e4m3, n * k, ++seed)).get());
-    dw.push_back(B.dw.emplace_back(DeviceBuffer(0, std::size_t(n * k) * 4)).get());
+    dw.push_back(B.dw.emplace_back(DeviceBuffer(0, std::size_t(n * k) * 4)).get());  // f32, or bf16 (wgrad16)
   }
   B.w_ptrs = ops::GroupPointers(0, w);
   B.wq_ptrs = ops::GroupPointers(0, wq);
@@ -216,8 +224,8 @@ ExpertGemm expert_gemm(const Buffers& B, bool fp8, int pass, int e, std::int64_t
     return {g, at(B.dx, s * k * 2), fp8 ? at(B.dyq, s * n) : at(B.dy, s * n * 2),
             fp8 ? B.wtq[std::size_t(e)].get() : B.w[std::size_t(e)].get()};
   }
-  // dW_e = dY_e^T X_e (fp8: abt of the expert's own transposes dYt_e [n, m], Xt_e [k, m])
-  g.m = n, g.n = k, g.k = m, g.layout = fp8 ? GemmLayout::abt : GemmLayout::atb;
+  // dW_e (+)= dY_e^T X_e (fp8: abt of the expert's own transposes dYt_e [n, m], Xt_e [k, m])
+  g.m = n, g.n = k, g.k = m, g.layout = fp8 ? GemmLayout::abt : GemmLayout::atb, g.accumulate = pass == kWgrad16;
   return {g, B.dw[std::size_t(e)].get(), fp8 ? at(B.dytq_e, s * n) : at(B.dy, s * n * 2),
           fp8 ? at(B.xtq_e, s * k) : at(B.x, s * k * 2)};
 }
@@ -247,13 +255,13 @@ CublasGroups cublas_groups(const Buffers& B, int pass, const std::vector<int>& s
       G.ta.push_back(CUBLAS_OP_N), G.tb.push_back(CUBLAS_OP_N);
       G.m.push_back(k), G.n.push_back(int(m)), G.k.push_back(n);
       G.lda.push_back(k), G.ldb.push_back(n), G.ldc.push_back(k);
-    } else {  // dW^T [k, n] = X_e^T (N) · dY_e (T)
+    } else {  // dW^T [k, n] (+)= X_e^T (N) · dY_e (T)
       G.ta.push_back(CUBLAS_OP_N), G.tb.push_back(CUBLAS_OP_T);
       G.m.push_back(k), G.n.push_back(n), G.k.push_back(int(m));
       G.lda.push_back(k), G.ldb.push_back(n), G.ldc.push_back(k);
     }
     a.push_back(x.b), b.push_back(x.a), c.push_back(x.d);  // cuBLAS's A is our B
-    G.size.push_back(1), G.alpha.push_back(1.0f), G.beta.push_back(0.0f);
+    G.size.push_back(1), G.alpha.push_back(1.0f), G.beta.push_back(pass == kWgrad16 ? 1.0f : 0.0f);
   }
   G.groups = int(G.size.size());
   auto upload = [](const auto& v) {
@@ -283,6 +291,9 @@ std::vector<double> measure(Lab& L, const Buffers& B, const std::vector<int>& st
   const double flop = 2.0 * double(B.n) * double(B.k) * double(total);
   const ops::GemmScales scales = fp8 ? L.unit_scales : ops::GemmScales{};
   std::size_t mi = 0;
+  if (pass == kWgrad16)  // finite gradients to accumulate into (the fp32 pass left other bytes there)
+    for (std::size_t e = 0; e < B.dw.size(); ++e)
+      ops::fill_uniform(B.dw[e].get(), DType::bf16, std::size_t(B.n * B.k), 100 + e, -1.0f, 1.0f, L.st);
 
   // lt and lt4: one GemmPlan per expert.
   std::vector<ExpertGemm> gemms;
@@ -336,6 +347,7 @@ std::vector<double> measure(Lab& L, const Buffers& B, const std::vector<int>& st
     args.d = B.dx.get();
   } else {
     args.a = fp8 ? B.dytq.get() : B.dy.get(), args.b = fp8 ? B.xtq.get() : B.x.get(), args.d_groups = B.dw_ptrs.out();
+    args.accumulate = pass == kWgrad16;
   }
   if (fp8) args.a_scale = L.unit_scales.a, args.b_scale = L.unit_scales.b;
   const auto compiled = ops::grouped_gemm_configs(gs);
@@ -356,22 +368,38 @@ std::vector<double> measure(Lab& L, const Buffers& B, const std::vector<int>& st
   return out;
 }
 
-bool wanted(const std::vector<std::string>& args, const char* name, std::initializer_list<const char*> group) {
-  bool any = false;
-  for (const auto& a : args)
-    for (const char* g : group) any |= a == g;
-  if (!any) return true;
-  return std::find(args.begin(), args.end(), name) != args.end();
+// The command line's names, in groups: a group none of whose names is given is wanted whole.
+using Names = std::vector<std::string>;
+const std::vector<Names> kArgGroups = {
+    {"mixtral", "grok1", "dsv3"}, {"bf16", "fp8"}, {"fwd", "dgrad", "wgrad", "wgrad16"}};
+
+bool has(const Names& names, const std::string& s) { return std::find(names.begin(), names.end(), s) != names.end(); }
+
+bool known(const std::string& arg) {
+  return std::any_of(kArgGroups.begin(), kArgGroups.end(), [&](const Names& g) { return has(g, arg); });
+}
+
+bool wanted(const Names& args, const std::string& name) {
+  for (const Names& g : kArgGroups)
+    if (has(g, name))
+      return has(args, name) || std::none_of(args.begin(), args.end(), [&](const auto& a) { return has(g, a); });
+  return false;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
+  const Names args(argv + 1, argv + argc);
+  for (const auto& a : args) {
+    if (known(a)) continue;
+    std::fprintf(stderr, "grouped_gemm_lab: unknown argument '%s'; usage: grouped_gemm_lab "
+                         "[mixtral|grok1|dsv3] [bf16|fp8] [fwd|dgrad|wgrad|wgrad16]...\n", a.c_str());
+    return 2;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   Lab L;
   for (const Model& md : kModels) {
-    if (!wanted(args, md.name, {"mixtral", "grok1", "dsv3"})) continue;
+    if (!wanted(args, md.name)) continue;
     const std::int64_t R = std::int64_t(md.E) * 4096;
     const struct {
       const char* name;
@@ -388,12 +416,13 @@ int main(int argc, char** argv) {
         for (int c : count) start.push_back(at), at += (c + 15) / 16 * 16;
         const char* set_name = set == 0 ? "1024" : set == 1 ? "4096" : "zipf";
         for (bool fp8 : {false, true}) {
-          if (!wanted(args, fp8 ? "fp8" : "bf16", {"bf16", "fp8"})) continue;
-          for (int pass = 0; pass < 3; ++pass) {
+          if (!wanted(args, fp8 ? "fp8" : "bf16")) continue;
+          for (int pass = 0; pass < kPasses; ++pass) {
+            if (!wanted(args, kPassNames[pass]) || (fp8 && pass == kWgrad16)) continue;
             char label[96];
-            std::snprintf(label, sizeof label, "%-7s %s %-4s %-5s %-4s", md.name, lin.name, set_name,
+            std::snprintf(label, sizeof label, "%-7s %s %-4s %-7s %-4s", md.name, lin.name, set_name,
                           kPassNames[pass], fp8 ? "fp8" : "bf16");
-            L.rows.push_back({label, measure(L, B, start, count, fp8, pass)});
+            L.rows.push_back({label, pass, fp8, measure(L, B, start, count, fp8, pass)});
             std::fprintf(stderr, "%s done (%.0f s)\n", label,
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
           }
@@ -405,11 +434,11 @@ int main(int argc, char** argv) {
   // The table: TFLOP/s and the ratio to dense.
   std::printf("\ngrouped GEMM configurations:");
   for (auto c : L.configs) std::printf(" %s = %s", short_name(c).c_str(), ops::grouped_gemm_config_name(c).data());
-  std::printf("\n%-28s", "TFLOP/s, ratio to dense");
+  std::printf("\n%-30s", "TFLOP/s, ratio to dense");
   for (const auto& m : L.methods) std::printf(" %10s", m.c_str());
   std::printf("\n");
   for (const Row& r : L.rows) {
-    std::printf("%-28s", r.label.c_str());
+    std::printf("%-30s", r.label.c_str());
     const double dense = r.tflops.back();
     for (double v : r.tflops) {
       if (std::isnan(v))
@@ -419,25 +448,25 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
-  // Per kernel (pass x precision): each configuration's geometric mean ratio to dense over the shapes.
-  std::printf("\ngeometric mean ratio to dense per kernel (set the best as its default: grouped_gemm_instances.h)\n");
-  const std::size_t first = 3;
-  for (int pass = 0; pass < 3; ++pass) {
-    for (const char* prec : {"bf16", "fp8"}) {
-      std::printf("  %-5s %-4s", kPassNames[pass], prec);
-      for (std::size_t c = 0; c < L.configs.size(); ++c) {
+  // Per kernel (pass x precision): each method's geometric mean ratio to dense over the shapes.
+  std::printf("\ngeometric mean ratio to dense per kernel (set the best configuration as its default: "
+              "grouped_gemm_instances.h)\n");
+  for (int pass = 0; pass < kPasses; ++pass) {
+    for (bool fp8 : {false, true}) {
+      std::string line;
+      for (std::size_t m = 0; m + 1 < L.methods.size(); ++m) {
         double log_sum = 0;
         int n = 0;
         for (const Row& r : L.rows) {
-          if (r.label.find(std::string(" ") + kPassNames[pass] + " ") == std::string::npos ||
-              r.label.find(prec) == std::string::npos || std::isnan(r.tflops[first + c]))
-            continue;
-          log_sum += std::log(r.tflops[first + c] / r.tflops.back());
+          if (r.pass != pass || r.fp8 != fp8 || std::isnan(r.tflops[m])) continue;
+          log_sum += std::log(r.tflops[m] / r.tflops.back());
           ++n;
         }
-        if (n > 0) std::printf("  %s %.3f", L.methods[first + c].c_str(), std::exp(log_sum / n));
+        char cell[32];
+        std::snprintf(cell, sizeof cell, "  %s %.3f", L.methods[m].c_str(), std::exp(log_sum / n));
+        if (n > 0) line += cell;
       }
-      std::printf("\n");
+      if (!line.empty()) std::printf("  %-7s %-4s%s\n", kPassNames[pass], fp8 ? "fp8" : "bf16", line.c_str());
     }
   }
   std::printf("total %.0f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

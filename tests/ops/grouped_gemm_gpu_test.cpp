@@ -1,8 +1,9 @@
 // Tests ops/cuda/grouped_gemm (GroupedGemmPlan) against ops/cpu/gemm_ref on one GPU, on random inputs:
 //   every supported type combination (fp8 with scales: one for A, one per group for B) in every layout (abt, ab, atb;
 //   fp8 reading the caller's transposed copies), over E = 8 experts with counts 0, 1, 15, 16, 17, 100, 0, 333 (empty
-//   experts, counts off multiples of 16, imbalance) in every compiled configuration, and E = 64 with a Zipf-like
-//   spread and empty experts; overwriting and accumulating. Every element of every group is checked against the
+//   experts, counts off multiples of 16, imbalance) in every compiled configuration (each has its own epilogue, which
+//   reads D when accumulating), overwriting and accumulating, and E = 64 with a Zipf-like spread and empty experts in
+//   the default configuration, overwriting and accumulating. Every element of every group is checked against the
 //   double-precision reference with gemm_ref's tolerance; rows outside every group must keep their bytes; an atb
 //   expert without rows must be zero when overwritten and untouched when accumulated.
 // A run captured in a CUDA graph and replayed after the device counts changed gives the new answer. One corrupted
@@ -293,8 +294,8 @@ TEST_P(GroupedGemmGpu, EightExpertsEveryConfig) {
   s.n = kN, s.k = kK, s.groups = 8, s.rows = 1024;
   s.a = GetParam().a, s.b = GetParam().b, s.d = GetParam().d, s.layout = GetParam().layout;
   s.fast_accum = GetParam().fast_accum;
-  for (GroupedGemmConfig c : grouped_gemm_configs(s)) check_run(GetParam(), counts8(), false, c, dc);
-  check_run(GetParam(), counts8(), true, std::nullopt, dc);
+  for (GroupedGemmConfig c : grouped_gemm_configs(s))
+    for (bool accumulate : {false, true}) check_run(GetParam(), counts8(), accumulate, c, dc);
 }
 
 TEST_P(GroupedGemmGpu, SixtyFourExperts) {

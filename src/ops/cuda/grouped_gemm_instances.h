@@ -3,9 +3,10 @@
 // generates one source file per pair, so each CUTLASS instantiation compiles on its own (in parallel, cached).
 //   TB_GROUPED_GEMM_DEFAULTS: each family's configuration, the one a plan runs unless told otherwise: the place to set
 //     the winners of bench/lab/grouped_gemm_lab.cu (any configuration listed; a new one compiles with the next build).
-//   TB_GROUPED_GEMM_LAB: every configuration of the families the lab measures (BF16 forward, data gradient,
-//     weight gradient in fp32; FP8 forward, e5m2 data gradient, e5m2 weight gradient in fp32), compiled when the CMake
-//     option TB_GROUPED_GEMM_LAB_CONFIGS is on (the default; off saves 24 compilations).
+//   TB_GROUPED_GEMM_LAB: the configurations the lab compares for the families it measures (BF16 forward, data
+//     gradient, weight gradient in fp32 and, accumulated, in bf16; FP8 forward, e5m2 data gradient, e5m2 weight
+//     gradient in fp32), compiled only when the CMake option TB_GROUPED_GEMM_LAB_CONFIGS is on (off by default; on
+//     adds 27 compilations).
 // Keep one X(...) per line, as below: CMake reads them by that pattern.
 #pragma once
 
@@ -32,6 +33,9 @@
   X(bf16_tt_bf16, coop_128x256_c2)           \
   X(bf16_tt_bf16, pingpong_128x128_c1)       \
   X(bf16_tt_bf16, pingpong_128x128_c2)       \
+  X(bf16_nt_bf16, coop_128x128_c1)           \
+  X(bf16_nt_bf16, pingpong_128x128_c1)       \
+  X(bf16_nt_bf16, pingpong_128x128_c2)       \
   X(bf16_nt_f32, coop_128x128_c1)            \
   X(bf16_nt_f32, coop_128x256_c1)            \
   X(bf16_nt_f32, coop_128x256_c2)            \
