@@ -330,8 +330,8 @@ void add_spec_options(CLI::App& app, train::TrainSpec& spec) {
   app.add_option("--seed", r.seed, "seed of the initial weights and the data")->capture_default_str();
   app.add_option("--save", r.save,
                  "write a checkpoint (safetensors: the trainable weights, with LoRA the adapters alone, their AdamW "
-                 "moments, the step; train/checkpoint.h) after the last step, or after --save-step (the CPU backend, "
-                 "one rank)");
+                 "moments, the step; train/checkpoint.h) after the last step, or after --save-step (one GPU or the CPU "
+                 "backend, one rank)");
   app.add_option("--save-step", r.save_step, "the step after which --save writes (default: the last)");
   app.add_option("--resume", r.resume,
                  "continue a run from its checkpoint: the steps after the file's, with its weights, moments, learning "
@@ -440,6 +440,10 @@ int cmd_train(int argc, char** argv) {
   TB_REQUIRE(gpus == 1 || cuda, "--gpus > 1 needs --device cuda (CPU ranks: mpirun -np N trainbench train --device "
                                  "cpu ...)");
   const parallel::MeshShape planned = train::mesh_shape(spec, world_n);
+  TB_REQUIRE((spec.run.save.empty() && spec.run.resume.empty()) || world_n == 1,
+             fmt::format("--save and --resume: checkpoints are written and read by one-rank runs so far; this job has "
+                         "{} ranks (run it on one GPU, --gpus 1)",
+                         world_n));
   const int visible = cuda ? bench::visible_gpu_count() : 0;
   if (cuda && visible == 0)  // raised: in a job of several ranks the error ends every rank
     raise_config(fmt::format("needs a GPU: {} (or use --device cpu)", bench::no_gpu_reason()));

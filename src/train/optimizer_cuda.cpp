@@ -4,9 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <span>
+#include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "ops/cuda/fill.h"
 #include "ops/cuda/master_split.h"
@@ -253,6 +256,76 @@ void OptimizerCuda::step(const ops::AdamWStepScalars* scalars, const ops::GradNo
     ops::adamw_step(*group_, hp_, scalars, clip, st);
     for (const auto& d : rep_.dps) d->gather_early();
   }
+}
+
+OptimizerCuda::HostState OptimizerCuda::host_state() const {
+  TB_REQUIRE(rep_.dps.empty() && !rep_.tp() && rep_.chunks.size() == 1,
+             "internal: a checkpoint's state is gathered from one rank's whole model only");
+  HostState h;
+  for (const parallel::ZeroSegment& g : segments_) {  // one rank: a segment is a whole trainable slot
+    model::Slot s = *slots_[std::size_t(g.slot)].slot;
+    s.offset = s.grad_offset = g.shard;
+    h.slots.push_back(std::move(s));
+  }
+  h.params.assign(S_, 0.f), h.exp_avg.assign(S_, 0.f), h.exp_avg_sq.assign(S_, 0.f);
+  return h;
+}
+
+void OptimizerCuda::download(HostState& h) const {
+  cudaStream_t st = dc_.stream();
+  std::vector<std::uint16_t> hi(S_);
+  std::vector<std::byte> master(master_.bytes()), moments(moments_.bytes());
+  for (const parallel::ZeroSegment& g : segments_)
+    TB_CHECK(cudaMemcpyAsync(hi.data() + g.shard, slots_[std::size_t(g.slot)].net->params_device() + param_at(g),
+                             g.count * sizeof(std::uint16_t), cudaMemcpyDeviceToHost, st));
+  if (master_.bytes() > 0)
+    TB_CHECK(cudaMemcpyAsync(master.data(), master_.get(), master_.bytes(), cudaMemcpyDeviceToHost, st));
+  TB_CHECK(cudaMemcpyAsync(moments.data(), moments_.get(), moments_.bytes(), cudaMemcpyDeviceToHost, st));
+  dc_.synchronize();
+  const auto* lo = reinterpret_cast<const std::int16_t*>(master.data());
+  const auto* f32 = reinterpret_cast<const float*>(master.data());
+  for (std::size_t i = 0; i < S_; ++i)
+    h.params[i] = split_ ? ops::join_master(hi[i], lo[i]) : master_copy_ ? f32[i] : bf16_to_float(hi[i]);
+  for (std::size_t i = 0; i < 2 * S_; ++i) {
+    float& v = i < S_ ? h.exp_avg[i] : h.exp_avg_sq[i - S_];
+    if (moment_bytes_ == 4)
+      std::memcpy(&v, moments.data() + i * 4, 4);
+    else
+      v = bf16_to_float(reinterpret_cast<const std::uint16_t*>(moments.data())[i]);
+  }
+}
+
+void OptimizerCuda::upload(const HostState& h) {
+  TB_REQUIRE(h.params.size() == S_ && h.exp_avg.size() == S_ && h.exp_avg_sq.size() == S_,
+             "internal: a checkpoint's state of another size than the optimizer's");
+  std::vector<std::uint16_t> hi(S_);
+  std::vector<std::byte> master(master_.bytes()), moments(moments_.bytes());
+  auto* lo = reinterpret_cast<std::int16_t*>(master.data());
+  auto* f32 = reinterpret_cast<float*>(master.data());
+  for (std::size_t i = 0; i < S_; ++i) {
+    if (split_) {
+      const ops::MasterHalves m = ops::split_master(h.params[i]);
+      hi[i] = m.hi, lo[i] = m.lo;
+    } else {
+      hi[i] = float_to_bf16(h.params[i]);  // (as AdamW rounds its master)
+      if (master_copy_) f32[i] = h.params[i];
+    }
+  }
+  for (std::size_t i = 0; i < 2 * S_; ++i) {
+    const float v = i < S_ ? h.exp_avg[i] : h.exp_avg_sq[i - S_];
+    if (moment_bytes_ == 4)
+      std::memcpy(moments.data() + i * 4, &v, 4);
+    else
+      reinterpret_cast<std::uint16_t*>(moments.data())[i] = float_to_bf16(v);
+  }
+  cudaStream_t st = dc_.stream();
+  for (const parallel::ZeroSegment& g : segments_)
+    TB_CHECK(cudaMemcpyAsync(slots_[std::size_t(g.slot)].net->params_device() + param_at(g), hi.data() + g.shard,
+                             g.count * sizeof(std::uint16_t), cudaMemcpyHostToDevice, st));
+  if (master_.bytes() > 0)
+    TB_CHECK(cudaMemcpyAsync(master_.get(), master.data(), master_.bytes(), cudaMemcpyHostToDevice, st));
+  TB_CHECK(cudaMemcpyAsync(moments_.get(), moments.data(), moments_.bytes(), cudaMemcpyHostToDevice, st));
+  dc_.synchronize();  // before the host buffers go
 }
 
 }  // namespace tb::train

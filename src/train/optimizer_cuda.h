@@ -12,6 +12,10 @@
 //   AdamW(master, m, v -> bf16 weights, optionally their FP8 copies) with clip, lr and t from the step's scalars;
 //   data or tensor parallel: the parameters the next forward reads first update first, and their all-gather
 //   overlaps the rest's update.
+// Checkpoints (one rank): download() gives the trainable state in fp32 on the host (the weights joined with their
+// master: exact for split and f32 masters, the bf16 weights themselves without one; the moments widened), upload()
+// writes such a state back as this run keeps it (the weights split or rounded to bf16, the moments narrowed): a state
+// downloaded and uploaded again is bit-identical.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +29,7 @@
 #include "ops/cuda/adamw.h"
 #include "ops/cuda/context.h"
 #include "parallel/zero.h"
+#include "train/checkpoint.h"
 #include "train/replica_cuda.h"
 #include "train/trainer.h"
 
@@ -52,6 +57,17 @@ class OptimizerCuda {
     return (spec.optimizer.moments == DType::bf16 ? 4 : 8) * elements;
   }
   std::string fp8_weight_cast() const { return fp8_weight_cast_; }  // "adamw", "separate" or "" (BF16)
+
+  // The trainable state of a one-rank run on the host: the trainable slots, each at its place in the optimizer's
+  // state (offset = grad_offset: [0, S)), and their fp32 weights and moments.
+  struct HostState {
+    std::vector<model::Slot> slots;
+    std::vector<float> params, exp_avg, exp_avg_sq;
+    TrainState view() { return {slots, params, exp_avg, exp_avg_sq}; }
+  };
+  HostState host_state() const;       // the layout, zeros (12 bytes of host memory per trainable parameter)
+  void download(HostState& h) const;  // synchronizes the stream
+  void upload(const HostState& h);
 
   // Tied embeddings over pipeline stages: this rank's embedding (or its copy) gradient, in chunk tied_chunk
   // (chunks.size(): none).

@@ -203,10 +203,12 @@ void validate(const TrainSpec& spec) {
   TB_REQUIRE(r.save_step >= 0 && r.save_step <= r.steps && (r.save_step == 0 || !r.save.empty()),
              fmt::format("--save-step {} must be a step of the run (1 to --steps {}) and comes with --save FILE",
                          r.save_step, r.steps));
-  TB_REQUIRE((r.save.empty() && r.resume.empty()) ||
-                 (!spec.cuda() && p.tp * p.pp * p.vp * p.cp * p.ep == 1),
-             "--save and --resume: checkpoints are written and read by the CPU backend's one-rank trainer so far "
-             "(--device cpu, no parallel layout)");
+  TB_REQUIRE((r.save.empty() && r.resume.empty()) || (p.tp * p.pp * p.vp * p.cp * p.ep == 1 && p.dp == 1),
+             "--save and --resume: checkpoints are written and read by one-rank runs so far (one GPU or the CPU "
+             "backend, no parallel layout)");
+  TB_REQUIRE(r.resume.empty() || !spec.cuda() || !spec.fp8(),
+             "--resume with --precision fp8: the FP8 scaling history is not in a checkpoint yet, so the resumed run "
+             "would not continue the same losses; resume a bf16 run (--save works with fp8)");
   TB_REQUIRE(p.ep >= 1 && (p.ep == 1 || !spec.cuda()),
              fmt::format("--ep {}: expert parallel runs on the CPU backend only so far (--device cpu)", p.ep));
   validate_fp8(spec);

@@ -144,8 +144,8 @@ struct RunSpec {
   std::string data = "markov";               // markov | copy | random (synthetic) or the path of a token file
   TokenType token_type = TokenType::uint16;  // a token file's elements
   std::uint64_t seed = 1234;                 // of the initial weights and the data
-  // Checkpoints (train/checkpoint.h; the CPU backend, one rank): `save` written after step save_step (0: the last),
-  // `resume` read before the first step: the run continues from its step.
+  // Checkpoints (train/checkpoint.h; one rank: one GPU or the CPU backend): `save` written after step save_step (0: the
+  // last), `resume` read before the first step: the run continues from its step.
   std::string save, resume;
   int save_step = 0;
   model::FlopConvention convention = model::FlopConvention::full;

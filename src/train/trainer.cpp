@@ -86,6 +86,27 @@ LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m) {
                     std::min(spec.optimizer.lr_warmup, spec.run.steps), spec.run.steps};
 }
 
+CheckpointPlan plan_checkpoints(const TrainSpec& spec, const model::ModelConfig& m, int global,
+                                const TrainState& state) {
+  CheckpointPlan ck;
+  ck.info = {0, m.name, spec.run.data, spec.run.seed, global, m.lora.enabled() ? model::lora_text(m.lora) : ""};
+  if (spec.run.save.empty() && spec.run.resume.empty()) return ck;
+  TB_REQUIRE(m.moe.bias_update_rate == 0, "--save and --resume: the expert bias of aux-loss-free balancing "
+                                          "(bias_update_rate > 0) is not in a checkpoint yet");
+  if (!spec.run.resume.empty()) {
+    ck.first = load_checkpoint(spec.run.resume, state, ck.info).step + 1;
+    TB_REQUIRE(ck.first + spec.run.warmup_steps <= spec.run.steps,
+               fmt::format("--resume {}: it holds {} steps; --steps {} leaves {} after --warmup-steps {} to measure",
+                           spec.run.resume, ck.first - 1, spec.run.steps,
+                           std::max(0, spec.run.steps - ck.first + 1 - spec.run.warmup_steps), spec.run.warmup_steps));
+  }
+  if (spec.run.save.empty()) return ck;
+  ck.save_step = spec.run.save_step > 0 ? spec.run.save_step : spec.run.steps;
+  TB_REQUIRE(ck.save_step >= ck.first,
+             fmt::format("--save-step {}: the resumed run starts at step {}", ck.save_step, ck.first));
+  return ck;
+}
+
 TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const StepStats&)>& on_step) {
   if ((spec.parallel.job_ranks && comm::world().size > 1) ||
       spec.parallel.tp * spec.parallel.pp * spec.parallel.vp * spec.parallel.cp * spec.parallel.ep > 1)
@@ -113,27 +134,12 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
   hp.beta1 = spec.optimizer.beta1, hp.beta2 = spec.optimizer.beta2, hp.eps = spec.optimizer.eps,
   hp.weight_decay = spec.optimizer.weight_decay;
 
-  // Checkpoints (train/checkpoint.h): a resumed run starts after the file's step, its data stream that many steps on;
-  // the file holds the trainable parameters (LoRA: the adapters, the base being the seed's) and their moments.
+  // Checkpoints: the file holds the trainable parameters (LoRA: the adapters, the base being the seed's) and their
+  // moments; a resumed run starts after its step, the data stream that many steps on.
   const TrainState state{net.layout(), params, adam_m, adam_v};
-  const CheckpointInfo info{0, m.name, spec.run.data, spec.run.seed, global,
-                            m.lora.enabled() ? model::lora_text(m.lora) : ""};
-  TB_REQUIRE((spec.run.save.empty() && spec.run.resume.empty()) || m.moe.bias_update_rate == 0,
-             "--save and --resume: the expert bias of aux-loss-free balancing (bias_update_rate > 0) is not in a "
-             "checkpoint yet");
-  int first = 1;
-  if (!spec.run.resume.empty()) {
-    first = load_checkpoint(spec.run.resume, state, info).step + 1;
-    TB_REQUIRE(first + spec.run.warmup_steps <= spec.run.steps,
-               fmt::format("--resume {}: it holds {} steps; --steps {} leaves {} after --warmup-steps {} to measure",
-                           spec.run.resume, first - 1, spec.run.steps,
-                           std::max(0, spec.run.steps - first + 1 - spec.run.warmup_steps), spec.run.warmup_steps));
-    source.skip(std::int64_t(first - 1) * global);
-  }
-  const int save_step = spec.run.save_step > 0 ? spec.run.save_step : spec.run.steps;
-  TB_REQUIRE(spec.run.save.empty() || save_step >= first,
-             fmt::format("--save-step {}: the resumed run starts at step {}", save_step, first));
-
+  const CheckpointPlan ck = plan_checkpoints(spec, m, global, state);
+  const int first = ck.first;
+  source.skip(std::int64_t(first - 1) * global);
   std::vector<double> measured, measured_opt;
   double flops_sum = 0, loss_tokens_sum = 0;
   std::vector<Batch> batches(static_cast<std::size_t>(accum));
@@ -183,8 +189,8 @@ TrainResult train_cpu(const TrainSpec& spec, const std::function<void(const Step
     loss_tokens_sum += counted.loss_tokens;
     if (timed) measured.push_back(st.step_s), flops_sum += flops;
     res.steps.push_back(st);
-    if (step == save_step && !spec.run.save.empty()) {
-      CheckpointInfo done = info;
+    if (ck.save_after(step)) {
+      CheckpointInfo done = ck.info;
       done.step = step;
       save_checkpoint(spec.run.save, state, done);
     }

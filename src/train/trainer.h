@@ -25,6 +25,7 @@
 #include "model/param_layout.h"
 #include "parallel/mesh.h"
 #include "parallel/trainer_cpu.h"
+#include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/schedule.h"
 #include "train/spec.h"
@@ -98,6 +99,17 @@ double step_flops(const model::ModelConfig& m, model::FlopConvention conv, const
 // in a few hundred steps) and 3e-4 above (stable for the large presets' short benchmark runs); min_lr:
 // optimizer.min_lr, or lr / 10; warmup min(lr_warmup, steps) steps, cosine to the last step.
 LrSchedule lr_schedule(const TrainSpec& spec, const model::ModelConfig& m);
+
+// Checkpoints of a one-rank run (train/checkpoint.h): what the run is (its model, data, seed, global batch and
+// adapters), its first step (1, or after the --resume file's step; the file's state is then in `state`, the data
+// stream to skip (first - 1) x global rows) and the step after which --save writes (0: none).
+struct CheckpointPlan {
+  CheckpointInfo info;
+  int first = 1, save_step = 0;
+  bool save_after(int step) const { return save_step > 0 && step == save_step; }
+};
+CheckpointPlan plan_checkpoints(const TrainSpec& spec, const model::ModelConfig& m, int global,
+                                const TrainState& state);
 
 // A mix with tensor or pipeline parallel: the CUDA backend builds one NCCL communicator per mesh group and none
 // over the world (data and context parallel, alone or together, use the world's).

@@ -4,7 +4,7 @@
 //   optimizer (train/optimizer_cuda.h) distributed AdamW over the trainable parameters, the weights' init
 //   pipeline (train/pipeline_cuda.h)   pipeline parallel: the 1F1B or interleaved schedule of the chunks
 //   step (train/step_cuda.h)           one optimizer step on one stream, captured as a CUDA graph
-// Step 1 runs eagerly (plans every GEMM and attention shape); then (with spec.run.autotune) every GEMM shape is
+// The first step (1, or after a --resume checkpoint's) runs eagerly (plans every GEMM and attention shape); then (with spec.run.autotune) every GEMM shape is
 // autotuned (bench/gemm_tune.h) and the same enqueue is captured once as a CUDA graph and replayed, the host writing
 // the next step's inputs into the pinned buffers between replays. Each step is timed by the host clock (launch to
 // completion) and by CUDA events around it. The memory needs (train/memory_cuda.cpp) are estimated and checked
@@ -178,6 +178,15 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   rep.connect_step(pipe.get(), opt.tied_chunk, mark);
   StepCuda step_run(dc, topo, rep, opt, pipe.get(), accum, n, mb, seq, dp, spec.optimizer.clip > 0, segments, mark);
 
+  // Checkpoints (one rank): the trainable state through the host (train/optimizer_cuda.h); a resumed run starts after
+  // the file's step, the data stream that many steps on.
+  OptimizerCuda::HostState host;
+  if (!spec.run.save.empty() || !spec.run.resume.empty()) host = opt.host_state();
+  const CheckpointPlan ck = plan_checkpoints(spec, m, global, host.view());
+  const int first = ck.first;
+  if (first > 1) opt.upload(host);
+  source.skip(std::int64_t(first - 1) * global);
+
   const LrSchedule schedule = lr_schedule(spec, m);
   auto load_inputs = [&](int step) { step_run.load_inputs(source, m.seq, cp, step, float(schedule.lr(step - 1))); };
 
@@ -191,9 +200,9 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
   dc.synchronize();
   const bool delay = spec.debug.delay_rank >= 0 && launch_rank().rank == spec.debug.delay_rank &&
                      spec.debug.delay_ms > 0;  // an injected straggler
-  for (int step = 1; step <= spec.run.steps; ++step) {
+  for (int step = first; step <= spec.run.steps; ++step) {
     load_inputs(step);
-    if (step == spec.run.warmup_steps + 1) {
+    if (step == first + spec.run.warmup_steps) {
       tm_from = telemetry.mark();
       for (auto& chunk : rep.chunks) chunk->reset_moe_stats();  // the routing of the measured steps
     }
@@ -225,13 +234,19 @@ TrainResult train_cuda(const TrainSpec& spec_in, const std::function<void(const 
                fmt::format("step {}: the loss ({}) or the gradient norm ({}) is not finite: lower --lr or check the "
                            "data (token ids must be below the vocabulary, {})",
                            step, s.loss, s.grad_norm, m.vocab));
-    if (step == 1) after_first_step(spec, dc, step_run, world.rank, res);
-    if (step > spec.run.warmup_steps) {
+    if (step == first) after_first_step(spec, dc, step_run, world.rank, res);
+    if (step >= first + spec.run.warmup_steps) {
       measured.push_back(s.step_s);
       measured_gpu.push_back(double(gpu_ms) * 1e-3);
       flops_sum += step_flops_per_gpu * world.size;
     }
     res.steps.push_back(s);
+    if (ck.save_after(step)) {
+      opt.download(host);
+      CheckpointInfo done = ck.info;
+      done.step = step;
+      save_checkpoint(spec.run.save, host.view(), done);
+    }
     if (on_step) on_step(s);
     if (interrupted()) {
       res.interrupted = true;

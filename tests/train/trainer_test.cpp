@@ -211,8 +211,18 @@ TEST(TrainerCpu, BadSpecsFailBeforeWork) {
   s.run.save_step = 2;  // without --save
   EXPECT_NE(refusal(s).find("--save-step 2"), std::string::npos) << refusal(s);
   s = tiny(5);
+  s.run.resume = "x.safetensors", s.parallel.tp = 2;  // one rank only
+  EXPECT_NE(refusal(s).find("one-rank runs so far"), std::string::npos) << refusal(s);
+  s = tiny(5);
+  s.run.save = "x.safetensors", s.parallel.dp = 2;
+  EXPECT_NE(refusal(s).find("one-rank runs so far"), std::string::npos) << refusal(s);
+  s = tiny(5);
   s.run.resume = "x.safetensors", s.run.device = tb::train::Device::cuda;
-  EXPECT_NE(refusal(s).find("CPU backend's one-rank trainer"), std::string::npos) << refusal(s);
+  s.precision.linear = tb::train::Precision::fp8;  // its scaling history is not in the file
+  EXPECT_NE(refusal(s).find("--resume with --precision fp8"), std::string::npos) << refusal(s);
+  s.precision.linear = tb::train::Precision::bf16, s.run.resume.clear(), s.run.save = "x.safetensors";
+  s.model.preset = "small";  // (the CUDA kernels' alignment)
+  EXPECT_EQ(refusal(s), "accepted");  // one GPU saves
   s = tiny(5);
   s.run.autotune = true;  // nothing to tune on the CPU: refused, not ignored
   EXPECT_NE(tb::testing_support::config_error([&] { tb::train::validate(s); }).find("--autotune"), std::string::npos);
