@@ -52,6 +52,7 @@ Benchmark llama2_70b_lora() {
   b.data_files = "train.bin + train.index and validation.bin + validation.index (scripts/convert_mlperf_govreport.py "
                  "on the MLPerf GovReport parquet files)";
   b.recipe = "mlperf-llama2-70b-lora";
+  b.rulesets = {"4.1.0", "5.0.0"};
   return b;
 }
 
@@ -87,6 +88,7 @@ Benchmark gpt3() {
   b.data_files = "train.bin + train.index and validation.bin + validation.index (C4 tokenised with the reference's "
                  "SentencePiece model)";
   b.recipe = "mlperf-gpt3-175b";
+  b.rulesets = {"4.1.0"};  // retired after v4.1 (5.0.0 has Llama 3.1 405B in its place)
   return b;
 }
 

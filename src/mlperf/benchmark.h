@@ -49,6 +49,7 @@ struct Benchmark {
   std::vector<ConvergencePoint> convergence;  // the reference convergence points (RCPs)
   std::string data_files;       // what --data DIR must hold (docs/MLPERF.md: how to make it)
   std::string recipe;           // the recipe of its model and NVIDIA's layouts (recipes/<recipe>.toml)
+  std::vector<std::string> rulesets;  // the compliance checker's training rulesets that hold it (GPT-3: 4.1.0 only)
 
   const Setting& setting(std::string_view name) const;  // Error{internal} when absent
   // Evaluations skipped at the start for a global batch (floor(0.125·GBS + 2) for LoRA, else 0).

@@ -12,9 +12,19 @@
 
 namespace tb::mlperf {
 
-ChainTask::ChainTask() {
-  train_rows = 3901, eval_rows = 173, vocab = 64, seq = 32;
-  label = "synthetic class-chain task on a CPU proxy model: not comparable with MLPerf results";
+ChainTask ChainTask::llama2_70b_lora() {
+  ChainTask t;
+  t.train_rows = 3901, t.eval_rows = 173, t.vocab = 64, t.seq = 32;
+  t.label = "synthetic class-chain task on a CPU proxy model: not comparable with MLPerf results";
+  return t;
+}
+
+ChainTask ChainTask::gpt3() {
+  ChainTask t;
+  t.train_rows = 4096, t.eval_rows = 4, t.vocab = 64, t.seq = 2048, t.doc_len = 32, t.eps = 0.45;
+  t.label = "synthetic class-chain task (packed rows of 2,048 tokens) on a CPU proxy model: not comparable with MLPerf "
+            "results";
+  return t;
 }
 
 double ChainTask::loss_floor() const {
@@ -23,7 +33,8 @@ double ChainTask::loss_floor() const {
 }
 
 train::Batch ChainTask::rows(bool eval, std::int64_t first, int count) const {
-  TB_REQUIRE(count > 0 && seq > 0 && vocab >= classes && classes > 0, "MLPerf chain task: bad shape");
+  TB_REQUIRE(count > 0 && seq > 0 && vocab >= classes && classes > 0 && (doc_len == 0 || seq % doc_len == 0),
+             "MLPerf chain task: bad shape");
   train::Batch r;
   r.batch = count, r.seq = seq;
   r.tokens.resize(std::size_t(count) * seq);
@@ -35,8 +46,10 @@ train::Batch ChainTask::rows(bool eval, std::int64_t first, int count) const {
     TB_REQUIRE(row < n, fmt::format("MLPerf chain task: eval row {} of {}", row, n));
     const std::uint64_t rs = splitmix64(split + std::uint64_t(row));
     auto draw = [&](std::uint64_t i) { return uniform_value(rs, i); };
-    std::int32_t w = std::int32_t(draw(0) * float(vocab)) % vocab;
+    std::int32_t w = 0;
     for (int i = 0; i < seq; ++i) {
+      if (i == 0 || (doc_len > 0 && i % doc_len == 0))  // a chain starts: its first token uniform
+        w = std::int32_t(draw(i == 0 ? 0 : 2 * std::uint64_t(seq) + 1 + std::uint64_t(i)) * float(vocab)) % vocab;
       std::int32_t next;
       if (draw(2 * std::uint64_t(i) + 1) < float(eps))
         next = std::int32_t(draw(2 * std::uint64_t(i) + 2) * float(vocab)) % vocab;
@@ -45,6 +58,10 @@ train::Batch ChainTask::rows(bool eval, std::int64_t first, int count) const {
       r.tokens[std::size_t(b) * seq + i] = w;
       r.targets[std::size_t(b) * seq + i] = next;
       w = next;
+    }
+    if (doc_len > 0) {
+      r.row_docs.push_back(seq / doc_len);
+      r.doc_lens.insert(r.doc_lens.end(), std::size_t(seq / doc_len), doc_len);
     }
   }
   return r;

@@ -8,7 +8,8 @@
 // Run k uses seed + k (seeds must differ between runs). to_record: the run as a trainbench.result.v1 record.
 //
 // Engine: the CPU backend (CpuDecoder, AdamW of ops/cpu) on a proxy of the benchmark's model, on the synthetic task or
-// the converted data (mlperf/data.h); the CUDA engine is not in this build.
+// the converted data (mlperf/data.h; GPT-3: the synthetic task, from the proxy's own checkpoint, run.cpp); the CUDA
+// engine is not in this build.
 #pragma once
 
 #include <cstdint>

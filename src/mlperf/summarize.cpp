@@ -2,6 +2,7 @@
 #include "mlperf/summarize.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <fstream>
@@ -71,14 +72,26 @@ Summary summarize(const std::filesystem::path& dir, const std::vector<std::strin
   if (!unavailable.empty()) sum.notes.push_back("compliance not checked: " + unavailable);
   std::vector<double> times;
   std::string not_comparable;
+  std::vector<std::string> checked = rulesets;  // those that hold the benchmark (the first log's)
   for (const fs::path& f : files) {
     LogSummary s = read_log(f);
-    if (sum.benchmark.empty()) sum.benchmark = s.benchmark;
+    if (sum.benchmark.empty()) {
+      sum.benchmark = s.benchmark;
+      for (const Benchmark& b : benchmarks())
+        if (b.name == s.benchmark && unavailable.empty()) {
+          std::erase_if(checked,
+                        [&](const std::string& r) { return std::ranges::find(b.rulesets, r) == b.rulesets.end(); });
+          for (const auto& r : rulesets)
+            if (std::ranges::find(checked, r) == checked.end())
+              sum.notes.push_back(fmt::format("ruleset {} does not hold {} (its rulesets: {}): not checked against it",
+                                              r, b.name, fmt::join(b.rulesets, ", ")));
+        }
+    }
     if (s.benchmark != sum.benchmark)
       raise_config(fmt::format("mlperf summarize: {} is {}, {} is {}: one benchmark per folder", files[0].string(),
                                sum.benchmark, f.string(), s.benchmark));
     if (unavailable.empty())
-      for (const auto& r : rulesets) s.verdicts.push_back(check_compliance(f, r, pythonpath));
+      for (const auto& r : checked) s.verdicts.push_back(check_compliance(f, r, pythonpath));
     for (const auto& v : s.verdicts)
       if (v.checked && !v.passed && !s.dropped) s.dropped = true, s.drop_reason = "compliance " + v.ruleset + ": " + v.why;
     if (!s.dropped && s.status != "success")

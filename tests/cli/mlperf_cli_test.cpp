@@ -61,11 +61,14 @@ TEST(MlperfCli, BadInputIsOneMessage) {
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("missing train.bin"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(out / "run"));  // refused before anything was written
-  r = run({"mlperf", "gpt3", "-o", (out / "gpt3").string()});
-  EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.err.find("a run is not in this build"), std::string::npos) << r.err;
+  r = run({"mlperf", "gpt3", "--data", (out / "data").string(), "-o", (out / "gpt3").string()});
+  EXPECT_EQ(r.rc, 2);  // real C4 is not read: the synthetic task, and the projection of the real one
+  EXPECT_NE(r.err.find("real C4 data is not read"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("trainbench project mlperf-gpt3-175b"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(out / "gpt3"));
+  r = run({"mlperf", "gpt3", "--set", "clip=0.5", "-o", (out / "gpt3").string()});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("closed_gpt3.yaml: opt_gradient_clip_norm == 1.0"), std::string::npos) << r.err;
   // the open division takes the change and logs it
   r = run({"mlperf", "llama2_70b_lora", "--division", "open", "--set", "clip=1.0", "--max-steps", "4", "-o",
            (out / "open").string()});

@@ -1,6 +1,7 @@
 // tests/mlperf/compliance_test.cpp: MLCommons' compliance checker (mlperf-logging, scripts/setup.sh puts it in
 // .deps/mlperf) passes the log of a CPU run of the Llama 2 70B LoRA proxy under the 4.1.0 and 5.0.0 training
-// rulesets, and fails the same log with one required key taken out (the check can fail).
+// rulesets, and the GPT-3 proxy's under 4.1.0, and fails the same logs with one required key taken out (the check can
+// fail).
 #include "mlperf/compliance.h"
 
 #include <gtest/gtest.h>
@@ -71,6 +72,34 @@ TEST_F(Compliance, MissingRequiredKeyFails) {
       EXPECT_FALSE(v.passed) << "without " << key << ", ruleset " << ruleset;
       EXPECT_NE(v.why.find(key), std::string::npos) << "the checker's reason names " << key << ": " << v.why;
     }
+}
+
+// The GPT-3 proxy's log passes ruleset 4.1.0 (the last to hold GPT-3) and fails without its checkpoint step
+// (closed_gpt3.yaml); summarize checks it against 4.1.0 and says 5.0.0 does not hold it.
+TEST_F(Compliance, Gpt3ProxyLogPassesItsRuleset) {
+  RunSpec spec;
+  spec.benchmark = "gpt3";
+  spec.out = dir_ / "gpt3";
+  const std::filesystem::path log = run_mlperf(spec).at(0).log;
+  const CheckerVerdict v = check_compliance(log, "4.1.0", kPythonPath);
+  EXPECT_TRUE(v.checked && v.passed) << v.why;
+  const auto without = spec.out / "without.txt";
+  {
+    std::ifstream in(log);
+    std::ofstream o(without);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"key\": \"init_checkpoint_step\"") == std::string::npos) o << line << "\n";
+  }
+  const CheckerVerdict w = check_compliance(without, "4.1.0", kPythonPath);
+  EXPECT_TRUE(w.checked && !w.passed) << "without init_checkpoint_step";
+  std::filesystem::remove(without);
+  const Summary s = summarize(spec.out, {"4.1.0", "5.0.0"}, kPythonPath);
+  ASSERT_EQ(s.logs.size(), 1u);
+  ASSERT_EQ(s.logs[0].verdicts.size(), 1u);
+  EXPECT_EQ(s.logs[0].verdicts[0].ruleset, "4.1.0");
+  EXPECT_TRUE(s.logs[0].verdicts[0].passed) << s.logs[0].verdicts[0].why;
+  ASSERT_FALSE(s.notes.empty());
+  EXPECT_NE(s.notes[0].find("ruleset 5.0.0 does not hold gpt3"), std::string::npos) << s.notes[0];
 }
 
 TEST_F(Compliance, SummarizeChecksEachLog) {

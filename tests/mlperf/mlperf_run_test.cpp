@@ -1,5 +1,6 @@
-// tests/mlperf/mlperf_run_test.cpp: the MLPerf run on the CPU proxy: it reaches its target within the step limit, logs the
-// evaluations at the rules' sample counts, stops at the step limit with status aborted, and refuses what the closed
+// tests/mlperf/mlperf_run_test.cpp: the MLPerf run on the CPU proxy: it reaches its target within the step limit (the
+// Llama 2 70B LoRA proxy, and GPT-3's from its checkpoint into the checker's window), logs the evaluations at the rules'
+// sample counts, stops at the step limit with status aborted, and refuses what the closed
 // division fixes; on a converted data folder written here (train/packed_data.h's format) it learns the counted
 // targets only (the prompts are noise the target could not be reached on) and refuses a broken folder.
 #include "mlperf/run.h"
@@ -48,6 +49,32 @@ TEST(MlperfRun, LoraProxyReachesItsTarget) {
   EXPECT_NE(log.find("\"key\": \"run_stop\", \"value\": " ), std::string::npos);
   EXPECT_NE(log.find("\"status\": \"success\""), std::string::npos);
   EXPECT_NE(log.find("not comparable with MLPerf results"), std::string::npos);
+  std::filesystem::remove_all(spec.out);
+}
+
+// GPT-3: the proxy starts from its checkpoint (steps 1..10 during init), evaluates after every step and stops at the
+// first log perplexity <= 2.69, which lands within the checker's window (2.6, 2.69]; the first evaluation is above the
+// target (the checkpoint is not converged); samples count from the checkpoint.
+TEST(MlperfRun, Gpt3ProxyReachesItsTargetFromItsCheckpoint) {
+  RunSpec spec;
+  spec.benchmark = "gpt3";
+  spec.out = fresh_dir("gpt3");
+  const RunOutcome o = run_mlperf(spec).at(0);
+  EXPECT_TRUE(o.converged) << "steps " << o.steps << ", last eval " << (o.evals.empty() ? -1 : o.evals.back().loss);
+  ASSERT_GE(o.evals.size(), 2u);
+  EXPECT_GT(o.evals[0].loss, 2.69);
+  EXPECT_EQ(o.evals[0].samples, 2);  // GBS 2, one step
+  EXPECT_LE(o.evals.back().loss, 2.69);
+  EXPECT_GT(o.evals.back().loss, 2.6);
+  EXPECT_EQ(o.samples, 2 * o.steps);
+  const std::string log = read(o.log);
+  for (const char* key : {"\"init_checkpoint_step\", \"value\": 10", "\"opt_base_learning_rate\", \"value\": 2e-05",
+                          "\"max_sequence_length\", \"value\": 2048",
+                          "\"trainbench_lr_width_multiplier\", \"value\": 192.0"})
+    EXPECT_NE(log.find(key), std::string::npos) << key;
+  EXPECT_NE(log.find("not comparable with MLPerf results"), std::string::npos);
+  spec.data = spec.out.string();  // real C4: refused, with what to run instead
+  EXPECT_NE(testing_support::config_error([&] { validate(spec); }).find("real C4 data is not read"), std::string::npos);
   std::filesystem::remove_all(spec.out);
 }
 
