@@ -6,10 +6,11 @@
 //     round(warmup_ratio · T), T = max_steps): the reference's schedule (--lr_scheduler_type cosine)
 //   evaluation i (1-based) after step i · ceil(384 / GBS); eval loss = mean cross-entropy over the counted targets of
 //   the whole eval set (real data: the summaries' tokens; every token of the synthetic task), LoRA's dropout off
-// gpt3 (the synthetic task only): the proxy starts from its own checkpoint, as the benchmark starts from the reference's:
+// gpt3 (the synthetic task only): the proxy starts from its own checkpoint, as the benchmark from the reference's:
 //   steps 1..P (P = kGptCheckpoint) train during init (not timed; init_checkpoint_step P), the timed run continues
 //   from step P + 1 on the same rows and schedule; samples count from the checkpoint
-//   lr(t) = m · base · t / W for t <= W, else m · (end + (base - end) (1 + cos(pi · min(1, (t - W) / (D - W)))) / 2)
+//   lr(t) = m · base · t / W for t <= W,
+//   else    m · (end + (base - end) (1 + cos(pi · min(1, (t - W) / (D - W)))) / 2)
 //     ("cosine with linear warmup", end = 0.1 · base), m = 12288 / 64 = 192: the width ratio of GPT-3 175B to the
 //     proxy, Adam's LR scaled with width as μP scales it (applied to every parameter), so the rules' base LR (2e-5,
 //     logged as opt_base_learning_rate) trains the proxy; m is logged as trainbench_lr_width_multiplier

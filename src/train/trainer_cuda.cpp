@@ -4,11 +4,11 @@
 //   optimizer (train/optimizer_cuda.h) distributed AdamW over the trainable parameters, the weights' init
 //   pipeline (train/pipeline_cuda.h)   pipeline parallel: the 1F1B or interleaved schedule of the chunks
 //   step (train/step_cuda.h)           one optimizer step on one stream, captured as a CUDA graph
-// The first step (1, or after a --resume checkpoint's) runs eagerly (plans every GEMM and attention shape); then (with spec.run.autotune) every GEMM shape is
-// autotuned (bench/gemm_tune.h) and the same enqueue is captured once as a CUDA graph and replayed, the host writing
-// the next step's inputs into the pinned buffers between replays. Each step is timed by the host clock (launch to
-// completion) and by CUDA events around it. The memory needs (train/memory_cuda.cpp) are estimated and checked
-// against the GPU's free memory before anything is allocated.
+// The first step (1, or the one after a --resume checkpoint's) runs eagerly (plans every GEMM and attention shape);
+// then (with spec.run.autotune) every GEMM shape is autotuned (bench/gemm_tune.h) and the same enqueue is captured once
+// as a CUDA graph and replayed, the host writing the next step's inputs into the pinned buffers between replays. Each
+// step is timed by the host clock (launch to completion) and by CUDA events around it. The memory needs
+// (train/memory_cuda.cpp) are estimated and checked against the GPU's free memory before anything is allocated.
 // Pipeline parallel (--pp): each rank's decoder is its stage (layers [r L/pp, (r+1) L/pp), parameters of that stage
 // only); the micro-batch loop becomes the rank's schedule, the loss is summed over the pipeline ranks (only the last
 // stage's is non-zero) and so is the gradient norm's sum of squares. Interleaved (--vp > 1): the rank holds vp

@@ -1,8 +1,8 @@
 // tests/mlperf/mlperf_run_test.cpp: the MLPerf run on the CPU proxy: it reaches its target within the step limit (the
-// Llama 2 70B LoRA proxy, and GPT-3's from its checkpoint into the checker's window), logs the evaluations at the rules'
-// sample counts, stops at the step limit with status aborted, and refuses what the closed
-// division fixes; on a converted data folder written here (train/packed_data.h's format) it learns the counted
-// targets only (the prompts are noise the target could not be reached on) and refuses a broken folder.
+// Llama 2 70B LoRA proxy, and GPT-3's from its checkpoint into the checker's window), logs the evaluations at the
+// rules' sample counts, stops at the step limit with status aborted, and refuses what the closed division fixes; on a
+// converted data folder written here (train/packed_data.h's format) it learns the counted targets only (the prompts are
+// noise the target could not be reached on) and refuses a broken folder.
 #include "mlperf/run.h"
 
 #include <gtest/gtest.h>
