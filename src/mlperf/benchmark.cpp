@@ -70,7 +70,7 @@ Benchmark gpt3() {
   b.eval_samples = 24567;
   b.reference_global_batch = 1536;
   b.settings = {
-      {"lr", 2e-5, false, std::string(kGptRules) + ": 2e-5 for GBS 1536-3072, 3e-5 for 4096-8192"},
+      {"lr", 2e-5, false, std::string(kGptRules) + ": 2e-5 for GBS 1536-3072, 3e-5 for 4096-8192", {2e-5, 3e-5}},
       {"end_lr_ratio", 0.1, true, std::string(kGptRules) + ": end LR 10% of the base"},
       {"warmup_steps_1536", 265, true, std::string(kGptRules) + ": warmup ceil(265·1536/GBS) steps"},
       {"decay_steps_1536", 108600, true, std::string(kGptRules) + ": decay ceil(108600·1536/GBS) steps"},

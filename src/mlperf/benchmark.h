@@ -24,6 +24,7 @@ struct Setting {
   double value = 0;   // the default (the reference's)
   bool fixed = true;  // closed division: may not change
   std::string why;    // the rule that fixes it or leaves it free
+  std::vector<double> allowed = {};  // a free one: the values the closed division allows (empty: any)
 };
 
 // A reference convergence point: samples (LoRA) or tokens (GPT-3) to reach the target, mean of the reference runs.

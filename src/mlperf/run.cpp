@@ -313,6 +313,11 @@ std::map<std::string, double> resolve_settings(const Benchmark& b, const RunSpec
       raise_config(fmt::format("--set {}={}: the closed division fixes {} at {} ({}); use --division open to change "
                                "it (the log then records the change)",
                                name, value, name, st.value, st.why));
+    if (!st.allowed.empty() && spec.division == Division::closed &&
+        std::ranges::find(st.allowed, value) == st.allowed.end())
+      raise_config(fmt::format("--set {}={}: the closed division allows {} {} only ({}); use --division open for "
+                               "another value",
+                               name, value, name, fmt::join(st.allowed, " or "), st.why));
     s[name] = value;
   }
   return s;

@@ -160,6 +160,16 @@ TEST(MlperfRun, ClosedDivisionRefusesFixedSettings) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("did you mean 'clip'"), std::string::npos) << e.what();
   }
+  // GPT-3's LR is free within the rules' two values
+  spec.benchmark = "gpt3";
+  spec.overrides = {{"lr", 3e-5}};
+  EXPECT_EQ(resolve_settings(find_benchmark(spec.benchmark), spec).at("lr"), 3e-5);
+  spec.overrides = {{"lr", 1e-4}};
+  EXPECT_NE(testing_support::config_error([&] { resolve_settings(find_benchmark(spec.benchmark), spec); })
+                .find("allows lr 2e-05 or 3e-05 only"),
+            std::string::npos);
+  spec.division = Division::open;
+  EXPECT_EQ(resolve_settings(find_benchmark(spec.benchmark), spec).at("lr"), 1e-4);
 }
 
 TEST(MlperfRun, BadInput) {
