@@ -171,11 +171,10 @@ void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf
              "CUDA decoder: an accumulating input gradient (" + w_->name + ") runs in BF16 only");
   void* dw = trainable() ? e.grad(*w_) : nullptr;
   const float* dy_inv = e.fp8.enabled ? fp8.dy.scale_inv : nullptr;  // (read by the lambdas below, after this block)
-  std::function<void()> wgrad, dgrad;
-  if (!trainable()) {
-    wgrad = [] {};  // frozen: no weight-gradient GEMM
-  } else if (!e.fp8.enabled) {
-    wgrad = [&] { e.dc.gemm(gemm_shape(o, i, rows, ops::GemmLayout::atb, e.overwrite, e.grad_type), dw, dy, x); };
+  std::function<void()> wgrad = [] {}, dgrad;  // (frozen: no weight-gradient GEMM)
+  if (!e.fp8.enabled) {
+    if (trainable())
+      wgrad = [&] { e.dc.gemm(gemm_shape(o, i, rows, ops::GemmLayout::atb, e.overwrite, e.grad_type), dw, dy, x); };
     dgrad = [&] {
       ops::GemmShape g = gemm_shape(rows, i, o, ops::GemmLayout::ab);
       g.accumulate = dx_accumulate;

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -126,19 +127,26 @@ void compare_packed(CudaDecoder::Recompute rc) {
   std::printf("packed%s: loss cpu %.6f gpu %.6f\n", rc == CudaDecoder::Recompute::full ? " (recompute full)" : "",
               loss_cpu, gpu.loss);
   EXPECT_NEAR(gpu.loss, loss_cpu, 1e-2 * std::abs(loss_cpu));
-  for (const tb::model::Slot& s : cpu.layout()) {
+  auto slot_err = [&](const Result& r, const tb::model::Slot& s) {
     const std::vector<double> ref(cpu.grads().begin() + std::ptrdiff_t(s.offset),
                                   cpu.grads().begin() + std::ptrdiff_t(s.offset + s.size));
-    const std::vector<double> got(gpu.grads.begin() + std::ptrdiff_t(s.offset),
-                                  gpu.grads.begin() + std::ptrdiff_t(s.offset + s.size));
-    const double err = rel_l2(ref, got);
+    const std::vector<double> got(r.grads.begin() + std::ptrdiff_t(s.offset),
+                                  r.grads.begin() + std::ptrdiff_t(s.offset + s.size));
+    return rel_l2(ref, got);
+  };
+  for (const tb::model::Slot& s : cpu.layout()) {
+    const double err = slot_err(gpu, s);
     std::printf("  %-28s rel L2 %.3e\n", s.name.c_str(), err);
     EXPECT_LT(err, 5e-2) << s.name;
   }
   if (rc != CudaDecoder::Recompute::none) return;
-  // The check can fail: the rows unpacked (attention across documents, the mean loss) miss the packed loss.
+  // The check can fail: the rows unpacked (attention across documents, every target counted) miss the packed
+  // gradients. (Not the loss: near the initial weights every target's loss is about ln V, packed or not; an H100 saw
+  // 0.2 % between them.)
   const Result plain = run_gpu(cfg, host, p, false, rc);
-  EXPECT_GT(std::abs(plain.loss - loss_cpu), 5e-2 * std::abs(loss_cpu));
+  double worst = 0;
+  for (const tb::model::Slot& s : cpu.layout()) worst = std::max(worst, slot_err(plain, s));
+  EXPECT_GT(worst, 0.2) << "the unpacked rows' gradients are as close to the packed reference as the packed ones";
 }
 
 TEST(CudaDecoderPacked, MatchesTheCpuDecoder) {

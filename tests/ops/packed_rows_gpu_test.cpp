@@ -120,7 +120,7 @@ TEST(PackedRowsGpu, SegmentTablesFromPaddedOffsets) {
 TEST(PackedRowsGpu, RopeAtEachTokensPosition) {
   SKIP_WITHOUT_GPU();
   DeviceContext dc(0);
-  const Rows r({40, 30, 50, 60}, {2, 2}, 96, 0);
+  const Rows r({40, 30, 50, 40}, {2, 2}, 96, 0);  // row 1: 90 tokens and 6 of padding
   const std::int64_t b = 2, s = 96, heads = 3, d = 64, n = b * s * heads * d;
   const std::vector<double> inv = tb::ops::cpu::rope_inv_freq(int(d), 500000.0);
   DeviceBuffer x(dc.device(), std::size_t(n) * 2), f(dc.device(), inv.size() * 4);

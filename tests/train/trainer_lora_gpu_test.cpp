@@ -9,8 +9,8 @@
 //   - the memory estimate (train/memory_cuda.cpp; nothing allocated, but the norm kernels' occupancy sizes a workspace)
 //     of a LoRA step is at most 0.45 of full training's at the same shape: Llama 3.1 8B's shapes at 8 layers, seq 4096,
 //     micro-batch 1, rank 16 on qkv, o, up and down, BF16 and FP8 (the frozen base cast to E4M3 once), each recompute
-//     mode; and the LoRA recipes' one-GPU proxies (their shards at 4 layers). The base keeps no gradient, master
-//     weights or moments: the adapters' are under 1% of full training's.
+//     mode; the LoRA recipes' one-GPU proxies (their shards at 4 layers, activation-bound) below full training's.
+//     The base keeps no gradient, master weights or moments: the adapters' are under 1% of full training's.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -122,7 +122,8 @@ TEST(TrainerLora, PeakMemoryIsBelowFullTrainingAndSeedsRepeat) {
 }
 
 
-// Full training's estimate and LoRA's at the same spec: LoRA's total at most `share` of full training's.
+// Full training's estimate and LoRA's at the same spec: LoRA's total at most `share` of full training's, its
+// gradients, master weights and moments under 1 % of full training's.
 void expect_lora_within(const TrainSpec& lora, double share, const std::string& what) {
   TrainSpec full = lora;
   full.lora = {};
@@ -145,7 +146,10 @@ TEST(TrainerLora, EstimateIsAtMostPoint45OfFullTrainingAtTheSameShape) {
     }
 }
 
-TEST(TrainerLora, EstimateOfTheLoraRecipesProxiesIsAtMostPoint45OfFullTraining) {
+// The recipes' proxies (4 layers, their micro-batch and sequence) are activation-bound: LoRA keeps full training's
+// activations (an H100 estimated 11.2 GiB of them beside 2.1 GiB of weights for hf-mistral-7b-lora's), so only its
+// state shrinks; the total stays below full training's, not within 0.45 of it.
+TEST(TrainerLora, EstimateOfTheLoraRecipesProxiesKeepsNoStateForTheBase) {
   SKIP_WITHOUT_GPU();
   int seen = 0;
   for (const recipe::Recipe& r : recipe::load_recipes(recipe::find_recipes_dir(std::nullopt))) {
@@ -158,9 +162,9 @@ TEST(TrainerLora, EstimateOfTheLoraRecipesProxiesIsAtMostPoint45OfFullTraining) 
     s.model.layers = 4, s.model.seq = 0;
     s.batch.micro = plan.layout.micro_batch;
     s.lora = {l.rank, l.alpha, l.dropout, l.targets, false};
-    expect_lora_within(s, 0.45, r.name);
+    expect_lora_within(s, 1.0, r.name);
   }
-  EXPECT_EQ(seen, 4);
+  EXPECT_EQ(seen, 5);  // hf-llama2-70b-lora, hf-mistral-7b-lora, llama3-8b-lora, llama3-70b-lora, mlperf-llama2-70b-lora
 }
 
 }  // namespace
