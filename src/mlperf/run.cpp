@@ -127,11 +127,11 @@ class CpuEngine {
   // sum over the eval rows' counted targets of CE / their number: each chunk's loss weighted by its counted share
   double eval_loss(const Dataset& data) {
     std::ranges::copy(net_.params(), eval_net_.params().begin());
-    const int kChunk = std::max(1, 65536 / data.seq);  // rows per forward
+    const int chunk = std::max(1, 65536 / data.seq);  // rows per forward
     std::vector<train::Batch> chunks;
     double counted = 0;
-    for (std::int64_t first = 0; first < data.eval_rows; first += kChunk) {
-      chunks.push_back(data.rows(true, first, int(std::min<std::int64_t>(kChunk, data.eval_rows - first))));
+    for (std::int64_t first = 0; first < data.eval_rows; first += chunk) {
+      chunks.push_back(data.rows(true, first, int(std::min<std::int64_t>(chunk, data.eval_rows - first))));
       counted += double(chunks.back().loss_tokens());
     }
     TB_REQUIRE(counted > 0, "MLPerf: the eval set counts no target (its documents have no loss spans)");
