@@ -36,9 +36,10 @@ void DenseMlpCuda::plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64
     if (lin[k]->keeps_fp8_input(p.fp8))
       plan_field_at(a, pass, all, [k](Saved& s) -> std::uint8_t*& { return s.lin[k].xt; },
                     n * std::size_t(lin[k]->in()), p.keeps_state());
+    // fc2's z is always kept (rows x r per adapter): a recompute stops before fc2's forward, which writes it
     if (!lin[k]->lora().empty())
       plan_field_at(a, pass, all, [k](Saved& s) -> bf16*& { return s.lin[k].lora_z; },
-                    lin[k]->lora().saved_bytes(rows), p.keeps_state());
+                    lin[k]->lora().saved_bytes(rows), p.keeps_state() || k == 1);
   }
 }
 
