@@ -45,6 +45,9 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
   cfg_.validate();
   TB_REQUIRE(!fp8_.attention || fp8_.enabled,
              "CUDA decoder: FP8 attention (Fp8Options::attention) needs the FP8 linear layers (Fp8Options::enabled)");
+  TB_REQUIRE(!fp8_.attention || !cfg_.lora.enabled(),
+             "CUDA decoder: FP8 attention with LoRA adapters: the adapter on attn.out reads the attention output in "
+             "BF16, which FP8 attention does not keep (Fp8Options::attention off)");
   TB_REQUIRE(fp8_.grad == DType::e5m2 || fp8_.grad == DType::e4m3,
              "CUDA decoder: the FP8 gradient format (Fp8Options::grad) must be e5m2 or e4m3, got " +
                  std::string(dtype_name(fp8_.grad)));
