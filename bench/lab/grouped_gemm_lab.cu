@@ -462,9 +462,10 @@ int main(int argc, char** argv) {
           log_sum += std::log(r.tflops[m] / r.tflops.back());
           ++n;
         }
+        if (n == 0) continue;
         char cell[32];
         std::snprintf(cell, sizeof cell, "  %s %.3f", L.methods[m].c_str(), std::exp(log_sum / n));
-        if (n > 0) line += cell;
+        line += cell;
       }
       if (!line.empty()) std::printf("  %-7s %-4s%s\n", kPassNames[pass], fp8 ? "fp8" : "bf16", line.c_str());
     }

@@ -14,6 +14,26 @@
 #include "mlperf/benchmark.h"
 
 namespace tb::mlperf {
+namespace {
+
+// Of `rulesets`, those whose compliance checker holds `benchmark` (all of them for a benchmark trainbench does not
+// know); a note names each one left out.
+std::vector<std::string> rulesets_holding(const std::string& benchmark, const std::vector<std::string>& rulesets,
+                                          std::vector<std::string>& notes) {
+  const auto b = std::ranges::find(benchmarks(), benchmark, &Benchmark::name);
+  if (b == benchmarks().end()) return rulesets;
+  std::vector<std::string> out;
+  for (const auto& r : rulesets) {
+    if (std::ranges::find(b->rulesets, r) != b->rulesets.end())
+      out.push_back(r);
+    else
+      notes.push_back(fmt::format("ruleset {} does not hold {} (its rulesets: {}): not checked against it", r, b->name,
+                                  fmt::join(b->rulesets, ", ")));
+  }
+  return out;
+}
+
+}  // namespace
 
 std::optional<double> olympic_mean(std::vector<double> scores, int dropped, int max_dropped) {
   std::sort(scores.begin(), scores.end());
@@ -72,20 +92,12 @@ Summary summarize(const std::filesystem::path& dir, const std::vector<std::strin
   if (!unavailable.empty()) sum.notes.push_back("compliance not checked: " + unavailable);
   std::vector<double> times;
   std::string not_comparable;
-  std::vector<std::string> checked = rulesets;  // those that hold the benchmark (the first log's)
+  std::vector<std::string> checked;  // the rulesets that hold the benchmark (the first log's)
   for (const fs::path& f : files) {
     LogSummary s = read_log(f);
     if (sum.benchmark.empty()) {
       sum.benchmark = s.benchmark;
-      for (const Benchmark& b : benchmarks())
-        if (b.name == s.benchmark && unavailable.empty()) {
-          std::erase_if(checked,
-                        [&](const std::string& r) { return std::ranges::find(b.rulesets, r) == b.rulesets.end(); });
-          for (const auto& r : rulesets)
-            if (std::ranges::find(checked, r) == checked.end())
-              sum.notes.push_back(fmt::format("ruleset {} does not hold {} (its rulesets: {}): not checked against it",
-                                              r, b.name, fmt::join(b.rulesets, ", ")));
-        }
+      if (unavailable.empty()) checked = rulesets_holding(s.benchmark, rulesets, sum.notes);
     }
     if (s.benchmark != sum.benchmark)
       raise_config(fmt::format("mlperf summarize: {} is {}, {} is {}: one benchmark per folder", files[0].string(),

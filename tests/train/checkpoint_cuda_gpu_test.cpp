@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/cuda_train_spec.h"
 #include "bench/sysinfo.h"
 #include "core/dtype.h"
 #include "model/config.h"
@@ -25,16 +26,8 @@ namespace {
   if (bench::visible_gpu_count() == 0) GTEST_SKIP() << bench::no_gpu_reason()
 
 TrainSpec small6() {
-  TrainSpec s;
-  s.model.preset = "small";
-  s.model.layers = 2;
-  s.model.seq = 128;
-  s.run.device = Device::cuda;
-  s.batch.micro = 4;
-  s.run.steps = 6;
-  s.run.warmup_steps = 1;
+  TrainSpec s = testing_support::small_cuda_spec(6);
   s.run.deterministic = true;
-  s.run.op_profile = false;
   return s;
 }
 

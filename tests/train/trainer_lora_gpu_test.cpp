@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/cuda_train_spec.h"
 #include "bench/sysinfo.h"
 #include "model/config.h"
 #include "model/param_layout.h"
@@ -38,15 +39,7 @@ namespace {
   if (bench::visible_gpu_count() == 0) GTEST_SKIP() << bench::no_gpu_reason()
 
 TrainSpec lora_spec(int steps) {
-  TrainSpec s;
-  s.model.preset = "small";
-  s.model.layers = 2;
-  s.model.seq = 128;
-  s.run.device = Device::cuda;
-  s.batch.micro = 4;
-  s.run.steps = steps;
-  s.run.warmup_steps = 1;
-  s.run.op_profile = false;
+  TrainSpec s = testing_support::small_cuda_spec(steps);
   s.lora.rank = 8;
   s.lora.dropout = 0.1;
   s.lora.targets = model::kLoraCanonical;
