@@ -3,7 +3,7 @@
 # machine from the repository root, with carry/ from scripts/carry.sh; or TB=build/trainbench on a workstation):
 #   1. the one-GPU proxy of the recipe mlperf-llama2-70b-lora (Llama 2 70B, seq 8192, LoRA r 16 alpha 32 dropout 0.1
 #      on qkv and o, FP8 base): twice, as the shard of NVIDIA's 8 x H100 layout (TP4: `run`'s default, --ref-gpus 8)
-#      and as the shard of its 8 x H200 layout (TP1 CP2: --set tp=1 --set cp=2), each a trainbench.result.v1 record
+#      and as the shard of its 8 x H200 layout (TP1 CP2: --reference-gpu H200), each a trainbench.result.v1 record
 #      (tokens/s per GPU of the full layout, per-layer time) in $OUT/results/<name>;
 #   2. `trainbench project mlperf-llama2-70b-lora --gpus 8 --system h200 --from <both> --ttt`: the step at 8 GPUs
 #      (NVIDIA's H200 layout), samples/s = tokens/s per GPU x 8 / 8192, and the time to train = samples to the target
@@ -35,7 +35,7 @@ proxy() {  # proxy NAME ARGS...: one `trainbench run` of the recipe's one-GPU pr
   echo "  exit $?: $(grep -E 'tokens/s' "$OUT/run-$name.log" | tail -1)"
 }
 proxy h100-layout --ref-gpus 8
-proxy h200-layout --ref-gpus 8 --set tp=1 --set cp=2
+proxy h200-layout --ref-gpus 8 --reference-gpu H200
 
 from=()
 for d in "$OUT"/results/*/; do [ -s "$d/results.jsonl" ] && from+=(--from "$d"); done

@@ -259,7 +259,8 @@ int cmd_run(int argc, char** argv) {
                "(a per-GPU health spread; `slurm run --proxies`)");
   app.add_option("--release", release, "the reference release whose layouts to use (default: the recipe's)");
   app.add_option("--reference-gpu", q.ref_gpu,
-                 "GPU model of the reference to compare with (default: H100; CPU on cpu)");
+                 "GPU model of the reference to compare with, and whose layout the proxy stands for where the recipe "
+                 "lists one for it (default: H100; CPU on cpu)");
   app.add_option("--set", sets,
                  "override the layout: layers, seq, micro_batch, global_batch, tp, pp, cp, vp (key=value)");
   app.add_option(
@@ -337,6 +338,7 @@ int cmd_run(int argc, char** argv) {
   opt.ref_gpus = ref_gpus, opt.precision = q.precision, opt.release = release, opt.sets = parse_sets(sets);
   opt.points = points;
   opt.data = data;
+  opt.gpu_model = q.ref_gpu;
   opt.ranks = ranks;
   q.plan = recipe::plan_run(*q.recipe, opt);  // every recipe and layout error before any work
   q.ref_rows = recipe::load_reference_dir(recipe::find_references_dir(q.common.references));

@@ -41,6 +41,7 @@ void apply_sets(Layout& l, const std::map<std::string, std::string>& sets) {
     if (k == "ep") l.ep = x;
     if (k == "etp") l.etp = x;
   }
+  if (l.tp == 1) l.sequence_parallel = false;  // sequence parallel splits over tp ranks: none at tp 1
 }
 
 }  // namespace

@@ -420,3 +420,25 @@ TEST(Plan, MoeOptimizerShardsTheExpertsOverEdp) {
   EXPECT_NEAR(x.optimizer_s, (O0 + O1 * L - experts) / (8 * 8 * 2) + experts / (8 * 8), 1e-12);
 }
 }  // namespace
+
+// MLPerf's Llama 2 70B LoRA at 8 GPUs: NVIDIA's H100 layout (tp 4, sequence parallel) unless the H200 one is asked for
+// (tp 1 cp 2); --set tp=1 on the H100 layout turns sequence parallel off instead of refusing it.
+TEST(Plan, GpuModelPicksItsLayoutAndTp1DropsSequenceParallel) {
+  const auto& r = tr::find_recipe(recipes(), "mlperf-llama2-70b-lora");
+  tr::RunOptions o;
+  o.ref_gpus = 8;
+  o.precision = "fp8";
+  EXPECT_EQ(tr::plan_run(r, o).layout.tp, 4);
+  EXPECT_TRUE(tr::plan_run(r, o).layout.sequence_parallel);
+  o.gpu_model = "H200";
+  const auto h200 = tr::plan_run(r, o);
+  EXPECT_EQ(h200.layout.tp, 1);
+  EXPECT_EQ(h200.layout.cp, 2);
+  o.gpu_model = "H100";
+  EXPECT_EQ(tr::plan_run(r, o).layout.tp, 4);  // the layouts naming no GPU model are H100's
+  o.sets = {{"tp", "1"}, {"cp", "2"}};
+  const auto set = tr::plan_run(r, o);
+  EXPECT_EQ(set.layout.tp, 1);
+  EXPECT_FALSE(set.layout.sequence_parallel);
+  EXPECT_EQ(set.shard.heads, h200.shard.heads);
+}
