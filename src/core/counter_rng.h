@@ -26,10 +26,15 @@ TB_HOST_DEVICE inline std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
+inline constexpr std::uint64_t kUniformStride = 0x9E3779B97F4A7C15ull;
+
+// The uniform of the counter x = splitmix64(seed) + i · kUniformStride: a run of consecutive i steps x by the stride
+// (kernels draw it so, with one splitmix64 per element instead of two, and no multiply).
+TB_HOST_DEVICE inline float uniform_at(std::uint64_t x) { return float(splitmix64(x) >> 40) * 0x1p-24f; }
+
 // The uniform in [0, 1) of element i.
 TB_HOST_DEVICE inline float uniform_value(std::uint64_t seed, std::uint64_t i) {
-  const std::uint64_t r = splitmix64(splitmix64(seed) + i * 0x9E3779B97F4A7C15ull);
-  return float(r >> 40) * 0x1p-24f;
+  return uniform_at(splitmix64(seed) + i * kUniformStride);
 }
 
 // A standard normal draw for element i (the first uniform taken as 1 - u, in (0, 1]).

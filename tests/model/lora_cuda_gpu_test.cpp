@@ -1,5 +1,5 @@
 // Tests LoRA on one GPU against the CPU reference (ops/cpu/lora.h, ops/cpu/linear.h in double) on random inputs:
-//   - the dropout kernels (ops/cuda/lora.h): the mask of every element equals the CPU's for the same stream, the rows'
+//   - the dropout kernels (ops/cuda/lora.h; widths of whole 8-column packs and not): the mask of every element equals the CPU's for the same stream, the rows'
 //     tokens (a context-parallel rank's chunks, a micro-batch past the step's first sequences) and a row-parallel
 //     rank's column offset; kept values scaled by 1 / (1 - p); the backward adds exactly the kept elements;
 //   - a frozen LinearCuda with adapters (model/lora_cuda.h) in BF16: the column-parallel fused qkv with canonical q, k,
@@ -76,12 +76,13 @@ double rel_l2(const std::vector<double>& want, const std::vector<double>& got) {
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-TEST(LoraCuda, DropoutDrawsTheCpuMask) {
-  SKIP_WITHOUT_GPU();
+// cols a multiple of 8 (the kernel of 8-column packs) or not (one element per thread)
+void check_dropout(std::int64_t cols) {
+  SCOPED_TRACE("cols " + std::to_string(cols));
   tb::ops::DeviceContext dc(0);
   // a cp rank 1 of 2: its rows are [2 sequences, chunks 1 and 2 of 4 of 64 tokens]; a row-parallel rank 1 of 2
   const int seq_full = 64, cp = 2, cp_rank = 1, batch = 2, seq = seq_full / cp;
-  const std::int64_t rows = batch * seq, cols = 40, col0 = cols, first_sequence = 6;
+  const std::int64_t rows = batch * seq, col0 = cols, first_sequence = 6;
   const float p = 0.3f;
   const auto x = random_bf16_values(std::size_t(rows * cols), 1), t = random_bf16_values(std::size_t(rows * cols), 2);
   const auto dx0 = random_bf16_values(std::size_t(rows * cols), 3);
@@ -112,6 +113,12 @@ TEST(LoraCuda, DropoutDrawsTheCpuMask) {
       EXPECT_NEAR(dx[e], dx0[e] + (keep ? t[e] / (1 - p) : 0.0), 2e-2 * (std::abs(dx0[e]) + std::abs(t[e])) + 1e-6);
     }
   EXPECT_NEAR(double(kept) / double(rows * cols), 1 - p, 0.05);
+}
+
+TEST(LoraCuda, DropoutDrawsTheCpuMask) {
+  SKIP_WITHOUT_GPU();
+  check_dropout(40);
+  check_dropout(13);
 }
 
 // A tiny model's layer-0 linear `which` (qkv or out) with its LoRA adapters, run alone against the CPU.
