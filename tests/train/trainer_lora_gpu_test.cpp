@@ -110,7 +110,11 @@ TEST(TrainerLora, PeakMemoryIsBelowFullTrainingAndSeedsRepeat) {
   spec.run.seed += 1;
   const TrainResult c = train_cuda(spec, nullptr);
   EXPECT_NE(c.steps.back().loss, a.steps.back().loss);
-  EXPECT_LT(model::trainable_param_count(a.model), model::param_count(a.model) / 50);
+  const model::ModelConfig& m = a.model;  // r·(in + out) for each of the seven projections of each layer
+  const std::int64_t q = std::int64_t(m.heads) * m.head_dim, kv = std::int64_t(m.kv_heads) * m.head_dim;
+  const std::int64_t per_layer = (m.d_model + q) + 2 * (m.d_model + kv) + (q + m.d_model) +
+                                 2 * (m.d_model + m.ffn) + (m.ffn + m.d_model);
+  EXPECT_EQ(model::trainable_param_count(m), std::int64_t(m.layers) * m.lora.rank * per_layer);
   EXPECT_NEAR(a.flops_per_step, f.flops_per_step * 2.0 / 3.0, 1e-6 * f.flops_per_step);
 }
 
