@@ -13,7 +13,7 @@
 #   llama70b: Llama 2 70B shapes (llama3.1-70b with vocab 32000 and RoPE θ 10000 unscaled), 2 layers, seq 2048,
 #             micro-batch 2, mistral's setting and peers
 #   fp8:      Llama 3.1 70B shapes, 2 layers, seq 4096, micro-batch 1, llama8b's LoRA: trainbench with an FP8 base
-#             (current and delayed scaling) against its own BF16 LoRA
+#             (current and delayed scaling; delayed with the LM head in FP8 too) against its own BF16 LoRA
 #   memory:   LoRA's peak memory against the full-training step at the same shape: trainbench at llama8b's and at
 #             llama70b's shape, torch_lora.py against torch_train.py (bf16 state) at llama8b's
 # Speed ratios are tokens/s (both sides' TFLOP/s count 2/3 of the `full` convention's training FLOPs, the DGXC
@@ -114,8 +114,10 @@ hf_ready() {  # whether hf_lora.py can import transformers and peft (after insta
         tb 70b-lora-bf16 "${S70[@]}" "${LORA8B[@]}"
         tb 70b-lora-fp8 "${S70[@]}" "${LORA8B[@]}" --precision fp8
         tb 70b-lora-fp8-delayed "${S70[@]}" "${LORA8B[@]}" --precision fp8 --fp8-recipe delayed
+        tb 70b-lora-fp8-head "${S70[@]}" "${LORA8B[@]}" --precision fp8 --fp8-recipe delayed --fp8-lm-head
         ratios 70b-lora-fp8 70b-lora-bf16
-        ratios 70b-lora-fp8-delayed 70b-lora-bf16 ;;
+        ratios 70b-lora-fp8-delayed 70b-lora-bf16
+        ratios 70b-lora-fp8-head 70b-lora-bf16 ;;
       memory)
         tb 8b-lora "${S8[@]}" "${LORA8B[@]}"
         tb 8b-full "${S8[@]}"
