@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "model/param_layout.h"
 #include "project/moe_comm.h"
 #include "project/overlap.h"
 
@@ -20,6 +21,18 @@ model::ModelConfig model_of(const recipe::Recipe& r, const recipe::Layout& l) {
   if (l.layers > 0) m.layers = l.layers;
   if (l.seq > 0) m.seq = l.seq;
   return m;
+}
+
+// LoRA: the adapters' parameters of one layer on one GPU (the base is frozen: it has no gradient to reduce and no
+// update to gather). A tensor-parallel rank holds its share of each split factor and the whole of a replicated one
+// (model/lora.h).
+double adapter_params_per_layer(const recipe::Recipe& r, const model::ModelConfig& m, int tp) {
+  model::ModelConfig c = m;
+  c.lora = r.lora;
+  double n = 0;
+  for (const model::Slot& s : model::dense_layout(c).slots)
+    if (s.has_grad()) n += double(s.size) / (s.tags.tp == model::TpRole::replicated ? 1 : tp);
+  return n / c.layers;
 }
 
 const recipe::SystemRef* system_for_gpu(const std::vector<recipe::SystemRef>& systems, const std::string& gpu) {
@@ -289,13 +302,16 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
   }
 
   // Data parallel: gradient reduce-scatter, parameter all-gather of the dense parameters over dp·cp ranks (tp apart)
-  // and of the routed experts over the expert data-parallel group (edp ranks ep·etp apart), each in its own buckets.
+  // and of the routed experts over the expert data-parallel group (edp ranks ep·etp apart), each in its own buckets;
+  // LoRA: of its adapters only.
   const LayerParams lp = layer_params(m, tp, ep, etp);
   const double emb = embedding_params(m, tp);
   const int edp = std::max(1, dp * tp * cp / (ep * etp));
-  const double dense_params = pp == 1 ? l.layers * lp.dense + (m.tied_embeddings ? 1 : 2) * emb
-                                      : std::max({p.stages.first * lp.dense + emb, p.stages.middle * lp.dense,
-                                                  p.stages.last * lp.dense + emb});
+  const bool lora = r.lora.enabled();  // the adapters alone, in BF16
+  const double dense_params =
+      lora      ? adapter_params_per_layer(r, m, tp) * (pp == 1 ? l.layers : p.stages.most())
+      : pp == 1 ? l.layers * lp.dense + (m.tied_embeddings ? 1 : 2) * emb
+                : std::max({p.stages.first * lp.dense + emb, p.stages.middle * lp.dense, p.stages.last * lp.dense + emb});
   const double expert_params = (pp == 1 ? l.layers : p.stages.most()) * lp.expert;
   struct Reduction {
     double rs = 0, ag = 0, rs_bucket = 0, ag_bucket = 0;  // all buckets; one bucket
@@ -306,7 +322,7 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
     const int local = std::gcd(n, std::max(1, stride >= net.domain_gpus ? 1 : std::min(n, net.domain_gpus / stride)));
     const double buckets = std::ceil(params / std::max(40e6, 1e6 * n));
     x.rs_bucket = group_time_s(Coll::reduce_scatter, (own ? 4 : 2) * params / buckets, n, local, net);
-    x.ag_bucket = group_time_s(Coll::all_gather, (fp8 && !own ? 1 : 2) * params / buckets, n, local, net);
+    x.ag_bucket = group_time_s(Coll::all_gather, (fp8 && !own && !lora ? 1 : 2) * params / buckets, n, local, net);
     x.rs = buckets * x.rs_bucket, x.ag = buckets * x.ag_bucket;
     return x;
   };

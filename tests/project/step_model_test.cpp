@@ -110,6 +110,24 @@ TEST(StepModel, AssemblesTheStepFromItsTerms) {
   }
 }
 
+// MLPerf's Llama 2 70B LoRA at 8 H200 (tp 1, cp 2, dp 4): the base is frozen, so data parallel reduces and gathers
+// the adapters alone (r 16 on qkv and o: 16·(8192 + 10240) + 16·(8192 + 8192) per layer, all whole at tp 1), in BF16.
+TEST(StepModel, LoraReducesItsAdaptersOnly) {
+  const auto& r = tb::recipe::find_recipe(recipes(), "mlperf-llama2-70b-lora");
+  tb::recipe::LayoutQuery q(8, "fp8", "", "H200");
+  const auto l = tb::recipe::layout_for(r, q);
+  ASSERT_EQ(l.tp, 1);
+  ASSERT_EQ(l.cp, 2);
+  const Context ctx = context({measured("mlperf-llama2-70b-lora", 1, 2, 1, 8192, 0.03, 0.02, "fp8")}, 0.0);
+  const Projection p = project(r, l, "fp8", ctx, tb::recipe::Convention::full);
+  const double adapters = 80.0 * 16 * ((8192 + 10240) + (8192 + 8192));
+  const double buckets = std::ceil(adapters / 40e6);
+  EXPECT_NEAR(p.dp_reduce_scatter_s, buckets * group_time_s(Coll::reduce_scatter, 2 * adapters / buckets, 8, 8, ctx.net),
+              1e-12);
+  EXPECT_NEAR(p.dp_all_gather_s, buckets * group_time_s(Coll::all_gather, 2 * adapters / buckets, 8, 8, ctx.net), 1e-12);
+  EXPECT_LT(p.dp_reduce_scatter_s, 0.01 * p.compute_s);
+}
+
 // Grok-1 at 512 GPUs in 25.05's layout (tp 4, pp 8, cp 2, ep 8, etp 1; dp 8) from a measurement of that shard.
 TEST(StepModel, MixtureOfExpertsExchangesAndExpertDataParallel) {
   const auto& r = tb::recipe::find_recipe(recipes(), "grok1-314b");
