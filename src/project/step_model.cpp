@@ -311,7 +311,8 @@ Projection project(const recipe::Recipe& r, const recipe::Layout& layout, std::s
   const double dense_params =
       lora      ? adapter_params_per_layer(r, m, tp) * (pp == 1 ? l.layers : p.stages.most())
       : pp == 1 ? l.layers * lp.dense + (m.tied_embeddings ? 1 : 2) * emb
-                : std::max({p.stages.first * lp.dense + emb, p.stages.middle * lp.dense, p.stages.last * lp.dense + emb});
+                : std::max({p.stages.first * lp.dense + emb, p.stages.middle * lp.dense,
+                            p.stages.last * lp.dense + emb});
   const double expert_params = (pp == 1 ? l.layers : p.stages.most()) * lp.expert;
   struct Reduction {
     double rs = 0, ag = 0, rs_bucket = 0, ag_bucket = 0;  // all buckets; one bucket

@@ -69,7 +69,8 @@ __global__ void dropout_any_kernel(bf16* __restrict__ out, const bf16* __restric
   for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < rows * cols;
        e += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t t = e / cols, j = e % cols;
-    const float f = __bfloat162float(in[e]) * m.factor_at(m.base + (m.row_index(t) + std::uint64_t(j)) * kUniformStride);
+    const std::uint64_t counter = m.base + (m.row_index(t) + std::uint64_t(j)) * kUniformStride;
+    const float f = __bfloat162float(in[e]) * m.factor_at(counter);
     out[e] = __float2bfloat16_rn(kAccumulate ? __bfloat162float(out[e]) + f : f);
   }
 }
@@ -79,16 +80,19 @@ unsigned grid(std::int64_t work) { return unsigned(std::clamp<std::int64_t>((wor
 template <bool kAccumulate>
 void launch(bf16* out, const bf16* in, std::int64_t rows, std::int64_t cols, const LoraMask& m, cudaStream_t st,
             const char* what) {
-  TB_REQUIRE(m.p > 0 && m.p < 1 && m.step && m.rows.seq >= 1 && m.rows.cols_full >= m.rows.col0 + cols && rows < (std::int64_t(1) << 31),
+  TB_REQUIRE(m.p > 0 && m.p < 1 && m.step && m.rows.seq >= 1 && m.rows.cols_full >= m.rows.col0 + cols &&
+                 rows < (std::int64_t(1) << 31),
              std::string(what) + ": needs 0 < p < 1, a device step, and the rows' map (ops/cuda/lora.h)");
   TB_REQUIRE(reinterpret_cast<std::uintptr_t>(out) % 16 == 0 && reinterpret_cast<std::uintptr_t>(in) % 16 == 0,
              std::string(what) + ": tensors must be 16-byte aligned");
   if (rows * cols == 0) return;
   if (cols % kVec == 0) {
-    const unsigned gx = grid(cols / kVec), gy = unsigned(std::clamp<std::int64_t>(16384 / gx, 1, std::min<std::int64_t>(rows, 65535)));
+    const unsigned gx = grid(cols / kVec);
+    const auto gy = unsigned(std::clamp<std::int64_t>(16384 / gx, 1, std::min<std::int64_t>(rows, 65535)));
     dropout_kernel<kAccumulate><<<dim3(gx, gy), 256, 0, st>>>(out, in, rows, cols, m.seed, m.step, m.p, m.rows);
   } else {
-    dropout_any_kernel<kAccumulate><<<grid(rows * cols), 256, 0, st>>>(out, in, rows, cols, m.seed, m.step, m.p, m.rows);
+    dropout_any_kernel<kAccumulate><<<grid(rows * cols), 256, 0, st>>>(out, in, rows, cols, m.seed, m.step, m.p,
+                                                                        m.rows);
   }
   TB_CHECK_LAUNCH();
 }
