@@ -7,7 +7,8 @@
 // and --points. A mixture of experts' proxy is one rank of the layout's expert grid (recipe/moe_proxy.h): its experts
 // / ep experts of width expert_ffn / etp on a tp·cp/etp share of the rows, points in whole periods of the layer
 // pattern, the experts' optimizer state over the expert data-parallel group; bad expert layouts are refused. A LoRA
-// recipe's plan carries its adapters (the shard's on a proxy).
+// recipe's plan carries its adapters (the shard's on a proxy). A GPU model picks the layout a recipe lists for it;
+// --set tp=1 turns sequence parallel off.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -419,7 +420,6 @@ TEST(Plan, MoeOptimizerShardsTheExpertsOverEdp) {
   const double L = 64, experts = p.expert_share * O1 * L;
   EXPECT_NEAR(x.optimizer_s, (O0 + O1 * L - experts) / (8 * 8 * 2) + experts / (8 * 8), 1e-12);
 }
-}  // namespace
 
 // MLPerf's Llama 2 70B LoRA at 8 GPUs: NVIDIA's H100 layout (tp 4, sequence parallel) unless the H200 one is asked for
 // (tp 1 cp 2); --set tp=1 on the H100 layout turns sequence parallel off instead of refusing it.
@@ -442,3 +442,5 @@ TEST(Plan, GpuModelPicksItsLayoutAndTp1DropsSequenceParallel) {
   EXPECT_FALSE(set.layout.sequence_parallel);
   EXPECT_EQ(set.shard.heads, h200.shard.heads);
 }
+
+}  // namespace
