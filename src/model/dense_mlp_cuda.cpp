@@ -39,7 +39,7 @@ void DenseMlpCuda::plan(ArenaPlan& a, const PlanPass& pass, int sets, std::int64
     // fc2's z is always kept (rows x r per adapter): a recompute stops before fc2's forward, which writes it
     if (!lin[k]->lora().empty())
       plan_field_at(a, pass, all, [k](Saved& s) -> bf16*& { return s.lin[k].lora_z; },
-                    lin[k]->lora().saved_bytes(rows), p.keeps_state() || k == 1);
+                    lin[k]->lora().saved_bytes(rows), p.keeps_state() || lin[k] == &fc2_);
   }
 }
 
