@@ -1,8 +1,8 @@
 // Tests LoRA on one GPU against the CPU reference (ops/cpu/lora.h, ops/cpu/linear.h in double) on random inputs:
 //   - the dropout kernels (ops/cuda/lora.h): the mask of every element equals the CPU's for the same stream, the rows'
 //     tokens (a context-parallel rank's chunks, a micro-batch past the step's first sequences) and a row-parallel
-//     rank's column offset (widths of whole 8-column packs: the packed kernel; others: one element per thread);
-//     kept values scaled by 1 / (1 - p); the backward adds exactly the kept elements;
+//     rank's column offset (an even one with whole 8-column packs: the packed kernel; odd: one element per thread);
+//     kept values scaled by dropout_keep_scale(p) ≈ 1 / (1 - p); the backward adds exactly the kept elements;
 //   - a frozen LinearCuda with adapters (model/lora_cuda.h) in BF16: the column-parallel fused qkv with canonical q, k,
 //     v adapters (blocks of its output, written through a leading dimension) and the row-parallel out with one, dropout
 //     off and on: y = x W^T + s Σ dropout(x) A^T B^T, and dx, dA, dB of a random dy within bf16 tolerances (relative

@@ -1,9 +1,10 @@
 // ops/cuda/lora.h: the dropout of LoRA's adapters (model/lora.h; model/lora_cuda.h runs the GEMMs), on bf16
 // [rows, cols] tensors with dense rows, fp32 arithmetic:
-//   lora_dropout       xd[t, j] = x[t, j] · keep(t, j) / (1 - p)
-//   lora_dropout_add   dx[t, j] += t_[t, j] · keep(t, j) / (1 - p)          (the dropout's backward, accumulated)
-//   keep(t, j) = uniform_value(step_stream(seed, *step), token(t) · cols_full + col0 + j) >= p  (core/counter_rng.h:
-//   the CPU reference's mask, ops/cpu/lora.h), where row t of a micro-batch's `seq` local rows per sequence is
+//   lora_dropout       xd[t, j] = x[t, j] · keep(t, j) · s
+//   lora_dropout_add   dx[t, j] += t_[t, j] · keep(t, j) · s                (the dropout's backward, accumulated)
+//   keep(t, j) = dropout_bits(dropout_row_key(step_stream(seed, *step), token(t)), col0 + j) >= dropout_threshold(p),
+//   s = dropout_keep_scale(p) (core/counter_rng.h: the CPU reference's mask, ops/cpu/lora.h), where row t of a
+//   micro-batch's `seq` local rows per sequence is
 //   token(t) = (first_sequence + t / seq) · seq_full + position(t % seq): with context parallel (cp > 1) rank r holds
 //   chunks r and 2 cp - 1 - r of seq_full / (2 cp) tokens each, so position(i) = r c + i (i < c) or
 //   (2 cp - 1 - r) c + i - c; else position(i) = i. step: a device int64 (the optimizer step: a captured graph reads
