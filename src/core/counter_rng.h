@@ -56,14 +56,14 @@ TB_HOST_DEVICE inline std::uint32_t hash32(std::uint32_t x) {
 
 // Dropout's draws (LoRA's adapters, model/lora.h), 16 bits per element of a [rows, cols] whole:
 //   key(row)     = splitmix64(splitmix64(stream) + row · kUniformStride)                      one per row
-//   bits(row, c) = half (c & 1) of hash32(hash32(lo(key) + (c >> 1) · 0x9E3779B9) ^ hi(key))  a hash per column pair
+//   bits(row, c) = half (c & 1) of hash32((lo(key) + (c >> 1) · 0x9E3779B9) ^ hi(key))  a hash per column pair
 //   keep         = bits >= dropout_threshold(p) = min(round(p · 65536), 65535);  scale 1 / (1 - threshold / 65536)
 // (the effective rate threshold / 65536 is within 2^-17 of p, and the scale makes the kept sum unbiased for it).
 TB_HOST_DEVICE inline std::uint64_t dropout_row_key(std::uint64_t stream, std::uint64_t row) {
   return splitmix64(splitmix64(stream) + row * kUniformStride);
 }
 TB_HOST_DEVICE inline std::uint32_t dropout_pair_bits(std::uint64_t key, std::uint32_t pair) {
-  return hash32(hash32(std::uint32_t(key) + pair * 0x9E3779B9u) ^ std::uint32_t(key >> 32));
+  return hash32((std::uint32_t(key) + pair * 0x9E3779B9u) ^ std::uint32_t(key >> 32));
 }
 TB_HOST_DEVICE inline std::uint32_t dropout_bits(std::uint64_t key, std::uint64_t c) {
   return (dropout_pair_bits(key, std::uint32_t(c >> 1)) >> (16 * (c & 1))) & 0xFFFFu;

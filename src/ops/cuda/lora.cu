@@ -16,17 +16,9 @@ struct Mask {
   std::uint32_t threshold;
   float keep_scale;
   LoraRows r;
-  // The dropout key of row t (core/counter_rng.h's dropout_row_key of its token; 32-bit division: a micro-batch has
-  // fewer than 2^31 rows).
+  // The dropout key of row t (core/counter_rng.h's dropout_row_key of its token).
   __device__ std::uint64_t row_key(std::int64_t t) const {
-    const auto seq = std::uint32_t(r.seq), tt = std::uint32_t(t);
-    const std::uint32_t b = tt / seq, i = tt - b * seq;
-    std::int64_t pos = i;
-    if (r.cp > 1) {
-      const std::int64_t c = r.seq_full / (2 * r.cp);
-      pos = i < c ? r.cp_rank * c + i : (2 * r.cp - 1 - r.cp_rank) * c + (i - c);
-    }
-    return splitmix64(base + std::uint64_t((r.first_sequence + b) * r.seq_full + pos) * kUniformStride);
+    return splitmix64(base + std::uint64_t(lora_token(r, t)) * kUniformStride);
   }
   __device__ float factor(std::uint32_t bits) const { return bits >= threshold ? keep_scale : 0.f; }
 };
