@@ -2,6 +2,8 @@
 // adapter's row block of the linear's output (leading dimension `out`), the dropout drawn again in the backward.
 #include "model/lora_cuda.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "model/decoder_cuda.h"
 #include "model/linear_cuda.h"
@@ -37,8 +39,9 @@ LoraCuda::LoraCuda(const ParamRegistry& registry, const Slot& w, const std::vect
                "CUDA decoder: internal: the adapter " + a.name + " does not fit its linear " + w.name);
     adapters_.push_back({&a, &b, ad.row0, ad.rows, slot_seed(cfg.seed, a.name)});
   }
-  // a row-parallel rank's columns start at a multiple of in_ (even when in_ is)
-  fused_ = p_ > 0 && adapters_.size() <= std::size_t(ops::LoraGroup::kMax) && ops::lora_fusable(rank_, in_, 0);
+  // a row-parallel rank's columns start at a multiple of in_ (even when in_ is); A 8-byte aligned in the parameters
+  fused_ = p_ > 0 && adapters_.size() <= std::size_t(ops::LoraGroup::kMax) && ops::lora_fusable(rank_, in_, 0) &&
+           std::ranges::all_of(adapters_, [](const One& k) { return k.a->offset % 4 == 0; });
 }
 
 std::size_t LoraCuda::workspace_bytes(std::int64_t rows) const {
