@@ -1,6 +1,6 @@
 // Tests the CUDA decoder with LoRA (model/decoder_cuda.h, model/lora_cuda.h) against the CPU decoder in double on the
 // same parameters (moved off their init so B is not zero, then rounded to bf16): one forward_backward of a random
-// batch, the loss within 1e-2 relative and every adapter's gradient within 5e-2 relative L2 (FP8 base: 3e-2 and 0.25),
+// batch, the loss within 1e-2 relative and every adapter's gradient within 5e-2 relative L2 (FP8 base: 3e-2 and 0.3),
 // the gradient buffer the adapters' only. Configs: `small`-like llama (2 layers, d 256, head_dim 64, GQA 4/2) and a
 // gpt-like one (GELU, tied embeddings), rank 8:
 //   - each target set (fused, canonical, mlperf, an explicit list) with dropout 0 and 0.1, at optimizer step 3 (the
