@@ -4,6 +4,7 @@
 //   normal_value(seed, i)  = sqrt(-2 ln(1 - u_2i)) cos(2 pi u_2i+1)   (Box-Muller on the uniforms of 2i and 2i+1)
 //   step_stream(seed, step) = splitmix64(seed ^ splitmix64(step))     a fresh stream per step of a seeded process
 //                                                                     (LoRA's dropout masks, model/lora.h)
+//   dropout_bits(dropout_row_key(stream, row), c)                     16 bits per element for dropout (below)
 // Element i depends only on (seed, i): a stream can be drawn in any order, in pieces, on any device, and the model's
 // initial weights (model/params.h) are the same on the CPU and the GPU (within the last bit of the fp32 log / cos).
 #pragma once
@@ -43,6 +44,35 @@ TB_HOST_DEVICE inline float normal_value(std::uint64_t seed, std::uint64_t i) {
   const float u2 = uniform_value(seed, 2 * i + 1);
   return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795865f * u2);
 }
+
+// Wellons' lowbias32: a 32-bit integer hash (two 32-bit multiplies; cheap where 64-bit multiplies are not).
+TB_HOST_DEVICE inline std::uint32_t hash32(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  return x ^ (x >> 16);
+}
+
+// Dropout's draws (LoRA's adapters, model/lora.h), 16 bits per element of a [rows, cols] whole:
+//   key(row)     = splitmix64(splitmix64(stream) + row · kUniformStride)                      one per row
+//   bits(row, c) = half (c & 1) of hash32((lo(key) + (c >> 1) · 0x9E3779B9) ^ hi(key))  a hash per column pair
+//   keep         = bits >= dropout_threshold(p) = min(round(p · 65536), 65535);  scale 1 / (1 - threshold / 65536)
+// (the effective rate threshold / 65536 is within 2^-17 of p, and the scale makes the kept sum unbiased for it).
+TB_HOST_DEVICE inline std::uint64_t dropout_row_key(std::uint64_t stream, std::uint64_t row) {
+  return splitmix64(splitmix64(stream) + row * kUniformStride);
+}
+TB_HOST_DEVICE inline std::uint32_t dropout_pair_bits(std::uint64_t key, std::uint32_t pair) {
+  return hash32((std::uint32_t(key) + pair * 0x9E3779B9u) ^ std::uint32_t(key >> 32));
+}
+TB_HOST_DEVICE inline std::uint32_t dropout_bits(std::uint64_t key, std::uint64_t c) {
+  return (dropout_pair_bits(key, std::uint32_t(c >> 1)) >> (16 * (c & 1))) & 0xFFFFu;
+}
+TB_HOST_DEVICE inline std::uint32_t dropout_threshold(double p) {
+  const double t = p * 65536.0 + 0.5;
+  return t >= 65535.0 ? 65535u : std::uint32_t(t);
+}
+TB_HOST_DEVICE inline double dropout_keep_scale(double p) { return 65536.0 / (65536.0 - dropout_threshold(p)); }
 
 // The stream of step `step` of the process seeded `seed`.
 TB_HOST_DEVICE inline std::uint64_t step_stream(std::uint64_t seed, std::uint64_t step) {

@@ -142,19 +142,20 @@ CudaDecoder::ArenaSize CudaDecoder::carve(const ModelConfig& c, const ArenaParts
     auto* at = static_cast<std::uint8_t*>(s.ce);
     s.xq = at, s.dyq = at + pad256(in_bytes), s.dyqt = s.dyq + pad256(out_bytes);
   }
-  // LoRA (model/lora_cuda.h): one linear's scratch at a time, xd and t [n, in] (with dropout), dz [adapters][n, r]
-  std::size_t lora_in = 0, lora_dz = 0;
+  // LoRA (model/lora_cuda.h): one linear's scratch at a time: its workspace, t [n, in], dz [adapters][n, r]
+  std::size_t lora_ws = 0, lora_t = 0, lora_dz = 0;
   auto lora_scratch = [&](const LinearCuda& lin) {
     const LoraCuda& l = lin.lora();
     if (l.empty()) return;
-    if (l.dropout()) lora_in = std::max(lora_in, std::size_t(lin.in()));
+    lora_ws = std::max(lora_ws, l.workspace_bytes(std::int64_t(n)));
+    if (l.dropout() && !l.fused()) lora_t = std::max(lora_t, n * std::size_t(lin.in()));
     lora_dz = std::max(lora_dz, l.count() * l.z_stride(std::int64_t(n)));
   };
   for (std::size_t l = 0; l < layers_n; ++l) {
     if (linears[l]) lora_scratch(linears[l]->qkv), lora_scratch(linears[l]->out);
     for (const LinearCuda* lin : mlps[l]->linears()) lora_scratch(*lin);
   }
-  s.lora_xd = a.take<bf16>(n * lora_in), s.lora_t = a.take<bf16>(n * lora_in), s.lora_dz = a.take<bf16>(lora_dz);
+  s.lora_ws = a.take_bytes(lora_ws), s.lora_t = a.take<bf16>(lora_t), s.lora_dz = a.take<bf16>(lora_dz);
   s.norm_ws_bytes = ops::norm_backward_workspace_bytes(std::int64_t(nl), c.d_model);
   if (c.is_mla())  // its latent norms (at tp 1: on the nl = n rows)
     for (int dim : {c.mla.q_lora_rank, c.mla.kv_lora_rank})

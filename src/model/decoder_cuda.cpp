@@ -122,7 +122,7 @@ CudaDecoder::CudaDecoder(ops::DeviceContext& dc, const ModelConfig& cfg, Recompu
 LinearEnv CudaDecoder::env() const {
   LinearEnv e{dc_,   fp8_,   tp_,     params_.as<bf16>(), grads_ptr_, grad_type_, overwrite_linear_grads_,
               s_.xq, s_.dyq, s_.dyqt, s_.part,            s_.dyl,     on_op};
-  e.lora_xd = s_.lora_xd, e.lora_t = s_.lora_t, e.lora_dz = s_.lora_dz;
+  e.lora_ws = s_.lora_ws, e.lora_t = s_.lora_t, e.lora_dz = s_.lora_dz;
   e.step = step_ ? step_ : own_step_.as<std::int64_t>();
   e.rows = {running_first_sequence_, seq_, seq_ * cp_.size, cp_.size, cp_.rank, 0, 0};
   return e;

@@ -381,7 +381,8 @@ class CudaDecoder {
     std::uint8_t *xq, *dyq, *dyqt;  // FP8 scratch: a linear's input, its output gradient and that transposed (in
                                     // the bytes at ce: the LM head never runs while a linear holds them)
     std::uint8_t *dout8, *dqkv8;    // FP8 attention's backward: dO [n, H hd] and dq|dk|dv [n, (H + 2G) hd]
-    bf16 *lora_xd, *lora_t, *lora_dz;  // LoRA (LinearEnv): dropped input and dx part [n, in]; dz [adapters][n, r]
+    void* lora_ws;                // LoRA (LinearEnv): the adapters' workspace (LoraCuda::workspace_bytes),
+    bf16 *lora_t, *lora_dz;       // an unfused input gradient's part [n, in], dz [adapters][n, r]
     std::size_t ce_bytes, norm_ws_bytes, embed_ws_bytes;
   };
   // What an arena holds: `layers` layers' activations in `slots` sets; the embedding's and the head's scratch.

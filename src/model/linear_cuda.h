@@ -62,9 +62,11 @@ struct LinearEnv {
   std::uint8_t *xq, *dyq, *dyqt;   // FP8 scratch: an input, an output gradient and that transposed
   bf16 *part, *dyl;                // tp: a row-parallel GEMM's partial output [n, out]; a received block
   const std::function<void(std::string_view)>& mark;
-  // LoRA (model/lora_cuda.h): scratch xd, t [n, in] and dz [adapters][n, r]; the dropout's step (device) and the
-  // micro-batch's rows in the step's batch (ops/cuda/lora.h; the columns are the linear's to set).
-  bf16 *lora_xd = nullptr, *lora_t = nullptr, *lora_dz = nullptr;
+  // LoRA (model/lora_cuda.h): scratch ws (LoraCuda::workspace_bytes), t [n, in] and dz [adapters][n, r]; the
+  // dropout's step (device) and the micro-batch's rows in the step's batch (ops/cuda/lora.h; the columns are the
+  // linear's to set).
+  void* lora_ws = nullptr;
+  bf16 *lora_t = nullptr, *lora_dz = nullptr;
   const std::int64_t* step = nullptr;
   ops::LoraRows rows{};
   void* grad(const Slot& w) const { return static_cast<std::byte*>(grads) + w.grad_offset * dtype_size(grad_type); }

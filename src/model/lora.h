@@ -2,10 +2,11 @@
 // chosen in the model config before anything is allocated. A linear y = x W^T (x [rows, in], W [out, in]) with an
 // adapter on its output rows [row0, row0 + rows_b) of W computes
 //   y[:, row0 : row0 + rows_b] += (alpha / r) · dropout(x) A^T B^T            A [r, in], B [rows_b, r]
-//   dropout(x)[t, j] = x[t, j] · keep / (1 - p),  keep = uniform_value(step_stream(slot_seed(seed, A's name), step),
-//                      (token · in + j)) >= p       (core/counter_rng.h; token: the row's index in the step's global
-//                      batch, sequence · seq + position; j: the full input column) — the same mask on every backend
-//                      and parallel layout, drawn again in the backward instead of being stored
+//   dropout(x)[t, j] = x[t, j] · keep · s,  keep = dropout_bits(dropout_row_key(stream, token), j) >=
+//                      dropout_threshold(p), stream = step_stream(slot_seed(seed, A's name), step), s ≈ 1 / (1 - p)
+//                      (core/counter_rng.h: 16 bits an element, a 32-bit hash per pair of columns; token: the row's
+//                      index in the step's global batch, sequence · seq + position; j: the full input column) — the
+//                      same mask on every backend and parallel layout, drawn again in the backward instead of stored
 // Init (PEFT's default): A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform with a = sqrt(5) of an [r, in] weight), B = 0.
 // With LoRA the base (every parameter that is not an adapter) is frozen: no gradient, master weights or moments.
 // Targets, by name (a linear has one adapter per named block; its blocks' adapters are separate, each with its A, B

@@ -2,6 +2,8 @@
 // adapter's row block of the linear's output (leading dimension `out`), the dropout drawn again in the backward.
 #include "model/lora_cuda.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "model/decoder_cuda.h"
 #include "model/linear_cuda.h"
@@ -37,6 +39,24 @@ LoraCuda::LoraCuda(const ParamRegistry& registry, const Slot& w, const std::vect
                "CUDA decoder: internal: the adapter " + a.name + " does not fit its linear " + w.name);
     adapters_.push_back({&a, &b, ad.row0, ad.rows, slot_seed(cfg.seed, a.name)});
   }
+  // a row-parallel rank's columns start at a multiple of in_ (even when in_ is); A 8-byte aligned in the parameters
+  fused_ = p_ > 0 && adapters_.size() <= std::size_t(ops::LoraGroup::kMax) && ops::lora_fusable(rank_, in_, 0) &&
+           std::ranges::all_of(adapters_, [](const One& k) { return k.a->offset % 4 == 0; });
+}
+
+std::size_t LoraCuda::workspace_bytes(std::int64_t rows) const {
+  if (fused_) return ops::lora_grad_a_workspace_bytes(rows, in_, int(count()), rank_);
+  return p_ > 0 ? std::size_t(rows * in_) * sizeof(bf16) : 0;
+}
+
+ops::LoraGroup LoraCuda::group(const LinearEnv& e, bf16* z, std::int64_t rows) const {
+  ops::LoraGroup g;
+  g.count = int(count()), g.r = rank_;
+  for (std::size_t i = 0; i < adapters_.size(); ++i) {
+    const One& k = adapters_[i];
+    g.a[i] = e.params + k.a->offset, g.seed[i] = k.seed, g.z[i] = z + i * z_stride(rows), g.grad[i] = e.grad(*k.a);
+  }
+  return g;
 }
 
 std::size_t LoraCuda::z_stride(std::int64_t rows) const {
@@ -52,17 +72,24 @@ ops::LoraMask LoraCuda::mask(const LinearEnv& e, const One& k) const {
 
 const LoraCuda::bf16* LoraCuda::dropped(const LinearEnv& e, const One& k, const bf16* x, std::int64_t rows) const {
   if (p_ == 0) return x;
-  ops::lora_dropout(e.lora_xd, x, rows, in_, mask(e, k), e.dc.stream());
+  auto* xd = static_cast<bf16*>(e.lora_ws);
+  ops::lora_dropout(xd, x, rows, in_, mask(e, k), e.dc.stream());
   mark(e, "lora dropout");
-  return e.lora_xd;
+  return xd;
 }
 
 void LoraCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t rows) const {
   const std::size_t stride = z_stride(rows);
+  if (fused_) {
+    ops::lora_down(group(e, s.lora_z, rows), x, rows, in_, mask(e, adapters_[0]), e.dc.stream());
+    mark(e, "lora down fused");
+  }
   for (std::size_t i = 0; i < adapters_.size(); ++i) {
     const One& k = adapters_[i];
     bf16* z = s.lora_z + i * stride;
-    e.dc.gemm(shape(rows, rank_, in_, ops::GemmLayout::abt, false), z, dropped(e, k, x, rows), e.params + k.a->offset);
+    if (!fused_)
+      e.dc.gemm(shape(rows, rank_, in_, ops::GemmLayout::abt, false), z, dropped(e, k, x, rows),
+                e.params + k.a->offset);
     e.dc.gemm(shape(rows, k.rows, rank_, ops::GemmLayout::abt, true, 0, out_), y + k.row0, z, e.params + k.b->offset,
               {}, scale_);
     mark(e, "lora gemm fwd");
@@ -80,6 +107,11 @@ void LoraCuda::dz(const LinearEnv& e, const bf16* dy, std::int64_t rows) const {
 }
 
 void LoraCuda::add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows) const {
+  if (fused_) {
+    ops::lora_input_grad(dx, group(e, e.lora_dz, rows), rows, in_, mask(e, adapters_[0]), scale_, e.dc.stream());
+    mark(e, "lora dgrad fused");
+    return;
+  }
   const std::size_t stride = z_stride(rows);
   for (std::size_t i = 0; i < adapters_.size(); ++i) {
     const One& k = adapters_[i];
@@ -106,10 +138,16 @@ void LoraCuda::weight_grads(const LinearEnv& e, const bf16* dy, const bf16* x, c
     const One& k = adapters_[i];
     e.dc.gemm(shape(k.rows, rank_, rows, ops::GemmLayout::atb, !e.overwrite, out_, 0, e.grad_type), e.grad(*k.b),
               dy + k.row0, s.lora_z + i * stride, {}, scale_);
-    e.dc.gemm(shape(rank_, in_, rows, ops::GemmLayout::atb, !e.overwrite, 0, 0, e.grad_type), e.grad(*k.a),
-              e.lora_dz + i * stride, dropped(e, k, x, rows), {}, scale_);
+    if (!fused_)
+      e.dc.gemm(shape(rank_, in_, rows, ops::GemmLayout::atb, !e.overwrite, 0, 0, e.grad_type), e.grad(*k.a),
+                e.lora_dz + i * stride, dropped(e, k, x, rows), {}, scale_);
   }
   mark(e, "lora gemm wgrad");
+  if (fused_) {
+    ops::lora_grad_a(group(e, e.lora_dz, rows), x, rows, in_, mask(e, adapters_[0]), scale_, e.grad_type,
+                     e.overwrite, e.lora_ws, e.dc.stream());
+    mark(e, "lora grad a fused");
+  }
 }
 
 }  // namespace tb::model

@@ -4,14 +4,17 @@
 //             y[:, block] += s · z_k B_k^T                      (one GEMM: alpha s, accumulating, rows `out` apart)
 //   backward  dz_k = dy[:, block] B_k [n, r]
 //             dB_k (+)= s · dy[:, block]^T z_k;   dA_k (+)= s · dz_k^T xd   (xd drawn again from x: not stored)
-//             dx += s · dropout'(dz_k A_k)        (p = 0: one accumulating GEMM into dx; else into a scratch t, then
-//                                                  ops::lora_dropout_add)
+//             dx += s · dropout'(dz_k A_k)
+// With dropout, the down-projections z_k, dA_k and the input gradient are ops/cuda/lora.h's fused products where they
+// take the shape (fused(): xd never written, one pass over x or dx for all the linear's adapters); else xd is written
+// into the workspace (ops::lora_dropout) for cuBLASLt GEMMs and dx gets s · dz_k A_k through a scratch t
+// (ops::lora_dropout_add). Without dropout the GEMMs read x, and dx += s · dz_k A_k is one accumulating GEMM.
 // x, dx, y, dy as the linear sees them: a column-parallel linear's x is the gathered input and y this rank's output
 // columns (dz_k and so A's gradient are partial sums over tp, summed as a replicated slot's); a row-parallel one's x
 // its input columns (the mask's col0) and y the partial sums before the reduce-scatter (B's gradient partial over
 // tp). The weight gradients are written instead of accumulated when LinearEnv::overwrite (a step's first pass).
 // Per activation set the linear keeps z_k of every adapter (LinearSaved::lora_z, lora_z_stride elements apart); the
-// decoder lends the scratch xd, t [n, in] and dz [n, r] (LinearEnv).
+// decoder lends the workspace (workspace_bytes), t [n, in] (unfused dropout) and dz [adapters][n, r] (LinearEnv).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -41,6 +44,9 @@ class LoraCuda {
   std::size_t count() const { return adapters_.size(); }
   int rank() const { return rank_; }
   bool dropout() const { return p_ > 0; }
+  bool fused() const { return fused_; }  // dropout through the fused products (above)
+  // The workspace LinearEnv::lora_ws must hold for `rows` rows: the fused dA's partial sums, or xd [rows, in].
+  std::size_t workspace_bytes(std::int64_t rows) const;
   // Elements between two adapters' z in LinearSaved::lora_z (each a 256-byte aligned piece of rows x r), and its bytes.
   std::size_t z_stride(std::int64_t rows) const;
   std::size_t saved_bytes(std::int64_t rows) const { return count() * z_stride(rows) * sizeof(bf16); }
@@ -72,14 +78,16 @@ class LoraCuda {
   void add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows) const;
   // Adapter k's dropout mask on this rank's rows and input columns (a row-parallel rank's start at tp rank · in).
   ops::LoraMask mask(const LinearEnv& e, const One& k) const;
-  // xd of adapter k into the scratch (p > 0), or x itself.
+  // xd of adapter k into the workspace (p > 0), or x itself.
   const bf16* dropped(const LinearEnv& e, const One& k, const bf16* x, std::int64_t rows) const;
+  // The fused products' view of the adapters, with z_k (or dz_k) at z + k · z_stride(rows).
+  ops::LoraGroup group(const LinearEnv& e, bf16* z, std::int64_t rows) const;
 
   std::vector<One> adapters_;
   int rank_ = 0;
   float p_ = 0, scale_ = 1;
   std::int64_t in_ = 0, out_ = 0;
-  bool row_parallel_ = false;
+  bool row_parallel_ = false, fused_ = false;
 };
 
 }  // namespace tb::model

@@ -1,6 +1,6 @@
 // Tests the CUDA decoder with LoRA (model/decoder_cuda.h, model/lora_cuda.h) against the CPU decoder in double on the
 // same parameters (moved off their init so B is not zero, then rounded to bf16): one forward_backward of a random
-// batch, the loss within 1e-2 relative and every adapter's gradient within 5e-2 relative L2 (FP8 base: 3e-2 and 0.25),
+// batch, the loss within 1e-2 relative and every adapter's gradient within 5e-2 relative L2 (FP8 base: 3e-2 and 0.3),
 // the gradient buffer the adapters' only. Configs: `small`-like llama (2 layers, d 256, head_dim 64, GQA 4/2) and a
 // gpt-like one (GELU, tied embeddings), rank 8:
 //   - each target set (fused, canonical, mlperf, an explicit list) with dropout 0 and 0.1, at optimizer step 3 (the
@@ -114,7 +114,9 @@ void compare_with_cpu(const ModelConfig& cfg, Fp8Options fp8 = {}) {
     const std::vector<double> got(g.begin() + std::ptrdiff_t(sl.grad_offset),
                                   g.begin() + std::ptrdiff_t(sl.grad_offset + sl.size));
     const double err = rel_l2(want, got);
-    EXPECT_LT(err, fp8.enabled ? 0.25 : 5e-2) << what << ": " << sl.name;
+    // FP8: E4M3 activations and E5M2 gradients (2 mantissa bits) through every frozen linear: 0.2-0.25 is typical
+    // for an adapter deep in the backward, a wrong mask or product is ~1
+    EXPECT_LT(err, fp8.enabled ? 0.3 : 5e-2) << what << ": " << sl.name;
   }
   EXPECT_GT(adapters, 0);
 }

@@ -1,8 +1,11 @@
 // Tests LoRA on one GPU against the CPU reference (ops/cpu/lora.h, ops/cpu/linear.h in double) on random inputs:
 //   - the dropout kernels (ops/cuda/lora.h): the mask of every element equals the CPU's for the same stream, the rows'
 //     tokens (a context-parallel rank's chunks, a micro-batch past the step's first sequences) and a row-parallel
-//     rank's column offset (widths of whole 8-column packs: the packed kernel; others: one element per thread);
-//     kept values scaled by 1 / (1 - p); the backward adds exactly the kept elements;
+//     rank's column offset (an even one with whole 8-column packs: the packed kernel; odd: one element per thread);
+//     kept values scaled by dropout_keep_scale(p) ≈ 1 / (1 - p); the backward adds exactly the kept elements;
+//   - the fused products with the dropout drawn inside (ops/cuda/lora.h lora_down, lora_grad_a, lora_input_grad) for
+//     ranks 8, 16 and 32, more adapters than one launch takes, rows past a whole tile and chunk, columns past a whole
+//     block, a context-parallel rank's rows and a row-parallel rank's col0, dA written or added in fp32 or bf16;
 //   - a frozen LinearCuda with adapters (model/lora_cuda.h) in BF16: the column-parallel fused qkv with canonical q, k,
 //     v adapters (blocks of its output, written through a leading dimension) and the row-parallel out with one, dropout
 //     off and on: y = x W^T + s Σ dropout(x) A^T B^T, and dx, dA, dB of a random dy within bf16 tolerances (relative
@@ -12,7 +15,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -122,6 +127,95 @@ TEST(LoraCuda, DropoutDrawsTheCpuMask) {
   check_dropout(13);
 }
 
+void check_fused(int r, int count, tb::DType grad_type, bool overwrite) {
+  SCOPED_TRACE("rank " + std::to_string(r) + ", " + std::to_string(count) + " adapters, " +
+               (grad_type == tb::DType::f32 ? "fp32" : "bf16") + (overwrite ? " written" : " added"));
+  tb::ops::DeviceContext dc(0);
+  // cp rank 1 of 2: 7 sequences of 44 rows (308: a partial 16-row tile and a second 256-row chunk); row-parallel
+  // rank 2 of 3: 288 columns (a 256-column block and a part of one) from col0 576
+  const int seq_full = 88, cp = 2, cp_rank = 1, batch = 7, seq = seq_full / cp;
+  const std::int64_t rows = batch * seq, cols = 288, col0 = 2 * cols, first_sequence = 5, step = 9;
+  const float p = 0.3f, scale = 1.7f;
+  const std::size_t xn = std::size_t(rows * cols), an = std::size_t(r) * std::size_t(cols),
+                    zn = std::size_t(rows) * std::size_t(r);
+  const auto x = random_bf16_values(xn, 21), a = random_bf16_values(an * std::size_t(count), 22, 0.5),
+             dz = random_bf16_values(zn * std::size_t(count), 23), dx0 = random_bf16_values(xn, 24),
+             g0 = random_bf16_values(an * std::size_t(count), 25);
+  DeviceBuffer dxin = upload_bf16(x), da = upload_bf16(a), ddz = upload_bf16(dz), ddx = upload_bf16(dx0),
+               dzout(0, zn * std::size_t(count) * 2), dstep(0, 8),
+               ws(0, tb::ops::lora_grad_a_workspace_bytes(rows, cols, count, r));
+  DeviceBuffer dgrad = grad_type == tb::DType::f32 ? DeviceBuffer(0, g0.size() * 4) : upload_bf16(g0);
+  if (grad_type == tb::DType::f32) {
+    const std::vector<float> f(g0.begin(), g0.end());
+    TB_CHECK(cudaMemcpy(dgrad.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+  }
+  TB_CHECK(cudaMemcpy(dstep.get(), &step, 8, cudaMemcpyHostToDevice));
+  const std::size_t gsize = grad_type == tb::DType::f32 ? 4 : 2;
+  tb::ops::LoraGroup out, back;  // z_k written; dz_k read
+  out.count = back.count = count, out.r = back.r = r;
+  for (int k = 0; k < count; ++k) {
+    out.a[k] = back.a[k] = da.as<bf16>() + std::size_t(k) * an;
+    out.seed[k] = back.seed[k] = 100 + std::uint64_t(k);
+    out.z[k] = dzout.as<bf16>() + std::size_t(k) * zn;
+    back.z[k] = ddz.as<bf16>() + std::size_t(k) * zn;
+    back.grad[k] = static_cast<std::byte*>(dgrad.get()) + std::size_t(k) * an * gsize;
+  }
+  const tb::ops::LoraMask m{0, dstep.as<std::int64_t>(), p, {first_sequence, seq, seq_full, cp, cp_rank, col0, 3 * cols}};
+  tb::ops::lora_down(out, dxin.as<bf16>(), rows, cols, m, dc.stream());
+  tb::ops::lora_grad_a(back, dxin.as<bf16>(), rows, cols, m, scale, grad_type, overwrite, ws.get(), dc.stream());
+  tb::ops::lora_input_grad(ddx.as<bf16>(), back, rows, cols, m, scale, dc.stream());
+  dc.synchronize();
+  const auto z_got = download_bf16(dzout.get(), zn * std::size_t(count)), dx_got = download_bf16(ddx.get(), xn);
+  const auto g_got = grad_type == tb::DType::f32 ? download_f32(dgrad.get(), g0.size())
+                                                 : download_bf16(dgrad.get(), g0.size());
+
+  std::vector<std::int64_t> index;
+  const int c = seq_full / (2 * cp);
+  for (int b = 0; b < batch; ++b)
+    for (int j = 0; j < seq; ++j)
+      index.push_back((first_sequence + b) * seq_full + (j < c ? cp_rank * c + j : (2 * cp - 1 - cp_rank) * c + j - c));
+  std::vector<double> z_want(z_got.size()), g_want(g0.size()), dx_want = dx0;
+  for (int k = 0; k < count; ++k) {
+    const tb::ops::cpu::DropoutMask mk{tb::step_stream(100 + std::uint64_t(k), step), index, col0, 3 * cols, p};
+    std::vector<double> xd(xn), t(xn);
+    tb::ops::cpu::lora_dropout_forward<double>({xd.data(), {rows, cols}}, {x.data(), {rows, cols}}, mk);
+    const double* ak = a.data() + std::size_t(k) * an;
+    const double* dzk = dz.data() + std::size_t(k) * zn;
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (int q = 0; q < r; ++q) {
+        double s = 0;
+        for (std::int64_t j = 0; j < cols; ++j) s += xd[std::size_t(i * cols + j)] * ak[std::size_t(q * cols + j)];
+        z_want[std::size_t(k) * zn + std::size_t(i * r + q)] = s;
+      }
+    for (int q = 0; q < r; ++q)
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const std::size_t e = std::size_t(k) * an + std::size_t(q * cols + j);
+        double s = 0;
+        for (std::int64_t i = 0; i < rows; ++i) s += dzk[std::size_t(i * r + q)] * xd[std::size_t(i * cols + j)];
+        g_want[e] = (overwrite ? 0.0 : g0[e]) + scale * s;
+      }
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) {
+        double s = 0;
+        for (int q = 0; q < r; ++q) s += dzk[std::size_t(i * r + q)] * ak[std::size_t(q * cols + j)];
+        t[std::size_t(i * cols + j)] = scale * s;
+      }
+    tb::ops::cpu::lora_dropout_backward<double>({dx_want.data(), {rows, cols}}, {t.data(), {rows, cols}}, mk);
+  }
+  EXPECT_LT(rel_l2(z_want, z_got), 1e-2) << "z";
+  EXPECT_LT(rel_l2(g_want, g_got), 1e-2) << "dA";
+  std::vector<double> ddx_want(xn), ddx_got(xn);  // what was added to dx
+  for (std::size_t i = 0; i < xn; ++i) ddx_want[i] = dx_want[i] - dx0[i], ddx_got[i] = dx_got[i] - dx0[i];
+  EXPECT_LT(rel_l2(ddx_want, ddx_got), 2e-2) << "dx";
+}
+
+TEST(LoraCuda, FusedProductsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  check_fused(8, 3, tb::DType::f32, false);
+  check_fused(16, 2, tb::DType::bf16, true);
+  check_fused(32, 4, tb::DType::f32, true);
+}
+
 // A tiny model's layer-0 linear `which` (qkv or out) with its LoRA adapters, run alone against the CPU.
 void check_linear(bool qkv, double dropout) {
   ModelConfig cfg = preset("small");  // d 256, heads 4 x 64, kv 2 x 64, ffn 768
@@ -147,8 +241,8 @@ void check_linear(bool qkv, double dropout) {
   const auto x = random_bf16_values(std::size_t(n * in), 13), dy = random_bf16_values(std::size_t(n * out), 14);
   DeviceBuffer dx_in = upload_bf16(x), ddy = upload_bf16(dy), dyout(0, std::size_t(n * out) * 2),
                ddx(0, std::size_t(n * in) * 2);
-  DeviceBuffer z(0, lin.lora().saved_bytes(n)), dz(0, lin.lora().saved_bytes(n)), xd(0, std::size_t(n * in) * 2),
-      t(0, std::size_t(n * in) * 2), dstep(0, 8);
+  DeviceBuffer z(0, lin.lora().saved_bytes(n)), dz(0, lin.lora().saved_bytes(n)),
+      ws(0, std::max<std::size_t>(lin.lora().workspace_bytes(n), 1)), t(0, std::size_t(n * in) * 2), dstep(0, 8);
   const std::int64_t step = 3, first_sequence = 4;
   TB_CHECK(cudaMemcpy(dstep.get(), &step, 8, cudaMemcpyHostToDevice));
   const Fp8Options fp8;
@@ -156,7 +250,7 @@ void check_linear(bool qkv, double dropout) {
   const std::function<void(std::string_view)> mark;
   LinearEnv e{dc, fp8, tp, dparams.as<bf16>(), dgrads.get(), tb::DType::f32, false, nullptr, nullptr, nullptr,
               nullptr, nullptr, mark};
-  e.lora_xd = xd.as<bf16>(), e.lora_t = t.as<bf16>(), e.lora_dz = dz.as<bf16>(), e.step = dstep.as<std::int64_t>();
+  e.lora_ws = ws.get(), e.lora_t = t.as<bf16>(), e.lora_dz = dz.as<bf16>(), e.step = dstep.as<std::int64_t>();
   e.rows = {first_sequence, int(seq), int(seq), 1, 0, 0, 0};
   LinearSaved saved;
   saved.lora_z = z.as<bf16>();

@@ -10,8 +10,8 @@ namespace tb::ops::cpu {
 
 bool DropoutMask::keeps(std::int64_t t, std::int64_t j) const {
   if (p <= 0) return true;
-  const auto i = std::uint64_t(index[std::size_t(t)] * cols + col0 + j);
-  return uniform_value(stream, i) >= float(p);
+  const std::uint64_t key = dropout_row_key(stream, std::uint64_t(index[std::size_t(t)]));
+  return dropout_bits(key, std::uint64_t(col0 + j)) >= dropout_threshold(p);
 }
 
 template <class T>
@@ -21,7 +21,7 @@ void lora_dropout_forward(TensorView<T> xd, In<T> x, const DropoutMask& m) {
   require_rows(xd, "lora_dropout_forward: xd");
   TB_REQUIRE(m.p >= 0 && m.p < 1 && std::int64_t(m.index.size()) == x.size(0) && m.col0 + x.size(1) <= m.cols,
              "lora_dropout_forward: p must be in [0, 1) and the mask must index every row and column of x");
-  const double keep_scale = 1.0 / (1.0 - m.p);
+  const double keep_scale = m.p > 0 ? dropout_keep_scale(m.p) : 1.0;
   for (std::int64_t t = 0; t < x.size(0); ++t)
     for (std::int64_t j = 0; j < x.size(1); ++j)
       row(xd, t)[j] = m.keeps(t, j) ? T(double(row(x, t)[j]) * keep_scale) : T(0);
@@ -32,7 +32,7 @@ void lora_dropout_backward(TensorView<T> dx, In<T> dxd, const DropoutMask& m) {
   require_rows(dxd, "lora_dropout_backward: dxd");
   require_shape(dx, {dxd.size(0), dxd.size(1)}, "lora_dropout_backward: dx");
   require_rows(dx, "lora_dropout_backward: dx");
-  const double keep_scale = 1.0 / (1.0 - m.p);
+  const double keep_scale = m.p > 0 ? dropout_keep_scale(m.p) : 1.0;
   for (std::int64_t t = 0; t < dxd.size(0); ++t)
     for (std::int64_t j = 0; j < dxd.size(1); ++j)
       if (m.keeps(t, j)) row(dx, t)[j] += T(double(row(dxd, t)[j]) * keep_scale);

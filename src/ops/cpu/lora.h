@@ -1,9 +1,10 @@
 // ops/cpu/lora.h: one LoRA adapter's product and its input dropout (CPU reference; model/lora.h has the model's
 // formula). x [rows, in], A [r, in], B [out, r], y and dy [rows, out] (the adapter's block of its linear's output:
 // rows may be strided), z [rows, r].
-//   dropout   xd[t, j] = x[t, j] · keep(t, j) / (1 - p),
-//             keep(t, j) = uniform_value(stream, index[t] · cols + col0 + j) >= p  (core/counter_rng.h; p = 0 keeps
-//             every element: xd = x); its backward dx[t, j] += dxd[t, j] · keep(t, j) / (1 - p)
+//   dropout   xd[t, j] = x[t, j] · keep(t, j) · s,
+//             keep(t, j) = dropout_bits(dropout_row_key(stream, index[t]), col0 + j) >= dropout_threshold(p),
+//             s = dropout_keep_scale(p) ≈ 1 / (1 - p)  (core/counter_rng.h; p = 0 keeps every element: xd = x); its
+//             backward dx[t, j] += dxd[t, j] · keep(t, j) · s
 //   forward   z = xd A^T;  y += scale · z B^T
 //   backward  dz = scale · dy B;  dB += scale · dy^T z;  dA += dz^T xd;  dxd = dz A (written; skipped when empty)
 #pragma once

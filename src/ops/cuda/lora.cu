@@ -1,6 +1,6 @@
 // ops/cuda/lora.cu: LoRA's dropout kernels (ops/cuda/lora.h has the formulas). One thread per 8 columns of a row (a
-// 16-byte access), the mask of each element recomputed from its index: one division per row, then the counters of
-// consecutive elements a stride apart (core/counter_rng.h); columns not a multiple of 8 one element per thread.
+// 16-byte access), the mask of each element recomputed: a 64-bit key per row, then a 32-bit hash per pair of columns
+// (core/counter_rng.h's dropout draws); columns not a multiple of 8 one element per thread.
 #include "ops/cuda/lora.h"
 
 #include <algorithm>
@@ -12,65 +12,58 @@ namespace tb::ops {
 namespace {
 
 struct Mask {
-  std::uint64_t base;  // splitmix64 of the step's stream: element i's counter is base + i · kUniformStride
-  float p, keep_scale;
+  std::uint64_t base;  // splitmix64 of the step's stream: row token's key is splitmix64(base + token · kUniformStride)
+  std::uint32_t threshold;
+  float keep_scale;
   LoraRows r;
-  // The mask index of row t's first column, token(t) · cols_full + col0 (32-bit division: a micro-batch has fewer
-  // than 2^31 rows).
-  __device__ std::uint64_t row_index(std::int64_t t) const {
-    const auto seq = std::uint32_t(r.seq), tt = std::uint32_t(t);
-    const std::uint32_t b = tt / seq, i = tt - b * seq;
-    std::int64_t pos = i;
-    if (r.cp > 1) {
-      const std::int64_t c = r.seq_full / (2 * r.cp);
-      pos = i < c ? r.cp_rank * c + i : (2 * r.cp - 1 - r.cp_rank) * c + (i - c);
-    }
-    return std::uint64_t(((r.first_sequence + b) * r.seq_full + pos) * r.cols_full + r.col0);
+  // The dropout key of row t (core/counter_rng.h's dropout_row_key of its token).
+  __device__ std::uint64_t row_key(std::int64_t t) const {
+    return splitmix64(base + std::uint64_t(lora_token(r, t)) * kUniformStride);
   }
-  __device__ float factor_at(std::uint64_t counter) const { return uniform_at(counter) >= p ? keep_scale : 0.f; }
+  __device__ float factor(std::uint32_t bits) const { return bits >= threshold ? keep_scale : 0.f; }
 };
 
-__device__ Mask make_mask(std::uint64_t seed, const std::int64_t* step, float p, const LoraRows& r) {
-  return {splitmix64(step_stream(seed, std::uint64_t(*step))), p, 1.f / (1.f - p), r};
+Mask make_mask(const LoraMask& m) {
+  return {0, dropout_threshold(m.p), float(dropout_keep_scale(m.p)), m.rows};
 }
 
-// out[t, j] = in[t, j] * factor (+ out[t, j] when accumulate), for cols a multiple of 8: blocks stride over rows
-// (y) and 8-column packs (x); a pack's counters are consecutive, one splitmix64 per element.
+// out[t, j] = in[t, j] * factor (+ out[t, j] when accumulate), for cols a multiple of 8 and an even col0: blocks
+// stride over rows (y) and 8-column packs (x); a pack's 16-bit draws come from four column-pair hashes.
 template <bool kAccumulate>
 __global__ void dropout_kernel(bf16* __restrict__ out, const bf16* __restrict__ in, std::int64_t rows,
-                               std::int64_t cols, std::uint64_t seed, const std::int64_t* step, float p, LoraRows r) {
-  const Mask m = make_mask(seed, step, p, r);
+                               std::int64_t cols, std::uint64_t seed, const std::int64_t* step, Mask m) {
+  m.base = splitmix64(step_stream(seed, std::uint64_t(*step)));
   const std::int64_t packs = cols / kVec;
   for (std::int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
-    const std::uint64_t row = m.row_index(t);
+    const std::uint64_t key = m.row_key(t);
     for (std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < packs;
          k += std::int64_t(gridDim.x) * blockDim.x) {
       const std::int64_t e = t * cols + k * kVec;
-      std::uint64_t counter = m.base + (row + std::uint64_t(k * kVec)) * kUniformStride;
+      const auto pair0 = std::uint32_t((m.r.col0 + k * kVec) >> 1);
       float v[8], o[8];
       detail::unpack8(detail::load8(in + e), v);
       if (kAccumulate) detail::unpack8(detail::load8_rw(out + e), o);
 #pragma unroll
-      for (int q = 0; q < 8; ++q, counter += kUniformStride) {
-        const float f = v[q] * m.factor_at(counter);
-        o[q] = kAccumulate ? o[q] + f : f;
+      for (int q = 0; q < 8; q += 2) {
+        const std::uint32_t bits = dropout_pair_bits(key, pair0 + std::uint32_t(q / 2));
+        const float f0 = v[q] * m.factor(bits & 0xFFFFu), f1 = v[q + 1] * m.factor(bits >> 16);
+        o[q] = kAccumulate ? o[q] + f0 : f0;
+        o[q + 1] = kAccumulate ? o[q + 1] + f1 : f1;
       }
       detail::store8(out + e, detail::pack8(o));
     }
   }
 }
 
-// The same for any cols, one element per thread, grid-stride.
+// The same for any cols and col0, one element per thread, grid-stride.
 template <bool kAccumulate>
 __global__ void dropout_any_kernel(bf16* __restrict__ out, const bf16* __restrict__ in, std::int64_t rows,
-                                   std::int64_t cols, std::uint64_t seed, const std::int64_t* step, float p,
-                                   LoraRows r) {
-  const Mask m = make_mask(seed, step, p, r);
+                                   std::int64_t cols, std::uint64_t seed, const std::int64_t* step, Mask m) {
+  m.base = splitmix64(step_stream(seed, std::uint64_t(*step)));
   for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < rows * cols;
        e += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t t = e / cols, j = e % cols;
-    const std::uint64_t counter = m.base + (m.row_index(t) + std::uint64_t(j)) * kUniformStride;
-    const float f = __bfloat162float(in[e]) * m.factor_at(counter);
+    const float f = __bfloat162float(in[e]) * m.factor(dropout_bits(m.row_key(t), std::uint64_t(m.r.col0 + j)));
     out[e] = __float2bfloat16_rn(kAccumulate ? __bfloat162float(out[e]) + f : f);
   }
 }
@@ -86,13 +79,13 @@ void launch(bf16* out, const bf16* in, std::int64_t rows, std::int64_t cols, con
   TB_REQUIRE(reinterpret_cast<std::uintptr_t>(out) % 16 == 0 && reinterpret_cast<std::uintptr_t>(in) % 16 == 0,
              std::string(what) + ": tensors must be 16-byte aligned");
   if (rows * cols == 0) return;
-  if (cols % kVec == 0) {
+  const Mask mk = make_mask(m);
+  if (cols % kVec == 0 && m.rows.col0 % 2 == 0) {
     const unsigned gx = grid(cols / kVec);
     const auto gy = unsigned(std::clamp<std::int64_t>(16384 / gx, 1, std::min<std::int64_t>(rows, 65535)));
-    dropout_kernel<kAccumulate><<<dim3(gx, gy), 256, 0, st>>>(out, in, rows, cols, m.seed, m.step, m.p, m.rows);
+    dropout_kernel<kAccumulate><<<dim3(gx, gy), 256, 0, st>>>(out, in, rows, cols, m.seed, m.step, mk);
   } else {
-    dropout_any_kernel<kAccumulate><<<grid(rows * cols), 256, 0, st>>>(out, in, rows, cols, m.seed, m.step, m.p,
-                                                                        m.rows);
+    dropout_any_kernel<kAccumulate><<<grid(rows * cols), 256, 0, st>>>(out, in, rows, cols, m.seed, m.step, mk);
   }
   TB_CHECK_LAUNCH();
 }
