@@ -4,6 +4,8 @@
 #include "model/lora_cuda.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "model/decoder_cuda.h"
@@ -43,6 +45,12 @@ LoraCuda::LoraCuda(const ParamRegistry& registry, const Slot& w, const std::vect
   // a row-parallel rank's columns start at a multiple of in_ (even when in_ is); A 8-byte aligned in the parameters
   fused_ = p_ > 0 && adapters_.size() <= std::size_t(ops::LoraGroup::kMax) && ops::lora_fusable(rank_, in_, 0) &&
            std::ranges::all_of(adapters_, [](const One& k) { return k.a->offset % 4 == 0; });
+  std::vector<std::pair<std::int64_t, std::int64_t>> blocks;  // (row0, rows): do they tile [0, out)?
+  for (const One& k : adapters_) blocks.emplace_back(k.row0, k.rows);
+  std::ranges::sort(blocks);
+  std::int64_t end = 0;
+  for (const auto& [row0, n] : blocks) end = row0 == end ? end + n : -1;
+  covers_ = end == out_;
 }
 
 std::size_t LoraCuda::workspace_bytes(std::int64_t rows) const {
@@ -79,7 +87,9 @@ const LoraCuda::bf16* LoraCuda::dropped(const LinearEnv& e, const One& k, const 
   return xd;
 }
 
-void LoraCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t rows) const {
+void LoraCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t rows,
+                       bool write) const {
+  TB_REQUIRE(!write || covers_, "CUDA decoder: internal: LoRA writes y only where its adapters cover it");
   const std::size_t stride = z_stride(rows);
   if (fused_) {
     ops::lora_down(group(e, s.lora_z, rows), x, rows, in_, mask(e, adapters_[0]), e.dc.stream());
@@ -91,8 +101,8 @@ void LoraCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearS
     if (!fused_)
       e.dc.gemm(shape(rows, rank_, in_, ops::GemmLayout::abt, false), z, dropped(e, k, x, rows),
                 e.params + k.a->offset);
-    e.dc.gemm(shape(rows, k.rows, rank_, ops::GemmLayout::abt, true, 0, out_), y + k.row0, z, e.params + k.b->offset,
-              {}, scale_);
+    e.dc.gemm(shape(rows, k.rows, rank_, ops::GemmLayout::abt, !write, 0, out_), y + k.row0, z,
+              e.params + k.b->offset, {}, scale_);
     mark(e, "lora gemm fwd");
   }
 }
@@ -107,9 +117,11 @@ void LoraCuda::dz(const LinearEnv& e, const bf16* dy, std::int64_t rows) const {
   mark(e, "lora gemm dz");
 }
 
-void LoraCuda::add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows) const {
+void LoraCuda::add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows, bool write) const {
+  TB_REQUIRE(!write || writes_input_grad(), "CUDA decoder: internal: this LoRA linear adds its input gradient");
   if (fused_) {
-    ops::lora_input_grad(dx, group(e, e.lora_dz, rows), rows, in_, mask(e, adapters_[0]), scale_, e.dc.stream());
+    ops::lora_input_grad(dx, group(e, e.lora_dz, rows), rows, in_, mask(e, adapters_[0]), scale_, !write,
+                         e.dc.stream());
     mark(e, "lora dgrad fused");
     return;
   }
@@ -118,7 +130,8 @@ void LoraCuda::add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows) c
     const One& k = adapters_[i];
     const bf16* dzk = e.lora_dz + i * stride;
     if (p_ == 0) {
-      e.dc.gemm(shape(rows, in_, rank_, ops::GemmLayout::ab, true), dx, dzk, e.params + k.a->offset, {}, scale_);
+      e.dc.gemm(shape(rows, in_, rank_, ops::GemmLayout::ab, !(write && i == 0)), dx, dzk, e.params + k.a->offset, {},
+                scale_);
       continue;
     }
     e.dc.gemm(shape(rows, in_, rank_, ops::GemmLayout::ab, false), e.lora_t, dzk, e.params + k.a->offset, {}, scale_);
@@ -127,9 +140,9 @@ void LoraCuda::add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows) c
   mark(e, "lora gemm dgrad");
 }
 
-void LoraCuda::input_grad(const LinearEnv& e, bf16* dx, const bf16* dy, std::int64_t rows) const {
+void LoraCuda::input_grad(const LinearEnv& e, bf16* dx, const bf16* dy, std::int64_t rows, bool write) const {
   dz(e, dy, rows);
-  add_input_grad(e, dx, rows);
+  add_input_grad(e, dx, rows, write);
 }
 
 void LoraCuda::weight_grads(const LinearEnv& e, const bf16* dy, const bf16* x, const LinearSaved& s,

@@ -14,9 +14,11 @@
 // and its z_k or dz_k [rows, r] (all dense rows); bf16 tensor-core products, fp32 sums:
 //   lora_down         z_k = dropout_k(x) A_k^T
 //   lora_grad_a       dA_k = scale · dz_k^T dropout_k(x), written (overwrite) or added (fp32 or bf16 dA_k)
-//   lora_input_grad   dx += scale · Σ_k dropout_k'(dz_k A_k)      (dropout_k': the same mask and s)
-// Bytes: one read of x (lora_down, lora_grad_a) or a read and a write of dx (lora_input_grad) for all the adapters;
-// FLOPs 2 rows cols r per adapter each. lora_fusable says which shapes they take (else the kernels above and GEMMs).
+//   lora_input_grad   dx += scale · Σ_k dropout_k'(dz_k A_k)      (dropout_k': the same mask and s; or dx = that,
+//                                                                  dx not read, when not `add`)
+// Bytes: one read of x (lora_down, lora_grad_a) or a read and a write of dx (lora_input_grad; a write only when it
+// writes dx) for all the adapters; FLOPs 2 rows cols r per adapter each. lora_fusable says which shapes they take
+// (else the kernels above and GEMMs).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -81,6 +83,6 @@ std::size_t lora_grad_a_workspace_bytes(std::int64_t rows, std::int64_t cols, in
 void lora_grad_a(const LoraGroup& g, const __nv_bfloat16* x, std::int64_t rows, std::int64_t cols, const LoraMask& m,
                  float scale, DType grad_type, bool overwrite, void* workspace, cudaStream_t stream);
 void lora_input_grad(__nv_bfloat16* dx, const LoraGroup& g, std::int64_t rows, std::int64_t cols, const LoraMask& m,
-                     float scale, cudaStream_t stream);
+                     float scale, bool add, cudaStream_t stream);
 
 }  // namespace tb::ops

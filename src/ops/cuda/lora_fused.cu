@@ -263,14 +263,14 @@ __global__ void grad_a_finish_kernel(LoraGroup g, const float* __restrict__ ws, 
   }
 }
 
-// dx += scale · Σ_k dropout_k'(dz_k A_k). A block per kRowsPerChunk rows and 256 columns, warp w on 32 of them (M:
+// dx += scale · Σ_k dropout_k'(dz_k A_k) (add; else dx = that, dx not read). A block per kRowsPerChunk rows and 256 columns, warp w on 32 of them (M:
 // 16 rows, N: 8 columns, K: 16 of A's rows, zero past r), the chunk's dz in shared memory, A_k's B fragments loaded
 // once. Columns are ordered so that tiles 2p and 2p + 1 give a thread four neighbouring columns of a row (column
 // 16 p + 4 (n / 2) + 2 s + n % 2 of tile 2p + s's column n): dx is read (one row tile ahead) and written 8 bytes at a
 // time, and each C pair (two neighbouring columns) is masked by one hash.
 template <int kR, int kC>
 __global__ void __launch_bounds__(kThreads) input_grad_kernel(bf16* __restrict__ dx, LoraGroup g, std::int64_t rows,
-                                                              std::int64_t cols, Drop d, float scale) {
+                                                              std::int64_t cols, Drop d, float scale, bool add) {
   constexpr int kM = (kR + 15) / 16;
   __shared__ ChunkShared<kR, kC> sh;
   const Chunk ch = open_chunk(sh, g, d, rows);
@@ -292,12 +292,12 @@ __global__ void __launch_bounds__(kThreads) input_grad_kernel(bf16* __restrict__
   const auto pair0 = std::uint32_t((d.rows.col0 + ch.c0) >> 1) + std::uint32_t(2 * q);  // + 8 p + s for tile 2p + s
   bf16* dx0 = dx + ch.c0 + 4 * q;  // + row · cols + 16 p
   const uint2 zero = make_uint2(0, 0);
-  auto load = [&](std::int64_t t0, uint2 (&v)[2][2]) {  // [row g8 / g8 + 8][p]
+  auto load = [&](std::int64_t t0, uint2 (&v)[2][2]) {  // [row g8 / g8 + 8][p]; zero when dx is written
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int p = 0; p < 2; ++p)
-        v[h][p] = t0 + g8 + 8 * h < ch.t_end
+        v[h][p] = add && t0 + g8 + 8 * h < ch.t_end
                       ? *reinterpret_cast<const uint2*>(dx0 + (t0 + g8 + 8 * h) * cols + 16 * p)
                       : zero;
   };
@@ -445,13 +445,15 @@ void lora_grad_a(const LoraGroup& g, const bf16* x, std::int64_t rows, std::int6
 }
 
 void lora_input_grad(bf16* dx, const LoraGroup& g, std::int64_t rows, std::int64_t cols, const LoraMask& m,
-                     float scale, cudaStream_t stream) {
+                     float scale, bool add, cudaStream_t stream) {
   check(g, rows, cols, m, "lora_input_grad");
   TB_REQUIRE(detail::aligned_to(dx, 8), "lora_input_grad: dx must be 8-byte aligned");
   if (rows == 0) return;
-  by_rank(g, [&]<int kR, int kC>(const LoraGroup& s) {
-    input_grad_kernel<kR, kC><<<chunk_grid(rows, cols), kThreads, 0, stream>>>(dx, s, rows, cols, make_drop(m), scale);
+  by_rank(g, [&]<int kR, int kC>(const LoraGroup& s) {  // (a second launch adds to what the first wrote)
+    input_grad_kernel<kR, kC>
+        <<<chunk_grid(rows, cols), kThreads, 0, stream>>>(dx, s, rows, cols, make_drop(m), scale, add);
     TB_CHECK_LAUNCH();
+    add = true;
   });
 }
 
