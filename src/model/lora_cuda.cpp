@@ -1,5 +1,6 @@
 // model/lora_cuda.cpp: a CUDA linear's LoRA adapters (model/lora_cuda.h has the formulas): cuBLASLt GEMMs on the
-// adapter's row block of the linear's output (leading dimension `out`), the dropout drawn again in the backward.
+// adapter's row block of the linear's output (leading dimension `out`), ops/cuda/lora.h's fused products for the
+// dropped input's side where they take the shape; the dropout drawn again in the backward.
 #include "model/lora_cuda.h"
 
 #include <algorithm>
