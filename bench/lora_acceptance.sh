@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.." || exit 2
 source bench/gpu_env.sh
 OUT=${OUT:-/tmp/lora-acceptance}
 mkdir -p "$OUT/results"
-TB=carry/trainbench
+TB=${TB:-carry/trainbench}  # TB=carry/trainbench-prev (scripts/carry.sh PREV=): the build before, for an A/B
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-5}
 TARGETS8B=${TARGETS8B:-qkv,o,fc1,down}

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "../support/cli_run.h"
 #include "model/config.h"
@@ -45,10 +46,12 @@ TEST(RunMoe, CpuProxyOfAnExpertParallelRankThenProject) {
   const fs::path base = fs::temp_directory_path() / "tb_run_moe";
   fs::remove_all(base);
   const fs::path recipes = write_recipe(base / "recipes"), out = base / "out";
-  // medians of 8 steps: the fit's per-layer time is the 3- and 2-layer points' difference, which 2 steps on a loaded
-  // machine can leave negative
-  auto r = run({"run", "moe-cpu", "--device", "cpu", "--recipes", recipes.string(), "--steps", "8", "--warmup-steps",
+  const auto measure = [&] {
+    fs::remove_all(out);
+    return run({"run", "moe-cpu", "--device", "cpu", "--recipes", recipes.string(), "--steps", "8", "--warmup-steps",
                 "2", "--out", out.string()});
+  };
+  auto r = measure();
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("proxy: MoE layers: an ep rank's 2 of 4 experts (ep 2)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1/2 of the micro-batch's rows"), std::string::npos) << r.out;
@@ -68,8 +71,16 @@ TEST(RunMoe, CpuProxyOfAnExpertParallelRankThenProject) {
   EXPECT_GT(j["flops_per_token"]["causal"].get<double>(), 0);
   EXPECT_GT(j["extrapolated"]["tokens_per_s_per_gpu"].get<double>(), 0);
 
-  // 8 CPU ranks: the expert all-to-alls of the MoE layers come on top of the measured compute
-  r = run({"project", "moe-cpu", "--gpus", "8", "--from", out.string(), "--recipes", recipes.string(), "--json"});
+  // 8 CPU ranks: the expert all-to-alls of the MoE layers come on top of the measured compute. The fit's per-layer
+  // time is the 3- and 2-layer points' difference (~4 ms of ~8 and ~12): a burst of load on a shared machine during
+  // one point can leave it negative, which `project` rightly refuses; then the run is measured once more.
+  const std::vector<std::string> project_json = {
+      "project", "moe-cpu", "--gpus", "8", "--from", out.string(), "--recipes", recipes.string(), "--json"};
+  r = run(project_json);
+  if (r.rc != 0 && (r.out + r.err).find("per-layer time f1_ms is not positive") != std::string::npos) {
+    ASSERT_EQ(measure().rc, 0);
+    r = run(project_json);
+  }
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   const auto p = nlohmann::json::parse(r.out);
   EXPECT_EQ(p["layout"]["ep"], 2);

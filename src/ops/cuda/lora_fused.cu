@@ -1,8 +1,8 @@
 // ops/cuda/lora_fused.cu: LoRA's adapter products with their dropout drawn inside (ops/cuda/lora.h has the formulas):
-// bf16 tensor-core MMAs (mma.sync m16n8k16, fp32 sums) on fragments loaded straight from global memory. Every 32-bit
-// fragment register of x (or of the product that dx receives) holds two neighbouring columns of one row, so one
-// dropout hash (core/counter_rng.h dropout_pair_bits) masks both; the rows' keys are drawn once per block into shared
-// memory. Fragment layouts (PTX ISA, m16n8k16 with g = lane / 4, q = lane % 4):
+// bf16 tensor-core MMAs (mma.sync m16n8k16, fp32 sums) on fragments of x, A and dx loaded straight from global memory
+// (a block's dz staged in shared memory). Every 32-bit fragment register of x (or of the product that dx receives)
+// holds two neighbouring columns of one row, so one dropout hash (core/counter_rng.h dropout_pair_bits) masks both;
+// the rows' keys are drawn once per block into shared memory. Fragment layouts (PTX ISA, m16n8k16 with g = lane / 4, q = lane % 4):
 //   A [16 x 16] row-major:  a0 (g, 2q..2q+1)  a1 (g + 8, 2q..)  a2 (g, 2q + 8..)  a3 (g + 8, 2q + 8..)
 //   B [16 x 8]  col-major:  b0 (2q..2q+1, g)  b1 (2q + 8.., g)
 //   C [16 x 8]  fp32:       c0 c1 (g, 2q and 2q + 1)  c2 c3 (g + 8, 2q and 2q + 1)
@@ -27,6 +27,7 @@ __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], 
 }
 
 __device__ __forceinline__ std::uint32_t ld32(const bf16* p) { return __ldg(reinterpret_cast<const unsigned*>(p)); }
+__device__ __forceinline__ uint2 ld64(const bf16* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
 __device__ __forceinline__ std::uint32_t ld16(const bf16* p) {
   return __ldg(reinterpret_cast<const unsigned short*>(p));
 }
@@ -76,7 +77,6 @@ __device__ void stage_dz(bf16 (*dz)[kRowsPerChunk * kR], const LoraGroup& g, std
   }
 }
 
-__device__ __forceinline__ uint2 ld64(const bf16* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
 
 // z_k = dropout_k(x) A_k^T. A block per 16 rows and split blockIdx.y of the columns (gridDim.y splits); warp w takes
 // the split's 16-column steps w, w + 8, ... (M: the rows, N: 8 of A's rows, K: 16 columns, ordered so that a thread's
