@@ -59,8 +59,13 @@ TB_HOST_DEVICE inline std::uint32_t hash32(std::uint32_t x) {
 //   bits(row, c) = half (c & 1) of hash32((lo(key) + (c >> 1) · 0x9E3779B9) ^ hi(key))  a hash per column pair
 //   keep         = bits >= dropout_threshold(p) = min(round(p · 65536), 65535);  scale 1 / (1 - threshold / 65536)
 // (the effective rate threshold / 65536 is within 2^-17 of p, and the scale makes the kept sum unbiased for it).
+// (in two parts where many rows share a stream: dropout_key_base once, then each row's key from it)
+TB_HOST_DEVICE inline std::uint64_t dropout_key_base(std::uint64_t stream) { return splitmix64(stream); }
+TB_HOST_DEVICE inline std::uint64_t dropout_row_key_from(std::uint64_t base, std::uint64_t row) {
+  return splitmix64(base + row * kUniformStride);
+}
 TB_HOST_DEVICE inline std::uint64_t dropout_row_key(std::uint64_t stream, std::uint64_t row) {
-  return splitmix64(splitmix64(stream) + row * kUniformStride);
+  return dropout_row_key_from(dropout_key_base(stream), row);
 }
 TB_HOST_DEVICE inline std::uint32_t dropout_pair_bits(std::uint64_t key, std::uint32_t pair) {
   return hash32((std::uint32_t(key) + pair * 0x9E3779B9u) ^ std::uint32_t(key >> 32));

@@ -161,7 +161,8 @@ void check_fused(int r, int count, tb::DType grad_type, bool overwrite) {
     back.z[k] = ddz.as<bf16>() + std::size_t(k) * zn;
     back.grad[k] = static_cast<std::byte*>(dgrad.get()) + std::size_t(k) * an * gsize;
   }
-  const tb::ops::LoraMask m{0, dstep.as<std::int64_t>(), p, {first_sequence, seq, seq_full, cp, cp_rank, col0, 3 * cols}};
+  const tb::ops::LoraMask m{
+      0, dstep.as<std::int64_t>(), p, {first_sequence, seq, seq_full, cp, cp_rank, col0, 3 * cols}};
   tb::ops::lora_down(out, dxin.as<bf16>(), rows, cols, m, ws.get(), dc.stream());
   tb::ops::lora_grad_a(back, dxin.as<bf16>(), rows, cols, m, scale, grad_type, overwrite, ws.get(), dc.stream());
   tb::ops::lora_input_grad(ddx.as<bf16>(), back, rows, cols, m, scale, dc.stream());
@@ -180,27 +181,18 @@ void check_fused(int r, int count, tb::DType grad_type, bool overwrite) {
     const tb::ops::cpu::DropoutMask mk{tb::step_stream(100 + std::uint64_t(k), step), index, col0, 3 * cols, p};
     std::vector<double> xd(xn), t(xn);
     tb::ops::cpu::lora_dropout_forward<double>({xd.data(), {rows, cols}}, {x.data(), {rows, cols}}, mk);
-    const double* ak = a.data() + std::size_t(k) * an;
-    const double* dzk = dz.data() + std::size_t(k) * zn;
-    for (std::int64_t i = 0; i < rows; ++i)
-      for (int q = 0; q < r; ++q) {
-        double s = 0;
-        for (std::int64_t j = 0; j < cols; ++j) s += xd[std::size_t(i * cols + j)] * ak[std::size_t(q * cols + j)];
-        z_want[std::size_t(k) * zn + std::size_t(i * r + q)] = s;
-      }
-    for (int q = 0; q < r; ++q)
-      for (std::int64_t j = 0; j < cols; ++j) {
-        const std::size_t e = std::size_t(k) * an + std::size_t(q * cols + j);
-        double s = 0;
-        for (std::int64_t i = 0; i < rows; ++i) s += dzk[std::size_t(i * r + q)] * xd[std::size_t(i * cols + j)];
-        g_want[e] = (overwrite ? 0.0 : g0[e]) + scale * s;
-      }
-    for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t j = 0; j < cols; ++j) {
-        double s = 0;
-        for (int q = 0; q < r; ++q) s += dzk[std::size_t(i * r + q)] * ak[std::size_t(q * cols + j)];
-        t[std::size_t(i * cols + j)] = scale * s;
-      }
+    using View = tb::TensorView<double>;
+    using CView = tb::TensorView<const double>;
+    const CView ak(a.data() + std::size_t(k) * an, {r, cols}), dzk(dz.data() + std::size_t(k) * zn, {rows, r}),
+        xdv(xd.data(), {rows, cols});
+    tb::ops::cpu::linear_forward<double>(View(z_want.data() + std::size_t(k) * zn, {rows, r}), xdv, ak);  // xd A^T
+    std::vector<double> dak(an);  // dz^T xd, and t = dz A
+    tb::ops::cpu::linear_backward<double>(View(t.data(), {rows, cols}), View(dak.data(), {r, cols}), {}, dzk, xdv, ak);
+    for (std::size_t e = 0; e < an; ++e) {
+      const std::size_t i = std::size_t(k) * an + e;
+      g_want[i] = (overwrite ? 0.0 : g0[i]) + scale * dak[e];
+    }
+    for (double& v : t) v *= scale;
     tb::ops::cpu::lora_dropout_backward<double>({dx_want.data(), {rows, cols}}, {t.data(), {rows, cols}}, mk);
   }
   EXPECT_LT(rel_l2(z_want, z_got), 1e-2) << "z";

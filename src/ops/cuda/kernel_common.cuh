@@ -108,7 +108,8 @@ std::string str(const A&... a) {
   return o.str();
 }
 
-inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+inline bool aligned_to(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+inline bool aligned16(const void* p) { return aligned_to(p, 16); }
 
 inline int sm_count() {
   int device = 0, sms = 0;

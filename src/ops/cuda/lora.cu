@@ -12,13 +12,13 @@ namespace tb::ops {
 namespace {
 
 struct Mask {
-  std::uint64_t base;  // splitmix64 of the step's stream: row token's key is splitmix64(base + token · kUniformStride)
+  std::uint64_t base;  // dropout_key_base of the step's stream
   std::uint32_t threshold;
   float keep_scale;
   LoraRows r;
   // The dropout key of row t (core/counter_rng.h's dropout_row_key of its token).
   __device__ std::uint64_t row_key(std::int64_t t) const {
-    return splitmix64(base + std::uint64_t(lora_token(r, t)) * kUniformStride);
+    return dropout_row_key_from(base, std::uint64_t(lora_token(r, t)));
   }
   __device__ float factor(std::uint32_t bits) const { return bits >= threshold ? keep_scale : 0.f; }
 };
@@ -32,7 +32,7 @@ Mask make_mask(const LoraMask& m) {
 template <bool kAccumulate>
 __global__ void dropout_kernel(bf16* __restrict__ out, const bf16* __restrict__ in, std::int64_t rows,
                                std::int64_t cols, std::uint64_t seed, const std::int64_t* step, Mask m) {
-  m.base = splitmix64(step_stream(seed, std::uint64_t(*step)));
+  m.base = dropout_key_base(step_stream(seed, std::uint64_t(*step)));
   const std::int64_t packs = cols / kVec;
   for (std::int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
     const std::uint64_t key = m.row_key(t);
@@ -59,7 +59,7 @@ __global__ void dropout_kernel(bf16* __restrict__ out, const bf16* __restrict__ 
 template <bool kAccumulate>
 __global__ void dropout_any_kernel(bf16* __restrict__ out, const bf16* __restrict__ in, std::int64_t rows,
                                    std::int64_t cols, std::uint64_t seed, const std::int64_t* step, Mask m) {
-  m.base = splitmix64(step_stream(seed, std::uint64_t(*step)));
+  m.base = dropout_key_base(step_stream(seed, std::uint64_t(*step)));
   for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < rows * cols;
        e += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t t = e / cols, j = e % cols;
@@ -76,8 +76,7 @@ void launch(bf16* out, const bf16* in, std::int64_t rows, std::int64_t cols, con
   TB_REQUIRE(m.p > 0 && m.p < 1 && m.step && m.rows.seq >= 1 && m.rows.cols_full >= m.rows.col0 + cols &&
                  rows < (std::int64_t(1) << 31),
              std::string(what) + ": needs 0 < p < 1, a device step, and the rows' map (ops/cuda/lora.h)");
-  TB_REQUIRE(reinterpret_cast<std::uintptr_t>(out) % 16 == 0 && reinterpret_cast<std::uintptr_t>(in) % 16 == 0,
-             std::string(what) + ": tensors must be 16-byte aligned");
+  TB_REQUIRE(detail::aligned16(out) && detail::aligned16(in), std::string(what) + ": tensors must be 16-byte aligned");
   if (rows * cols == 0) return;
   const Mask mk = make_mask(m);
   if (cols % kVec == 0 && m.rows.col0 % 2 == 0) {

@@ -2,7 +2,8 @@
 // bf16 tensor-core MMAs (mma.sync m16n8k16, fp32 sums) on fragments of x, A and dx loaded straight from global memory
 // (a block's dz staged in shared memory). Every 32-bit fragment register of x (or of the product that dx receives)
 // holds two neighbouring columns of one row, so one dropout hash (core/counter_rng.h dropout_pair_bits) masks both;
-// the rows' keys are drawn once per block into shared memory. Fragment layouts (PTX ISA, m16n8k16 with g = lane / 4, q = lane % 4):
+// the rows' keys are drawn once per block into shared memory. Fragment layouts (PTX ISA, m16n8k16 with g = lane / 4,
+// q = lane % 4):
 //   A [16 x 16] row-major:  a0 (g, 2q..2q+1)  a1 (g + 8, 2q..)  a2 (g, 2q + 8..)  a3 (g + 8, 2q + 8..)
 //   B [16 x 8]  col-major:  b0 (2q..2q+1, g)  b1 (2q + 8.., g)
 //   C [16 x 8]  fp32:       c0 c1 (g, 2q and 2q + 1)  c2 c3 (g + 8, 2q and 2q + 1)
@@ -75,6 +76,26 @@ __device__ void stage_dz(bf16 (*dz)[kRowsPerChunk * kR], const LoraGroup& g, std
     reinterpret_cast<uint4*>(dz[k])[v] =
         v < valid ? __ldg(reinterpret_cast<const uint4*>(g.z[k] + t0 * kR) + v) : make_uint4(0, 0, 0, 0);
   }
+}
+
+// A block of lora_grad_a or lora_input_grad: rows [t_begin, t_end) of chunk blockIdx.y, their keys and dz_k in shared
+// memory, and the calling warp's 32 columns from c0 (of block blockIdx.x's 256).
+template <int kR, int kC>
+struct ChunkShared {
+  std::uint64_t keys[kC * kRowsPerChunk];
+  __align__(16) bf16 dz[kC][kRowsPerChunk * kR];
+};
+struct Chunk {
+  std::int64_t t_begin, t_end, c0;
+};
+template <int kR, int kC>
+__device__ Chunk open_chunk(ChunkShared<kR, kC>& sh, const LoraGroup& g, const Drop& d, std::int64_t rows) {
+  const std::int64_t t_begin = std::int64_t(blockIdx.y) * kRowsPerChunk;
+  draw_keys<kC>(sh.keys, g, d, t_begin, kRowsPerChunk, rows);
+  stage_dz<kR, kC>(sh.dz, g, t_begin, rows);
+  __syncthreads();
+  return {t_begin, std::min<std::int64_t>(rows, t_begin + kRowsPerChunk),
+          std::int64_t(blockIdx.x) * 256 + 32 * (int(threadIdx.x) >> 5)};
 }
 
 
@@ -178,32 +199,26 @@ template <int kR, int kC>
 __global__ void __launch_bounds__(kThreads) grad_a_kernel(LoraGroup g, const bf16* __restrict__ x, std::int64_t rows,
                                                           std::int64_t cols, Drop d, float* __restrict__ ws) {
   constexpr int kM = (kR + 15) / 16;
-  __shared__ std::uint64_t keys[kC * kRowsPerChunk];
-  __shared__ __align__(16) bf16 dzs[kC][kRowsPerChunk * kR];
-  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g8 = lane >> 2, q = lane & 3;
-  const std::int64_t t_begin = std::int64_t(blockIdx.y) * kRowsPerChunk,
-                     t_end = std::min<std::int64_t>(rows, t_begin + kRowsPerChunk);
-  draw_keys<kC>(keys, g, d, t_begin, kRowsPerChunk, rows);
-  stage_dz<kR, kC>(dzs, g, t_begin, rows);
-  __syncthreads();
-  const std::int64_t c0 = std::int64_t(blockIdx.x) * 256 + 32 * warp;  // the warp's 32 columns
-  if (c0 >= cols) return;
-  const auto pair0 = std::uint32_t((d.rows.col0 + c0) >> 1) + std::uint32_t(g8);  // + 8 for the second 16 columns
+  __shared__ ChunkShared<kR, kC> sh;
+  const Chunk ch = open_chunk(sh, g, d, rows);
+  if (ch.c0 >= cols) return;
+  const int lane = int(threadIdx.x) & 31, g8 = lane >> 2, q = lane & 3;
+  const auto pair0 = std::uint32_t((d.rows.col0 + ch.c0) >> 1) + std::uint32_t(g8);  // + 8 for the second 16 columns
   const int tr[4] = {2 * q, 2 * q + 1, 2 * q + 8, 2 * q + 9};  // the rows of b0 (two) and b1 (two), from t0
   auto load = [&](std::int64_t t0, std::uint32_t (&raw)[2][4]) {
 #pragma unroll
     for (int v = 0; v < 4; ++v)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        raw[h][v] = t0 + tr[v] < t_end ? ld32(x + (t0 + tr[v]) * cols + c0 + 16 * h + 2 * g8) : 0u;
+        raw[h][v] = t0 + tr[v] < ch.t_end ? ld32(x + (t0 + tr[v]) * cols + ch.c0 + 16 * h + 2 * g8) : 0u;
   };
   float acc[kC][kM][4][4] = {};
   std::uint32_t raw[2][4];
-  load(t_begin, raw);
-  for (std::int64_t t0 = t_begin; t0 < t_end; t0 += 16) {
+  load(ch.t_begin, raw);
+  for (std::int64_t t0 = ch.t_begin; t0 < ch.t_end; t0 += 16) {
     std::uint32_t next[2][4] = {};
-    if (t0 + 16 < t_end) load(t0 + 16, next);
-    const int lt = int(t0 - t_begin);
+    if (t0 + 16 < ch.t_end) load(t0 + 16, next);
+    const int lt = int(t0 - ch.t_begin);
 #pragma unroll
     for (int k = 0; k < kC; ++k) {
       std::uint32_t b[4][2];  // N tiles: even and odd columns of the first 16, then of the second 16
@@ -211,11 +226,11 @@ __global__ void __launch_bounds__(kThreads) grad_a_kernel(LoraGroup g, const bf1
       for (int h = 0; h < 2; ++h) {
         std::uint32_t m[4];
 #pragma unroll
-        for (int v = 0; v < 4; ++v) m[v] = d.apply(raw[h][v], keys[k * kRowsPerChunk + lt + tr[v]], pair0 + 8 * h);
+        for (int v = 0; v < 4; ++v) m[v] = d.apply(raw[h][v], sh.keys[k * kRowsPerChunk + lt + tr[v]], pair0 + 8 * h);
         b[2 * h][0] = lows(m[0], m[1]), b[2 * h][1] = lows(m[2], m[3]);
         b[2 * h + 1][0] = highs(m[0], m[1]), b[2 * h + 1][1] = highs(m[2], m[3]);
       }
-      const auto* dz = reinterpret_cast<const unsigned short*>(dzs[k]);
+      const auto* dz = reinterpret_cast<const unsigned short*>(sh.dz[k]);
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) {
         std::uint32_t a[4];  // dz^T: (A's row i, row t) = dz[t, i]; a0 / a2 rows 2q, 2q + 1 (+ 8), a1 / a3 A's row + 8
@@ -237,7 +252,7 @@ __global__ void __launch_bounds__(kThreads) grad_a_kernel(LoraGroup g, const bf1
   // C tile n = 2 h + odd: (A's row g8 (+ 8), tile column 2q (+ 1)) is column c0 + 16 h + 2 (2q (+ 1)) + odd.
 #pragma unroll
   for (int k = 0; k < kC; ++k) {
-    float* out = ws + ((std::int64_t(blockIdx.y) * g.count + k) * kR) * cols + c0;
+    float* out = ws + ((std::int64_t(blockIdx.y) * g.count + k) * kR) * cols + ch.c0;
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
@@ -274,16 +289,10 @@ template <int kR, int kC>
 __global__ void __launch_bounds__(kThreads) input_grad_kernel(bf16* __restrict__ dx, LoraGroup g, std::int64_t rows,
                                                               std::int64_t cols, Drop d, float scale) {
   constexpr int kM = (kR + 15) / 16;
-  __shared__ std::uint64_t keys[kC * kRowsPerChunk];
-  __shared__ __align__(16) bf16 dzs[kC][kRowsPerChunk * kR];
-  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g8 = lane >> 2, q = lane & 3;
-  const std::int64_t t_begin = std::int64_t(blockIdx.y) * kRowsPerChunk,
-                     t_end = std::min<std::int64_t>(rows, t_begin + kRowsPerChunk);
-  draw_keys<kC>(keys, g, d, t_begin, kRowsPerChunk, rows);
-  stage_dz<kR, kC>(dzs, g, t_begin, rows);
-  __syncthreads();
-  const std::int64_t c0 = std::int64_t(blockIdx.x) * 256 + 32 * warp;
-  if (c0 >= cols) return;
+  __shared__ ChunkShared<kR, kC> sh;
+  const Chunk ch = open_chunk(sh, g, d, rows);
+  if (ch.c0 >= cols) return;
+  const int lane = int(threadIdx.x) & 31, g8 = lane >> 2, q = lane & 3;
   std::uint32_t b[kC][kM][4][2];  // A_k rows 16 mt + 2q (+1) and + 8, the tile's column g8
 #pragma unroll
   for (int k = 0; k < kC; ++k)
@@ -294,31 +303,32 @@ __global__ void __launch_bounds__(kThreads) input_grad_kernel(bf16* __restrict__
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int i = 16 * mt + 2 * q + 8 * h, col = 16 * (n / 2) + 4 * (g8 / 2) + 2 * (n % 2) + g8 % 2;
-          const bf16* p = g.a[k] + std::int64_t(i) * cols + c0 + col;
+          const bf16* p = g.a[k] + std::int64_t(i) * cols + ch.c0 + col;
           b[k][mt][n][h] = i < kR ? ld16(p) | (ld16(p + cols) << 16) : 0u;
         }
-  const auto pair0 = std::uint32_t((d.rows.col0 + c0) >> 1) + std::uint32_t(2 * q);  // + 8 p + s for tile 2p + s
-  bf16* dx0 = dx + c0 + 4 * q;  // + row · cols + 16 p
+  const auto pair0 = std::uint32_t((d.rows.col0 + ch.c0) >> 1) + std::uint32_t(2 * q);  // + 8 p + s for tile 2p + s
+  bf16* dx0 = dx + ch.c0 + 4 * q;  // + row · cols + 16 p
   const uint2 zero = make_uint2(0, 0);
   auto load = [&](std::int64_t t0, uint2 (&v)[2][2]) {  // [row g8 / g8 + 8][p]
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int p = 0; p < 2; ++p)
-        v[h][p] = t0 + g8 + 8 * h < t_end ? *reinterpret_cast<const uint2*>(dx0 + (t0 + g8 + 8 * h) * cols + 16 * p)
-                                          : zero;
+        v[h][p] = t0 + g8 + 8 * h < ch.t_end
+                      ? *reinterpret_cast<const uint2*>(dx0 + (t0 + g8 + 8 * h) * cols + 16 * p)
+                      : zero;
   };
   uint2 cur[2][2];
-  load(t_begin, cur);
-  for (std::int64_t t0 = t_begin; t0 < t_end; t0 += 16) {
+  load(ch.t_begin, cur);
+  for (std::int64_t t0 = ch.t_begin; t0 < ch.t_end; t0 += 16) {
     uint2 next[2][2] = {{zero, zero}, {zero, zero}};
-    if (t0 + 16 < t_end) load(t0 + 16, next);
-    const int lt = int(t0 - t_begin);
+    if (t0 + 16 < ch.t_end) load(t0 + 16, next);
+    const int lt = int(t0 - ch.t_begin);
     float sum[4][4] = {};
 #pragma unroll
     for (int k = 0; k < kC; ++k) {
-      const std::uint64_t k0 = keys[k * kRowsPerChunk + lt + g8], k1 = keys[k * kRowsPerChunk + lt + g8 + 8];
-      const bf16* dz0 = dzs[k] + (lt + g8) * kR + 2 * q;
+      const std::uint64_t k0 = sh.keys[k * kRowsPerChunk + lt + g8], k1 = sh.keys[k * kRowsPerChunk + lt + g8 + 8];
+      const bf16* dz0 = sh.dz[k] + (lt + g8) * kR + 2 * q;
       const bf16* dz1 = dz0 + 8 * kR;
       float c[4][4] = {};
 #pragma unroll
@@ -341,7 +351,7 @@ __global__ void __launch_bounds__(kThreads) input_grad_kernel(bf16* __restrict__
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if (t0 + g8 + 8 * h >= t_end) continue;
+      if (t0 + g8 + 8 * h >= ch.t_end) continue;
 #pragma unroll
       for (int p = 0; p < 2; ++p) {
         const uint2 v = cur[h][p];
@@ -362,21 +372,20 @@ __global__ void __launch_bounds__(kThreads) input_grad_kernel(bf16* __restrict__
   }
 }
 
-bool aligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
-
 Drop make_drop(const LoraMask& m) {
   return {m.rows, m.step, dropout_threshold(m.p), float(dropout_keep_scale(m.p))};
 }
 
 void check(const LoraGroup& g, std::int64_t rows, std::int64_t cols, const LoraMask& m, const char* what) {
   TB_REQUIRE(g.count >= 1 && g.count <= LoraGroup::kMax && lora_fusable(g.r, cols, m.rows.col0),
-             detail::str(what, ": needs 1 to ", LoraGroup::kMax, " adapters of rank 8, 16 or 32 on a multiple of 32 columns "
-                 "from an even col0 (got ", g.count, " of rank ", g.r, ", ", cols, " columns from ", m.rows.col0, ")"));
+             detail::str(what, ": needs 1 to ", LoraGroup::kMax,
+                         " adapters of rank 8, 16 or 32 on a multiple of 32 columns from an even col0 (got ", g.count,
+                         " of rank ", g.r, ", ", cols, " columns from ", m.rows.col0, ")"));
   TB_REQUIRE(m.p > 0 && m.p < 1 && m.step && m.rows.seq >= 1 && m.rows.cols_full >= m.rows.col0 + cols &&
                  rows < (std::int64_t(1) << 31),
              detail::str(what, ": needs 0 < p < 1, a device step, and the rows' map (ops/cuda/lora.h)"));
   for (int k = 0; k < g.count; ++k)
-    TB_REQUIRE(g.a[k] && g.z[k] && aligned(g.a[k], 8) && aligned(g.z[k], 16),
+    TB_REQUIRE(g.a[k] && g.z[k] && detail::aligned_to(g.a[k], 8) && detail::aligned16(g.z[k]),
                detail::str(what, ": adapter ", k, " needs A 8-byte and z 16-byte aligned"));
 }
 
@@ -424,7 +433,7 @@ std::size_t lora_down_workspace_bytes(std::int64_t rows, std::int64_t cols, int 
 void lora_down(const LoraGroup& g, const bf16* x, std::int64_t rows, std::int64_t cols, const LoraMask& m,
                void* workspace, cudaStream_t stream) {
   check(g, rows, cols, m, "lora_down");
-  TB_REQUIRE(aligned(x, 8), "lora_down: x must be 8-byte aligned");
+  TB_REQUIRE(detail::aligned_to(x, 8), "lora_down: x must be 8-byte aligned");
   TB_REQUIRE(workspace, "lora_down: needs its workspace (lora_down_workspace_bytes)");
   if (rows == 0) return;
   by_rank(g, [&]<int kR, int kC>(const LoraGroup& s) {
@@ -447,7 +456,7 @@ std::size_t lora_grad_a_workspace_bytes(std::int64_t rows, std::int64_t cols, in
 void lora_grad_a(const LoraGroup& g, const bf16* x, std::int64_t rows, std::int64_t cols, const LoraMask& m,
                  float scale, DType grad_type, bool overwrite, void* workspace, cudaStream_t stream) {
   check(g, rows, cols, m, "lora_grad_a");
-  TB_REQUIRE(aligned(x, 8), "lora_grad_a: x must be 8-byte aligned");
+  TB_REQUIRE(detail::aligned_to(x, 8), "lora_grad_a: x must be 8-byte aligned");
   TB_REQUIRE(grad_type == DType::f32 || grad_type == DType::bf16, "lora_grad_a: dA must be fp32 or bf16");
   TB_REQUIRE(workspace || rows == 0, "lora_grad_a: needs its workspace (lora_grad_a_workspace_bytes)");
   if (rows == 0) return;
@@ -469,7 +478,7 @@ void lora_grad_a(const LoraGroup& g, const bf16* x, std::int64_t rows, std::int6
 void lora_input_grad(bf16* dx, const LoraGroup& g, std::int64_t rows, std::int64_t cols, const LoraMask& m,
                      float scale, cudaStream_t stream) {
   check(g, rows, cols, m, "lora_input_grad");
-  TB_REQUIRE(aligned(dx, 8), "lora_input_grad: dx must be 8-byte aligned");
+  TB_REQUIRE(detail::aligned_to(dx, 8), "lora_input_grad: dx must be 8-byte aligned");
   if (rows == 0) return;
   by_rank(g, [&]<int kR, int kC>(const LoraGroup& s) {
     input_grad_kernel<kR, kC><<<chunk_grid(rows, cols), kThreads, 0, stream>>>(dx, s, rows, cols, make_drop(m), scale);
