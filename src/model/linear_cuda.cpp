@@ -215,10 +215,10 @@ void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf
   }
   if (after_dgrad) {
     TB_REQUIRE(dx && dx != x, "CUDA decoder: a linear backward with after_dgrad needs dx apart from x");
-    if (lora_dx_first) lora_.input_grad(e, dx, dy, rows, true);
+    if (lora_dx_first) lora_.input_grad(e, dx, dy, s, rows, true);
     dgrad();
     mark(e, "gemm dgrad");
-    if (!lora_.empty() && !lora_dx_first) lora_.input_grad(e, dx, dy, rows);
+    if (!lora_.empty() && !lora_dx_first) lora_.input_grad(e, dx, dy, s, rows);
     after_dgrad();
     if (!lora_.empty()) lora_.weight_grads(e, dy, x, s, rows);
   } else if (!lora_.empty()) {  // (dx may alias x: LoRA's weight gradients read x before dgrad writes over it; the

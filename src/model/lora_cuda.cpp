@@ -51,13 +51,31 @@ LoraCuda::LoraCuda(const ParamRegistry& registry, const Slot& w, const std::vect
   std::int64_t end = 0;
   for (const auto& [row0, n] : blocks) end = row0 == end ? end + n : -1;
   covers_ = end == out_;
+  out_fused_ = adapters_.size() <= std::size_t(ops::LoraOutputs::kMax) &&
+               std::ranges::all_of(adapters_, [&](const One& k) {
+                 return ops::lora_out_fusable(rank_, k.row0, k.rows, out_);
+               });
 }
 
 std::size_t LoraCuda::workspace_bytes(std::int64_t rows) const {
+  std::size_t bytes = out_fused_ ? ops::lora_out_grad_workspace_bytes(outputs(nullptr, nullptr, rows), rows) : 0;
   if (fused_)
-    return std::max(ops::lora_down_workspace_bytes(rows, in_, int(count()), rank_),
-                    ops::lora_grad_a_workspace_bytes(rows, in_, int(count()), rank_));
-  return p_ > 0 ? std::size_t(rows * in_) * sizeof(bf16) : 0;
+    return std::max({bytes, ops::lora_down_workspace_bytes(rows, in_, int(count()), rank_),
+                     ops::lora_grad_a_workspace_bytes(rows, in_, int(count()), rank_)});
+  return std::max(bytes, p_ > 0 ? std::size_t(rows * in_) * sizeof(bf16) : 0);
+}
+
+ops::LoraOutputs LoraCuda::outputs(const LinearEnv* e, const LinearSaved* s, std::int64_t rows) const {
+  ops::LoraOutputs g;
+  g.count = int(count()), g.r = rank_;
+  for (std::size_t i = 0; i < adapters_.size(); ++i) {
+    const One& k = adapters_[i];
+    g.col0[i] = k.row0, g.cols[i] = k.rows;
+    if (!e) continue;
+    g.b[i] = e->params + k.b->offset, g.z[i] = s->lora_z + i * z_stride(rows), g.dz[i] = e->lora_dz + i * z_stride(rows);
+    g.grad[i] = e->grad(*k.b);
+  }
+  return g;
 }
 
 ops::LoraGroup LoraCuda::group(const LinearEnv& e, bf16* z, std::int64_t rows) const {
@@ -109,7 +127,13 @@ void LoraCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearS
   }
 }
 
-void LoraCuda::dz(const LinearEnv& e, const bf16* dy, std::int64_t rows) const {
+void LoraCuda::dz(const LinearEnv& e, const bf16* dy, const LinearSaved& s, std::int64_t rows) const {
+  if (out_fused_) {
+    ops::lora_out_grad(outputs(&e, &s, rows), dy, rows, out_, scale_, e.grad_type, e.overwrite, e.lora_ws,
+                       e.dc.stream());
+    mark(e, "lora out grad fused");
+    return;
+  }
   const std::size_t stride = z_stride(rows);
   for (std::size_t i = 0; i < adapters_.size(); ++i) {
     const One& k = adapters_[i];
@@ -142,8 +166,9 @@ void LoraCuda::add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows, b
   mark(e, "lora gemm dgrad");
 }
 
-void LoraCuda::input_grad(const LinearEnv& e, bf16* dx, const bf16* dy, std::int64_t rows, bool write) const {
-  dz(e, dy, rows);
+void LoraCuda::input_grad(const LinearEnv& e, bf16* dx, const bf16* dy, const LinearSaved& s, std::int64_t rows,
+                          bool write) const {
+  dz(e, dy, s, rows);
   add_input_grad(e, dx, rows, write);
 }
 
@@ -152,8 +177,9 @@ void LoraCuda::weight_grads(const LinearEnv& e, const bf16* dy, const bf16* x, c
   const std::size_t stride = z_stride(rows);
   for (std::size_t i = 0; i < adapters_.size(); ++i) {
     const One& k = adapters_[i];
-    e.dc.gemm(shape(k.rows, rank_, rows, ops::GemmLayout::atb, !e.overwrite, out_, 0, e.grad_type), e.grad(*k.b),
-              dy + k.row0, s.lora_z + i * stride, {}, scale_);
+    if (!out_fused_)  // (else written with dz)
+      e.dc.gemm(shape(k.rows, rank_, rows, ops::GemmLayout::atb, !e.overwrite, out_, 0, e.grad_type), e.grad(*k.b),
+                dy + k.row0, s.lora_z + i * stride, {}, scale_);
     if (!fused_)
       e.dc.gemm(shape(rank_, in_, rows, ops::GemmLayout::atb, !e.overwrite, 0, 0, e.grad_type), e.grad(*k.a),
                 e.lora_dz + i * stride, dropped(e, k, x, rows), {}, scale_);

@@ -6,7 +6,7 @@
 //   - the fused products with the dropout drawn inside (ops/cuda/lora.h lora_down, lora_grad_a, lora_input_grad) for
 //     ranks 8, 16 and 32, more adapters than one launch takes, rows past a whole tile and chunk, columns past a whole
 //     block, a context-parallel rank's rows and a row-parallel rank's col0, dA written or added in fp32 or bf16, dx
-//     added or written;
+//     added or written; dz and dB from one read of dy (lora_out_grad), dB written or added;
 //   - a frozen LinearCuda with adapters (model/lora_cuda.h) in BF16: the column-parallel fused qkv with canonical q, k,
 //     v adapters (blocks of its output, written through a leading dimension; or q and v only, which leave a block to
 //     the base alone) and the row-parallel out with one, dropout off and on, both backward orders: y = x W^T + s Σ
@@ -215,6 +215,64 @@ TEST(LoraCuda, FusedProductsMatchTheCpu) {
   check_fused(16, 2, tb::DType::bf16, true, true);
   check_fused(32, 4, tb::DType::f32, true, true);
   check_fused(8, 4, tb::DType::f32, true, false);  // dx written: the first launch writes, the second adds
+}
+
+// The output side in one read of dy (ops/cuda/lora.h lora_out_grad): adapters on blocks of a wider dy (a partial
+// column block; rows past a tile and over several chunks), dz written and dB written or added, in fp32 or bf16.
+void check_out(int r, int count, tb::DType grad_type, bool overwrite) {
+  SCOPED_TRACE("out grad, rank " + std::to_string(r) + ", " + std::to_string(count) + " adapters, " +
+               (grad_type == tb::DType::f32 ? "fp32" : "bf16") + (overwrite ? " written" : " added"));
+  tb::ops::DeviceContext dc(0);
+  const std::int64_t rows = 1000, widths[] = {520, 264, 1024, 8}, gap = 16;
+  const float scale = 1.3f;
+  tb::ops::LoraOutputs g;
+  g.count = count, g.r = r;
+  std::int64_t ld = gap, bn = 0;
+  for (int k = 0; k < count; ++k) g.col0[k] = ld, g.cols[k] = widths[k], ld += widths[k] + gap, bn += widths[k] * r;
+  const std::size_t zn = std::size_t(rows * r);
+  const auto dy = random_bf16_values(std::size_t(rows * ld), 31), b = random_bf16_values(std::size_t(bn), 32, 0.5),
+             z = random_bf16_values(zn * std::size_t(count), 33), g0 = random_bf16_values(std::size_t(bn), 34);
+  DeviceBuffer ddy = upload_bf16(dy), db = upload_bf16(b), dzin = upload_bf16(z), ddz(0, zn * std::size_t(count) * 2),
+               ws(0, tb::ops::lora_out_grad_workspace_bytes(g, rows));
+  DeviceBuffer dgrad = grad_type == tb::DType::f32 ? DeviceBuffer(0, g0.size() * 4) : upload_bf16(g0);
+  if (grad_type == tb::DType::f32) {
+    const std::vector<float> f(g0.begin(), g0.end());
+    TB_CHECK(cudaMemcpy(dgrad.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+  }
+  const std::size_t gsize = grad_type == tb::DType::f32 ? 4 : 2;
+  std::size_t at = 0;
+  for (int k = 0; k < count; ++k) {
+    g.b[k] = db.as<bf16>() + at, g.grad[k] = static_cast<std::byte*>(dgrad.get()) + at * gsize;
+    g.z[k] = dzin.as<bf16>() + std::size_t(k) * zn, g.dz[k] = ddz.as<bf16>() + std::size_t(k) * zn;
+    at += std::size_t(g.cols[k] * r);
+  }
+  tb::ops::lora_out_grad(g, ddy.as<bf16>(), rows, ld, scale, grad_type, overwrite, ws.get(), dc.stream());
+  dc.synchronize();
+  const auto dz_got = download_bf16(ddz.get(), zn * std::size_t(count));
+  const auto g_got = grad_type == tb::DType::f32 ? download_f32(dgrad.get(), g0.size())
+                                                 : download_bf16(dgrad.get(), g0.size());
+  std::vector<double> dz_want(dz_got.size()), g_want(g0.size());
+  at = 0;
+  for (int k = 0; k < count; ++k) {  // dx = dy W and dW += dy^T x with W = B_k, x = z_k
+    const std::size_t n = std::size_t(g.cols[k] * r);
+    std::vector<double> dbk(n);
+    tb::ops::cpu::linear_backward<double>(
+        tb::TensorView<double>(dz_want.data() + std::size_t(k) * zn, {rows, r}), tb::TensorView<double>(dbk.data(), {g.cols[k], r}),
+        {}, tb::TensorView<const double>(dy.data() + g.col0[k], tb::Shape{rows, g.cols[k]}, tb::Shape{ld, 1}, 2),
+        tb::TensorView<const double>(z.data() + std::size_t(k) * zn, {rows, r}),
+        tb::TensorView<const double>(b.data() + at, {g.cols[k], r}));
+    for (std::size_t e = 0; e < n; ++e) g_want[at + e] = (overwrite ? 0.0 : g0[at + e]) + scale * dbk[e];
+    at += n;
+  }
+  EXPECT_LT(rel_l2(dz_want, dz_got), 1e-2) << "dz";
+  EXPECT_LT(rel_l2(g_want, g_got), 1e-2) << "dB";
+}
+
+TEST(LoraCuda, OutputSideMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  check_out(8, 3, tb::DType::f32, false);
+  check_out(16, 2, tb::DType::bf16, true);
+  check_out(32, 4, tb::DType::f32, true);
 }
 
 // A tiny model's layer-0 linear `which` (qkv or out) with its LoRA adapters, run alone against the CPU; y and dx

@@ -19,6 +19,10 @@
 // Bytes: one read of x (lora_down, lora_grad_a) or a read and a write of dx (lora_input_grad; a write only when it
 // writes dx) for all the adapters; FLOPs 2 rows cols r per adapter each. lora_fusable says which shapes they take
 // (else the kernels above and GEMMs).
+// The output side of a linear's adapters, adapter k on columns [col0_k, col0_k + cols_k) of dy (rows `ld` apart) with
+// its B_k [cols_k, r] and the forward's z_k [rows, r] (ops/cuda/lora_output.cu; no dropout on this side):
+//   lora_out_grad     dz_k = dy_k B_k (written, bf16);  dB_k = scale · dy_k^T z_k, written (overwrite) or added
+// Bytes: one read of the adapters' blocks of dy (and fp32 partial sums, a few % of it); FLOPs 4 rows cols_k r each.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -66,6 +70,17 @@ struct LoraGroup {
   void* grad[kMax] = {};        // dA_k (lora_grad_a)
 };
 
+// The adapters of one linear on its output side (lora_out_grad).
+struct LoraOutputs {
+  static constexpr int kMax = 4;
+  int count = 0, r = 0;
+  std::int64_t col0[kMax] = {}, cols[kMax] = {};
+  const __nv_bfloat16* b[kMax] = {};
+  const __nv_bfloat16* z[kMax] = {};
+  __nv_bfloat16* dz[kMax] = {};
+  void* grad[kMax] = {};  // dB_k
+};
+
 // Whether the fused products take adapters of rank r on an input of `cols` columns starting at col0 of the whole:
 // r 8, 16 or 32, cols a multiple of 32, col0 even.
 bool lora_fusable(int r, std::int64_t cols, std::int64_t col0);
@@ -85,5 +100,13 @@ void lora_grad_a(const LoraGroup& g, const __nv_bfloat16* x, std::int64_t rows, 
                  float scale, DType grad_type, bool overwrite, void* workspace, cudaStream_t stream);
 void lora_input_grad(__nv_bfloat16* dx, const LoraGroup& g, std::int64_t rows, std::int64_t cols, const LoraMask& m,
                      float scale, bool add, cudaStream_t stream);
+
+// Whether lora_out_grad takes an adapter of rank r on `cols` columns from col0 of rows `ld` apart: r 8, 16 or 32, all
+// three multiples of 8.
+bool lora_out_fusable(int r, std::int64_t col0, std::int64_t cols, std::int64_t ld);
+// The partial sums go through `workspace` (lora_out_grad_workspace_bytes; added in order: the same result every run).
+std::size_t lora_out_grad_workspace_bytes(const LoraOutputs& g, std::int64_t rows);
+void lora_out_grad(const LoraOutputs& g, const __nv_bfloat16* dy, std::int64_t rows, std::int64_t ld, float scale,
+                   DType grad_type, bool overwrite, void* workspace, cudaStream_t stream);
 
 }  // namespace tb::ops

@@ -2,15 +2,13 @@
 // bf16 tensor-core MMAs (mma.sync m16n8k16, fp32 sums) on fragments of x, A and dx loaded straight from global memory
 // (a block's dz staged in shared memory). Every 32-bit fragment register of x (or of the product that dx receives)
 // holds two neighbouring columns of one row, so one dropout hash (core/counter_rng.h dropout_pair_bits) masks both;
-// the rows' keys are drawn once per block into shared memory. Fragment layouts (PTX ISA, m16n8k16 with g = lane / 4,
-// q = lane % 4):
-//   A [16 x 16] row-major:  a0 (g, 2q..2q+1)  a1 (g + 8, 2q..)  a2 (g, 2q + 8..)  a3 (g + 8, 2q + 8..)
-//   B [16 x 8]  col-major:  b0 (2q..2q+1, g)  b1 (2q + 8.., g)
-//   C [16 x 8]  fp32:       c0 c1 (g, 2q and 2q + 1)  c2 c3 (g + 8, 2q and 2q + 1)
+// the rows' keys are drawn once per block into shared memory. Fragment layouts: ops/cuda/mma_sync.cuh (g = lane / 4,
+// q = lane % 4).
 #include <algorithm>
 
 #include "ops/cuda/kernel_common.cuh"
 #include "ops/cuda/lora.h"
+#include "ops/cuda/mma_sync.cuh"
 
 namespace tb::ops {
 namespace {
@@ -21,11 +19,7 @@ constexpr int kRowsPerChunk = 128;  // lora_grad_a's and lora_input_grad's rows 
 // Adapters per launch: their fragments within the register budget (K · ceil(r / 16) <= 4).
 constexpr int adapters_per_launch(int r) { return r <= 16 ? 4 : 2; }
 
-__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using detail::mma;
 
 __device__ __forceinline__ std::uint32_t ld32(const bf16* p) { return __ldg(reinterpret_cast<const unsigned*>(p)); }
 __device__ __forceinline__ uint2 ld64(const bf16* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
