@@ -138,7 +138,7 @@ class LinearCuda {
   void forward_cast(const LinearEnv& e, const bf16* x, const LinearSaved& s, std::int64_t rows,
                     LinearInput input) const;
   void forward_gemm(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t r0,
-                    std::int64_t m, bool accumulate = false) const;  // rows [r0, r0 + m) of y (BF16: += when accumulate)
+                    std::int64_t m, bool accumulate = false) const;  // rows [r0, r0 + m) of y (BF16: or +=)
   void forward_with_lora(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t rows) const;
   void cast_grad(const LinearEnv& e, const bf16* dy, std::int64_t rows, bool amax_ready) const;
 

@@ -72,8 +72,8 @@ ops::LoraOutputs LoraCuda::outputs(const LinearEnv* e, const LinearSaved* s, std
     const One& k = adapters_[i];
     g.col0[i] = k.row0, g.cols[i] = k.rows;
     if (!e) continue;
-    g.b[i] = e->params + k.b->offset, g.z[i] = s->lora_z + i * z_stride(rows), g.dz[i] = e->lora_dz + i * z_stride(rows);
-    g.grad[i] = e->grad(*k.b);
+    g.b[i] = e->params + k.b->offset, g.grad[i] = e->grad(*k.b);
+    g.z[i] = s->lora_z + i * z_stride(rows), g.dz[i] = e->lora_dz + i * z_stride(rows);
   }
   return g;
 }

@@ -256,11 +256,13 @@ void check_out(int r, int count, tb::DType grad_type, bool overwrite) {
   for (int k = 0; k < count; ++k) {  // dx = dy W and dW += dy^T x with W = B_k, x = z_k
     const std::size_t n = std::size_t(g.cols[k] * r);
     std::vector<double> dbk(n);
-    tb::ops::cpu::linear_backward<double>(
-        tb::TensorView<double>(dz_want.data() + std::size_t(k) * zn, {rows, r}), tb::TensorView<double>(dbk.data(), {g.cols[k], r}),
-        {}, tb::TensorView<const double>(dy.data() + g.col0[k], tb::Shape{rows, g.cols[k]}, tb::Shape{ld, 1}, 2),
-        tb::TensorView<const double>(z.data() + std::size_t(k) * zn, {rows, r}),
-        tb::TensorView<const double>(b.data() + at, {g.cols[k], r}));
+    using View = tb::TensorView<double>;
+    using CView = tb::TensorView<const double>;
+    tb::ops::cpu::linear_backward<double>(View(dz_want.data() + std::size_t(k) * zn, {rows, r}),
+                                          View(dbk.data(), {g.cols[k], r}), {},
+                                          CView(dy.data() + g.col0[k], tb::Shape{rows, g.cols[k]}, tb::Shape{ld, 1}, 2),
+                                          CView(z.data() + std::size_t(k) * zn, {rows, r}),
+                                          CView(b.data() + at, {g.cols[k], r}));
     for (std::size_t e = 0; e < n; ++e) g_want[at + e] = (overwrite ? 0.0 : g0[at + e]) + scale * dbk[e];
     at += n;
   }

@@ -274,11 +274,11 @@ __global__ void grad_a_finish_kernel(LoraGroup g, const float* __restrict__ ws, 
   }
 }
 
-// dx += scale · Σ_k dropout_k'(dz_k A_k) (add; else dx = that, dx not read). A block per kRowsPerChunk rows and 256 columns, warp w on 32 of them (M:
-// 16 rows, N: 8 columns, K: 16 of A's rows, zero past r), the chunk's dz in shared memory, A_k's B fragments loaded
-// once. Columns are ordered so that tiles 2p and 2p + 1 give a thread four neighbouring columns of a row (column
-// 16 p + 4 (n / 2) + 2 s + n % 2 of tile 2p + s's column n): dx is read (one row tile ahead) and written 8 bytes at a
-// time, and each C pair (two neighbouring columns) is masked by one hash.
+// dx += scale · Σ_k dropout_k'(dz_k A_k) (add; else dx = that, dx not read). A block per kRowsPerChunk rows and 256
+// columns, warp w on 32 of them (M: 16 rows, N: 8 columns, K: 16 of A's rows, zero past r), the chunk's dz in shared
+// memory, A_k's B fragments loaded once. Columns are ordered so that tiles 2p and 2p + 1 give a thread four
+// neighbouring columns of a row (column 16 p + 4 (n / 2) + 2 s + n % 2 of tile 2p + s's column n): dx is read (one
+// row tile ahead) and written 8 bytes at a time, and each C pair (two neighbouring columns) is masked by one hash.
 template <int kR, int kC>
 __global__ void __launch_bounds__(kThreads) input_grad_kernel(bf16* __restrict__ dx, LoraGroup g, std::int64_t rows,
                                                               std::int64_t cols, Drop d, float scale, bool add) {
