@@ -16,12 +16,14 @@ namespace tb::ops {
 namespace {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
+constexpr int kStages = 3;  // dy tiles in flight per warp (cp.async into shared memory)
+constexpr int kSlots = 3 * 132;  // blocks in one wave: three per SM of an H100 or H200 (below)
 
 template <int kR>
-constexpr int warp_cols() {  // dB's sums (kWarpCols x r per warp) within the register budget
-  return kR <= 16 ? 64 : 32;
+constexpr int warp_cols() {  // within 85 registers (three blocks per SM): dB's sums are kWarpCols x r per warp
+  return kR == 8 ? 64 : 32;
 }
-constexpr int block_cols(int r) { return kWarps * (r <= 16 ? 64 : 32); }
+constexpr int block_cols(int r) { return kWarps * (r == 8 ? 64 : 32); }
 
 // Where each adapter's blocks and partial sums are: blocks [first[k], first[k + 1]) of the grid's x, `chunk` rows per
 // grid y; ws: dz partials [blocks_k][rows][r] from dz_at[k], dB partials [chunks][cols_k][r] from db_at[k].
@@ -31,16 +33,15 @@ struct Plan {
   std::int64_t dz_at[LoraOutputs::kMax] = {}, db_at[LoraOutputs::kMax] = {}, floats = 0;
 };
 
-// Rows per chunk: the fewest chunks (of at least 64 rows) that give kBlocks blocks, two waves of two per SM on an
-// H100 or H200 (a fixed number, not the device's: the same sums, in the same order, on any GPU). More blocks balance
-// the SMs better; fewer write fewer partial sums of dB (2 r / chunk of dy's bytes).
-constexpr std::int64_t kBlocks = 528;
+// Rows per chunk: as many chunks as fit the column blocks into one wave of kSlots blocks (equal blocks: no tail),
+// each of at least 64 rows. A fixed number, not the device's: the same sums, in the same order, on any GPU. Fewer
+// chunks write fewer partial sums of dB (2 r / chunk of dy's bytes; dz's: 2 r / block_cols).
 Plan plan(const LoraOutputs& g, std::int64_t rows) {
   Plan p;
   const int bc = block_cols(g.r);
   for (int k = 0; k < g.count; ++k) p.first[k + 1] = p.first[k] + int(detail::ceil_div(g.cols[k], bc));
-  const std::int64_t want = detail::ceil_div(kBlocks, std::max(p.first[g.count], 1));
-  p.chunk = int(std::max<std::int64_t>(64, detail::ceil_div(detail::ceil_div(rows, want), 16) * 16));
+  const std::int64_t split = std::max<std::int64_t>(1, kSlots / std::max(p.first[g.count], 1));
+  p.chunk = int(std::max<std::int64_t>(64, detail::ceil_div(detail::ceil_div(rows, split), 16) * 16));
   p.chunks = int(detail::ceil_div(rows, p.chunk));
   for (int k = 0; k < g.count; ++k) {
     p.dz_at[k] = p.floats;
@@ -51,24 +52,79 @@ Plan plan(const LoraOutputs& g, std::int64_t rows) {
   return p;
 }
 
+// Adapter k's view (selected with constant indices: the kernel parameters stay out of local memory).
+struct One {
+  std::int64_t col0 = 0, cols = 0, dz_at = 0, db_at = 0;
+  int first = 0, blocks = 0;
+  const unsigned short *b = nullptr, *z = nullptr;
+  bf16* dz = nullptr;
+  void* grad = nullptr;
+};
+__device__ __forceinline__ One select(const LoraOutputs& g, const Plan& p, int k) {
+  One o;
+#pragma unroll
+  for (int j = 0; j < LoraOutputs::kMax; ++j)
+    if (j == k) {
+      o.col0 = g.col0[j], o.cols = g.cols[j], o.dz_at = p.dz_at[j], o.db_at = p.db_at[j];
+      o.first = p.first[j], o.blocks = p.first[j + 1] - p.first[j];
+      o.b = reinterpret_cast<const unsigned short*>(g.b[j]), o.z = reinterpret_cast<const unsigned short*>(g.z[j]);
+      o.dz = g.dz[j], o.grad = g.grad[j];
+    }
+  return o;
+}
+
 template <int kR>
-__global__ void __launch_bounds__(kThreads) out_grad_kernel(LoraOutputs g, Plan p, const bf16* __restrict__ dy,
-                                                            std::int64_t rows, std::int64_t ld,
-                                                            float* __restrict__ ws) {
-  constexpr int kN = kR / 8, kWc = warp_cols<kR>(), kS = kWc / 16, kV = kWc / 16;  // kV: 16-byte loads per lane
-  constexpr int kStride = kWc + 8;  // staged rows kWc + 8 elements apart: ldmatrix's 8 rows hit distinct banks
-  __shared__ __align__(16) bf16 stage[kWarps][16 * kStride];
-  __shared__ float part[2][kWarps][16][kR];
+struct OutShared {
+  static constexpr int kStride = warp_cols<kR>() + 8;  // staged rows apart: ldmatrix's 8 rows hit distinct banks
+  bf16 stage[kWarps][kStages][16 * kStride];
+  float part[2][kWarps][16][kR];
+};
+
+// 16 bytes from global to shared memory, asynchronously (zeros when !valid: nothing read).
+__device__ __forceinline__ void copy16(void* smem, const void* gmem, bool valid) {
+  const auto d = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void copy_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+template <int kR>
+__global__ void __launch_bounds__(kThreads, 3) out_grad_kernel(LoraOutputs g, Plan p, const bf16* __restrict__ dy,
+                                                               std::int64_t rows, std::int64_t ld,
+                                                               float* __restrict__ ws) {
+  constexpr int kN = kR / 8, kWc = warp_cols<kR>(), kS = kWc / 16, kV = kWc / 16;  // kV: 16-byte copies per lane
+  constexpr int kStride = OutShared<kR>::kStride;
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto& sh = *reinterpret_cast<OutShared<kR>*>(smem);
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g8 = lane >> 2, q = lane & 3;
   int k = 0;
-  while (int(blockIdx.x) >= p.first[k + 1]) ++k;
-  const int cb = int(blockIdx.x) - p.first[k];
-  const std::int64_t cols = g.cols[k], c0 = std::int64_t(cb) * kWarps * kWc + std::int64_t(warp) * kWc;
+#pragma unroll
+  for (int j = 1; j < LoraOutputs::kMax; ++j) k += j < g.count && int(blockIdx.x) >= p.first[j];
+  const One a = select(g, p, k);
+  const int cb = int(blockIdx.x) - a.first;
+  const std::int64_t cols = a.cols, c0 = std::int64_t(cb) * kWarps * kWc + std::int64_t(warp) * kWc;
   const std::int64_t t_begin = std::int64_t(blockIdx.y) * p.chunk,
                      t_end = std::min<std::int64_t>(rows, t_begin + p.chunk);
-  const bf16* dyk = dy + g.col0[k];
-  const auto* b = reinterpret_cast<const unsigned short*>(g.b[k]);
-  const auto* z = reinterpret_cast<const unsigned short*>(g.z[k]);
+  const bf16* dyk = dy + a.col0;
+  const unsigned short *b = a.b, *z = a.z;
+
+  // lane's part of a tile: row lane / 2, kV 8-column packs from column (lane % 2) · kWc / 2; tile i in stage i % 3
+  const int lr = lane >> 1, lc = (lane & 1) * (kWc / 2);
+  auto fetch = [&](std::int64_t t0, int stage) {  // (always a group, empty past the chunk: uniform counting)
+    const std::int64_t t = t0 + lr;
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const std::int64_t o = c0 + lc + 8 * j;
+      const bool valid = t < t_end && o < cols;
+      copy16(sh.stage[warp][stage] + lr * kStride + lc + 8 * j, valid ? dyk + t * ld + o : dyk, valid);
+    }
+    copy_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) fetch(t_begin + 16 * i, i);
 
   // dz's B fragments: (o = c0 + 16 s + 2q (+1) (+8), i = 8 n + g8) of B_k [cols, r]; zero past cols (a multiple of 8)
   std::uint32_t bz[kS][kN][2];
@@ -82,27 +138,13 @@ __global__ void __launch_bounds__(kThreads) out_grad_kernel(LoraOutputs g, Plan 
         const std::int64_t e = o * kR + 8 * n + g8;
         bz[s][n][h] = o < cols ? std::uint32_t(__ldg(b + e)) | (std::uint32_t(__ldg(b + e + kR)) << 16) : 0u;
       }
-  // lane's part of a tile: row lane / 2, kV 8-column packs from column (lane % 2) · kWc / 2
-  const int lr = lane >> 1, lc = (lane & 1) * (kWc / 2);
-  auto load = [&](std::int64_t t0, uint4 (&v)[kV]) {
-    const std::int64_t t = t0 + lr;
-#pragma unroll
-    for (int j = 0; j < kV; ++j) {
-      const std::int64_t o = c0 + lc + 8 * j;
-      v[j] = t < t_end && o < cols ? detail::load8(dyk + t * ld + o) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  bf16* st = stage[warp];
   float db[kS][kN][4] = {};
-  uint4 cur[kV];
-  load(t_begin, cur);
-  int buf = 0;
-  for (std::int64_t t0 = t_begin; t0 < t_end; t0 += 16, buf ^= 1) {
-    uint4 next[kV];
-    load(t0 + 16, next);  // (zero past the chunk)
-#pragma unroll
-    for (int j = 0; j < kV; ++j) *reinterpret_cast<uint4*>(st + lr * kStride + lc + 8 * j) = cur[j];
-    __syncwarp();
+  int stage = 0, buf = 0;
+  for (std::int64_t t0 = t_begin; t0 < t_end; t0 += 16, buf ^= 1, stage = stage == kStages - 1 ? 0 : stage + 1) {
+    fetch(t0 + 16 * (kStages - 1), stage == 0 ? kStages - 1 : stage - 1);  // into the stage read last tile
+    copy_wait<kStages - 1>();  // this tile's group done (this lane's copies) ...
+    __syncwarp();              // ... and the other lanes'
+    const bf16* st = sh.stage[warp][stage];
     // z_k's B fragments for dB: (t = t0 + 2q (+1) (+8), i = 8 n + g8)
     std::uint32_t bzt[kN][2];
 #pragma unroll
@@ -127,26 +169,26 @@ __global__ void __launch_bounds__(kThreads) out_grad_kernel(LoraOutputs g, Plan 
         detail::mma(db[s][n], at, bzt[n][0], bzt[n][1]);
       }
     }
-    __syncwarp();  // (the stage is rewritten next tile)
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
-      part[buf][warp][g8][8 * n + 2 * q] = dz[n][0], part[buf][warp][g8][8 * n + 2 * q + 1] = dz[n][1];
-      part[buf][warp][g8 + 8][8 * n + 2 * q] = dz[n][2], part[buf][warp][g8 + 8][8 * n + 2 * q + 1] = dz[n][3];
+      sh.part[buf][warp][g8][8 * n + 2 * q] = dz[n][0], sh.part[buf][warp][g8][8 * n + 2 * q + 1] = dz[n][1];
+      sh.part[buf][warp][g8 + 8][8 * n + 2 * q] = dz[n][2], sh.part[buf][warp][g8 + 8][8 * n + 2 * q + 1] = dz[n][3];
     }
-    __syncthreads();  // (one barrier a tile: the other buffer's readers finished before it)
-    float* out = ws + p.dz_at[k] + (std::int64_t(cb) * rows + t0) * kR;
+    // One barrier a tile: the warps' dz sums are complete, the other buffer's readers have finished, and every lane
+    // has read this stage before the next tile's fetch refills it.
+    __syncthreads();
+    float* out = ws + a.dz_at + (std::int64_t(cb) * rows + t0) * kR;
     for (int e = int(threadIdx.x); e < 16 * kR; e += kThreads) {
       const int i = e / kR, c = e % kR;
       float s = 0;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) s += part[buf][w][i][c];
+      for (int w = 0; w < kWarps; ++w) s += sh.part[buf][w][i][c];
       if (t0 + i < t_end) out[e] = s;
     }
-#pragma unroll
-    for (int j = 0; j < kV; ++j) cur[j] = next[j];
   }
+  copy_wait<0>();  // (the empty groups past the chunk)
   // dB's C tiles: (o = c0 + 16 s + g8 (+ 8), i = 8 n + 2q, + 1)
-  float* out = ws + p.db_at[k] + (std::int64_t(blockIdx.y) * cols) * kR;
+  float* out = ws + a.db_at + (std::int64_t(blockIdx.y) * cols) * kR;
 #pragma unroll
   for (int s = 0; s < kS; ++s)
 #pragma unroll
@@ -159,28 +201,26 @@ __global__ void __launch_bounds__(kThreads) out_grad_kernel(LoraOutputs g, Plan 
       }
 }
 
-// dz_k = Σ over column blocks of its partials (bf16), dB_k = scale · Σ over chunks (+ dB_k unless overwrite).
+// Adapter blockIdx.y's dz = Σ over column blocks of its partials (bf16), dB = scale · Σ over chunks (+ dB unless
+// overwrite).
 template <class G>
 __global__ void out_finish_kernel(LoraOutputs g, Plan p, const float* __restrict__ ws, std::int64_t rows, float scale,
                                   bool overwrite) {
-  std::int64_t total = 0;
-  for (int k = 0; k < g.count; ++k) total += (rows + g.cols[k]) * g.r;
+  const One a = select(g, p, int(blockIdx.y));
+  const std::int64_t nz = rows * g.r, total = nz + a.cols * g.r;
   for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += std::int64_t(gridDim.x) * blockDim.x) {
-    std::int64_t f = e;
-    int k = 0;
-    while (f >= (rows + g.cols[k]) * g.r) f -= (rows + g.cols[k]) * g.r, ++k;
     float s = 0;
-    if (f < rows * g.r) {
-      const float* w = ws + p.dz_at[k] + f;
-      for (int c = 0; c < p.first[k + 1] - p.first[k]; ++c) s += w[std::int64_t(c) * rows * g.r];
-      g.dz[k][f] = __float2bfloat16_rn(s);
+    if (e < nz) {
+      const float* w = ws + a.dz_at + e;
+      for (int c = 0; c < a.blocks; ++c) s += w[std::int64_t(c) * nz];
+      a.dz[e] = __float2bfloat16_rn(s);
       continue;
     }
-    f -= rows * g.r;
-    const float* w = ws + p.db_at[k] + f;
-    for (int c = 0; c < p.chunks; ++c) s += w[std::int64_t(c) * g.cols[k] * g.r];
-    G* d = static_cast<G*>(g.grad[k]) + f;
+    const std::int64_t f = e - nz;
+    const float* w = ws + a.db_at + f;
+    for (int c = 0; c < p.chunks; ++c) s += w[std::int64_t(c) * a.cols * g.r];
+    G* d = static_cast<G*>(a.grad) + f;
     *d = G(scale * s + (overwrite ? 0.f : float(*d)));
   }
 }
@@ -212,17 +252,24 @@ void lora_out_grad(const LoraOutputs& g, const bf16* dy, std::int64_t rows, std:
   const Plan p = plan(g, rows);
   auto* ws = static_cast<float*>(workspace);
   const dim3 grid(unsigned(p.first[g.count]), unsigned(p.chunks));
-  if (g.r == 8) out_grad_kernel<8><<<grid, kThreads, 0, stream>>>(g, p, dy, rows, ld, ws);
-  if (g.r == 16) out_grad_kernel<16><<<grid, kThreads, 0, stream>>>(g, p, dy, rows, ld, ws);
-  if (g.r == 32) out_grad_kernel<32><<<grid, kThreads, 0, stream>>>(g, p, dy, rows, ld, ws);
+  const auto launch = [&]<int kR>() {
+    constexpr int bytes = sizeof(OutShared<kR>);  // (over the 48 KiB default: allowed once; a process per GPU)
+    static const bool sized = cudaFuncSetAttribute(out_grad_kernel<kR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   bytes) == cudaSuccess;
+    TB_REQUIRE(sized, detail::str("lora_out_grad: the GPU refuses ", bytes, " bytes of shared memory per block"));
+    out_grad_kernel<kR><<<grid, kThreads, bytes, stream>>>(g, p, dy, rows, ld, ws);
+  };
+  if (g.r == 8) launch.template operator()<8>();
+  if (g.r == 16) launch.template operator()<16>();
+  if (g.r == 32) launch.template operator()<32>();
   TB_CHECK_LAUNCH();
-  std::int64_t total = 0;
-  for (int k = 0; k < g.count; ++k) total += (rows + g.cols[k]) * g.r;
-  const auto blocks = unsigned(std::clamp<std::int64_t>(detail::ceil_div(total, 256), 1, 4096));
+  std::int64_t most = 0;
+  for (int k = 0; k < g.count; ++k) most = std::max(most, (rows + g.cols[k]) * g.r);
+  const dim3 fgrid(unsigned(std::clamp<std::int64_t>(detail::ceil_div(most, 256), 1, 1024)), unsigned(g.count));
   if (grad_type == DType::f32)
-    out_finish_kernel<float><<<blocks, 256, 0, stream>>>(g, p, ws, rows, scale, overwrite);
+    out_finish_kernel<float><<<fgrid, 256, 0, stream>>>(g, p, ws, rows, scale, overwrite);
   else
-    out_finish_kernel<bf16><<<blocks, 256, 0, stream>>>(g, p, ws, rows, scale, overwrite);
+    out_finish_kernel<bf16><<<fgrid, 256, 0, stream>>>(g, p, ws, rows, scale, overwrite);
   TB_CHECK_LAUNCH();
 }
 
