@@ -59,9 +59,7 @@ LoraCuda::LoraCuda(const ParamRegistry& registry, const Slot& w, const std::vect
 
 std::size_t LoraCuda::workspace_bytes(std::int64_t rows) const {
   std::size_t bytes = out_fused_ ? ops::lora_out_grad_workspace_bytes(outputs(nullptr, nullptr, rows), rows) : 0;
-  if (fused_)
-    return std::max({bytes, ops::lora_down_workspace_bytes(rows, in_, int(count()), rank_),
-                     ops::lora_grad_a_workspace_bytes(rows, in_, int(count()), rank_)});
+  if (fused_) return std::max(bytes, ops::lora_grad_a_workspace_bytes(rows, in_, int(count()), rank_));
   return std::max(bytes, p_ > 0 ? std::size_t(rows * in_) * sizeof(bf16) : 0);
 }
 
@@ -112,7 +110,7 @@ void LoraCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearS
   TB_REQUIRE(!write || covers_, "CUDA decoder: internal: LoRA writes y only where its adapters cover it");
   const std::size_t stride = z_stride(rows);
   if (fused_) {
-    ops::lora_down(group(e, s.lora_z, rows), x, rows, in_, mask(e, adapters_[0]), e.lora_ws, e.dc.stream());
+    ops::lora_down(group(e, s.lora_z, rows), x, rows, in_, mask(e, adapters_[0]), e.dc.stream());
     mark(e, "lora down fused");
   }
   for (std::size_t i = 0; i < adapters_.size(); ++i) {

@@ -149,8 +149,7 @@ void check_fused(int r, int count, tb::DType grad_type, bool overwrite, bool add
              g0 = random_bf16_values(an * std::size_t(count), 25);
   DeviceBuffer dxin = upload_bf16(x), da = upload_bf16(a), ddz = upload_bf16(dz), ddx = upload_bf16(dx0),
                dzout(0, zn * std::size_t(count) * 2), dstep(0, 8),
-               ws(0, std::max(tb::ops::lora_grad_a_workspace_bytes(rows, cols, count, r),
-                              tb::ops::lora_down_workspace_bytes(rows, cols, count, r)));
+               ws(0, tb::ops::lora_grad_a_workspace_bytes(rows, cols, count, r));
   DeviceBuffer dgrad = grad_type == tb::DType::f32 ? DeviceBuffer(0, g0.size() * 4) : upload_bf16(g0);
   if (grad_type == tb::DType::f32) {
     const std::vector<float> f(g0.begin(), g0.end());
@@ -169,7 +168,7 @@ void check_fused(int r, int count, tb::DType grad_type, bool overwrite, bool add
   }
   const tb::ops::LoraMask m{
       0, dstep.as<std::int64_t>(), p, {first_sequence, seq, seq_full, cp, cp_rank, col0, 3 * cols}};
-  tb::ops::lora_down(out, dxin.as<bf16>(), rows, cols, m, ws.get(), dc.stream());
+  tb::ops::lora_down(out, dxin.as<bf16>(), rows, cols, m, dc.stream());
   tb::ops::lora_grad_a(back, dxin.as<bf16>(), rows, cols, m, scale, grad_type, overwrite, ws.get(), dc.stream());
   tb::ops::lora_input_grad(ddx.as<bf16>(), back, rows, cols, m, scale, add_dx, dc.stream());
   dc.synchronize();

@@ -90,11 +90,10 @@ void lora_dropout(__nv_bfloat16* xd, const __nv_bfloat16* x, std::int64_t rows, 
 void lora_dropout_add(__nv_bfloat16* dx, const __nv_bfloat16* t, std::int64_t rows, std::int64_t cols,
                       const LoraMask& m, cudaStream_t stream);
 
-// Partial sums over column splits (lora_down) and row chunks (lora_grad_a) go through `workspace` (the bytes below),
-// added in order: the same result every run.
-std::size_t lora_down_workspace_bytes(std::int64_t rows, std::int64_t cols, int count, int r);
 void lora_down(const LoraGroup& g, const __nv_bfloat16* x, std::int64_t rows, std::int64_t cols, const LoraMask& m,
-               void* workspace, cudaStream_t stream);
+               cudaStream_t stream);
+// dA's partial sums over row chunks go through `workspace` (lora_grad_a_workspace_bytes; the chunks added in order:
+// the same result every run).
 std::size_t lora_grad_a_workspace_bytes(std::int64_t rows, std::int64_t cols, int count, int r);
 void lora_grad_a(const LoraGroup& g, const __nv_bfloat16* x, std::int64_t rows, std::int64_t cols, const LoraMask& m,
                  float scale, DType grad_type, bool overwrite, void* workspace, cudaStream_t stream);

@@ -14,7 +14,7 @@ namespace tb::ops {
 namespace {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
-constexpr int kRowsPerChunk = 128;  // lora_grad_a's and lora_input_grad's rows per block
+constexpr int kRowsPerChunk = 256;  // lora_grad_a's and lora_input_grad's rows per block
 
 // Adapters per launch: their fragments within the register budget (K · ceil(r / 16) <= 4).
 constexpr int adapters_per_launch(int r) { return r <= 16 ? 4 : 2; }
@@ -93,14 +93,12 @@ __device__ Chunk open_chunk(ChunkShared<kR, kC>& sh, const LoraGroup& g, const D
 }
 
 
-// z_k = dropout_k(x) A_k^T. A block per 16 rows and split blockIdx.y of the columns (gridDim.y splits); warp w takes
-// the split's 16-column steps w, w + 8, ... (M: the rows, N: 8 of A's rows, K: 16 columns, ordered so that a thread's
-// two K pairs are four neighbouring columns: one 8-byte load of x and of A each), x loaded two steps ahead and A one;
-// the warps' sums added in shared memory in warp order, into the split's part of ws [split][row][k r]
-// (down_finish_kernel adds the splits in order).
+// z_k = dropout_k(x) A_k^T. A block per 16 rows; warp w takes the 16-column steps w, w + 8, ... (M: the rows, N: 8 of
+// A's rows, K: 16 columns, ordered so that a thread's two K pairs are four neighbouring columns: one 8-byte load of x
+// and of A each), x loaded two steps ahead and A one; the warps' sums added in shared memory in warp order.
 template <int kR, int kC>
 __global__ void __launch_bounds__(kThreads) down_kernel(LoraGroup g, const bf16* __restrict__ x, std::int64_t rows,
-                                                        std::int64_t cols, Drop d, float* __restrict__ ws) {
+                                                        std::int64_t cols, Drop d) {
   constexpr int kN = kR / 8;
   __shared__ std::uint64_t keys[kC * 16];
   __shared__ float part[kWarps][16][kC * kR];
@@ -119,22 +117,21 @@ __global__ void __launch_bounds__(kThreads) down_kernel(LoraGroup g, const bf16*
   for (int k = 0; k < kC; ++k) key0[k] = keys[k * 16 + g8], key1[k] = keys[k * 16 + g8 + 8];
   const uint2 zero = make_uint2(0, 0);
   constexpr std::int64_t kStep = 16 * kWarps;
-  const std::int64_t split = cols / gridDim.y, j_end = split * (blockIdx.y + 1);
   auto load_x = [&](std::int64_t j0, uint2 (&v)[2]) {
-    v[0] = j0 < j_end && ok0 ? ld64(x0 + j0) : zero, v[1] = j0 < j_end && ok1 ? ld64(x1 + j0) : zero;
+    v[0] = j0 < cols && ok0 ? ld64(x0 + j0) : zero, v[1] = j0 < cols && ok1 ? ld64(x1 + j0) : zero;
   };
   auto load_b = [&](std::int64_t j0, uint2 (&b)[kC][kN]) {
 #pragma unroll
     for (int k = 0; k < kC; ++k)
 #pragma unroll
-      for (int n = 0; n < kN; ++n) b[k][n] = j0 < j_end ? ld64(a0[k] + std::int64_t(8 * n) * cols + j0) : zero;
+      for (int n = 0; n < kN; ++n) b[k][n] = j0 < cols ? ld64(a0[k] + std::int64_t(8 * n) * cols + j0) : zero;
   };
   // x two steps ahead, A one
   float acc[kC][kN][4] = {};
   uint2 v[2], v1[2], b[kC][kN];
-  std::int64_t j0 = split * blockIdx.y + 16 * std::int64_t(warp);
+  std::int64_t j0 = 16 * std::int64_t(warp);
   load_x(j0, v), load_b(j0, b), load_x(j0 + kStep, v1);
-  for (; j0 < j_end; j0 += kStep) {
+  for (; j0 < cols; j0 += kStep) {
     uint2 v2[2], bn[kC][kN];
     load_x(j0 + 2 * kStep, v2), load_b(j0 + kStep, bn);
     const auto pair = std::uint32_t((d.rows.col0 + j0) >> 1) + std::uint32_t(2 * q);
@@ -166,21 +163,7 @@ __global__ void __launch_bounds__(kThreads) down_kernel(LoraGroup g, const bf16*
     float s = 0;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) s += part[w][i][c];
-    if (t0 + i < rows) ws[(std::int64_t(blockIdx.y) * rows + t0 + i) * kWidth + c] = s;
-  }
-}
-
-// z_k[t, i] = Σ over the splits (in order) of ws[split][t][k r + i].
-__global__ void down_finish_kernel(LoraGroup g, const float* __restrict__ ws, std::int64_t rows, int splits) {
-  const int width = g.count * g.r;
-  const std::int64_t total = rows * width;
-  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
-       e += std::int64_t(gridDim.x) * blockDim.x) {
-    float s = 0;
-    for (int sp = 0; sp < splits; ++sp) s += ws[sp * total + e];
-    const std::int64_t t = e / width;
-    const int c = int(e % width);
-    g.z[c / g.r][t * g.r + c % g.r] = __float2bfloat16_rn(s);
+    if (t0 + i < rows) g.z[c / kR][(t0 + i) * kR + c % kR] = __float2bfloat16_rn(s);
   }
 }
 
@@ -417,27 +400,13 @@ bool lora_fusable(int r, std::int64_t cols, std::int64_t col0) {
   return (r == 8 || r == 16 || r == 32) && cols > 0 && cols % 32 == 0 && col0 % 2 == 0;
 }
 
-// lora_down's column splits: 4 (2 where cols is not a multiple of 64), so that its rows / 16 blocks fill the GPU.
-int down_splits(std::int64_t cols) { return cols % 64 == 0 ? 4 : 2; }
-
-std::size_t lora_down_workspace_bytes(std::int64_t rows, std::int64_t cols, int count, int r) {
-  return std::size_t(down_splits(cols) * rows * std::min(count, adapters_per_launch(r)) * r) * sizeof(float);
-}
-
 void lora_down(const LoraGroup& g, const bf16* x, std::int64_t rows, std::int64_t cols, const LoraMask& m,
-               void* workspace, cudaStream_t stream) {
+               cudaStream_t stream) {
   check(g, rows, cols, m, "lora_down");
   TB_REQUIRE(detail::aligned_to(x, 8), "lora_down: x must be 8-byte aligned");
-  TB_REQUIRE(workspace, "lora_down: needs its workspace (lora_down_workspace_bytes)");
   if (rows == 0) return;
   by_rank(g, [&]<int kR, int kC>(const LoraGroup& s) {
-    const int splits = down_splits(cols);
-    auto* ws = static_cast<float*>(workspace);
-    down_kernel<kR, kC><<<dim3(unsigned(detail::ceil_div(rows, 16)), unsigned(splits)), kThreads, 0, stream>>>(
-        s, x, rows, cols, make_drop(m), ws);
-    TB_CHECK_LAUNCH();
-    const auto blocks = unsigned(std::clamp<std::int64_t>(detail::ceil_div(rows * kC * kR, 256), 1, 4096));
-    down_finish_kernel<<<blocks, 256, 0, stream>>>(s, ws, rows, splits);
+    down_kernel<kR, kC><<<unsigned(detail::ceil_div(rows, 16)), kThreads, 0, stream>>>(s, x, rows, cols, make_drop(m));
     TB_CHECK_LAUNCH();
   });
 }
