@@ -9,7 +9,7 @@
 #             (torch.compile, cuDNN SDPA, frozen bf16 base, fused AdamW on the adapters) with bf16 and fp32 adapters
 #   mistral:  Mistral 7B shapes, 8 layers, seq 2048, micro-batch 4, HF PEFT's setting (r 8, alpha 16, dropout 0.1 on
 #             the seven projections q, k, v, o, gate, up, down): trainbench against bench/peers/hf_lora.py
-#             (transformers + PEFT as users run them) and torch_lora.py at the same setting
+#             (transformers + PEFT as users run them) and torch_lora.py at the same setting (TORCH_PEERS=0: HF only)
 #   llama70b: Llama 2 70B shapes (llama3.1-70b with vocab 32000 and RoPE θ 10000 unscaled), 2 layers, seq 2048,
 #             micro-batch 2, mistral's setting and peers
 #   fp8:      Llama 3.1 70B shapes, 2 layers, seq 4096, micro-batch 1, llama8b's LoRA: trainbench with an FP8 base
@@ -29,6 +29,7 @@ OUT=${OUT:-/tmp/lora-acceptance}
 mkdir -p "$OUT/results"
 TB=${TB:-carry/trainbench}  # TB=carry/trainbench-prev (scripts/carry.sh PREV=): the build before, for an A/B
 STEPS=${STEPS:-20}
+TORCH_PEERS=${TORCH_PEERS:-1}  # 0: mistral and llama70b against HF PEFT only (their targets' peer)
 WARMUP=${WARMUP:-5}
 TARGETS8B=${TARGETS8B:-qkv,o,fc1,down}
 S8=(--model llama3.1-8b --layers 8 --seq 4096 --micro-batch 1)
@@ -103,12 +104,12 @@ hf_ready() {  # whether hf_lora.py can import transformers and peft (after insta
       mistral)
         tb mistral-lora "${MISTRAL[@]}" "${LORAHF[@]}"
         if hf_ready; then peer hf-mistral-lora hf_lora.py "${MISTRAL[@]}" "${PEERHF[@]}"; fi
-        peer torch-mistral-lora torch_lora.py "${MISTRAL[@]}" "${PEERHF[@]}"
+        [ "$TORCH_PEERS" = 0 ] || peer torch-mistral-lora torch_lora.py "${MISTRAL[@]}" "${PEERHF[@]}"
         ratios mistral-lora hf-mistral-lora torch-mistral-lora ;;
       llama70b)
         tb llama2-70b-lora "${LLAMA2[@]}" "${LORAHF[@]}"
         if hf_ready; then peer hf-llama2-70b-lora hf_lora.py "${PEER_LLAMA2[@]}" "${PEERHF[@]}"; fi
-        peer torch-llama2-70b-lora torch_lora.py "${PEER_LLAMA2[@]}" "${PEERHF[@]}"
+        [ "$TORCH_PEERS" = 0 ] || peer torch-llama2-70b-lora torch_lora.py "${PEER_LLAMA2[@]}" "${PEERHF[@]}"
         ratios llama2-70b-lora hf-llama2-70b-lora torch-llama2-70b-lora ;;
       fp8)
         tb 70b-lora-bf16 "${S70[@]}" "${LORA8B[@]}"

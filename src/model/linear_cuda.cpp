@@ -107,8 +107,7 @@ void LinearCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const Linea
     const std::int64_t nl = rows / tp.size, o = out();
     if (!tp.exchange_async || !lora_.empty()) {  // (LoRA: its products join the partial sums first)
       forward_cast(e, x, s, rows, input);
-      forward_gemm(e, e.part, x, s, 0, rows);
-      if (!lora_.empty()) lora_.forward(e, e.part, x, s, rows);
+      forward_with_lora(e, e.part, x, s, rows);
       tp.reduce_scatter(e.part, y, std::size_t(nl * o));
       mark(e, "tp reduce-scatter");
       return;
@@ -136,8 +135,20 @@ void LinearCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const Linea
     return;
   }
   forward_cast(e, x, s, rows, input);
+  forward_with_lora(e, y, x, s, rows);
+}
+
+// (BF16 with LoRA over all of y: the adapters write y, the base GEMM accumulates: its epilogue's read of y instead of
+// an accumulating GEMM's read and write)
+void LinearCuda::forward_with_lora(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s,
+                                   std::int64_t rows) const {
+  if (lora_.empty()) return forward_gemm(e, y, x, s, 0, rows);
+  if (!e.fp8.enabled && lora_.covers_output()) {
+    lora_.forward(e, y, x, s, rows, true);
+    return forward_gemm(e, y, x, s, 0, rows, true);
+  }
   forward_gemm(e, y, x, s, 0, rows);
-  if (!lora_.empty()) lora_.forward(e, y, x, s, rows);
+  lora_.forward(e, y, x, s, rows);
 }
 
 void LinearCuda::forward_cast(const LinearEnv& e, const bf16* x, const LinearSaved& s, std::int64_t rows,
@@ -148,12 +159,15 @@ void LinearCuda::forward_cast(const LinearEnv& e, const bf16* x, const LinearSav
 }
 
 void LinearCuda::forward_gemm(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t r0,
-                              std::int64_t m) const {
+                              std::int64_t m, bool accumulate) const {
   const std::int64_t o = out(), i = in();
   if (m == 0) return;
   if (!e.fp8.enabled) {
-    e.dc.gemm(gemm_shape(m, o, i, ops::GemmLayout::abt), y + r0 * o, x + r0 * i, e.params + w_->offset);
+    ops::GemmShape g = gemm_shape(m, o, i, ops::GemmLayout::abt);
+    g.accumulate = accumulate;
+    e.dc.gemm(g, y + r0 * o, x + r0 * i, e.params + w_->offset);
   } else {
+    TB_REQUIRE(!accumulate, "CUDA decoder: internal: an FP8 forward GEMM writes its output");
     ops::GemmShape g;
     g.m = m, g.n = o, g.k = i, g.a = g.b = DType::e4m3, g.d = DType::bf16, g.fast_accum = true;
     e.dc.gemm(g, y + r0 * o, e.xq + r0 * i, fp8.w, {s.xs.scale_inv, fp8.w_scale.scale_inv});
@@ -162,7 +176,8 @@ void LinearCuda::forward_gemm(const LinearEnv& e, bf16* y, const bf16* x, const 
 }
 
 // The order: with after_dgrad, dx first (the base's, then LoRA's), after_dgrad(), the weight gradients; else the
-// weight gradients first (dx may alias x, which they read), then dx.
+// weight gradients first (dx may alias x, which they read), then dx. In BF16, where LoRA can write dx (dx not
+// accumulated), LoRA's dx comes first and the base's dgrad accumulates onto it.
 void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf16* x, const LinearSaved& s,
                           std::int64_t rows, const std::function<void()>& after_dgrad, bool amax_ready,
                           bool dx_accumulate) const {
@@ -170,6 +185,7 @@ void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf
   TB_REQUIRE(!dx_accumulate || !e.fp8.enabled,
              "CUDA decoder: an accumulating input gradient (" + w_->name + ") runs in BF16 only");
   void* dw = trainable() ? e.grad(*w_) : nullptr;
+  const bool lora_dx_first = !lora_.empty() && !e.fp8.enabled && !dx_accumulate && lora_.writes_input_grad();
   const float* dy_inv = e.fp8.enabled ? fp8.dy.scale_inv : nullptr;  // (read by the lambdas below, after this block)
   std::function<void()> wgrad = [] {}, dgrad;  // (frozen: no weight-gradient GEMM)
   if (!e.fp8.enabled) {
@@ -177,7 +193,7 @@ void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf
       wgrad = [&] { e.dc.gemm(gemm_shape(o, i, rows, ops::GemmLayout::atb, e.overwrite, e.grad_type), dw, dy, x); };
     dgrad = [&] {
       ops::GemmShape g = gemm_shape(rows, i, o, ops::GemmLayout::ab);
-      g.accumulate = dx_accumulate;
+      g.accumulate = dx_accumulate || lora_dx_first;
       e.dc.gemm(g, dx, dy, e.params + w_->offset);
     };
   } else {
@@ -199,18 +215,22 @@ void LinearCuda::backward(const LinearEnv& e, bf16* dx, const bf16* dy, const bf
   }
   if (after_dgrad) {
     TB_REQUIRE(dx && dx != x, "CUDA decoder: a linear backward with after_dgrad needs dx apart from x");
+    if (lora_dx_first) lora_.input_grad(e, dx, dy, s, rows, true);
     dgrad();
     mark(e, "gemm dgrad");
-    if (!lora_.empty()) lora_.input_grad(e, dx, dy, rows);
+    if (!lora_.empty() && !lora_dx_first) lora_.input_grad(e, dx, dy, s, rows);
     after_dgrad();
     if (!lora_.empty()) lora_.weight_grads(e, dy, x, s, rows);
   } else if (!lora_.empty()) {  // (dx may alias x: LoRA's weight gradients read x before dgrad writes over it; the
                                 // base is frozen: no weight gradient of its own)
     TB_REQUIRE(dx && dy, "CUDA decoder: a linear with LoRA needs its output gradient in BF16 and an input gradient");
-    lora_.backward_over_input(e, dx, dy, x, s, rows, [&] {
-      dgrad();
-      mark(e, "gemm dgrad");
-    });
+    lora_.backward_over_input(
+        e, dx, dy, x, s, rows,
+        [&] {
+          dgrad();
+          mark(e, "gemm dgrad");
+        },
+        lora_dx_first);
   }
   if (trainable()) {
     wgrad();

@@ -13,9 +13,12 @@
 //             fp8_grad(dy) (unless already cast); dW (+)= (dyq^T)(X^T)^T; dx = dyq (W^T)^T.
 //   cast_weight  W, W^T = e4m3(W) with the weight's scale (once per optimizer step; a frozen weight's once).
 // A frozen weight (no gradient slot: the base under LoRA) runs no weight-gradient GEMM, and in FP8 keeps no X^T and
-// casts no transposed output gradient. LoRA's adapters (model/lora_cuda.h) run after the base GEMMs in BF16, on the
-// same input and into the same output (a row-parallel linear's partial sums: at tp > 1 its rows then go in one
-// reduce-scatter, not the tp 2 exchange); they read x in BF16, so its producer never emits only its FP8 cast.
+// casts no transposed output gradient. LoRA's adapters (model/lora_cuda.h) run in BF16 on the same input and into the
+// same output (a row-parallel linear's partial sums: at tp > 1 its rows then go in one reduce-scatter, not the tp 2
+// exchange); they read x in BF16, so its producer never emits only its FP8 cast. In a BF16 forward whose adapters
+// cover all of y (and whose x is not still arriving) they write y first and the base GEMM accumulates onto it; in a
+// BF16 backward, where LoRA's input gradient can be written, it writes dx and the base dgrad accumulates (the base
+// GEMM's epilogue reads y or dx in place of a pass of LoRA's own); else they add after the base GEMMs.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -135,7 +138,8 @@ class LinearCuda {
   void forward_cast(const LinearEnv& e, const bf16* x, const LinearSaved& s, std::int64_t rows,
                     LinearInput input) const;
   void forward_gemm(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t r0,
-                    std::int64_t m) const;  // rows [r0, r0 + m) of y
+                    std::int64_t m, bool accumulate = false) const;  // rows [r0, r0 + m) of y (BF16: or +=)
+  void forward_with_lora(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t rows) const;
   void cast_grad(const LinearEnv& e, const bf16* dy, std::int64_t rows, bool amax_ready) const;
 
   int slot_;

@@ -4,6 +4,8 @@
 #include "model/lora_cuda.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "model/decoder_cuda.h"
@@ -43,11 +45,35 @@ LoraCuda::LoraCuda(const ParamRegistry& registry, const Slot& w, const std::vect
   // a row-parallel rank's columns start at a multiple of in_ (even when in_ is); A 8-byte aligned in the parameters
   fused_ = p_ > 0 && adapters_.size() <= std::size_t(ops::LoraGroup::kMax) && ops::lora_fusable(rank_, in_, 0) &&
            std::ranges::all_of(adapters_, [](const One& k) { return k.a->offset % 4 == 0; });
+  std::vector<std::pair<std::int64_t, std::int64_t>> blocks;  // (row0, rows): do they tile [0, out)?
+  for (const One& k : adapters_) blocks.emplace_back(k.row0, k.rows);
+  std::ranges::sort(blocks);
+  std::int64_t end = 0;
+  for (const auto& [row0, n] : blocks) end = row0 == end ? end + n : -1;
+  covers_ = end == out_;
+  out_fused_ = adapters_.size() <= std::size_t(ops::LoraOutputs::kMax) &&
+               std::ranges::all_of(adapters_, [&](const One& k) {
+                 return ops::lora_out_fusable(rank_, k.row0, k.rows, out_);
+               });
 }
 
 std::size_t LoraCuda::workspace_bytes(std::int64_t rows) const {
-  if (fused_) return ops::lora_grad_a_workspace_bytes(rows, in_, int(count()), rank_);
-  return p_ > 0 ? std::size_t(rows * in_) * sizeof(bf16) : 0;
+  std::size_t bytes = out_fused_ ? ops::lora_out_grad_workspace_bytes(outputs(nullptr, nullptr, rows), rows) : 0;
+  if (fused_) return std::max(bytes, ops::lora_grad_a_workspace_bytes(rows, in_, int(count()), rank_));
+  return std::max(bytes, p_ > 0 ? std::size_t(rows * in_) * sizeof(bf16) : 0);
+}
+
+ops::LoraOutputs LoraCuda::outputs(const LinearEnv* e, const LinearSaved* s, std::int64_t rows) const {
+  ops::LoraOutputs g;
+  g.count = int(count()), g.r = rank_;
+  for (std::size_t i = 0; i < adapters_.size(); ++i) {
+    const One& k = adapters_[i];
+    g.col0[i] = k.row0, g.cols[i] = k.rows;
+    if (!e) continue;
+    g.b[i] = e->params + k.b->offset, g.grad[i] = e->grad(*k.b);
+    g.z[i] = s->lora_z + i * z_stride(rows), g.dz[i] = e->lora_dz + i * z_stride(rows);
+  }
+  return g;
 }
 
 ops::LoraGroup LoraCuda::group(const LinearEnv& e, bf16* z, std::int64_t rows) const {
@@ -79,7 +105,9 @@ const LoraCuda::bf16* LoraCuda::dropped(const LinearEnv& e, const One& k, const 
   return xd;
 }
 
-void LoraCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t rows) const {
+void LoraCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t rows,
+                       bool write) const {
+  TB_REQUIRE(!write || covers_, "CUDA decoder: internal: LoRA writes y only where its adapters cover it");
   const std::size_t stride = z_stride(rows);
   if (fused_) {
     ops::lora_down(group(e, s.lora_z, rows), x, rows, in_, mask(e, adapters_[0]), e.dc.stream());
@@ -91,13 +119,19 @@ void LoraCuda::forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearS
     if (!fused_)
       e.dc.gemm(shape(rows, rank_, in_, ops::GemmLayout::abt, false), z, dropped(e, k, x, rows),
                 e.params + k.a->offset);
-    e.dc.gemm(shape(rows, k.rows, rank_, ops::GemmLayout::abt, true, 0, out_), y + k.row0, z, e.params + k.b->offset,
-              {}, scale_);
+    e.dc.gemm(shape(rows, k.rows, rank_, ops::GemmLayout::abt, !write, 0, out_), y + k.row0, z,
+              e.params + k.b->offset, {}, scale_);
     mark(e, "lora gemm fwd");
   }
 }
 
-void LoraCuda::dz(const LinearEnv& e, const bf16* dy, std::int64_t rows) const {
+void LoraCuda::dz(const LinearEnv& e, const bf16* dy, const LinearSaved& s, std::int64_t rows) const {
+  if (out_fused_) {
+    ops::lora_out_grad(outputs(&e, &s, rows), dy, rows, out_, scale_, e.grad_type, e.overwrite, e.lora_ws,
+                       e.dc.stream());
+    mark(e, "lora out grad fused");
+    return;
+  }
   const std::size_t stride = z_stride(rows);
   for (std::size_t i = 0; i < adapters_.size(); ++i) {
     const One& k = adapters_[i];
@@ -107,9 +141,11 @@ void LoraCuda::dz(const LinearEnv& e, const bf16* dy, std::int64_t rows) const {
   mark(e, "lora gemm dz");
 }
 
-void LoraCuda::add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows) const {
+void LoraCuda::add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows, bool write) const {
+  TB_REQUIRE(!write || writes_input_grad(), "CUDA decoder: internal: this LoRA linear adds its input gradient");
   if (fused_) {
-    ops::lora_input_grad(dx, group(e, e.lora_dz, rows), rows, in_, mask(e, adapters_[0]), scale_, e.dc.stream());
+    ops::lora_input_grad(dx, group(e, e.lora_dz, rows), rows, in_, mask(e, adapters_[0]), scale_, !write,
+                         e.dc.stream());
     mark(e, "lora dgrad fused");
     return;
   }
@@ -118,7 +154,8 @@ void LoraCuda::add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows) c
     const One& k = adapters_[i];
     const bf16* dzk = e.lora_dz + i * stride;
     if (p_ == 0) {
-      e.dc.gemm(shape(rows, in_, rank_, ops::GemmLayout::ab, true), dx, dzk, e.params + k.a->offset, {}, scale_);
+      e.dc.gemm(shape(rows, in_, rank_, ops::GemmLayout::ab, !(write && i == 0)), dx, dzk, e.params + k.a->offset, {},
+                scale_);
       continue;
     }
     e.dc.gemm(shape(rows, in_, rank_, ops::GemmLayout::ab, false), e.lora_t, dzk, e.params + k.a->offset, {}, scale_);
@@ -127,9 +164,10 @@ void LoraCuda::add_input_grad(const LinearEnv& e, bf16* dx, std::int64_t rows) c
   mark(e, "lora gemm dgrad");
 }
 
-void LoraCuda::input_grad(const LinearEnv& e, bf16* dx, const bf16* dy, std::int64_t rows) const {
-  dz(e, dy, rows);
-  add_input_grad(e, dx, rows);
+void LoraCuda::input_grad(const LinearEnv& e, bf16* dx, const bf16* dy, const LinearSaved& s, std::int64_t rows,
+                          bool write) const {
+  dz(e, dy, s, rows);
+  add_input_grad(e, dx, rows, write);
 }
 
 void LoraCuda::weight_grads(const LinearEnv& e, const bf16* dy, const bf16* x, const LinearSaved& s,
@@ -137,8 +175,9 @@ void LoraCuda::weight_grads(const LinearEnv& e, const bf16* dy, const bf16* x, c
   const std::size_t stride = z_stride(rows);
   for (std::size_t i = 0; i < adapters_.size(); ++i) {
     const One& k = adapters_[i];
-    e.dc.gemm(shape(k.rows, rank_, rows, ops::GemmLayout::atb, !e.overwrite, out_, 0, e.grad_type), e.grad(*k.b),
-              dy + k.row0, s.lora_z + i * stride, {}, scale_);
+    if (!out_fused_)  // (else written with dz)
+      e.dc.gemm(shape(k.rows, rank_, rows, ops::GemmLayout::atb, !e.overwrite, out_, 0, e.grad_type), e.grad(*k.b),
+                dy + k.row0, s.lora_z + i * stride, {}, scale_);
     if (!fused_)
       e.dc.gemm(shape(rank_, in_, rows, ops::GemmLayout::atb, !e.overwrite, 0, 0, e.grad_type), e.grad(*k.a),
                 e.lora_dz + i * stride, dropped(e, k, x, rows), {}, scale_);

@@ -5,22 +5,26 @@
 //     kept values scaled by dropout_keep_scale(p) ≈ 1 / (1 - p); the backward adds exactly the kept elements;
 //   - the fused products with the dropout drawn inside (ops/cuda/lora.h lora_down, lora_grad_a, lora_input_grad) for
 //     ranks 8, 16 and 32, more adapters than one launch takes, rows past a whole tile and chunk, columns past a whole
-//     block, a context-parallel rank's rows and a row-parallel rank's col0, dA written or added in fp32 or bf16;
+//     block, a context-parallel rank's rows and a row-parallel rank's col0, dA written or added in fp32 or bf16, dx
+//     added or written; dz and dB from one read of dy (lora_out_grad), dB written or added;
 //   - a frozen LinearCuda with adapters (model/lora_cuda.h) in BF16: the column-parallel fused qkv with canonical q, k,
-//     v adapters (blocks of its output, written through a leading dimension) and the row-parallel out with one, dropout
-//     off and on: y = x W^T + s Σ dropout(x) A^T B^T, and dx, dA, dB of a random dy within bf16 tolerances (relative
-//     L2 2e-2); the frozen weight gets no gradient (its bytes in the gradient buffer stay as they were).
+//     v adapters (blocks of its output, written through a leading dimension; or q and v only, which leave a block to
+//     the base alone) and the row-parallel out with one, dropout off and on, both backward orders: y = x W^T + s Σ
+//     dropout(x) A^T B^T, and dx, dA, dB of a random dy within bf16 tolerances (relative L2 2e-2), y and dx starting
+//     as garbage; the frozen weight gets no gradient (its bytes in the gradient buffer stay as they were).
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -127,9 +131,11 @@ TEST(LoraCuda, DropoutDrawsTheCpuMask) {
   check_dropout(13);
 }
 
-void check_fused(int r, int count, tb::DType grad_type, bool overwrite) {
+// overwrite: dA written (else added); add_dx: dx += the input gradient (else written over what dx held)
+void check_fused(int r, int count, tb::DType grad_type, bool overwrite, bool add_dx) {
   SCOPED_TRACE("rank " + std::to_string(r) + ", " + std::to_string(count) + " adapters, " +
-               (grad_type == tb::DType::f32 ? "fp32" : "bf16") + (overwrite ? " written" : " added"));
+               (grad_type == tb::DType::f32 ? "fp32" : "bf16") + (overwrite ? " written" : " added") +
+               (add_dx ? ", dx added" : ", dx written"));
   tb::ops::DeviceContext dc(0);
   // cp rank 1 of 2: 7 sequences of 44 rows (308: a partial 16-row tile and a second 256-row chunk); row-parallel
   // rank 2 of 3: 288 columns (a 256-column block and a part of one) from col0 576
@@ -164,7 +170,7 @@ void check_fused(int r, int count, tb::DType grad_type, bool overwrite) {
       0, dstep.as<std::int64_t>(), p, {first_sequence, seq, seq_full, cp, cp_rank, col0, 3 * cols}};
   tb::ops::lora_down(out, dxin.as<bf16>(), rows, cols, m, dc.stream());
   tb::ops::lora_grad_a(back, dxin.as<bf16>(), rows, cols, m, scale, grad_type, overwrite, ws.get(), dc.stream());
-  tb::ops::lora_input_grad(ddx.as<bf16>(), back, rows, cols, m, scale, dc.stream());
+  tb::ops::lora_input_grad(ddx.as<bf16>(), back, rows, cols, m, scale, add_dx, dc.stream());
   dc.synchronize();
   const auto z_got = download_bf16(dzout.get(), zn * std::size_t(count)), dx_got = download_bf16(ddx.get(), xn);
   const auto g_got = grad_type == tb::DType::f32 ? download_f32(dgrad.get(), g0.size())
@@ -196,23 +202,89 @@ void check_fused(int r, int count, tb::DType grad_type, bool overwrite) {
   }
   EXPECT_LT(rel_l2(z_want, z_got), 1e-2) << "z";
   EXPECT_LT(rel_l2(g_want, g_got), 1e-2) << "dA";
-  std::vector<double> ddx_want(xn), ddx_got(xn);  // what was added to dx
-  for (std::size_t i = 0; i < xn; ++i) ddx_want[i] = dx_want[i] - dx0[i], ddx_got[i] = dx_got[i] - dx0[i];
+  std::vector<double> ddx_want(xn), ddx_got(xn);  // what was added to dx, or written
+  for (std::size_t i = 0; i < xn; ++i)
+    ddx_want[i] = dx_want[i] - dx0[i], ddx_got[i] = add_dx ? dx_got[i] - dx0[i] : dx_got[i];
   EXPECT_LT(rel_l2(ddx_want, ddx_got), 2e-2) << "dx";
 }
 
 TEST(LoraCuda, FusedProductsMatchTheCpu) {
   SKIP_WITHOUT_GPU();
-  check_fused(8, 3, tb::DType::f32, false);
-  check_fused(16, 2, tb::DType::bf16, true);
-  check_fused(32, 4, tb::DType::f32, true);
+  check_fused(8, 3, tb::DType::f32, false, true);
+  check_fused(16, 2, tb::DType::bf16, true, true);
+  check_fused(32, 4, tb::DType::f32, true, true);
+  check_fused(8, 4, tb::DType::f32, true, false);  // dx written: the first launch writes, the second adds
 }
 
-// A tiny model's layer-0 linear `which` (qkv or out) with its LoRA adapters, run alone against the CPU.
-void check_linear(bool qkv, double dropout) {
+// The output side in one read of dy (ops/cuda/lora.h lora_out_grad): adapters on blocks of a wider dy (a partial
+// column block; rows past a tile and over several chunks), dz written and dB written or added, in fp32 or bf16.
+void check_out(int r, int count, tb::DType grad_type, bool overwrite) {
+  SCOPED_TRACE("out grad, rank " + std::to_string(r) + ", " + std::to_string(count) + " adapters, " +
+               (grad_type == tb::DType::f32 ? "fp32" : "bf16") + (overwrite ? " written" : " added"));
+  tb::ops::DeviceContext dc(0);
+  const std::int64_t rows = 1000, widths[] = {520, 264, 1024, 8}, gap = 16;
+  const float scale = 1.3f;
+  tb::ops::LoraOutputs g;
+  g.count = count, g.r = r;
+  std::int64_t ld = gap, bn = 0;
+  for (int k = 0; k < count; ++k) g.col0[k] = ld, g.cols[k] = widths[k], ld += widths[k] + gap, bn += widths[k] * r;
+  const std::size_t zn = std::size_t(rows * r);
+  const auto dy = random_bf16_values(std::size_t(rows * ld), 31), b = random_bf16_values(std::size_t(bn), 32, 0.5),
+             z = random_bf16_values(zn * std::size_t(count), 33), g0 = random_bf16_values(std::size_t(bn), 34);
+  DeviceBuffer ddy = upload_bf16(dy), db = upload_bf16(b), dzin = upload_bf16(z), ddz(0, zn * std::size_t(count) * 2),
+               ws(0, tb::ops::lora_out_grad_workspace_bytes(g, rows));
+  DeviceBuffer dgrad = grad_type == tb::DType::f32 ? DeviceBuffer(0, g0.size() * 4) : upload_bf16(g0);
+  if (grad_type == tb::DType::f32) {
+    const std::vector<float> f(g0.begin(), g0.end());
+    TB_CHECK(cudaMemcpy(dgrad.get(), f.data(), f.size() * 4, cudaMemcpyHostToDevice));
+  }
+  const std::size_t gsize = grad_type == tb::DType::f32 ? 4 : 2;
+  std::size_t at = 0;
+  for (int k = 0; k < count; ++k) {
+    g.b[k] = db.as<bf16>() + at, g.grad[k] = static_cast<std::byte*>(dgrad.get()) + at * gsize;
+    g.z[k] = dzin.as<bf16>() + std::size_t(k) * zn, g.dz[k] = ddz.as<bf16>() + std::size_t(k) * zn;
+    at += std::size_t(g.cols[k] * r);
+  }
+  tb::ops::lora_out_grad(g, ddy.as<bf16>(), rows, ld, scale, grad_type, overwrite, ws.get(), dc.stream());
+  dc.synchronize();
+  const auto dz_got = download_bf16(ddz.get(), zn * std::size_t(count));
+  const auto g_got = grad_type == tb::DType::f32 ? download_f32(dgrad.get(), g0.size())
+                                                 : download_bf16(dgrad.get(), g0.size());
+  std::vector<double> dz_want(dz_got.size()), g_want(g0.size());
+  at = 0;
+  for (int k = 0; k < count; ++k) {  // dx = dy W and dW += dy^T x with W = B_k, x = z_k
+    const std::size_t n = std::size_t(g.cols[k] * r);
+    std::vector<double> dbk(n);
+    using View = tb::TensorView<double>;
+    using CView = tb::TensorView<const double>;
+    tb::ops::cpu::linear_backward<double>(View(dz_want.data() + std::size_t(k) * zn, {rows, r}),
+                                          View(dbk.data(), {g.cols[k], r}), {},
+                                          CView(dy.data() + g.col0[k], tb::Shape{rows, g.cols[k]}, tb::Shape{ld, 1}, 2),
+                                          CView(z.data() + std::size_t(k) * zn, {rows, r}),
+                                          CView(b.data() + at, {g.cols[k], r}));
+    for (std::size_t e = 0; e < n; ++e) g_want[at + e] = (overwrite ? 0.0 : g0[at + e]) + scale * dbk[e];
+    at += n;
+  }
+  EXPECT_LT(rel_l2(dz_want, dz_got), 1e-2) << "dz";
+  EXPECT_LT(rel_l2(g_want, g_got), 1e-2) << "dB";
+}
+
+TEST(LoraCuda, OutputSideMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  check_out(8, 3, tb::DType::f32, false);
+  check_out(16, 2, tb::DType::bf16, true);
+  check_out(32, 4, tb::DType::f32, true);
+}
+
+// A tiny model's layer-0 linear `which` (qkv or out) with its LoRA adapters, run alone against the CPU; y and dx
+// start as random garbage (LoRA writes them first where its adapters cover y / its input gradient is fused or has no
+// dropout; else the base GEMMs write them). after_dgrad: the backward that runs dx first (then the callback).
+void check_linear(bool qkv, double dropout, unsigned targets = kLoraCanonical, bool after_dgrad = false) {
+  SCOPED_TRACE(std::string(qkv ? "qkv" : "out") + ", dropout " + std::to_string(dropout) + ", targets " +
+               lora_targets_name(targets) + (after_dgrad ? ", dx first" : ""));
   ModelConfig cfg = preset("small");  // d 256, heads 4 x 64, kv 2 x 64, ffn 768
   cfg.layers = 1;
-  cfg.lora = {.rank = 8, .alpha = 24, .dropout = dropout, .targets = kLoraCanonical, .seed = 77};
+  cfg.lora = {.rank = 8, .alpha = 24, .dropout = dropout, .targets = targets, .seed = 77};
   const DenseLayout L = dense_layout(cfg);
   const DenseLayout::Layer& l = L.layers[0];
   const int slot = qkv ? l.qkv : l.out;
@@ -220,7 +292,7 @@ void check_linear(bool qkv, double dropout) {
   const Slot& w = L.slots[std::size_t(slot)];
   const std::int64_t in = w.shape[1], out = w.shape[0], r = cfg.lora.rank, seq = 32, batch = 2, n = batch * seq;
   const double s = cfg.lora.scale();
-  ASSERT_EQ(lin.lora().count(), qkv ? 3u : 1u);
+  ASSERT_EQ(lin.lora().count(), qkv ? std::size_t(std::popcount(targets & (kLoraQ | kLoraK | kLoraV))) : 1u);
   ASSERT_FALSE(lin.trainable());
 
   tb::ops::DeviceContext dc(0);
@@ -231,8 +303,8 @@ void check_linear(bool qkv, double dropout) {
   DeviceBuffer dgrads(0, L.grad_total * 4);
   TB_CHECK(cudaMemcpy(dgrads.get(), g32.data(), g32.size() * 4, cudaMemcpyHostToDevice));
   const auto x = random_bf16_values(std::size_t(n * in), 13), dy = random_bf16_values(std::size_t(n * out), 14);
-  DeviceBuffer dx_in = upload_bf16(x), ddy = upload_bf16(dy), dyout(0, std::size_t(n * out) * 2),
-               ddx(0, std::size_t(n * in) * 2);
+  DeviceBuffer dx_in = upload_bf16(x), ddy = upload_bf16(dy), dyout = upload_bf16(random_bf16_values(dy.size(), 15)),
+               ddx = upload_bf16(random_bf16_values(x.size(), 16));
   DeviceBuffer z(0, lin.lora().saved_bytes(n)), dz(0, lin.lora().saved_bytes(n)),
       ws(0, std::max<std::size_t>(lin.lora().workspace_bytes(n), 1)), t(0, std::size_t(n * in) * 2), dstep(0, 8);
   const std::int64_t step = 3, first_sequence = 4;
@@ -247,8 +319,11 @@ void check_linear(bool qkv, double dropout) {
   LinearSaved saved;
   saved.lora_z = z.as<bf16>();
   lin.forward(e, dyout.as<bf16>(), dx_in.as<bf16>(), saved, n);
-  lin.backward(e, ddx.as<bf16>(), ddy.as<bf16>(), dx_in.as<bf16>(), saved, n);
+  bool called = false;
+  lin.backward(e, ddx.as<bf16>(), ddy.as<bf16>(), dx_in.as<bf16>(), saved, n,
+               after_dgrad ? std::function<void()>([&] { called = true; }) : std::function<void()>());
   dc.synchronize();
+  EXPECT_EQ(called, after_dgrad);
 
   // The reference in double.
   using View = tb::TensorView<double>;
@@ -301,6 +376,9 @@ TEST(LoraCuda, ColumnParallelQkvWithThreeAdaptersMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
   check_linear(true, 0.0);
   check_linear(true, 0.2);
+  check_linear(true, 0.2, kLoraCanonical, true);
+  check_linear(true, 0.0, kLoraQ | kLoraV);  // k's block of y has no adapter: the base GEMM writes y first
+  check_linear(true, 0.2, kLoraQ | kLoraV, true);
 }
 
 TEST(LoraCuda, RowParallelOutMatchesTheCpu) {

@@ -14,9 +14,15 @@
 // and its z_k or dz_k [rows, r] (all dense rows); bf16 tensor-core products, fp32 sums:
 //   lora_down         z_k = dropout_k(x) A_k^T
 //   lora_grad_a       dA_k = scale · dz_k^T dropout_k(x), written (overwrite) or added (fp32 or bf16 dA_k)
-//   lora_input_grad   dx += scale · Σ_k dropout_k'(dz_k A_k)      (dropout_k': the same mask and s)
-// Bytes: one read of x (lora_down, lora_grad_a) or a read and a write of dx (lora_input_grad) for all the adapters;
-// FLOPs 2 rows cols r per adapter each. lora_fusable says which shapes they take (else the kernels above and GEMMs).
+//   lora_input_grad   dx += scale · Σ_k dropout_k'(dz_k A_k)      (dropout_k': the same mask and s; or dx = that,
+//                                                                  dx not read, when not `add`)
+// Bytes: one read of x (lora_down, lora_grad_a) or a read and a write of dx (lora_input_grad; a write only when it
+// writes dx) for all the adapters; FLOPs 2 rows cols r per adapter each. lora_fusable says which shapes they take
+// (else the kernels above and GEMMs).
+// The output side of a linear's adapters, adapter k on columns [col0_k, col0_k + cols_k) of dy (rows `ld` apart) with
+// its B_k [cols_k, r] and the forward's z_k [rows, r] (ops/cuda/lora_output.cu; no dropout on this side):
+//   lora_out_grad     dz_k = dy_k B_k (written, bf16);  dB_k = scale · dy_k^T z_k, written (overwrite) or added
+// Bytes: one read of the adapters' blocks of dy (and fp32 partial sums, a few % of it); FLOPs 4 rows cols_k r each.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -64,6 +70,17 @@ struct LoraGroup {
   void* grad[kMax] = {};        // dA_k (lora_grad_a)
 };
 
+// The adapters of one linear on its output side (lora_out_grad).
+struct LoraOutputs {
+  static constexpr int kMax = 4;
+  int count = 0, r = 0;
+  std::int64_t col0[kMax] = {}, cols[kMax] = {};
+  const __nv_bfloat16* b[kMax] = {};
+  const __nv_bfloat16* z[kMax] = {};
+  __nv_bfloat16* dz[kMax] = {};
+  void* grad[kMax] = {};  // dB_k
+};
+
 // Whether the fused products take adapters of rank r on an input of `cols` columns starting at col0 of the whole:
 // r 8, 16 or 32, cols a multiple of 32, col0 even.
 bool lora_fusable(int r, std::int64_t cols, std::int64_t col0);
@@ -81,6 +98,14 @@ std::size_t lora_grad_a_workspace_bytes(std::int64_t rows, std::int64_t cols, in
 void lora_grad_a(const LoraGroup& g, const __nv_bfloat16* x, std::int64_t rows, std::int64_t cols, const LoraMask& m,
                  float scale, DType grad_type, bool overwrite, void* workspace, cudaStream_t stream);
 void lora_input_grad(__nv_bfloat16* dx, const LoraGroup& g, std::int64_t rows, std::int64_t cols, const LoraMask& m,
-                     float scale, cudaStream_t stream);
+                     float scale, bool add, cudaStream_t stream);
+
+// Whether lora_out_grad takes an adapter of rank r on `cols` columns from col0 of rows `ld` apart: r 8, 16 or 32, all
+// three multiples of 8.
+bool lora_out_fusable(int r, std::int64_t col0, std::int64_t cols, std::int64_t ld);
+// The partial sums go through `workspace` (lora_out_grad_workspace_bytes; added in order: the same result every run).
+std::size_t lora_out_grad_workspace_bytes(const LoraOutputs& g, std::int64_t rows);
+void lora_out_grad(const LoraOutputs& g, const __nv_bfloat16* dy, std::int64_t rows, std::int64_t ld, float scale,
+                   DType grad_type, bool overwrite, void* workspace, cudaStream_t stream);
 
 }  // namespace tb::ops

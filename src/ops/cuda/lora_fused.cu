@@ -2,15 +2,13 @@
 // bf16 tensor-core MMAs (mma.sync m16n8k16, fp32 sums) on fragments of x, A and dx loaded straight from global memory
 // (a block's dz staged in shared memory). Every 32-bit fragment register of x (or of the product that dx receives)
 // holds two neighbouring columns of one row, so one dropout hash (core/counter_rng.h dropout_pair_bits) masks both;
-// the rows' keys are drawn once per block into shared memory. Fragment layouts (PTX ISA, m16n8k16 with g = lane / 4,
-// q = lane % 4):
-//   A [16 x 16] row-major:  a0 (g, 2q..2q+1)  a1 (g + 8, 2q..)  a2 (g, 2q + 8..)  a3 (g + 8, 2q + 8..)
-//   B [16 x 8]  col-major:  b0 (2q..2q+1, g)  b1 (2q + 8.., g)
-//   C [16 x 8]  fp32:       c0 c1 (g, 2q and 2q + 1)  c2 c3 (g + 8, 2q and 2q + 1)
+// the rows' keys are drawn once per block into shared memory. Fragment layouts: ops/cuda/mma_sync.cuh (g = lane / 4,
+// q = lane % 4).
 #include <algorithm>
 
 #include "ops/cuda/kernel_common.cuh"
 #include "ops/cuda/lora.h"
+#include "ops/cuda/mma_sync.cuh"
 
 namespace tb::ops {
 namespace {
@@ -21,11 +19,7 @@ constexpr int kRowsPerChunk = 256;  // lora_grad_a's and lora_input_grad's rows 
 // Adapters per launch: their fragments within the register budget (K · ceil(r / 16) <= 4).
 constexpr int adapters_per_launch(int r) { return r <= 16 ? 4 : 2; }
 
-__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using detail::mma;
 
 __device__ __forceinline__ std::uint32_t ld32(const bf16* p) { return __ldg(reinterpret_cast<const unsigned*>(p)); }
 __device__ __forceinline__ uint2 ld64(const bf16* p) { return __ldg(reinterpret_cast<const uint2*>(p)); }
@@ -263,14 +257,14 @@ __global__ void grad_a_finish_kernel(LoraGroup g, const float* __restrict__ ws, 
   }
 }
 
-// dx += scale · Σ_k dropout_k'(dz_k A_k). A block per kRowsPerChunk rows and 256 columns, warp w on 32 of them (M:
-// 16 rows, N: 8 columns, K: 16 of A's rows, zero past r), the chunk's dz in shared memory, A_k's B fragments loaded
-// once. Columns are ordered so that tiles 2p and 2p + 1 give a thread four neighbouring columns of a row (column
-// 16 p + 4 (n / 2) + 2 s + n % 2 of tile 2p + s's column n): dx is read (one row tile ahead) and written 8 bytes at a
-// time, and each C pair (two neighbouring columns) is masked by one hash.
+// dx += scale · Σ_k dropout_k'(dz_k A_k) (add; else dx = that, dx not read). A block per kRowsPerChunk rows and 256
+// columns, warp w on 32 of them (M: 16 rows, N: 8 columns, K: 16 of A's rows, zero past r), the chunk's dz in shared
+// memory, A_k's B fragments loaded once. Columns are ordered so that tiles 2p and 2p + 1 give a thread four
+// neighbouring columns of a row (column 16 p + 4 (n / 2) + 2 s + n % 2 of tile 2p + s's column n): dx is read (one
+// row tile ahead) and written 8 bytes at a time, and each C pair (two neighbouring columns) is masked by one hash.
 template <int kR, int kC>
 __global__ void __launch_bounds__(kThreads) input_grad_kernel(bf16* __restrict__ dx, LoraGroup g, std::int64_t rows,
-                                                              std::int64_t cols, Drop d, float scale) {
+                                                              std::int64_t cols, Drop d, float scale, bool add) {
   constexpr int kM = (kR + 15) / 16;
   __shared__ ChunkShared<kR, kC> sh;
   const Chunk ch = open_chunk(sh, g, d, rows);
@@ -292,12 +286,12 @@ __global__ void __launch_bounds__(kThreads) input_grad_kernel(bf16* __restrict__
   const auto pair0 = std::uint32_t((d.rows.col0 + ch.c0) >> 1) + std::uint32_t(2 * q);  // + 8 p + s for tile 2p + s
   bf16* dx0 = dx + ch.c0 + 4 * q;  // + row · cols + 16 p
   const uint2 zero = make_uint2(0, 0);
-  auto load = [&](std::int64_t t0, uint2 (&v)[2][2]) {  // [row g8 / g8 + 8][p]
+  auto load = [&](std::int64_t t0, uint2 (&v)[2][2]) {  // [row g8 / g8 + 8][p]; zero when dx is written
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int p = 0; p < 2; ++p)
-        v[h][p] = t0 + g8 + 8 * h < ch.t_end
+        v[h][p] = add && t0 + g8 + 8 * h < ch.t_end
                       ? *reinterpret_cast<const uint2*>(dx0 + (t0 + g8 + 8 * h) * cols + 16 * p)
                       : zero;
   };
@@ -445,13 +439,15 @@ void lora_grad_a(const LoraGroup& g, const bf16* x, std::int64_t rows, std::int6
 }
 
 void lora_input_grad(bf16* dx, const LoraGroup& g, std::int64_t rows, std::int64_t cols, const LoraMask& m,
-                     float scale, cudaStream_t stream) {
+                     float scale, bool add, cudaStream_t stream) {
   check(g, rows, cols, m, "lora_input_grad");
   TB_REQUIRE(detail::aligned_to(dx, 8), "lora_input_grad: dx must be 8-byte aligned");
   if (rows == 0) return;
-  by_rank(g, [&]<int kR, int kC>(const LoraGroup& s) {
-    input_grad_kernel<kR, kC><<<chunk_grid(rows, cols), kThreads, 0, stream>>>(dx, s, rows, cols, make_drop(m), scale);
+  by_rank(g, [&]<int kR, int kC>(const LoraGroup& s) {  // (a second launch adds to what the first wrote)
+    input_grad_kernel<kR, kC>
+        <<<chunk_grid(rows, cols), kThreads, 0, stream>>>(dx, s, rows, cols, make_drop(m), scale, add);
     TB_CHECK_LAUNCH();
+    add = true;
   });
 }
 
