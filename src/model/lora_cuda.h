@@ -51,7 +51,8 @@ class LoraCuda {
   bool fused() const { return fused_; }  // dropout through the fused products (above)
   bool covers_output() const { return covers_; }
   bool writes_input_grad() const { return fused_ || p_ == 0; }
-  // The workspace LinearEnv::lora_ws must hold for `rows` rows: the fused dA's partial sums, or xd [rows, in].
+  // The workspace LinearEnv::lora_ws must hold for `rows` rows: the fused dA's or lora_out_grad's partial sums, or xd
+  // [rows, in].
   std::size_t workspace_bytes(std::int64_t rows) const;
   // Elements between two adapters' z in LinearSaved::lora_z (each a 256-byte aligned piece of rows x r), and its bytes.
   std::size_t z_stride(std::int64_t rows) const;
@@ -60,8 +61,9 @@ class LoraCuda {
   // y += the adapters' product of x (rows of the linear's input, as above; write: y's blocks = it); z kept in s.
   void forward(const LinearEnv& e, bf16* y, const bf16* x, const LinearSaved& s, std::int64_t rows,
                bool write = false) const;
-  // The backward in two halves: input_grad (dz into the scratch, then dx += or, write, dx =) and weight_grads (dA,
-  // dB, reading the dz input_grad left), so the linear may start dx's reduce-scatter between them. dx may not alias x.
+  // The backward in two halves: input_grad (dz into the scratch, with dB where one read of dy gives both; then dx +=
+  // or, write, dx =) and weight_grads (dA, and dB where input_grad did not write it, reading the dz input_grad left), so
+  // the linear may start dx's reduce-scatter between them. dx may not alias x.
   void input_grad(const LinearEnv& e, bf16* dx, const bf16* dy, const LinearSaved& s, std::int64_t rows,
                   bool write = false) const;
   void weight_grads(const LinearEnv& e, const bf16* dy, const bf16* x, const LinearSaved& s, std::int64_t rows) const;

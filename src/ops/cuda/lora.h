@@ -22,7 +22,8 @@
 // The output side of a linear's adapters, adapter k on columns [col0_k, col0_k + cols_k) of dy (rows `ld` apart) with
 // its B_k [cols_k, r] and the forward's z_k [rows, r] (ops/cuda/lora_output.cu; no dropout on this side):
 //   lora_out_grad     dz_k = dy_k B_k (written, bf16);  dB_k = scale · dy_k^T z_k, written (overwrite) or added
-// Bytes: one read of the adapters' blocks of dy (and fp32 partial sums, a few % of it); FLOPs 4 rows cols_k r each.
+// Bytes: one read of the adapters' blocks of dy, plus fp32 partial sums written and read once (4 r / chunk +
+// 4 r / 256 or 512 of dy's bytes; a chunk's rows fit the column blocks into one wave); FLOPs 4 rows cols_k r each.
 #pragma once
 
 #include <cuda_bf16.h>
