@@ -1,8 +1,9 @@
 // ops/cuda/lora_output.cu: the output side of LoRA's adapters in one read of dy (ops/cuda/lora.h has the formulas):
 //   dz_k[t, i] = Σ_o dy_k[t, o] B_k[o, i]        dB_k[o, i] = scale · Σ_t dy_k[t, o] z_k[t, i]
-// A block takes 8 warps' columns of one adapter (kWarpCols each) and a chunk of rows. Each 16-row tile of a warp's dy
-// is staged in shared memory and read twice with ldmatrix: as dz's A fragments (dy [t x o]) and, transposed, as dB's
-// (dy^T [o x t]); B_k's fragments stay in registers, z_k's come from global memory (every warp reads the same rows).
+// A block takes 8 warps' columns of one adapter (warp_cols each) and a chunk of rows. Each 16-row tile of a warp's dy
+// arrives in shared memory through a three-stage cp.async pipeline and is read twice with ldmatrix: as dz's A
+// fragments (dy [t x o]) and, transposed, as dB's (dy^T [o x t]); B_k's fragments stay in registers, z_k's come from
+// global memory (every warp reads the same rows).
 // The sums over a block's columns (dz) are added across its warps in warp order, over its rows (dB) kept per warp
 // until the chunk ends; both go out as fp32 partials (dz per column block, dB per chunk), and a second kernel adds
 // them in order: the same result every run. Fragment layouts: ops/cuda/mma_sync.cuh (g = lane / 4, q = lane % 4).
