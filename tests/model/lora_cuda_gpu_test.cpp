@@ -213,7 +213,8 @@ TEST(LoraCuda, FusedProductsMatchTheCpu) {
   check_fused(8, 3, tb::DType::f32, false, true);
   check_fused(16, 2, tb::DType::bf16, true, true);
   check_fused(32, 4, tb::DType::f32, true, true);
-  check_fused(8, 4, tb::DType::f32, true, false);  // dx written: the first launch writes, the second adds
+  check_fused(8, 4, tb::DType::f32, true, false);    // dx written by one launch
+  check_fused(32, 3, tb::DType::bf16, false, false);  // by two (2 + 1 adapters): the first writes, the second adds
 }
 
 // The output side in one read of dy (ops/cuda/lora.h lora_out_grad): adapters on blocks of a wider dy (a partial
