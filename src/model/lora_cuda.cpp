@@ -173,16 +173,18 @@ void LoraCuda::input_grad(const LinearEnv& e, bf16* dx, const bf16* dy, const Li
 void LoraCuda::weight_grads(const LinearEnv& e, const bf16* dy, const bf16* x, const LinearSaved& s,
                             std::int64_t rows) const {
   const std::size_t stride = z_stride(rows);
-  for (std::size_t i = 0; i < adapters_.size(); ++i) {
-    const One& k = adapters_[i];
-    if (!out_fused_)  // (else written with dz)
-      e.dc.gemm(shape(k.rows, rank_, rows, ops::GemmLayout::atb, !e.overwrite, out_, 0, e.grad_type), e.grad(*k.b),
-                dy + k.row0, s.lora_z + i * stride, {}, scale_);
-    if (!fused_)
-      e.dc.gemm(shape(rank_, in_, rows, ops::GemmLayout::atb, !e.overwrite, 0, 0, e.grad_type), e.grad(*k.a),
-                e.lora_dz + i * stride, dropped(e, k, x, rows), {}, scale_);
+  if (!out_fused_ || !fused_) {  // (B's gradients written with dz when out_fused_, A's by lora_grad_a when fused_)
+    for (std::size_t i = 0; i < adapters_.size(); ++i) {
+      const One& k = adapters_[i];
+      if (!out_fused_)
+        e.dc.gemm(shape(k.rows, rank_, rows, ops::GemmLayout::atb, !e.overwrite, out_, 0, e.grad_type), e.grad(*k.b),
+                  dy + k.row0, s.lora_z + i * stride, {}, scale_);
+      if (!fused_)
+        e.dc.gemm(shape(rank_, in_, rows, ops::GemmLayout::atb, !e.overwrite, 0, 0, e.grad_type), e.grad(*k.a),
+                  e.lora_dz + i * stride, dropped(e, k, x, rows), {}, scale_);
+    }
+    mark(e, "lora gemm wgrad");
   }
-  mark(e, "lora gemm wgrad");
   if (fused_) {
     ops::lora_grad_a(group(e, e.lora_dz, rows), x, rows, in_, mask(e, adapters_[0]), scale_, e.grad_type,
                      e.overwrite, e.lora_ws, e.dc.stream());

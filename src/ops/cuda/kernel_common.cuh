@@ -1,6 +1,7 @@
 // ops/cuda/kernel_common.cuh: what the memory-bound kernels of ops/cuda/*.cu share (include from .cu only).
 // defines: bf16; kVec (8 bf16 = one 16-byte access); load/store of 8 bf16 as one uint4 with fp32 unpacking, round_bf16;
 //          warp_sum / block_sum (fp32, identical result in every thread, so row statistics agree everywhere);
+//          ordered_sum of strided fp32 partials, write_or_add into a gradient;
 //          host checks for views (2-D bf16 rows that allow 16-byte accesses, 1-D fp32 vectors), ceil_div,
 //          row_launch, str (stream-built messages), sm_count, and ScratchBuffer (a caller's Workspace, or
 //          stream-ordered memory when none was given).
@@ -59,6 +60,18 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
 
 // fp32 -> the bf16 value, as a float (what pack8 stores, one element).
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// Σ_c w[c · stride] over c < n, in order (fp32 partial sums of split work: the same result every run).
+__device__ __forceinline__ float ordered_sum(const float* w, std::int64_t n, std::int64_t stride) {
+  float s = 0;
+  for (std::int64_t c = 0; c < n; ++c) s += w[c * stride];
+  return s;
+}
+// *d = v, or *d += v (fp32 or bf16 gradients).
+template <class G>
+__device__ __forceinline__ void write_or_add(G* d, float v, bool overwrite) {
+  *d = G(v + (overwrite ? 0.f : float(*d)));
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -73,9 +73,7 @@ unsigned grid(std::int64_t work) { return unsigned(std::clamp<std::int64_t>((wor
 template <bool kAccumulate>
 void launch(bf16* out, const bf16* in, std::int64_t rows, std::int64_t cols, const LoraMask& m, cudaStream_t st,
             const char* what) {
-  TB_REQUIRE(m.p > 0 && m.p < 1 && m.step && m.rows.seq >= 1 && m.rows.cols_full >= m.rows.col0 + cols &&
-                 rows < (std::int64_t(1) << 31),
-             std::string(what) + ": needs 0 < p < 1, a device step, and the rows' map (ops/cuda/lora.h)");
+  check_lora_mask(m, rows, cols, what);
   TB_REQUIRE(detail::aligned16(out) && detail::aligned16(in), std::string(what) + ": tensors must be 16-byte aligned");
   if (rows * cols == 0) return;
   const Mask mk = make_mask(m);
@@ -90,6 +88,12 @@ void launch(bf16* out, const bf16* in, std::int64_t rows, std::int64_t cols, con
 }
 
 }  // namespace
+
+void check_lora_mask(const LoraMask& m, std::int64_t rows, std::int64_t cols, const char* what) {
+  TB_REQUIRE(m.p > 0 && m.p < 1 && m.step && m.rows.seq >= 1 && m.rows.cols_full >= m.rows.col0 + cols &&
+                 rows < (std::int64_t(1) << 31),
+             std::string(what) + ": needs 0 < p < 1, a device step, and the rows' map (ops/cuda/lora.h)");
+}
 
 void lora_dropout(bf16* xd, const bf16* x, std::int64_t rows, std::int64_t cols, const LoraMask& m,
                   cudaStream_t stream) {

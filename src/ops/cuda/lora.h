@@ -86,6 +86,9 @@ struct LoraOutputs {
 // r 8, 16 or 32, cols a multiple of 32, col0 even.
 bool lora_fusable(int r, std::int64_t cols, std::int64_t col0);
 
+// The dropout kernels' and the fused products' check of a mask for `rows` x `cols` (what: the caller, for the message).
+void check_lora_mask(const LoraMask& m, std::int64_t rows, std::int64_t cols, const char* what);
+
 void lora_dropout(__nv_bfloat16* xd, const __nv_bfloat16* x, std::int64_t rows, std::int64_t cols, const LoraMask& m,
                   cudaStream_t stream);
 void lora_dropout_add(__nv_bfloat16* dx, const __nv_bfloat16* t, std::int64_t rows, std::int64_t cols,

@@ -92,7 +92,6 @@ __device__ Chunk open_chunk(ChunkShared<kR, kC>& sh, const LoraGroup& g, const D
           std::int64_t(blockIdx.x) * 256 + 32 * (int(threadIdx.x) >> 5)};
 }
 
-
 // z_k = dropout_k(x) A_k^T. A block per 16 rows; warp w takes the 16-column steps w, w + 8, ... (M: the rows, N: 8 of
 // A's rows, K: 16 columns, ordered so that a thread's two K pairs are four neighbouring columns: one 8-byte load of x
 // and of A each), x loaded two steps ahead and A one; the warps' sums added in shared memory in warp order.
@@ -249,11 +248,8 @@ __global__ void grad_a_finish_kernel(LoraGroup g, const float* __restrict__ ws, 
   const std::int64_t total = per_adapter * g.count;
   for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += std::int64_t(gridDim.x) * blockDim.x) {
-    float s = 0;
-    for (std::int64_t c = 0; c < chunks; ++c) s += ws[c * total + e];
-    G* da = static_cast<G*>(g.grad[e / per_adapter]) + e % per_adapter;
-    const float v = scale * s + (overwrite ? 0.f : float(*da));
-    *da = G(v);
+    detail::write_or_add(static_cast<G*>(g.grad[e / per_adapter]) + e % per_adapter,
+                         scale * detail::ordered_sum(ws + e, chunks, total), overwrite);
   }
 }
 
@@ -358,9 +354,7 @@ void check(const LoraGroup& g, std::int64_t rows, std::int64_t cols, const LoraM
              detail::str(what, ": needs 1 to ", LoraGroup::kMax,
                          " adapters of rank 8, 16 or 32 on a multiple of 32 columns from an even col0 (got ", g.count,
                          " of rank ", g.r, ", ", cols, " columns from ", m.rows.col0, ")"));
-  TB_REQUIRE(m.p > 0 && m.p < 1 && m.step && m.rows.seq >= 1 && m.rows.cols_full >= m.rows.col0 + cols &&
-                 rows < (std::int64_t(1) << 31),
-             detail::str(what, ": needs 0 < p < 1, a device step, and the rows' map (ops/cuda/lora.h)"));
+  check_lora_mask(m, rows, cols, what);
   for (int k = 0; k < g.count; ++k)
     TB_REQUIRE(g.a[k] && g.z[k] && detail::aligned_to(g.a[k], 8) && detail::aligned16(g.z[k]),
                detail::str(what, ": adapter ", k, " needs A 8-byte and z 16-byte aligned"));

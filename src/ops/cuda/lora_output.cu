@@ -211,18 +211,13 @@ __global__ void out_finish_kernel(LoraOutputs g, Plan p, const float* __restrict
   const std::int64_t nz = rows * g.r, total = nz + a.cols * g.r;
   for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += std::int64_t(gridDim.x) * blockDim.x) {
-    float s = 0;
     if (e < nz) {
-      const float* w = ws + a.dz_at + e;
-      for (int c = 0; c < a.blocks; ++c) s += w[std::int64_t(c) * nz];
-      a.dz[e] = __float2bfloat16_rn(s);
+      a.dz[e] = __float2bfloat16_rn(detail::ordered_sum(ws + a.dz_at + e, a.blocks, nz));
       continue;
     }
     const std::int64_t f = e - nz;
-    const float* w = ws + a.db_at + f;
-    for (int c = 0; c < p.chunks; ++c) s += w[std::int64_t(c) * a.cols * g.r];
-    G* d = static_cast<G*>(a.grad) + f;
-    *d = G(scale * s + (overwrite ? 0.f : float(*d)));
+    const float db = scale * detail::ordered_sum(ws + a.db_at + f, p.chunks, a.cols * g.r);
+    detail::write_or_add(static_cast<G*>(a.grad) + f, db, overwrite);
   }
 }
 
