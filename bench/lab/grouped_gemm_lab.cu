@@ -15,6 +15,8 @@
 //   lt4     the same, expert e on stream e % 4
 //   cublas  cublasGemmGroupedBatchedEx (cuBLAS 13.1, host-side sizes; "-" where cuBLAS refuses the types)
 //   <cfg>   GroupedGemmPlan in each compiled configuration (grouped_gemm_instances.h): coop/pingpong, tile, cluster
+//   alongM  the default configuration with its tiles walked down M (the others: the plan's raster order, which
+//           walks the weight gradient across N where its output has more tiles down M; grouped_gemm.h)
 //   dense   the floor: one cuBLASLt GEMM of all the rows against one weight (M = sum m_e)
 // Work: 2 n k sum_e m_e FLOPs. Random inputs (never zero). The table at the end gives TFLOP/s and the ratio to dense;
 // then, per kernel (pass x precision), each method's geometric mean ratio over the shapes.
@@ -146,6 +148,7 @@ struct Lab {
                ops::GroupedGemmConfig::pingpong_128x128_c2};
     methods = {"lt", "lt4", "cublas"};
     for (auto c : configs) methods.emplace_back(short_name(c));
+    methods.emplace_back("alongM");
     methods.emplace_back("dense");
   }
   ~Lab() {
@@ -357,6 +360,10 @@ std::vector<double> measure(Lab& L, const Buffers& B, const std::vector<int>& st
       out[mi] = flop / median_ms(L.st, [&] { plan.run(args, L.st); }) * 1e-9;
     }
     ++mi;
+  }
+  {  // alongM: the default configuration walking down M whatever the shape
+    ops::GroupedGemmPlan plan(0, gs, std::nullopt, ops::GroupedGemmRaster::along_m);
+    out[mi++] = flop / median_ms(L.st, [&] { plan.run(args, L.st); }) * 1e-9;
   }
 
   // dense: all rows against expert 0's weight.

@@ -3,7 +3,8 @@
 //   fp8 reading the caller's transposed copies), over E = 8 experts with counts 0, 1, 15, 16, 17, 100, 0, 333 (empty
 //   experts, counts off multiples of 16, imbalance) in every compiled configuration (each has its own epilogue, which
 //   reads D when accumulating), overwriting and accumulating, and E = 64 with a Zipf-like spread and empty experts in
-//   the default configuration, overwriting and accumulating. Every element of every group is checked against the
+//   the default configuration, overwriting and accumulating; both raster orders on outputs of several tiles each way
+//   in every compiled configuration (atb and abt). Every element of every group is checked against the
 //   double-precision reference with gemm_ref's tolerance; rows outside every group must keep their bytes; an atb
 //   expert without rows must be zero when overwritten and untouched when accumulated.
 // A run captured in a CUDA graph and replayed after the device counts changed gives the new answer. One corrupted
@@ -110,17 +111,19 @@ struct Problem {
   std::vector<int> counts;
   std::vector<std::int32_t> start;
   std::int64_t R = 0;
+  std::int64_t n = kN, k = kK;
   bool fp8;
   DeviceBuffer a, b, d, start_dev, count_dev, scales;
   std::vector<DeviceBuffer> b_groups, d_groups;
   GroupPointers b_ptrs, d_ptrs;
 
-  Problem(const TypeCase& c, std::vector<int> cnt, bool accumulate, cudaStream_t st)
-      : tc(c), E(int(cnt.size())), counts(std::move(cnt)), start(starts_of(counts)), fp8(tb::is_fp8(c.a)) {
+  Problem(const TypeCase& c, std::vector<int> cnt, bool accumulate, cudaStream_t st, std::int64_t n_ = kN,
+          std::int64_t k_ = kK)
+      : tc(c), E(int(cnt.size())), counts(std::move(cnt)), start(starts_of(counts)), n(n_), k(k_),
+        fp8(tb::is_fp8(c.a)) {
     R = start.back() + 16;
     start_dev = upload(start.data(), std::size_t(E) * 4);
     count_dev = upload(counts.data(), std::size_t(E) * 4);
-    const std::int64_t n = kN, k = kK;
     std::uint64_t seed = 100;
     auto random = [&](DType t, std::int64_t elements) {
       DeviceBuffer buf(0, std::size_t(elements) * tb::dtype_size(t));
@@ -169,7 +172,7 @@ struct Problem {
 
   GroupedGemmShape shape() const {
     GroupedGemmShape s;
-    s.n = kN, s.k = kK, s.groups = E, s.rows = R;
+    s.n = n, s.k = k, s.groups = E, s.rows = R;
     s.a = tc.a, s.b = tc.b, s.d = tc.d, s.layout = tc.layout, s.fast_accum = tc.fast_accum;
     return s;
   }
@@ -221,7 +224,7 @@ Outcome compare(const Problem& p, const Bytes& init, const Bytes& out, bool accu
   const TypeCase& tc = p.tc;
   const bool atb = tc.layout == GemmLayout::atb;
   const std::size_t ds = tb::dtype_size(tc.d);
-  const std::int64_t n = kN, k = kK, R = p.R;
+  const std::int64_t n = p.n, k = p.k, R = p.R;
   const Bytes A = download(p.a), Bx = atb ? download(p.b) : Bytes();
   std::vector<bool> covered(out.size() / ds, false);
   Outcome o;
@@ -305,6 +308,29 @@ TEST_P(GroupedGemmGpu, SixtyFourExperts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GroupedGemmGpu, testing::ValuesIn(type_cases()), case_name);
+
+// Both raster orders on outputs of several tiles each way (partial ones at the edges), in every compiled
+// configuration: the weight gradient (whose default walks across N when D_e has more tiles down M) and the forward.
+TEST(GroupedGemmGpuRaster, BothOrders) {
+  SKIP_WITHOUT_GPU();
+  DeviceContext dc(0);
+  for (GemmLayout l : {GemmLayout::atb, GemmLayout::abt}) {
+    const TypeCase tc{DType::bf16, DType::bf16, DType::bf16, l};
+    Problem probe(tc, counts8(), false, dc.stream(), 648, 392);
+    for (GroupedGemmConfig c : grouped_gemm_configs(probe.shape()))
+      for (GroupedGemmRaster r : {GroupedGemmRaster::along_m, GroupedGemmRaster::along_n})
+        for (bool accumulate : {false, true}) {
+          Problem p(tc, counts8(), accumulate, dc.stream(), 648, 392);
+          GroupedGemmPlan plan(0, p.shape(), c, r);
+          const Bytes init = p.outputs();
+          plan.run(p.args(accumulate), dc.stream());
+          expect_ok(compare(p, init, p.outputs(), accumulate),
+                    std::string(gemm_layout_name(l)) + " " + std::string(grouped_gemm_config_name(c)) +
+                        (r == GroupedGemmRaster::along_n ? " along N" : " along M") +
+                        (accumulate ? " accumulate" : " overwrite"));
+        }
+  }
+}
 
 // The check fails on one wrong element of a group, and on a changed element of no group.
 TEST(GroupedGemmGpuCheck, CatchesWrongElements) {

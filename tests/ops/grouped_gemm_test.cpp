@@ -1,6 +1,6 @@
 // Tests ops/cuda/grouped_gemm's host side without a GPU: shape validation (each refusal names what is wrong), the
-// kernel table (every supported shape has its default configuration compiled) and a plan refusing an uncompiled
-// configuration before it touches the GPU.
+// kernel table (every supported shape has its default configuration compiled), the default raster order and a plan
+// refusing an uncompiled configuration before it touches the GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,6 +49,28 @@ TEST(GroupedGemmShapeTest, SupportedShapesHaveTheirDefaultCompiled) {
                  GroupedGemmConfig::pingpong_128x128_c2})
     names.insert(std::string(grouped_gemm_config_name(c)));
   EXPECT_EQ(names.size(), 5u);
+}
+
+// atb walks across N where D_e [n, k] has more tiles down M (Mixtral's fc1 weight gradient, n = 2 x 14336), down M
+// otherwise (fc2, and ties); the layouts whose M varies with the counts walk down M.
+TEST(GroupedGemmShapeTest, DefaultRaster) {
+  GroupedGemmShape fc1 = shape(DType::bf16, DType::bf16, DType::bf16, GemmLayout::atb);
+  fc1.n = 28672, fc1.k = 4096;
+  const GroupedGemmShape fc2 = shape(DType::bf16, DType::bf16, DType::bf16, GemmLayout::atb);  // n 4096, k 14336
+  GroupedGemmShape tie = fc1;
+  tie.n = 2048, tie.k = 4096;  // 16 tiles of 128 down M, 16 of 256 across N
+  const auto c256 = GroupedGemmConfig::coop_128x256_c1, c128 = GroupedGemmConfig::coop_128x128_c1;
+  EXPECT_EQ(grouped_gemm_default_raster(fc1, c256), GroupedGemmRaster::along_n);
+  EXPECT_EQ(grouped_gemm_default_raster(fc2, c256), GroupedGemmRaster::along_m);
+  EXPECT_EQ(grouped_gemm_default_raster(tie, c256), GroupedGemmRaster::along_m);
+  EXPECT_EQ(grouped_gemm_default_raster(tie, c128), GroupedGemmRaster::along_m);  // 16 and 32
+  tie.n = 2176;  // 17 down M
+  EXPECT_EQ(grouped_gemm_default_raster(tie, c256), GroupedGemmRaster::along_n);
+  for (GemmLayout l : {GemmLayout::abt, GemmLayout::ab}) {
+    GroupedGemmShape s = fc1;
+    s.layout = l;
+    EXPECT_EQ(grouped_gemm_default_raster(s, c256), GroupedGemmRaster::along_m) << gemm_layout_name(l);
+  }
 }
 
 TEST(GroupedGemmShapeTest, Describe) {

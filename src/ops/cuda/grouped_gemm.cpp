@@ -17,7 +17,7 @@
 namespace tb::ops {
 namespace grouped {  // defined in the generated instance files (grouped_gemm_cutlass.cuh)
 #define TB_GROUPED_GEMM_DECLARE(family, config) \
-  std::unique_ptr<Runner> make_##family##_##config(int device, const Arrays& arrays);
+  std::unique_ptr<Runner> make_##family##_##config(int device, const Arrays& arrays, GroupedGemmRaster raster);
 TB_GROUPED_GEMM_DEFAULTS(TB_GROUPED_GEMM_DECLARE)
 #if TB_GROUPED_GEMM_LAB_CONFIGS
 TB_GROUPED_GEMM_LAB(TB_GROUPED_GEMM_DECLARE)
@@ -141,6 +141,21 @@ std::string_view grouped_gemm_config_name(GroupedGemmConfig c) {
   return "?";
 }
 
+GroupedGemmRaster grouped_gemm_default_raster(const GroupedGemmShape& s, GroupedGemmConfig config) {
+  check_grouped_gemm_shape(s);
+  if (s.layout != GemmLayout::atb) return GroupedGemmRaster::along_m;
+  std::int64_t tile_n = 128;  // every configuration's tile is 128 rows of M
+  switch (config) {
+    case GroupedGemmConfig::coop_128x256_c1:
+    case GroupedGemmConfig::coop_128x256_c2: tile_n = 256; break;
+    case GroupedGemmConfig::coop_128x128_c1:
+    case GroupedGemmConfig::pingpong_128x128_c1:
+    case GroupedGemmConfig::pingpong_128x128_c2: break;
+  }
+  const std::int64_t tiles_m = (s.n + 127) / 128, tiles_n = (s.k + tile_n - 1) / tile_n;  // D_e [n, k]
+  return tiles_m > tiles_n ? GroupedGemmRaster::along_n : GroupedGemmRaster::along_m;
+}
+
 GroupedGemmConfig grouped_gemm_default_config(const GroupedGemmShape& s) {
   check_grouped_gemm_shape(s);
   return default_config(*family_of(s));
@@ -164,7 +179,8 @@ GroupPointers::GroupPointers(int device, std::span<void* const> pointers)
   TB_CHECK(cudaMemcpy(buf_.get(), pointers.data(), pointers.size_bytes(), cudaMemcpyHostToDevice));
 }
 
-GroupedGemmPlan::GroupedGemmPlan(int device, const GroupedGemmShape& s, std::optional<GroupedGemmConfig> config)
+GroupedGemmPlan::GroupedGemmPlan(int device, const GroupedGemmShape& s, std::optional<GroupedGemmConfig> config,
+                                 std::optional<GroupedGemmRaster> raster)
     : s_(s), device_(device) {
   check_grouped_gemm_shape(s);
   const Family family = *family_of(s);
@@ -178,6 +194,7 @@ GroupedGemmPlan::GroupedGemmPlan(int device, const GroupedGemmShape& s, std::opt
                              "are {} (ops/cuda/grouped_gemm_instances.h lists them)",
                              describe(s), grouped_gemm_config_name(config_), have));
   }
+  raster_ = raster.value_or(grouped_gemm_default_raster(s, config_));
   TB_CHECK(cudaSetDevice(device));
   int sms = 0;
   TB_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -235,7 +252,7 @@ GroupedGemmPlan::GroupedGemmPlan(int device, const GroupedGemmShape& s, std::opt
   TB_CHECK(cudaMemcpy(x.alpha, alpha_ptrs.data(), sizeof(void*) * E, cudaMemcpyHostToDevice));
   TB_CHECK(cudaMemset(base + at_shapes, 0, 3 * sizeof(int) * E));
 
-  runner_ = inst->make(device, x);
+  runner_ = inst->make(device, x, raster_);
 }
 
 GroupedGemmPlan::~GroupedGemmPlan() = default;

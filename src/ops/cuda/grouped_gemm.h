@@ -29,6 +29,10 @@
 //
 // Kernels: CUTLASS 3.x sm90 pointer-array grouped GEMMs (TMA, warp-specialized, persistent), one per types x layout
 // x configuration (GroupedGemmConfig); the default configuration per kernel is grouped_gemm_default_config.
+// Raster order (GroupedGemmRaster): the persistent CTAs walk a group's output tiles down M (CUTLASS's grouped default)
+// or across N. Only atb fixes both extents (M = n, N = k); there the default walks across N when the output has more
+// tiles down M than across N (CUTLASS's heuristic for one GEMM), so the tiles in flight share A's rows in L2 instead of
+// reading all of A once per column of tiles (Mixtral's fc1 weight gradient: A = dY_e [m_e, 28672], 16 columns).
 // Before each GEMM a small kernel fills the per-group shapes, pointers and alphas from start / count on the stream.
 // A plan's device arrays are shared by its runs: run one plan on one stream at a time.
 #pragma once
@@ -76,6 +80,9 @@ enum class GroupedGemmConfig : std::uint8_t {
   pingpong_128x128_c2,
 };
 std::string_view grouped_gemm_config_name(GroupedGemmConfig c);  // "coop_128x256_c1"
+enum class GroupedGemmRaster : std::uint8_t { along_m, along_n };
+// along_n for atb when ceil(n / 128) > ceil(k / tile N of config); along_m otherwise (the top of this file).
+GroupedGemmRaster grouped_gemm_default_raster(const GroupedGemmShape& s, GroupedGemmConfig config);
 // The configuration a plan uses unless told otherwise (TB_GROUPED_GEMM_DEFAULTS, grouped_gemm_instances.h).
 GroupedGemmConfig grouped_gemm_default_config(const GroupedGemmShape& s);
 // The configurations compiled for the shape's kernel (types x layout), the default among them.
@@ -116,8 +123,10 @@ class Runner;
 class GroupedGemmPlan {
  public:
   // Validates the shape, allocates the per-group arrays and builds the kernel (device made current). config:
-  // one of grouped_gemm_configs(s); default grouped_gemm_default_config(s).
-  GroupedGemmPlan(int device, const GroupedGemmShape& s, std::optional<GroupedGemmConfig> config = std::nullopt);
+  // one of grouped_gemm_configs(s); default grouped_gemm_default_config(s); raster: default
+  // grouped_gemm_default_raster(s, config).
+  GroupedGemmPlan(int device, const GroupedGemmShape& s, std::optional<GroupedGemmConfig> config = std::nullopt,
+                  std::optional<GroupedGemmRaster> raster = std::nullopt);
   ~GroupedGemmPlan();
   GroupedGemmPlan(GroupedGemmPlan&&) noexcept;
   GroupedGemmPlan& operator=(GroupedGemmPlan&&) noexcept;
@@ -128,11 +137,13 @@ class GroupedGemmPlan {
 
   const GroupedGemmShape& shape() const { return s_; }
   GroupedGemmConfig config() const { return config_; }
+  GroupedGemmRaster raster() const { return raster_; }
   double flops(std::int64_t total_rows) const { return 2.0 * double(s_.n) * double(s_.k) * double(total_rows); }
 
  private:
   GroupedGemmShape s_;
   GroupedGemmConfig config_;
+  GroupedGemmRaster raster_;
   int device_ = 0;
   int prepare_blocks_ = 1;
   DeviceBuffer arrays_buf_;

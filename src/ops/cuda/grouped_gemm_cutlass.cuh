@@ -122,9 +122,12 @@ class CutlassRunner final : public Runner {
   using K = Kernel<F, C>;
 
  public:
-  CutlassRunner(int device, const Arrays& x) {
+  CutlassRunner(int device, const Arrays& x, GroupedGemmRaster raster) {
     typename K::Gemm::Arguments args;
     args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+    using RasterOptions = typename K::GemmKernel::TileScheduler::RasterOrderOptions;
+    args.scheduler.raster_order =
+        raster == GroupedGemmRaster::along_n ? RasterOptions::AlongN : RasterOptions::AlongM;
     args.problem_shape = {x.groups, reinterpret_cast<typename K::ProblemShape::UnderlyingProblemShape*>(x.shapes),
                           nullptr};
     args.mainloop = {reinterpret_cast<const typename K::ElementA**>(x.a), reinterpret_cast<typename K::StrideA*>(x.lda),
@@ -162,7 +165,9 @@ class CutlassRunner final : public Runner {
 
 #define TB_GROUPED_GEMM_DEFINE(family, config)                                                             \
   namespace tb::ops::grouped {                                                                             \
-  std::unique_ptr<Runner> make_##family##_##config(int device, const Arrays& arrays) {                     \
-    return std::make_unique<CutlassRunner<Family::family, GroupedGemmConfig::config>>(device, arrays);    \
+  std::unique_ptr<Runner> make_##family##_##config(int device, const Arrays& arrays,                      \
+                                                   GroupedGemmRaster raster) {                             \
+    return std::make_unique<CutlassRunner<Family::family, GroupedGemmConfig::config>>(device, arrays,      \
+                                                                                      raster);             \
   }                                                                                                        \
   }

@@ -57,7 +57,7 @@ class Runner {
   virtual void run(cudaStream_t stream) = 0;  // enqueues the kernel; launches only (graph-capturable)
 };
 
-using MakeRunner = std::unique_ptr<Runner> (*)(int device, const Arrays& arrays);
+using MakeRunner = std::unique_ptr<Runner> (*)(int device, const Arrays& arrays, GroupedGemmRaster raster);
 
 // What the prepare kernel reads: group g's rows are [start[g], start[g] + m_g), m_g = count[g] clamped to the
 // plan's rows. Row operands advance by *_step bytes per row; grouped operands come from *_groups[g].
