@@ -20,11 +20,9 @@ constexpr int kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kStages = 3;  // dy tiles in flight per warp (cp.async into shared memory)
 constexpr int kSlots = 3 * 132;  // blocks in one wave: three per SM of an H100 or H200 (below)
 
-template <int kR>
-constexpr int warp_cols() {  // within 85 registers (three blocks per SM): dB's sums are kWarpCols x r per warp
-  return kR == 8 ? 64 : 32;
-}
-constexpr int block_cols(int r) { return kWarps * (r == 8 ? 64 : 32); }
+// A warp's columns: within 85 registers (three blocks per SM), dB's sums being warp_cols x r per warp.
+constexpr int warp_cols(int r) { return r == 8 ? 64 : 32; }
+constexpr int block_cols(int r) { return kWarps * warp_cols(r); }
 
 // Where each adapter's blocks and partial sums are: blocks [first[k], first[k + 1]) of the grid's x, `chunk` rows per
 // grid y; ws: dz partials [blocks_k][rows][r] from dz_at[k], dB partials [chunks][cols_k][r] from db_at[k].
@@ -76,7 +74,7 @@ __device__ __forceinline__ One select(const LoraOutputs& g, const Plan& p, int k
 
 template <int kR>
 struct OutShared {
-  static constexpr int kStride = warp_cols<kR>() + 8;  // staged rows apart: ldmatrix's 8 rows hit distinct banks
+  static constexpr int kStride = warp_cols(kR) + 8;  // staged rows apart: ldmatrix's 8 rows hit distinct banks
   bf16 stage[kWarps][kStages][16 * kStride];
   float part[2][kWarps][16][kR];
 };
@@ -96,7 +94,7 @@ template <int kR>
 __global__ void __launch_bounds__(kThreads, 3) out_grad_kernel(LoraOutputs g, Plan p, const bf16* __restrict__ dy,
                                                                std::int64_t rows, std::int64_t ld,
                                                                float* __restrict__ ws) {
-  constexpr int kN = kR / 8, kWc = warp_cols<kR>(), kS = kWc / 16, kV = kWc / 16;  // kV: 16-byte copies per lane
+  constexpr int kN = kR / 8, kWc = warp_cols(kR), kS = kWc / 16, kV = kWc / 16;  // kV: 16-byte copies per lane
   constexpr int kStride = OutShared<kR>::kStride;
   extern __shared__ __align__(16) unsigned char smem[];
   auto& sh = *reinterpret_cast<OutShared<kR>*>(smem);
